@@ -1,0 +1,179 @@
+#include "commands.h"
+
+#include <iostream>
+
+#include "args.h"
+#include "colo/core/cluster.h"
+#include "colo/core/library.h"
+#include "colo/core/model.h"
+#include "colo/core/plan.h"
+#include "inspect_report.h"
+
+namespace colo::app {
+namespace {
+
+const std::vector<OptionSpec>& inspectOptions() {
+  static const std::vector<OptionSpec> specs{
+      {"model", "M", "model: a library name (colo-plan list models) or a colo.model/1, HF config.json or colo.opgraph/1 file"},
+      {"cluster", "C", "cluster: a library name (colo-plan list clusters) or a colo.cluster/1 file (optional)"},
+      {"gpus", "N", "scale the cluster to N GPUs (whole nodes, or a divisor of one node)"},
+      {"seq-len", "S", "tokens per sample (default: the model's seq_len or context size)"},
+      {"batch", "B", "samples the op table is computed for (default 1)"},
+      {"precision", "P", "bf16 (default), fp16, fp8 or fp32: activation and model-state bytes"},
+      {"json", "", "print one JSON object instead of text"},
+      {"help", "", "show this help"},
+  };
+  return specs;
+}
+
+}  // namespace
+
+int reportError(const Error& error, std::ostream& err) {
+  err << "colo-plan: error: " << error.toString() << "\n";
+  return exitCodeFor(error.code);
+}
+
+int runInspect(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
+  auto args = Args::parse(argv, inspectOptions());
+  if (!args) return reportError(args.error(), err);
+  if (args->has("help")) {
+    out << "usage: colo-plan inspect --model M [--cluster C] [--gpus N] [--seq-len S] [--batch B] [--precision P] [--json]\n\n"
+           "Describes a model (parameters, FLOPs per token, model-state and activation memory, per-layer ops)\n"
+           "and, with --cluster, the cluster it would train on.\n\n"
+        << describeOptions(inspectOptions());
+    return 0;
+  }
+  if (!args->positional().empty()) {
+    return reportError(Error::badInput("unexpected argument \"" + args->positional().front() + "\""), err);
+  }
+  const auto modelName = args->value("model");
+  if (!modelName) return reportError(Error::badInput("missing --model (a library name or a file)"), err);
+  auto modelFile = resolveLibraryFile(LibraryKind::kModels, *modelName);
+  if (!modelFile) return reportError(modelFile.error(), err);
+  auto model = loadModel(*modelFile);
+  if (!model) return reportError(model.error(), err);
+
+  std::optional<ClusterSpec> cluster;
+  if (const auto clusterName = args->value("cluster")) {
+    auto clusterFile = resolveLibraryFile(LibraryKind::kClusters, *clusterName);
+    if (!clusterFile) return reportError(clusterFile.error(), err);
+    auto loaded = loadCluster(*clusterFile);
+    if (!loaded) return reportError(loaded.error(), err);
+    cluster = std::move(*loaded);
+  }
+  if (args->has("gpus")) {
+    if (!cluster) return reportError(Error::badInput("--gpus needs --cluster"), err);
+    auto gpus = args->positiveInteger("gpus", 0);
+    if (!gpus) return reportError(gpus.error(), err);
+    auto scaled = scaleCluster(*cluster, *gpus);
+    if (!scaled) return reportError(scaled.error(), err);
+    cluster = std::move(*scaled);
+  }
+  InspectOptions options;
+  auto seqLen = args->positiveInteger("seq-len", 0);
+  if (!seqLen) return reportError(seqLen.error(), err);
+  options.seqLen = *seqLen;
+  auto batch = args->positiveInteger("batch", 1);
+  if (!batch) return reportError(batch.error(), err);
+  options.batch = *batch;
+  auto precision = parseDType(args->value("precision", "bf16"));
+  if (!precision) {
+    Error e = precision.error();
+    e.message = "--precision: " + e.message;
+    return reportError(e, err);
+  }
+  options.precision = *precision;
+
+  auto report = buildInspectReport(*model, cluster, options);
+  if (!report) return reportError(report.error(), err);
+  if (args->has("json")) {
+    out << report->dump(2) << "\n";
+  } else {
+    out << renderInspectReport(*report);
+  }
+  return 0;
+}
+
+int runValidate(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
+  auto args = Args::parse(argv, {{"help", "", "show this help"}});
+  if (!args) return reportError(args.error(), err);
+  if (args->has("help") || args->positional().empty()) {
+    (args->has("help") ? out : err)
+        << "usage: colo-plan validate FILE...\n\n"
+           "Checks model, op-graph, HF config, cluster and plan files; prints one line per file and exits 2\n"
+           "at the first bad one.\n";
+    return args->has("help") ? 0 : 2;
+  }
+  for (const auto& file : args->positional()) {
+    auto document = readJsonFile(file);
+    if (!document) return reportError(document.error(), err);
+    std::string what;
+    if (document->is_object() && !document->contains("format") && document->contains("model_type")) {
+      auto model = modelFromJson(*document, file);
+      if (!model) return reportError(model.error(), err);
+      what = "Hugging Face config of " + model->name();
+    } else {
+      auto tag = readFormatTag(*document, file);
+      if (!tag) return reportError(tag.error(), err);
+      if (tag->kind == "model" || tag->kind == "opgraph") {
+        auto model = modelFromJson(*document, file);
+        if (!model) return reportError(model.error(), err);
+        what = "colo." + tag->kind + "/1 " + model->name();
+      } else if (tag->kind == "cluster") {
+        auto cluster = tag->version == 1 ? clusterFromJson(*document, file)
+                                         : Result<ClusterSpec>(fail(Error::badInput("unsupported version", file, "/format")));
+        if (!cluster) return reportError(cluster.error(), err);
+        what = "colo.cluster/1 " + cluster->name + " (" + std::to_string(cluster->totalGpus()) + " GPUs)";
+      } else if (tag->kind == "plan") {
+        auto plan = loadPlan(file);
+        if (!plan) return reportError(plan.error(), err);
+        what = "colo.plan/1 for " + plan->model.name() + " on " + std::to_string(plan->cluster.totalGpus()) + " GPUs";
+      } else {
+        return reportError(Error::badInput("unknown document kind \"colo." + tag->kind +
+                                               "\" (expected model, opgraph, cluster or plan)",
+                                           file, "/format"),
+                           err);
+      }
+    }
+    out << file << ": ok (" << what << ")\n";
+  }
+  return 0;
+}
+
+int runList(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
+  auto args = Args::parse(argv, {{"help", "", "show this help"}});
+  if (!args) return reportError(args.error(), err);
+  const std::string what = args->positional().empty() ? "all" : args->positional().front();
+  if (args->has("help") || (what != "models" && what != "clusters" && what != "all")) {
+    (args->has("help") ? out : err) << "usage: colo-plan list [models|clusters]\n";
+    return args->has("help") ? 0 : 2;
+  }
+  for (const auto kind : {LibraryKind::kModels, LibraryKind::kClusters}) {
+    const bool models = kind == LibraryKind::kModels;
+    if (what != "all" && what != (models ? "models" : "clusters")) continue;
+    out << (models ? "models" : "clusters") << " (" << dataDirectory() << "/" << (models ? "models" : "clusters") << "):\n";
+    for (const auto& name : libraryEntries(kind)) {
+      const std::string file = dataDirectory() + "/" + (models ? "models/" : "clusters/") + name + ".json";
+      if (models) {
+        auto model = loadModel(file);
+        if (!model) {
+          out << "  " << name << "  (invalid: " << model.error().toString() << ")\n";
+          continue;
+        }
+        const auto count = model->spec ? countParameters(*model->spec).total : model->graph->totals().params;
+        out << "  " << name << std::string(name.size() < 22 ? 22 - name.size() : 1, ' ') << count / 1'000'000 << "M params\n";
+      } else {
+        auto cluster = loadCluster(file);
+        if (!cluster) {
+          out << "  " << name << "  (invalid: " << cluster.error().toString() << ")\n";
+          continue;
+        }
+        out << "  " << name << std::string(name.size() < 22 ? 22 - name.size() : 1, ' ') << cluster->totalGpus() << " x "
+            << cluster->gpu.name << "\n";
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace colo::app

@@ -1,0 +1,103 @@
+#include "args.h"
+
+#include <algorithm>
+#include <charconv>
+
+namespace colo::app {
+namespace {
+
+// Nearest option name by edit distance, for "did you mean".
+std::optional<std::string> nearest(const std::string& word, const std::vector<OptionSpec>& specs) {
+  std::optional<std::string> best;
+  std::size_t bestDistance = 3;
+  for (const auto& spec : specs) {
+    const std::string& c = spec.name;
+    std::vector<std::size_t> prev(c.size() + 1), cur(c.size() + 1);
+    for (std::size_t j = 0; j <= c.size(); ++j) prev[j] = j;
+    for (std::size_t i = 1; i <= word.size(); ++i) {
+      cur[0] = i;
+      for (std::size_t j = 1; j <= c.size(); ++j) {
+        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (word[i - 1] == c[j - 1] ? 0 : 1)});
+      }
+      std::swap(prev, cur);
+    }
+    if (prev[c.size()] < bestDistance) {
+      bestDistance = prev[c.size()];
+      best = c;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+Result<Args> Args::parse(const std::vector<std::string>& argv, const std::vector<OptionSpec>& specs) {
+  Args args;
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    const std::string& token = argv[i];
+    if (token.size() < 3 || token.rfind("--", 0) != 0) {
+      if (token.size() > 1 && token[0] == '-' && token != "-") {
+        return fail(Error::badInput("unknown option \"" + token + "\" (options are spelled --name)"));
+      }
+      args.m_positional.push_back(token);
+      continue;
+    }
+    std::string name = token.substr(2);
+    std::optional<std::string> inlineValue;
+    if (const auto eq = name.find('='); eq != std::string::npos) {
+      inlineValue = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    const auto spec = std::find_if(specs.begin(), specs.end(), [&](const OptionSpec& s) { return s.name == name; });
+    if (spec == specs.end()) {
+      std::string message = "unknown option --" + name;
+      if (auto close = nearest(name, specs)) message += " (did you mean --" + *close + "?)";
+      return fail(Error::badInput(message));
+    }
+    if (args.m_values.contains(name)) return fail(Error::badInput("option --" + name + " given twice"));
+    if (spec->valueName.empty()) {
+      if (inlineValue) return fail(Error::badInput("option --" + name + " takes no value, got \"" + *inlineValue + "\""));
+      args.m_values[name] = "";
+    } else if (inlineValue) {
+      args.m_values[name] = *inlineValue;
+    } else {
+      if (i + 1 >= argv.size()) return fail(Error::badInput("option --" + name + " needs a value (" + spec->valueName + ")"));
+      args.m_values[name] = argv[++i];
+    }
+  }
+  return args;
+}
+
+std::optional<std::string> Args::value(const std::string& name) const {
+  const auto it = m_values.find(name);
+  if (it == m_values.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Args::value(const std::string& name, const std::string& fallback) const {
+  return value(name).value_or(fallback);
+}
+
+Result<std::int64_t> Args::positiveInteger(const std::string& name, std::int64_t fallback) const {
+  const auto text = value(name);
+  if (!text) return fallback;
+  std::int64_t out = 0;
+  const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), out);
+  if (ec != std::errc() || end != text->data() + text->size() || out <= 0) {
+    return fail(Error::badInput("--" + name + ": expected a positive integer, got \"" + *text + "\""));
+  }
+  return out;
+}
+
+std::string describeOptions(const std::vector<OptionSpec>& specs) {
+  std::string out;
+  for (const auto& s : specs) {
+    std::string left = "  --" + s.name + (s.valueName.empty() ? "" : " " + s.valueName);
+    if (left.size() < 26) left.resize(26, ' ');
+    else left += "  ";
+    out += left + s.help + "\n";
+  }
+  return out;
+}
+
+}  // namespace colo::app

@@ -1,0 +1,42 @@
+#pragma once
+// Command-line parsing shared by colo's programs: `--name value`, `--name=value` and flags, with
+// errors that name the option and the value (exit 2), and generated help text.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "colo/core/error.h"
+
+namespace colo::app {
+
+struct OptionSpec {
+  std::string name;        // without the leading dashes
+  std::string valueName;   // empty: a flag that takes no value
+  std::string help;
+};
+
+class Args {
+ public:
+  /// Parses `argv` (without the program and subcommand). Errors: kBadInput for an unknown option
+  /// (suggesting the nearest), a missing value, or a repeated option.
+  [[nodiscard]] static Result<Args> parse(const std::vector<std::string>& argv, const std::vector<OptionSpec>& specs);
+
+  [[nodiscard]] bool has(const std::string& name) const { return m_values.contains(name); }
+  [[nodiscard]] std::optional<std::string> value(const std::string& name) const;
+  [[nodiscard]] std::string value(const std::string& name, const std::string& fallback) const;
+  /// A positive integer option. Errors: kBadInput naming the option and value.
+  [[nodiscard]] Result<std::int64_t> positiveInteger(const std::string& name, std::int64_t fallback) const;
+  [[nodiscard]] const std::vector<std::string>& positional() const { return m_positional; }
+
+ private:
+  std::map<std::string, std::string> m_values;
+  std::vector<std::string> m_positional;
+};
+
+/// "  --name VALUE   help" lines for a usage message.
+[[nodiscard]] std::string describeOptions(const std::vector<OptionSpec>& specs);
+
+}  // namespace colo::app

@@ -1,0 +1,83 @@
+#pragma once
+/// \file
+/// ClusterSpec: the machines a plan runs on. Nodes of identical GPUs joined by link levels, from the
+/// innermost (NVLink inside a node) to the outermost (the network across nodes), plus the host
+/// memory, PCIe and NVMe that offload uses. File format `colo.cluster/1` (docs/formats.md); units are
+/// in the JSON key names.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "colo/core/error.h"
+#include "colo/core/json.h"
+
+namespace colo {
+
+/// Numeric precisions a GPU has a peak for.
+enum class DType { kFp32, kTf32, kFp16, kBf16, kFp8 };
+
+[[nodiscard]] std::string toString(DType dtype);
+/// Parses "fp32", "tf32", "fp16", "bf16", "fp8". Errors: kBadInput listing the choices.
+[[nodiscard]] Result<DType> parseDType(const std::string& name);
+/// Bytes per element (tf32 is stored as fp32).
+[[nodiscard]] std::int64_t bytesPerElement(DType dtype);
+
+struct GpuSpec {
+  std::string name;                                ///< e.g. "A100-SXM4-80GB"
+  double memoryBytes = 0;                          ///< device memory
+  std::map<DType, double> peakFlopsPerSecond;      ///< dense peak per precision
+  double hbmBytesPerSecond = 0;                    ///< device memory bandwidth
+  [[nodiscard]] bool hasPeak(DType dtype) const { return peakFlopsPerSecond.contains(dtype); }
+  friend bool operator==(const GpuSpec&, const GpuSpec&) = default;
+};
+
+/// What a link level is made of; decides which collective algorithms suit it.
+enum class LinkKind { kNvSwitch, kNvLink, kHybridCubeMesh, kPcie, kInfiniBand, kRoce, kEthernet };
+[[nodiscard]] std::string toString(LinkKind kind);
+
+/// One level of the interconnect. A level joins groups of `spanGpus` consecutive GPUs (rank order);
+/// the outermost level spans the whole cluster.
+struct LinkLevel {
+  std::string name;               ///< e.g. "nvlink", "network"
+  LinkKind kind = LinkKind::kNvSwitch;
+  std::int64_t spanGpus = 0;      ///< GPUs joined by this level (0 in a file: the whole cluster)
+  double bytesPerSecond = 0;      ///< per GPU, per direction
+  double latencySeconds = 0;      ///< one message, end to end
+  friend bool operator==(const LinkLevel&, const LinkLevel&) = default;
+};
+
+struct ClusterSpec {
+  std::string name;
+  std::string source;             ///< where the figures come from (optional)
+  std::int64_t nodes = 1;
+  std::int64_t gpusPerNode = 1;
+  GpuSpec gpu;
+  std::vector<LinkLevel> links;   ///< innermost first
+  double hostMemoryBytes = 0;     ///< per node, for CPU offload
+  double pcieBytesPerSecond = 0;  ///< host<->device per GPU, per direction
+  double nvmeBytesPerSecond = 0;  ///< per node, for NVMe offload (0: no NVMe)
+  double nvmeCapacityBytes = 0;   ///< per node
+
+  [[nodiscard]] std::int64_t totalGpus() const { return nodes * gpusPerNode; }
+  /// The innermost level that joins GPUs `a` and `b` (global ranks in node-major order); the last
+  /// level when they are in different nodes.
+  [[nodiscard]] const LinkLevel& levelBetween(std::int64_t a, std::int64_t b) const;
+  friend bool operator==(const ClusterSpec&, const ClusterSpec&) = default;
+};
+
+/// Checks consistency: spans grow outward and divide each other, in-node levels stay in a node, a
+/// multi-node cluster has a network level, bandwidths positive. `file` labels errors.
+[[nodiscard]] Result<void> validateCluster(const ClusterSpec& cluster, const std::string& file = {});
+
+/// The same cluster with `gpus` GPUs: fewer than a node keeps one partial node, otherwise `gpus` must
+/// be a multiple of gpusPerNode and the node count changes. Errors: kBadInput with the reason.
+[[nodiscard]] Result<ClusterSpec> scaleCluster(const ClusterSpec& cluster, std::int64_t gpus);
+
+/// Reads a `colo.cluster/1` document (unknown fields rejected). Errors name file, pointer, value.
+[[nodiscard]] Result<ClusterSpec> clusterFromJson(const Json& document, const std::string& file);
+/// Writes a `colo.cluster/1` document that reads back equal.
+[[nodiscard]] Json clusterToJson(const ClusterSpec& cluster);
+
+}  // namespace colo

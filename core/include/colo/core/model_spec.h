@@ -1,0 +1,137 @@
+#pragma once
+/// \file
+/// ModelSpec: a transformer architecture described by the choices that decide its size and cost.
+/// It covers decoder transformers (GPT-2/3: learned positions, LayerNorm, GeLU; LLaMA: RoPE, RMSNorm,
+/// SwiGLU, grouped-query attention; Mixtral-style mixture of experts) and encoder transformers (BERT,
+/// ViT). Files: `colo.model/1` (see docs/formats.md) or a Hugging Face config.json (hf_config.h).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "colo/core/error.h"
+#include "colo/core/json.h"
+
+namespace colo {
+
+enum class Architecture { kDecoder, kEncoder };
+enum class PositionEmbedding { kLearned, kRope, kAlibi, kNone };
+enum class NormKind { kLayerNorm, kRmsNorm };
+/// kSwiGlu and kGeGlu are gated: the MLP has three matrices (gate, up, down).
+enum class Activation { kGelu, kRelu, kSilu, kSwiGlu, kGeGlu };
+/// What the input tokens are: text tokens through a vocabulary, or image patches (ViT).
+enum class InputKind { kTokens, kImagePatches };
+
+/// Mixture-of-experts MLP (Mixtral/Switch style): `num_experts` expert MLPs per MoE layer, each token
+/// routed to `top_k` of them by a linear router.
+struct MoeSpec {
+  std::int64_t numExperts = 0;      ///< experts per MoE layer (0: dense model)
+  std::int64_t topK = 0;            ///< experts each token is routed to
+  std::int64_t layerFrequency = 1;  ///< layer i is MoE when i % layerFrequency == layerFrequency - 1
+  std::int64_t expertFfnHiddenSize = 0;  ///< 0: same as the model's ffn_hidden_size
+  [[nodiscard]] bool enabled() const { return numExperts > 0; }
+  [[nodiscard]] bool isMoeLayer(std::int64_t layer) const {
+    return enabled() && layer % layerFrequency == layerFrequency - 1;
+  }
+  friend bool operator==(const MoeSpec&, const MoeSpec&) = default;
+};
+
+/// ViT input: an image cut into patches, plus a class token.
+struct ImageSpec {
+  std::int64_t imageSize = 224;
+  std::int64_t patchSize = 16;
+  std::int64_t numChannels = 3;
+  std::int64_t numClasses = 1000;  ///< classifier head size; 0 for no head
+  [[nodiscard]] std::int64_t numPatches() const { return (imageSize / patchSize) * (imageSize / patchSize); }
+  friend bool operator==(const ImageSpec&, const ImageSpec&) = default;
+};
+
+/// A transformer model. All sizes are counts (not bytes). Defaults describe a GPT-style decoder.
+struct ModelSpec {
+  std::string name;                ///< e.g. "llama2-7b"
+  std::string family = "gpt";      ///< preset: gpt, llama, mixtral, bert, vit, or an HF model_type
+  std::string source;              ///< where the figures come from (free text, optional)
+  Architecture architecture = Architecture::kDecoder;
+  InputKind input = InputKind::kTokens;
+
+  std::int64_t numLayers = 0;
+  std::int64_t hiddenSize = 0;
+  std::int64_t numAttentionHeads = 0;
+  std::int64_t numKvHeads = 0;        ///< grouped-query attention; 0 means numAttentionHeads
+  std::int64_t headDim = 0;           ///< 0 means hiddenSize / numAttentionHeads
+  std::int64_t ffnHiddenSize = 0;     ///< MLP inner size (per matrix for gated MLPs)
+  std::int64_t vocabSize = 0;         ///< 0 for image models
+  std::int64_t maxPositionEmbeddings = 0;  ///< table size of learned positions; context limit otherwise
+  std::int64_t embeddingSize = 0;     ///< OPT's word_embed_proj_dim; 0 means hiddenSize
+  std::int64_t typeVocabSize = 0;     ///< BERT token types (segment embeddings); 0 for none
+  std::int64_t slidingWindow = 0;     ///< attention window (Mistral); 0 means full attention
+
+  PositionEmbedding positionEmbedding = PositionEmbedding::kLearned;
+  double rotaryFraction = 1.0;        ///< GPT-NeoX rotary_pct: share of head_dim that is rotated
+  NormKind norm = NormKind::kLayerNorm;
+  Activation activation = Activation::kGelu;
+  bool qkvBias = true;                ///< bias on the query/key/value projections
+  bool attentionOutputBias = true;    ///< bias on the attention output projection
+  bool mlpBias = true;                ///< bias on the MLP matrices
+  bool embeddingNorm = false;         ///< a norm right after the embedding (BLOOM, BERT)
+  bool finalNorm = true;              ///< a norm after the last layer (pre-LN models)
+  bool tieWordEmbeddings = true;      ///< LM head shares the input embedding matrix
+  bool lmHead = true;                 ///< output projection to the vocabulary (BERT: the MLM head)
+  bool pooler = false;                ///< BERT pooler (dense h x h + tanh)
+  double dropout = 0.0;               ///< hidden/attention dropout probability used in training
+
+  MoeSpec moe;
+  ImageSpec image;                    ///< used when input == kImagePatches
+
+  std::int64_t seqLen = 0;            ///< default training sequence length; 0: maxPositionEmbeddings
+
+  // Derived values (valid after validate()).
+  [[nodiscard]] std::int64_t kvHeads() const { return numKvHeads > 0 ? numKvHeads : numAttentionHeads; }
+  [[nodiscard]] std::int64_t headSize() const { return headDim > 0 ? headDim : hiddenSize / numAttentionHeads; }
+  [[nodiscard]] std::int64_t embedSize() const { return embeddingSize > 0 ? embeddingSize : hiddenSize; }
+  [[nodiscard]] std::int64_t expertFfnSize() const {
+    return moe.expertFfnHiddenSize > 0 ? moe.expertFfnHiddenSize : ffnHiddenSize;
+  }
+  [[nodiscard]] bool gatedMlp() const { return activation == Activation::kSwiGlu || activation == Activation::kGeGlu; }
+  [[nodiscard]] bool causal() const { return architecture == Architecture::kDecoder; }
+  /// The training sequence length: seqLen, else the context size; for ViT, patches + class token.
+  [[nodiscard]] std::int64_t defaultSeqLen() const;
+
+  /// Field-by-field equality (round-trip tests, plan re-evaluation).
+  friend bool operator==(const ModelSpec&, const ModelSpec&) = default;
+};
+
+/// Parameter counts of a model, as published counts are quoted.
+struct ParamCount {
+  std::int64_t total = 0;   ///< every parameter
+  std::int64_t active = 0;  ///< parameters touched by one token (MoE: top_k experts, not all)
+  std::int64_t embedding = 0;  ///< input embeddings (tokens, positions, types, patches)
+};
+
+/// Checks a spec for inconsistencies (heads not dividing hidden, kv heads not dividing heads, top_k
+/// above num_experts, ...). `file` labels errors; paths use the colo.model/1 field names.
+[[nodiscard]] Result<void> validateModelSpec(const ModelSpec& spec, const std::string& file = {});
+
+/// Closed-form parameter count. The op graph's sum of parameters must equal it (tested).
+[[nodiscard]] ParamCount countParameters(const ModelSpec& spec);
+
+/// The defaults a family implies (gpt: learned positions, LayerNorm, GeLU, biases, tied; llama and
+/// mistral: RoPE, RMSNorm, SwiGLU, no biases, untied; mixtral: llama plus 8 experts top-2; bert:
+/// post-LN encoder with token types, MLM head and pooler; vit: image encoder). Errors: unknown family.
+[[nodiscard]] Result<ModelSpec> familyPreset(const std::string& family);
+
+/// Reads a `colo.model/1` document: the family preset, then every field given overrides it; unknown
+/// fields are rejected. Errors name file, pointer, value.
+[[nodiscard]] Result<ModelSpec> modelSpecFromJson(const Json& document, const std::string& file);
+
+/// Writes a spec as a complete `colo.model/1` document (every field explicit), which reads back equal.
+[[nodiscard]] Json modelSpecToJson(const ModelSpec& spec);
+
+/// Names used in files, e.g. "rope", "rmsnorm", "swiglu".
+[[nodiscard]] std::string toString(Architecture value);
+[[nodiscard]] std::string toString(PositionEmbedding value);
+[[nodiscard]] std::string toString(NormKind value);
+[[nodiscard]] std::string toString(Activation value);
+[[nodiscard]] std::string toString(InputKind value);
+
+}  // namespace colo

@@ -1,0 +1,123 @@
+#pragma once
+/// \file
+/// Plan: one hybrid-parallel training configuration, self-contained (it embeds the model and the
+/// cluster), with the predictions made for it and where it came from. File format `colo.plan/1`.
+/// validatePlan() rejects the option combinations that would otherwise fail only at run time.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "colo/core/cluster.h"
+#include "colo/core/error.h"
+#include "colo/core/json.h"
+#include "colo/core/model.h"
+
+namespace colo {
+
+enum class Schedule { kGpipe, kOneFOneB, kInterleaved, kZeroBubble };
+enum class RecomputePolicy { kNone, kSelective, kFull };
+enum class OffloadTarget { kCpu, kNvme };
+
+[[nodiscard]] std::string toString(Schedule value);     ///< gpipe, 1f1b, interleaved, zb
+[[nodiscard]] std::string toString(RecomputePolicy value);  ///< none, selective, full
+[[nodiscard]] std::string toString(OffloadTarget value);    ///< cpu, nvme
+[[nodiscard]] Result<Schedule> parseSchedule(const std::string& name);
+[[nodiscard]] Result<RecomputePolicy> parseRecompute(const std::string& name);
+
+/// Parallel degrees. dp * tp * pp * cp must equal the cluster's GPU count; ep splits the experts
+/// inside the data-parallel group (ep divides dp * cp).
+struct Parallelism {
+  std::int64_t dp = 1;
+  std::int64_t tp = 1;
+  std::int64_t pp = 1;
+  std::int64_t cp = 1;   ///< context parallel: the sequence split across GPUs for attention
+  std::int64_t ep = 1;   ///< expert parallel (MoE only)
+  bool sequenceParallel = false;  ///< Megatron SP: norms/dropout split along the sequence (needs tp > 1)
+  std::int64_t virtualStages = 1; ///< model chunks per pipeline rank (interleaved schedule)
+  /// Placement of the dimensions on ranks, innermost (fastest-varying, closest GPUs) first.
+  std::vector<std::string> rankOrder{"tp", "cp", "dp", "pp"};
+  friend bool operator==(const Parallelism&, const Parallelism&) = default;
+};
+
+/// One pipeline chunk (a physical stage, or a virtual one when virtualStages > 1).
+struct StagePlan {
+  std::int64_t layers = 0;                       ///< transformer layers in this chunk
+  RecomputePolicy recompute = RecomputePolicy::kNone;
+  std::int64_t recomputeLayers = 0;              ///< how many of them recompute (the rest keep activations)
+  friend bool operator==(const StagePlan&, const StagePlan&) = default;
+};
+
+/// What fraction of each model state lives off the GPU (ZeRO-Offload / ZeRO-Infinity).
+struct Offload {
+  double optimizerFraction = 0;  ///< optimizer states (needs zero_stage >= 1)
+  double paramsFraction = 0;     ///< parameters (needs zero_stage 3)
+  OffloadTarget target = OffloadTarget::kCpu;
+  friend bool operator==(const Offload&, const Offload&) = default;
+};
+
+/// Predicted figures (filled by the cost model; all optional until then).
+struct Predictions {
+  std::optional<double> stepTimeSeconds;
+  std::optional<double> tokensPerSecond;
+  std::optional<double> modelTflopsPerGpu;     ///< model FLOPs (no recompute) / step time / GPUs
+  std::optional<double> hardwareTflopsPerGpu;  ///< including recompute
+  std::optional<double> mfu;                   ///< model FLOPs utilisation, 0..1
+  std::optional<double> peakMemoryBytes;       ///< max over GPUs
+  std::optional<bool> fits;
+  std::optional<double> bubbleFraction;
+  Json breakdown = Json::object();             ///< per-kind time and memory, as the cost model reports
+  friend bool operator==(const Predictions&, const Predictions&) = default;
+};
+
+/// Where a plan came from.
+struct Provenance {
+  std::string toolVersion;
+  std::string createdAt;     ///< ISO 8601 UTC
+  std::string modelHash;     ///< contentHash of the embedded model document
+  std::string clusterHash;   ///< contentHash of the embedded cluster document
+  std::string costDbHash;    ///< empty when no cost database was used
+  std::string command;       ///< the command line that made it
+  friend bool operator==(const Provenance&, const Provenance&) = default;
+};
+
+struct Plan {
+  std::string name;
+  Model model;
+  ClusterSpec cluster;
+  Parallelism parallel;
+  Schedule schedule = Schedule::kOneFOneB;
+  std::int64_t microBatchSize = 1;
+  std::int64_t globalBatchSize = 1;   ///< samples per optimizer step
+  std::int64_t seqLen = 0;            ///< tokens per sample
+  int zeroStage = 0;                  ///< 0-3
+  Offload offload;
+  std::vector<StagePlan> stages;      ///< pp * virtualStages chunks; chunk c*pp + p runs on stage p
+  DType precision = DType::kBf16;
+  Predictions predictions;
+  Provenance provenance;
+
+  /// Micro-batches per step on each data-parallel replica.
+  [[nodiscard]] std::int64_t numMicroBatches() const;
+  /// For each transformer layer, the pipeline stage (physical) that holds it.
+  [[nodiscard]] std::vector<std::int64_t> layerToStage() const;
+};
+
+/// Even split of `layers` into `chunks` (Megatron's default; the first chunks get one more when it does
+/// not divide), all with the same recompute policy.
+[[nodiscard]] std::vector<StagePlan> uniformStages(std::int64_t layers, std::int64_t chunks, RecomputePolicy policy);
+
+/// Every consistency rule a plan must satisfy before it is costed or run: degrees multiply to the GPU
+/// count; heads and kv heads divisible by tp; layers summed over stages; batch divisible by
+/// micro-batch x dp; schedule and virtual stages agree; ZeRO/offload/pipeline combinations that real
+/// engines refuse; a precision the GPU has. Errors: kBadInput naming the plan field and values.
+[[nodiscard]] Result<void> validatePlan(const Plan& plan, const std::string& file = {});
+
+/// Reads a `colo.plan/1` document, including the embedded model and cluster, and validates it.
+[[nodiscard]] Result<Plan> planFromJson(const Json& document, const std::string& file);
+[[nodiscard]] Result<Plan> loadPlan(const std::string& file);
+/// Writes a `colo.plan/1` document that reads back equal.
+[[nodiscard]] Json planToJson(const Plan& plan);
+
+}  // namespace colo

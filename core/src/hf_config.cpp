@@ -1,0 +1,224 @@
+#include "colo/core/hf_config.h"
+
+#include <filesystem>
+
+#include "json_reader.h"
+
+namespace colo {
+namespace {
+
+using detail::JsonReader;
+
+// Reads the first present key of `keys` (HF renamed several over time); names the first if none is.
+std::int64_t positiveOf(const JsonReader& r, std::initializer_list<std::string_view> keys) {
+  for (const auto k : keys) {
+    if (r.has(k)) return r.positiveInteger(k);
+  }
+  return r.positiveInteger(*keys.begin());  // throws "missing required field"
+}
+
+std::string modelName(const JsonReader& r, const std::string& file) {
+  std::string name = r.string("_name_or_path", "");
+  if (!name.empty()) return name;
+  std::filesystem::path p(file);
+  if (p.filename() == "config.json" && p.has_parent_path() && !p.parent_path().filename().empty()) {
+    return p.parent_path().filename().string();
+  }
+  return p.stem().string();
+}
+
+Activation plainActivation(const JsonReader& r, std::string_view key, const std::string& fallback) {
+  const std::string act = r.string(key, fallback);
+  if (act.rfind("gelu", 0) == 0 || act == "quick_gelu") return Activation::kGelu;
+  if (act == "relu") return Activation::kRelu;
+  if (act == "silu" || act == "swish") return Activation::kSilu;
+  r.fail(key, "unsupported activation \"" + act + "\" (expected gelu*, relu, silu)");
+}
+
+Activation gatedActivation(const JsonReader& r) {
+  const std::string act = r.string("hidden_act", "silu");
+  if (act == "silu" || act == "swish") return Activation::kSwiGlu;
+  if (act.rfind("gelu", 0) == 0) return Activation::kGeGlu;
+  r.fail("hidden_act", "unsupported gated activation \"" + act + "\" (expected silu or gelu)");
+}
+
+ModelSpec preset(const std::string& family) { return *familyPreset(family); }
+
+ModelSpec gpt2(const JsonReader& r) {
+  ModelSpec s = preset("gpt2");
+  s.hiddenSize = positiveOf(r, {"n_embd", "hidden_size"});
+  s.numLayers = positiveOf(r, {"n_layer", "num_hidden_layers"});
+  s.numAttentionHeads = positiveOf(r, {"n_head", "num_attention_heads"});
+  s.ffnHiddenSize = r.positiveInteger("n_inner", 4 * s.hiddenSize);
+  s.vocabSize = r.positiveInteger("vocab_size", 50257);
+  s.maxPositionEmbeddings = r.has("n_positions") ? r.positiveInteger("n_positions") : r.positiveInteger("n_ctx", 1024);
+  s.activation = plainActivation(r, "activation_function", "gelu_new");
+  s.tieWordEmbeddings = r.boolean("tie_word_embeddings", true);
+  s.dropout = r.fraction("resid_pdrop", 0.1);
+  return s;
+}
+
+ModelSpec gptNeox(const JsonReader& r) {
+  ModelSpec s = preset("gpt_neox");
+  s.hiddenSize = r.positiveInteger("hidden_size");
+  s.numLayers = r.positiveInteger("num_hidden_layers");
+  s.numAttentionHeads = r.positiveInteger("num_attention_heads");
+  s.ffnHiddenSize = r.positiveInteger("intermediate_size", 4 * s.hiddenSize);
+  s.vocabSize = r.positiveInteger("vocab_size");
+  s.maxPositionEmbeddings = r.positiveInteger("max_position_embeddings", 2048);
+  s.rotaryFraction = r.fraction("rotary_pct", 0.25);
+  if (s.rotaryFraction == 0.0) r.fail("rotary_pct", "must be above 0");
+  s.activation = plainActivation(r, "hidden_act", "gelu");
+  s.tieWordEmbeddings = r.boolean("tie_word_embeddings", false);
+  s.qkvBias = s.attentionOutputBias = r.boolean("attention_bias", true);
+  s.dropout = r.fraction("hidden_dropout", 0.0);
+  return s;
+}
+
+// llama, mistral, mixtral and qwen2 share their keys.
+ModelSpec llamaLike(const JsonReader& r, const std::string& type) {
+  ModelSpec s = preset(type);
+  s.hiddenSize = r.positiveInteger("hidden_size");
+  s.numLayers = r.positiveInteger("num_hidden_layers");
+  s.numAttentionHeads = r.positiveInteger("num_attention_heads");
+  s.numKvHeads = r.positiveInteger("num_key_value_heads", s.numAttentionHeads);
+  s.headDim = r.has("head_dim") ? r.positiveInteger("head_dim") : 0;
+  if (s.headDim * s.numAttentionHeads == s.hiddenSize) s.headDim = 0;  // the implied value: keep it implied
+  s.ffnHiddenSize = r.positiveInteger("intermediate_size");
+  s.vocabSize = r.positiveInteger("vocab_size");
+  s.maxPositionEmbeddings = r.positiveInteger("max_position_embeddings", 4096);
+  s.activation = gatedActivation(r);
+  s.tieWordEmbeddings = r.boolean("tie_word_embeddings", false);
+  if (type == "qwen2") {
+    s.qkvBias = true;  // Qwen2 always has q/k/v biases and no output bias
+    if (r.boolean("use_sliding_window", false)) s.slidingWindow = r.positiveInteger("sliding_window", 4096);
+  } else {
+    s.qkvBias = s.attentionOutputBias = r.boolean("attention_bias", false);
+    s.mlpBias = r.boolean("mlp_bias", false);
+    if (type == "mistral" || type == "mixtral") s.slidingWindow = r.has("sliding_window") ? r.positiveInteger("sliding_window") : 0;
+  }
+  if (type == "mixtral") {
+    s.moe.numExperts = r.positiveInteger("num_local_experts", 8);
+    s.moe.topK = r.positiveInteger("num_experts_per_tok", 2);
+  }
+  s.dropout = r.fraction("attention_dropout", 0.0);
+  return s;
+}
+
+ModelSpec opt(const JsonReader& r) {
+  ModelSpec s = preset("opt");
+  s.hiddenSize = r.positiveInteger("hidden_size");
+  s.numLayers = r.positiveInteger("num_hidden_layers");
+  s.numAttentionHeads = r.positiveInteger("num_attention_heads");
+  s.ffnHiddenSize = r.positiveInteger("ffn_dim");
+  s.vocabSize = r.positiveInteger("vocab_size");
+  // OPT's learned position table has 2 extra rows (the positions are offset by 2).
+  s.maxPositionEmbeddings = r.positiveInteger("max_position_embeddings", 2048) + 2;
+  s.seqLen = s.maxPositionEmbeddings - 2;
+  s.embeddingSize = r.positiveInteger("word_embed_proj_dim", s.hiddenSize);
+  if (s.embeddingSize == s.hiddenSize) s.embeddingSize = 0;
+  s.finalNorm = r.boolean("do_layer_norm_before", true) && !r.boolean("_remove_final_layer_norm", false);
+  s.activation = plainActivation(r, "activation_function", "relu");
+  s.qkvBias = s.attentionOutputBias = s.mlpBias = r.boolean("enable_bias", true);
+  s.tieWordEmbeddings = r.boolean("tie_word_embeddings", true);
+  s.dropout = r.fraction("dropout", 0.1);
+  return s;
+}
+
+ModelSpec bloom(const JsonReader& r) {
+  ModelSpec s = preset("bloom");
+  s.hiddenSize = positiveOf(r, {"hidden_size", "n_embed"});
+  s.numLayers = positiveOf(r, {"n_layer", "num_hidden_layers"});
+  s.numAttentionHeads = positiveOf(r, {"n_head", "num_attention_heads"});
+  s.ffnHiddenSize = 4 * s.hiddenSize;
+  s.vocabSize = r.positiveInteger("vocab_size");
+  // ALiBi has no position table; BLOOM was trained at 2048 tokens.
+  s.seqLen = r.positiveInteger("seq_length", 2048);
+  s.tieWordEmbeddings = r.boolean("tie_word_embeddings", true);
+  s.dropout = r.fraction("hidden_dropout", 0.0);
+  return s;
+}
+
+ModelSpec bert(const JsonReader& r) {
+  ModelSpec s = preset("bert");
+  s.hiddenSize = r.positiveInteger("hidden_size");
+  s.numLayers = r.positiveInteger("num_hidden_layers");
+  s.numAttentionHeads = r.positiveInteger("num_attention_heads");
+  s.ffnHiddenSize = r.positiveInteger("intermediate_size");
+  s.vocabSize = r.positiveInteger("vocab_size");
+  s.maxPositionEmbeddings = r.positiveInteger("max_position_embeddings", 512);
+  s.typeVocabSize = r.nonNegativeInteger("type_vocab_size", 2);
+  s.activation = plainActivation(r, "hidden_act", "gelu");
+  s.tieWordEmbeddings = r.boolean("tie_word_embeddings", true);
+  s.dropout = r.fraction("hidden_dropout_prob", 0.1);
+  return s;
+}
+
+ModelSpec vit(const JsonReader& r) {
+  ModelSpec s = preset("vit");
+  s.hiddenSize = r.positiveInteger("hidden_size", 768);
+  s.numLayers = r.positiveInteger("num_hidden_layers", 12);
+  s.numAttentionHeads = r.positiveInteger("num_attention_heads", 12);
+  s.ffnHiddenSize = r.positiveInteger("intermediate_size", 3072);
+  s.image.imageSize = r.positiveInteger("image_size", 224);
+  s.image.patchSize = r.positiveInteger("patch_size", 16);
+  s.image.numChannels = r.positiveInteger("num_channels", 3);
+  // The classifier's size comes from the label map; a bare ViTModel config has none.
+  s.image.numClasses = 0;
+  if (r.has("id2label")) {
+    const JsonReader labels = r.object("id2label");
+    s.image.numClasses = static_cast<std::int64_t>(labels.json().size());
+  }
+  s.qkvBias = r.boolean("qkv_bias", true);
+  s.activation = plainActivation(r, "hidden_act", "gelu");
+  s.dropout = r.fraction("hidden_dropout_prob", 0.0);
+  return s;
+}
+
+}  // namespace
+
+const std::vector<std::string>& supportedHfModelTypes() {
+  static const std::vector<std::string> types{"gpt2", "gpt_neox", "llama", "mistral", "mixtral",
+                                              "qwen2", "opt",      "bloom", "bert",    "vit"};
+  return types;
+}
+
+Result<ModelSpec> modelSpecFromHfConfig(const Json& config, const std::string& file) {
+  auto spec = detail::catchLoad(file, [&]() -> ModelSpec {
+    const JsonReader r(config, file);
+    const std::string type = r.string("model_type");
+    ModelSpec s;
+    if (type == "gpt2") {
+      s = gpt2(r);
+    } else if (type == "gpt_neox") {
+      s = gptNeox(r);
+    } else if (type == "llama" || type == "mistral" || type == "mixtral" || type == "qwen2") {
+      s = llamaLike(r, type);
+    } else if (type == "opt") {
+      s = opt(r);
+    } else if (type == "bloom") {
+      s = bloom(r);
+    } else if (type == "bert") {
+      s = bert(r);
+    } else if (type == "vit") {
+      s = vit(r);
+    } else {
+      std::string list;
+      for (const auto& t : supportedHfModelTypes()) list += (list.empty() ? "" : ", ") + t;
+      r.fail("model_type", "unsupported model_type \"" + type + "\" (supported: " + list + ")");
+    }
+    s.name = modelName(r, file);
+    s.source = "Hugging Face config " + file;
+    return s;
+  });
+  if (!spec) return spec;
+  if (auto valid = validateModelSpec(*spec, file); !valid) {
+    // The spec's field names differ from the config's; say which config value is at fault.
+    Error e = valid.error();
+    e.message += " (from the Hugging Face config)";
+    return fail(e);
+  }
+  return spec;
+}
+
+}  // namespace colo

@@ -1,0 +1,125 @@
+#include "colo/core/json.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+#include <unistd.h>
+
+namespace colo {
+namespace {
+
+// nlohmann reports a byte offset; users need a line and a column.
+std::string lineColumn(const std::string& text, std::size_t byteOffset) {
+  std::size_t line = 1;
+  std::size_t column = 1;
+  const std::size_t end = std::min(byteOffset, text.size());
+  for (std::size_t i = 0; i + 1 < end; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+  }
+  return "line " + std::to_string(line) + ", column " + std::to_string(column);
+}
+
+}  // namespace
+
+Result<Json> parseJson(const std::string& text, const std::string& file) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    std::string what = e.what();
+    // nlohmann's message starts with "[json.exception.parse_error.101] parse error at line..." ;
+    // keep only the explanation after the last ": ".
+    const auto colon = what.rfind(": ");
+    std::string reason = colon == std::string::npos ? what : what.substr(colon + 2);
+    return fail(Error::badInput("invalid JSON at " + lineColumn(text, e.byte) + ": " + reason, file));
+  }
+}
+
+Result<Json> readJsonFile(const std::string& file) {
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) return fail(Error::io("no such file", file));
+  if (std::filesystem::is_directory(file, ec)) return fail(Error::io("is a directory, not a JSON file", file));
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return fail(Error::io("cannot open for reading", file));
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) return fail(Error::io("read error", file));
+  const std::string text = buffer.str();
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+    return fail(Error::badInput("file is empty, expected a JSON object", file));
+  }
+  return parseJson(text, file);
+}
+
+Result<void> writeJsonFileAtomic(const std::string& file, const Json& value) {
+  namespace fs = std::filesystem;
+  const fs::path target(file);
+  const fs::path temp = target.parent_path() / (target.filename().string() + ".tmp." + std::to_string(::getpid()));
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    if (!out) return fail(Error::io("cannot open for writing", temp.string()));
+    out << value.dump(2) << '\n';
+    out.flush();
+    if (!out) {
+      std::error_code ignored;
+      fs::remove(temp, ignored);
+      return fail(Error::io("write failed (disk full?)", temp.string()));
+    }
+  }
+  std::error_code ec;
+  fs::rename(temp, target, ec);
+  if (ec) {
+    std::error_code ignored;
+    fs::remove(temp, ignored);
+    return fail(Error::io("cannot rename temporary file into place: " + ec.message(), file));
+  }
+  return {};
+}
+
+Result<FormatTag> readFormatTag(const Json& document, const std::string& file) {
+  if (!document.is_object()) {
+    return fail(Error::badInput("expected a JSON object at the top level, got " + describeJsonValue(document), file));
+  }
+  const auto it = document.find("format");
+  if (it == document.end()) return fail(Error::badInput("missing field \"format\"", file, "/format"));
+  if (!it->is_string()) {
+    return fail(Error::badInput("must be a string like \"colo.model/1\", got " + describeJsonValue(*it), file,
+                                "/format"));
+  }
+  const std::string tag = it->get<std::string>();
+  const auto slash = tag.find('/');
+  if (tag.rfind("colo.", 0) != 0 || slash == std::string::npos || slash + 1 >= tag.size()) {
+    return fail(Error::badInput("must look like \"colo.<kind>/<version>\", got \"" + tag + "\"", file, "/format"));
+  }
+  FormatTag out;
+  out.kind = tag.substr(5, slash - 5);
+  const std::string version = tag.substr(slash + 1);
+  if (version.find_first_not_of("0123456789") != std::string::npos || version.size() > 4) {
+    return fail(Error::badInput("version must be a whole number, got \"" + tag + "\"", file, "/format"));
+  }
+  out.version = std::stoi(version);
+  return out;
+}
+
+std::string describeJsonValue(const Json& value) {
+  std::string text = value.dump();
+  if (text.size() > 60) text = text.substr(0, 57) + "...";
+  switch (value.type()) {
+    case Json::value_t::object:
+      return "an object " + text;
+    case Json::value_t::array:
+      return "an array " + text;
+    case Json::value_t::null:
+      return "null";
+    default:
+      return text;
+  }
+}
+
+}  // namespace colo

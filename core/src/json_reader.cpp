@@ -1,0 +1,259 @@
+#include "json_reader.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace colo::detail {
+
+std::string escapePointer(std::string_view key) {
+  std::string out;
+  for (const char c : key) {
+    if (c == '~') {
+      out += "~0";
+    } else if (c == '/') {
+      out += "~1";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> closestMatch(std::string_view word, const std::vector<std::string>& candidates) {
+  std::optional<std::string> best;
+  std::size_t bestDistance = std::numeric_limits<std::size_t>::max();
+  for (const auto& candidate : candidates) {
+    // Levenshtein distance, two rows.
+    std::vector<std::size_t> previous(candidate.size() + 1);
+    std::vector<std::size_t> current(candidate.size() + 1);
+    for (std::size_t j = 0; j <= candidate.size(); ++j) previous[j] = j;
+    for (std::size_t i = 1; i <= word.size(); ++i) {
+      current[0] = i;
+      for (std::size_t j = 1; j <= candidate.size(); ++j) {
+        const std::size_t substitution = previous[j - 1] + (word[i - 1] == candidate[j - 1] ? 0 : 1);
+        current[j] = std::min({previous[j] + 1, current[j - 1] + 1, substitution});
+      }
+      std::swap(previous, current);
+    }
+    const std::size_t distance = previous[candidate.size()];
+    if (distance < bestDistance) {
+      bestDistance = distance;
+      best = candidate;
+    }
+  }
+  // A typo is a few edits away; anything further is a different word.
+  if (best && bestDistance <= std::max<std::size_t>(2, word.size() / 3)) return best;
+  return std::nullopt;
+}
+
+JsonReader::JsonReader(const Json& object, std::string file, std::string path)
+    : m_json(object), m_file(std::move(file)), m_path(std::move(path)) {
+  if (!m_json.is_object()) failHere("expected an object, got " + describeJsonValue(m_json));
+}
+
+std::string JsonReader::pathOf(std::string_view key) const { return m_path + "/" + escapePointer(key); }
+
+void JsonReader::fail(std::string_view key, const std::string& message) const {
+  throw LoadFailure{Error::badInput(message, m_file, pathOf(key))};
+}
+
+void JsonReader::failHere(const std::string& message) const {
+  throw LoadFailure{Error::badInput(message, m_file, m_path.empty() ? std::string() : m_path)};
+}
+
+bool JsonReader::has(std::string_view key) const {
+  const auto it = m_json.find(key);
+  return it != m_json.end() && !it->is_null();
+}
+
+const Json& JsonReader::required(std::string_view key) const {
+  m_seen.emplace(key);
+  const auto it = m_json.find(key);
+  if (it == m_json.end()) fail(key, "missing required field \"" + std::string(key) + "\"");
+  if (it->is_null()) fail(key, "required field \"" + std::string(key) + "\" is null");
+  return *it;
+}
+
+const Json* JsonReader::optional(std::string_view key) const {
+  m_seen.emplace(key);
+  const auto it = m_json.find(key);
+  if (it == m_json.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::int64_t JsonReader::toInteger(std::string_view key, const Json& value) const {
+  if (value.is_number_integer()) {
+    if (value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
+      fail(key, "integer too large, got " + describeJsonValue(value));
+    }
+    return value.get<std::int64_t>();
+  }
+  if (value.is_number_float()) {
+    const double d = value.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return static_cast<std::int64_t>(d);
+    fail(key, "must be a whole number, got " + describeJsonValue(value));
+  }
+  fail(key, "must be an integer, got " + describeJsonValue(value));
+}
+
+double JsonReader::toNumber(std::string_view key, const Json& value) const {
+  if (!value.is_number()) fail(key, "must be a number, got " + describeJsonValue(value));
+  const double d = value.get<double>();
+  if (!std::isfinite(d)) fail(key, "must be finite, got " + describeJsonValue(value));
+  return d;
+}
+
+std::string JsonReader::string(std::string_view key) const {
+  const Json& v = required(key);
+  if (!v.is_string()) fail(key, "must be a string, got " + describeJsonValue(v));
+  auto s = v.get<std::string>();
+  if (s.empty()) fail(key, "must not be empty");
+  return s;
+}
+
+std::int64_t JsonReader::integer(std::string_view key) const { return toInteger(key, required(key)); }
+
+std::int64_t JsonReader::positiveInteger(std::string_view key) const {
+  const Json& v = required(key);
+  const auto i = toInteger(key, v);
+  if (i <= 0) fail(key, "must be a positive integer, got " + describeJsonValue(v));
+  return i;
+}
+
+std::int64_t JsonReader::nonNegativeInteger(std::string_view key) const {
+  const Json& v = required(key);
+  const auto i = toInteger(key, v);
+  if (i < 0) fail(key, "must be zero or a positive integer, got " + describeJsonValue(v));
+  return i;
+}
+
+double JsonReader::number(std::string_view key) const { return toNumber(key, required(key)); }
+
+double JsonReader::positiveNumber(std::string_view key) const {
+  const Json& v = required(key);
+  const double d = toNumber(key, v);
+  if (d <= 0) fail(key, "must be positive, got " + describeJsonValue(v));
+  return d;
+}
+
+double JsonReader::nonNegativeNumber(std::string_view key) const {
+  const Json& v = required(key);
+  const double d = toNumber(key, v);
+  if (d < 0) fail(key, "must not be negative, got " + describeJsonValue(v));
+  return d;
+}
+
+bool JsonReader::boolean(std::string_view key) const {
+  const Json& v = required(key);
+  if (!v.is_boolean()) fail(key, "must be true or false, got " + describeJsonValue(v));
+  return v.get<bool>();
+}
+
+JsonReader JsonReader::object(std::string_view key) const {
+  const Json& v = required(key);
+  if (!v.is_object()) fail(key, "must be an object, got " + describeJsonValue(v));
+  return JsonReader(v, m_file, pathOf(key));
+}
+
+std::vector<JsonReader> JsonReader::arrayOfObjects(std::string_view key) const {
+  const Json& v = required(key);
+  if (!v.is_array()) fail(key, "must be an array, got " + describeJsonValue(v));
+  std::vector<JsonReader> out;
+  out.reserve(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::string elementPath = pathOf(key) + "/" + std::to_string(i);
+    if (!v[i].is_object()) {
+      throw LoadFailure{Error::badInput("must be an object, got " + describeJsonValue(v[i]), m_file, elementPath)};
+    }
+    out.emplace_back(v[i], m_file, elementPath);
+  }
+  return out;
+}
+
+std::vector<std::int64_t> JsonReader::integerArray(std::string_view key, std::int64_t minimum) const {
+  const Json& v = required(key);
+  if (!v.is_array()) fail(key, "must be an array of integers, got " + describeJsonValue(v));
+  std::vector<std::int64_t> out;
+  out.reserve(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::string elementKey = std::string(key) + "/" + std::to_string(i);
+    const auto value = toInteger(elementKey, v[i]);
+    if (value < minimum) {
+      fail(elementKey, "must be at least " + std::to_string(minimum) + ", got " + describeJsonValue(v[i]));
+    }
+    out.push_back(value);
+  }
+  return out;
+}
+
+std::string JsonReader::string(std::string_view key, std::string fallback) const {
+  const Json* v = optional(key);
+  if (!v) return fallback;
+  if (!v->is_string()) fail(key, "must be a string, got " + describeJsonValue(*v));
+  return v->get<std::string>();
+}
+
+std::int64_t JsonReader::positiveInteger(std::string_view key, std::int64_t fallback) const {
+  return optional(key) ? positiveInteger(key) : fallback;
+}
+
+std::int64_t JsonReader::nonNegativeInteger(std::string_view key, std::int64_t fallback) const {
+  return optional(key) ? nonNegativeInteger(key) : fallback;
+}
+
+double JsonReader::number(std::string_view key, double fallback) const { return optional(key) ? number(key) : fallback; }
+
+double JsonReader::positiveNumber(std::string_view key, double fallback) const {
+  return optional(key) ? positiveNumber(key) : fallback;
+}
+
+double JsonReader::nonNegativeNumber(std::string_view key, double fallback) const {
+  return optional(key) ? nonNegativeNumber(key) : fallback;
+}
+
+double JsonReader::fraction(std::string_view key, double fallback) const {
+  const Json* v = optional(key);
+  if (!v) return fallback;
+  const double d = toNumber(key, *v);
+  if (d < 0 || d > 1) fail(key, "must be a fraction between 0 and 1, got " + describeJsonValue(*v));
+  return d;
+}
+
+bool JsonReader::boolean(std::string_view key, bool fallback) const { return optional(key) ? boolean(key) : fallback; }
+
+std::optional<std::int64_t> JsonReader::optionalPositiveInteger(std::string_view key) const {
+  if (!optional(key)) return std::nullopt;
+  return positiveInteger(key);
+}
+
+std::string JsonReader::choice(std::string_view key, std::initializer_list<std::string_view> choices) const {
+  const std::string value = string(key);
+  for (const auto c : choices) {
+    if (c == value) return value;
+  }
+  std::string list;
+  for (const auto c : choices) list += (list.empty() ? "" : ", ") + std::string(c);
+  fail(key, "unknown value \"" + value + "\" (expected one of: " + list + ")");
+}
+
+std::string JsonReader::choice(std::string_view key, std::initializer_list<std::string_view> choices,
+                               std::string fallback) const {
+  return optional(key) ? choice(key, choices) : fallback;
+}
+
+void JsonReader::accept(std::initializer_list<std::string_view> keys) const {
+  for (const auto k : keys) m_seen.emplace(k);
+}
+
+void JsonReader::rejectUnknownKeys() const {
+  std::vector<std::string> known(m_seen.begin(), m_seen.end());
+  for (const auto& [key, value] : m_json.items()) {
+    if (m_seen.contains(key)) continue;
+    std::string message = "unknown field \"" + key + "\"";
+    if (auto suggestion = closestMatch(key, known)) message += " (did you mean \"" + *suggestion + "\"?)";
+    fail(key, message);
+  }
+}
+
+}  // namespace colo::detail

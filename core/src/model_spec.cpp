@@ -1,0 +1,191 @@
+#include "colo/core/model_spec.h"
+
+namespace colo {
+namespace {
+
+std::int64_t normParams(NormKind norm, std::int64_t width) { return norm == NormKind::kLayerNorm ? 2 * width : width; }
+
+std::int64_t mlpParams(const ModelSpec& s, std::int64_t ffn) {
+  const std::int64_t h = s.hiddenSize;
+  if (s.gatedMlp()) return 3 * h * ffn + (s.mlpBias ? 2 * ffn + h : 0);
+  return 2 * h * ffn + (s.mlpBias ? ffn + h : 0);
+}
+
+std::int64_t attentionParams(const ModelSpec& s) {
+  const std::int64_t h = s.hiddenSize;
+  const std::int64_t qWidth = s.numAttentionHeads * s.headSize();
+  const std::int64_t kvWidth = s.kvHeads() * s.headSize();
+  std::int64_t p = h * (qWidth + 2 * kvWidth) + qWidth * h;
+  if (s.qkvBias) p += qWidth + 2 * kvWidth;
+  if (s.attentionOutputBias) p += h;
+  return p;
+}
+
+}  // namespace
+
+std::int64_t ModelSpec::defaultSeqLen() const {
+  if (input == InputKind::kImagePatches) return image.numPatches() + 1;
+  if (seqLen > 0) return seqLen;
+  return maxPositionEmbeddings;
+}
+
+ParamCount countParameters(const ModelSpec& s) {
+  const std::int64_t h = s.hiddenSize;
+  const std::int64_t e = s.embedSize();
+  ParamCount count;
+
+  // Input embeddings.
+  std::int64_t embedding = 0;
+  if (s.input == InputKind::kTokens) {
+    embedding += s.vocabSize * e;
+    if (s.positionEmbedding == PositionEmbedding::kLearned) embedding += s.maxPositionEmbeddings * h;  // OPT: h, not e
+    embedding += s.typeVocabSize * h;
+  } else {
+    const std::int64_t patchInputs = s.image.numChannels * s.image.patchSize * s.image.patchSize;
+    embedding += patchInputs * h + h;                  // patch projection (a strided conv) with bias
+    embedding += h;                                    // class token
+    embedding += (s.image.numPatches() + 1) * h;       // learned positions
+  }
+  count.embedding = embedding;
+  std::int64_t total = embedding;
+  if (e != h) total += 2 * e * h;  // OPT project_in / project_out, no bias
+  if (s.embeddingNorm) total += normParams(s.norm, h);
+
+  // Transformer layers.
+  std::int64_t inactive = 0;
+  const std::int64_t expertFfn = s.expertFfnSize();
+  for (std::int64_t layer = 0; layer < s.numLayers; ++layer) {
+    total += 2 * normParams(s.norm, h) + attentionParams(s);
+    if (s.moe.isMoeLayer(layer)) {
+      const std::int64_t expert = mlpParams(s, expertFfn);
+      total += h * s.moe.numExperts + s.moe.numExperts * expert;  // router (no bias) + experts
+      inactive += (s.moe.numExperts - s.moe.topK) * expert;
+    } else {
+      total += mlpParams(s, s.ffnHiddenSize);
+    }
+  }
+  if (s.finalNorm) total += normParams(s.norm, h);
+
+  // Heads.
+  if (s.pooler) total += h * h + h;
+  if (s.input == InputKind::kImagePatches) {
+    if (s.image.numClasses > 0) total += h * s.image.numClasses + s.image.numClasses;
+  } else if (s.lmHead) {
+    if (s.architecture == Architecture::kEncoder) {
+      total += h * h + h + normParams(s.norm, h) + s.vocabSize;  // MLM transform, its norm, decoder bias
+    }
+    if (!s.tieWordEmbeddings) total += s.vocabSize * e;
+  }
+  count.total = total;
+  count.active = total - inactive;
+  return count;
+}
+
+Result<void> validateModelSpec(const ModelSpec& s, const std::string& file) {
+  auto bad = [&](const std::string& path, const std::string& message) {
+    return fail(Error::badInput(message, file, path));
+  };
+  auto positive = [&](std::int64_t value, const std::string& field) -> Result<void> {
+    if (value <= 0) return bad("/" + field, "must be a positive integer, got " + std::to_string(value));
+    return {};
+  };
+  if (auto r = positive(s.numLayers, "num_layers"); !r) return r;
+  if (auto r = positive(s.hiddenSize, "hidden_size"); !r) return r;
+  if (auto r = positive(s.numAttentionHeads, "num_attention_heads"); !r) return r;
+  if (auto r = positive(s.ffnHiddenSize, "ffn_hidden_size"); !r) return r;
+  if (s.headDim == 0 && s.hiddenSize % s.numAttentionHeads != 0) {
+    return bad("/num_attention_heads", "hidden_size " + std::to_string(s.hiddenSize) +
+                                           " is not divisible by num_attention_heads " +
+                                           std::to_string(s.numAttentionHeads) + " (set head_dim explicitly if intended)");
+  }
+  if (s.headDim < 0) return bad("/head_dim", "must not be negative, got " + std::to_string(s.headDim));
+  if (s.numKvHeads < 0 || (s.numKvHeads > 0 && s.numAttentionHeads % s.numKvHeads != 0)) {
+    return bad("/num_kv_heads", "num_attention_heads " + std::to_string(s.numAttentionHeads) +
+                                    " is not a multiple of num_kv_heads " + std::to_string(s.numKvHeads));
+  }
+  if (s.input == InputKind::kTokens) {
+    if (auto r = positive(s.vocabSize, "vocab_size"); !r) return r;
+    if (s.positionEmbedding == PositionEmbedding::kLearned) {
+      if (auto r = positive(s.maxPositionEmbeddings, "max_position_embeddings"); !r) return r;
+    }
+    if (s.seqLen < 0) return bad("/seq_len", "must not be negative, got " + std::to_string(s.seqLen));
+    if (s.defaultSeqLen() <= 0) {
+      return bad("/seq_len", "no sequence length: set seq_len or max_position_embeddings");
+    }
+  } else {
+    if (s.image.patchSize <= 0 || s.image.imageSize <= 0 || s.image.imageSize % s.image.patchSize != 0) {
+      return bad("/image/patch_size", "image_size " + std::to_string(s.image.imageSize) +
+                                          " must be a positive multiple of patch_size " +
+                                          std::to_string(s.image.patchSize));
+    }
+    if (s.image.numChannels <= 0) {
+      return bad("/image/num_channels", "must be a positive integer, got " + std::to_string(s.image.numChannels));
+    }
+    if (s.image.numClasses < 0) {
+      return bad("/image/num_classes", "must not be negative, got " + std::to_string(s.image.numClasses));
+    }
+    if (s.architecture != Architecture::kEncoder) return bad("/architecture", "image models must be encoders");
+  }
+  if (s.embeddingSize < 0) return bad("/embedding_size", "must not be negative, got " + std::to_string(s.embeddingSize));
+  if (s.typeVocabSize < 0) return bad("/type_vocab_size", "must not be negative, got " + std::to_string(s.typeVocabSize));
+  if (s.slidingWindow < 0) return bad("/sliding_window", "must not be negative, got " + std::to_string(s.slidingWindow));
+  if (!(s.rotaryFraction > 0.0 && s.rotaryFraction <= 1.0)) {
+    return bad("/rotary_fraction", "must be in (0, 1], got " + std::to_string(s.rotaryFraction));
+  }
+  if (!(s.dropout >= 0.0 && s.dropout < 1.0)) {
+    return bad("/dropout", "must be in [0, 1), got " + std::to_string(s.dropout));
+  }
+  if (s.moe.numExperts < 0) return bad("/moe/num_experts", "must not be negative, got " + std::to_string(s.moe.numExperts));
+  if (s.moe.enabled()) {
+    if (s.moe.topK < 1 || s.moe.topK > s.moe.numExperts) {
+      return bad("/moe/top_k", "must be between 1 and num_experts " + std::to_string(s.moe.numExperts) + ", got " +
+                                   std::to_string(s.moe.topK));
+    }
+    if (s.moe.layerFrequency < 1 || s.moe.layerFrequency > s.numLayers) {
+      return bad("/moe/layer_frequency", "must be between 1 and num_layers " + std::to_string(s.numLayers) +
+                                             ", got " + std::to_string(s.moe.layerFrequency));
+    }
+    if (s.moe.expertFfnHiddenSize < 0) {
+      return bad("/moe/expert_ffn_hidden_size", "must not be negative, got " + std::to_string(s.moe.expertFfnHiddenSize));
+    }
+  }
+  return {};
+}
+
+std::string toString(Architecture value) { return value == Architecture::kDecoder ? "decoder" : "encoder"; }
+
+std::string toString(PositionEmbedding value) {
+  switch (value) {
+    case PositionEmbedding::kLearned:
+      return "learned";
+    case PositionEmbedding::kRope:
+      return "rope";
+    case PositionEmbedding::kAlibi:
+      return "alibi";
+    case PositionEmbedding::kNone:
+      return "none";
+  }
+  return "none";
+}
+
+std::string toString(NormKind value) { return value == NormKind::kLayerNorm ? "layernorm" : "rmsnorm"; }
+
+std::string toString(Activation value) {
+  switch (value) {
+    case Activation::kGelu:
+      return "gelu";
+    case Activation::kRelu:
+      return "relu";
+    case Activation::kSilu:
+      return "silu";
+    case Activation::kSwiGlu:
+      return "swiglu";
+    case Activation::kGeGlu:
+      return "geglu";
+  }
+  return "gelu";
+}
+
+std::string toString(InputKind value) { return value == InputKind::kTokens ? "tokens" : "image_patches"; }
+
+}  // namespace colo

@@ -1,0 +1,418 @@
+// Expands a ModelSpec into its op graph. The per-op saved-activation bytes follow Korthikanti et al.
+// 2022 ("Reducing Activation Recomputation in Large Transformer Models", section 4.1): for a GPT layer
+// with dropout they sum to s*b*h*(34 + 5*a*s/h) bytes at 16 bits. docs/formats.md states how this is
+// generalised to gated MLPs, grouped-query attention, no dropout and MoE.
+#include <algorithm>
+
+#include "colo/core/op_graph.h"
+
+namespace colo {
+namespace {
+
+class Builder {
+ public:
+  Builder(const ModelSpec& spec, std::int64_t seqLen, std::int64_t batch, std::int64_t dtypeBytes)
+      : m_spec(spec), m_s(seqLen), m_b(batch), m_tokens(seqLen * batch), m_dt(dtypeBytes) {
+    GraphInfo info;
+    info.name = spec.name;
+    info.seqLen = seqLen;
+    info.batch = batch;
+    info.dtypeBytes = dtypeBytes;
+    info.numLayers = spec.numLayers;
+    info.hiddenSize = spec.hiddenSize;
+    info.numAttentionHeads = spec.numAttentionHeads;
+    info.numKvHeads = spec.kvHeads();
+    info.vocabSize = spec.vocabSize;
+    m_graph = OpGraph(info);
+  }
+
+  OpGraph build() {
+    embeddings();
+    for (std::int64_t layer = 0; layer < m_spec.numLayers; ++layer) transformerLayer(layer);
+    heads();
+    return std::move(m_graph);
+  }
+
+ private:
+  // Appends an op fed by the current cursor (and any extra inputs) and moves the cursor to it.
+  std::size_t chain(Op op, std::initializer_list<std::size_t> extraInputs = {}) {
+    op.layer = m_layer;
+    op.block = m_block;
+    if (op.activeParams == 0) op.activeParams = op.params;
+    const std::size_t id = m_graph.addOp(std::move(op));
+    if (m_cursor) m_graph.addEdge(*m_cursor, id);
+    for (const auto input : extraInputs) m_graph.addEdge(input, id);
+    m_cursor = id;
+    return id;
+  }
+
+  std::string name(const std::string& leaf) const {
+    if (m_layer < 0) return "embed." + leaf;
+    if (m_layer >= m_spec.numLayers) return "head." + leaf;
+    return "layers." + std::to_string(m_layer) + "." + leaf;
+  }
+
+  // A GEMM of an [m, k] activation with a [k, n] weight; saves its input for the weight gradient.
+  std::size_t matmul(const std::string& leaf, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t params,
+                     Shard shard) {
+    Op op;
+    op.name = name(leaf);
+    op.kind = OpKind::kMatMul;
+    op.shard = shard;
+    op.dims = {{"m", m}, {"n", n}, {"k", k}};
+    op.params = params;
+    const double f = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+    op.flopsFwd = f;
+    op.flopsBwd = 2.0 * f;  // input gradient + weight gradient
+    op.bytesRead = (m * k + k * n) * m_dt;
+    op.bytesWritten = m * n * m_dt;
+    op.savedBytes = m * k * m_dt;
+    return chain(std::move(op));
+  }
+
+  std::size_t elementwise(const std::string& leaf, OpKind kind, Shard shard, std::int64_t elements,
+                          double flopsPerElement, std::int64_t savedBytes, std::int64_t params = 0,
+                          std::int64_t inputsPerElement = 1) {
+    Op op;
+    op.name = name(leaf);
+    op.kind = kind;
+    op.shard = shard;
+    op.dims = {{"elements", elements}};
+    op.params = params;
+    op.flopsFwd = flopsPerElement * static_cast<double>(elements);
+    op.flopsBwd = 2.0 * op.flopsFwd;
+    op.bytesRead = inputsPerElement * elements * m_dt + params * m_dt;
+    op.bytesWritten = elements * m_dt;
+    op.savedBytes = savedBytes;
+    return chain(std::move(op));
+  }
+
+  std::size_t norm(const std::string& leaf, std::int64_t width) {
+    const bool layerNorm = m_spec.norm == NormKind::kLayerNorm;
+    const std::int64_t elements = m_tokens * width;
+    // Saves its input (the statistics are per row and negligible).
+    return elementwise(leaf, layerNorm ? OpKind::kLayerNorm : OpKind::kRmsNorm, Shard::kSequence, elements,
+                       layerNorm ? 8.0 : 5.0, elements * m_dt, layerNorm ? 2 * width : width);
+  }
+
+  void dropout(const std::string& leaf, std::int64_t elements, Shard shard) {
+    if (m_spec.dropout <= 0.0) return;
+    elementwise(leaf, OpKind::kDropout, shard, elements, 2.0, elements /* 1-byte mask */);
+  }
+
+  void embeddings() {
+    m_layer = -1;
+    m_block = "embedding";
+    const std::int64_t h = m_spec.hiddenSize;
+    if (m_spec.input == InputKind::kImagePatches) {
+      const auto& im = m_spec.image;
+      const std::int64_t patchInputs = im.numChannels * im.patchSize * im.patchSize;
+      matmul("patch_projection", m_b * im.numPatches(), h, patchInputs, patchInputs * h + h, Shard::kReplicated);
+      Op positions;
+      positions.name = name("class_token_and_positions");
+      positions.kind = OpKind::kAdd;
+      positions.shard = Shard::kSequence;
+      positions.dims = {{"elements", m_tokens * h}};
+      positions.params = h + (im.numPatches() + 1) * h;
+      positions.flopsFwd = static_cast<double>(m_tokens * h);
+      positions.bytesRead = 2 * m_tokens * h * m_dt;
+      positions.bytesWritten = m_tokens * h * m_dt;
+      chain(std::move(positions));
+      dropout("dropout", m_tokens * h, Shard::kSequence);
+      return;
+    }
+    const std::int64_t e = m_spec.embedSize();
+    auto lookup = [&](const std::string& leaf, std::int64_t rows, std::int64_t width, Shard shard) {
+      Op op;
+      op.name = name(leaf);
+      op.kind = OpKind::kEmbedding;
+      op.layer = m_layer;
+      op.block = m_block;
+      op.shard = shard;
+      op.dims = {{"tokens", m_tokens}, {"rows", rows}, {"width", width}};
+      op.params = rows * width;
+      op.activeParams = op.params;
+      op.bytesRead = m_tokens * 4 + m_tokens * width * m_dt;  // int32 ids + gathered rows
+      op.bytesWritten = m_tokens * width * m_dt;
+      op.savedBytes = m_tokens * 4;                           // the ids, for the sparse gradient
+      return m_graph.addOp(std::move(op));
+    };
+    const std::size_t tokens = lookup("tokens", m_spec.vocabSize, e, Shard::kVocab);
+    m_tokenEmbedding = tokens;
+    m_cursor = tokens;
+    // OPT projects narrow token embeddings up to the hidden size before positions are added.
+    if (e != h) matmul("project_in", m_tokens, h, e, e * h, Shard::kReplicated);
+    std::vector<std::size_t> parts{*m_cursor};
+    if (m_spec.positionEmbedding == PositionEmbedding::kLearned) {
+      parts.push_back(lookup("positions", m_spec.maxPositionEmbeddings, h, Shard::kSequence));
+    }
+    if (m_spec.typeVocabSize > 0) parts.push_back(lookup("token_types", m_spec.typeVocabSize, h, Shard::kSequence));
+    if (parts.size() > 1) {
+      Op sum;
+      sum.name = name("sum");
+      sum.kind = OpKind::kAdd;
+      sum.shard = Shard::kSequence;
+      sum.dims = {{"elements", m_tokens * h}};
+      sum.flopsFwd = static_cast<double>(static_cast<std::int64_t>(parts.size() - 1) * m_tokens * h);
+      sum.bytesRead = static_cast<std::int64_t>(parts.size()) * m_tokens * h * m_dt;
+      sum.bytesWritten = m_tokens * h * m_dt;
+      m_cursor.reset();
+      const std::size_t id = chain(std::move(sum));
+      for (const auto part : parts) m_graph.addEdge(part, id);
+    }
+    if (m_spec.embeddingNorm) norm("norm", h);
+    dropout("dropout", m_tokens * h, Shard::kSequence);
+  }
+
+  void attention() {
+    m_block = "attention";
+    const std::int64_t h = m_spec.hiddenSize;
+    const std::int64_t a = m_spec.numAttentionHeads;
+    const std::int64_t g = m_spec.kvHeads();
+    const std::int64_t d = m_spec.headSize();
+    const std::int64_t qWidth = a * d;
+    const std::int64_t kvWidth = g * d;
+    const std::int64_t keys = m_spec.slidingWindow > 0 ? std::min(m_s, m_spec.slidingWindow) : m_s;
+    const std::int64_t scores = m_b * a * m_s * keys;
+
+    const std::int64_t qkvParams = h * (qWidth + 2 * kvWidth) + (m_spec.qkvBias ? qWidth + 2 * kvWidth : 0);
+    matmul("attn.qkv", m_tokens, qWidth + 2 * kvWidth, h, qkvParams, Shard::kColumn);
+    if (m_spec.positionEmbedding == PositionEmbedding::kRope) {
+      const auto rotated = static_cast<std::int64_t>(static_cast<double>(m_tokens * (qWidth + kvWidth)) * m_spec.rotaryFraction);
+      // Linear in q and k: backward needs only the cos/sin tables, nothing saved per token.
+      elementwise("attn.rotary", OpKind::kRotary, Shard::kHeads, rotated, 3.0, 0);
+    }
+    auto bmm = [&](const std::string& leaf, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t saved) {
+      Op op;
+      op.name = name(leaf);
+      op.kind = OpKind::kBatchedMatMul;
+      op.shard = Shard::kHeads;
+      op.dims = {{"batch", m_b * a}, {"m", m}, {"n", n}, {"k", k}};
+      const double f = 2.0 * static_cast<double>(m_b * a) * static_cast<double>(m) * static_cast<double>(n) *
+                       static_cast<double>(k);
+      op.flopsFwd = f;
+      op.flopsBwd = 2.0 * f;
+      op.bytesRead = m_b * a * (m * k + k * n) * m_dt;
+      op.bytesWritten = m_b * a * m * n * m_dt;
+      op.savedBytes = saved;
+      op.causal = m_spec.causal();
+      chain(std::move(op));
+    };
+    // Q and K (K is narrower under grouped-query attention).
+    bmm("attn.scores", m_s, keys, d, m_tokens * (qWidth + kvWidth) * m_dt);
+    elementwise("attn.softmax", OpKind::kSoftmax, Shard::kHeads, scores, 5.0, scores * m_dt);
+    const bool hasDropout = m_spec.dropout > 0.0;
+    if (hasDropout) elementwise("attn.dropout", OpKind::kDropout, Shard::kHeads, scores, 2.0, scores);
+    // The probabilities (the dropout output; without dropout, the softmax output already saved) and V.
+    bmm("attn.context", m_s, d, keys, (hasDropout ? scores * m_dt : 0) + m_tokens * kvWidth * m_dt);
+    matmul("attn.out", m_tokens, h, qWidth, qWidth * h + (m_spec.attentionOutputBias ? h : 0), Shard::kRow);
+    dropout("attn.out_dropout", m_tokens * h, Shard::kSequence);
+  }
+
+  void denseMlp(std::int64_t ffn) {
+    m_block = "mlp";
+    const std::int64_t h = m_spec.hiddenSize;
+    const bool bias = m_spec.mlpBias;
+    if (m_spec.gatedMlp()) {
+      matmul("mlp.gate_up", m_tokens, 2 * ffn, h, 2 * h * ffn + (bias ? 2 * ffn : 0), Shard::kColumn);
+      // Saves gate and up for act(gate) * up.
+      elementwise("mlp." + toString(m_spec.activation), OpKind::kGatedActivation, Shard::kInner, m_tokens * ffn, 6.0,
+                  2 * m_tokens * ffn * m_dt, 0, 2);
+    } else {
+      matmul("mlp.up", m_tokens, ffn, h, h * ffn + (bias ? ffn : 0), Shard::kColumn);
+      elementwise("mlp." + toString(m_spec.activation), OpKind::kActivation, Shard::kInner, m_tokens * ffn,
+                  m_spec.activation == Activation::kRelu ? 1.0 : 8.0, m_tokens * ffn * m_dt);
+    }
+    matmul("mlp.down", m_tokens, h, ffn, ffn * h + (bias ? h : 0), Shard::kRow);
+  }
+
+  void moeMlp() {
+    m_block = "moe";
+    const std::int64_t h = m_spec.hiddenSize;
+    const std::int64_t experts = m_spec.moe.numExperts;
+    const std::int64_t k = m_spec.moe.topK;
+    const std::int64_t ffn = m_spec.expertFfnSize();
+    const std::int64_t routed = m_tokens * k;  // rows across all experts
+    const bool gated = m_spec.gatedMlp();
+    const bool bias = m_spec.mlpBias;
+
+    const std::size_t input = *m_cursor;
+    matmul("moe.router", m_tokens, experts, h, h * experts, Shard::kReplicated);
+    Op topk;
+    topk.name = name("moe.topk");
+    topk.kind = OpKind::kTopK;
+    topk.shard = Shard::kReplicated;
+    topk.dims = {{"elements", m_tokens * experts}, {"k", k}};
+    topk.flopsFwd = static_cast<double>(m_tokens * experts * 3);  // softmax + selection
+    topk.flopsBwd = 2.0 * topk.flopsFwd;
+    topk.bytesRead = m_tokens * experts * m_dt;
+    topk.bytesWritten = m_tokens * k * (m_dt + 4);
+    topk.savedBytes = m_tokens * experts * m_dt;  // routing probabilities
+    const std::size_t routing = chain(std::move(topk));
+
+    auto grouped = [&](const std::string& leaf, std::int64_t n, std::int64_t kk, std::int64_t paramsPerExpert,
+                       std::initializer_list<std::size_t> extra) {
+      Op op;
+      op.name = name(leaf);
+      op.kind = OpKind::kGroupedMatMul;
+      op.shard = Shard::kExpert;
+      op.dims = {{"groups", experts}, {"m", routed}, {"n", n}, {"k", kk}};
+      op.params = experts * paramsPerExpert;
+      op.activeParams = k * paramsPerExpert;
+      const double f = 2.0 * static_cast<double>(routed) * static_cast<double>(n) * static_cast<double>(kk);
+      op.flopsFwd = f;
+      op.flopsBwd = 2.0 * f;
+      op.bytesRead = (routed * kk + experts * kk * n) * m_dt;
+      op.bytesWritten = routed * n * m_dt;
+      op.savedBytes = routed * kk * m_dt;
+      chain(std::move(op), extra);
+    };
+    m_cursor = input;  // experts read the normalised hidden state, dispatched by the router
+    if (gated) {
+      grouped("moe.experts.gate_up", 2 * ffn, h, 2 * h * ffn + (bias ? 2 * ffn : 0), {routing});
+      elementwise("moe.experts." + toString(m_spec.activation), OpKind::kGatedActivation, Shard::kExpert, routed * ffn,
+                  6.0, 2 * routed * ffn * m_dt, 0, 2);
+    } else {
+      grouped("moe.experts.up", ffn, h, h * ffn + (bias ? ffn : 0), {routing});
+      elementwise("moe.experts." + toString(m_spec.activation), OpKind::kActivation, Shard::kExpert, routed * ffn, 8.0,
+                  routed * ffn * m_dt);
+    }
+    grouped("moe.experts.down", h, ffn, ffn * h + (bias ? h : 0), {});
+    // Weighted sum of each token's k expert outputs.
+    Op combine;
+    combine.name = name("moe.combine");
+    combine.kind = OpKind::kElementwise;
+    combine.shard = Shard::kSequence;
+    combine.dims = {{"elements", routed * h}};
+    combine.flopsFwd = 2.0 * static_cast<double>(routed * h);
+    combine.flopsBwd = 2.0 * combine.flopsFwd;
+    combine.bytesRead = routed * h * m_dt;
+    combine.bytesWritten = m_tokens * h * m_dt;
+    combine.savedBytes = routed * h * m_dt;  // expert outputs, for the gradient of the routing weights
+    chain(std::move(combine), {routing});
+  }
+
+  void residual(const std::string& leaf, std::size_t skip) {
+    const std::int64_t elements = m_tokens * m_spec.hiddenSize;
+    Op op;
+    op.name = name(leaf);
+    op.kind = OpKind::kAdd;
+    op.shard = Shard::kSequence;
+    op.dims = {{"elements", elements}};
+    op.flopsFwd = static_cast<double>(elements);
+    op.bytesRead = 2 * elements * m_dt;
+    op.bytesWritten = elements * m_dt;
+    chain(std::move(op), {skip});
+  }
+
+  // Pre-norm layer order for every family; post-norm models (BERT) have the same ops and costs, only
+  // the norms sit after the residual sums.
+  void transformerLayer(std::int64_t layer) {
+    m_layer = layer;
+    const std::size_t layerInput = *m_cursor;
+    m_block = "norm";
+    norm("attn_norm", m_spec.hiddenSize);
+    attention();
+    m_block = "attention";
+    residual("attn_residual", layerInput);
+    const std::size_t mlpInput = *m_cursor;
+    m_block = "norm";
+    norm("mlp_norm", m_spec.hiddenSize);
+    if (m_spec.moe.isMoeLayer(layer)) {
+      moeMlp();
+    } else {
+      denseMlp(m_spec.ffnHiddenSize);
+    }
+    dropout("mlp.dropout", m_tokens * m_spec.hiddenSize, Shard::kSequence);
+    residual("mlp_residual", mlpInput);
+  }
+
+  void crossEntropy(std::int64_t rows, std::int64_t classes, Shard shard) {
+    m_block = "loss";
+    Op op;
+    op.name = name("cross_entropy");
+    op.kind = OpKind::kCrossEntropy;
+    op.shard = shard;
+    op.dims = {{"rows", rows}, {"classes", classes}};
+    op.flopsFwd = 5.0 * static_cast<double>(rows * classes);
+    op.flopsBwd = 2.0 * static_cast<double>(rows * classes);
+    op.bytesRead = rows * classes * m_dt;
+    op.bytesWritten = rows * 4;
+    op.savedBytes = rows * classes * 4;  // logits upcast to fp32 for a stable softmax
+    chain(std::move(op));
+  }
+
+  void heads() {
+    m_layer = m_spec.numLayers;
+    const std::int64_t h = m_spec.hiddenSize;
+    const std::int64_t e = m_spec.embedSize();
+    m_block = "norm";
+    if (m_spec.finalNorm) norm("final_norm", h);
+    m_block = "head";
+    if (m_spec.input == InputKind::kImagePatches) {
+      if (m_spec.image.numClasses > 0) {
+        const std::int64_t classes = m_spec.image.numClasses;
+        matmul("classifier", m_b, classes, h, h * classes + classes, Shard::kReplicated);
+        crossEntropy(m_b, classes, Shard::kReplicated);
+      }
+      return;
+    }
+    if (m_spec.pooler) {
+      const std::size_t before = *m_cursor;
+      matmul("pooler", m_b, h, h, h * h + h, Shard::kReplicated);
+      m_cursor = before;  // the pooler feeds the sentence-level head, not the token head
+    }
+    if (!m_spec.lmHead) return;
+    if (e != h) matmul("project_out", m_tokens, e, h, h * e, Shard::kReplicated);
+    const bool encoder = m_spec.architecture == Architecture::kEncoder;
+    if (encoder) {  // BERT's MLM head: dense + activation + norm before the decoder
+      matmul("mlm.transform", m_tokens, h, h, h * h + h, Shard::kReplicated);
+      elementwise("mlm.gelu", OpKind::kActivation, Shard::kSequence, m_tokens * h, 8.0, m_tokens * h * m_dt);
+      norm("mlm.norm", h);
+      m_block = "head";
+    }
+    const std::int64_t v = m_spec.vocabSize;
+    const std::int64_t headParams = (m_spec.tieWordEmbeddings ? 0 : v * e) + (encoder ? v : 0);
+    const std::size_t head = matmul("lm_head", m_tokens, v, e, headParams, Shard::kVocab);
+    if (m_spec.tieWordEmbeddings && m_tokenEmbedding) m_graph.addEdge(*m_tokenEmbedding, head);  // shared weight
+    crossEntropy(m_tokens, v, Shard::kVocab);
+  }
+
+  const ModelSpec& m_spec;
+  std::int64_t m_s;
+  std::int64_t m_b;
+  std::int64_t m_tokens;
+  std::int64_t m_dt;
+  OpGraph m_graph;
+  std::optional<std::size_t> m_cursor;
+  std::optional<std::size_t> m_tokenEmbedding;
+  std::int64_t m_layer = -1;
+  std::string m_block;
+};
+
+}  // namespace
+
+Result<OpGraph> buildOpGraph(const ModelSpec& spec, const GraphOptions& options) {
+  if (auto valid = validateModelSpec(spec); !valid) return fail(valid.error());
+  if (options.batch <= 0) return fail(Error::badInput("batch must be positive, got " + std::to_string(options.batch)));
+  if (options.dtypeBytes <= 0) {
+    return fail(Error::badInput("dtype bytes must be positive, got " + std::to_string(options.dtypeBytes)));
+  }
+  std::int64_t seqLen = options.seqLen > 0 ? options.seqLen : spec.defaultSeqLen();
+  if (options.seqLen < 0) return fail(Error::badInput("--seq-len must be positive, got " + std::to_string(options.seqLen)));
+  if (spec.input == InputKind::kImagePatches) {
+    if (options.seqLen > 0 && options.seqLen != spec.defaultSeqLen()) {
+      return fail(Error::badInput("sequence length of " + spec.name + " is fixed by image_size/patch_size at " +
+                                  std::to_string(spec.defaultSeqLen()) + " (patches + class token), got " +
+                                  std::to_string(options.seqLen)));
+    }
+    seqLen = spec.defaultSeqLen();
+  } else if (spec.positionEmbedding == PositionEmbedding::kLearned && seqLen > spec.maxPositionEmbeddings) {
+    return fail(Error::badInput("sequence length " + std::to_string(seqLen) + " exceeds the learned position table of " +
+                                spec.name + " (max_position_embeddings " +
+                                std::to_string(spec.maxPositionEmbeddings) + ")"));
+  }
+  return Builder(spec, seqLen, options.batch, options.dtypeBytes).build();
+}
+
+}  // namespace colo

@@ -1,0 +1,249 @@
+// colo.plan/1 reading and writing. The embedded model and cluster are full documents of their own
+// formats, so a plan file can be re-evaluated or run on another machine with nothing else.
+#include "colo/core/plan.h"
+#include "json_reader.h"
+
+namespace colo {
+namespace {
+
+using detail::JsonReader;
+using detail::LoadFailure;
+
+// Loads an embedded document with the plan's file name and the embedded path prefixed to errors.
+template <class T>
+T embedded(const JsonReader& r, std::string_view key, Result<T> (*load)(const Json&, const std::string&)) {
+  const JsonReader sub = r.object(key);
+  auto value = load(sub.json(), r.file());
+  if (!value) {
+    Error e = value.error();
+    e.path = sub.path() + e.path;
+    throw LoadFailure{e};
+  }
+  return std::move(*value);
+}
+
+Result<ClusterSpec> clusterDocument(const Json& j, const std::string& file) {
+  auto tag = readFormatTag(j, file);
+  if (!tag) return fail(tag.error());
+  if (tag->kind != "cluster") return fail(Error::badInput("expected a colo.cluster/1 document", file, "/format"));
+  return clusterFromJson(j, file);
+}
+
+std::optional<double> optionalNumber(const JsonReader& r, std::string_view key) {
+  if (!r.has(key)) {
+    r.accept({key});
+    return std::nullopt;
+  }
+  return r.number(key);
+}
+
+}  // namespace
+
+Result<Plan> planFromJson(const Json& document, const std::string& file) {
+  auto plan = detail::catchLoad(file, [&]() -> Plan {
+    const JsonReader r(document, file);
+    r.accept({"format"});
+    Plan p;
+    p.name = r.string("name", "");
+    p.model = embedded<Model>(r, "model", &modelFromJson);
+    p.model.file = file;
+    p.cluster = embedded<ClusterSpec>(r, "cluster", &clusterDocument);
+
+    const JsonReader par = r.object("parallel");
+    p.parallel.dp = par.positiveInteger("dp");
+    p.parallel.tp = par.positiveInteger("tp", 1);
+    p.parallel.pp = par.positiveInteger("pp", 1);
+    p.parallel.cp = par.positiveInteger("cp", 1);
+    p.parallel.ep = par.positiveInteger("ep", 1);
+    p.parallel.sequenceParallel = par.boolean("sequence_parallel", false);
+    p.parallel.virtualStages = par.positiveInteger("virtual_stages", 1);
+    if (par.has("rank_order")) {
+      const std::string order = par.string("rank_order");
+      std::vector<std::string> dims;
+      std::size_t start = 0;
+      while (start <= order.size()) {
+        const auto dash = order.find('-', start);
+        dims.push_back(order.substr(start, dash == std::string::npos ? std::string::npos : dash - start));
+        if (dash == std::string::npos) break;
+        start = dash + 1;
+      }
+      p.parallel.rankOrder = dims;
+    } else {
+      par.accept({"rank_order"});
+    }
+    par.rejectUnknownKeys();
+
+    auto schedule = parseSchedule(r.string("schedule", "1f1b"));
+    if (!schedule) r.fail("schedule", schedule.error().message);
+    p.schedule = *schedule;
+
+    const JsonReader batch = r.object("batch");
+    p.microBatchSize = batch.positiveInteger("micro_batch_size");
+    p.globalBatchSize = batch.positiveInteger("global_batch_size");
+    p.seqLen = batch.positiveInteger("seq_len", p.model.defaultSeqLen());
+    batch.rejectUnknownKeys();
+
+    p.zeroStage = static_cast<int>(r.nonNegativeInteger("zero_stage", 0));
+    if (r.has("offload")) {
+      const JsonReader o = r.object("offload");
+      p.offload.optimizerFraction = o.fraction("optimizer_fraction", 0.0);
+      p.offload.paramsFraction = o.fraction("params_fraction", 0.0);
+      p.offload.target = o.choice("target", {"cpu", "nvme"}, "cpu") == "cpu" ? OffloadTarget::kCpu : OffloadTarget::kNvme;
+      o.rejectUnknownKeys();
+    } else {
+      r.accept({"offload"});
+    }
+
+    if (r.has("stages")) {
+      for (const auto& s : r.arrayOfObjects("stages")) {
+        StagePlan stage;
+        stage.layers = s.positiveInteger("layers");
+        auto policy = parseRecompute(s.string("recompute", "none"));
+        if (!policy) s.fail("recompute", policy.error().message);
+        stage.recompute = *policy;
+        stage.recomputeLayers = s.nonNegativeInteger(
+            "recompute_layers", stage.recompute == RecomputePolicy::kNone ? 0 : stage.layers);
+        s.rejectUnknownKeys();
+        p.stages.push_back(stage);
+      }
+    } else {
+      r.accept({"stages"});
+      const std::int64_t chunks = p.parallel.pp * p.parallel.virtualStages;
+      if (p.model.numLayers() % chunks != 0) {
+        r.fail("stages", "missing, and the model's " + std::to_string(p.model.numLayers()) +
+                             " layers do not split evenly into pp*virtual_stages = " + std::to_string(chunks) +
+                             " chunks; list the layers of each chunk");
+      }
+      p.stages = uniformStages(p.model.numLayers(), chunks, RecomputePolicy::kNone);
+    }
+
+    auto precision = parseDType(r.string("precision", "bf16"));
+    if (!precision) r.fail("precision", precision.error().message);
+    p.precision = *precision;
+
+    if (r.has("predictions")) {
+      const JsonReader pr = r.object("predictions");
+      p.predictions.stepTimeSeconds = optionalNumber(pr, "step_time_s");
+      p.predictions.tokensPerSecond = optionalNumber(pr, "tokens_per_s");
+      p.predictions.modelTflopsPerGpu = optionalNumber(pr, "model_tflops_per_gpu");
+      p.predictions.hardwareTflopsPerGpu = optionalNumber(pr, "hardware_tflops_per_gpu");
+      p.predictions.mfu = optionalNumber(pr, "mfu");
+      p.predictions.peakMemoryBytes = optionalNumber(pr, "peak_memory_bytes");
+      p.predictions.bubbleFraction = optionalNumber(pr, "bubble_fraction");
+      if (pr.has("fits")) {
+        p.predictions.fits = pr.boolean("fits");
+      } else {
+        pr.accept({"fits"});
+      }
+      if (pr.has("breakdown")) {
+        p.predictions.breakdown = pr.object("breakdown").json();
+      } else {
+        pr.accept({"breakdown"});
+      }
+      pr.rejectUnknownKeys();
+    } else {
+      r.accept({"predictions"});
+    }
+    if (r.has("provenance")) {
+      const JsonReader pv = r.object("provenance");
+      p.provenance.toolVersion = pv.string("tool_version", "");
+      p.provenance.createdAt = pv.string("created_at", "");
+      p.provenance.modelHash = pv.string("model_hash", "");
+      p.provenance.clusterHash = pv.string("cluster_hash", "");
+      p.provenance.costDbHash = pv.string("costdb_hash", "");
+      p.provenance.command = pv.string("command", "");
+      pv.rejectUnknownKeys();
+    } else {
+      r.accept({"provenance"});
+    }
+    r.rejectUnknownKeys();
+    return p;
+  });
+  if (!plan) return plan;
+  if (auto valid = validatePlan(*plan, file); !valid) return fail(valid.error());
+  // A hash that no longer matches means the embedded model or cluster was edited after planning:
+  // the predictions describe something else. Refuse rather than mislead.
+  const auto& pv = plan->provenance;
+  if (!pv.modelHash.empty() && pv.modelHash != contentHash(plan->model.toJson())) {
+    return fail(Error::badInput("the embedded model was changed after the plan was made (hash " +
+                                    contentHash(plan->model.toJson()) + ", recorded " + pv.modelHash +
+                                    "); re-plan, or remove provenance.model_hash to accept the edit",
+                                file, "/provenance/model_hash"));
+  }
+  if (!pv.clusterHash.empty() && pv.clusterHash != contentHash(clusterToJson(plan->cluster))) {
+    return fail(Error::badInput("the embedded cluster was changed after the plan was made (hash " +
+                                    contentHash(clusterToJson(plan->cluster)) + ", recorded " + pv.clusterHash +
+                                    "); re-plan, or remove provenance.cluster_hash to accept the edit",
+                                file, "/provenance/cluster_hash"));
+  }
+  return plan;
+}
+
+Result<Plan> loadPlan(const std::string& file) {
+  auto document = readJsonFile(file);
+  if (!document) return fail(document.error());
+  auto tag = readFormatTag(*document, file);
+  if (!tag) return fail(tag.error());
+  if (tag->kind != "plan") {
+    return fail(Error::badInput("expected a plan (colo.plan/1), got a colo." + tag->kind + " document", file, "/format"));
+  }
+  if (tag->version != 1) {
+    return fail(Error::badInput("unsupported version " + std::to_string(tag->version) +
+                                    " of colo.plan (this colo reads version 1)",
+                                file, "/format"));
+  }
+  return planFromJson(*document, file);
+}
+
+Json planToJson(const Plan& p) {
+  Json j;
+  j["format"] = "colo.plan/1";
+  j["name"] = p.name;
+  std::string order;
+  for (const auto& d : p.parallel.rankOrder) order += (order.empty() ? "" : "-") + d;
+  j["parallel"] = {{"dp", p.parallel.dp},
+                   {"tp", p.parallel.tp},
+                   {"pp", p.parallel.pp},
+                   {"cp", p.parallel.cp},
+                   {"ep", p.parallel.ep},
+                   {"sequence_parallel", p.parallel.sequenceParallel},
+                   {"virtual_stages", p.parallel.virtualStages},
+                   {"rank_order", order}};
+  j["schedule"] = toString(p.schedule);
+  j["batch"] = {{"micro_batch_size", p.microBatchSize},
+                {"global_batch_size", p.globalBatchSize},
+                {"seq_len", p.seqLen}};
+  j["zero_stage"] = p.zeroStage;
+  j["offload"] = {{"optimizer_fraction", p.offload.optimizerFraction},
+                  {"params_fraction", p.offload.paramsFraction},
+                  {"target", toString(p.offload.target)}};
+  Json stages = Json::array();
+  for (const auto& s : p.stages) {
+    stages.push_back({{"layers", s.layers}, {"recompute", toString(s.recompute)}, {"recompute_layers", s.recomputeLayers}});
+  }
+  j["stages"] = stages;
+  j["precision"] = toString(p.precision);
+  Json pred = Json::object();
+  const auto& pr = p.predictions;
+  auto put = [&](const char* key, const std::optional<double>& v) {
+    if (v) pred[key] = *v;
+  };
+  put("step_time_s", pr.stepTimeSeconds);
+  put("tokens_per_s", pr.tokensPerSecond);
+  put("model_tflops_per_gpu", pr.modelTflopsPerGpu);
+  put("hardware_tflops_per_gpu", pr.hardwareTflopsPerGpu);
+  put("mfu", pr.mfu);
+  put("peak_memory_bytes", pr.peakMemoryBytes);
+  if (pr.fits) pred["fits"] = *pr.fits;
+  put("bubble_fraction", pr.bubbleFraction);
+  if (!pr.breakdown.empty()) pred["breakdown"] = pr.breakdown;
+  j["predictions"] = pred;
+  j["provenance"] = {{"tool_version", p.provenance.toolVersion}, {"created_at", p.provenance.createdAt},
+                     {"model_hash", p.provenance.modelHash},     {"cluster_hash", p.provenance.clusterHash},
+                     {"costdb_hash", p.provenance.costDbHash},   {"command", p.provenance.command}};
+  j["model"] = p.model.toJson();
+  j["cluster"] = clusterToJson(p.cluster);
+  return j;
+}
+
+}  // namespace colo
