@@ -151,12 +151,15 @@ Result<ClusterSpec> scaleCluster(const ClusterSpec& cluster, std::int64_t gpus) 
     }
     out.nodes = gpus / cluster.gpusPerNode;
   }
-  // Levels inside a node keep their span (capped at the node); the outermost level spans everything.
+  // Levels inside a node keep their span (capped at the new node size); a network level spans everything.
   std::vector<LinkLevel> links;
   for (const auto& level : cluster.links) {
     LinkLevel l = level;
-    if (l.spanGpus == oldTotal) l.spanGpus = out.totalGpus();
-    l.spanGpus = std::min(l.spanGpus, out.totalGpus());
+    if (isNetwork(l.kind) && l.spanGpus == oldTotal) {
+      l.spanGpus = out.totalGpus();
+    } else {
+      l.spanGpus = std::min({l.spanGpus, out.gpusPerNode, out.totalGpus()});
+    }
     if (!links.empty() && l.spanGpus <= links.back().spanGpus) continue;  // a level with nothing left to join
     links.push_back(l);
   }

@@ -58,6 +58,10 @@ void JsonReader::fail(std::string_view key, const std::string& message) const {
   throw LoadFailure{Error::badInput(message, m_file, pathOf(key))};
 }
 
+void JsonReader::failAt(const std::string& relativePointer, const std::string& message) const {
+  throw LoadFailure{Error::badInput(message, m_file, m_path + "/" + relativePointer)};
+}
+
 void JsonReader::failHere(const std::string& message) const {
   throw LoadFailure{Error::badInput(message, m_file, m_path.empty() ? std::string() : m_path)};
 }
@@ -177,11 +181,10 @@ std::vector<std::int64_t> JsonReader::integerArray(std::string_view key, std::in
   std::vector<std::int64_t> out;
   out.reserve(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
-    const std::string elementKey = std::string(key) + "/" + std::to_string(i);
-    const auto value = toInteger(elementKey, v[i]);
-    if (value < minimum) {
-      fail(elementKey, "must be at least " + std::to_string(minimum) + ", got " + describeJsonValue(v[i]));
-    }
+    const std::string at = escapePointer(key) + "/" + std::to_string(i);
+    if (!v[i].is_number_integer()) failAt(at, "must be an integer, got " + describeJsonValue(v[i]));
+    const auto value = v[i].get<std::int64_t>();
+    if (value < minimum) failAt(at, "must be at least " + std::to_string(minimum) + ", got " + describeJsonValue(v[i]));
     out.push_back(value);
   }
   return out;

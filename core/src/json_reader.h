@@ -72,6 +72,8 @@ class JsonReader {
 
   [[noreturn]] void fail(std::string_view key, const std::string& message) const;
   [[noreturn]] void failHere(const std::string& message) const;
+  /// Fails at a pointer below this object given as already-escaped segments, e.g. "edges/2/1".
+  [[noreturn]] void failAt(const std::string& relativePointer, const std::string& message) const;
 
  private:
   [[nodiscard]] const Json& required(std::string_view key) const;

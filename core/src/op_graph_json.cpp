@@ -112,16 +112,16 @@ Result<OpGraph> opGraphFromJson(const Json& document, const std::string& file) {
         const std::string at = "edges/" + std::to_string(i);
         const Json& e = edges[i];
         if (!e.is_array() || e.size() != 2 || !e[0].is_number_integer() || !e[1].is_number_integer()) {
-          r.fail(at, "must be a pair of op ids [from, to], got " + describeJsonValue(e));
+          r.failAt(at, "must be a pair of op ids [from, to], got " + describeJsonValue(e));
         }
         for (int side = 0; side < 2; ++side) {
           if (!idToIndex.contains(e[side].get<std::int64_t>())) {
-            r.fail(at + "/" + std::to_string(side), "no op has id " + e[side].dump());
+            r.failAt(at + "/" + std::to_string(side), "no op has id " + e[side].dump());
           }
         }
         const auto from = idToIndex.at(e[0].get<std::int64_t>());
         const auto to = idToIndex.at(e[1].get<std::int64_t>());
-        if (from == to) r.fail(at, "an op cannot feed itself (id " + e[0].dump() + ")");
+        if (from == to) r.failAt(at, "an op cannot feed itself (id " + e[0].dump() + ")");
         g.addEdge(from, to);
       }
     }

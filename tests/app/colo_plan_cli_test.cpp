@@ -1,0 +1,155 @@
+// End-to-end tests of the colo-plan program: run the built binary as a user would and check its exit
+// code, stdout and stderr.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include "colo/core/json.h"
+#include "core/test_support.h"
+
+namespace colo {
+namespace {
+
+struct RunResult {
+  int exitCode = -1;
+  std::string out;
+  std::string err;
+};
+
+RunResult run(const std::string& arguments) {
+  test::ScratchDir dir;
+  const std::string errFile = dir.path("stderr");
+  const std::string command = std::string(COLO_BIN_DIR) + "/colo-plan " + arguments + " 2>" + errFile;
+  RunResult r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return r;
+  char buffer[4096];
+  std::size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.out.append(buffer, n);
+  const int status = pclose(pipe);
+  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(errFile);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+std::size_t lines(const std::string& text) {
+  std::size_t n = 0;
+  for (const char c : text) n += c == '\n';
+  return n;
+}
+
+TEST(ColoPlanCli, InspectJsonHasTheContractKeys) {
+  const auto r = run("inspect --model gpt3-175b --cluster dgx-a100-80gb-x128 --json");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_EQ(j["params"].get<std::int64_t>(), 174'604'259'328);
+  EXPECT_EQ(j["active_params"].get<std::int64_t>(), 174'604'259'328);
+  EXPECT_EQ(j["num_layers"].get<int>(), 96);
+  EXPECT_EQ(j["hidden_size"].get<int>(), 12288);
+  EXPECT_NEAR(j["flops_per_token_train"].get<double>(), 1.0764e12, 0.0005e12);
+  EXPECT_EQ(j["cluster"]["total_gpus"].get<int>(), 1024);
+  EXPECT_EQ(j["cluster"]["min_gpus_for_model_states"].get<int>(), 33);
+  EXPECT_TRUE(r.err.empty()) << r.err;
+}
+
+TEST(ColoPlanCli, InspectTextShowsModelOpsAndCluster) {
+  const auto r = run("inspect --model mixtral-8x7b --cluster dgx-h100-x64 --gpus 128 --seq-len 4096");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  for (const char* expected : {"46.7B total", "12.9B active per token", "moe.experts.gate_up", "grouped_matmul",
+                               "16 nodes x 8 H100-SXM5-80GB = 128 GPUs", "4096 tokens"}) {
+    EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
+  }
+}
+
+TEST(ColoPlanCli, HuggingFaceConfigAndFlagsWork) {
+  const auto r = run("inspect --model " + test::dataFile("hf/llama-2-7b/config.json") + " --seq-len 2048 --batch 4 --json");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_EQ(j["params"].get<std::int64_t>(), 6'738'415'616);
+  EXPECT_EQ(j["seq_len"].get<int>(), 2048);
+  EXPECT_EQ(j["batch"].get<int>(), 4);
+  EXPECT_EQ(j["model_source"].get<std::string>(), "Hugging Face config");
+  EXPECT_TRUE(j["cluster"].is_null());
+}
+
+TEST(ColoPlanCli, BadInputExitsTwoWithOneLineNamingFileFieldAndValue) {
+  test::ScratchDir dir;
+  Json model = test::loadJson(test::dataFile("models/gpt2-small.json"));
+  model["num_attention_heads"] = 7;
+  const auto heads = dir.write("heads.json", model.dump());
+  model = test::loadJson(test::dataFile("models/gpt2-small.json"));
+  model["hidden_size"] = -768;
+  const auto negative = dir.write("negative.json", model.dump());
+  Json cluster = test::loadJson(test::dataFile("clusters/dgx-a100-80gb.json"));
+  cluster["gpus_per_node"] = "eight";
+  const auto clusterFile = dir.write("cluster.json", cluster.dump());
+  const auto broken = dir.write("broken.json", "{\"format\": \"colo.model/1\",\n \"name\": }");
+
+  struct Case {
+    std::string args;
+    std::string mustContain;
+  };
+  const std::vector<Case> cases = {
+      {"inspect --model " + heads, heads + ": /num_attention_heads: hidden_size 768 is not divisible by num_attention_heads 7"},
+      {"inspect --model " + negative, negative + ": /hidden_size: must be a positive integer, got -768"},
+      {"inspect --model gpt2-small --cluster " + clusterFile, clusterFile + ": /gpus_per_node: must be an integer, got \"eight\""},
+      {"inspect --model " + broken, broken + ": invalid JSON at line 2"},
+      {"inspect --model " + dir.path("missing.json"), "missing.json: no such file"},
+      {"inspect --model gpt3-17b", "did you mean \"gpt3-1"},
+      {"inspect --model gpt2-small --seq-len 4096", "exceeds the learned position table"},
+      {"inspect --model gpt2-small --seq-len abc", "--seq-len: expected a positive integer, got \"abc\""},
+      {"inspect --model gpt2-small --precision int3", "--precision: unknown precision \"int3\""},
+      {"inspect --model gpt2-small --cluster dgx-a100-80gb-x16 --gpus 12", "not a whole number of nodes"},
+      {"inspect --modle gpt2-small", "unknown option --modle (did you mean --model?)"},
+      {"inspect", "missing --model"},
+      {"frobnicate", "unknown command \"frobnicate\""},
+  };
+  for (const auto& c : cases) {
+    const auto r = run(c.args);
+    EXPECT_EQ(r.exitCode, 2) << c.args << "\n" << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.mustContain), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_TRUE(r.out.empty()) << c.args;
+  }
+}
+
+TEST(ColoPlanCli, ValidateAcceptsEveryShippedFileAndRejectsBadOnes) {
+  std::string all;
+  for (const char* folder : {"models", "clusters"}) {
+    for (const auto& entry : std::filesystem::directory_iterator(test::dataFile(folder))) all += " " + entry.path().string();
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(test::dataFile("hf"))) {
+    all += " " + (entry.path() / "config.json").string();
+  }
+  const auto ok = run("validate" + all);
+  EXPECT_EQ(ok.exitCode, 0) << ok.err;
+  EXPECT_GE(lines(ok.out), 35u);
+
+  test::ScratchDir dir;
+  const auto wrongKind = dir.write("w.json", R"({"format": "colo.recipe/1"})");
+  const auto r = run("validate " + wrongKind);
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("unknown document kind \"colo.recipe\""), std::string::npos) << r.err;
+}
+
+TEST(ColoPlanCli, ListAndHelp) {
+  const auto list = run("list");
+  ASSERT_EQ(list.exitCode, 0);
+  EXPECT_NE(list.out.find("llama3-405b"), std::string::npos);
+  EXPECT_NE(list.out.find("dgx-h100-x2048"), std::string::npos);
+  EXPECT_EQ(run("--help").exitCode, 0);
+  EXPECT_EQ(run("inspect --help").exitCode, 0);
+  EXPECT_EQ(run("").exitCode, 2);
+  EXPECT_NE(run("--version").out.find("colo-plan 0."), std::string::npos);
+}
+
+}  // namespace
+}  // namespace colo

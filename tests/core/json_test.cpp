@@ -1,0 +1,67 @@
+#include "colo/core/json.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "core/test_support.h"
+
+namespace colo {
+namespace {
+
+TEST(Json, ParseErrorNamesLineAndColumn) {
+  auto r = parseJson("{\n  \"a\": 1,\n  \"b\": ]\n}", "x.json");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kBadInput);
+  EXPECT_EQ(r.error().file, "x.json");
+  EXPECT_NE(r.error().message.find("line 3"), std::string::npos) << r.error().message;
+}
+
+TEST(Json, MissingEmptyAndDirectoryFilesAreRefused) {
+  test::ScratchDir dir;
+  auto missing = readJsonFile(dir.path("nope.json"));
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kIo);
+  EXPECT_EQ(exitCodeFor(missing.error().code), 2);
+  auto empty = readJsonFile(dir.write("empty.json", "  \n"));
+  ASSERT_FALSE(empty);
+  EXPECT_NE(empty.error().message.find("empty"), std::string::npos);
+  auto folder = readJsonFile(dir.path(""));
+  ASSERT_FALSE(folder);
+}
+
+TEST(Json, FormatTagIsCheckedStrictly) {
+  EXPECT_EQ(readFormatTag(Json::parse(R"({"format": "colo.plan/1"})"), "f")->kind, "plan");
+  EXPECT_EQ(readFormatTag(Json::parse(R"({"format": "colo.cluster/12"})"), "f")->version, 12);
+  for (const char* bad : {R"({})", R"({"format": 3})", R"({"format": "plan/1"})", R"({"format": "colo.plan"})",
+                          R"({"format": "colo.plan/x"})", R"([1, 2])"}) {
+    auto r = readFormatTag(Json::parse(bad), "f.json");
+    EXPECT_FALSE(r) << bad;
+    if (!r) {
+      EXPECT_EQ(r.error().file, "f.json");
+    }
+  }
+}
+
+TEST(Json, AtomicWriteReplacesWholeFileAndLeavesNoTemporary) {
+  test::ScratchDir dir;
+  const auto file = dir.path("out.json");
+  ASSERT_TRUE(writeJsonFileAtomic(file, Json{{"a", 1}}));
+  ASSERT_TRUE(writeJsonFileAtomic(file, Json{{"b", 2}}));
+  EXPECT_EQ(test::loadJson(file), (Json{{"b", 2}}));
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path(""))) ++entries;
+  EXPECT_EQ(entries, 1);
+  EXPECT_FALSE(writeJsonFileAtomic(dir.path("no/such/folder/x.json"), Json{}));
+}
+
+TEST(Json, ErrorToStringNamesFilePathAndMessage) {
+  const Error e = Error::badInput("must be positive, got -5", "m.json", "/hidden_size");
+  EXPECT_EQ(e.toString(), "m.json: /hidden_size: must be positive, got -5");
+  EXPECT_EQ(exitCodeFor(ErrorCode::kInternal), 1);
+  EXPECT_EQ(exitCodeFor(ErrorCode::kInfeasible), 3);
+}
+
+}  // namespace
+}  // namespace colo

@@ -1,0 +1,201 @@
+#include "colo/core/op_graph.h"
+
+#include <cmath>
+#include <functional>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "colo/core/library.h"
+#include "colo/core/model.h"
+#include "core/test_support.h"
+
+namespace colo {
+namespace {
+
+ModelSpec libraryModel(const std::string& name) {
+  return test::loadModelOrFail(test::dataFile("models/" + name + ".json")).spec.value_or(ModelSpec{});
+}
+
+OpGraph build(const ModelSpec& spec, std::int64_t seqLen = 0, std::int64_t batch = 1) {
+  auto g = buildOpGraph(spec, GraphOptions{seqLen, batch, 2});
+  EXPECT_TRUE(g) << (g ? "" : g.error().toString());
+  return g ? *g : OpGraph{};
+}
+
+TEST(OpGraph, ParametersSumToTheClosedFormForEveryModel) {
+  for (const auto& name : libraryEntries(LibraryKind::kModels)) {
+    const ModelSpec spec = libraryModel(name);
+    const OpGraph g = build(spec);
+    const ParamCount closed = countParameters(spec);
+    EXPECT_EQ(g.totals().params, closed.total) << name;
+    EXPECT_EQ(g.totals().activeParams, closed.active) << name;
+  }
+}
+
+// Korthikanti et al. 2022: training model FLOPs per iteration 72*B*s*l*h^2*(1 + s/6h + V/12lh).
+TEST(OpGraph, Gpt3FlopsMatchTheMegatronFormula) {
+  const ModelSpec spec = libraryModel("gpt3-175b");
+  const double s = 2048, l = 96, h = 12288, V = 50257, B = 4;
+  const OpGraph g = build(spec, 2048, 4);
+  const OpTotals t = g.totals();
+  const double expected = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
+  EXPECT_NEAR((t.gemmFlopsFwd + t.gemmFlopsBwd) / expected, 1.0, 1e-9);
+  EXPECT_NEAR(t.gemmFlopsBwd / t.gemmFlopsFwd, 2.0, 1e-12);
+}
+
+// Korthikanti et al. 2022, section 4.1: s*b*h*(34 + 5*a*s/h) bytes per layer at 16 bits with dropout.
+TEST(OpGraph, GptLayerActivationsMatchKorthikanti) {
+  const ModelSpec spec = libraryModel("gpt3-175b");
+  const double s = 2048, b = 2, h = 12288, a = 96;
+  const OpGraph g = build(spec, 2048, 2);
+  const double expected = s * b * h * (34 + 5 * a * s / h);
+  EXPECT_DOUBLE_EQ(static_cast<double>(g.layerTotals(10).savedBytes), expected);
+}
+
+TEST(OpGraph, LlamaLayerActivationsFollowTheGeneralisation) {
+  // No dropout (-2 sbh for masks, -as^2b mask, -2as^2b dropout output), GQA (K and V narrower), SwiGLU
+  // (gate and up saved: 4 sb*ffn, down input 2 sb*ffn), RMSNorm (inputs 2 sbh each).
+  const ModelSpec spec = libraryModel("llama2-70b");
+  const double s = 4096, h = 8192, a = 64, g = 8, d = 128, f = 28672;
+  const OpGraph graph = build(spec, 4096, 1);
+  const double attention = 2 * s * h /*norm*/ + 2 * s * h /*qkv in*/ + 2 * s * (a * d + g * d) /*q,k*/ +
+                           2 * a * s * s /*softmax out*/ + 2 * s * g * d /*v*/ + 2 * s * a * d /*out proj in*/;
+  const double mlp = 2 * s * h /*norm*/ + 2 * s * h /*gate_up in*/ + 4 * s * f /*gate, up*/ + 2 * s * f /*down in*/;
+  EXPECT_DOUBLE_EQ(static_cast<double>(graph.layerTotals(0).savedBytes), attention + mlp);
+}
+
+TEST(OpGraph, MoeLayersRouteTopKTokens) {
+  const ModelSpec spec = libraryModel("mixtral-8x7b");
+  const OpGraph g = build(spec, 4096, 1);
+  bool sawExperts = false;
+  for (const auto id : g.layerOps(3)) {
+    const Op& op = g.op(id);
+    if (op.kind == OpKind::kGroupedMatMul) {
+      sawExperts = true;
+      EXPECT_EQ(op.dim("groups"), 8);
+      EXPECT_EQ(op.dim("m"), 4096 * 2);  // top-2
+      EXPECT_EQ(op.activeParams * 8, op.params * 2);
+      EXPECT_EQ(op.shard, Shard::kExpert);
+    }
+  }
+  EXPECT_TRUE(sawExperts);
+  // Active FLOPs per token track active parameters: 2 * active (dense part) per token forward, plus attention.
+  const double s = 4096;
+  const double attentionCore = 32 * (2 * 2 * s * 4096.0);  // scores + context per token, 32 layers
+  const double perToken = g.totals().gemmFlopsFwd / s;
+  const double embedding = 32000.0 * 4096;  // lookups cost no FLOPs
+  EXPECT_NEAR(perToken, 2 * (12'879'925'248.0 - embedding) + attentionCore, 1e6);
+}
+
+TEST(OpGraph, SlidingWindowBoundsAttention) {
+  ModelSpec spec = libraryModel("llama2-7b");
+  spec.slidingWindow = 1024;
+  const OpGraph g = build(spec, 4096, 1);
+  for (const auto id : g.layerOps(0)) {
+    if (g.op(id).name.ends_with("attn.scores")) {
+      EXPECT_EQ(g.op(id).dim("n"), 1024);
+    }
+  }
+}
+
+TEST(OpGraph, EdgesFormADagInLayerOrder) {
+  const OpGraph g = build(libraryModel("llama3-8b"));
+  auto order = g.topologicalOrder();
+  ASSERT_TRUE(order);
+  ASSERT_EQ(order->size(), g.size());
+  std::vector<std::size_t> position(g.size());
+  for (std::size_t i = 0; i < order->size(); ++i) position[(*order)[i]] = i;
+  for (const auto& [from, to] : g.edges()) EXPECT_LT(position[from], position[to]);
+  // Residual edges: every residual add has two inputs.
+  for (std::size_t v = 0; v < g.size(); ++v) {
+    if (g.op(v).name.ends_with("_residual")) {
+      EXPECT_EQ(g.predecessors(v).size(), 2u) << g.op(v).name;
+    }
+  }
+  // Every op but the first is reachable from something.
+  std::size_t roots = 0;
+  for (std::size_t v = 0; v < g.size(); ++v) roots += g.predecessors(v).empty() ? 1 : 0;
+  EXPECT_EQ(roots, 1u);  // the token embedding (RoPE: no position table)
+}
+
+TEST(OpGraph, RoundTripsThroughJson) {
+  for (const char* name : {"gpt2-small", "mixtral-8x7b", "bert-large", "vit-large"}) {
+    const OpGraph g = build(libraryModel(name), 0, 2);
+    const Json doc = opGraphToJson(g);
+    auto back = opGraphFromJson(doc, "g.json");
+    ASSERT_TRUE(back) << back.error().toString();
+    EXPECT_TRUE(*back == g) << name;
+    EXPECT_EQ(opGraphToJson(*back), doc);
+  }
+}
+
+TEST(OpGraph, SequenceLengthLimits) {
+  auto tooLong = buildOpGraph(libraryModel("gpt2-small"), GraphOptions{2048, 1, 2});
+  ASSERT_FALSE(tooLong);
+  EXPECT_NE(tooLong.error().message.find("exceeds the learned position table"), std::string::npos);
+  auto vit = buildOpGraph(libraryModel("vit-large"), GraphOptions{512, 1, 2});
+  ASSERT_FALSE(vit);
+  EXPECT_NE(vit.error().message.find("fixed by image_size/patch_size at 197"), std::string::npos);
+  EXPECT_TRUE(buildOpGraph(libraryModel("llama2-7b"), GraphOptions{32768, 1, 2}));  // RoPE: any length
+}
+
+Json tinyGraph() {
+  return Json::parse(R"({
+    "format": "colo.opgraph/1", "name": "tiny", "seq_len": 128, "num_layers": 1,
+    "ops": [
+      {"id": 10, "name": "in", "kind": "embedding", "layer": -1, "params": 1000, "saved_bytes": 512},
+      {"id": 20, "name": "fc", "kind": "matmul", "layer": 0, "dims": {"m": 128, "n": 64, "k": 64},
+       "params": 4096, "flops_fwd": 1048576, "flops_bwd": 2097152, "saved_bytes": 16384},
+      {"id": 30, "name": "loss", "kind": "cross_entropy", "layer": 1, "flops_fwd": 100}
+    ],
+    "edges": [[10, 20], [20, 30]]
+  })");
+}
+
+TEST(OpGraph, RawGraphsLoadAndScaleWithBatch) {
+  auto model = modelFromJson(tinyGraph(), "tiny.json");
+  ASSERT_TRUE(model) << model.error().toString();
+  EXPECT_EQ(model->source, ModelSource::kOpGraph);
+  EXPECT_EQ(model->graph->totals().params, 5096);
+  auto scaled = model->expand(GraphOptions{0, 4, 2});
+  ASSERT_TRUE(scaled);
+  EXPECT_DOUBLE_EQ(scaled->totals().gemmFlopsFwd, 4 * 1048576.0);
+  EXPECT_EQ(scaled->totals().params, 5096);  // parameters do not scale
+  auto otherLength = model->expand(GraphOptions{256, 1, 2});
+  ASSERT_FALSE(otherLength);
+  EXPECT_NE(otherLength.error().message.find("recorded at sequence length 128"), std::string::npos);
+}
+
+TEST(OpGraph, BadRawGraphsAreRejectedPrecisely) {
+  struct Case {
+    std::function<void(Json&)> edit;
+    std::string path;
+    std::string fragment;
+  };
+  const std::vector<Case> cases = {
+      {[](Json& j) { j["edges"].push_back({20, 99}); }, "/edges/2/1", "no op has id 99"},
+      {[](Json& j) { j["edges"].push_back({30, 10}); }, "/edges", "cycle"},
+      {[](Json& j) { j["ops"][1]["id"] = 10; }, "/ops/1/id", "duplicate op id 10"},
+      {[](Json& j) { j["ops"][1]["dims"].erase("k"); }, "/ops/1/dims", "\"k\" is missing"},
+      {[](Json& j) { j["ops"][1]["kind"] = "conv"; }, "/ops/1/kind", "unknown value \"conv\""},
+      {[](Json& j) { j["ops"][1]["layer"] = 5; }, "/ops/1/layer", "between -1 and num_layers 1"},
+      {[](Json& j) { j["ops"][1]["flops_fwd"] = -1; }, "/ops/1/flops_fwd", "must not be negative"},
+      {[](Json& j) { j["ops"][1]["active_params"] = 5000; }, "/ops/1/active_params", "must not exceed"},
+      {[](Json& j) { j["ops"][1]["flop"] = 1; }, "/ops/1/flop", "unknown field"},
+      {[](Json& j) { j["edges"][0] = {10}; }, "/edges/0", "pair of op ids"},
+      {[](Json& j) { j["ops"] = Json::array(); }, "/ops", "at least one op"},
+  };
+  for (const auto& c : cases) {
+    Json doc = tinyGraph();
+    c.edit(doc);
+    auto r = opGraphFromJson(doc, "g.json");
+    ASSERT_FALSE(r) << c.path;
+    EXPECT_EQ(r.error().path, c.path) << r.error().toString();
+    EXPECT_NE(r.error().message.find(c.fragment), std::string::npos) << r.error().toString();
+    EXPECT_EQ(r.error().file, "g.json");
+  }
+}
+
+}  // namespace
+}  // namespace colo

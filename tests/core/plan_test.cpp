@@ -1,0 +1,183 @@
+#include "colo/core/plan.h"
+
+#include <functional>
+
+#include <gtest/gtest.h>
+
+#include "core/test_support.h"
+
+namespace colo {
+namespace {
+
+// GPT-3 175B on 1,024 A100s the Megatron way: tp 8 inside a node, pp 16 interleaved, dp 8.
+Plan megatronPlan() {
+  Plan p;
+  p.name = "gpt3-175b megatron";
+  p.model = test::loadModelOrFail(test::dataFile("models/gpt3-175b.json"));
+  p.cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x128.json"));
+  p.parallel.tp = 8;
+  p.parallel.pp = 16;
+  p.parallel.dp = 8;
+  p.parallel.sequenceParallel = true;
+  p.parallel.virtualStages = 3;
+  p.schedule = Schedule::kInterleaved;
+  p.microBatchSize = 1;
+  p.globalBatchSize = 1536;
+  p.seqLen = 2048;
+  p.zeroStage = 1;
+  p.stages = uniformStages(96, 48, RecomputePolicy::kSelective);
+  p.precision = DType::kBf16;
+  p.predictions.stepTimeSeconds = 12.5;
+  p.predictions.fits = true;
+  p.predictions.breakdown = Json{{"compute_s", 10.0}};
+  p.provenance.toolVersion = "test";
+  p.provenance.modelHash = contentHash(p.model.toJson());
+  p.provenance.clusterHash = contentHash(clusterToJson(p.cluster));
+  return p;
+}
+
+TEST(Plan, ValidPlanRoundTripsExactly) {
+  const Plan p = megatronPlan();
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const Json doc = planToJson(p);
+  auto back = planFromJson(doc, "plan.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_EQ(planToJson(*back), doc);
+  EXPECT_EQ(back->parallel, p.parallel);
+  EXPECT_EQ(back->stages, p.stages);
+  EXPECT_EQ(back->predictions, p.predictions);
+  EXPECT_EQ(back->numMicroBatches(), 192);
+  EXPECT_EQ(*back->model.spec, *p.model.spec);
+}
+
+TEST(Plan, SavedFileLoadsAnywhere) {
+  test::ScratchDir dir;
+  const auto file = dir.path("plan.json");
+  ASSERT_TRUE(writeJsonFileAtomic(file, planToJson(megatronPlan())));
+  auto loaded = loadPlan(file);
+  ASSERT_TRUE(loaded) << loaded.error().toString();
+  EXPECT_EQ(loaded->cluster.totalGpus(), 1024);  // the cluster travels inside the plan
+}
+
+TEST(Plan, LayerToStageFollowsInterleavedChunks) {
+  Plan p = megatronPlan();
+  const auto map = p.layerToStage();
+  ASSERT_EQ(map.size(), 96u);
+  EXPECT_EQ(map[0], 0);
+  EXPECT_EQ(map[2], 1);    // chunk 1 runs on stage 1
+  EXPECT_EQ(map[32], 0);   // chunk 16 wraps to stage 0 (its second model chunk)
+  EXPECT_EQ(map[95], 15);
+  const auto uneven = uniformStages(10, 4, RecomputePolicy::kNone);
+  EXPECT_EQ(uneven[0].layers + uneven[1].layers + uneven[2].layers + uneven[3].layers, 10);
+  EXPECT_EQ(uneven[0].layers, 3);
+  EXPECT_EQ(uneven[3].layers, 2);
+}
+
+struct RuleCase {
+  const char* what;
+  std::function<void(Plan&)> edit;
+  const char* path;
+  const char* fragment;
+};
+
+TEST(Plan, EveryConsistencyRuleNamesFieldAndValues) {
+  const std::vector<RuleCase> cases = {
+      {"gpu count", [](Plan& p) { p.parallel.dp = 4; }, "/parallel", "does not match the cluster's 1024 GPUs"},
+      {"heads", [](Plan& p) { p.parallel.tp = 64; p.parallel.dp = 1; p.parallel.pp = 16; }, "/parallel/tp",
+       "num_attention_heads 96 is not divisible by tp 64"},
+      {"sp without tp", [](Plan& p) { p.parallel.tp = 1; p.parallel.dp = 64; }, "/parallel/sequence_parallel", "needs tp > 1"},
+      {"batch", [](Plan& p) { p.globalBatchSize = 1540; }, "/batch/global_batch_size", "not divisible by micro_batch_size*dp"},
+      {"stage count", [](Plan& p) { p.stages.pop_back(); }, "/stages", "needs pp*virtual_stages = 48 entries, got 47"},
+      {"layer sum", [](Plan& p) { p.stages[0].layers = 3; }, "/stages", "hold 97 layers but the model has 96"},
+      {"recompute layers", [](Plan& p) { p.stages[1].recomputeLayers = 5; }, "/stages/1/recompute_layers", "between 0 and"},
+      {"vpp needs interleaved", [](Plan& p) { p.schedule = Schedule::kOneFOneB; }, "/schedule", "needs the \"interleaved\" schedule"},
+      {"interleaved micro-batches", [](Plan& p) { p.globalBatchSize = 8 * 24; }, "/batch/global_batch_size",
+       "multiple of pp 16"},
+      {"zero with pp", [](Plan& p) { p.zeroStage = 3; }, "/zero_stage", "only zero_stage 0 or 1 with pp > 1"},
+      {"param offload", [](Plan& p) { p.offload.paramsFraction = 0.5; }, "/offload/params_fraction", "needs zero_stage 3"},
+      {"optimizer offload", [](Plan& p) { p.zeroStage = 0; p.offload.optimizerFraction = 1; },
+       "/offload/optimizer_fraction", "needs zero_stage >= 1"},
+      {"precision", [](Plan& p) { p.precision = DType::kFp8; }, "/precision", "has no fp8 peak"},
+      {"expert parallel", [](Plan& p) { p.parallel.ep = 2; }, "/parallel/ep", "needs a mixture-of-experts model"},
+      {"context parallel", [](Plan& p) { p.parallel.cp = 2; p.parallel.dp = 4; p.seqLen = 2046; p.globalBatchSize = 64 * 4; },
+       "/parallel/cp", "divisible by 2*cp"},
+      {"sequence too long", [](Plan& p) { p.seqLen = 4096; }, "/batch/seq_len", "exceeds the learned position table"},
+      {"rank order", [](Plan& p) { p.parallel.rankOrder = {"tp", "dp", "pp"}; }, "/parallel/rank_order", "once each"},
+  };
+  for (const auto& c : cases) {
+    Plan p = megatronPlan();
+    c.edit(p);
+    auto r = validatePlan(p, "plan.json");
+    ASSERT_FALSE(r) << c.what;
+    EXPECT_EQ(r.error().code, ErrorCode::kBadInput) << c.what;
+    EXPECT_EQ(r.error().file, "plan.json") << c.what;
+    EXPECT_EQ(r.error().path, c.path) << c.what << ": " << r.error().toString();
+    EXPECT_NE(r.error().message.find(c.fragment), std::string::npos) << c.what << ": " << r.error().toString();
+  }
+}
+
+TEST(Plan, KvHeadsMustSplitAcrossTensorParallelRanks) {
+  Plan p = megatronPlan();
+  p.model = test::loadModelOrFail(test::dataFile("models/llama2-70b.json"));
+  p.seqLen = 4096;
+  p.parallel = Parallelism{};
+  p.parallel.tp = 16;  // 64 heads divide, 8 kv heads do not
+  p.parallel.dp = 64;
+  p.schedule = Schedule::kOneFOneB;
+  p.stages = uniformStages(80, 1, RecomputePolicy::kNone);
+  p.provenance = {};
+  p.globalBatchSize = 1024;
+  auto r = validatePlan(p);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("num_kv_heads 8 is not divisible by tp 16"), std::string::npos);
+}
+
+TEST(Plan, EditedEmbeddedModelIsDetected) {
+  Json doc = planToJson(megatronPlan());
+  doc["model"]["num_layers"] = 48;
+  doc["stages"] = Json::array();
+  for (int i = 0; i < 48; ++i) doc["stages"].push_back({{"layers", 1}});
+  auto r = planFromJson(doc, "plan.json");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().path, "/provenance/model_hash");
+}
+
+TEST(Plan, BadFieldsInsideTheFileNameTheirPath) {
+  Json doc = planToJson(megatronPlan());
+  doc["model"]["hidden_size"] = -1;
+  auto embedded = planFromJson(doc, "plan.json");
+  ASSERT_FALSE(embedded);
+  EXPECT_EQ(embedded.error().path, "/model/hidden_size");
+
+  doc = planToJson(megatronPlan());
+  doc["cluster"]["links"][0]["latency_us"] = -2;
+  auto cluster = planFromJson(doc, "plan.json");
+  ASSERT_FALSE(cluster);
+  EXPECT_EQ(cluster.error().path, "/cluster/links/0/latency_us");
+
+  doc = planToJson(megatronPlan());
+  doc["schedule"] = "pipedream";
+  auto schedule = planFromJson(doc, "plan.json");
+  ASSERT_FALSE(schedule);
+  EXPECT_EQ(schedule.error().path, "/schedule");
+
+  doc = planToJson(megatronPlan());
+  doc["parallel"]["tensor_parallel"] = 8;
+  auto unknown = planFromJson(doc, "plan.json");
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().path, "/parallel/tensor_parallel");
+}
+
+TEST(Plan, StagesDefaultToAnEvenSplitOnlyWhenItIsEven) {
+  Json doc = planToJson(megatronPlan());
+  doc.erase("stages");
+  doc["provenance"].erase("model_hash");
+  EXPECT_TRUE(planFromJson(doc, "p.json"));
+  doc["parallel"]["virtual_stages"] = 5;  // 96 layers into 80 chunks
+  auto r = planFromJson(doc, "p.json");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().path, "/stages");
+}
+
+}  // namespace
+}  // namespace colo
