@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# README command 1: install the Debian packages colo needs (only those missing), build, and run the
+# main job on the built-in defaults.
+#
+#   scripts/setup.sh              install + build + run `colo-plan inspect` on GPT-3 175B / 1,024 A100s
+#   scripts/setup.sh --deps-only  install what is missing, nothing else (used by scripts/test.sh and CI)
+#
+# Idempotent, and quick when everything is present (one dpkg-query, no apt-get).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# Build tools and the libraries of the modules that exist today. Qt 6 (colo-studio) and LibTorch
+# (profiler, executor) are optional: CMake turns those modules on when it finds them.
+packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libboost-graph-dev libgtest-dev libsqlite3-dev)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then missing+=("$p"); fi
+done
+if ((${#missing[@]})); then
+  echo "setup: installing missing Debian packages: ${missing[*]}" >&2
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+else
+  echo "setup: all Debian packages present" >&2
+fi
+
+if [ "${1:-}" = "--deps-only" ]; then exit 0; fi
+
+cmake -S . -B build -G Ninja ${COLO_CMAKE_ARGS:-} >&2
+cmake --build build -j2 >&2
+echo "setup: built into build/bin; running the main job:" >&2
+echo "  build/bin/colo-plan inspect --model gpt3-175b --cluster dgx-a100-80gb-x128" >&2
+exec build/bin/colo-plan inspect --model gpt3-175b --cluster dgx-a100-80gb-x128
