@@ -123,7 +123,7 @@ TEST(ColoPlanCli, BadInputExitsTwoWithOneLineNamingFileFieldAndValue) {
 
 TEST(ColoPlanCli, ValidateAcceptsEveryShippedFileAndRejectsBadOnes) {
   std::string all;
-  for (const char* folder : {"models", "clusters"}) {
+  for (const char* folder : {"models", "clusters", "plans"}) {
     for (const auto& entry : std::filesystem::directory_iterator(test::dataFile(folder))) all += " " + entry.path().string();
   }
   for (const auto& entry : std::filesystem::directory_iterator(test::dataFile("hf"))) {
@@ -131,7 +131,18 @@ TEST(ColoPlanCli, ValidateAcceptsEveryShippedFileAndRejectsBadOnes) {
   }
   const auto ok = run("validate" + all);
   EXPECT_EQ(ok.exitCode, 0) << ok.err;
-  EXPECT_GE(lines(ok.out), 35u);
+  EXPECT_GE(lines(ok.out), 36u);
+  EXPECT_NE(ok.out.find("colo.plan/1 for gpt3-175b on 1024 GPUs"), std::string::npos);
+
+  test::ScratchDir plans;
+  Json plan = test::loadJson(test::dataFile("plans/gpt3-175b-megatron.json"));
+  plan["parallel"]["tp"] = 64;
+  const auto badPlan = plans.write("plan.json", plan.dump());
+  const auto rejected = run("validate " + badPlan);
+  EXPECT_EQ(rejected.exitCode, 2);
+  EXPECT_NE(rejected.err.find(badPlan + ": /parallel: dp*tp*pp*cp = 8*64*16*1 = 8192 does not match the cluster's 1024 GPUs"),
+            std::string::npos)
+      << rejected.err;
 
   test::ScratchDir dir;
   const auto wrongKind = dir.write("w.json", R"({"format": "colo.recipe/1"})");
