@@ -120,8 +120,8 @@ int runValidate(const std::vector<std::string>& argv, std::ostream& out, std::os
         if (!model) return reportError(model.error(), err);
         what = "colo." + tag->kind + "/1 " + model->name();
       } else if (tag->kind == "cluster") {
-        auto cluster = tag->version == 1 ? clusterFromJson(*document, file)
-                                         : Result<ClusterSpec>(fail(Error::badInput("unsupported version", file, "/format")));
+        if (auto format = requireFormat(*document, file, "cluster", 1); !format) return reportError(format.error(), err);
+        auto cluster = clusterFromJson(*document, file);
         if (!cluster) return reportError(cluster.error(), err);
         what = "colo.cluster/1 " + cluster->name + " (" + std::to_string(cluster->totalGpus()) + " GPUs)";
       } else if (tag->kind == "plan") {

@@ -107,6 +107,22 @@ Result<FormatTag> readFormatTag(const Json& document, const std::string& file) {
   return out;
 }
 
+Result<void> requireFormat(const Json& document, const std::string& file, const std::string& kind, int version) {
+  auto tag = readFormatTag(document, file);
+  if (!tag) return fail(tag.error());
+  const std::string wanted = "colo." + kind + "/" + std::to_string(version);
+  if (tag->kind != kind) {
+    return fail(Error::badInput("expected a " + kind + " (" + wanted + "), got a colo." + tag->kind + " document", file,
+                                "/format"));
+  }
+  if (tag->version != version) {
+    return fail(Error::badInput("unsupported version " + std::to_string(tag->version) + " of colo." + kind +
+                                    " (this colo reads " + wanted + ")",
+                                file, "/format"));
+  }
+  return {};
+}
+
 std::string describeJsonValue(const Json& value) {
   std::string text = value.dump();
   if (text.size() > 60) text = text.substr(0, 57) + "...";

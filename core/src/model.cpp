@@ -63,17 +63,12 @@ Result<Model> modelFromJson(const Json& document, const std::string& file) {
   }
   auto tag = readFormatTag(document, file);
   if (!tag) return fail(tag.error());
-  if (tag->kind == "model" || tag->kind == "opgraph") {
-    if (tag->version != 1) {
-      return fail(Error::badInput("unsupported version " + std::to_string(tag->version) + " of colo." + tag->kind +
-                                      " (this colo reads version 1)",
-                                  file, "/format"));
-    }
-  } else {
+  if (tag->kind != "model" && tag->kind != "opgraph") {
     return fail(Error::badInput("expected a model (colo.model/1 or colo.opgraph/1), got a colo." + tag->kind +
                                     " document",
                                 file, "/format"));
   }
+  if (auto format = requireFormat(document, file, tag->kind, 1); !format) return fail(format.error());
   if (tag->kind == "model") {
     auto spec = modelSpecFromJson(document, file);
     if (!spec) return fail(spec.error());
@@ -97,17 +92,7 @@ Result<Model> loadModel(const std::string& file) {
 Result<ClusterSpec> loadCluster(const std::string& file) {
   auto document = readJsonFile(file);
   if (!document) return fail(document.error());
-  auto tag = readFormatTag(*document, file);
-  if (!tag) return fail(tag.error());
-  if (tag->kind != "cluster") {
-    return fail(Error::badInput("expected a cluster (colo.cluster/1), got a colo." + tag->kind + " document", file,
-                                "/format"));
-  }
-  if (tag->version != 1) {
-    return fail(Error::badInput("unsupported version " + std::to_string(tag->version) +
-                                    " of colo.cluster (this colo reads version 1)",
-                                file, "/format"));
-  }
+  if (auto format = requireFormat(*document, file, "cluster", 1); !format) return fail(format.error());
   return clusterFromJson(*document, file);
 }
 

@@ -23,9 +23,7 @@ T embedded(const JsonReader& r, std::string_view key, Result<T> (*load)(const Js
 }
 
 Result<ClusterSpec> clusterDocument(const Json& j, const std::string& file) {
-  auto tag = readFormatTag(j, file);
-  if (!tag) return fail(tag.error());
-  if (tag->kind != "cluster") return fail(Error::badInput("expected a colo.cluster/1 document", file, "/format"));
+  if (auto format = requireFormat(j, file, "cluster", 1); !format) return fail(format.error());
   return clusterFromJson(j, file);
 }
 
@@ -182,16 +180,7 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
 Result<Plan> loadPlan(const std::string& file) {
   auto document = readJsonFile(file);
   if (!document) return fail(document.error());
-  auto tag = readFormatTag(*document, file);
-  if (!tag) return fail(tag.error());
-  if (tag->kind != "plan") {
-    return fail(Error::badInput("expected a plan (colo.plan/1), got a colo." + tag->kind + " document", file, "/format"));
-  }
-  if (tag->version != 1) {
-    return fail(Error::badInput("unsupported version " + std::to_string(tag->version) +
-                                    " of colo.plan (this colo reads version 1)",
-                                file, "/format"));
-  }
+  if (auto format = requireFormat(*document, file, "plan", 1); !format) return fail(format.error());
   return planFromJson(*document, file);
 }
 

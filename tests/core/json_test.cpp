@@ -44,6 +44,17 @@ TEST(Json, FormatTagIsCheckedStrictly) {
   }
 }
 
+TEST(Json, RequireFormatNamesKindAndVersion) {
+  EXPECT_TRUE(requireFormat(Json::parse(R"({"format": "colo.plan/1"})"), "p.json", "plan", 1));
+  auto kind = requireFormat(Json::parse(R"({"format": "colo.plan/1"})"), "p.json", "cluster", 1);
+  ASSERT_FALSE(kind);
+  EXPECT_EQ(kind.error().message, "expected a cluster (colo.cluster/1), got a colo.plan document");
+  auto version = requireFormat(Json::parse(R"({"format": "colo.plan/2"})"), "p.json", "plan", 1);
+  ASSERT_FALSE(version);
+  EXPECT_EQ(version.error().message, "unsupported version 2 of colo.plan (this colo reads colo.plan/1)");
+  EXPECT_EQ(version.error().path, "/format");
+}
+
 TEST(Json, AtomicWriteReplacesWholeFileAndLeavesNoTemporary) {
   test::ScratchDir dir;
   const auto file = dir.path("out.json");

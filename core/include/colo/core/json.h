@@ -33,6 +33,11 @@ struct FormatTag {
 };
 [[nodiscard]] Result<FormatTag> readFormatTag(const Json& document, const std::string& file);
 
+/// Checks that `document` is a `colo.<kind>/<version>` document. Errors: kBadInput naming what it is
+/// instead ("expected a cluster (colo.cluster/1), got a colo.plan document") or the unsupported version.
+[[nodiscard]] Result<void> requireFormat(const Json& document, const std::string& file, const std::string& kind,
+                                         int version);
+
 /// A short rendering of a JSON value for error messages (strings quoted, long values cut).
 [[nodiscard]] std::string describeJsonValue(const Json& value);
 
