@@ -80,6 +80,21 @@ TEST(ColoPlanCli, HuggingFaceConfigAndFlagsWork) {
   EXPECT_TRUE(j["cluster"].is_null());
 }
 
+TEST(ColoPlanCli, RawOpGraphFromAnotherFramework) {
+  const std::string graph = test::dataFile("opgraphs/tiny-mlp-lm.json");
+  const auto r = run("inspect --model " + graph + " --batch 4 --json");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_EQ(j["model_source"].get<std::string>(), "colo.opgraph/1");
+  EXPECT_EQ(j["params"].get<std::int64_t>(), 1000 * 256 + 2 * 2 * 256 * 1024 + 256 * 1000);
+  EXPECT_EQ(j["batch"].get<int>(), 4);
+  // Per token, forward: two layers of 2*(256*1024)*2 plus the head 2*256*1000.
+  EXPECT_DOUBLE_EQ(j["flops_per_token_fwd"].get<double>(), 2 * 2.0 * 2 * 256 * 1024 + 2.0 * 256 * 1000);
+  const auto other = run("inspect --model " + graph + " --seq-len 256");
+  EXPECT_EQ(other.exitCode, 2);
+  EXPECT_NE(other.err.find("recorded at sequence length 128"), std::string::npos) << other.err;
+}
+
 TEST(ColoPlanCli, BadInputExitsTwoWithOneLineNamingFileFieldAndValue) {
   test::ScratchDir dir;
   Json model = test::loadJson(test::dataFile("models/gpt2-small.json"));
@@ -123,7 +138,7 @@ TEST(ColoPlanCli, BadInputExitsTwoWithOneLineNamingFileFieldAndValue) {
 
 TEST(ColoPlanCli, ValidateAcceptsEveryShippedFileAndRejectsBadOnes) {
   std::string all;
-  for (const char* folder : {"models", "clusters", "plans"}) {
+  for (const char* folder : {"models", "clusters", "plans", "opgraphs"}) {
     for (const auto& entry : std::filesystem::directory_iterator(test::dataFile(folder))) all += " " + entry.path().string();
   }
   for (const auto& entry : std::filesystem::directory_iterator(test::dataFile("hf"))) {
@@ -131,7 +146,7 @@ TEST(ColoPlanCli, ValidateAcceptsEveryShippedFileAndRejectsBadOnes) {
   }
   const auto ok = run("validate" + all);
   EXPECT_EQ(ok.exitCode, 0) << ok.err;
-  EXPECT_GE(lines(ok.out), 36u);
+  EXPECT_GE(lines(ok.out), 37u);
   EXPECT_NE(ok.out.find("colo.plan/1 for gpt3-175b on 1024 GPUs"), std::string::npos);
 
   test::ScratchDir plans;
