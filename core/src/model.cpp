@@ -1,5 +1,6 @@
 #include "colo/core/model.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "colo/core/cluster.h"
@@ -27,6 +28,14 @@ Result<OpGraph> Model::expand(const GraphOptions& options) const {
   OpGraph scaled(info);
   scaled.info().batch = options.batch;
   const double factor = static_cast<double>(options.batch) / static_cast<double>(info.batch);
+  for (std::size_t v = 0; v < graph->size(); ++v) {
+    const Op& op = graph->op(v);
+    if (static_cast<double>(std::max({op.bytesRead, op.bytesWritten, op.savedBytes})) * factor > 4.0e18) {
+      return fail(Error::badInput("batch " + std::to_string(options.batch) + " is too large to describe (op \"" +
+                                      op.name + "\" would exceed 2^61 bytes)",
+                                  file));
+    }
+  }
   auto scale = [&](std::int64_t v) { return static_cast<std::int64_t>(static_cast<double>(v) * factor); };
   for (std::size_t v = 0; v < graph->size(); ++v) {
     Op op = graph->op(v);

@@ -412,6 +412,18 @@ Result<OpGraph> buildOpGraph(const ModelSpec& spec, const GraphOptions& options)
                                 spec.name + " (max_position_embeddings " +
                                 std::to_string(spec.maxPositionEmbeddings) + ")"));
   }
+  // Byte counts are 64-bit integers; the largest tensor (attention scores, logits or the MLP inner
+  // activation) must stay far from overflow.
+  const double tokens = static_cast<double>(seqLen) * static_cast<double>(options.batch);
+  const double widest = std::max({static_cast<double>(spec.numAttentionHeads) * static_cast<double>(seqLen),
+                                  static_cast<double>(spec.vocabSize),
+                                  2.0 * static_cast<double>(std::max(spec.ffnHiddenSize, spec.expertFfnSize())) *
+                                      static_cast<double>(std::max<std::int64_t>(1, spec.moe.topK)),
+                                  static_cast<double>(spec.hiddenSize) * 4});
+  if (tokens * widest * static_cast<double>(options.dtypeBytes) * 4 > 9.0e18) {
+    return fail(Error::badInput("batch " + std::to_string(options.batch) + " x sequence " + std::to_string(seqLen) +
+                                " is too large to describe (tensors beyond 2^61 bytes)"));
+  }
   return Builder(spec, seqLen, options.batch, options.dtypeBytes).build();
 }
 

@@ -138,6 +138,9 @@ TEST(OpGraph, SequenceLengthLimits) {
   ASSERT_FALSE(vit);
   EXPECT_NE(vit.error().message.find("fixed by image_size/patch_size at 197"), std::string::npos);
   EXPECT_TRUE(buildOpGraph(libraryModel("llama2-7b"), GraphOptions{32768, 1, 2}));  // RoPE: any length
+  auto huge = buildOpGraph(libraryModel("llama3-405b"), GraphOptions{1 << 20, 1 << 20, 2});
+  ASSERT_FALSE(huge);
+  EXPECT_NE(huge.error().message.find("too large"), std::string::npos);
 }
 
 Json tinyGraph() {
