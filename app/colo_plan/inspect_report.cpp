@@ -78,32 +78,6 @@ Json opJson(const Op& op) {
           {"flops_bwd", op.flopsBwd}, {"saved_bytes", op.savedBytes}, {"causal", op.causal}};
 }
 
-Json clusterJson(const ClusterSpec& c) {
-  Json peaks = Json::object();
-  for (const auto& [dtype, flops] : c.gpu.peakFlopsPerSecond) peaks[toString(dtype)] = flops / 1e12;
-  Json links = Json::array();
-  for (const auto& l : c.links) {
-    links.push_back({{"name", l.name},
-                     {"kind", toString(l.kind)},
-                     {"span_gpus", l.spanGpus},
-                     {"bandwidth_GBps", l.bytesPerSecond / 1e9},
-                     {"latency_us", l.latencySeconds * 1e6}});
-  }
-  return {{"name", c.name},
-          {"nodes", c.nodes},
-          {"gpus_per_node", c.gpusPerNode},
-          {"total_gpus", c.totalGpus()},
-          {"gpu", c.gpu.name},
-          {"gpu_memory_bytes", c.gpu.memoryBytes},
-          {"peak_TFLOPs", peaks},
-          {"hbm_bandwidth_GBps", c.gpu.hbmBytesPerSecond / 1e9},
-          {"links", links},
-          {"total_memory_bytes", c.gpu.memoryBytes * static_cast<double>(c.totalGpus())},
-          {"host_memory_bytes_per_node", c.hostMemoryBytes},
-          {"pcie_bandwidth_GBps", c.pcieBytesPerSecond / 1e9},
-          {"nvme_bandwidth_GBps", c.nvmeBytesPerSecond / 1e9}};
-}
-
 std::string describeModel(const Model& model) {
   if (!model.spec) return "raw op graph";
   const ModelSpec& s = *model.spec;
@@ -234,7 +208,10 @@ Result<Json> buildInspectReport(const Model& model, const std::optional<ClusterS
   report["layer_groups"] = groups;
 
   if (cluster) {
-    Json c = clusterJson(*cluster);
+    // The cluster document itself, plus what follows from it for this model.
+    Json c = clusterToJson(*cluster);
+    c["total_gpus"] = cluster->totalGpus();
+    c["total_memory_bytes"] = cluster->gpu.memoryBytes * static_cast<double>(cluster->totalGpus());
     const double states = report["model_state_bytes"]["total_bytes"].get<double>();
     const double perGpu = cluster->gpu.memoryBytes;
     c["min_gpus_for_model_states"] = static_cast<std::int64_t>(std::ceil(states / perGpu));
@@ -313,19 +290,20 @@ std::string renderInspectReport(const Json& r) {
 
   if (!r["cluster"].is_null()) {
     const Json& c = r["cluster"];
+    const Json& gpu = c["gpu"];
     out << "cluster   " << c["name"].get<std::string>() << ": " << c["nodes"].get<std::int64_t>() << " node"
         << (c["nodes"].get<std::int64_t>() > 1 ? "s" : "") << " x " << c["gpus_per_node"].get<std::int64_t>() << " "
-        << c["gpu"].get<std::string>() << " = " << c["total_gpus"].get<std::int64_t>() << " GPUs\n";
-    out << "          per GPU " << formatBytes(num(c["gpu_memory_bytes"])) << ", HBM "
-        << formatFixed(num(c["hbm_bandwidth_GBps"]), 0) << " GB/s, peak";
-    for (const auto& [dtype, tf] : c["peak_TFLOPs"].items()) out << " " << dtype << " " << formatFixed(tf.get<double>(), 1);
+        << gpu["name"].get<std::string>() << " = " << c["total_gpus"].get<std::int64_t>() << " GPUs\n";
+    out << "          per GPU " << formatFixed(num(gpu["memory_GiB"]), 1) << " GiB, HBM "
+        << formatFixed(num(gpu["hbm_bandwidth_GBps"]), 0) << " GB/s, peak";
+    for (const auto& [dtype, tf] : gpu["peak_TFLOPs"].items()) out << " " << dtype << " " << formatFixed(tf.get<double>(), 1);
     out << " TFLOP/s\n";
     for (const auto& l : c["links"]) {
       out << "          link " << l["name"].get<std::string>() << " (" << l["kind"].get<std::string>() << "): "
           << l["span_gpus"].get<std::int64_t>() << " GPUs, " << formatFixed(num(l["bandwidth_GBps"]), 1)
           << " GB/s per GPU, " << formatFixed(num(l["latency_us"]), 1) << " us\n";
     }
-    out << "          offload: host " << formatBytes(num(c["host_memory_bytes_per_node"])) << "/node, PCIe "
+    out << "          offload: host " << formatFixed(num(c["host_memory_GiB"]), 0) << " GiB/node, PCIe "
         << formatFixed(num(c["pcie_bandwidth_GBps"]), 0) << " GB/s/GPU";
     if (num(c["nvme_bandwidth_GBps"]) > 0) out << ", NVMe " << formatFixed(num(c["nvme_bandwidth_GBps"]), 1) << " GB/s/node";
     out << "\n          total " << formatBytes(num(c["total_memory_bytes"])) << " of GPU memory";

@@ -3,30 +3,15 @@
 #include <algorithm>
 #include <charconv>
 
+#include "colo/core/suggest.h"
+
 namespace colo::app {
 namespace {
 
-// Nearest option name by edit distance, for "did you mean".
 std::optional<std::string> nearest(const std::string& word, const std::vector<OptionSpec>& specs) {
-  std::optional<std::string> best;
-  std::size_t bestDistance = 3;
-  for (const auto& spec : specs) {
-    const std::string& c = spec.name;
-    std::vector<std::size_t> prev(c.size() + 1), cur(c.size() + 1);
-    for (std::size_t j = 0; j <= c.size(); ++j) prev[j] = j;
-    for (std::size_t i = 1; i <= word.size(); ++i) {
-      cur[0] = i;
-      for (std::size_t j = 1; j <= c.size(); ++j) {
-        cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (word[i - 1] == c[j - 1] ? 0 : 1)});
-      }
-      std::swap(prev, cur);
-    }
-    if (prev[c.size()] < bestDistance) {
-      bestDistance = prev[c.size()];
-      best = c;
-    }
-  }
-  return best;
+  std::vector<std::string> names;
+  for (const auto& spec : specs) names.push_back(spec.name);
+  return closestMatch(word, names);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "colo/core/error.h"
 #include "colo/core/json.h"
+#include "colo/core/suggest.h"
 
 namespace colo::detail {
 
@@ -89,9 +90,6 @@ class JsonReader {
 
 /// Escapes a key for use in a JSON pointer (RFC 6901).
 [[nodiscard]] std::string escapePointer(std::string_view key);
-
-/// The closest of `candidates` to `word` by edit distance, if close enough to be a likely typo.
-[[nodiscard]] std::optional<std::string> closestMatch(std::string_view word, const std::vector<std::string>& candidates);
 
 /// Runs a loader body and converts a thrown LoadFailure into an Error. nlohmann type errors that slip
 /// through become internal errors (a loader bug), never a crash.

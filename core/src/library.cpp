@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "json_reader.h"
+#include "colo/core/suggest.h"
 
 namespace colo {
 namespace {
@@ -42,7 +42,7 @@ Result<std::string> resolveLibraryFile(LibraryKind kind, const std::string& name
   const auto entries = libraryEntries(kind);
   std::string message = "\"" + nameOrPath + "\" is neither a file nor an entry of the " + folder(kind) + " library (" +
                         (fs::path(dataDirectory()) / folder(kind)).string() + ")";
-  if (auto close = detail::closestMatch(nameOrPath, entries)) message += "; did you mean \"" + *close + "\"?";
+  if (auto close = closestMatch(nameOrPath, entries)) message += "; did you mean \"" + *close + "\"?";
   message += " `colo-plan list " + folder(kind) + "` shows them all";
   return fail(Error::badInput(message));
 }
