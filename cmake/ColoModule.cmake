@@ -8,7 +8,7 @@
 
 function(colo_set_warnings target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
-                                           -Wcast-align -Wunused -Woverloaded-virtual -Wnull-dereference)
+                                           -Wcast-align -Wunused -Woverloaded-virtual)
   if(COLO_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()

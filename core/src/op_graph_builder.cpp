@@ -336,8 +336,10 @@ class Builder {
     op.dims = {{"rows", rows}, {"classes", classes}};
     op.flopsFwd = 5.0 * static_cast<double>(rows * classes);
     op.flopsBwd = 2.0 * static_cast<double>(rows * classes);
-    op.bytesRead = rows * classes * m_dt;
-    op.bytesWritten = rows * 4;
+    // Unfused, as Megatron's vocab-parallel cross-entropy runs: upcast the logits to fp32, then max,
+    // subtract, exp, sum and divide passes: about 36 bytes of traffic per logit.
+    op.bytesRead = rows * classes * (m_dt + 16);
+    op.bytesWritten = rows * classes * (4 + 12) + rows * 4;
     op.savedBytes = rows * classes * 4;  // logits upcast to fp32 for a stable softmax
     chain(std::move(op));
   }

@@ -119,6 +119,16 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
     if (!precision) r.fail("precision", precision.error().message);
     p.precision = *precision;
 
+    if (r.has("execution")) {
+      const JsonReader e = r.object("execution");
+      p.execution.flashAttention = e.choice("attention", {"flash", "unfused"}, "flash") == "flash";
+      p.execution.overlapGradReduce = e.boolean("overlap_grad_reduce", true);
+      p.execution.overlapParamGather = e.boolean("overlap_param_gather", true);
+      p.execution.tpCommOverlap = e.boolean("tp_comm_overlap", false);
+      e.rejectUnknownKeys();
+    } else {
+      r.accept({"execution"});
+    }
     if (r.has("predictions")) {
       const JsonReader pr = r.object("predictions");
       p.predictions.stepTimeSeconds = optionalNumber(pr, "step_time_s");
@@ -212,6 +222,10 @@ Json planToJson(const Plan& p) {
   }
   j["stages"] = stages;
   j["precision"] = toString(p.precision);
+  j["execution"] = {{"attention", p.execution.flashAttention ? "flash" : "unfused"},
+                    {"overlap_grad_reduce", p.execution.overlapGradReduce},
+                    {"overlap_param_gather", p.execution.overlapParamGather},
+                    {"tp_comm_overlap", p.execution.tpCommOverlap}};
   Json pred = Json::object();
   const auto& pr = p.predictions;
   auto put = [&](const char* key, const std::optional<double>& v) {

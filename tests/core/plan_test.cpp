@@ -27,6 +27,8 @@ Plan megatronPlan() {
   p.zeroStage = 1;
   p.stages = uniformStages(96, 48, RecomputePolicy::kSelective);
   p.precision = DType::kBf16;
+  p.execution.flashAttention = false;
+  p.execution.tpCommOverlap = true;
   p.predictions.stepTimeSeconds = 12.5;
   p.predictions.fits = true;
   p.predictions.breakdown = Json{{"compute_s", 10.0}};
@@ -46,6 +48,7 @@ TEST(Plan, ValidPlanRoundTripsExactly) {
   EXPECT_EQ(back->parallel, p.parallel);
   EXPECT_EQ(back->stages, p.stages);
   EXPECT_EQ(back->predictions, p.predictions);
+  EXPECT_EQ(back->execution, p.execution);
   EXPECT_EQ(back->numMicroBatches(), 192);
   EXPECT_EQ(*back->model.spec, *p.model.spec);
 }

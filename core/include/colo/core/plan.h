@@ -57,6 +57,15 @@ struct Offload {
   friend bool operator==(const Offload&, const Offload&) = default;
 };
 
+/// How the step is executed where real systems offer a choice that changes its cost.
+struct Execution {
+  bool flashAttention = true;     ///< fused attention (FlashAttention): no s^2 activations, fewer bytes
+  bool overlapGradReduce = true;  ///< data-parallel gradient reduction overlapped with backward
+  bool overlapParamGather = true; ///< ZeRO parameter all-gather overlapped with forward (prefetch)
+  bool tpCommOverlap = false;     ///< tensor-parallel collectives overlapped with GEMMs (userbuffers)
+  friend bool operator==(const Execution&, const Execution&) = default;
+};
+
 /// Predicted figures (filled by the cost model; all optional until then).
 struct Predictions {
   std::optional<double> stepTimeSeconds;
@@ -95,6 +104,7 @@ struct Plan {
   Offload offload;
   std::vector<StagePlan> stages;      ///< pp * virtualStages chunks; chunk c*pp + p runs on stage p
   DType precision = DType::kBf16;
+  Execution execution;
   Predictions predictions;
   Provenance provenance;
 

@@ -1,0 +1,358 @@
+// colo-plan evaluate: predict one fully specified plan.
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <map>
+#include <sstream>
+
+#include "args.h"
+#include "colo/core/library.h"
+#include "colo/core/units.h"
+#include "colo/core/version.h"
+#include "colo/costmodel/evaluator.h"
+#include "commands.h"
+#include "text_table.h"
+
+namespace colo::app {
+namespace {
+
+const std::vector<OptionSpec>& evaluateOptions() {
+  static const std::vector<OptionSpec> specs{
+      {"plan", "FILE", "evaluate a saved colo.plan/1 file (the other plan options are then not allowed)"},
+      {"model", "M", "model: library name or file (colo.model/1, HF config.json, colo.opgraph/1)"},
+      {"cluster", "C", "cluster: library name or colo.cluster/1 file"},
+      {"gpus", "N", "scale the cluster to N GPUs"},
+      {"tp", "T", "tensor-parallel degree (default 1)"},
+      {"pp", "P", "pipeline-parallel degree (default 1)"},
+      {"dp", "D", "data-parallel degree (default: GPUs / (tp*pp*cp))"},
+      {"cp", "C", "context-parallel degree (default 1)"},
+      {"ep", "E", "expert-parallel degree, MoE only (default 1)"},
+      {"vpp", "V", "virtual pipeline stages per rank (interleaved schedule)"},
+      {"sp", "", "Megatron sequence parallelism (needs tp > 1)"},
+      {"mbs", "B", "micro-batch size, samples (default 1)"},
+      {"gbs", "G", "global batch size, samples per step (required)"},
+      {"seq-len", "S", "tokens per sample (default: the model's)"},
+      {"zero", "Z", "ZeRO stage 0-3 (default 0; 1 = distributed optimizer)"},
+      {"recompute", "R", "activation recompute: none (default), selective, full"},
+      {"recompute-layers", "N", "recompute only the first N layers of each pipeline chunk"},
+      {"stages", "L1,L2,..", "layers of each pipeline chunk (default: even split)"},
+      {"schedule", "S", "gpipe, 1f1b (default; interleaved when --vpp > 1), interleaved, zb"},
+      {"precision", "P", "bf16 (default), fp16, fp8, fp32"},
+      {"attention", "A", "flash (default) or unfused"},
+      {"no-overlap-grad-reduce", "", "do not overlap data-parallel gradient reduction with backward"},
+      {"no-overlap-param-gather", "", "do not overlap ZeRO parameter gathers with forward"},
+      {"tp-comm-overlap", "", "overlap tensor-parallel collectives with GEMMs"},
+      {"offload-optimizer", "F", "fraction of optimizer states on the host (ZeRO >= 1)"},
+      {"offload-params", "F", "fraction of parameters on the host (ZeRO 3)"},
+      {"rank-order", "ORDER", "placement, innermost first (default tp-cp-dp-pp)"},
+      {"costdb", "DB", "cost database of measured kernels (not yet read: see docs/costmodel.md)"},
+      {"out", "FILE", "write the plan with its predictions as a colo.plan/1 file"},
+      {"json", "", "print one JSON object"},
+      {"help", "", "show this help"},
+  };
+  return specs;
+}
+
+// Plan fields named by validatePlan map back to the options a CLI user typed.
+Error toOptionError(Error e) {
+  static const std::map<std::string, std::string> optionOf{
+      {"/parallel/tp", "--tp"},  {"/parallel/pp", "--pp"},   {"/parallel/dp", "--dp"},  {"/parallel/cp", "--cp"},
+      {"/parallel/ep", "--ep"},  {"/parallel/virtual_stages", "--vpp"}, {"/parallel/sequence_parallel", "--sp"},
+      {"/parallel/rank_order", "--rank-order"}, {"/parallel", "--tp/--pp/--dp/--cp"},
+      {"/batch/global_batch_size", "--gbs"}, {"/batch/micro_batch_size", "--mbs"}, {"/batch/seq_len", "--seq-len"},
+      {"/zero_stage", "--zero"}, {"/schedule", "--schedule"}, {"/precision", "--precision"},
+      {"/offload/optimizer_fraction", "--offload-optimizer"}, {"/offload/params_fraction", "--offload-params"},
+      {"/offload/target", "--offload-optimizer"}, {"/stages", "--stages"}};
+  if (e.file.empty()) {
+    std::string path = e.path;
+    if (path.rfind("/stages/", 0) == 0) path = "/stages";
+    if (auto it = optionOf.find(path); it != optionOf.end()) {
+      e.message = it->second + ": " + e.message;
+      e.path.clear();
+    }
+  }
+  return e;
+}
+
+Result<double> fractionOption(const Args& args, const std::string& name) {
+  const auto text = args.value(name);
+  if (!text) return 0.0;
+  char* end = nullptr;
+  const double v = std::strtod(text->c_str(), &end);
+  if (end == text->c_str() || *end != '\0' || !(v >= 0 && v <= 1)) {
+    return fail(Error::badInput("--" + name + ": expected a fraction between 0 and 1, got \"" + *text + "\""));
+  }
+  return v;
+}
+
+std::string isoNow() {
+  const std::time_t now = std::time(nullptr);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return buffer;
+}
+
+// Builds a plan from the command line. Every option is checked; consistency is validatePlan's job.
+Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& argv) {
+  Plan plan;
+  const auto modelName = args.value("model");
+  const auto clusterName = args.value("cluster");
+  if (!modelName) return fail(Error::badInput("missing --model (or --plan FILE)"));
+  if (!clusterName) return fail(Error::badInput("missing --cluster (or --plan FILE)"));
+  auto modelFile = resolveLibraryFile(LibraryKind::kModels, *modelName);
+  if (!modelFile) return fail(modelFile.error());
+  auto model = loadModel(*modelFile);
+  if (!model) return fail(model.error());
+  auto clusterFile = resolveLibraryFile(LibraryKind::kClusters, *clusterName);
+  if (!clusterFile) return fail(clusterFile.error());
+  auto cluster = loadCluster(*clusterFile);
+  if (!cluster) return fail(cluster.error());
+  if (args.has("gpus")) {
+    auto gpus = args.positiveInteger("gpus", 0);
+    if (!gpus) return fail(gpus.error());
+    auto scaled = scaleCluster(*cluster, *gpus);
+    if (!scaled) return fail(scaled.error());
+    cluster = std::move(*scaled);
+  }
+  plan.model = std::move(*model);
+  plan.cluster = std::move(*cluster);
+
+  auto integer = [&](const std::string& name, std::int64_t fallback) { return args.positiveInteger(name, fallback); };
+  auto tp = integer("tp", 1);
+  auto pp = integer("pp", 1);
+  auto cp = integer("cp", 1);
+  auto ep = integer("ep", 1);
+  auto vpp = integer("vpp", 1);
+  auto mbs = integer("mbs", 1);
+  auto seq = integer("seq-len", plan.model.defaultSeqLen());
+  for (const auto* r : {&tp, &pp, &cp, &ep, &vpp, &mbs, &seq}) {
+    if (!*r) return fail(r->error());
+  }
+  if (!args.has("gbs")) return fail(Error::badInput("missing --gbs (global batch size, samples per step)"));
+  auto gbs = integer("gbs", 1);
+  if (!gbs) return fail(gbs.error());
+  plan.parallel.tp = *tp;
+  plan.parallel.pp = *pp;
+  plan.parallel.cp = *cp;
+  plan.parallel.ep = *ep;
+  plan.parallel.virtualStages = *vpp;
+  plan.parallel.sequenceParallel = args.has("sp");
+  const std::int64_t gpus = plan.cluster.totalGpus();
+  if (args.has("dp")) {
+    auto dp = integer("dp", 1);
+    if (!dp) return fail(dp.error());
+    plan.parallel.dp = *dp;
+  } else {
+    const std::int64_t modelParallel = *tp * *pp * *cp;
+    if (gpus % modelParallel != 0) {
+      return fail(Error::badInput("--tp/--pp/--cp: tp*pp*cp = " + std::to_string(modelParallel) + " does not divide the cluster's " +
+                                  std::to_string(gpus) + " GPUs, so no --dp fills it"));
+    }
+    plan.parallel.dp = gpus / modelParallel;
+  }
+  if (auto order = args.value("rank-order")) {
+    plan.parallel.rankOrder.clear();
+    std::size_t start = 0;
+    while (true) {
+      const auto dash = order->find('-', start);
+      plan.parallel.rankOrder.push_back(order->substr(start, dash == std::string::npos ? std::string::npos : dash - start));
+      if (dash == std::string::npos) break;
+      start = dash + 1;
+    }
+  }
+  plan.microBatchSize = *mbs;
+  plan.globalBatchSize = *gbs;
+  plan.seqLen = *seq;
+  if (auto z = args.value("zero")) {
+    if (*z != "0" && *z != "1" && *z != "2" && *z != "3") {
+      return fail(Error::badInput("--zero: expected 0, 1, 2 or 3, got \"" + *z + "\""));
+    }
+    plan.zeroStage = std::stoi(*z);
+  }
+  auto policy = parseRecompute(args.value("recompute", "none"));
+  if (!policy) return fail(Error::badInput("--recompute: " + policy.error().message));
+  const std::string defaultSchedule = *vpp > 1 ? "interleaved" : "1f1b";
+  auto schedule = parseSchedule(args.value("schedule", defaultSchedule));
+  if (!schedule) return fail(Error::badInput("--schedule: " + schedule.error().message));
+  plan.schedule = *schedule;
+  auto precision = parseDType(args.value("precision", "bf16"));
+  if (!precision) return fail(Error::badInput("--precision: " + precision.error().message));
+  plan.precision = *precision;
+  const std::string attention = args.value("attention", "flash");
+  if (attention != "flash" && attention != "unfused") {
+    return fail(Error::badInput("--attention: expected flash or unfused, got \"" + attention + "\""));
+  }
+  plan.execution.flashAttention = attention == "flash";
+  plan.execution.overlapGradReduce = !args.has("no-overlap-grad-reduce");
+  plan.execution.overlapParamGather = !args.has("no-overlap-param-gather");
+  plan.execution.tpCommOverlap = args.has("tp-comm-overlap");
+  auto offOpt = fractionOption(args, "offload-optimizer");
+  if (!offOpt) return fail(offOpt.error());
+  auto offParams = fractionOption(args, "offload-params");
+  if (!offParams) return fail(offParams.error());
+  plan.offload.optimizerFraction = *offOpt;
+  plan.offload.paramsFraction = *offParams;
+
+  const std::int64_t chunks = *pp * *vpp;
+  const std::int64_t layers = plan.model.numLayers();
+  if (auto list = args.value("stages")) {
+    std::size_t start = 0;
+    while (start <= list->size()) {
+      const auto comma = list->find(',', start);
+      const std::string item = list->substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      char* end = nullptr;
+      const long long n = std::strtoll(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || n < 1) {
+        return fail(Error::badInput("--stages: expected positive layer counts separated by commas, got \"" + item + "\""));
+      }
+      StagePlan stage;
+      stage.layers = n;
+      plan.stages.push_back(stage);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  } else {
+    if (layers % chunks != 0) {
+      return fail(Error::badInput("--pp/--vpp: the model's " + std::to_string(layers) +
+                                  " layers are not divisible by pp*vpp = " + std::to_string(chunks) +
+                                  " (give --stages to split them unevenly)"));
+    }
+    plan.stages = uniformStages(layers, chunks, RecomputePolicy::kNone);
+  }
+  std::optional<std::int64_t> recomputeLayers;
+  if (args.has("recompute-layers")) {
+    auto n = integer("recompute-layers", 1);
+    if (!n) return fail(n.error());
+    recomputeLayers = *n;
+  }
+  for (auto& stage : plan.stages) {
+    stage.recompute = *policy;
+    stage.recomputeLayers = *policy == RecomputePolicy::kNone ? 0 : std::min(stage.layers, recomputeLayers.value_or(stage.layers));
+  }
+  plan.name = plan.model.name() + " tp" + std::to_string(*tp) + " pp" + std::to_string(*pp) + " dp" +
+              std::to_string(plan.parallel.dp);
+  std::string command = "colo-plan evaluate";
+  for (const auto& a : argv) command += " " + a;
+  plan.provenance.command = command;
+  return plan;
+}
+
+std::string seconds(double s) {
+  if (s >= 1) return formatFixed(s, 3) + " s";
+  if (s >= 1e-3) return formatFixed(s * 1e3, 2) + " ms";
+  return formatFixed(s * 1e6, 1) + " us";
+}
+
+std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev) {
+  std::ostringstream out;
+  const auto& p = plan.parallel;
+  out << "plan      " << plan.model.name() << " on " << plan.cluster.name << " (" << plan.cluster.totalGpus()
+      << " GPUs): tp " << p.tp << " pp " << p.pp << " dp " << p.dp;
+  if (p.cp > 1) out << " cp " << p.cp;
+  if (p.ep > 1) out << " ep " << p.ep;
+  if (p.virtualStages > 1) out << " vpp " << p.virtualStages;
+  if (p.sequenceParallel) out << " +sp";
+  out << ", " << toString(plan.schedule) << ", mbs " << plan.microBatchSize << " x " << ev.microBatches
+      << " micro-batches, gbs " << plan.globalBatchSize << " x " << plan.seqLen << " tokens, ZeRO-" << plan.zeroStage
+      << ", " << toString(plan.precision) << ", " << (plan.execution.flashAttention ? "flash" : "unfused")
+      << " attention, recompute " << toString(plan.stages.front().recompute) << "\n";
+  out << "step      " << seconds(ev.stepSeconds) << "  |  " << formatCount(ev.tokensPerSecond) << " tokens/s  |  "
+      << formatFixed(ev.modelTflopsPerGpu, 1) << " model TFLOP/s/GPU (MFU " << formatFixed(100 * ev.mfu, 1) << "%), "
+      << formatFixed(ev.hardwareTflopsPerGpu, 1) << " hardware  |  bubble " << formatFixed(100 * ev.bubbleFraction, 1)
+      << "%\n";
+  out << "memory    peak " << formatBytes(ev.peakMemoryBytes) << " of " << formatBytes(ev.gpuMemoryBytes) << " per GPU: "
+      << (ev.fits ? "fits" : "DOES NOT FIT") << "\n";
+  const auto& t = ev.time;
+  TextTable time({"where the step goes", "seconds", "share"}, {false, true, true});
+  const std::pair<const char*, double> parts[] = {
+      {"compute (forward + backward)", t.compute}, {"recompute", t.recompute}, {"tensor-parallel comm", t.tpComm},
+      {"context-parallel comm", t.cpComm},         {"expert all-to-all", t.epComm}, {"pipeline send/recv", t.ppComm},
+      {"data-parallel comm (exposed)", t.dpComm},   {"pipeline bubble", t.bubble},  {"optimizer step", t.optimizer}};
+  for (const auto& [name, value] : parts) {
+    if (value <= 0) continue;
+    time.addRow({name, formatFixed(value, 4), formatFixed(100 * value / ev.stepSeconds, 1) + "%"});
+  }
+  out << time.render("  ");
+  TextTable mem({"stage", "layers", "weights", "grads", "optimizer", "activations", "buffers", "other", "total", ""},
+                {true, true, true, true, true, true, true, true, true, false});
+  for (const auto& s : ev.stages) {
+    const auto& m = s.memory;
+    const int bar = static_cast<int>(std::round(20.0 * std::min(1.5, m.total() / ev.gpuMemoryBytes)));
+    std::string gauge = std::string(static_cast<std::size_t>(std::min(bar, 20)), '#');
+    gauge.resize(20, '.');
+    if (bar > 20) gauge += std::string(static_cast<std::size_t>(bar - 20), '!');
+    mem.addRow({std::to_string(s.stage), std::to_string(s.layers), formatBytes(m.weights), formatBytes(m.gradients),
+                formatBytes(m.optimizer), formatBytes(m.activations), formatBytes(m.buffers),
+                formatBytes(m.allocator + m.context), formatBytes(m.total()), "|" + gauge + "|"});
+  }
+  out << mem.render("  ");
+  return out.str();
+}
+
+}  // namespace
+
+int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
+  auto args = Args::parse(argv, evaluateOptions());
+  if (!args) return reportError(args.error(), err);
+  if (args->has("help")) {
+    out << "usage: colo-plan evaluate --model M --cluster C [--gpus N] --tp T --pp P --dp D [--cp C] [--ep E]\n"
+           "         [--vpp V] [--sp] --mbs B --gbs G [--seq-len S] [--zero 0|1|2|3] [--recompute none|selective|full]\n"
+           "         [--schedule gpipe|1f1b|interleaved|zb] [--precision bf16|fp16|fp8|fp32] [--json]\n"
+           "       colo-plan evaluate --plan plan.json [--json]\n\n"
+           "Predicts the step time and per-GPU memory of one plan, with where the time and memory go.\n\n"
+        << describeOptions(evaluateOptions());
+    return 0;
+  }
+  if (!args->positional().empty()) {
+    return reportError(Error::badInput("unexpected argument \"" + args->positional().front() + "\""), err);
+  }
+  if (args->has("costdb")) {
+    return reportError(Error::badInput("--costdb: reading measured kernels is not implemented yet; the roofline is used "
+                                       "(remove --costdb)"),
+                       err);
+  }
+  Plan plan;
+  if (const auto file = args->value("plan")) {
+    for (const auto& spec : evaluateOptions()) {
+      if (spec.name != "plan" && spec.name != "json" && spec.name != "out" && args->has(spec.name)) {
+        return reportError(Error::badInput("--" + spec.name + " cannot be combined with --plan (edit the plan file instead)"), err);
+      }
+    }
+    auto loaded = loadPlan(*file);
+    if (!loaded) return reportError(loaded.error(), err);
+    plan = std::move(*loaded);
+  } else {
+    auto built = planFromOptions(*args, argv);
+    if (!built) return reportError(built.error(), err);
+    plan = std::move(*built);
+    if (auto valid = validatePlan(plan); !valid) return reportError(toOptionError(valid.error()), err);
+  }
+  auto evaluation = costmodel::evaluatePlan(plan);
+  if (!evaluation) return reportError(toOptionError(evaluation.error()), err);
+
+  if (const auto outFile = args->value("out")) {
+    const Json j = evaluation->toJson();
+    plan.predictions.stepTimeSeconds = evaluation->stepSeconds;
+    plan.predictions.tokensPerSecond = evaluation->tokensPerSecond;
+    plan.predictions.modelTflopsPerGpu = evaluation->modelTflopsPerGpu;
+    plan.predictions.hardwareTflopsPerGpu = evaluation->hardwareTflopsPerGpu;
+    plan.predictions.mfu = evaluation->mfu;
+    plan.predictions.peakMemoryBytes = evaluation->peakMemoryBytes;
+    plan.predictions.fits = evaluation->fits;
+    plan.predictions.bubbleFraction = evaluation->bubbleFraction;
+    plan.predictions.breakdown = j["breakdown"];
+    plan.provenance.toolVersion = kVersion;
+    plan.provenance.createdAt = isoNow();
+    plan.provenance.modelHash = contentHash(plan.model.toJson());
+    plan.provenance.clusterHash = contentHash(clusterToJson(plan.cluster));
+    if (auto written = writeJsonFileAtomic(*outFile, planToJson(plan)); !written) return reportError(written.error(), err);
+  }
+  if (args->has("json")) {
+    out << evaluation->toJson().dump(2) << "\n";
+  } else {
+    out << renderEvaluation(plan, *evaluation);
+  }
+  return 0;
+}
+
+}  // namespace colo::app

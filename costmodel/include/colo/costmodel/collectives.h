@@ -1,0 +1,39 @@
+#pragma once
+/// \file
+/// Collective communication over the cluster's link levels: where a parallel group's members sit
+/// (from the rank layout) and how long each collective takes on the links it crosses.
+
+#include <cstdint>
+#include <string>
+
+#include "colo/core/cluster.h"
+#include "colo/core/plan.h"
+
+namespace colo::costmodel {
+
+enum class Collective { kAllReduce, kReduceScatter, kAllGather, kAllToAll, kSendRecv };
+
+/// Where the members of one communication group sit.
+struct GroupPlacement {
+  std::int64_t size = 1;          ///< members
+  std::int64_t stride = 1;        ///< rank distance between consecutive members
+  std::int64_t perNode = 1;       ///< members that share a node
+  const LinkLevel* inner = nullptr;  ///< the level joining members inside a node (null: one per node)
+  const LinkLevel* outer = nullptr;  ///< the level joining nodes (null: the group fits in a node)
+  [[nodiscard]] bool crossesNodes() const { return outer != nullptr; }
+};
+
+/// The parallel dimensions a group can be formed over. kExpert is the expert-parallel sub-group of
+/// the data-parallel dimension.
+enum class Dim { kTp, kCp, kDp, kPp, kExpert };
+
+/// Placement of a group of dimension `dim` under the plan's rank order (innermost first).
+[[nodiscard]] GroupPlacement placeGroup(const ClusterSpec& cluster, const Parallelism& parallel, Dim dim);
+
+/// Time of one collective of `bytes` (the full buffer: the all-reduced tensor, the gathered output, the
+/// scattered input, the all-to-all send buffer, the message) over a placed group. Ring algorithm inside a
+/// level; across nodes the per-GPU network rails of the members of a node work in parallel
+/// (hierarchical bandwidth = min(inner, perNode x outer)). Latency grows with the ring's steps.
+[[nodiscard]] double collectiveSeconds(Collective kind, double bytes, const GroupPlacement& group);
+
+}  // namespace colo::costmodel

@@ -1,0 +1,111 @@
+#pragma once
+/// \file
+/// The cost model's entry point: given a model, a cluster and one fully specified plan, predict the
+/// step time and the per-GPU memory of every pipeline stage, with a breakdown that sums to the totals.
+/// Closed form (microseconds per plan), so the planner can call it for every candidate; the event-level
+/// schedule simulation lives in timeline.h.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "colo/core/cluster.h"
+#include "colo/core/error.h"
+#include "colo/core/json.h"
+#include "colo/core/model.h"
+#include "colo/core/plan.h"
+#include "colo/costmodel/hardware.h"
+
+namespace colo::costmodel {
+
+/// Per-GPU memory of one pipeline stage, bytes. `total()` is what the GPU must hold at its peak.
+struct MemoryBreakdown {
+  double weights = 0;
+  double gradients = 0;
+  double optimizer = 0;       ///< fp32 master weights and Adam moments left on the GPU
+  double activations = 0;     ///< saved for backward, all in-flight micro-batches, plus the recompute working set
+  double buffers = 0;         ///< communication buffers, logits upcast, ZeRO-3 gathered layers
+  double allocator = 0;       ///< caching-allocator fragmentation allowance
+  double context = 0;         ///< CUDA context and library workspaces (outside the allocator)
+  [[nodiscard]] double total() const {
+    return weights + gradients + optimizer + activations + buffers + allocator + context;
+  }
+};
+
+/// Work of one physical pipeline stage, per micro-batch unless said otherwise.
+struct StageReport {
+  std::int64_t stage = 0;
+  std::int64_t layers = 0;            ///< transformer layers over all its chunks
+  double forwardSeconds = 0;          ///< compute + exposed TP/CP/EP communication + p2p
+  double backwardSeconds = 0;         ///< the same for backward, including recompute
+  double recomputeSeconds = 0;        ///< part of backwardSeconds
+  double paramsPerGpu = 0;
+  double inFlightMicroBatches = 0;    ///< micro-batches whose activations are held at the peak
+  double dpExposedSeconds = 0;        ///< per step
+  double optimizerSeconds = 0;        ///< per step
+  MemoryBreakdown memory;
+};
+
+/// Seconds per step on the critical path; the parts sum to stepSeconds.
+struct TimeBreakdown {
+  double compute = 0;     ///< forward and backward kernels (without recompute)
+  double recompute = 0;
+  double tpComm = 0;      ///< exposed tensor-parallel collectives
+  double cpComm = 0;      ///< exposed context-parallel ring exchange
+  double epComm = 0;      ///< MoE all-to-all
+  double ppComm = 0;      ///< pipeline send/recv
+  double dpComm = 0;      ///< exposed data-parallel gradient/parameter collectives (and ZeRO-3 gathers)
+  double bubble = 0;      ///< pipeline fill and drain
+  double optimizer = 0;
+};
+
+struct Evaluation {
+  double stepSeconds = 0;
+  double tokensPerSecond = 0;
+  double modelTflopsPerGpu = 0;     ///< model FLOPs (no recompute) per step / step time / GPUs
+  double hardwareTflopsPerGpu = 0;  ///< including recompute
+  double mfu = 0;                   ///< model FLOPs utilisation of the precision's peak
+  double peakMemoryBytes = 0;       ///< max over stages
+  double gpuMemoryBytes = 0;
+  bool fits = false;
+  double bubbleFraction = 0;
+  std::int64_t microBatches = 0;
+  TimeBreakdown time;
+  std::vector<StageReport> stages;
+  /// The figures of `colo-plan evaluate --json`: step_time_s, tokens_per_s, model_tflops_per_gpu,
+  /// hardware_tflops_per_gpu, mfu, peak_memory_bytes, fits, bubble_fraction, breakdown.
+  [[nodiscard]] Json toJson() const;
+};
+
+/// Holds what does not change between plans of one model on one cluster at one sequence length (the
+/// op graph digested into per-layer templates), so evaluating a plan costs microseconds.
+class Evaluator {
+ public:
+  /// Errors: kBadInput when the model cannot be expanded at `seqLen`.
+  [[nodiscard]] static Result<Evaluator> create(const Model& model, const ClusterSpec& cluster, std::int64_t seqLen);
+  Evaluator(Evaluator&&) noexcept;
+  Evaluator& operator=(Evaluator&&) noexcept;
+  ~Evaluator();
+
+  /// Predicts the plan. The plan's model and cluster are not read (the evaluator's are used); its
+  /// seq_len must equal the evaluator's. The plan must satisfy validatePlan (not re-checked here, for
+  /// speed; evaluatePlan() checks). Errors: kBadInput for a sequence-length mismatch or a precision the
+  /// GPU lacks.
+  [[nodiscard]] Result<Evaluation> evaluate(const Plan& plan) const;
+
+  [[nodiscard]] const ClusterSpec& cluster() const;
+  [[nodiscard]] std::int64_t seqLen() const;
+  /// Model FLOPs (GEMMs, forward + backward, no recompute) of one sample.
+  [[nodiscard]] double modelFlopsPerSample() const;
+
+ private:
+  struct Impl;
+  explicit Evaluator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> m_impl;
+};
+
+/// Validates the plan, builds an evaluator for its embedded model and cluster, and evaluates.
+[[nodiscard]] Result<Evaluation> evaluatePlan(const Plan& plan);
+
+}  // namespace colo::costmodel

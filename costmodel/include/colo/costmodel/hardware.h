@@ -1,0 +1,33 @@
+#pragma once
+/// \file
+/// What a GPU achieves, as opposed to its datasheet peak: the efficiencies the roofline applies.
+/// Every constant is documented with its source in docs/costmodel.md.
+
+#include <cstdint>
+
+#include "colo/core/cluster.h"
+
+namespace colo::costmodel {
+
+/// Achievable-rate model of one GPU for one training precision.
+struct DeviceModel {
+  double peakFlopsPerSecond = 0;   ///< dense peak of the training precision
+  double gemmEfficiency = 0;       ///< share of peak a large, well-shaped GEMM reaches (at boost clock)
+  double sustainedClock = 1;       ///< share of the boost clock held under sustained tensor-core load
+  double flashFwdEfficiency = 0;   ///< share of peak a fused attention forward reaches
+  double flashBwdEfficiency = 0;   ///< share of peak a fused attention backward reaches
+  double memoryBytesPerSecond = 0; ///< achievable device-memory bandwidth
+  std::int64_t streamingProcessors = 0;  ///< SMs: GEMM tiles fill waves of this many
+  double kernelFloorSeconds = 0;   ///< the least time any kernel takes (launch and tail)
+  double contextBytes = 0;         ///< CUDA context, cuBLAS/NCCL workspaces: memory outside the allocator
+  double cpuAdamParamsPerSecond = 0;  ///< optimizer throughput of the host when states are offloaded (per GPU)
+};
+
+/// The device model of `gpu` training in `precision`. GPUs are recognised by name (V100, A100, H100,
+/// H200, RTX 4090/Ada); others get conservative defaults.
+[[nodiscard]] DeviceModel deviceModel(const GpuSpec& gpu, DType precision);
+
+/// Fraction of a link level's nominal bandwidth that NCCL-style collectives achieve on it.
+[[nodiscard]] double linkEfficiency(LinkKind kind);
+
+}  // namespace colo::costmodel

@@ -1,0 +1,83 @@
+#include "colo/costmodel/collectives.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "colo/costmodel/hardware.h"
+
+namespace colo::costmodel {
+namespace {
+
+std::int64_t degree(const Parallelism& p, const std::string& name) {
+  if (name == "tp") return p.tp;
+  if (name == "cp") return p.cp;
+  if (name == "dp") return p.dp;
+  return p.pp;
+}
+
+}  // namespace
+
+GroupPlacement placeGroup(const ClusterSpec& cluster, const Parallelism& parallel, Dim dim) {
+  const std::string name = dim == Dim::kTp ? "tp" : dim == Dim::kCp ? "cp" : dim == Dim::kPp ? "pp" : "dp";
+  std::int64_t stride = 1;
+  for (const auto& d : parallel.rankOrder) {
+    if (d == name) break;
+    stride *= degree(parallel, d);
+  }
+  GroupPlacement g;
+  g.size = dim == Dim::kExpert ? parallel.ep : degree(parallel, name);
+  g.stride = stride;
+  if (g.size <= 1) return g;
+  const std::int64_t gpn = cluster.gpusPerNode;
+  const std::int64_t span = stride * (g.size - 1) + 1;  // ranks from the first member to the last
+  g.perNode = stride >= gpn ? 1 : std::min(g.size, gpn / stride);
+  if (g.perNode > 1) {
+    // The innermost level that joins `perNode` members spaced by `stride`.
+    const std::int64_t inNodeSpan = stride * (g.perNode - 1) + 1;
+    for (const auto& level : cluster.links) {
+      if (level.spanGpus >= inNodeSpan) {
+        g.inner = &level;
+        break;
+      }
+    }
+  }
+  if (span > gpn || g.perNode < g.size) g.outer = &cluster.links.back();
+  if (!g.outer && !g.inner) g.inner = &cluster.links.front();
+  return g;
+}
+
+double collectiveSeconds(Collective kind, double bytes, const GroupPlacement& g) {
+  if (bytes <= 0) return 0.0;
+  if (g.size <= 1 && kind != Collective::kSendRecv) return 0.0;
+  const LinkLevel* slowest = g.outer ? g.outer : g.inner;
+  if (!slowest) return 0.0;
+  auto rate = [](const LinkLevel* level) { return level->bytesPerSecond * linkEfficiency(level->kind); };
+  // Bandwidth per GPU along the ring: inside a node the member's own link; across nodes the node's
+  // members share the traffic over their own NICs (rail-optimised DGX networks), capped by the node.
+  double bandwidth = rate(slowest);
+  if (g.outer && g.inner) bandwidth = std::min(rate(g.inner), rate(g.outer) * static_cast<double>(g.perNode));
+  const double n = static_cast<double>(g.size);
+  const double latency = g.outer ? g.outer->latencySeconds : g.inner->latencySeconds;
+  switch (kind) {
+    case Collective::kAllReduce:
+      return 2.0 * (n - 1) / n * bytes / bandwidth + 2.0 * (n - 1) * latency;
+    case Collective::kReduceScatter:
+    case Collective::kAllGather:
+      return (n - 1) / n * bytes / bandwidth + (n - 1) * latency;
+    case Collective::kAllToAll: {
+      // Every member sends (n-1)/n of its buffer; across nodes, the share leaving the node goes over
+      // the network at the member's own rate.
+      const double offNode = g.outer ? (n - static_cast<double>(g.perNode)) / n : 0.0;
+      const double onNode = (static_cast<double>(g.perNode) - 1) / n;
+      double t = 0;
+      if (g.inner && onNode > 0) t = std::max(t, onNode * bytes / rate(g.inner));
+      if (g.outer && offNode > 0) t = std::max(t, offNode * bytes / rate(g.outer));
+      return t + (n - 1) * latency;
+    }
+    case Collective::kSendRecv:
+      return bytes / rate(slowest) + latency;
+  }
+  return 0.0;
+}
+
+}  // namespace colo::costmodel

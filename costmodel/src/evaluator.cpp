@@ -1,0 +1,466 @@
+// Stage assembly, memory and the closed-form step time (docs/costmodel.md, "Step time" and "Memory").
+#include "colo/costmodel/evaluator.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "layer_cost.h"
+
+namespace colo::costmodel {
+
+using detail::LayerConfig;
+using detail::LayerCost;
+using detail::ModelTemplates;
+
+struct Evaluator::Impl {
+  ClusterSpec cluster;
+  ModelTemplates templates;
+  std::int64_t numLayers = 0;
+  std::int64_t numExperts = 0;
+};
+
+Evaluator::Evaluator(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
+Evaluator::Evaluator(Evaluator&&) noexcept = default;
+Evaluator& Evaluator::operator=(Evaluator&&) noexcept = default;
+Evaluator::~Evaluator() = default;
+
+const ClusterSpec& Evaluator::cluster() const { return m_impl->cluster; }
+std::int64_t Evaluator::seqLen() const { return m_impl->templates.seqLen; }
+double Evaluator::modelFlopsPerSample() const { return m_impl->templates.modelFlopsPerSample; }
+
+Result<Evaluator> Evaluator::create(const Model& model, const ClusterSpec& cluster, std::int64_t seqLen) {
+  // Templates are built at 16-bit activations; other precisions rescale bytes at evaluation.
+  auto graph = model.expand(GraphOptions{seqLen, 1, 2});
+  if (!graph) return fail(graph.error());
+  auto impl = std::make_unique<Impl>();
+  impl->cluster = cluster;
+  std::int64_t topK = 1;
+  std::int64_t kvWidth = graph->info().hiddenSize;
+  bool tied = false;
+  if (model.spec) {
+    topK = std::max<std::int64_t>(1, model.spec->moe.topK);
+    kvWidth = model.spec->kvHeads() * model.spec->headSize();
+    tied = model.spec->tieWordEmbeddings && model.spec->lmHead;
+    impl->numExperts = model.spec->moe.numExperts;
+  }
+  impl->templates = detail::digest(*graph, topK, kvWidth, tied);
+  impl->numLayers = graph->info().numLayers;
+  return Evaluator(std::move(impl));
+}
+
+namespace {
+
+struct ChunkCost {
+  double fwd = 0, bwd = 0, recompute = 0;
+  double tp = 0, cp = 0, ep = 0;  // exposed comm, both directions
+  double commFwd = 0;             // the forward-direction part of tp + cp + ep
+  double savedPerMicroBatch = 0;  // activations one micro-batch leaves in this chunk
+  double workingSet = 0;          // recompute working set (one layer's full activations and their gradients)
+  double params = 0;
+  double gemmFlopsFwd = 0;
+  double recomputeFlops = 0;
+};
+
+}  // namespace
+
+Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
+  const Impl& I = *m_impl;
+  const ModelTemplates& T = I.templates;
+  if (plan.seqLen != T.seqLen) {
+    return fail(Error::badInput("plan seq_len " + std::to_string(plan.seqLen) + " differs from the evaluator's " +
+                                std::to_string(T.seqLen)));
+  }
+  const DeviceModel device = deviceModel(I.cluster.gpu, plan.precision);
+  if (device.peakFlopsPerSecond <= 0) {
+    return fail(Error::badInput(I.cluster.gpu.name + " has no " + toString(plan.precision) + " peak"));
+  }
+  const auto& par = plan.parallel;
+  const std::int64_t pp = par.pp;
+  const std::int64_t v = par.virtualStages;
+  const std::int64_t chunks = pp * v;
+  const std::int64_t m = plan.numMicroBatches();
+  if (chunks < 1 || static_cast<std::int64_t>(plan.stages.size()) != chunks || m < 1) {
+    return fail(Error::badInput("plan has " + std::to_string(plan.stages.size()) + " stages for pp*virtual_stages " +
+                                std::to_string(chunks) + " and " + std::to_string(m) + " micro-batches (validatePlan first)"));
+  }
+  const double dt = static_cast<double>(bytesPerElement(plan.precision));
+  const double byteScale = dt / static_cast<double>(T.dtypeBytes);
+
+  LayerConfig cfg;
+  cfg.microBatch = plan.microBatchSize;
+  cfg.tp = par.tp;
+  cfg.cp = par.cp;
+  cfg.ep = par.ep;
+  cfg.sequenceParallel = par.sequenceParallel;
+  cfg.flash = plan.execution.flashAttention;
+  cfg.tpCommOverlap = plan.execution.tpCommOverlap;
+  cfg.hidden = T.hidden;
+  cfg.seqLen = T.seqLen;
+  cfg.dtypeBytes = static_cast<std::int64_t>(dt);
+  cfg.topK = T.topK;
+  cfg.kvWidth = T.kvWidth;
+
+  const GroupPlacement tpGroup = placeGroup(I.cluster, par, Dim::kTp);
+  const GroupPlacement cpGroup = placeGroup(I.cluster, par, Dim::kCp);
+  const GroupPlacement dpGroup = placeGroup(I.cluster, par, Dim::kDp);
+  const GroupPlacement epGroup = placeGroup(I.cluster, par, Dim::kExpert);
+  const GroupPlacement ppGroup = placeGroup(I.cluster, par, Dim::kPp);
+
+  std::vector<LayerCost> classCost;
+  classCost.reserve(T.classes.size());
+  for (const auto& cls : T.classes) classCost.push_back(costLayer(cls, cfg, device, tpGroup, cpGroup, epGroup));
+  const LayerCost embed = costLayer(T.embedding, cfg, device, tpGroup, cpGroup, epGroup);
+  const LayerCost head = costLayer(T.head, cfg, device, tpGroup, cpGroup, epGroup);
+
+  // Chunks: consecutive layers, chunk c on physical stage c % pp.
+  std::vector<ChunkCost> chunk(static_cast<std::size_t>(chunks));
+  std::int64_t layer = 0;
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const StagePlan& sp = plan.stages[static_cast<std::size_t>(c)];
+    ChunkCost& cc = chunk[static_cast<std::size_t>(c)];
+    for (std::int64_t i = 0; i < sp.layers; ++i, ++layer) {
+      const LayerCost& lc = classCost[T.layerClass[static_cast<std::size_t>(layer)]];
+      const bool recomputes = i < sp.recomputeLayers;
+      cc.fwd += lc.fwd;
+      cc.bwd += lc.bwd;
+      cc.tp += lc.tpCommFwd + lc.tpCommBwd;
+      cc.cp += lc.cpCommFwd + lc.cpCommBwd;
+      cc.ep += lc.epCommFwd + lc.epCommBwd;
+      cc.commFwd += lc.tpCommFwd + lc.cpCommFwd + lc.epCommFwd;
+      cc.params += lc.paramsPerGpu;
+      cc.gemmFlopsFwd += lc.gemmFlopsFwdPerGpu;
+      double saved = lc.savedFull;
+      if (recomputes && sp.recompute == RecomputePolicy::kFull) {
+        cc.recompute += lc.fwd + lc.tpCommFwd + lc.cpCommFwd + lc.epCommFwd;
+        cc.recomputeFlops += lc.gemmFlopsFwdPerGpu;
+        saved = lc.savedInput;
+        cc.workingSet = std::max(cc.workingSet, 2.0 * lc.savedFull);
+      } else if (recomputes && sp.recompute == RecomputePolicy::kSelective) {
+        if (!cfg.flash) {
+          cc.recompute += lc.attnCoreFwd;
+          cc.recomputeFlops += lc.attnFlopsFwdPerGpu;
+        }
+        saved = lc.savedSelective;
+      }
+      cc.savedPerMicroBatch += saved * byteScale;
+    }
+    cc.workingSet *= byteScale;
+  }
+  {
+    ChunkCost& first = chunk.front();
+    first.fwd += embed.fwd;
+    first.bwd += embed.bwd;
+    first.tp += embed.tpCommFwd + embed.tpCommBwd;
+    first.commFwd += embed.tpCommFwd;
+    first.params += embed.paramsPerGpu;
+    first.savedPerMicroBatch += embed.savedFull * byteScale;
+    ChunkCost& last = chunk.back();
+    last.fwd += head.fwd;
+    last.bwd += head.bwd;
+    last.tp += head.tpCommFwd + head.tpCommBwd;
+    last.commFwd += head.tpCommFwd;
+    last.params += head.paramsPerGpu;
+    last.gemmFlopsFwd += head.gemmFlopsFwdPerGpu;
+    // The tied output layer keeps its own copy of the embedding on the last stage.
+    if (T.tiedHead && pp > 1) last.params += T.tiedParams / static_cast<double>(par.tp);
+  }
+
+  // Pipeline send/recv of one boundary activation (Megatron's scatter/gather sends 1/tp of it).
+  double p2p = 0;
+  if (pp > 1) {
+    const double bytes = static_cast<double>(plan.microBatchSize) * (static_cast<double>(T.seqLen) / static_cast<double>(par.cp)) *
+                         static_cast<double>(T.hidden) * dt / static_cast<double>(par.tp);
+    GroupPlacement pair = ppGroup;
+    pair.size = 2;
+    if (ppGroup.stride < I.cluster.gpusPerNode) pair.outer = nullptr;  // neighbours share a node
+    if (!pair.inner && !pair.outer) pair.inner = &I.cluster.links.front();
+    p2p = collectiveSeconds(Collective::kSendRecv, bytes, pair);
+  }
+
+  // Physical stages.
+  Evaluation ev;
+  ev.microBatches = m;
+  ev.gpuMemoryBytes = I.cluster.gpu.memoryBytes;
+  ev.stages.resize(static_cast<std::size_t>(pp));
+  const double weightBytes = plan.precision == DType::kFp32 ? 4.0 : 2.0;
+  // bf16: gradients accumulate in fp32 (Megatron's main_grad). fp16: 16-bit gradients, plus the fp32
+  // copies the mixed-precision optimizer makes of them for the step (memory only).
+  const double gradBytes = plan.precision == DType::kFp16 ? 2.0 : 4.0;
+  const double gradMemoryBytes = plan.precision == DType::kFp16 ? 6.0 : gradBytes;
+  const double optimizerBytes = plan.precision == DType::kFp32 ? 8.0 : 12.0;
+  const double dp = static_cast<double>(par.dp);
+  const double mb = static_cast<double>(m);
+  double sumComputeFwdBwd = 0;
+  std::vector<double> stageTime(static_cast<std::size_t>(pp));
+  std::vector<double> stageCompute(static_cast<std::size_t>(pp)), stageRecompute(static_cast<std::size_t>(pp)),
+      stageTp(static_cast<std::size_t>(pp)), stageCp(static_cast<std::size_t>(pp)), stageEp(static_cast<std::size_t>(pp)),
+      stagePp(static_cast<std::size_t>(pp)), stageZero3(static_cast<std::size_t>(pp));
+  double gemmFlopsPerMicroBatch = 0;
+  double recomputeFlopsPerMicroBatch = 0;
+  for (std::int64_t s = 0; s < pp; ++s) {
+    StageReport& st = ev.stages[static_cast<std::size_t>(s)];
+    st.stage = s;
+    double fwd = 0, bwd = 0, rec = 0, tpc = 0, cpc = 0, epc = 0, commFwd = 0, saved = 0, working = 0, params = 0;
+    for (std::int64_t c = s; c < chunks; c += pp) {
+      const ChunkCost& cc = chunk[static_cast<std::size_t>(c)];
+      fwd += cc.fwd;
+      bwd += cc.bwd;
+      rec += cc.recompute;
+      tpc += cc.tp;
+      cpc += cc.cp;
+      epc += cc.ep;
+      commFwd += cc.commFwd;
+      saved += cc.savedPerMicroBatch;
+      working = std::max(working, cc.workingSet);
+      params += cc.params;
+      st.layers += plan.stages[static_cast<std::size_t>(c)].layers;
+      gemmFlopsPerMicroBatch += cc.gemmFlopsFwd;
+      recomputeFlopsPerMicroBatch += cc.recomputeFlops;
+    }
+    const double p2pTime = pp > 1 ? 2.0 * static_cast<double>(v) * p2p : 0.0;
+
+    // ZeRO-3 gathers every layer's weights before forward and backward and reduce-scatters its
+    // gradients, each micro-batch; prefetching hides what the compute covers.
+    double zero3 = 0;
+    if (plan.zeroStage == 3 && par.dp > 1) {
+      const double gather = collectiveSeconds(Collective::kAllGather, params * weightBytes, dpGroup);
+      const double scatter = collectiveSeconds(Collective::kReduceScatter, params * gradBytes, dpGroup);
+      const double comm = 2 * gather + scatter;
+      const double cover = plan.execution.overlapParamGather ? 0.9 * (fwd + bwd + rec) : 0.0;
+      zero3 = std::max(0.1 * comm, comm - cover);
+    }
+    const double comm = tpc + cpc + epc;
+    st.forwardSeconds = fwd + commFwd + p2pTime / 2 + zero3 / 3;
+    st.backwardSeconds = bwd + rec + (comm - commFwd) + p2pTime / 2 + zero3 * 2 / 3;
+    st.recomputeSeconds = rec;
+    st.paramsPerGpu = params;
+    stageTime[static_cast<std::size_t>(s)] = fwd + bwd + rec + tpc + cpc + epc + p2pTime + zero3;
+    stageCompute[static_cast<std::size_t>(s)] = fwd + bwd;
+    stageRecompute[static_cast<std::size_t>(s)] = rec;
+    stageTp[static_cast<std::size_t>(s)] = tpc;
+    stageCp[static_cast<std::size_t>(s)] = cpc;
+    stageEp[static_cast<std::size_t>(s)] = epc;
+    stagePp[static_cast<std::size_t>(s)] = p2pTime;
+    stageZero3[static_cast<std::size_t>(s)] = zero3;
+    sumComputeFwdBwd += stageTime[static_cast<std::size_t>(s)];
+
+    // Memory.
+    MemoryBreakdown& mem = st.memory;
+    const double offOpt = plan.offload.optimizerFraction;
+    const double offParams = plan.offload.paramsFraction;
+    mem.weights = params * weightBytes / (plan.zeroStage >= 3 ? dp : 1.0) * (1.0 - offParams);
+    mem.gradients = params * gradMemoryBytes / (plan.zeroStage >= 2 ? dp : 1.0);
+    mem.optimizer = params * optimizerBytes / (plan.zeroStage >= 1 ? dp : 1.0) * (1.0 - offOpt);
+    double inFlight = 1;
+    const double p = static_cast<double>(pp);
+    const double stageIndex = static_cast<double>(s);
+    switch (plan.schedule) {
+      case Schedule::kGpipe:
+        inFlight = mb;
+        break;
+      case Schedule::kOneFOneB:
+      case Schedule::kZeroBubble:
+        inFlight = std::min(mb, p - stageIndex);
+        break;
+      case Schedule::kInterleaved: {
+        // Chunk-micro-batches in flight at the end of warm-up, each one chunk (1/v of the stage) deep.
+        const double warm = (p - stageIndex - 1) * 2 + (static_cast<double>(v) - 1) * p + 1;
+        inFlight = std::min(mb * static_cast<double>(v), warm) / static_cast<double>(v);
+        break;
+      }
+    }
+    st.inFlightMicroBatches = inFlight;
+    const double headActivations = (s == pp - 1) ? head.savedFull * byteScale : 0.0;
+    mem.activations = (saved - headActivations) * inFlight + headActivations + working;
+    // Buffers: sequence-parallel gathers, the logits' 16-bit copy and gradient beside their fp32 upcast,
+    // data-parallel gradient buckets, ZeRO-3 gathered layers.
+    double buffers = 0;
+    const double fullActivation = static_cast<double>(plan.microBatchSize) * static_cast<double>(T.seqLen) /
+                                  static_cast<double>(par.cp) * static_cast<double>(T.hidden) * dt;
+    if (par.tp > 1) buffers += 2 * fullActivation;
+    if (s == pp - 1) {
+      for (const auto& op : T.head.ops) {
+        if (op.kind == OpKind::kCrossEntropy) {
+          buffers += op.savedBytes / 4.0 * dt * 2 * static_cast<double>(plan.microBatchSize) /
+                     static_cast<double>(par.cp) / static_cast<double>(par.tp);
+        }
+      }
+    }
+    if (par.dp > 1) buffers += std::min(params * gradBytes, 2 * 40e6 * gradBytes);
+    if (plan.zeroStage == 3) {
+      double largestLayer = 0;
+      for (const auto& lc : classCost) largestLayer = std::max(largestLayer, lc.paramsPerGpu);
+      buffers += 2 * largestLayer * weightBytes;
+    }
+    mem.buffers = buffers;
+    mem.allocator = 0.08 * (mem.activations + mem.buffers);
+    mem.context = device.contextBytes;
+    ev.peakMemoryBytes = std::max(ev.peakMemoryBytes, mem.total());
+
+    // Data-parallel synchronisation and the optimizer step, after this stage's last backward.
+    double dpExposed = 0;
+    if (par.dp > 1 && plan.zeroStage < 3) {
+      const double lastBackward = bwd + rec;
+      double reduce = 0, gather = 0;
+      if (plan.zeroStage == 0) {
+        reduce = collectiveSeconds(Collective::kAllReduce, params * gradBytes, dpGroup);
+      } else {
+        reduce = collectiveSeconds(Collective::kReduceScatter, params * gradBytes, dpGroup);
+        gather = collectiveSeconds(Collective::kAllGather, params * weightBytes, dpGroup);
+      }
+      const double reduceExposed =
+          plan.execution.overlapGradReduce ? std::max(0.1 * reduce, reduce - 0.9 * lastBackward) : reduce;
+      const double gatherExposed =
+          plan.execution.overlapParamGather ? std::max(0.1 * gather, gather - 0.9 * fwd) : gather;
+      dpExposed = reduceExposed + gatherExposed;
+    }
+    // Adam: read and write master weights and both moments, read the gradient, write the 16-bit weight
+    // (plus a gradient-norm pass): about 34 bytes per parameter on the GPU; offloaded states are
+    // updated by the host, their gradients and weights crossing PCIe.
+    const double localParams = params / (plan.zeroStage >= 1 ? dp : 1.0);
+    double optimizer = localParams * (1.0 - plan.offload.optimizerFraction) * 34.0 / device.memoryBytesPerSecond;
+    if (plan.offload.optimizerFraction > 0) {
+      const double offParamsCount = localParams * plan.offload.optimizerFraction;
+      const double host = offParamsCount / device.cpuAdamParamsPerSecond;
+      const double pcie = offParamsCount * (gradBytes + weightBytes) / I.cluster.pcieBytesPerSecond;
+      optimizer += host + pcie;
+    }
+    st.dpExposedSeconds = dpExposed;
+    st.optimizerSeconds = optimizer;
+  }
+
+  // Closed-form pipeline time: the slowest stage paces the steady state; the others add fill and
+  // drain, shortened by virtual stages (interleaving) or by deferring weight gradients (zero bubble).
+  const double tMax = *std::max_element(stageTime.begin(), stageTime.end());
+  const std::size_t slowest = static_cast<std::size_t>(std::max_element(stageTime.begin(), stageTime.end()) - stageTime.begin());
+  const double fill = sumComputeFwdBwd - tMax;
+  double pipeline = 0;
+  switch (plan.schedule) {
+    case Schedule::kGpipe:
+    case Schedule::kOneFOneB:
+      pipeline = mb * tMax + fill;
+      break;
+    case Schedule::kInterleaved:
+      pipeline = mb * tMax + fill / static_cast<double>(v);
+      break;
+    case Schedule::kZeroBubble:
+      pipeline = mb * tMax + fill / 3.0;
+      break;
+  }
+  // The tail: data-parallel sync and optimizer. Stage s finishes its last backward roughly the
+  // backward time of the stages before it earlier than stage 0.
+  double tail = 0;
+  std::size_t tailStage = 0;
+  double slack = 0;
+  for (std::size_t s = 0; s < ev.stages.size(); ++s) {
+    const StageReport& st = ev.stages[s];
+    const double t = std::max(0.0, st.dpExposedSeconds + st.optimizerSeconds - slack);
+    if (t > tail) {
+      tail = t;
+      tailStage = s;
+    }
+    slack += st.backwardSeconds / static_cast<double>(v);
+  }
+  ev.stepSeconds = pipeline + tail;
+
+  // Breakdown on the critical path: the slowest stage's per-micro-batch parts times m, the fill/drain
+  // as bubble, the tail split into its data-parallel and optimizer parts.
+  TimeBreakdown& tb = ev.time;
+  tb.compute = mb * stageCompute[slowest];
+  tb.recompute = mb * stageRecompute[slowest];
+  tb.tpComm = mb * stageTp[slowest];
+  tb.cpComm = mb * stageCp[slowest];
+  tb.epComm = mb * stageEp[slowest];
+  tb.ppComm = mb * stagePp[slowest];
+  tb.dpComm = mb * stageZero3[slowest];
+  tb.bubble = pipeline - mb * tMax;
+  if (tail > 0) {
+    const StageReport& st = ev.stages[tailStage];
+    const double parts = st.dpExposedSeconds + st.optimizerSeconds;
+    tb.dpComm += parts > 0 ? tail * st.dpExposedSeconds / parts : 0.0;
+    tb.optimizer = parts > 0 ? tail * st.optimizerSeconds / parts : 0.0;
+  }
+  ev.bubbleFraction = ev.stepSeconds > 0 ? tb.bubble / ev.stepSeconds : 0.0;
+
+  const double gpus = static_cast<double>(I.cluster.totalGpus());
+  const double samples = static_cast<double>(plan.globalBatchSize);
+  const double modelFlops = samples * T.modelFlopsPerSample;
+  // Recompute FLOPs: what one replica re-runs per micro-batch, over all its micro-batches and replicas.
+  const double replicaShare = static_cast<double>(par.tp * par.cp);  // GPUs sharing a chunk's work
+  const double hardwareFlops = modelFlops + recomputeFlopsPerMicroBatch * replicaShare * mb * dp;
+  (void)gemmFlopsPerMicroBatch;
+  ev.tokensPerSecond = samples * static_cast<double>(T.seqLen) / ev.stepSeconds;
+  ev.modelTflopsPerGpu = modelFlops / ev.stepSeconds / gpus / 1e12;
+  ev.hardwareTflopsPerGpu = hardwareFlops / ev.stepSeconds / gpus / 1e12;
+  ev.mfu = ev.modelTflopsPerGpu * 1e12 / device.peakFlopsPerSecond;
+  ev.fits = ev.peakMemoryBytes <= ev.gpuMemoryBytes;
+  return ev;
+}
+
+Json Evaluation::toJson() const {
+  Json stagesJson = Json::array();
+  double maxStage = 0;
+  const MemoryBreakdown* peak = nullptr;
+  for (const auto& s : stages) {
+    stagesJson.push_back({{"stage", s.stage},
+                          {"layers", s.layers},
+                          {"forward_s", s.forwardSeconds},
+                          {"backward_s", s.backwardSeconds},
+                          {"recompute_s", s.recomputeSeconds},
+                          {"params_per_gpu", s.paramsPerGpu},
+                          {"in_flight_micro_batches", s.inFlightMicroBatches},
+                          {"dp_exposed_s", s.dpExposedSeconds},
+                          {"optimizer_s", s.optimizerSeconds},
+                          {"memory_bytes",
+                           {{"weights", s.memory.weights},
+                            {"gradients", s.memory.gradients},
+                            {"optimizer", s.memory.optimizer},
+                            {"activations", s.memory.activations},
+                            {"buffers", s.memory.buffers},
+                            {"allocator", s.memory.allocator},
+                            {"context", s.memory.context},
+                            {"total", s.memory.total()}}}});
+    if (s.memory.total() >= maxStage) {
+      maxStage = s.memory.total();
+      peak = &s.memory;
+    }
+  }
+  Json memory = Json::object();
+  if (peak) {
+    memory = {{"weights", peak->weights},     {"gradients", peak->gradients}, {"optimizer", peak->optimizer},
+              {"activations", peak->activations}, {"buffers", peak->buffers}, {"allocator", peak->allocator},
+              {"context", peak->context}};
+  }
+  return {{"step_time_s", stepSeconds},
+          {"tokens_per_s", tokensPerSecond},
+          {"model_tflops_per_gpu", modelTflopsPerGpu},
+          {"hardware_tflops_per_gpu", hardwareTflopsPerGpu},
+          {"mfu", mfu},
+          {"peak_memory_bytes", peakMemoryBytes},
+          {"gpu_memory_bytes", gpuMemoryBytes},
+          {"fits", fits},
+          {"bubble_fraction", bubbleFraction},
+          {"micro_batches", microBatches},
+          {"breakdown",
+           {{"time_s",
+             {{"compute", time.compute},
+              {"recompute", time.recompute},
+              {"tp_comm", time.tpComm},
+              {"cp_comm", time.cpComm},
+              {"ep_comm", time.epComm},
+              {"pp_comm", time.ppComm},
+              {"dp_comm", time.dpComm},
+              {"bubble", time.bubble},
+              {"optimizer", time.optimizer}}},
+            {"memory_bytes", memory}}},
+          {"stages", stagesJson}};
+}
+
+Result<Evaluation> evaluatePlan(const Plan& plan) {
+  if (auto valid = validatePlan(plan); !valid) return fail(valid.error());
+  auto evaluator = Evaluator::create(plan.model, plan.cluster, plan.seqLen);
+  if (!evaluator) return fail(evaluator.error());
+  return evaluator->evaluate(plan);
+}
+
+}  // namespace colo::costmodel

@@ -1,0 +1,81 @@
+// Efficiencies of real kernels relative to datasheet peaks; the sources of each figure are listed in
+// docs/costmodel.md ("Device model").
+#include "colo/costmodel/hardware.h"
+
+#include <string>
+
+namespace colo::costmodel {
+namespace {
+
+bool contains(const std::string& haystack, const char* needle) { return haystack.find(needle) != std::string::npos; }
+
+}  // namespace
+
+DeviceModel deviceModel(const GpuSpec& gpu, DType precision) {
+  DeviceModel d;
+  const auto peak = gpu.peakFlopsPerSecond.find(precision);
+  d.peakFlopsPerSecond = peak != gpu.peakFlopsPerSecond.end() ? peak->second : 0.0;
+  const std::string& name = gpu.name;
+  // Defaults: an unknown GPU is treated like an Ampere part.
+  d.gemmEfficiency = 0.80;
+  d.flashFwdEfficiency = 0.62;
+  d.flashBwdEfficiency = 0.50;
+  d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.85;
+  d.streamingProcessors = 108;
+  d.sustainedClock = 0.93;
+  d.kernelFloorSeconds = 8e-6;  // eager PyTorch: launching a kernel costs the host ~8 us
+  d.contextBytes = 0.8 * 1024 * 1024 * 1024;
+  d.cpuAdamParamsPerSecond = 0.25e9;
+  if (contains(name, "V100")) {
+    d.gemmEfficiency = 0.70;  // cuBLAS fp16 HGEMM ~85-90 of 125 TFLOP/s on large shapes at boost clock
+    d.flashFwdEfficiency = 0.45;
+    d.flashBwdEfficiency = 0.35;
+    d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.83;
+    d.streamingProcessors = 80;
+    d.sustainedClock = 0.90;  // ~1380 of 1530 MHz boost at 300 W
+  } else if (contains(name, "A100")) {
+    d.gemmEfficiency = 0.80;  // ~250 of 312 TFLOP/s for large bf16/fp16 GEMMs
+    d.flashFwdEfficiency = 0.62;
+    d.flashBwdEfficiency = 0.50;
+    d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.85;
+    d.streamingProcessors = 108;
+    d.sustainedClock = 0.93;  // ~1300-1350 of 1410 MHz boost at 400 W
+  } else if (contains(name, "H100") || contains(name, "H200") || contains(name, "H800") || contains(name, "GH200")) {
+    d.gemmEfficiency = precision == DType::kFp8 ? 0.60 : 0.72;  // ~710 of 989 bf16; fp8 ~1200 of 1979
+    d.flashFwdEfficiency = 0.55;
+    d.flashBwdEfficiency = 0.42;
+    d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.82;
+    d.streamingProcessors = 132;
+    d.sustainedClock = 0.88;  // ~1700-1750 of 1980 MHz boost at 700 W
+  } else if (contains(name, "4090") || contains(name, "RTX") || contains(name, "L40")) {
+    d.gemmEfficiency = 0.85;  // fp32-accumulate tensor peak is the binding rate
+    d.flashFwdEfficiency = 0.60;
+    d.flashBwdEfficiency = 0.48;
+    d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.85;
+    d.streamingProcessors = 128;
+  }
+  if (precision == DType::kFp32) d.gemmEfficiency = 0.90;  // FMA pipes, not tensor cores: easier to saturate
+  return d;
+}
+
+double linkEfficiency(LinkKind kind) {
+  switch (kind) {
+    case LinkKind::kNvSwitch:
+      return 0.78;  // NCCL all-reduce bus bandwidth ~235 of 300 GB/s (A100), ~360 of 450 (H100)
+    case LinkKind::kNvLink:
+      return 0.80;
+    case LinkKind::kHybridCubeMesh:
+      return 0.85;  // DGX-1: ~130 of 150 GB/s bus bandwidth in nccl-tests
+    case LinkKind::kPcie:
+      return 0.75;
+    case LinkKind::kInfiniBand:
+      return 0.90;  // ~23 of 25 GB/s per HDR NIC
+    case LinkKind::kRoce:
+      return 0.85;
+    case LinkKind::kEthernet:
+      return 0.70;
+  }
+  return 0.75;
+}
+
+}  // namespace colo::costmodel

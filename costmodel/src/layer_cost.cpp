@@ -1,0 +1,286 @@
+#include "layer_cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+namespace colo::costmodel::detail {
+namespace {
+
+bool splitByTp(Shard s) {
+  return s == Shard::kColumn || s == Shard::kRow || s == Shard::kHeads || s == Shard::kInner || s == Shard::kVocab;
+}
+
+std::string signature(const OpGraph& graph, std::int64_t layer) {
+  std::ostringstream sig;
+  for (const auto id : graph.layerOps(layer)) {
+    const Op& op = graph.op(id);
+    sig << static_cast<int>(op.kind) << ',' << static_cast<int>(op.shard) << ',' << op.params << ',' << op.flopsFwd << ','
+        << op.savedBytes << ';';
+  }
+  return sig.str();
+}
+
+LayerTemplate makeTemplate(const OpGraph& graph, std::int64_t layer, std::int64_t kvWidth) {
+  LayerTemplate t;
+  const std::int64_t s = graph.info().seqLen;
+  const std::int64_t dt = graph.info().dtypeBytes;
+  int bmmIndex = 0;
+  for (const auto id : graph.layerOps(layer)) {
+    const Op& op = graph.op(id);
+    OpTemplate o;
+    o.kind = op.kind;
+    o.shard = op.shard;
+    o.m = op.dim("m");
+    o.n = op.dim("n");
+    o.k = op.dim("k");
+    o.batch = std::max<std::int64_t>(1, op.dim("batch", 1));
+    o.groups = std::max<std::int64_t>(1, op.dim("groups", 1));
+    o.flopsFwd = op.flopsFwd;
+    o.bytes = static_cast<double>(op.bytesRead + op.bytesWritten);
+    o.savedBytes = static_cast<double>(op.savedBytes);
+    o.params = static_cast<double>(op.params);
+    o.causal = op.causal;
+    if (op.kind == OpKind::kBatchedMatMul) {
+      o.attentionCore = true;
+      if (bmmIndex == 0) {
+        t.qkvSavedPerSample += o.savedBytes + static_cast<double>(s * kvWidth * dt);  // Q, K (+ V)
+        t.lsePerSample = static_cast<double>(o.batch * o.m * 4);
+      } else {
+        o.savedQuadratic = std::max(0.0, o.savedBytes - static_cast<double>(s * kvWidth * dt));
+        t.attentionOutputPerSample = static_cast<double>(o.batch * o.m * o.n * dt);
+      }
+      ++bmmIndex;
+    }
+    if ((op.kind == OpKind::kSoftmax || op.kind == OpKind::kDropout) && op.shard == Shard::kHeads) {
+      o.attentionCore = true;
+      o.savedQuadratic = o.savedBytes;
+    }
+    if (op.shard == Shard::kRow) ++t.rowOps;
+    if (op.shard == Shard::kColumn) ++t.columnOps;
+    if (op.kind == OpKind::kGroupedMatMul) {
+      t.moe = true;
+      t.expertParams += o.params;
+    } else if (splitByTp(op.shard)) {
+      t.tpSplittableParams += o.params;
+    }
+    t.params += o.params;
+    t.ops.push_back(o);
+  }
+  return t;
+}
+
+}  // namespace
+
+ModelTemplates digest(const OpGraph& graph, std::int64_t topK, std::int64_t kvWidth, bool tiedHead) {
+  ModelTemplates m;
+  const GraphInfo& info = graph.info();
+  m.seqLen = info.seqLen;
+  m.hidden = info.hiddenSize;
+  m.dtypeBytes = info.dtypeBytes;
+  m.kvWidth = kvWidth;
+  m.topK = topK;
+  m.tiedHead = tiedHead;
+  std::map<std::string, std::size_t> bySignature;
+  for (std::int64_t layer = 0; layer < info.numLayers; ++layer) {
+    const std::string sig = signature(graph, layer);
+    auto it = bySignature.find(sig);
+    if (it == bySignature.end()) {
+      it = bySignature.emplace(sig, m.classes.size()).first;
+      m.classes.push_back(makeTemplate(graph, layer, kvWidth));
+    }
+    m.layerClass.push_back(it->second);
+  }
+  m.embedding = makeTemplate(graph, -1, kvWidth);
+  m.head = makeTemplate(graph, info.numLayers, kvWidth);
+  for (const auto& op : m.embedding.ops) {
+    if (op.kind == OpKind::kEmbedding && op.shard == Shard::kVocab) m.tiedParams = op.params;
+  }
+  const OpTotals totals = graph.totals();
+  m.modelFlopsPerSample = (totals.gemmFlopsFwd + totals.gemmFlopsBwd) / static_cast<double>(info.batch);
+  return m;
+}
+
+double gemmSeconds(double m, double n, double k, double count, std::int64_t dtypeBytes, const DeviceModel& device) {
+  if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return 0.0;
+  // Output tiles of 128 x 128 fill waves of one tile per SM; partial tiles and the last partial wave
+  // are wasted work. A short reduction dimension does not amortise the tile's prologue.
+  constexpr double kTile = 128.0;
+  const double tilesM = std::ceil(m / kTile);
+  const double tilesN = std::ceil(n / kTile);
+  const double tiles = tilesM * tilesN * count;
+  const double sms = static_cast<double>(device.streamingProcessors);
+  const double waves = std::ceil(tiles / sms);
+  const double waveUse = tiles / (waves * sms);
+  const double padUse = (m * n) / (tilesM * kTile * tilesN * kTile);
+  const double depthUse = k / (k + 32.0);
+  const double efficiency = device.gemmEfficiency * device.sustainedClock * waveUse * padUse * depthUse;
+  const double flops = 2.0 * m * n * k * count;
+  const double compute = flops / (device.peakFlopsPerSecond * efficiency);
+  const double memory = (m * k + k * n + m * n) * count * static_cast<double>(dtypeBytes) / device.memoryBytesPerSecond;
+  return std::max({compute, memory, device.kernelFloorSeconds});
+}
+
+LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const DeviceModel& device,
+                    const GroupPlacement& tpGroup, const GroupPlacement& cpGroup, const GroupPlacement& epGroup) {
+  LayerCost out;
+  const double b = static_cast<double>(c.microBatch);
+  const double tp = static_cast<double>(c.tp);
+  const double cp = static_cast<double>(c.cp);
+  const double ep = static_cast<double>(c.ep);
+  const double tokenScale = b / cp;
+  const double seqSplit = c.sequenceParallel ? tp : 1.0;  // full-width activations under SP
+  const double bw = device.memoryBytesPerSecond;
+  const double floor = device.kernelFloorSeconds;
+
+  double attnSaved = 0;
+  double quadraticSaved = 0;
+  const OpTemplate* scores = nullptr;
+  for (const auto& op : layer.ops) {
+    // Compute.
+    double fwd = 0;
+    double bwd = 0;
+    const bool fused = c.flash && op.attentionCore;
+    switch (op.kind) {
+      case OpKind::kMatMul: {
+        double m = static_cast<double>(op.m) * tokenScale;
+        double n = static_cast<double>(op.n);
+        double k = static_cast<double>(op.k);
+        if (op.shard == Shard::kColumn || op.shard == Shard::kVocab) n /= tp;
+        if (op.shard == Shard::kRow) k /= tp;
+        m = std::max(1.0, m);
+        fwd = gemmSeconds(m, n, k, 1, c.dtypeBytes, device);
+        bwd = 2.0 * fwd;
+        out.gemmFlopsFwdPerGpu += 2 * m * n * k;
+        break;
+      }
+      case OpKind::kGroupedMatMul: {
+        const double localExperts = std::max(1.0, static_cast<double>(op.groups) / ep);
+        const double rows = static_cast<double>(op.m) * tokenScale;  // balanced routing: T*topK rows per GPU
+        double n = static_cast<double>(op.n);
+        double k = static_cast<double>(op.k);
+        if (n >= k) n /= tp; else k /= tp;  // the ffn dimension is split by tensor parallelism
+        fwd = gemmSeconds(std::max(1.0, rows / localExperts), n, k, localExperts, c.dtypeBytes, device);
+        bwd = 2.0 * fwd;
+        out.gemmFlopsFwdPerGpu += 2 * rows * n * k;
+        break;
+      }
+      case OpKind::kBatchedMatMul: {
+        if (!scores) scores = &op;
+        const double count = static_cast<double>(op.batch) * b / tp;
+        const double m = static_cast<double>(op.m) / cp;
+        const double flops = 2 * count * m * static_cast<double>(op.n) * static_cast<double>(op.k);
+        out.gemmFlopsFwdPerGpu += flops;
+        out.attnFlopsFwdPerGpu += flops;
+        if (!fused) {
+          fwd = gemmSeconds(m, static_cast<double>(op.n), static_cast<double>(op.k), count, c.dtypeBytes, device);
+          bwd = 2.0 * fwd;
+        }
+        break;
+      }
+      default: {
+        if (fused) break;
+        double split = 1.0;
+        if (op.shard == Shard::kSequence) split = seqSplit;
+        else if (op.kind != OpKind::kEmbedding && op.shard != Shard::kReplicated) split = tp;
+        const double bytes = op.bytes * tokenScale / split;
+        fwd = std::max(floor, bytes / bw);
+        // Backward reads the saved input and the incoming gradient and writes one gradient (1.5 passes
+        // of the forward's traffic); dropout's backward is one masked pass; a residual's gradient is
+        // passed through to both inputs without a kernel of its own.
+        if (op.kind == OpKind::kAdd) bwd = 0.0;
+        else if (op.kind == OpKind::kDropout) bwd = fwd;
+        else bwd = std::max(floor, 1.5 * bytes / bw);
+        break;
+      }
+    }
+    out.fwd += fwd;
+    out.bwd += bwd;
+    if (op.attentionCore) out.attnCoreFwd += fwd;
+
+    // Saved activations: a linear saves its input (full width unless SP splits it); everything
+    // downstream of a column-parallel linear is split by TP.
+    double savedSplit = 1.0;
+    switch (op.shard) {
+      case Shard::kColumn:
+      case Shard::kSequence:
+        savedSplit = seqSplit;
+        break;
+      case Shard::kVocab:
+        savedSplit = op.kind == OpKind::kMatMul ? seqSplit : tp;
+        break;
+      case Shard::kRow:
+      case Shard::kHeads:
+      case Shard::kInner:
+        savedSplit = tp;
+        break;
+      case Shard::kReplicated:
+      case Shard::kExpert:
+        savedSplit = 1.0;
+        break;
+    }
+    const double saved = op.savedBytes * tokenScale / savedSplit;
+    out.savedFull += saved;
+    if (op.attentionCore) attnSaved += saved;
+    quadraticSaved += op.savedQuadratic * tokenScale / savedSplit;
+  }
+
+  // FlashAttention: one fused kernel each way; a causal mask lets it skip half the blocks.
+  if (c.flash && scores) {
+    const double count = static_cast<double>(scores->batch) * b / tp;
+    const double flops = 2.0 * 2.0 * count * (static_cast<double>(scores->m) / cp) * static_cast<double>(scores->n) *
+                         static_cast<double>(scores->k);
+    const double work = scores->causal ? 0.5 * flops : flops;
+    const double rate = device.peakFlopsPerSecond * device.sustainedClock;
+    const double fwd = std::max(floor, work / (rate * device.flashFwdEfficiency));
+    const double bwd = std::max(floor, 2.5 * work / (rate * device.flashBwdEfficiency));
+    out.fwd += fwd;
+    out.bwd += bwd;
+    out.attnCoreFwd += fwd;
+    // Saves Q, K, V, the output and the softmax statistics instead of anything quadratic.
+    const double flashSaved = (layer.qkvSavedPerSample + layer.attentionOutputPerSample + layer.lsePerSample) * tokenScale / tp;
+    out.savedFull += flashSaved - attnSaved;
+    out.savedSelective = out.savedFull;
+  } else {
+    out.savedSelective = out.savedFull - quadraticSaved;
+  }
+  out.savedInput = b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.hidden) *
+                   static_cast<double>(c.dtypeBytes) / seqSplit;
+
+  // Tensor-parallel collectives on the full activation: all-reduce after each row-parallel linear
+  // (forward) and on the input gradient of each column-parallel one (backward); sequence parallelism
+  // replaces each by a reduce-scatter plus an all-gather of the same total time.
+  if (c.tp > 1) {
+    const double bytes = b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.hidden) * static_cast<double>(c.dtypeBytes);
+    const double allReduce = collectiveSeconds(Collective::kAllReduce, bytes, tpGroup);
+    const double moeExtra = layer.moe ? 1.0 : 0.0;  // the expert block ends in a reduction too
+    const double exposed = c.tpCommOverlap ? 0.15 : 1.0;
+    out.tpCommFwd = (static_cast<double>(layer.rowOps) + moeExtra) * allReduce * exposed;
+    out.tpCommBwd = (static_cast<double>(layer.columnOps) + moeExtra) * allReduce * exposed;
+  }
+  // Expert parallelism: dispatch and combine all-to-alls, each way.
+  if (layer.moe && c.ep > 1) {
+    const double bytes = b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.topK) *
+                         static_cast<double>(c.hidden) * static_cast<double>(c.dtypeBytes) / seqSplit;
+    const double a2a = collectiveSeconds(Collective::kAllToAll, bytes, epGroup);
+    out.epCommFwd = 2 * a2a;
+    out.epCommBwd = 2 * a2a;
+  }
+  // Context parallelism: ring exchange of K and V chunks, overlapped with the attention of the chunk
+  // already present.
+  if (c.cp > 1) {
+    const double kvBytes = 2.0 * b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.kvWidth) / tp *
+                           static_cast<double>(c.dtypeBytes);
+    const double step = collectiveSeconds(Collective::kSendRecv, kvBytes, cpGroup);
+    const double steps = cp - 1;
+    const double attnPerStepFwd = out.attnCoreFwd / cp;
+    out.cpCommFwd = steps * std::max(0.0, step - attnPerStepFwd);
+    out.cpCommBwd = steps * std::max(0.0, 2 * step - 2.5 * attnPerStepFwd);
+  }
+  out.paramsPerGpu = (layer.params - layer.tpSplittableParams - layer.expertParams) + layer.tpSplittableParams / tp +
+                     layer.expertParams / (tp * ep);
+  return out;
+}
+
+}  // namespace colo::costmodel::detail

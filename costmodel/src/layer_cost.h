@@ -1,0 +1,101 @@
+#pragma once
+// Private: the op graph digested into per-layer templates, and their time and memory under one
+// parallel configuration. Per-sample figures are scaled by micro-batch, tensor, sequence and context
+// parallelism with the op's shard rule (docs/costmodel.md, "Compute").
+
+#include <cstdint>
+#include <vector>
+
+#include "colo/core/op_graph.h"
+#include "colo/costmodel/collectives.h"
+#include "colo/costmodel/hardware.h"
+
+namespace colo::costmodel::detail {
+
+/// One op of a layer template, per sample.
+struct OpTemplate {
+  OpKind kind = OpKind::kElementwise;
+  Shard shard = Shard::kReplicated;
+  std::int64_t m = 0, n = 0, k = 0, batch = 1, groups = 1;  // GEMM dims (batch: bmm count per sample)
+  double flopsFwd = 0;
+  double bytes = 0;          // forward bytes read + written, per sample
+  double savedBytes = 0;     // per sample
+  double savedQuadratic = 0; // the part of savedBytes that grows with s^2 (dropped by selective recompute / flash)
+  double params = 0;
+  bool causal = false;
+  bool attentionCore = false;  // scores/softmax/attention-dropout/context: fused away by FlashAttention
+};
+
+struct LayerTemplate {
+  std::vector<OpTemplate> ops;
+  double params = 0;
+  double tpSplittableParams = 0;  // parameters divided by tensor parallelism
+  double expertParams = 0;        // parameters divided by expert parallelism (and tp)
+  bool moe = false;
+  std::int64_t rowOps = 0;        // forward all-reduces (row-parallel outputs)
+  std::int64_t columnOps = 0;     // backward all-reduces (column-parallel input gradients)
+  double qkvSavedPerSample = 0;   // Q, K, V bytes (kept by flash / selective recompute)
+  double attentionOutputPerSample = 0;  // attention output (saved by flash)
+  double lsePerSample = 0;        // softmax statistics (saved by flash)
+};
+
+/// The parallel configuration a layer is costed under.
+struct LayerConfig {
+  std::int64_t microBatch = 1;
+  std::int64_t tp = 1, cp = 1, ep = 1;
+  bool sequenceParallel = false;
+  bool flash = true;
+  bool tpCommOverlap = false;
+  std::int64_t hidden = 0;
+  std::int64_t seqLen = 0;
+  std::int64_t dtypeBytes = 2;
+  std::int64_t topK = 1;
+  std::int64_t kvWidth = 0;       // kv heads x head dim
+};
+
+/// Time (seconds, one micro-batch) and memory (bytes) of one layer template under a config.
+struct LayerCost {
+  double fwd = 0;           // kernels
+  double bwd = 0;           // kernels
+  double attnCoreFwd = 0;   // the part selective recompute repeats
+  double tpCommFwd = 0;     // exposed
+  double tpCommBwd = 0;
+  double cpCommFwd = 0, cpCommBwd = 0;
+  double epCommFwd = 0, epCommBwd = 0;
+  double savedFull = 0;       // no recompute
+  double savedSelective = 0;  // selective recompute
+  double savedInput = 0;      // full recompute: the layer input only
+  double paramsPerGpu = 0;
+  double gemmFlopsFwdPerGpu = 0;  // model FLOPs of the layer on one GPU
+  double attnFlopsFwdPerGpu = 0;  // the attention-core part of it
+};
+
+/// Builds templates from an op graph (batch 1): one per distinct layer structure, the layer -> template
+/// map, and the embedding (layer -1) and head (layer L) templates.
+struct ModelTemplates {
+  std::vector<LayerTemplate> classes;
+  std::vector<std::size_t> layerClass;
+  LayerTemplate embedding;
+  LayerTemplate head;
+  bool tiedHead = false;
+  double tiedParams = 0;  // the shared embedding, copied to the last stage when pp > 1
+  double modelFlopsPerSample = 0;
+  std::int64_t seqLen = 0;
+  std::int64_t hidden = 0;
+  std::int64_t dtypeBytes = 2;
+  std::int64_t kvWidth = 0;
+  std::int64_t topK = 1;
+};
+
+[[nodiscard]] ModelTemplates digest(const OpGraph& graph, std::int64_t topK, std::int64_t kvWidth, bool tiedHead);
+
+[[nodiscard]] LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& config, const DeviceModel& device,
+                                  const GroupPlacement& tpGroup, const GroupPlacement& cpGroup,
+                                  const GroupPlacement& epGroup);
+
+/// Seconds of one GEMM of shape (m, n, k), `count` times, on the device (roofline with tile and wave
+/// quantisation; docs/costmodel.md).
+[[nodiscard]] double gemmSeconds(double m, double n, double k, double count, std::int64_t dtypeBytes,
+                                 const DeviceModel& device);
+
+}  // namespace colo::costmodel::detail
