@@ -10,6 +10,7 @@
 #include "colo/core/units.h"
 #include "colo/core/version.h"
 #include "colo/costmodel/evaluator.h"
+#include "colo/costmodel/timeline.h"
 #include "commands.h"
 #include "text_table.h"
 
@@ -46,6 +47,8 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"offload-params", "F", "fraction of parameters on the host (ZeRO 3)"},
       {"rank-order", "ORDER", "placement, innermost first (default tp-cp-dp-pp)"},
       {"costdb", "DB", "cost database of measured kernels (not yet read: see docs/costmodel.md)"},
+      {"simulate", "", "also simulate the pipeline schedule event by event and draw its timeline"},
+      {"timeline", "FILE", "write the simulated timeline's events as JSON (implies --simulate)"},
       {"out", "FILE", "write the plan with its predictions as a colo.plan/1 file"},
       {"json", "", "print one JSON object"},
       {"help", "", "show this help"},
@@ -314,7 +317,9 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
   Plan plan;
   if (const auto file = args->value("plan")) {
     for (const auto& spec : evaluateOptions()) {
-      if (spec.name != "plan" && spec.name != "json" && spec.name != "out" && args->has(spec.name)) {
+      const bool output = spec.name == "plan" || spec.name == "json" || spec.name == "out" || spec.name == "simulate" ||
+                          spec.name == "timeline";
+      if (!output && args->has(spec.name)) {
         return reportError(Error::badInput("--" + spec.name + " cannot be combined with --plan (edit the plan file instead)"), err);
       }
     }
@@ -347,10 +352,31 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
     plan.provenance.clusterHash = contentHash(clusterToJson(plan.cluster));
     if (auto written = writeJsonFileAtomic(*outFile, planToJson(plan)); !written) return reportError(written.error(), err);
   }
+  std::optional<costmodel::Timeline> timeline;
+  if (args->has("simulate") || args->has("timeline")) {
+    auto simulated = costmodel::simulateSchedule(costmodel::scheduleInputOf(plan, *evaluation));
+    if (!simulated) return reportError(simulated.error(), err);
+    timeline = std::move(*simulated);
+    if (const auto file = args->value("timeline")) {
+      if (auto written = writeJsonFileAtomic(*file, timeline->toJson()); !written) return reportError(written.error(), err);
+    }
+  }
   if (args->has("json")) {
-    out << evaluation->toJson().dump(2) << "\n";
+    Json j = evaluation->toJson();
+    if (timeline) {
+      j["simulated"] = {{"pipeline_s", timeline->makespanSeconds}, {"bubble_fraction", timeline->bubbleFraction},
+                        {"events", timeline->events.size()}};
+    }
+    out << j.dump(2) << "\n";
   } else {
     out << renderEvaluation(plan, *evaluation);
+    if (timeline) {
+      out << "timeline  simulated pipeline " << seconds(timeline->makespanSeconds) << " (closed form "
+          << seconds(evaluation->pipelineSeconds) << ", before the data-parallel/optimizer tail of "
+          << seconds(evaluation->stepSeconds - evaluation->pipelineSeconds) << "), bubble " << formatFixed(100 * timeline->bubbleFraction, 1)
+          << "% of the busiest stage's span; F forward, B backward, W weight gradients, . idle\n"
+          << timeline->renderAscii(100);
+    }
   }
   return 0;
 }

@@ -219,14 +219,19 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
     }
     const double p2pTime = pp > 1 ? 2.0 * static_cast<double>(v) * p2p : 0.0;
 
-    // ZeRO-3 gathers every layer's weights before forward and backward and reduce-scatters its
-    // gradients, each micro-batch; prefetching hides what the compute covers.
+    // ZeRO-3 gathers every layer's weights before its forward, again before a recomputed forward and
+    // before its backward, and reduce-scatters its gradients, each micro-batch, one layer at a time:
+    // every collective pays the ring's (n-1) latency steps. Prefetching hides up to 80% behind compute
+    // (the collectives compete with it for SMs and memory bandwidth).
     double zero3 = 0;
     if (plan.zeroStage == 3 && par.dp > 1) {
-      const double gather = collectiveSeconds(Collective::kAllGather, params * weightBytes, dpGroup);
-      const double scatter = collectiveSeconds(Collective::kReduceScatter, params * gradBytes, dpGroup);
-      const double comm = 2 * gather + scatter;
-      const double cover = plan.execution.overlapParamGather ? 0.9 * (fwd + bwd + rec) : 0.0;
+      const double layersHere = std::max<double>(1.0, static_cast<double>(st.layers));
+      const double perLayer = params / layersHere;
+      const double gathers = 2.0 + (rec > 0 ? 1.0 : 0.0);
+      const double gather = collectiveSeconds(Collective::kAllGather, perLayer * weightBytes, dpGroup);
+      const double scatter = collectiveSeconds(Collective::kReduceScatter, perLayer * gradBytes, dpGroup);
+      const double comm = layersHere * (gathers * gather + scatter);
+      const double cover = plan.execution.overlapParamGather ? 0.8 * (fwd + bwd + rec) : 0.0;
       zero3 = std::max(0.1 * comm, comm - cover);
     }
     const double comm = tpc + cpc + epc;
@@ -361,6 +366,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
     }
     slack += st.backwardSeconds / static_cast<double>(v);
   }
+  ev.pipelineSeconds = pipeline;
   ev.stepSeconds = pipeline + tail;
 
   // Breakdown on the critical path: the slowest stage's per-micro-batch parts times m, the fill/drain
@@ -432,6 +438,7 @@ Json Evaluation::toJson() const {
               {"context", peak->context}};
   }
   return {{"step_time_s", stepSeconds},
+          {"pipeline_time_s", pipelineSeconds},
           {"tokens_per_s", tokensPerSecond},
           {"model_tflops_per_gpu", modelTflopsPerGpu},
           {"hardware_tflops_per_gpu", hardwareTflopsPerGpu},

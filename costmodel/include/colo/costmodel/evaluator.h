@@ -62,6 +62,7 @@ struct TimeBreakdown {
 
 struct Evaluation {
   double stepSeconds = 0;
+  double pipelineSeconds = 0;       ///< forward/backward of all micro-batches through the pipeline
   double tokensPerSecond = 0;
   double modelTflopsPerGpu = 0;     ///< model FLOPs (no recompute) per step / step time / GPUs
   double hardwareTflopsPerGpu = 0;  ///< including recompute

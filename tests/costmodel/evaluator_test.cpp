@@ -1,0 +1,217 @@
+#include "colo/costmodel/evaluator.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "colo/costmodel/collectives.h"
+#include "core/test_support.h"
+
+namespace colo::costmodel {
+namespace {
+
+Plan makePlan(const std::string& model, const std::string& cluster, std::int64_t gpus, std::int64_t tp, std::int64_t pp,
+              std::int64_t gbs, std::int64_t mbs = 1) {
+  Plan p;
+  p.model = test::loadModelOrFail(test::dataFile("models/" + model + ".json"));
+  auto c = scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/" + cluster + ".json")), gpus);
+  EXPECT_TRUE(c) << (c ? "" : c.error().toString());
+  p.cluster = *c;
+  p.parallel.tp = tp;
+  p.parallel.pp = pp;
+  p.parallel.dp = gpus / (tp * pp);
+  p.microBatchSize = mbs;
+  p.globalBatchSize = gbs;
+  p.seqLen = p.model.defaultSeqLen();
+  p.stages = uniformStages(p.model.numLayers(), pp, RecomputePolicy::kNone);
+  return p;
+}
+
+void setRecompute(Plan& p, RecomputePolicy policy) {
+  for (auto& s : p.stages) {
+    s.recompute = policy;
+    s.recomputeLayers = policy == RecomputePolicy::kNone ? 0 : s.layers;
+  }
+}
+
+Evaluation evaluateOrFail(const Plan& p) {
+  auto ev = evaluatePlan(p);
+  EXPECT_TRUE(ev) << (ev ? "" : ev.error().toString());
+  return ev ? *ev : Evaluation{};
+}
+
+TEST(Evaluator, BreakdownSumsToTheStepAndMemoryToThePeak) {
+  Plan p = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 1536);
+  p.parallel.sequenceParallel = true;
+  p.zeroStage = 1;
+  setRecompute(p, RecomputePolicy::kSelective);
+  const Evaluation ev = evaluateOrFail(p);
+  const auto& t = ev.time;
+  const double sum = t.compute + t.recompute + t.tpComm + t.cpComm + t.epComm + t.ppComm + t.dpComm + t.bubble + t.optimizer;
+  EXPECT_NEAR(sum, ev.stepSeconds, 1e-9 * ev.stepSeconds);
+  double peak = 0;
+  for (const auto& s : ev.stages) peak = std::max(peak, s.memory.total());
+  EXPECT_DOUBLE_EQ(peak, ev.peakMemoryBytes);
+  const Json j = ev.toJson();
+  for (const char* key : {"step_time_s", "tokens_per_s", "model_tflops_per_gpu", "hardware_tflops_per_gpu", "mfu",
+                          "peak_memory_bytes", "fits", "bubble_fraction", "breakdown"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_NEAR(ev.tokensPerSecond, 1536.0 * 2048 / ev.stepSeconds, 1e-6 * ev.tokensPerSecond);
+  EXPECT_GT(ev.mfu, 0.3);
+  EXPECT_LT(ev.mfu, 0.75);
+  EXPECT_TRUE(ev.fits);
+}
+
+TEST(Evaluator, ActivationMemoryFollowsKorthikanti) {
+  // Tensor + sequence parallel, selective recompute, unfused attention: 34*s*b*h/t bytes per layer;
+  // 1F1B keeps pp micro-batches on the first stage, which holds L/pp layers.
+  Plan p = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 8, 1024);
+  p.parallel.sequenceParallel = true;
+  p.execution.flashAttention = false;
+  setRecompute(p, RecomputePolicy::kSelective);
+  const Evaluation ev = evaluateOrFail(p);
+  const double s = 2048, b = 1, h = 12288, t = 8, layersPerStage = 12, inFlight = 8;
+  const double expected = 34 * s * b * h / t * layersPerStage * inFlight;
+  const StageReport& first = ev.stages.front();
+  // The first stage also keeps the embedding's small saved tensors (ids, dropout mask).
+  EXPECT_NEAR(first.memory.activations / expected, 1.0, 0.02) << first.memory.activations << " vs " << expected;
+  EXPECT_EQ(first.inFlightMicroBatches, 8);
+  EXPECT_EQ(ev.stages.back().inFlightMicroBatches, 1);
+}
+
+TEST(Evaluator, SelectiveRecomputeBeatsFullAndBothSaveMemory) {
+  Plan base = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 1536);
+  base.parallel.sequenceParallel = true;
+  base.execution.flashAttention = false;
+  Plan selective = base, full = base;
+  setRecompute(selective, RecomputePolicy::kSelective);
+  setRecompute(full, RecomputePolicy::kFull);
+  const auto none = evaluateOrFail(base), sel = evaluateOrFail(selective), fu = evaluateOrFail(full);
+  EXPECT_LT(none.stepSeconds, sel.stepSeconds);
+  EXPECT_LT(sel.stepSeconds, fu.stepSeconds);
+  EXPECT_GT(none.peakMemoryBytes, sel.peakMemoryBytes);
+  EXPECT_GT(sel.peakMemoryBytes, fu.peakMemoryBytes);
+  EXPECT_GT(fu.hardwareTflopsPerGpu, fu.modelTflopsPerGpu * 1.2);  // the recomputed forward counts as hardware work
+}
+
+TEST(Evaluator, TensorParallelismAcrossNodesIsMuchSlower) {
+  Plan inNode = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 1536);
+  Plan across = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 16, 8, 1536);
+  const auto a = evaluateOrFail(inNode), b = evaluateOrFail(across);
+  EXPECT_GT(b.time.tpComm, 3 * a.time.tpComm);
+  EXPECT_GT(b.stepSeconds, a.stepSeconds);
+  const auto tpGroup = placeGroup(across.cluster, across.parallel, Dim::kTp);
+  EXPECT_TRUE(tpGroup.crossesNodes());
+  EXPECT_EQ(tpGroup.perNode, 8);
+  EXPECT_FALSE(placeGroup(inNode.cluster, inNode.parallel, Dim::kTp).crossesNodes());
+  EXPECT_TRUE(placeGroup(inNode.cluster, inNode.parallel, Dim::kDp).crossesNodes());
+}
+
+TEST(Evaluator, MegatronLayoutBeatsZero3At175BOn1536Gpus) {
+  Plan megatron = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1536, 8, 12, 1536);
+  megatron.parallel.sequenceParallel = true;
+  megatron.zeroStage = 1;
+  setRecompute(megatron, RecomputePolicy::kSelective);
+  Plan zero3 = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1536, 1, 1, 1536);
+  zero3.zeroStage = 3;
+  setRecompute(zero3, RecomputePolicy::kFull);
+  const auto m = evaluateOrFail(megatron), z = evaluateOrFail(zero3);
+  EXPECT_LT(m.stepSeconds, z.stepSeconds);
+  EXPECT_GT(z.time.dpComm, m.time.dpComm);
+}
+
+TEST(Evaluator, MoreMicroBatchesShrinkTheBubbleAndInterleavingShrinksItMore) {
+  Plan few = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 128);
+  Plan many = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 1536);
+  const auto f = evaluateOrFail(few), m = evaluateOrFail(many);
+  EXPECT_GT(f.bubbleFraction, m.bubbleFraction);
+  Plan interleaved = few;
+  interleaved.parallel.virtualStages = 3;
+  interleaved.schedule = Schedule::kInterleaved;
+  interleaved.stages = uniformStages(96, 48, RecomputePolicy::kNone);
+  const auto i = evaluateOrFail(interleaved);
+  EXPECT_LT(i.bubbleFraction, f.bubbleFraction);
+  EXPECT_GT(i.time.ppComm, f.time.ppComm);  // more chunk boundaries to cross
+}
+
+TEST(Evaluator, MemoryReflectsZeroStagesAndOffload) {
+  Plan p = makePlan("llama2-7b", "dgx-a100-80gb", 8, 1, 1, 64, 1);
+  const auto z0 = evaluateOrFail(p);
+  p.zeroStage = 1;
+  const auto z1 = evaluateOrFail(p);
+  p.zeroStage = 2;
+  const auto z2 = evaluateOrFail(p);
+  p.zeroStage = 3;
+  const auto z3 = evaluateOrFail(p);
+  const auto& m0 = z0.stages[0].memory;
+  EXPECT_NEAR(z1.stages[0].memory.optimizer, m0.optimizer / 8, 1);
+  EXPECT_NEAR(z2.stages[0].memory.gradients, m0.gradients / 8, 1);
+  EXPECT_NEAR(z3.stages[0].memory.weights, m0.weights / 8, 1);
+  EXPECT_GT(z0.peakMemoryBytes, z1.peakMemoryBytes);
+  EXPECT_FALSE(z0.fits);  // 6.7B params x 18 bytes + activations > 80 GiB
+  p.zeroStage = 1;
+  p.offload.optimizerFraction = 1.0;
+  const auto off = evaluateOrFail(p);
+  EXPECT_EQ(off.stages[0].memory.optimizer, 0);
+  EXPECT_GT(off.time.optimizer, z1.time.optimizer);
+}
+
+TEST(Evaluator, FlashAttentionRemovesQuadraticActivations) {
+  // With sequence parallelism the replicated norm and linear inputs are split too, so the softmax
+  // output (2*a*s^2*b/t bytes) dominates what unfused attention keeps.
+  Plan p = makePlan("llama2-7b", "dgx-a100-80gb", 8, 8, 1, 8);
+  p.seqLen = 4096;
+  p.parallel.sequenceParallel = true;
+  p.execution.flashAttention = false;
+  const auto unfused = evaluateOrFail(p);
+  p.execution.flashAttention = true;
+  const auto flash = evaluateOrFail(p);
+  EXPECT_LT(flash.stages[0].memory.activations, 0.5 * unfused.stages[0].memory.activations);
+  EXPECT_LT(flash.stepSeconds, unfused.stepSeconds);
+}
+
+TEST(Evaluator, MixtureOfExpertsPaysForAllToAll) {
+  Plan p = makePlan("mixtral-8x7b", "dgx-h100-x64", 64, 1, 4, 256);
+  p.parallel.ep = 8;
+  p.stages = uniformStages(32, 4, RecomputePolicy::kNone);
+  const auto ev = evaluateOrFail(p);
+  EXPECT_GT(ev.time.epComm, 0);
+  Plan noEp = p;
+  noEp.parallel.ep = 1;
+  const auto dense = evaluateOrFail(noEp);
+  EXPECT_EQ(dense.time.epComm, 0);
+  EXPECT_LT(ev.stages[0].paramsPerGpu, dense.stages[0].paramsPerGpu / 4);  // experts spread over 8 GPUs
+}
+
+TEST(Evaluator, SequenceLengthMustMatchTheEvaluator) {
+  Plan p = makePlan("gpt2-small", "dgx-a100-80gb", 8, 1, 1, 8);
+  auto evaluator = Evaluator::create(p.model, p.cluster, 1024);
+  ASSERT_TRUE(evaluator);
+  p.seqLen = 512;
+  EXPECT_FALSE(evaluator->evaluate(p));
+  p.seqLen = 1024;
+  p.precision = DType::kFp8;  // A100 has no fp8 peak
+  auto r = evaluator->evaluate(p);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("fp8"), std::string::npos);
+}
+
+TEST(Collectives, RingAllReduceFollowsTheBandwidthTerm) {
+  const ClusterSpec c = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json"));
+  Parallelism p;
+  p.tp = 8;
+  p.dp = 16;
+  const auto tp = placeGroup(c, p, Dim::kTp);
+  const double bytes = 1e9;
+  const double t = collectiveSeconds(Collective::kAllReduce, bytes, tp);
+  EXPECT_NEAR(t, 2.0 * 7 / 8 * bytes / (300e9 * 0.78) + 14 * 2e-6, 1e-9);
+  const auto dp = placeGroup(c, p, Dim::kDp);
+  EXPECT_EQ(dp.perNode, 1);
+  EXPECT_GT(collectiveSeconds(Collective::kAllReduce, bytes, dp), 5 * t);
+  EXPECT_NEAR(collectiveSeconds(Collective::kReduceScatter, bytes, tp) * 2, t, 1e-9);
+  EXPECT_EQ(collectiveSeconds(Collective::kAllReduce, bytes, placeGroup(c, p, Dim::kCp)), 0.0);  // cp = 1
+}
+
+}  // namespace
+}  // namespace colo::costmodel
