@@ -11,7 +11,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # Build tools and the libraries of the modules that exist today. Qt 6 (colo-studio) and LibTorch
 # (profiler, executor) are optional: CMake turns those modules on when it finds them.
-packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libboost-graph-dev libgtest-dev libsqlite3-dev)
+packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libboost-graph-dev libgtest-dev libsqlite3-dev sqlite3)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -46,7 +46,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"offload-optimizer", "F", "fraction of optimizer states on the host (ZeRO >= 1)"},
       {"offload-params", "F", "fraction of parameters on the host (ZeRO 3)"},
       {"rank-order", "ORDER", "placement, innermost first (default tp-cp-dp-pp)"},
-      {"costdb", "DB", "cost database of measured kernels (not yet read: see docs/costmodel.md)"},
+      {"costdb", "DB", "SQLite cost database: measured GEMM times (exact or nearest shape) before the roofline"},
       {"simulate", "", "also simulate the pipeline schedule event by event and draw its timeline"},
       {"timeline", "FILE", "write the simulated timeline's events as JSON (implies --simulate)"},
       {"out", "FILE", "write the plan with its predictions as a colo.plan/1 file"},
@@ -309,16 +309,17 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
   if (!args->positional().empty()) {
     return reportError(Error::badInput("unexpected argument \"" + args->positional().front() + "\""), err);
   }
-  if (args->has("costdb")) {
-    return reportError(Error::badInput("--costdb: reading measured kernels is not implemented yet; the roofline is used "
-                                       "(remove --costdb)"),
-                       err);
+  std::optional<costmodel::CostDatabase> costDb;
+  if (const auto dbFile = args->value("costdb")) {
+    auto opened = costmodel::CostDatabase::open(*dbFile);
+    if (!opened) return reportError(opened.error(), err);
+    costDb = std::move(*opened);
   }
   Plan plan;
   if (const auto file = args->value("plan")) {
     for (const auto& spec : evaluateOptions()) {
       const bool output = spec.name == "plan" || spec.name == "json" || spec.name == "out" || spec.name == "simulate" ||
-                          spec.name == "timeline";
+                          spec.name == "timeline" || spec.name == "costdb";
       if (!output && args->has(spec.name)) {
         return reportError(Error::badInput("--" + spec.name + " cannot be combined with --plan (edit the plan file instead)"), err);
       }
@@ -332,7 +333,7 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
     plan = std::move(*built);
     if (auto valid = validatePlan(plan); !valid) return reportError(toOptionError(valid.error()), err);
   }
-  auto evaluation = costmodel::evaluatePlan(plan);
+  auto evaluation = costmodel::evaluatePlan(plan, costDb ? &*costDb : nullptr);
   if (!evaluation) return reportError(toOptionError(evaluation.error()), err);
 
   if (const auto outFile = args->value("out")) {
@@ -350,6 +351,7 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
     plan.provenance.createdAt = isoNow();
     plan.provenance.modelHash = contentHash(plan.model.toJson());
     plan.provenance.clusterHash = contentHash(clusterToJson(plan.cluster));
+    plan.provenance.costDbHash = costDb ? costDb->hash() : "";
     if (auto written = writeJsonFileAtomic(*outFile, planToJson(plan)); !written) return reportError(written.error(), err);
   }
   std::optional<costmodel::Timeline> timeline;
@@ -370,6 +372,11 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
     out << j.dump(2) << "\n";
   } else {
     out << renderEvaluation(plan, *evaluation);
+    if (costDb) {
+      out << "costdb    " << costDb->path() << ": GEMM shapes timed " << evaluation->gemmExact << " exactly, "
+          << evaluation->gemmInterpolated << " from the nearest measured shape, " << evaluation->gemmRoofline
+          << " by the roofline\n";
+    }
     if (timeline) {
       out << "timeline  simulated pipeline " << seconds(timeline->makespanSeconds) << " (closed form "
           << seconds(evaluation->pipelineSeconds) << ", before the data-parallel/optimizer tail of "

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "layer_cost.h"
 
@@ -14,6 +15,8 @@ using detail::ModelTemplates;
 
 struct Evaluator::Impl {
   ClusterSpec cluster;
+  std::vector<GemmMeasurement> measured;  // for the cluster's GPU, all precisions
+  std::map<DType, GemmTable> tables;
   ModelTemplates templates;
   std::int64_t numLayers = 0;
   std::int64_t numExperts = 0;
@@ -46,6 +49,19 @@ Result<Evaluator> Evaluator::create(const Model& model, const ClusterSpec& clust
   impl->templates = detail::digest(*graph, topK, kvWidth, tied);
   impl->numLayers = graph->info().numLayers;
   return Evaluator(std::move(impl));
+}
+
+Result<Evaluator> Evaluator::create(const Model& model, const ClusterSpec& cluster, std::int64_t seqLen,
+                                    const CostDatabase& costDb) {
+  auto evaluator = create(model, cluster, seqLen);
+  if (!evaluator) return evaluator;
+  Impl& impl = *evaluator->m_impl;
+  impl.measured = costDb.gemmsFor(cluster.gpu.name);
+  for (const DType d : {DType::kFp32, DType::kTf32, DType::kFp16, DType::kBf16, DType::kFp8}) {
+    GemmTable table(impl.measured, d);
+    if (!table.empty()) impl.tables.emplace(d, std::move(table));
+  }
+  return evaluator;
 }
 
 namespace {
@@ -99,6 +115,8 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   cfg.dtypeBytes = static_cast<std::int64_t>(dt);
   cfg.topK = T.topK;
   cfg.kvWidth = T.kvWidth;
+  if (auto table = I.tables.find(plan.precision); table != I.tables.end()) cfg.measured = &table->second;
+  detail::LookupCounts counts;
 
   const GroupPlacement tpGroup = placeGroup(I.cluster, par, Dim::kTp);
   const GroupPlacement cpGroup = placeGroup(I.cluster, par, Dim::kCp);
@@ -108,9 +126,9 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
 
   std::vector<LayerCost> classCost;
   classCost.reserve(T.classes.size());
-  for (const auto& cls : T.classes) classCost.push_back(costLayer(cls, cfg, device, tpGroup, cpGroup, epGroup));
-  const LayerCost embed = costLayer(T.embedding, cfg, device, tpGroup, cpGroup, epGroup);
-  const LayerCost head = costLayer(T.head, cfg, device, tpGroup, cpGroup, epGroup);
+  for (const auto& cls : T.classes) classCost.push_back(costLayer(cls, cfg, device, tpGroup, cpGroup, epGroup, &counts));
+  const LayerCost embed = costLayer(T.embedding, cfg, device, tpGroup, cpGroup, epGroup, &counts);
+  const LayerCost head = costLayer(T.head, cfg, device, tpGroup, cpGroup, epGroup, &counts);
 
   // Chunks: consecutive layers, chunk c on physical stage c % pp.
   std::vector<ChunkCost> chunk(static_cast<std::size_t>(chunks));
@@ -180,6 +198,9 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   // Physical stages.
   Evaluation ev;
   ev.microBatches = m;
+  ev.gemmExact = counts.exact;
+  ev.gemmInterpolated = counts.interpolated;
+  ev.gemmRoofline = counts.roofline;
   ev.gpuMemoryBytes = I.cluster.gpu.memoryBytes;
   ev.stages.resize(static_cast<std::size_t>(pp));
   const double weightBytes = plan.precision == DType::kFp32 ? 4.0 : 2.0;
@@ -448,6 +469,7 @@ Json Evaluation::toJson() const {
           {"fits", fits},
           {"bubble_fraction", bubbleFraction},
           {"micro_batches", microBatches},
+          {"gemm_time_sources", {{"exact", gemmExact}, {"interpolated", gemmInterpolated}, {"roofline", gemmRoofline}}},
           {"breakdown",
            {{"time_s",
              {{"compute", time.compute},
@@ -463,9 +485,10 @@ Json Evaluation::toJson() const {
           {"stages", stagesJson}};
 }
 
-Result<Evaluation> evaluatePlan(const Plan& plan) {
+Result<Evaluation> evaluatePlan(const Plan& plan, const CostDatabase* costDb) {
   if (auto valid = validatePlan(plan); !valid) return fail(valid.error());
-  auto evaluator = Evaluator::create(plan.model, plan.cluster, plan.seqLen);
+  auto evaluator = costDb ? Evaluator::create(plan.model, plan.cluster, plan.seqLen, *costDb)
+                          : Evaluator::create(plan.model, plan.cluster, plan.seqLen);
   if (!evaluator) return fail(evaluator.error());
   return evaluator->evaluate(plan);
 }

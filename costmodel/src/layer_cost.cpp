@@ -123,8 +123,21 @@ double gemmSeconds(double m, double n, double k, double count, std::int64_t dtyp
 }
 
 LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const DeviceModel& device,
-                    const GroupPlacement& tpGroup, const GroupPlacement& cpGroup, const GroupPlacement& epGroup) {
+                    const GroupPlacement& tpGroup, const GroupPlacement& cpGroup, const GroupPlacement& epGroup,
+                    LookupCounts* counts) {
   LayerCost out;
+  // A measured time when the cost database has this shape or a near one, else the roofline.
+  auto gemm = [&](double m, double n, double k, double count) {
+    if (c.measured && !c.measured->empty()) {
+      auto roofline = [&](double mm, double nn, double kk) { return gemmSeconds(mm, nn, kk, 1, c.dtypeBytes, device); };
+      if (auto hit = c.measured->lookup(m, n, k, roofline)) {
+        if (counts) ++(hit->second == LookupSource::kExact ? counts->exact : counts->interpolated);
+        return hit->first * count;
+      }
+    }
+    if (counts) ++counts->roofline;
+    return gemmSeconds(m, n, k, count, c.dtypeBytes, device);
+  };
   const double b = static_cast<double>(c.microBatch);
   const double tp = static_cast<double>(c.tp);
   const double cp = static_cast<double>(c.cp);
@@ -150,7 +163,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         if (op.shard == Shard::kColumn || op.shard == Shard::kVocab) n /= tp;
         if (op.shard == Shard::kRow) k /= tp;
         m = std::max(1.0, m);
-        fwd = gemmSeconds(m, n, k, 1, c.dtypeBytes, device);
+        fwd = gemm(m, n, k, 1);
         bwd = 2.0 * fwd;
         out.gemmFlopsFwdPerGpu += 2 * m * n * k;
         break;
@@ -161,7 +174,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         double n = static_cast<double>(op.n);
         double k = static_cast<double>(op.k);
         if (n >= k) n /= tp; else k /= tp;  // the ffn dimension is split by tensor parallelism
-        fwd = gemmSeconds(std::max(1.0, rows / localExperts), n, k, localExperts, c.dtypeBytes, device);
+        fwd = gemm(std::max(1.0, rows / localExperts), n, k, localExperts);
         bwd = 2.0 * fwd;
         out.gemmFlopsFwdPerGpu += 2 * rows * n * k;
         break;
@@ -174,7 +187,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         out.gemmFlopsFwdPerGpu += flops;
         out.attnFlopsFwdPerGpu += flops;
         if (!fused) {
-          fwd = gemmSeconds(m, static_cast<double>(op.n), static_cast<double>(op.k), count, c.dtypeBytes, device);
+          fwd = gemm(m, static_cast<double>(op.n), static_cast<double>(op.k), count);
           bwd = 2.0 * fwd;
         }
         break;

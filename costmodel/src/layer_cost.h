@@ -8,6 +8,7 @@
 
 #include "colo/core/op_graph.h"
 #include "colo/costmodel/collectives.h"
+#include "colo/costmodel/cost_db.h"
 #include "colo/costmodel/hardware.h"
 
 namespace colo::costmodel::detail {
@@ -51,6 +52,12 @@ struct LayerConfig {
   std::int64_t dtypeBytes = 2;
   std::int64_t topK = 1;
   std::int64_t kvWidth = 0;       // kv heads x head dim
+  const GemmTable* measured = nullptr;  // measured GEMM times, consulted before the roofline
+};
+
+/// Where GEMM times came from in one evaluation.
+struct LookupCounts {
+  std::int64_t exact = 0, interpolated = 0, roofline = 0;
 };
 
 /// Time (seconds, one micro-batch) and memory (bytes) of one layer template under a config.
@@ -91,7 +98,7 @@ struct ModelTemplates {
 
 [[nodiscard]] LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& config, const DeviceModel& device,
                                   const GroupPlacement& tpGroup, const GroupPlacement& cpGroup,
-                                  const GroupPlacement& epGroup);
+                                  const GroupPlacement& epGroup, LookupCounts* counts = nullptr);
 
 /// Seconds of one GEMM of shape (m, n, k), `count` times, on the device (roofline with tile and wave
 /// quantisation; docs/costmodel.md).

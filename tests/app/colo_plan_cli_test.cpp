@@ -261,3 +261,21 @@ TEST(ColoPlanEvaluate, SimulationDrawsTheTimeline) {
 
 }  // namespace
 }  // namespace colo
+
+namespace colo {
+namespace {
+
+TEST(ColoPlanEvaluate, CostDatabaseIsReadOrRefusedClearly) {
+  test::ScratchDir dir;
+  const auto garbage = dir.write("bad.sqlite", "this is not a database, just text that is long enough to matter");
+  const auto r = run("evaluate --model gpt2-small --cluster dgx-a100-80gb --gpus 1 --gbs 8 --costdb " + garbage);
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find(garbage + ": "), std::string::npos) << r.err;
+  const auto missing = run("evaluate --model gpt2-small --cluster dgx-a100-80gb --gpus 1 --gbs 8 --costdb " +
+                           dir.path("none.sqlite"));
+  EXPECT_EQ(missing.exitCode, 2);
+  EXPECT_NE(missing.err.find("no such cost database"), std::string::npos) << missing.err;
+}
+
+}  // namespace
+}  // namespace colo

@@ -15,6 +15,7 @@
 #include "colo/core/json.h"
 #include "colo/core/model.h"
 #include "colo/core/plan.h"
+#include "colo/costmodel/cost_db.h"
 #include "colo/costmodel/hardware.h"
 
 namespace colo::costmodel {
@@ -72,6 +73,9 @@ struct Evaluation {
   bool fits = false;
   double bubbleFraction = 0;
   std::int64_t microBatches = 0;
+  std::int64_t gemmExact = 0;         ///< GEMM shapes timed from the cost database exactly
+  std::int64_t gemmInterpolated = 0;  ///< ... from its nearest measured shape
+  std::int64_t gemmRoofline = 0;      ///< ... by the roofline
   TimeBreakdown time;
   std::vector<StageReport> stages;
   /// The figures of `colo-plan evaluate --json`: step_time_s, tokens_per_s, model_tflops_per_gpu,
@@ -85,6 +89,9 @@ class Evaluator {
  public:
   /// Errors: kBadInput when the model cannot be expanded at `seqLen`.
   [[nodiscard]] static Result<Evaluator> create(const Model& model, const ClusterSpec& cluster, std::int64_t seqLen);
+  /// The same, timing GEMMs from the measurements `costDb` holds for the cluster's GPU first.
+  [[nodiscard]] static Result<Evaluator> create(const Model& model, const ClusterSpec& cluster, std::int64_t seqLen,
+                                                const CostDatabase& costDb);
   Evaluator(Evaluator&&) noexcept;
   Evaluator& operator=(Evaluator&&) noexcept;
   ~Evaluator();
@@ -106,7 +113,8 @@ class Evaluator {
   std::unique_ptr<Impl> m_impl;
 };
 
-/// Validates the plan, builds an evaluator for its embedded model and cluster, and evaluates.
-[[nodiscard]] Result<Evaluation> evaluatePlan(const Plan& plan);
+/// Validates the plan, builds an evaluator for its embedded model and cluster, and evaluates (with
+/// measured GEMM times from `costDb` when given).
+[[nodiscard]] Result<Evaluation> evaluatePlan(const Plan& plan, const CostDatabase* costDb = nullptr);
 
 }  // namespace colo::costmodel

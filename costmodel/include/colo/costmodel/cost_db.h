@@ -1,0 +1,105 @@
+#pragma once
+/// \file
+/// The SQLite cost database of measured kernels (schema version 1, written by colo-profile) and the
+/// lookup the cost model uses before its roofline: an exact shape, else the nearest measured shape
+/// scaled by the roofline's ratio between the two shapes, else nothing (the roofline decides).
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "colo/core/cluster.h"
+#include "colo/core/error.h"
+
+namespace colo::costmodel {
+
+/// One measured GEMM (forward: an [m, k] x [k, n] product), seconds per call.
+struct GemmMeasurement {
+  std::int64_t m = 0, n = 0, k = 0;
+  DType dtype = DType::kBf16;
+  double seconds = 0;
+};
+
+/// How a lookup was answered (for --explain).
+enum class LookupSource { kExact, kInterpolated, kRoofline };
+
+class CostDatabase {
+ public:
+  /// The schema version this colo reads and writes.
+  static constexpr int kSchemaVersion = 1;
+
+  /// Opens a database read-only. Errors: kIo for a missing file; kBadInput naming the file for a file
+  /// that is not SQLite, not a colo cost database, or of another schema version (it is never modified).
+  [[nodiscard]] static Result<CostDatabase> open(const std::string& path);
+
+  /// Creates an empty database (fails if the file exists) with schema version 1. Errors: kIo, kBadInput.
+  [[nodiscard]] static Result<CostDatabase> create(const std::string& path);
+
+  /// Adds a device and its GEMM measurements in one transaction. Errors: kIo on a write failure (the
+  /// database keeps everything committed before).
+  [[nodiscard]] Result<void> addGemms(const std::string& deviceName, const std::vector<GemmMeasurement>& rows);
+
+  CostDatabase(CostDatabase&&) noexcept;
+  CostDatabase& operator=(CostDatabase&&) noexcept;
+  ~CostDatabase();
+
+  /// Measured GEMMs of the device whose name matches `gpuName` (case-insensitive substring either way).
+  [[nodiscard]] std::vector<GemmMeasurement> gemmsFor(const std::string& gpuName) const;
+
+  /// A short content hash (for plan provenance).
+  [[nodiscard]] std::string hash() const;
+  [[nodiscard]] const std::string& path() const;
+
+ private:
+  struct Impl;
+  explicit CostDatabase(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> m_impl;
+};
+
+/// In-memory GEMM times of one device and precision, answering lookups without SQLite on the hot path.
+class GemmTable {
+ public:
+  GemmTable() = default;
+  GemmTable(std::vector<GemmMeasurement> rows, DType dtype);
+  [[nodiscard]] bool empty() const { return m_rows.empty(); }
+  /// Measured time of (m, n, k) x count: exact, or the nearest shape (log distance) scaled by
+  /// `roofline(m, n, k) / roofline(nearest)`. Nullopt when the table has no row within a factor of 4 in
+  /// every dimension (the roofline is then better than a far extrapolation).
+  template <class Roofline>
+  [[nodiscard]] std::optional<std::pair<double, LookupSource>> lookup(double m, double n, double k, Roofline&& roofline) const;
+
+ private:
+  std::vector<GemmMeasurement> m_rows;
+};
+
+template <class Roofline>
+std::optional<std::pair<double, LookupSource>> GemmTable::lookup(double m, double n, double k, Roofline&& roofline) const {
+  const GemmMeasurement* best = nullptr;
+  double bestDistance = 0;
+  for (const auto& r : m_rows) {
+    const double dm = std::log(m / static_cast<double>(r.m));
+    const double dn = std::log(n / static_cast<double>(r.n));
+    const double dk = std::log(k / static_cast<double>(r.k));
+    const double d = dm * dm + dn * dn + dk * dk;
+    if (!best || d < bestDistance) {
+      best = &r;
+      bestDistance = d;
+    }
+  }
+  if (!best) return std::nullopt;
+  if (bestDistance < 1e-18) return std::pair{best->seconds, LookupSource::kExact};
+  const double limit = std::log(4.0);
+  if (std::fabs(std::log(m / static_cast<double>(best->m))) > limit ||
+      std::fabs(std::log(n / static_cast<double>(best->n))) > limit ||
+      std::fabs(std::log(k / static_cast<double>(best->k))) > limit) {
+    return std::nullopt;
+  }
+  const double scale = roofline(m, n, k) / roofline(static_cast<double>(best->m), static_cast<double>(best->n),
+                                                     static_cast<double>(best->k));
+  return std::pair{best->seconds * scale, LookupSource::kInterpolated};
+}
+
+}  // namespace colo::costmodel

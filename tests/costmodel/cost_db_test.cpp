@@ -1,0 +1,122 @@
+#include "colo/costmodel/cost_db.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "colo/costmodel/evaluator.h"
+#include "core/test_support.h"
+
+namespace colo::costmodel {
+namespace {
+
+std::string readBytes(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The GEMMs GPT-2 small runs per layer at micro-batch 1, seq 1024, tp 1, and its LM head.
+const std::vector<GemmMeasurement> kGpt2Shapes = {
+    {1024, 2304, 768, DType::kBf16, 1e-3}, {1024, 768, 768, DType::kBf16, 1e-3}, {1024, 3072, 768, DType::kBf16, 1e-3},
+    {1024, 768, 3072, DType::kBf16, 1e-3}, {1024, 50257, 768, DType::kBf16, 1e-3}};
+
+Plan gpt2Plan() {
+  Plan p;
+  p.model = test::loadModelOrFail(test::dataFile("models/gpt2-small.json"));
+  p.cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb.json")), 1);
+  p.globalBatchSize = 8;
+  p.seqLen = 1024;
+  p.stages = uniformStages(12, 1, RecomputePolicy::kNone);
+  return p;
+}
+
+TEST(CostDatabase, CreateAddReopenAndMatchTheDevice) {
+  test::ScratchDir dir;
+  const auto file = dir.path("costs.sqlite");
+  {
+    auto db = CostDatabase::create(file);
+    ASSERT_TRUE(db) << db.error().toString();
+    ASSERT_TRUE(db->addGemms("NVIDIA A100-SXM4-80GB", kGpt2Shapes));
+    ASSERT_TRUE(db->addGemms("NVIDIA H100 80GB HBM3", {{64, 64, 64, DType::kBf16, 1e-5}}));
+  }
+  auto db = CostDatabase::open(file);
+  ASSERT_TRUE(db) << db.error().toString();
+  EXPECT_EQ(db->gemmsFor("A100-SXM4-80GB").size(), kGpt2Shapes.size());
+  EXPECT_EQ(db->gemmsFor("h100").size(), 1u);
+  EXPECT_TRUE(db->gemmsFor("V100").empty());
+  EXPECT_EQ(db->hash().size(), 16u);
+  auto again = CostDatabase::create(file);
+  ASSERT_FALSE(again);
+  EXPECT_NE(again.error().message.find("refusing to overwrite"), std::string::npos);
+}
+
+TEST(CostDatabase, CorruptOrForeignFilesAreRefusedAndLeftUntouched) {
+  test::ScratchDir dir;
+  const auto garbage = dir.write("garbage.sqlite", std::string(4096, 'x'));
+  const std::string before = readBytes(garbage);
+  auto g = CostDatabase::open(garbage);
+  ASSERT_FALSE(g);
+  EXPECT_EQ(g.error().code, ErrorCode::kBadInput);
+  EXPECT_EQ(g.error().file, garbage);
+  EXPECT_EQ(readBytes(garbage), before);
+
+  const auto missing = CostDatabase::open(dir.path("missing.sqlite"));
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::kIo);
+
+  // A real SQLite file of another schema version.
+  const auto file = dir.path("v1.sqlite");
+  ASSERT_TRUE(CostDatabase::create(file));
+  {
+    const std::string cmd = "sqlite3 " + file + " \"UPDATE meta SET value='99' WHERE key='schema_version'\" 2>/dev/null";
+    if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "the sqlite3 command-line tool is not installed";
+  }
+  auto v = CostDatabase::open(file);
+  ASSERT_FALSE(v);
+  EXPECT_NE(v.error().message.find("schema version 99"), std::string::npos);
+}
+
+TEST(CostDatabase, MeasuredTimesReplaceTheRoofline) {
+  test::ScratchDir dir;
+  const auto file = dir.path("costs.sqlite");
+  {
+    auto db = CostDatabase::create(file);
+    ASSERT_TRUE(db);
+    ASSERT_TRUE(db->addGemms("A100-SXM4-80GB", kGpt2Shapes));
+  }
+  auto db = CostDatabase::open(file);
+  ASSERT_TRUE(db);
+  const Plan p = gpt2Plan();
+  auto roofline = evaluatePlan(p);
+  auto measured = evaluatePlan(p, &*db);
+  ASSERT_TRUE(roofline);
+  ASSERT_TRUE(measured);
+  EXPECT_EQ(roofline->gemmExact, 0);
+  EXPECT_EQ(measured->gemmExact, 5);  // four layer GEMMs (one template) and the LM head
+  EXPECT_EQ(measured->gemmRoofline, 0);
+  // 1 ms per GEMM is far slower than the roofline's microseconds: 12 layers x 4 GEMMs x 3 (fwd + bwd)
+  // plus the head, per micro-batch.
+  EXPECT_GT(measured->stepSeconds, roofline->stepSeconds + 8 * (12 * 4 + 1) * 3 * 1e-3 * 0.9);
+}
+
+TEST(CostDatabase, NearbyShapesAreInterpolatedFarOnesAreNot) {
+  GemmTable table({{1024, 1024, 1024, DType::kBf16, 2e-3}}, DType::kBf16);
+  auto flopsTime = [](double m, double n, double k) { return 2 * m * n * k / 1e14; };
+  auto exact = table.lookup(1024, 1024, 1024, flopsTime);
+  ASSERT_TRUE(exact);
+  EXPECT_EQ(exact->second, LookupSource::kExact);
+  EXPECT_DOUBLE_EQ(exact->first, 2e-3);
+  auto near = table.lookup(2048, 1024, 1024, flopsTime);
+  ASSERT_TRUE(near);
+  EXPECT_EQ(near->second, LookupSource::kInterpolated);
+  EXPECT_DOUBLE_EQ(near->first, 4e-3);  // scaled by the roofline's ratio
+  EXPECT_FALSE(table.lookup(16384, 1024, 1024, flopsTime));  // more than 4x away: the roofline decides
+  EXPECT_TRUE(GemmTable({{1024, 1024, 1024, DType::kFp16, 1e-3}}, DType::kBf16).empty());  // other precision
+}
+
+}  // namespace
+}  // namespace colo::costmodel
