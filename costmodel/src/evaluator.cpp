@@ -424,6 +424,16 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   return ev;
 }
 
+namespace {
+
+Json memoryJson(const MemoryBreakdown& m) {
+  return {{"weights", m.weights},         {"gradients", m.gradients}, {"optimizer", m.optimizer},
+          {"activations", m.activations}, {"buffers", m.buffers},     {"allocator", m.allocator},
+          {"context", m.context}};
+}
+
+}  // namespace
+
 Json Evaluation::toJson() const {
   Json stagesJson = Json::array();
   double maxStage = 0;
@@ -438,26 +448,17 @@ Json Evaluation::toJson() const {
                           {"in_flight_micro_batches", s.inFlightMicroBatches},
                           {"dp_exposed_s", s.dpExposedSeconds},
                           {"optimizer_s", s.optimizerSeconds},
-                          {"memory_bytes",
-                           {{"weights", s.memory.weights},
-                            {"gradients", s.memory.gradients},
-                            {"optimizer", s.memory.optimizer},
-                            {"activations", s.memory.activations},
-                            {"buffers", s.memory.buffers},
-                            {"allocator", s.memory.allocator},
-                            {"context", s.memory.context},
-                            {"total", s.memory.total()}}}});
+                          {"memory_bytes", [&] {
+                             Json m = memoryJson(s.memory);
+                             m["total"] = s.memory.total();
+                             return m;
+                           }()}});
     if (s.memory.total() >= maxStage) {
       maxStage = s.memory.total();
       peak = &s.memory;
     }
   }
-  Json memory = Json::object();
-  if (peak) {
-    memory = {{"weights", peak->weights},     {"gradients", peak->gradients}, {"optimizer", peak->optimizer},
-              {"activations", peak->activations}, {"buffers", peak->buffers}, {"allocator", peak->allocator},
-              {"context", peak->context}};
-  }
+  const Json memory = peak ? memoryJson(*peak) : Json::object();
   return {{"step_time_s", stepSeconds},
           {"pipeline_time_s", pipelineSeconds},
           {"tokens_per_s", tokensPerSecond},
