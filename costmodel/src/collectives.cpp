@@ -51,7 +51,16 @@ double collectiveSeconds(Collective kind, double bytes, const GroupPlacement& g)
   if (g.size <= 1 && kind != Collective::kSendRecv) return 0.0;
   const LinkLevel* slowest = g.outer ? g.outer : g.inner;
   if (!slowest) return 0.0;
-  auto rate = [](const LinkLevel* level) { return level->bytesPerSecond * linkEfficiency(level->kind); };
+  auto rate = [&](const LinkLevel* level) {
+    double r = level->bytesPerSecond * linkEfficiency(level->kind);
+    // DGX-1's hybrid cube mesh gives each V100 six NVLinks: four to GPUs of its own quad, two to the
+    // other quad. A group of up to four GPUs (one quad) can use four of them, a pair two.
+    if (level->kind == LinkKind::kHybridCubeMesh && level == g.inner) {
+      const double links = g.perNode >= 8 ? 6.0 : g.perNode >= 4 ? 4.0 : 2.0;
+      r *= links / 6.0;
+    }
+    return r;
+  };
   // Bandwidth per GPU along the ring: inside a node the member's own link; across nodes the node's
   // members share the traffic over their own NICs (rail-optimised DGX networks), capped by the node.
   double bandwidth = rate(slowest);
