@@ -13,6 +13,7 @@ namespace colo::app {
 int runInspect(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 int runValidate(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
+int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 int runList(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 
 /// Prints `error` as one line on `err` and returns its exit code.

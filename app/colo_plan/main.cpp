@@ -14,6 +14,7 @@ void usage(std::ostream& out) {
   out << "usage: colo-plan <command> [options]\n\n"
          "commands:\n"
          "  inspect    describe a model (params, FLOPs, memory, ops) and a cluster\n"
+         "  search     find the fastest plans that fit, with reasons\n"
          "  evaluate   predict step time and per-GPU memory of one plan\n"
          "  validate   check model, cluster and plan files\n"
          "  list       show the shipped model and cluster libraries\n\n"
@@ -36,10 +37,11 @@ int main(int argc, char** argv) {
     }
     const std::vector<std::string> rest(args.begin() + 1, args.end());
     if (args[0] == "inspect") return colo::app::runInspect(rest, std::cout, std::cerr);
+    if (args[0] == "search") return colo::app::runSearch(rest, std::cout, std::cerr);
     if (args[0] == "evaluate") return colo::app::runEvaluate(rest, std::cout, std::cerr);
     if (args[0] == "validate") return colo::app::runValidate(rest, std::cout, std::cerr);
     if (args[0] == "list") return colo::app::runList(rest, std::cout, std::cerr);
-    std::cerr << "colo-plan: error: unknown command \"" << args[0] << "\" (commands: inspect, evaluate, validate, list)\n";
+    std::cerr << "colo-plan: error: unknown command \"" << args[0] << "\" (commands: inspect, search, evaluate, validate, list)\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "colo-plan: internal error: " << e.what() << "\n";

@@ -1,0 +1,78 @@
+#pragma once
+/// \file
+/// The plan search: every hybrid-parallel configuration of a model on a cluster for a given global batch
+/// and sequence length, pruned by divisibility, memory lower bounds and dominance, costed by the cost
+/// model, ranked by step time among those that fit, with a Pareto front of step time against memory.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "colo/core/cluster.h"
+#include "colo/core/error.h"
+#include "colo/core/json.h"
+#include "colo/core/model.h"
+#include "colo/core/plan.h"
+#include "colo/core/progress.h"
+#include "colo/costmodel/cost_db.h"
+#include "colo/costmodel/evaluator.h"
+
+namespace colo::planner {
+
+struct SearchOptions {
+  std::int64_t globalBatchSize = 0;   ///< samples per step (required)
+  std::int64_t seqLen = 0;            ///< 0: the model's default
+  /// Degrees or settings held fixed: keys tp, pp, dp, cp, ep, vpp, mbs, zero.
+  std::map<std::string, std::int64_t> fixed;
+  double maxMemoryFraction = 0.95;    ///< a plan fits when its peak is at most this share of GPU memory
+  std::size_t topK = 10;
+  DType precision = DType::kBf16;
+  bool flashAttention = true;
+  bool allowZeroBubble = false;       ///< consider the zb schedule (not all frameworks run it)
+  bool allowOffload = true;           ///< consider optimizer offload when nothing else fits
+  const costmodel::CostDatabase* costDb = nullptr;
+};
+
+/// One costed configuration.
+struct Candidate {
+  Plan plan;
+  costmodel::Evaluation evaluation;
+  bool fits = false;
+  std::string reason;  ///< why it ranks where it does, or why it was rejected
+};
+
+struct SearchStats {
+  std::int64_t generated = 0;                  ///< configurations enumerated
+  std::map<std::string, std::int64_t> pruned;  ///< by rule
+  std::int64_t evaluated = 0;                  ///< cost-model evaluations (several per configuration)
+  std::int64_t costed = 0;                     ///< configurations costed
+  std::int64_t feasible = 0;                   ///< of those, fitting the memory budget
+  double seconds = 0;
+};
+
+struct SearchResult {
+  std::vector<Candidate> top;     ///< best first; all fit
+  std::vector<Candidate> pareto;  ///< fitting plans no other beats on both step time and peak memory
+  std::vector<Candidate> rejected;  ///< the closest configurations that did not fit (for explanations)
+  SearchStats stats;
+  std::string infeasibleReason;   ///< set when nothing fits: the binding constraint
+  [[nodiscard]] bool feasible() const { return !top.empty(); }
+  [[nodiscard]] Json toJson() const;
+};
+
+/// Searches. Errors: kBadInput for impossible requests (a fixed degree that does not divide the GPUs,
+/// unknown fixed keys, a global batch that no data-parallel degree divides). No fitting plan is not an
+/// error: the result says why. Cancellation returns what was found so far.
+[[nodiscard]] Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, const SearchOptions& options,
+                                          ProgressSink* progress = nullptr, const CancellationToken* cancel = nullptr);
+
+/// Fills a plan's predictions and provenance from its evaluation, ready to save.
+void annotate(Plan& plan, const costmodel::Evaluation& evaluation, const std::string& command,
+              const std::string& costDbHash);
+
+/// Parses "tp=8,pp=4,zero=1" into fixed settings. Errors: kBadInput naming the bad item.
+[[nodiscard]] Result<std::map<std::string, std::int64_t>> parseFixed(const std::string& text);
+
+}  // namespace colo::planner
