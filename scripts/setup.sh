@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # README command 1: install the Debian packages colo needs (only those missing), build, and run the
-# main job on the built-in defaults.
+# main job on the built-in defaults: search the plans of GPT-3 175B on 1,024 A100s (global batch 1536),
+# print the best with their reasons, and write the best plan to build/best-plan.json.
 #
-#   scripts/setup.sh              install + build + run `colo-plan inspect` on GPT-3 175B / 1,024 A100s
+#   scripts/setup.sh              install + build + search
 #   scripts/setup.sh --deps-only  install what is missing, nothing else (used by scripts/test.sh and CI)
 #
 # Idempotent, and quick when everything is present (one dpkg-query, no apt-get).
@@ -32,5 +33,5 @@ if [ "${1:-}" = "--deps-only" ]; then exit 0; fi
 cmake -S . -B build -G Ninja ${COLO_CMAKE_ARGS:-} >&2
 cmake --build build -j2 >&2
 echo "setup: built into build/bin; running the main job:" >&2
-echo "  build/bin/colo-plan inspect --model gpt3-175b --cluster dgx-a100-80gb-x128" >&2
-exec build/bin/colo-plan inspect --model gpt3-175b --cluster dgx-a100-80gb-x128
+echo "  build/bin/colo-plan search --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536 --out build/best-plan.json" >&2
+exec build/bin/colo-plan search --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536 --out build/best-plan.json

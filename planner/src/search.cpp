@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <limits>
 
 #include "colo/core/units.h"
 #include "colo/core/version.h"
@@ -174,6 +175,8 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
   SearchStats& st = result.stats;
   std::vector<Config> survivors;
   auto prune = [&](const char* rule) { ++st.pruned[rule]; };
+  double leastStates = std::numeric_limits<double>::max();  // the binding constraint when nothing fits
+  std::string leastStatesConfig;
 
   const std::vector<std::int64_t> tpList{1, 2, 4, 8, 16, 32, 64};
   const std::vector<std::int64_t> cpList{1, 2, 4, 8, 16};
@@ -228,6 +231,11 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                   const double d = static_cast<double>(dp);
                   double states = perGpu * (weightBytes / (zero >= 3 ? d : 1.0) + gradBytes / (zero >= 2 ? d : 1.0));
                   if (!options.allowOffload || zero == 0) states += perGpu * optimizerBytes / (zero >= 1 ? d : 1.0);
+                  if (states < leastStates) {
+                    leastStates = states;
+                    leastStatesConfig = "tp" + std::to_string(tp) + " pp" + std::to_string(pp) + " dp" + std::to_string(dp) +
+                                        " zero" + std::to_string(zero);
+                  }
                   if (experts == 0 && states > budget) { prune("memory lower bound: model states exceed the budget"); continue; }
                   survivors.push_back(c);
                 }
@@ -419,6 +427,13 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                                 ", recompute " + recomputeText(closest.plan) + "), against a budget of " +
                                 formatBytes(budget) + " (" + formatFixed(100 * options.maxMemoryFraction, 0) + "% of " +
                                 formatBytes(cluster.gpu.memoryBytes) + "); " + closest.reason;
+    } else if (st.pruned.contains("memory lower bound: model states exceed the budget")) {
+      result.infeasibleReason = "no plan fits: the model states alone need at least " + formatBytes(leastStates) +
+                                " per GPU in the most sharded configuration (" + leastStatesConfig +
+                                "), against a budget of " + formatBytes(budget) + " (" +
+                                formatFixed(100 * options.maxMemoryFraction, 0) + "% of " +
+                                formatBytes(cluster.gpu.memoryBytes) + "); add GPUs" +
+                                (options.allowOffload ? "" : ", allow optimizer offload") + " or use GPUs with more memory";
     } else {
       std::string rules;
       for (const auto& [rule, count] : st.pruned) rules += (rules.empty() ? "" : "; ") + rule + ": " + std::to_string(count);

@@ -279,3 +279,48 @@ TEST(ColoPlanEvaluate, CostDatabaseIsReadOrRefusedClearly) {
 
 }  // namespace
 }  // namespace colo
+
+namespace colo {
+namespace {
+
+TEST(ColoPlanSearch, JsonContractAndTheSavedPlanReproducesExactly) {
+  test::ScratchDir dir;
+  const std::string planFile = dir.path("best.json");
+  const auto r = run("search --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536 --top 5 --json --out " + planFile);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  for (const char* key : {"step_time_s", "tokens_per_s", "model_tflops_per_gpu", "mfu", "peak_memory_bytes", "fits",
+                          "bubble_fraction", "breakdown", "plan"}) {
+    EXPECT_TRUE(j["best"].contains(key)) << key;
+  }
+  EXPECT_EQ(j["candidates"].size(), 5u);
+  for (const char* key : {"generated", "pruned", "evaluated", "search_time_s"}) EXPECT_TRUE(j["stats"].contains(key)) << key;
+  const auto again = run("evaluate --plan " + planFile + " --json");
+  ASSERT_EQ(again.exitCode, 0) << again.err;
+  EXPECT_EQ(Json::parse(again.out)["step_time_s"], j["best"]["step_time_s"]);
+  EXPECT_EQ(Json::parse(again.out)["peak_memory_bytes"], j["best"]["peak_memory_bytes"]);
+}
+
+TEST(ColoPlanSearch, TextShowsReasonsAndExplainShowsPruning) {
+  const auto r = run("search --model llama2-70b --cluster dgx-h100-x64 --gbs 512 --top 4 --explain --quiet");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  for (const char* expected : {"best plans (fastest first)", "fastest that fits", "% step:", "pruned by rule",
+                               "Pareto front", "candidates/s"}) {
+    EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
+  }
+}
+
+TEST(ColoPlanSearch, InfeasibleExitsThreeWhenAskedWithTheBindingConstraint) {
+  const auto r = run("search --model llama3-405b --cluster dgx-h100 --gbs 8 --no-offload --fail-if-infeasible --quiet");
+  EXPECT_EQ(r.exitCode, 3) << r.err;
+  EXPECT_NE(r.out.find("NO FEASIBLE PLAN: no plan fits: the model states alone need at least"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("allow optimizer offload"), std::string::npos) << r.out;
+  const auto lenient = run("search --model llama3-405b --cluster dgx-h100 --gbs 8 --no-offload --quiet");
+  EXPECT_EQ(lenient.exitCode, 0);
+  const auto badFix = run("search --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536 --fix tp=8,pipe=2");
+  EXPECT_EQ(badFix.exitCode, 2);
+  EXPECT_NE(badFix.err.find("--fix: unknown setting \"pipe\""), std::string::npos) << badFix.err;
+}
+
+}  // namespace
+}  // namespace colo

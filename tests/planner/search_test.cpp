@@ -1,0 +1,147 @@
+#include "colo/planner/search.h"
+
+#include <gtest/gtest.h>
+
+#include "core/test_support.h"
+
+namespace colo::planner {
+namespace {
+
+struct Setup {
+  Model model;
+  ClusterSpec cluster;
+};
+
+Setup setup(const std::string& model, const std::string& cluster, std::int64_t gpus) {
+  Setup s{test::loadModelOrFail(test::dataFile("models/" + model + ".json")),
+          test::loadClusterOrFail(test::dataFile("clusters/" + cluster + ".json"))};
+  auto scaled = scaleCluster(s.cluster, gpus);
+  EXPECT_TRUE(scaled);
+  s.cluster = *scaled;
+  return s;
+}
+
+class Recorder : public ProgressSink {
+ public:
+  void progress(double fraction, std::string_view) override { fractions.push_back(fraction); }
+  std::vector<double> fractions;
+};
+
+TEST(Search, FindsAFittingPlanForGpt3OnAThousandGpus) {
+  const auto s = setup("gpt3-175b", "dgx-a100-80gb-x128", 1024);
+  SearchOptions o;
+  o.globalBatchSize = 1536;
+  Recorder progress;
+  auto r = search(s.model, s.cluster, o, &progress);
+  ASSERT_TRUE(r) << r.error().toString();
+  ASSERT_TRUE(r->feasible()) << r->infeasibleReason;
+  EXPECT_LE(r->top.size(), 10u);
+  for (std::size_t i = 1; i < r->top.size(); ++i) {
+    EXPECT_LE(r->top[i - 1].evaluation.stepSeconds, r->top[i].evaluation.stepSeconds);
+    EXPECT_NE(r->top[i].reason.find("% step"), std::string::npos);
+  }
+  const auto& best = r->top.front();
+  EXPECT_TRUE(validatePlan(best.plan)) << validatePlan(best.plan).error().toString();
+  EXPECT_LE(best.evaluation.peakMemoryBytes, 0.95 * s.cluster.gpu.memoryBytes);
+  EXPECT_GT(r->stats.generated, r->stats.costed);
+  EXPECT_GT(r->stats.pruned.size(), 3u);
+  std::int64_t pruned = 0;
+  for (const auto& [rule, count] : r->stats.pruned) pruned += count;
+  EXPECT_EQ(pruned + r->stats.costed, r->stats.generated);
+  ASSERT_FALSE(progress.fractions.empty());
+  EXPECT_DOUBLE_EQ(progress.fractions.back(), 1.0);
+  // Pareto front: faster plans use more memory.
+  for (std::size_t i = 1; i < r->pareto.size(); ++i) {
+    EXPECT_LE(r->pareto[i - 1].evaluation.stepSeconds, r->pareto[i].evaluation.stepSeconds);
+    EXPECT_GT(r->pareto[i - 1].evaluation.peakMemoryBytes, r->pareto[i].evaluation.peakMemoryBytes);
+  }
+}
+
+TEST(Search, BestIsNeverWorseThanTheMegatronConfiguration) {
+  // The configuration of Narayanan et al.: tp 8, pp 16 interleaved, dp 8, selective recompute + SP.
+  const auto s = setup("gpt3-175b", "dgx-a100-80gb-x128", 1024);
+  SearchOptions o;
+  o.globalBatchSize = 1536;
+  auto r = search(s.model, s.cluster, o);
+  ASSERT_TRUE(r && r->feasible());
+  Plan megatron;
+  megatron.model = s.model;
+  megatron.cluster = s.cluster;
+  megatron.parallel.tp = 8;
+  megatron.parallel.pp = 16;
+  megatron.parallel.dp = 8;
+  megatron.parallel.sequenceParallel = true;
+  megatron.parallel.virtualStages = 3;
+  megatron.schedule = Schedule::kInterleaved;
+  megatron.globalBatchSize = 1536;
+  megatron.seqLen = 2048;
+  megatron.zeroStage = 1;
+  megatron.stages = uniformStages(96, 48, RecomputePolicy::kSelective);
+  auto baseline = costmodel::evaluatePlan(megatron);
+  ASSERT_TRUE(baseline);
+  EXPECT_LE(r->top.front().evaluation.stepSeconds, baseline->stepSeconds);
+}
+
+TEST(Search, FixedSettingsAreRespected) {
+  const auto s = setup("llama2-70b", "dgx-h100-x64", 64);
+  SearchOptions o;
+  o.globalBatchSize = 256;
+  o.fixed = {{"tp", 8}, {"pp", 2}};
+  auto r = search(s.model, s.cluster, o);
+  ASSERT_TRUE(r && r->feasible()) << (r ? r->infeasibleReason : r.error().toString());
+  for (const auto& c : r->top) {
+    EXPECT_EQ(c.plan.parallel.tp, 8);
+    EXPECT_EQ(c.plan.parallel.pp, 2);
+  }
+  o.fixed = {{"tp", 3}};
+  auto bad = search(s.model, s.cluster, o);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("does not divide"), std::string::npos);
+  EXPECT_FALSE(parseFixed("tp=8,pipeline=2"));
+  EXPECT_FALSE(parseFixed("zero=5"));
+  EXPECT_EQ(parseFixed("tp=8,zero=1")->at("zero"), 1);
+}
+
+TEST(Search, TightMemoryTurnsOnRecomputeThenOffload) {
+  const auto s = setup("llama2-13b", "dgx-a100-40gb", 8);
+  SearchOptions o;
+  o.globalBatchSize = 64;
+  auto r = search(s.model, s.cluster, o);
+  ASSERT_TRUE(r && r->feasible()) << (r ? r->infeasibleReason : "");
+  o.maxMemoryFraction = 0.45;  // 18 GiB of 40
+  auto tight = search(s.model, s.cluster, o);
+  ASSERT_TRUE(tight);
+  if (tight->feasible()) {
+    EXPECT_GE(tight->top.front().evaluation.stepSeconds, r->top.front().evaluation.stepSeconds);
+    EXPECT_LE(tight->top.front().evaluation.peakMemoryBytes, 0.45 * s.cluster.gpu.memoryBytes);
+  }
+}
+
+TEST(Search, ImpossibleBudgetsAreExplained) {
+  const auto s = setup("llama3-405b", "dgx-h100", 8);  // 405B on one node
+  SearchOptions o;
+  o.globalBatchSize = 8;
+  o.allowOffload = false;
+  auto r = search(s.model, s.cluster, o);
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->feasible());
+  EXPECT_NE(r->infeasibleReason.find("no "), std::string::npos);
+  EXPECT_FALSE(r->infeasibleReason.empty());
+  const Json j = r->toJson();
+  EXPECT_TRUE(j["best"].is_null());
+  EXPECT_TRUE(j.contains("infeasible_reason"));
+}
+
+TEST(Search, CancellationStopsEarly) {
+  const auto s = setup("gpt3-175b", "dgx-a100-80gb-x128", 1024);
+  SearchOptions o;
+  o.globalBatchSize = 1536;
+  CancellationToken cancel;
+  cancel.cancel();
+  auto r = search(s.model, s.cluster, o, nullptr, &cancel);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->stats.costed, 0);
+}
+
+}  // namespace
+}  // namespace colo::planner
