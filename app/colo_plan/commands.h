@@ -14,6 +14,9 @@ int runInspect(const std::vector<std::string>& argv, std::ostream& out, std::ost
 int runValidate(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
+int runCompare(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
+int runCheck(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
+int runExport(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 int runList(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 
 /// Prints `error` as one line on `err` and returns its exit code.

@@ -16,6 +16,9 @@ void usage(std::ostream& out) {
          "  inspect    describe a model (params, FLOPs, memory, ops) and a cluster\n"
          "  search     find the fastest plans that fit, with reasons\n"
          "  evaluate   predict step time and per-GPU memory of one plan\n"
+         "  compare    colo's best plan beside a Megatron-style, ZeRO-3 or DDP baseline\n"
+         "  check      fail (exit 4) when a saved plan misses an MFU, memory or step-time bound\n"
+         "  export     a plan as Megatron-LM arguments, DeepSpeed JSON, Colossal-AI code, torchrun/SLURM script\n"
          "  validate   check model, cluster and plan files\n"
          "  list       show the shipped model and cluster libraries\n\n"
          "`colo-plan <command> --help` shows a command's options. Version "
@@ -39,9 +42,12 @@ int main(int argc, char** argv) {
     if (args[0] == "inspect") return colo::app::runInspect(rest, std::cout, std::cerr);
     if (args[0] == "search") return colo::app::runSearch(rest, std::cout, std::cerr);
     if (args[0] == "evaluate") return colo::app::runEvaluate(rest, std::cout, std::cerr);
+    if (args[0] == "compare") return colo::app::runCompare(rest, std::cout, std::cerr);
+    if (args[0] == "check") return colo::app::runCheck(rest, std::cout, std::cerr);
+    if (args[0] == "export") return colo::app::runExport(rest, std::cout, std::cerr);
     if (args[0] == "validate") return colo::app::runValidate(rest, std::cout, std::cerr);
     if (args[0] == "list") return colo::app::runList(rest, std::cout, std::cerr);
-    std::cerr << "colo-plan: error: unknown command \"" << args[0] << "\" (commands: inspect, search, evaluate, validate, list)\n";
+    std::cerr << "colo-plan: error: unknown command \"" << args[0] << "\" (commands: search, evaluate, compare, check, export, inspect, validate, list)\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "colo-plan: internal error: " << e.what() << "\n";

@@ -29,7 +29,12 @@ struct Config {
   std::int64_t tp, cp, pp, dp, ep, mbs, vpp;
   int zero;
   Schedule schedule;
+  int layout;  // index into kLayouts
 };
+
+// Rank layouts, innermost first: Megatron's (data-parallel groups inside pipeline groups) and the one
+// that keeps pipeline neighbours closer. Tensor parallelism stays innermost: its traffic is the largest.
+const std::vector<std::vector<std::string>> kLayouts = {{"tp", "cp", "dp", "pp"}, {"tp", "cp", "pp", "dp"}};
 
 std::string describe(const Plan& p) {
   const auto& q = p.parallel;
@@ -38,6 +43,11 @@ std::string describe(const Plan& p) {
   if (q.ep > 1) s += " ep" + std::to_string(q.ep);
   if (q.virtualStages > 1) s += " vpp" + std::to_string(q.virtualStages);
   s += " mbs" + std::to_string(p.microBatchSize) + " zero" + std::to_string(p.zeroStage);
+  if (q.rankOrder != kLayouts.front()) {
+    std::string order;
+    for (const auto& d : q.rankOrder) order += (order.empty() ? "" : "-") + d;
+    s += " layout " + order;
+  }
   return s;
 }
 
@@ -192,11 +202,13 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
             for (const auto vpp : vppList) {
               for (int zero = 0; zero <= 3; ++zero) {
                 for (int zb = 0; zb <= 1; ++zb) {
+                 for (int layout = 0; layout < static_cast<int>(kLayouts.size()); ++layout) {
                   ++st.generated;
                   const std::int64_t modelParallel = tp * cp * pp;
                   const std::int64_t dp = gpus % modelParallel == 0 ? gpus / modelParallel : 0;
                   const Config c{tp, cp, pp, dp, ep, mbs, vpp, zero,
-                                 vpp > 1 ? Schedule::kInterleaved : zb ? Schedule::kZeroBubble : Schedule::kOneFOneB};
+                                 vpp > 1 ? Schedule::kInterleaved : zb ? Schedule::kZeroBubble : Schedule::kOneFOneB,
+                                 layout};
                   if ((fixedOr("tp") && *fixedOr("tp") != tp) || (fixedOr("cp") && *fixedOr("cp") != cp) ||
                       (fixedOr("pp") && *fixedOr("pp") != pp) || (fixedOr("ep") && *fixedOr("ep") != ep) ||
                       (fixedOr("mbs") && *fixedOr("mbs") != mbs) || (fixedOr("vpp") && *fixedOr("vpp") != vpp) ||
@@ -206,6 +218,7 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                   }
                   if (dp == 0) { prune("tp*cp*pp does not divide the GPUs"); continue; }
                   if (zb && (vpp > 1 || pp == 1 || !options.allowZeroBubble)) { prune("schedule not applicable"); continue; }
+                  if (layout > 0 && (pp == 1 || dp == 1)) { prune("rank layout: nothing to reorder"); continue; }
                   if (heads > 0 && (heads % tp != 0 || (kvHeads > 0 && kvHeads % tp != 0))) {
                     prune("heads or kv heads not divisible by tp");
                     continue;
@@ -238,6 +251,7 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                   }
                   if (experts == 0 && states > budget) { prune("memory lower bound: model states exceed the budget"); continue; }
                   survivors.push_back(c);
+                 }
                 }
               }
             }
@@ -254,6 +268,7 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
   base.seqLen = seq;
   base.globalBatchSize = gbs;
   base.precision = options.precision;
+  base.execution = options.execution;
   base.execution.flashAttention = options.flashAttention;
   std::vector<Candidate> all;
   all.reserve(survivors.size());
@@ -275,6 +290,7 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
     p.parallel.ep = c.ep;
     p.parallel.sequenceParallel = c.tp > 1;  // dominance: SP never costs time and saves memory
     p.parallel.virtualStages = c.vpp;
+    p.parallel.rankOrder = kLayouts[static_cast<std::size_t>(c.layout)];
     p.schedule = c.schedule;
     p.microBatchSize = c.mbs;
     p.zeroStage = c.zero;
@@ -368,6 +384,7 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
       }
       p = q;
     }
+    p.name = model.name() + " " + describe(p);
     Candidate cand;
     cand.plan = std::move(p);
     cand.evaluation = final;
@@ -449,7 +466,10 @@ Json SearchResult::toJson() const {
     const auto& p = c.plan;
     std::int64_t recomputed = 0;
     for (const auto& s : p.stages) recomputed += s.recomputeLayers;
+    std::string order;
+    for (const auto& d : p.parallel.rankOrder) order += (order.empty() ? "" : "-") + d;
     return Json{{"tp", p.parallel.tp},
+                {"rank_order", order},
                 {"pp", p.parallel.pp},
                 {"dp", p.parallel.dp},
                 {"cp", p.parallel.cp},

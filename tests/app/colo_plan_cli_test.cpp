@@ -324,3 +324,37 @@ TEST(ColoPlanSearch, InfeasibleExitsThreeWhenAskedWithTheBindingConstraint) {
 
 }  // namespace
 }  // namespace colo
+
+namespace colo {
+namespace {
+
+TEST(ColoPlanTools, CompareCheckAndExportEndToEnd) {
+  const auto cmp = run("compare --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536 --json");
+  ASSERT_EQ(cmp.exitCode, 0) << cmp.err;
+  const Json j = Json::parse(cmp.out);
+  EXPECT_GE(j["speedup"].get<double>(), 1.0);  // never worse than the baseline
+  EXPECT_EQ(j["baseline"]["configuration"]["tp"], 8);
+  EXPECT_TRUE(j["differences"].is_string());
+
+  test::ScratchDir dir;
+  const std::string plan = dir.path("plan.json");
+  ASSERT_EQ(run("search --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536 --quiet --out " + plan).exitCode, 0);
+  const auto pass = run("check --plan " + plan + " --min-mfu 0.3 --max-memory-fraction 0.95");
+  EXPECT_EQ(pass.exitCode, 0) << pass.err;
+  EXPECT_NE(pass.out.find("check passed"), std::string::npos);
+  const auto regress = run("check --plan " + plan + " --min-mfu 0.99");
+  EXPECT_EQ(regress.exitCode, 4);
+  EXPECT_NE(regress.err.find("check failed: MFU"), std::string::npos) << regress.err;
+
+  for (const char* format : {"megatron", "deepspeed", "colossalai", "torchrun", "slurm"}) {
+    const auto e = run("export --plan " + plan + " --format " + format);
+    EXPECT_EQ(e.exitCode, 0) << format << ": " << e.err;
+    EXPECT_FALSE(e.out.empty()) << format;
+  }
+  const auto bad = run("export --plan " + plan + " --format fairscale");
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find("unknown export format \"fairscale\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace colo

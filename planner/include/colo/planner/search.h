@@ -30,6 +30,7 @@ struct SearchOptions {
   std::size_t topK = 10;
   DType precision = DType::kBf16;
   bool flashAttention = true;
+  Execution execution;                ///< overlaps etc. for every candidate (flashAttention overrides its attention)
   bool allowZeroBubble = false;       ///< consider the zb schedule (not all frameworks run it)
   bool allowOffload = true;           ///< consider optimizer offload when nothing else fits
   const costmodel::CostDatabase* costDb = nullptr;

@@ -1,0 +1,237 @@
+// colo-plan compare, check and export: a plan against an expert baseline, a plan as a CI gate, and a plan
+// as the settings of other tools.
+#include <fstream>
+#include <iostream>
+
+#include "args.h"
+#include "colo/core/library.h"
+#include "colo/core/units.h"
+#include "colo/planner/baseline.h"
+#include "colo/planner/export.h"
+#include "colo/planner/search.h"
+#include "commands.h"
+#include "text_table.h"
+
+namespace colo::app {
+namespace {
+
+Result<std::pair<Model, ClusterSpec>> loadModelAndCluster(const Args& args) {
+  const auto modelName = args.value("model");
+  const auto clusterName = args.value("cluster");
+  if (!modelName) return fail(Error::badInput("missing --model"));
+  if (!clusterName) return fail(Error::badInput("missing --cluster"));
+  auto modelFile = resolveLibraryFile(LibraryKind::kModels, *modelName);
+  if (!modelFile) return fail(modelFile.error());
+  auto model = loadModel(*modelFile);
+  if (!model) return fail(model.error());
+  auto clusterFile = resolveLibraryFile(LibraryKind::kClusters, *clusterName);
+  if (!clusterFile) return fail(clusterFile.error());
+  auto cluster = loadCluster(*clusterFile);
+  if (!cluster) return fail(cluster.error());
+  if (args.has("gpus")) {
+    auto gpus = args.positiveInteger("gpus", 0);
+    if (!gpus) return fail(gpus.error());
+    auto scaled = scaleCluster(*cluster, *gpus);
+    if (!scaled) return fail(scaled.error());
+    cluster = std::move(*scaled);
+  }
+  return std::pair{std::move(*model), std::move(*cluster)};
+}
+
+Json side(const Plan& p, const costmodel::Evaluation& e, const std::string& rules) {
+  Json j = e.toJson();
+  j.erase("stages");
+  j["configuration"] = {{"tp", p.parallel.tp}, {"pp", p.parallel.pp}, {"dp", p.parallel.dp}, {"cp", p.parallel.cp},
+                        {"vpp", p.parallel.virtualStages}, {"mbs", p.microBatchSize}, {"zero", p.zeroStage},
+                        {"schedule", toString(p.schedule)}};
+  j["how_chosen"] = rules;
+  return j;
+}
+
+}  // namespace
+
+int runCompare(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
+  const std::vector<OptionSpec> specs{
+      {"model", "M", "model: library name or file"},
+      {"cluster", "C", "cluster: library name or file"},
+      {"gpus", "N", "scale the cluster to N GPUs"},
+      {"gbs", "G", "global batch size (required)"},
+      {"seq-len", "S", "tokens per sample"},
+      {"baseline", "B", "megatron (default), zero3 or ddp"},
+      {"max-memory-fraction", "F", "memory budget as a share of GPU memory (default 0.95)"},
+      {"precision", "P", "bf16 (default), fp16, fp8, fp32"},
+      {"json", "", "print one JSON object"},
+      {"help", "", "show this help"}};
+  auto args = Args::parse(argv, specs);
+  if (!args) return reportError(args.error(), err);
+  if (args->has("help")) {
+    out << "usage: colo-plan compare --model M --cluster C --gbs G [--seq-len S] [--baseline megatron|zero3|ddp] [--json]\n\n"
+           "Puts the configuration an expert would set by the published rules beside colo's best plan.\n\n"
+        << describeOptions(specs);
+    return 0;
+  }
+  auto mc = loadModelAndCluster(*args);
+  if (!mc) return reportError(mc.error(), err);
+  if (!args->has("gbs")) return reportError(Error::badInput("missing --gbs"), err);
+  auto gbs = args->positiveInteger("gbs", 0);
+  auto seq = args->positiveInteger("seq-len", 0);
+  if (!gbs) return reportError(gbs.error(), err);
+  if (!seq) return reportError(seq.error(), err);
+  auto baselineKind = planner::parseBaseline(args->value("baseline", "megatron"));
+  if (!baselineKind) return reportError(Error::badInput("--baseline: " + baselineKind.error().message), err);
+  auto precision = parseDType(args->value("precision", "bf16"));
+  if (!precision) return reportError(Error::badInput("--precision: " + precision.error().message), err);
+  double fraction = 0.95;
+  if (const auto f = args->value("max-memory-fraction")) fraction = std::strtod(f->c_str(), nullptr);
+  if (!(fraction > 0 && fraction <= 1)) return reportError(Error::badInput("--max-memory-fraction: must be in (0, 1]"), err);
+
+  auto& [model, cluster] = *mc;
+  auto baseline = planner::baselinePlan(*baselineKind, model, cluster, *gbs, *seq, *precision, fraction);
+  if (!baseline) return reportError(baseline.error(), err);
+  planner::SearchOptions options;
+  options.globalBatchSize = *gbs;
+  options.seqLen = *seq;
+  options.precision = *precision;
+  options.maxMemoryFraction = fraction;
+  options.topK = 1;
+  auto found = planner::search(model, cluster, options);
+  if (!found) return reportError(found.error(), err);
+
+  if (args->has("json")) {
+    Json j;
+    j["baseline"] = side(baseline->plan, baseline->evaluation, baseline->rules);
+    j["baseline"]["name"] = planner::toString(*baselineKind);
+    if (found->feasible()) {
+      const auto& best = found->top.front();
+      j["colo"] = side(best.plan, best.evaluation, "colo-plan search (fastest that fits)");
+      j["differences"] = planner::planDifferences(baseline->plan, best.plan);
+      j["speedup"] = baseline->evaluation.stepSeconds / best.evaluation.stepSeconds;
+    } else {
+      j["colo"] = nullptr;
+      j["infeasible_reason"] = found->infeasibleReason;
+    }
+    out << j.dump(2) << "\n";
+    return 0;
+  }
+  const auto& b = baseline->evaluation;
+  TextTable t({"", planner::toString(*baselineKind) + " baseline", "colo best"}, {false, true, true});
+  auto col = [&](const char* name, const std::string& x, const std::string& y) { t.addRow({name, x, y}); };
+  const bool have = found->feasible();
+  const auto* best = have ? &found->top.front() : nullptr;
+  auto conf = [](const Plan& p) {
+    return "tp" + std::to_string(p.parallel.tp) + " pp" + std::to_string(p.parallel.pp) + " dp" + std::to_string(p.parallel.dp) +
+           (p.parallel.virtualStages > 1 ? " vpp" + std::to_string(p.parallel.virtualStages) : "") + " mbs" +
+           std::to_string(p.microBatchSize) + " zero" + std::to_string(p.zeroStage);
+  };
+  col("configuration", conf(baseline->plan), have ? conf(best->plan) : "-");
+  col("step time", formatFixed(b.stepSeconds, 3) + " s", have ? formatFixed(best->evaluation.stepSeconds, 3) + " s" : "-");
+  col("tokens/s", formatCount(b.tokensPerSecond), have ? formatCount(best->evaluation.tokensPerSecond) : "-");
+  col("MFU", formatFixed(100 * b.mfu, 1) + "%", have ? formatFixed(100 * best->evaluation.mfu, 1) + "%" : "-");
+  col("peak memory", formatBytes(b.peakMemoryBytes), have ? formatBytes(best->evaluation.peakMemoryBytes) : "-");
+  col("fits", b.fits ? "yes" : "NO", have ? "yes" : "-");
+  col("bubble", formatFixed(100 * b.bubbleFraction, 1) + "%", have ? formatFixed(100 * best->evaluation.bubbleFraction, 1) + "%" : "-");
+  out << model.name() << " on " << cluster.name << " (" << cluster.totalGpus() << " GPUs), gbs " << *gbs << "\n"
+      << t.render("  ");
+  out << "baseline: " << baseline->rules << "\n";
+  if (have) {
+    out << "colo is " << formatFixed(b.stepSeconds / best->evaluation.stepSeconds, 2) << "x the baseline's speed; what differs: "
+        << planner::planDifferences(baseline->plan, best->plan) << "\n";
+  } else {
+    out << "colo: " << found->infeasibleReason << "\n";
+  }
+  return 0;
+}
+
+int runCheck(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
+  const std::vector<OptionSpec> specs{
+      {"plan", "FILE", "the plan to check (required)"},
+      {"min-mfu", "X", "fail when the predicted MFU is below X (0..1)"},
+      {"max-memory-fraction", "F", "fail when the predicted peak exceeds F of GPU memory"},
+      {"max-step-time", "S", "fail when the predicted step time exceeds S seconds"},
+      {"help", "", "show this help"}};
+  auto args = Args::parse(argv, specs);
+  if (!args) return reportError(args.error(), err);
+  if (args->has("help")) {
+    out << "usage: colo-plan check --plan plan.json [--min-mfu X] [--max-memory-fraction F] [--max-step-time S]\n\n"
+           "Re-evaluates a plan and exits 4 when it misses a bound (a regression gate for CI); 0 when it passes.\n\n"
+        << describeOptions(specs);
+    return 0;
+  }
+  const auto file = args->value("plan");
+  if (!file) return reportError(Error::badInput("missing --plan"), err);
+  auto plan = loadPlan(*file);
+  if (!plan) return reportError(plan.error(), err);
+  auto ev = costmodel::evaluatePlan(*plan);
+  if (!ev) return reportError(ev.error(), err);
+  auto number = [&](const char* name) -> Result<std::optional<double>> {
+    const auto v = args->value(name);
+    if (!v) return std::optional<double>{};
+    char* end = nullptr;
+    const double d = std::strtod(v->c_str(), &end);
+    if (end == v->c_str() || *end != '\0' || d < 0) {
+      return fail(Error::badInput(std::string("--") + name + ": expected a non-negative number, got \"" + *v + "\""));
+    }
+    return std::optional<double>{d};
+  };
+  auto minMfu = number("min-mfu");
+  auto maxMem = number("max-memory-fraction");
+  auto maxStep = number("max-step-time");
+  for (const auto* r : {&minMfu, &maxMem, &maxStep}) {
+    if (!*r) return reportError(r->error(), err);
+  }
+  std::vector<std::string> failures;
+  if (*minMfu && ev->mfu < **minMfu) {
+    failures.push_back("MFU " + formatFixed(100 * ev->mfu, 1) + "% is below " + formatFixed(100 * **minMfu, 1) + "%");
+  }
+  const double fraction = ev->peakMemoryBytes / ev->gpuMemoryBytes;
+  if (*maxMem && fraction > **maxMem) {
+    failures.push_back("peak memory " + formatBytes(ev->peakMemoryBytes) + " is " + formatFixed(100 * fraction, 1) +
+                       "% of the GPU, above " + formatFixed(100 * **maxMem, 1) + "%");
+  }
+  if (*maxStep && ev->stepSeconds > **maxStep) {
+    failures.push_back("step time " + formatFixed(ev->stepSeconds, 3) + " s exceeds " + formatFixed(**maxStep, 3) + " s");
+  }
+  if (!ev->fits) failures.push_back("the plan does not fit in GPU memory");
+  out << *file << ": step " << formatFixed(ev->stepSeconds, 3) << " s, MFU " << formatFixed(100 * ev->mfu, 1) << "%, peak "
+      << formatBytes(ev->peakMemoryBytes) << " (" << formatFixed(100 * fraction, 1) << "% of GPU memory)\n";
+  if (failures.empty()) {
+    out << "check passed\n";
+    return 0;
+  }
+  for (const auto& f : failures) err << "colo-plan: check failed: " << f << "\n";
+  return 4;
+}
+
+int runExport(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
+  const std::vector<OptionSpec> specs{
+      {"plan", "FILE", "the plan to export (required)"},
+      {"format", "F", "megatron, deepspeed, colossalai, torchrun or slurm (required)"},
+      {"out", "FILE", "write to FILE instead of standard output"},
+      {"help", "", "show this help"}};
+  auto args = Args::parse(argv, specs);
+  if (!args) return reportError(args.error(), err);
+  if (args->has("help")) {
+    out << "usage: colo-plan export --plan plan.json --format megatron|deepspeed|colossalai|torchrun|slurm [--out FILE]\n\n"
+        << describeOptions(specs);
+    return 0;
+  }
+  const auto file = args->value("plan");
+  const auto formatName = args->value("format");
+  if (!file) return reportError(Error::badInput("missing --plan"), err);
+  if (!formatName) return reportError(Error::badInput("missing --format"), err);
+  auto format = planner::parseExportFormat(*formatName);
+  if (!format) return reportError(Error::badInput("--format: " + format.error().message), err);
+  auto plan = loadPlan(*file);
+  if (!plan) return reportError(plan.error(), err);
+  auto text = planner::exportPlan(*plan, *format, *file);
+  if (!text) return reportError(text.error(), err);
+  if (const auto target = args->value("out")) {
+    std::ofstream f(*target, std::ios::binary | std::ios::trunc);
+    if (!(f << *text)) return reportError(Error::io("cannot write", *target), err);
+    return 0;
+  }
+  out << *text;
+  return 0;
+}
+
+}  // namespace colo::app

@@ -1,0 +1,147 @@
+#include "colo/planner/baseline.h"
+
+#include <algorithm>
+
+namespace colo::planner {
+namespace {
+
+std::string recomputeSummary(const Plan& p) {
+  std::int64_t recomputed = 0, total = 0;
+  RecomputePolicy policy = RecomputePolicy::kNone;
+  for (const auto& s : p.stages) {
+    recomputed += s.recomputeLayers;
+    total += s.layers;
+    if (s.recompute != RecomputePolicy::kNone) policy = s.recompute;
+  }
+  if (recomputed == 0) return "none";
+  return toString(policy) + (recomputed == total ? "" : " (" + std::to_string(recomputed) + " of " + std::to_string(total) + " layers)");
+}
+
+std::string stagesSummary(const Plan& p) {
+  std::string out;
+  for (const auto& s : p.stages) out += (out.empty() ? "" : ",") + std::to_string(s.layers);
+  return out;
+}
+
+}  // namespace
+
+Result<Baseline> parseBaseline(const std::string& name) {
+  if (name == "megatron") return Baseline::kMegatron;
+  if (name == "zero3") return Baseline::kZero3;
+  if (name == "ddp") return Baseline::kDdp;
+  return fail(Error::badInput("unknown baseline \"" + name + "\" (expected megatron, zero3 or ddp)"));
+}
+
+std::string toString(Baseline b) {
+  switch (b) {
+    case Baseline::kMegatron: return "megatron";
+    case Baseline::kZero3: return "zero3";
+    case Baseline::kDdp: return "ddp";
+  }
+  return "megatron";
+}
+
+Result<BaselinePlan> baselinePlan(Baseline baseline, const Model& model, const ClusterSpec& cluster,
+                                  std::int64_t gbs, std::int64_t seqLen, DType precision, double maxMemoryFraction) {
+  const std::int64_t gpus = cluster.totalGpus();
+  const std::int64_t layers = model.numLayers();
+  const std::int64_t seq = seqLen > 0 ? seqLen : model.defaultSeqLen();
+  const double budget = maxMemoryFraction * cluster.gpu.memoryBytes;
+  Plan base;
+  base.model = model;
+  base.cluster = cluster;
+  base.seqLen = seq;
+  base.globalBatchSize = gbs;
+  base.precision = precision;
+  BaselinePlan out;
+  auto finish = [&](Plan p, std::string rules) -> Result<BaselinePlan> {
+    if (auto valid = validatePlan(p); !valid) return fail(valid.error());
+    auto ev = costmodel::evaluatePlan(p);
+    if (!ev) return fail(ev.error());
+    ev->fits = ev->peakMemoryBytes <= budget;
+    return BaselinePlan{std::move(p), *ev, std::move(rules)};
+  };
+  if (baseline != Baseline::kMegatron) {
+    Plan p = base;
+    p.parallel.dp = gpus;
+    p.zeroStage = baseline == Baseline::kZero3 ? 3 : 0;
+    p.stages = uniformStages(layers, 1, RecomputePolicy::kFull);
+    if (gbs % gpus != 0) {
+      return fail(Error::badInput("--gbs: global batch " + std::to_string(gbs) + " does not divide over " +
+                                  std::to_string(gpus) + " data-parallel ranks for the " + toString(baseline) + " baseline"));
+    }
+    return finish(p, baseline == Baseline::kZero3 ? "all GPUs data-parallel, ZeRO-3, full recompute, micro-batch 1"
+                                                  : "all GPUs data-parallel (DDP), full recompute, micro-batch 1");
+  }
+  const std::int64_t heads = model.spec ? model.spec->numAttentionHeads : model.graph->info().numAttentionHeads;
+  const std::int64_t kv = model.spec ? model.spec->kvHeads() : model.graph->info().numKvHeads;
+  std::int64_t tp = 1;
+  while (tp * 2 <= std::min<std::int64_t>(8, cluster.gpusPerNode) && (heads <= 0 || heads % (tp * 2) == 0) &&
+         (kv <= 0 || kv % (tp * 2) == 0) && gpus % (tp * 2) == 0) {
+    tp *= 2;
+  }
+  std::optional<BaselinePlan> last;
+  for (std::int64_t pp = 1; pp <= std::min<std::int64_t>(layers, gpus / tp); ++pp) {
+    if (gpus % (tp * pp) != 0) continue;
+    const std::int64_t dp = gpus / (tp * pp);
+    if (gbs % dp != 0) continue;
+    const std::int64_t m = gbs / dp;
+    std::int64_t vpp = 1;
+    if (pp > 1 && m % pp == 0) {
+      for (const std::int64_t v : {2, 3, 4, 6, 8}) {
+        if (layers % (pp * v) == 0 && layers / (pp * v) >= 2) vpp = v;
+      }
+    }
+    if (pp > 1 && vpp == 1 && layers % pp != 0) continue;
+    Plan p = base;
+    p.parallel.tp = tp;
+    p.parallel.pp = pp;
+    p.parallel.dp = dp;
+    p.parallel.sequenceParallel = tp > 1;
+    p.parallel.virtualStages = vpp;
+    p.schedule = vpp > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;
+    p.zeroStage = dp > 1 ? 1 : 0;
+    p.stages = uniformStages(layers, pp * vpp, RecomputePolicy::kSelective);
+    auto r = finish(p, "tp " + std::to_string(tp) + " inside a node, the smallest pp that fits (" + std::to_string(pp) +
+                           "), dp for the rest, interleaved schedule, selective recompute + sequence parallel, "
+                           "distributed optimizer, micro-batch 1");
+    if (!r) continue;
+    if (r->evaluation.fits) return r;
+    last = std::move(*r);
+  }
+  if (last) return *last;
+  return fail(Error::badInput("no Megatron-style configuration divides the global batch " + std::to_string(gbs) + " over " +
+                              std::to_string(gpus) + " GPUs"));
+}
+
+std::string planDifferences(const Plan& a, const Plan& b) {
+  std::string out;
+  auto diff = [&](const std::string& name, const std::string& x, const std::string& y) {
+    if (x != y) out += (out.empty() ? "" : "; ") + name + " " + x + " -> " + y;
+  };
+  const auto n = [](std::int64_t v) { return std::to_string(v); };
+  diff("tp", n(a.parallel.tp), n(b.parallel.tp));
+  diff("pp", n(a.parallel.pp), n(b.parallel.pp));
+  diff("dp", n(a.parallel.dp), n(b.parallel.dp));
+  diff("cp", n(a.parallel.cp), n(b.parallel.cp));
+  diff("ep", n(a.parallel.ep), n(b.parallel.ep));
+  diff("vpp", n(a.parallel.virtualStages), n(b.parallel.virtualStages));
+  diff("sequence parallel", a.parallel.sequenceParallel ? "on" : "off", b.parallel.sequenceParallel ? "on" : "off");
+  diff("schedule", toString(a.schedule), toString(b.schedule));
+  auto order = [](const Parallelism& q) {
+    std::string o;
+    for (const auto& d : q.rankOrder) o += (o.empty() ? "" : "-") + d;
+    return o;
+  };
+  diff("rank layout", order(a.parallel), order(b.parallel));
+  diff("micro-batch", n(a.microBatchSize), n(b.microBatchSize));
+  diff("ZeRO", n(a.zeroStage), n(b.zeroStage));
+  diff("recompute", recomputeSummary(a), recomputeSummary(b));
+  diff("optimizer offload", std::to_string(a.offload.optimizerFraction), std::to_string(b.offload.optimizerFraction));
+  if (a.parallel.pp == b.parallel.pp && a.parallel.virtualStages == b.parallel.virtualStages) {
+    diff("layers per stage", stagesSummary(a), stagesSummary(b));
+  }
+  return out.empty() ? "identical" : out;
+}
+
+}  // namespace colo::planner

@@ -1,0 +1,199 @@
+#include "colo/planner/export.h"
+
+#include <sstream>
+
+#include "colo/core/json.h"
+
+namespace colo::planner {
+namespace {
+
+struct RecomputeSummary {
+  RecomputePolicy policy = RecomputePolicy::kNone;
+  std::int64_t maxLayersPerChunk = 0;
+  bool uniform = true;
+};
+
+RecomputeSummary summarize(const Plan& p) {
+  RecomputeSummary r;
+  for (const auto& s : p.stages) {
+    if (s.recompute != RecomputePolicy::kNone) r.policy = s.recompute;
+    r.maxLayersPerChunk = std::max(r.maxLayersPerChunk, s.recomputeLayers);
+    if (s.recomputeLayers != s.layers && s.recomputeLayers != 0) r.uniform = false;
+  }
+  return r;
+}
+
+std::string megatron(const Plan& p) {
+  const ModelSpec& s = *p.model.spec;
+  std::ostringstream a;
+  const auto& q = p.parallel;
+  a << "--tensor-model-parallel-size " << q.tp << " \\\n--pipeline-model-parallel-size " << q.pp << " \\\n";
+  if (q.cp > 1) a << "--context-parallel-size " << q.cp << " \\\n";
+  if (q.ep > 1) a << "--expert-model-parallel-size " << q.ep << " \\\n";
+  if (q.virtualStages > 1) a << "--num-layers-per-virtual-pipeline-stage " << p.stages.front().layers << " \\\n";
+  if (q.sequenceParallel) a << "--sequence-parallel \\\n";
+  if (q.pp > 1 && q.virtualStages == 1) {
+    const auto first = p.stages.front().layers;
+    const auto last = p.stages.back().layers;
+    const auto middle = p.stages[p.stages.size() / 2].layers;
+    if (first != middle) a << "--decoder-first-pipeline-num-layers " << first << " \\\n";
+    if (last != middle) a << "--decoder-last-pipeline-num-layers " << last << " \\\n";
+  }
+  a << "--micro-batch-size " << p.microBatchSize << " \\\n--global-batch-size " << p.globalBatchSize << " \\\n";
+  a << "--seq-length " << p.seqLen << " \\\n--max-position-embeddings "
+    << std::max(p.seqLen, s.maxPositionEmbeddings) << " \\\n";
+  a << "--num-layers " << s.numLayers << " \\\n--hidden-size " << s.hiddenSize << " \\\n--num-attention-heads "
+    << s.numAttentionHeads << " \\\n--ffn-hidden-size " << s.ffnHiddenSize << " \\\n";
+  if (s.kvHeads() != s.numAttentionHeads) a << "--group-query-attention \\\n--num-query-groups " << s.kvHeads() << " \\\n";
+  if (s.headDim > 0) a << "--kv-channels " << s.headDim << " \\\n";
+  if (s.norm == NormKind::kRmsNorm) a << "--normalization RMSNorm \\\n";
+  if (s.activation == Activation::kSwiGlu) a << "--swiglu \\\n";
+  if (s.positionEmbedding == PositionEmbedding::kRope) a << "--position-embedding-type rope \\\n";
+  if (!s.tieWordEmbeddings) a << "--untie-embeddings-and-output-weights \\\n";
+  if (!s.qkvBias && !s.mlpBias) a << "--disable-bias-linear \\\n";
+  if (s.dropout == 0) a << "--attention-dropout 0.0 \\\n--hidden-dropout 0.0 \\\n";
+  if (s.moe.enabled()) a << "--num-experts " << s.moe.numExperts << " \\\n--moe-router-topk " << s.moe.topK << " \\\n";
+  a << (p.precision == DType::kFp16 ? "--fp16" : p.precision == DType::kFp32 ? "" : "--bf16") << " \\\n";
+  if (p.precision == DType::kFp8) a << "--fp8-format hybrid \\\n";
+  if (p.execution.flashAttention) a << "--use-flash-attn \\\n";
+  const auto r = summarize(p);
+  if (r.policy == RecomputePolicy::kSelective) a << "--recompute-activations \\\n";
+  if (r.policy == RecomputePolicy::kFull) {
+    a << "--recompute-granularity full \\\n--recompute-method block \\\n--recompute-num-layers " << r.maxLayersPerChunk
+      << " \\\n";
+  }
+  if (p.zeroStage >= 1) a << "--use-distributed-optimizer \\\n";
+  if (p.execution.overlapGradReduce && q.dp > 1) a << "--overlap-grad-reduce \\\n";
+  if (p.execution.overlapParamGather && p.zeroStage >= 1 && q.dp > 1) a << "--overlap-param-gather \\\n";
+  if (p.execution.tpCommOverlap && q.tp > 1) a << "--tp-comm-overlap \\\n";
+  std::string text = a.str();
+  text.erase(text.find_last_of('\\') - 1);  // no continuation after the last argument
+  std::string header = "# Megatron-LM pretrain_gpt.py arguments for " + p.name + "\n";
+  if (p.zeroStage > 1) header += "# note: Megatron-LM shards optimizer states only (ZeRO-1); the plan's ZeRO-" + std::to_string(p.zeroStage) + " has no Megatron flag\n";
+  if (p.offload.optimizerFraction > 0) header += "# note: optimizer offload: --optimizer-cpu-offload --optimizer-offload-fraction " + std::to_string(p.offload.optimizerFraction) + "\n";
+  if (!r.uniform) header += "# note: colo recomputes a different number of layers per stage; Megatron takes one count (the largest)\n";
+  return header + text + "\n";
+}
+
+std::string deepspeed(const Plan& p) {
+  Json j;
+  j["train_batch_size"] = p.globalBatchSize;
+  j["train_micro_batch_size_per_gpu"] = p.microBatchSize;
+  j["gradient_accumulation_steps"] = p.numMicroBatches();
+  j["gradient_clipping"] = 1.0;
+  j["bf16"] = {{"enabled", p.precision == DType::kBf16}};
+  j["fp16"] = {{"enabled", p.precision == DType::kFp16}};
+  Json zero = {{"stage", p.zeroStage}, {"overlap_comm", p.execution.overlapGradReduce}, {"contiguous_gradients", true}};
+  if (p.offload.optimizerFraction > 0) {
+    zero["offload_optimizer"] = {{"device", p.offload.target == OffloadTarget::kCpu ? "cpu" : "nvme"}, {"pin_memory", true}};
+    if (p.offload.optimizerFraction < 1) zero["offload_optimizer"]["ratio"] = p.offload.optimizerFraction;
+  }
+  if (p.offload.paramsFraction > 0) zero["offload_param"] = {{"device", p.offload.target == OffloadTarget::kCpu ? "cpu" : "nvme"}};
+  j["zero_optimization"] = zero;
+  const auto r = summarize(p);
+  if (r.policy != RecomputePolicy::kNone) {
+    j["activation_checkpointing"] = {{"partition_activations", p.parallel.tp > 1},
+                                     {"number_checkpoints", r.maxLayersPerChunk},
+                                     {"contiguous_memory_optimization", false}};
+  }
+  j["pipeline"] = {{"stages", p.parallel.pp}, {"partition", "parameters"}};
+  j["comment"] = "tensor parallel " + std::to_string(p.parallel.tp) + " and pipeline " + std::to_string(p.parallel.pp) +
+                 " are set in Megatron-DeepSpeed's arguments (--tensor-model-parallel-size, --pipeline-model-parallel-size)";
+  return j.dump(2) + "\n";
+}
+
+std::string colossalai(const Plan& p) {
+  std::ostringstream o;
+  const auto& q = p.parallel;
+  const auto r = summarize(p);
+  o << "# Colossal-AI HybridParallelPlugin for " << p.name << "\n"
+    << "from colossalai.booster import Booster\n"
+    << "from colossalai.booster.plugin import HybridParallelPlugin\n\n"
+    << "plugin = HybridParallelPlugin(\n"
+    << "    tp_size=" << q.tp << ",\n"
+    << "    pp_size=" << q.pp << ",\n";
+  if (q.cp > 1) o << "    sp_size=" << q.cp << ",\n    sequence_parallelism_mode=\"ring_attn\",\n";
+  if (q.ep > 1) o << "    ep_size=" << q.ep << ",  # MoeHybridParallelPlugin\n";
+  o << "    enable_sequence_parallelism=" << (q.sequenceParallel || q.cp > 1 ? "True" : "False") << ",\n";
+  if (q.sequenceParallel && q.cp == 1) o << "    sequence_parallelism_mode=\"split_gather\",\n";
+  if (q.pp > 1) {
+    o << "    num_microbatches=" << p.numMicroBatches() << ",\n";
+    if (q.virtualStages > 1) o << "    pp_style=\"interleaved\",\n    num_model_chunks=" << q.virtualStages << ",\n";
+    if (p.schedule == Schedule::kZeroBubble) o << "    pp_style=\"zbv\",\n";
+  } else {
+    o << "    microbatch_size=" << p.microBatchSize << ",\n";
+  }
+  o << "    zero_stage=" << p.zeroStage << ",\n"
+    << "    precision=\"" << (p.precision == DType::kFp16 ? "fp16" : p.precision == DType::kFp32 ? "fp32" : "bf16") << "\",\n"
+    << "    enable_flash_attention=" << (p.execution.flashAttention ? "True" : "False") << ",\n";
+  if (p.offload.optimizerFraction > 0) o << "    cpu_offload=True,\n";
+  if (r.policy != RecomputePolicy::kNone) {
+    o << "    # gradient checkpointing: " << toString(r.policy) << " on up to " << r.maxLayersPerChunk
+      << " layers per stage (enable it on the model: model.gradient_checkpointing_enable())\n";
+  }
+  o << "    max_norm=1.0,\n)\n"
+    << "booster = Booster(plugin=plugin)\n"
+    << "# micro-batch " << p.microBatchSize << ", global batch " << p.globalBatchSize << ", sequence " << p.seqLen << "\n";
+  return o.str();
+}
+
+std::string launcher(const Plan& p, bool slurm, const std::string& planFile) {
+  std::ostringstream o;
+  const auto& c = p.cluster;
+  o << "#!/usr/bin/env bash\n";
+  if (slurm) {
+    o << "#SBATCH --job-name=colo-run\n#SBATCH --nodes=" << c.nodes << "\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node="
+      << c.gpusPerNode << "\n#SBATCH --exclusive\n";
+  }
+  o << "# Launches colo-run on " << c.totalGpus() << " GPUs (" << c.nodes << " nodes x " << c.gpusPerNode
+    << ") for the plan " << planFile << ".\n"
+    << "# colo-run reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT as torchrun sets them.\n"
+    << "set -euo pipefail\n";
+  if (slurm) {
+    o << "MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n"
+      << "MASTER_PORT=${MASTER_PORT:-29500}\n"
+      << "srun torchrun --nnodes " << c.nodes << " --nproc-per-node " << c.gpusPerNode
+      << " --rdzv-backend c10d --rdzv-endpoint \"$MASTER_ADDR:$MASTER_PORT\" --rdzv-id \"$SLURM_JOB_ID\" \\\n"
+      << "  --no-python colo-run \"" << planFile << "\" \"$@\"\n";
+  } else {
+    o << ": \"${MASTER_ADDR:?set MASTER_ADDR to the first node's address}\"\n"
+      << "MASTER_PORT=${MASTER_PORT:-29500}\n"
+      << "NODE_RANK=${NODE_RANK:?set NODE_RANK on each node (0.." << c.nodes - 1 << ")}\n"
+      << "torchrun --nnodes " << c.nodes << " --nproc-per-node " << c.gpusPerNode
+      << " --node-rank \"$NODE_RANK\" --master-addr \"$MASTER_ADDR\" --master-port \"$MASTER_PORT\" \\\n"
+      << "  --no-python colo-run \"" << planFile << "\" \"$@\"\n";
+  }
+  return o.str();
+}
+
+}  // namespace
+
+Result<ExportFormat> parseExportFormat(const std::string& name) {
+  if (name == "megatron") return ExportFormat::kMegatron;
+  if (name == "deepspeed") return ExportFormat::kDeepSpeed;
+  if (name == "colossalai") return ExportFormat::kColossalAi;
+  if (name == "torchrun") return ExportFormat::kTorchrun;
+  if (name == "slurm") return ExportFormat::kSlurm;
+  return fail(Error::badInput("unknown export format \"" + name + "\" (expected megatron, deepspeed, colossalai, torchrun or slurm)"));
+}
+
+Result<std::string> exportPlan(const Plan& plan, ExportFormat format, const std::string& planFile) {
+  switch (format) {
+    case ExportFormat::kMegatron:
+      if (!plan.model.spec) {
+        return fail(Error::badInput("a Megatron-LM export needs the model's architecture; this plan holds a raw op graph"));
+      }
+      return megatron(plan);
+    case ExportFormat::kDeepSpeed:
+      return deepspeed(plan);
+    case ExportFormat::kColossalAi:
+      return colossalai(plan);
+    case ExportFormat::kTorchrun:
+      return launcher(plan, false, planFile);
+    case ExportFormat::kSlurm:
+      return launcher(plan, true, planFile);
+  }
+  return fail(Error::internal("unknown export format"));
+}
+
+}  // namespace colo::planner
