@@ -305,10 +305,18 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
       const double perLayer = (stages[mid].forwardSeconds + stages[mid].backwardSeconds) / static_cast<double>(stages[mid].layers);
       std::vector<double> extra;
       std::vector<std::int64_t> maxLayers;
+      // Memory caps: a stage's per-layer share of its states and activations (embedding and head counted
+      // in, so the caps are conservative) against what the budget leaves after buffers and context.
       for (const auto& s : stages) {
         extra.push_back(std::max(0.0, s.forwardSeconds + s.backwardSeconds - perLayer * static_cast<double>(s.layers)));
-        maxLayers.push_back(layers);
+        const auto& m = s.memory;
+        const double perLayerBytes = (m.weights + m.gradients + m.optimizer + m.activations) / static_cast<double>(s.layers);
+        const double room = budget - m.buffers - m.allocator - m.context;
+        maxLayers.push_back(perLayerBytes > 0 ? std::max<std::int64_t>(1, static_cast<std::int64_t>(room / perLayerBytes)) : layers);
       }
+      std::int64_t capacity = 0;
+      for (const auto n : maxLayers) capacity += n;
+      if (capacity < layers) std::fill(maxLayers.begin(), maxLayers.end(), layers);  // recompute will have to make room
       if (auto counts = partitionLayers(layers, perLayer, extra, maxLayers)) {
         std::vector<StagePlan> balanced;
         for (const auto n : *counts) balanced.push_back(StagePlan{n, RecomputePolicy::kNone, 0});
@@ -373,13 +381,25 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
       };
       Plan q = p;
       bool fits = tryRecompute(q, final);
+      // Offload as the last resort, the least first: half the optimizer states, all of them, then (ZeRO-3)
+      // half and all of the parameters.
       if (!fits && options.allowOffload && c.zero >= 1) {
-        Plan offloaded = p;
-        offloaded.offload.optimizerFraction = 1.0;
-        costmodel::Evaluation e;
-        if (tryRecompute(offloaded, e) || e.peakMemoryBytes < final.peakMemoryBytes) {
-          q = offloaded;
-          final = e;
+        std::vector<std::pair<double, double>> steps{{0.5, 0.0}, {1.0, 0.0}};
+        if (c.zero == 3) {
+          steps.push_back({1.0, 0.5});
+          steps.push_back({1.0, 1.0});
+        }
+        for (const auto& [optimizer, parameters] : steps) {
+          Plan offloaded = p;
+          offloaded.offload.optimizerFraction = optimizer;
+          offloaded.offload.paramsFraction = parameters;
+          costmodel::Evaluation e;
+          const bool ok = tryRecompute(offloaded, e);
+          if (ok || e.peakMemoryBytes < final.peakMemoryBytes) {
+            q = offloaded;
+            final = e;
+          }
+          if (ok) break;
         }
       }
       p = q;
