@@ -16,7 +16,8 @@ std::string lower(std::string s) {
   return s;
 }
 
-constexpr const char* kSchema = R"sql(
+// Version 1.
+constexpr const char* kSchemaV1 = R"sql(
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE devices(
   id INTEGER PRIMARY KEY,
@@ -35,11 +36,72 @@ CREATE TABLE gemms(
 );
 )sql";
 
+// Version 2 adds non-GEMM kernels and collectives.
+constexpr const char* kMigrationV2 = R"sql(
+CREATE TABLE kernels(
+  device_id INTEGER NOT NULL REFERENCES devices(id),
+  op TEXT NOT NULL, dtype TEXT NOT NULL, shape TEXT NOT NULL, impl TEXT NOT NULL DEFAULT '',
+  median_s REAL NOT NULL CHECK (median_s > 0),
+  spread_s REAL NOT NULL DEFAULT 0,
+  repetitions INTEGER NOT NULL DEFAULT 1,
+  measured_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
+  PRIMARY KEY (device_id, op, dtype, shape, impl)
+);
+CREATE TABLE collectives(
+  device_id INTEGER NOT NULL REFERENCES devices(id),
+  op TEXT NOT NULL, backend TEXT NOT NULL, world INTEGER NOT NULL CHECK (world > 0),
+  link_level TEXT NOT NULL, bytes INTEGER NOT NULL CHECK (bytes >= 0),
+  median_s REAL NOT NULL CHECK (median_s > 0),
+  spread_s REAL NOT NULL DEFAULT 0,
+  repetitions INTEGER NOT NULL DEFAULT 1,
+  measured_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
+  PRIMARY KEY (device_id, op, backend, world, link_level, bytes)
+);
+UPDATE meta SET value = '2' WHERE key = 'schema_version';
+)sql";
+
+// Reads meta.schema_version; errors name the file and never write.
+Result<int> readVersion(sqlite3* db, const std::string& path) {
+  sqlite3_stmt* stmt = nullptr;
+  const int rc = sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &stmt, nullptr);
+  if (rc != SQLITE_OK) {
+    const std::string why = sqlite3_errmsg(db);
+    sqlite3_finalize(stmt);
+    if (why.find("no such table") != std::string::npos) {
+      return fail(Error::badInput("not a colo cost database (no meta table)", path));
+    }
+    return fail(Error::badInput("not a readable SQLite cost database: " + why, path));
+  }
+  std::string version;
+  if (sqlite3_step(stmt) == SQLITE_ROW) version = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+  sqlite3_finalize(stmt);
+  if (version.empty() || version.find_first_not_of("0123456789") != std::string::npos) {
+    return fail(Error::badInput("not a colo cost database (no schema_version)", path));
+  }
+  const int v = std::stoi(version);
+  if (v > CostDatabase::kSchemaVersion) {
+    return fail(Error::badInput("cost database schema version " + version + " is newer than this colo reads (" +
+                                    std::to_string(CostDatabase::kSchemaVersion) + ")",
+                                path));
+  }
+  if (v < 1) return fail(Error::badInput("cost database schema version " + version + " is not valid", path));
+  return v;
+}
+
+bool exec(sqlite3* db, const std::string& sql, std::string* why = nullptr) {
+  char* message = nullptr;
+  if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &message) == SQLITE_OK) return true;
+  if (why) *why = message ? message : sqlite3_errmsg(db);
+  sqlite3_free(message);
+  return false;
+}
+
 }  // namespace
 
 struct CostDatabase::Impl {
   sqlite3* db = nullptr;
   std::string path;
+  int version = 0;
   ~Impl() {
     if (db) sqlite3_close(db);
   }
@@ -61,25 +123,9 @@ Result<CostDatabase> CostDatabase::open(const std::string& path) {
     return fail(Error::badInput(std::string("cannot open as SQLite: ") + sqlite3_errmsg(impl->db), path));
   }
   // A file that is not SQLite fails on its first statement.
-  sqlite3_stmt* stmt = nullptr;
-  const int rc = sqlite3_prepare_v2(impl->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &stmt, nullptr);
-  if (rc != SQLITE_OK) {
-    const std::string why = sqlite3_errmsg(impl->db);
-    sqlite3_finalize(stmt);
-    if (why.find("no such table") != std::string::npos) {
-      return fail(Error::badInput("not a colo cost database (no meta table)", path));
-    }
-    return fail(Error::badInput("not a readable SQLite cost database: " + why, path));
-  }
-  std::string version;
-  if (sqlite3_step(stmt) == SQLITE_ROW) version = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
-  sqlite3_finalize(stmt);
-  if (version.empty()) return fail(Error::badInput("not a colo cost database (no schema_version)", path));
-  if (version != std::to_string(kSchemaVersion)) {
-    return fail(Error::badInput("cost database schema version " + version + " (this colo reads version " +
-                                    std::to_string(kSchemaVersion) + ")",
-                                path));
-  }
+  auto version = readVersion(impl->db, path);
+  if (!version) return fail(version.error());
+  impl->version = *version;
   return CostDatabase(std::move(impl));
 }
 
@@ -91,35 +137,52 @@ Result<CostDatabase> CostDatabase::create(const std::string& path) {
   if (sqlite3_open_v2(path.c_str(), &impl->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
     return fail(Error::io(std::string("cannot create: ") + sqlite3_errmsg(impl->db), path));
   }
-  char* message = nullptr;
-  const std::string script = std::string("PRAGMA journal_mode=WAL; BEGIN;") + kSchema +
-                             "INSERT INTO meta VALUES ('format', 'colo.costdb'), ('schema_version', '" +
-                             std::to_string(kSchemaVersion) + "'); COMMIT;";
-  if (sqlite3_exec(impl->db, script.c_str(), nullptr, nullptr, &message) != SQLITE_OK) {
-    const std::string why = message ? message : "unknown";
-    sqlite3_free(message);
-    return fail(Error::io("cannot write the schema: " + why, path));
-  }
+  std::string why;
+  const std::string script = std::string("PRAGMA journal_mode=WAL; BEGIN;") + kSchemaV1 +
+                             "INSERT INTO meta VALUES ('format', 'colo.costdb'), ('schema_version', '1');" + kMigrationV2 +
+                             "COMMIT;";
+  if (!exec(impl->db, script, &why)) return fail(Error::io("cannot write the schema: " + why, path));
+  impl->version = kSchemaVersion;
   return CostDatabase(std::move(impl));
 }
 
-Result<void> CostDatabase::addGemms(const std::string& deviceName, const std::vector<GemmMeasurement>& rows) {
+Result<CostDatabase> CostDatabase::openForWrite(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return create(path);
+  {
+    // Check it read-only first: a foreign file must not be touched, not even by a journal.
+    auto probe = open(path);
+    if (!probe) return fail(probe.error());
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  if (sqlite3_open_v2(path.c_str(), &impl->db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+    return fail(Error::io(std::string("cannot open for writing: ") + sqlite3_errmsg(impl->db), path));
+  }
+  auto version = readVersion(impl->db, path);
+  if (!version) return fail(version.error());
+  std::string why;
+  if (!exec(impl->db, "PRAGMA journal_mode=WAL;", &why)) return fail(Error::io("cannot enable WAL: " + why, path));
+  if (*version < 2 && !exec(impl->db, std::string("BEGIN IMMEDIATE;") + kMigrationV2 + "COMMIT;", &why)) {
+    exec(impl->db, "ROLLBACK");
+    return fail(Error::io("cannot migrate the schema to version 2: " + why, path));
+  }
+  impl->version = kSchemaVersion;
+  return CostDatabase(std::move(impl));
+}
+
+int CostDatabase::schemaVersion() const { return m_impl->version; }
+
+Result<void> CostDatabase::addGemms(const std::string& deviceName, const std::vector<GemmMeasurement>& rows,
+                                    const std::string& fingerprint) {
   sqlite3* db = m_impl->db;
-  auto exec = [&](const char* sql) { return sqlite3_exec(db, sql, nullptr, nullptr, nullptr) == SQLITE_OK; };
   auto failure = [&](const std::string& what) {
     const std::string why = sqlite3_errmsg(db);
-    exec("ROLLBACK");
+    exec(db, "ROLLBACK");
     return fail(Error::io(what + ": " + why, m_impl->path));
   };
-  if (!exec("BEGIN IMMEDIATE")) return failure("cannot start a transaction");
-  sqlite3_stmt* device = nullptr;
-  if (sqlite3_prepare_v2(db, "INSERT OR IGNORE INTO devices(name) VALUES (?)", -1, &device, nullptr) != SQLITE_OK) {
-    return failure("cannot prepare");
-  }
-  sqlite3_bind_text(device, 1, deviceName.c_str(), -1, SQLITE_TRANSIENT);
-  const int deviceRc = sqlite3_step(device);
-  sqlite3_finalize(device);
-  if (deviceRc != SQLITE_DONE) return failure("cannot add the device");
+  if (!exec(db, "BEGIN IMMEDIATE")) return failure("cannot start a transaction");
+  if (!ensureDevice(deviceName, fingerprint)) return failure("cannot add the device");
   sqlite3_stmt* insert = nullptr;
   if (sqlite3_prepare_v2(db,
                          "INSERT OR REPLACE INTO gemms(device_id, dtype, m, n, k, median_s) "
@@ -141,8 +204,215 @@ Result<void> CostDatabase::addGemms(const std::string& deviceName, const std::ve
     }
   }
   sqlite3_finalize(insert);
-  if (!exec("COMMIT")) return failure("cannot commit");
+  if (!exec(db, "COMMIT")) return failure("cannot commit");
   return {};
+}
+
+bool CostDatabase::ensureDevice(const std::string& name, const std::string& fingerprint) {
+  sqlite3_stmt* device = nullptr;
+  if (sqlite3_prepare_v2(m_impl->db, "INSERT OR IGNORE INTO devices(name, fingerprint) VALUES (?, ?)", -1, &device,
+                         nullptr) != SQLITE_OK) {
+    return false;
+  }
+  sqlite3_bind_text(device, 1, name.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(device, 2, fingerprint.c_str(), -1, SQLITE_TRANSIENT);
+  const int rc = sqlite3_step(device);
+  sqlite3_finalize(device);
+  if (rc != SQLITE_DONE) return false;
+  if (!fingerprint.empty()) {
+    sqlite3_stmt* update = nullptr;
+    if (sqlite3_prepare_v2(m_impl->db, "UPDATE devices SET fingerprint = ? WHERE name = ?", -1, &update, nullptr) != SQLITE_OK) {
+      return false;
+    }
+    sqlite3_bind_text(update, 1, fingerprint.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(update, 2, name.c_str(), -1, SQLITE_TRANSIENT);
+    const int urc = sqlite3_step(update);
+    sqlite3_finalize(update);
+    return urc == SQLITE_DONE;
+  }
+  return true;
+}
+
+Result<void> CostDatabase::addKernels(const std::string& deviceName, const std::vector<KernelMeasurement>& rows) {
+  sqlite3* db = m_impl->db;
+  auto failure = [&](const std::string& what) {
+    const std::string why = sqlite3_errmsg(db);
+    exec(db, "ROLLBACK");
+    return fail(Error::io(what + ": " + why, m_impl->path));
+  };
+  if (m_impl->version < 2) return fail(Error::badInput("kernels need schema version 2; open with openForWrite", m_impl->path));
+  if (!exec(db, "BEGIN IMMEDIATE")) return failure("cannot start a transaction");
+  if (!ensureDevice(deviceName, {})) return failure("cannot add the device");
+  sqlite3_stmt* insert = nullptr;
+  if (sqlite3_prepare_v2(db,
+                         "INSERT OR REPLACE INTO kernels(device_id, op, dtype, shape, impl, median_s, spread_s, repetitions) "
+                         "SELECT id, ?, ?, ?, ?, ?, ?, ? FROM devices WHERE name = ?",
+                         -1, &insert, nullptr) != SQLITE_OK) {
+    return failure("cannot prepare");
+  }
+  for (const auto& r : rows) {
+    sqlite3_reset(insert);
+    sqlite3_bind_text(insert, 1, r.op.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(insert, 2, toString(r.dtype).c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(insert, 3, r.shape.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(insert, 4, r.impl.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(insert, 5, r.seconds);
+    sqlite3_bind_double(insert, 6, r.spreadSeconds);
+    sqlite3_bind_int64(insert, 7, r.repetitions);
+    sqlite3_bind_text(insert, 8, deviceName.c_str(), -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(insert) != SQLITE_DONE) {
+      sqlite3_finalize(insert);
+      return failure("cannot add a kernel measurement");
+    }
+  }
+  sqlite3_finalize(insert);
+  if (!exec(db, "COMMIT")) return failure("cannot commit");
+  return {};
+}
+
+Result<void> CostDatabase::addCollectives(const std::string& deviceName, const std::vector<CollectiveMeasurement>& rows) {
+  sqlite3* db = m_impl->db;
+  auto failure = [&](const std::string& what) {
+    const std::string why = sqlite3_errmsg(db);
+    exec(db, "ROLLBACK");
+    return fail(Error::io(what + ": " + why, m_impl->path));
+  };
+  if (m_impl->version < 2) return fail(Error::badInput("collectives need schema version 2; open with openForWrite", m_impl->path));
+  if (!exec(db, "BEGIN IMMEDIATE")) return failure("cannot start a transaction");
+  if (!ensureDevice(deviceName, {})) return failure("cannot add the device");
+  sqlite3_stmt* insert = nullptr;
+  if (sqlite3_prepare_v2(db,
+                         "INSERT OR REPLACE INTO collectives(device_id, op, backend, world, link_level, bytes, median_s, "
+                         "spread_s, repetitions) SELECT id, ?, ?, ?, ?, ?, ?, ?, ? FROM devices WHERE name = ?",
+                         -1, &insert, nullptr) != SQLITE_OK) {
+    return failure("cannot prepare");
+  }
+  for (const auto& r : rows) {
+    sqlite3_reset(insert);
+    sqlite3_bind_text(insert, 1, r.op.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(insert, 2, r.backend.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(insert, 3, r.world);
+    sqlite3_bind_text(insert, 4, r.linkLevel.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(insert, 5, r.bytes);
+    sqlite3_bind_double(insert, 6, r.seconds);
+    sqlite3_bind_double(insert, 7, r.spreadSeconds);
+    sqlite3_bind_int64(insert, 8, r.repetitions);
+    sqlite3_bind_text(insert, 9, deviceName.c_str(), -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(insert) != SQLITE_DONE) {
+      sqlite3_finalize(insert);
+      return failure("cannot add a collective measurement");
+    }
+  }
+  sqlite3_finalize(insert);
+  if (!exec(db, "COMMIT")) return failure("cannot commit");
+  return {};
+}
+
+bool CostDatabase::hasGemm(const std::string& deviceName, DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) const {
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(m_impl->db,
+                         "SELECT 1 FROM gemms g JOIN devices d ON d.id = g.device_id WHERE d.name = ? AND g.dtype = ? "
+                         "AND g.m = ? AND g.n = ? AND g.k = ?",
+                         -1, &stmt, nullptr) != SQLITE_OK) {
+    return false;
+  }
+  sqlite3_bind_text(stmt, 1, deviceName.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(stmt, 2, toString(dtype).c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(stmt, 3, m);
+  sqlite3_bind_int64(stmt, 4, n);
+  sqlite3_bind_int64(stmt, 5, k);
+  const bool found = sqlite3_step(stmt) == SQLITE_ROW;
+  sqlite3_finalize(stmt);
+  return found;
+}
+
+std::vector<KernelMeasurement> CostDatabase::kernelsFor(const std::string& deviceName) const {
+  std::vector<KernelMeasurement> out;
+  if (m_impl->version < 2) return out;
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(m_impl->db,
+                         "SELECT k.op, k.dtype, k.shape, k.impl, k.median_s, k.spread_s, k.repetitions FROM kernels k "
+                         "JOIN devices d ON d.id = k.device_id WHERE d.name = ? ORDER BY k.op, k.shape",
+                         -1, &stmt, nullptr) != SQLITE_OK) {
+    return out;
+  }
+  sqlite3_bind_text(stmt, 1, deviceName.c_str(), -1, SQLITE_TRANSIENT);
+  while (sqlite3_step(stmt) == SQLITE_ROW) {
+    auto dtype = parseDType(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 1)));
+    out.push_back({reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), dtype.value_or(DType::kFp32),
+                   reinterpret_cast<const char*>(sqlite3_column_text(stmt, 2)),
+                   reinterpret_cast<const char*>(sqlite3_column_text(stmt, 3)), sqlite3_column_double(stmt, 4),
+                   sqlite3_column_double(stmt, 5), sqlite3_column_int64(stmt, 6)});
+  }
+  sqlite3_finalize(stmt);
+  return out;
+}
+
+std::vector<CollectiveMeasurement> CostDatabase::collectivesFor(const std::string& deviceName) const {
+  std::vector<CollectiveMeasurement> out;
+  if (m_impl->version < 2) return out;
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(m_impl->db,
+                         "SELECT c.op, c.backend, c.world, c.link_level, c.bytes, c.median_s, c.spread_s, c.repetitions "
+                         "FROM collectives c JOIN devices d ON d.id = c.device_id WHERE d.name = ? ORDER BY c.op, c.bytes",
+                         -1, &stmt, nullptr) != SQLITE_OK) {
+    return out;
+  }
+  sqlite3_bind_text(stmt, 1, deviceName.c_str(), -1, SQLITE_TRANSIENT);
+  while (sqlite3_step(stmt) == SQLITE_ROW) {
+    out.push_back({reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)),
+                   reinterpret_cast<const char*>(sqlite3_column_text(stmt, 1)), sqlite3_column_int64(stmt, 2),
+                   reinterpret_cast<const char*>(sqlite3_column_text(stmt, 3)), sqlite3_column_int64(stmt, 4),
+                   sqlite3_column_double(stmt, 5), sqlite3_column_double(stmt, 6), sqlite3_column_int64(stmt, 7)});
+  }
+  sqlite3_finalize(stmt);
+  return out;
+}
+
+std::vector<std::string> CostDatabase::devices() const {
+  std::vector<std::string> out;
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(m_impl->db, "SELECT name FROM devices ORDER BY name", -1, &stmt, nullptr) != SQLITE_OK) return out;
+  while (sqlite3_step(stmt) == SQLITE_ROW) out.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)));
+  sqlite3_finalize(stmt);
+  return out;
+}
+
+Result<std::int64_t> CostDatabase::merge(const std::string& otherPath) {
+  // Refuses foreign, corrupt or newer files before anything is written; version 1 files have GEMMs only.
+  auto other = open(otherPath);
+  if (!other) return fail(other.error());
+  const int otherVersion = other->schemaVersion();
+  sqlite3* db = m_impl->db;
+  std::string why;
+  auto quoted = [](const std::string& p) {
+    std::string q = "'";
+    for (const char c : p) q += c == '\'' ? std::string("''") : std::string(1, c);
+    return q + "'";
+  };
+  const auto before = sqlite3_total_changes(db);
+  std::string script = "ATTACH DATABASE " + quoted(otherPath) + " AS other; BEGIN IMMEDIATE;"
+                       "INSERT OR IGNORE INTO devices(name, fingerprint) SELECT name, fingerprint FROM other.devices;"
+                       "INSERT OR IGNORE INTO gemms(device_id, dtype, m, n, k, median_s, spread_s, repetitions, measured_at) "
+                       "SELECT d.id, g.dtype, g.m, g.n, g.k, g.median_s, g.spread_s, g.repetitions, g.measured_at "
+                       "FROM other.gemms g JOIN other.devices od ON od.id = g.device_id JOIN devices d ON d.name = od.name;";
+  if (otherVersion >= 2) {
+    script += "INSERT OR IGNORE INTO kernels(device_id, op, dtype, shape, impl, median_s, spread_s, repetitions, measured_at) "
+              "SELECT d.id, k.op, k.dtype, k.shape, k.impl, k.median_s, k.spread_s, k.repetitions, k.measured_at "
+              "FROM other.kernels k JOIN other.devices od ON od.id = k.device_id JOIN devices d ON d.name = od.name;"
+              "INSERT OR IGNORE INTO collectives(device_id, op, backend, world, link_level, bytes, median_s, spread_s, "
+              "repetitions, measured_at) SELECT d.id, c.op, c.backend, c.world, c.link_level, c.bytes, c.median_s, "
+              "c.spread_s, c.repetitions, c.measured_at FROM other.collectives c JOIN other.devices od ON od.id = c.device_id "
+              "JOIN devices d ON d.name = od.name;";
+  }
+  script += "COMMIT;";
+  if (!exec(db, script, &why)) {
+    exec(db, "ROLLBACK");
+    exec(db, "DETACH DATABASE other");
+    return fail(Error::io("merge failed: " + why, m_impl->path));
+  }
+  exec(db, "DETACH DATABASE other");
+  return static_cast<std::int64_t>(sqlite3_total_changes(db) - before);
 }
 
 std::vector<GemmMeasurement> CostDatabase::gemmsFor(const std::string& gpuName) const {

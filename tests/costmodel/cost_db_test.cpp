@@ -120,3 +120,84 @@ TEST(CostDatabase, NearbyShapesAreInterpolatedFarOnesAreNot) {
 
 }  // namespace
 }  // namespace colo::costmodel
+
+namespace colo::costmodel {
+namespace {
+
+TEST(CostDatabaseV2, KernelsCollectivesAndResume) {
+  test::ScratchDir dir;
+  const auto file = dir.path("v2.sqlite");
+  auto db = CostDatabase::openForWrite(file);  // creates
+  ASSERT_TRUE(db) << db.error().toString();
+  EXPECT_EQ(db->schemaVersion(), 2);
+  ASSERT_TRUE(db->addGemms("cpu: test", {{64, 64, 64, DType::kFp32, 1e-4}}, "torch 1.13"));
+  ASSERT_TRUE(db->addKernels("cpu: test", {{"layernorm", DType::kFp32, "4096x768", "aten", 2e-4, 1e-5, 20}}));
+  ASSERT_TRUE(db->addCollectives("cpu: test", {{"all_reduce", "gloo", 2, "loopback", 1 << 20, 3e-4, 1e-5, 10}}));
+  EXPECT_TRUE(db->hasGemm("cpu: test", DType::kFp32, 64, 64, 64));
+  EXPECT_FALSE(db->hasGemm("cpu: test", DType::kFp32, 64, 64, 128));
+  auto reopened = CostDatabase::open(file);
+  ASSERT_TRUE(reopened);
+  EXPECT_EQ(reopened->kernelsFor("cpu: test").size(), 1u);
+  EXPECT_EQ(reopened->collectivesFor("cpu: test").front().bytes, 1 << 20);
+  EXPECT_EQ(reopened->devices(), std::vector<std::string>{"cpu: test"});
+}
+
+TEST(CostDatabaseV2, VersionOneFilesAreMigratedInPlace) {
+  test::ScratchDir dir;
+  const auto file = dir.path("v1.sqlite");
+  const std::string v1 =
+      "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+      "CREATE TABLE devices(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, fingerprint TEXT NOT NULL DEFAULT '');"
+      "CREATE TABLE gemms(device_id INTEGER NOT NULL, dtype TEXT NOT NULL, m INTEGER NOT NULL, n INTEGER NOT NULL,"
+      " k INTEGER NOT NULL, median_s REAL NOT NULL, spread_s REAL NOT NULL DEFAULT 0, repetitions INTEGER NOT NULL DEFAULT 1,"
+      " measured_at TEXT NOT NULL DEFAULT '', PRIMARY KEY (device_id, dtype, m, n, k));"
+      "INSERT INTO meta VALUES ('format', 'colo.costdb'), ('schema_version', '1');"
+      "INSERT INTO devices(name) VALUES ('gpu');"
+      "INSERT INTO gemms(device_id, dtype, m, n, k, median_s) VALUES (1, 'bf16', 128, 128, 128, 1e-5);";
+  if (std::system(("sqlite3 " + file + " \"" + v1 + "\" 2>/dev/null").c_str()) != 0) {
+    GTEST_SKIP() << "the sqlite3 command-line tool is not installed";
+  }
+  auto readOnly = CostDatabase::open(file);
+  ASSERT_TRUE(readOnly);
+  EXPECT_EQ(readOnly->schemaVersion(), 1);
+  EXPECT_EQ(readOnly->gemmsFor("gpu").size(), 1u);
+  auto db = CostDatabase::openForWrite(file);
+  ASSERT_TRUE(db) << db.error().toString();
+  EXPECT_EQ(db->schemaVersion(), 2);
+  ASSERT_TRUE(db->addKernels("gpu", {{"gelu", DType::kBf16, "1x1", "", 1e-6, 0, 1}}));
+  EXPECT_EQ(CostDatabase::open(file)->schemaVersion(), 2);
+  EXPECT_EQ(CostDatabase::open(file)->gemmsFor("gpu").size(), 1u);  // the old rows survive
+}
+
+TEST(CostDatabaseV2, MergeAddsWhatIsMissingAndRefusesForeignFiles) {
+  test::ScratchDir dir;
+  const auto a = dir.path("a.sqlite");
+  const auto b = dir.path("b.sqlite");
+  {
+    auto da = CostDatabase::openForWrite(a);
+    ASSERT_TRUE(da);
+    ASSERT_TRUE(da->addGemms("gpu-a", {{64, 64, 64, DType::kBf16, 1e-5}}));
+    auto dbb = CostDatabase::openForWrite(b);
+    ASSERT_TRUE(dbb);
+    ASSERT_TRUE(dbb->addGemms("gpu-b", {{64, 64, 64, DType::kBf16, 2e-5}, {128, 64, 64, DType::kBf16, 3e-5}}));
+    ASSERT_TRUE(dbb->addGemms("gpu-a", {{64, 64, 64, DType::kBf16, 9e-5}}));  // same key as a: a's row is kept
+    ASSERT_TRUE(dbb->addCollectives("gpu-b", {{"all_gather", "nccl", 8, "nvlink", 1024, 1e-5, 0, 5}}));
+  }
+  auto merged = CostDatabase::openForWrite(a);
+  ASSERT_TRUE(merged);
+  auto added = merged->merge(b);
+  ASSERT_TRUE(added) << added.error().toString();
+  EXPECT_GE(*added, 4);  // device gpu-b, two GEMMs, one collective
+  EXPECT_EQ(merged->gemmsFor("gpu-b").size(), 2u);
+  EXPECT_DOUBLE_EQ(merged->gemmsFor("gpu-a").front().seconds, 1e-5);
+  EXPECT_EQ(merged->collectivesFor("gpu-b").size(), 1u);
+
+  const auto garbage = dir.write("garbage.sqlite", std::string(2048, 'z'));
+  const std::string before = readBytes(garbage);
+  EXPECT_FALSE(merged->merge(garbage));
+  EXPECT_FALSE(CostDatabase::openForWrite(garbage));
+  EXPECT_EQ(readBytes(garbage), before);
+}
+
+}  // namespace
+}  // namespace colo::costmodel

@@ -23,24 +23,68 @@ struct GemmMeasurement {
   double seconds = 0;
 };
 
+/// One measured kernel other than a GEMM (norms, activations, attention, optimizer step, ...).
+struct KernelMeasurement {
+  std::string op;       ///< e.g. "layernorm", "gelu", "sdpa_causal", "adam_step"
+  DType dtype = DType::kBf16;
+  std::string shape;    ///< e.g. "8192x768"
+  std::string impl;     ///< e.g. "aten", "fused", "unfused"
+  double seconds = 0;   ///< median per call
+  double spreadSeconds = 0;
+  std::int64_t repetitions = 1;
+};
+
+/// One measured collective.
+struct CollectiveMeasurement {
+  std::string op;        ///< all_reduce, all_gather, reduce_scatter, broadcast, send_recv
+  std::string backend;   ///< gloo, nccl
+  std::int64_t world = 2;
+  std::string linkLevel; ///< e.g. "loopback", "nvlink", "network"
+  std::int64_t bytes = 0;
+  double seconds = 0;
+  double spreadSeconds = 0;
+  std::int64_t repetitions = 1;
+};
+
 /// How a lookup was answered (for --explain).
 enum class LookupSource { kExact, kInterpolated, kRoofline };
 
 class CostDatabase {
  public:
-  /// The schema version this colo reads and writes.
-  static constexpr int kSchemaVersion = 1;
+  /// The schema version this colo writes; it reads this one and every older one.
+  /// Version 1: meta, devices, gemms. Version 2 adds kernels and collectives.
+  static constexpr int kSchemaVersion = 2;
 
   /// Opens a database read-only. Errors: kIo for a missing file; kBadInput naming the file for a file
-  /// that is not SQLite, not a colo cost database, or of another schema version (it is never modified).
+  /// that is not SQLite, not a colo cost database, or of a newer schema version (it is never modified).
   [[nodiscard]] static Result<CostDatabase> open(const std::string& path);
 
-  /// Creates an empty database (fails if the file exists) with schema version 1. Errors: kIo, kBadInput.
+  /// Creates an empty database (fails if the file exists) with the current schema. Errors: kIo, kBadInput.
   [[nodiscard]] static Result<CostDatabase> create(const std::string& path);
 
-  /// Adds a device and its GEMM measurements in one transaction. Errors: kIo on a write failure (the
-  /// database keeps everything committed before).
-  [[nodiscard]] Result<void> addGemms(const std::string& deviceName, const std::vector<GemmMeasurement>& rows);
+  /// Opens a database to add measurements: creates it when missing, migrates an older schema in one
+  /// transaction, and refuses (without writing a byte) a file that is not a colo cost database or is newer.
+  [[nodiscard]] static Result<CostDatabase> openForWrite(const std::string& path);
+
+  /// The schema version of the opened file.
+  [[nodiscard]] int schemaVersion() const;
+
+  /// Adds a device (its fingerprint: driver and library versions, clocks) and its GEMM measurements in
+  /// one transaction. Errors: kIo on a write failure (the database keeps everything committed before).
+  [[nodiscard]] Result<void> addGemms(const std::string& deviceName, const std::vector<GemmMeasurement>& rows,
+                                      const std::string& fingerprint = {});
+  [[nodiscard]] Result<void> addKernels(const std::string& deviceName, const std::vector<KernelMeasurement>& rows);
+  [[nodiscard]] Result<void> addCollectives(const std::string& deviceName, const std::vector<CollectiveMeasurement>& rows);
+
+  /// Whether a GEMM of this device (exact name), precision and shape is already measured (for --resume).
+  [[nodiscard]] bool hasGemm(const std::string& deviceName, DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) const;
+  [[nodiscard]] std::vector<KernelMeasurement> kernelsFor(const std::string& deviceName) const;
+  [[nodiscard]] std::vector<CollectiveMeasurement> collectivesFor(const std::string& deviceName) const;
+  [[nodiscard]] std::vector<std::string> devices() const;
+
+  /// Copies every device and measurement of `other` that this database lacks (rows of the same key are
+  /// kept as they are here), in one transaction. Returns the number of rows added.
+  [[nodiscard]] Result<std::int64_t> merge(const std::string& otherPath);
 
   CostDatabase(CostDatabase&&) noexcept;
   CostDatabase& operator=(CostDatabase&&) noexcept;
@@ -56,6 +100,7 @@ class CostDatabase {
  private:
   struct Impl;
   explicit CostDatabase(std::unique_ptr<Impl> impl);
+  bool ensureDevice(const std::string& name, const std::string& fingerprint);
   std::unique_ptr<Impl> m_impl;
 };
 
