@@ -64,6 +64,40 @@ Result<Evaluator> Evaluator::create(const Model& model, const ClusterSpec& clust
   return evaluator;
 }
 
+std::vector<Evaluator::GemmShape> Evaluator::gemmShapes(const Plan& plan) const {
+  const ModelTemplates& T = m_impl->templates;
+  LayerConfig cfg;
+  cfg.microBatch = plan.microBatchSize;
+  cfg.tp = plan.parallel.tp;
+  cfg.cp = plan.parallel.cp;
+  cfg.ep = plan.parallel.ep;
+  cfg.sequenceParallel = plan.parallel.sequenceParallel;
+  cfg.flash = plan.execution.flashAttention;
+  cfg.hidden = T.hidden;
+  cfg.seqLen = T.seqLen;
+  std::vector<GemmShape> out;
+  auto add = [&](const detail::LayerTemplate& layer) {
+    for (const auto& op : layer.ops) {
+      const auto g = detail::scaledGemm(op, cfg);
+      if (!g) continue;
+      auto r = [](double v) { return static_cast<std::int64_t>(std::llround(v)); };
+      const std::int64_t count = std::max<std::int64_t>(1, r(g->count));
+      out.push_back({r(g->m), r(g->n), r(g->k), count});
+      out.push_back({r(g->m), r(g->k), r(g->n), count});
+      out.push_back({r(g->k), r(g->n), r(g->m), count});
+    }
+  };
+  for (const auto& cls : T.classes) add(cls);
+  add(T.embedding);
+  add(T.head);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end(), [](const GemmShape& a, const GemmShape& b) {
+              return a.m == b.m && a.n == b.n && a.k == b.k;
+            }),
+            out.end());
+  return out;
+}
+
 namespace {
 
 struct ChunkCost {

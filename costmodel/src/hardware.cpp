@@ -54,6 +54,16 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision) {
     d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.85;
     d.streamingProcessors = 128;
   }
+  if (contains(name, "cpu") || contains(name, "CPU")) {
+    // A host CPU through LibTorch: BLAS GEMMs reach well below the FMA peak; eager ops cost ~10 us each.
+    d.gemmEfficiency = 0.6;
+    d.sustainedClock = 1.0;
+    d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.7;
+    d.streamingProcessors = 2;
+    d.kernelFloorSeconds = 10e-6;
+    d.contextBytes = 0;
+    return d;
+  }
   if (precision == DType::kFp32) d.gemmEfficiency = 0.90;  // FMA pipes, not tensor cores: easier to saturate
   return d;
 }

@@ -102,6 +102,37 @@ ModelTemplates digest(const OpGraph& graph, std::int64_t topK, std::int64_t kvWi
   return m;
 }
 
+std::optional<ScaledGemm> scaledGemm(const OpTemplate& op, const LayerConfig& c) {
+  const double b = static_cast<double>(c.microBatch);
+  const double tp = static_cast<double>(c.tp);
+  const double cp = static_cast<double>(c.cp);
+  const double ep = static_cast<double>(c.ep);
+  const double tokenScale = b / cp;
+  switch (op.kind) {
+    case OpKind::kMatMul: {
+      double n = static_cast<double>(op.n);
+      double k = static_cast<double>(op.k);
+      if (op.shard == Shard::kColumn || op.shard == Shard::kVocab) n /= tp;
+      if (op.shard == Shard::kRow) k /= tp;
+      return ScaledGemm{std::max(1.0, static_cast<double>(op.m) * tokenScale), n, k, 1};
+    }
+    case OpKind::kGroupedMatMul: {
+      const double localExperts = std::max(1.0, static_cast<double>(op.groups) / ep);
+      const double rows = static_cast<double>(op.m) * tokenScale;  // balanced routing: T*topK rows per GPU
+      double n = static_cast<double>(op.n);
+      double k = static_cast<double>(op.k);
+      if (n >= k) n /= tp; else k /= tp;  // the ffn dimension is split by tensor parallelism
+      return ScaledGemm{std::max(1.0, rows / localExperts), n, k, localExperts};
+    }
+    case OpKind::kBatchedMatMul:
+      if (c.flash) return std::nullopt;
+      return ScaledGemm{static_cast<double>(op.m) / cp, static_cast<double>(op.n), static_cast<double>(op.k),
+                        static_cast<double>(op.batch) * b / tp};
+    default:
+      return std::nullopt;
+  }
+}
+
 double gemmSeconds(double m, double n, double k, double count, std::int64_t dtypeBytes, const DeviceModel& device) {
   if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return 0.0;
   // Output tiles of 128 x 128 fill waves of one tile per SM; partial tiles and the last partial wave
@@ -156,40 +187,26 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     double bwd = 0;
     const bool fused = c.flash && op.attentionCore;
     switch (op.kind) {
-      case OpKind::kMatMul: {
-        double m = static_cast<double>(op.m) * tokenScale;
-        double n = static_cast<double>(op.n);
-        double k = static_cast<double>(op.k);
-        if (op.shard == Shard::kColumn || op.shard == Shard::kVocab) n /= tp;
-        if (op.shard == Shard::kRow) k /= tp;
-        m = std::max(1.0, m);
-        fwd = gemm(m, n, k, 1);
-        bwd = 2.0 * fwd;
-        out.gemmFlopsFwdPerGpu += 2 * m * n * k;
-        break;
-      }
-      case OpKind::kGroupedMatMul: {
-        const double localExperts = std::max(1.0, static_cast<double>(op.groups) / ep);
-        const double rows = static_cast<double>(op.m) * tokenScale;  // balanced routing: T*topK rows per GPU
-        double n = static_cast<double>(op.n);
-        double k = static_cast<double>(op.k);
-        if (n >= k) n /= tp; else k /= tp;  // the ffn dimension is split by tensor parallelism
-        fwd = gemm(std::max(1.0, rows / localExperts), n, k, localExperts);
-        bwd = 2.0 * fwd;
-        out.gemmFlopsFwdPerGpu += 2 * rows * n * k;
-        break;
-      }
+      case OpKind::kMatMul:
+      case OpKind::kGroupedMatMul:
       case OpKind::kBatchedMatMul: {
-        if (!scores) scores = &op;
-        const double count = static_cast<double>(op.batch) * b / tp;
-        const double m = static_cast<double>(op.m) / cp;
-        const double flops = 2 * count * m * static_cast<double>(op.n) * static_cast<double>(op.k);
-        out.gemmFlopsFwdPerGpu += flops;
-        out.attnFlopsFwdPerGpu += flops;
-        if (!fused) {
-          fwd = gemm(m, static_cast<double>(op.n), static_cast<double>(op.k), count);
-          bwd = 2.0 * fwd;
+        const auto g = scaledGemm(op, c);
+        const double flops = 2 * g.value_or(ScaledGemm{0, 0, 0, 0}).m * (g ? g->n * g->k * g->count : 0);
+        if (op.kind == OpKind::kBatchedMatMul) {
+          if (!scores) scores = &op;
+          const double full = 2 * static_cast<double>(op.batch) * b / tp * static_cast<double>(op.m) / cp *
+                              static_cast<double>(op.n) * static_cast<double>(op.k);
+          out.gemmFlopsFwdPerGpu += full;
+          out.attnFlopsFwdPerGpu += full;
+        } else {
+          out.gemmFlopsFwdPerGpu += flops;
         }
+        if (!g) break;
+        fwd = gemm(g->m, g->n, g->k, g->count);
+        // Backward: the input gradient [m, n] x [n, k] and the weight gradient [k, m] x [m, n]; measured
+        // where the database has them, else twice the forward.
+        bwd = c.measured && !c.measured->empty() ? gemm(g->m, g->k, g->n, g->count) + gemm(g->k, g->n, g->m, g->count)
+                                                 : 2.0 * fwd;
         break;
       }
       default: {

@@ -4,6 +4,7 @@
 // parallelism with the op's shard rule (docs/costmodel.md, "Compute").
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "colo/core/op_graph.h"
@@ -76,6 +77,13 @@ struct LayerCost {
   double gemmFlopsFwdPerGpu = 0;  // model FLOPs of the layer on one GPU
   double attnFlopsFwdPerGpu = 0;  // the attention-core part of it
 };
+
+/// The GEMM an op runs on one GPU under a config: an [m, k] x [k, n] product, `count` times (batched
+/// attention, local experts). Nullopt for ops that are not GEMMs (or fused away by flash attention).
+struct ScaledGemm {
+  double m = 0, n = 0, k = 0, count = 1;
+};
+[[nodiscard]] std::optional<ScaledGemm> scaledGemm(const OpTemplate& op, const LayerConfig& config);
 
 /// Builds templates from an op graph (batch 1): one per distinct layer structure, the layer -> template
 /// map, and the embedding (layer -1) and head (layer L) templates.

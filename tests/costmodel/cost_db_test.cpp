@@ -96,11 +96,13 @@ TEST(CostDatabase, MeasuredTimesReplaceTheRoofline) {
   ASSERT_TRUE(roofline);
   ASSERT_TRUE(measured);
   EXPECT_EQ(roofline->gemmExact, 0);
-  EXPECT_EQ(measured->gemmExact, 5);  // four layer GEMMs (one template) and the LM head
-  EXPECT_EQ(measured->gemmRoofline, 0);
-  // 1 ms per GEMM is far slower than the roofline's microseconds: 12 layers x 4 GEMMs x 3 (fwd + bwd)
-  // plus the head, per micro-batch.
-  EXPECT_GT(measured->stepSeconds, roofline->stepSeconds + 8 * (12 * 4 + 1) * 3 * 1e-3 * 0.9);
+  // The forward GEMMs of the layer template (4) and the LM head are in the database; their backward
+  // shapes ([m,n]x[n,k] and [k,m]x[m,n]) are not, so they come from the nearest shape or the roofline.
+  EXPECT_GE(measured->gemmExact, 5);
+  EXPECT_EQ(measured->gemmExact + measured->gemmInterpolated + measured->gemmRoofline, 15);
+  // 1 ms per forward GEMM is far slower than the roofline's tens of microseconds: 12 layers x 4 GEMMs plus
+  // the head, 8 micro-batches.
+  EXPECT_GT(measured->stepSeconds, roofline->stepSeconds + 8 * (12 * 4 + 1) * 1e-3 * 0.9);
 }
 
 TEST(CostDatabase, NearbyShapesAreInterpolatedFarOnesAreNot) {

@@ -102,6 +102,15 @@ class Evaluator {
   /// GPU lacks.
   [[nodiscard]] Result<Evaluation> evaluate(const Plan& plan) const;
 
+  /// A GEMM the evaluation of a plan times: [m, k] x [k, n], `count` of them batched.
+  struct GemmShape {
+    std::int64_t m = 0, n = 0, k = 0, count = 1;
+    friend auto operator<=>(const GemmShape&, const GemmShape&) = default;
+  };
+  /// Every GEMM shape (forward, input gradient, weight gradient) that evaluating `plan` looks up; what
+  /// colo-profile measures so the cost database covers the plan exactly. Sorted, without duplicates.
+  [[nodiscard]] std::vector<GemmShape> gemmShapes(const Plan& plan) const;
+
   [[nodiscard]] const ClusterSpec& cluster() const;
   [[nodiscard]] std::int64_t seqLen() const;
   /// Model FLOPs (GEMMs, forward + backward, no recompute) of one sample.

@@ -1,0 +1,258 @@
+// colo-profile: measure kernels into the SQLite cost database, merge databases, and check the cost
+// model's prediction against a measured model step. Exit codes: 0 ok, 2 bad input, 1 internal error.
+#include <chrono>
+#include <csignal>
+#include <iostream>
+#include <sstream>
+
+#include "args.h"
+#include "colo/core/library.h"
+#include "colo/core/units.h"
+#include "colo/core/version.h"
+#include "colo/costmodel/evaluator.h"
+#include "colo/profiler/profiler.h"
+
+namespace {
+
+using namespace colo;
+
+CancellationToken gCancel;
+extern "C" void onSignal(int) { gCancel.cancel(); }
+
+int report(const Error& e) {
+  std::cerr << "colo-profile: error: " << e.toString() << "\n";
+  return exitCodeFor(e.code);
+}
+
+// A progress bar with the rate and an estimate of the time left.
+class Bar : public ProgressSink {
+ public:
+  void progress(double fraction, std::string_view what) override {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
+    const int width = 30;
+    const int filled = static_cast<int>(fraction * width);
+    std::ostringstream line;
+    line << "\r[" << std::string(static_cast<std::size_t>(filled), '#') << std::string(static_cast<std::size_t>(width - filled), '.')
+         << "] " << static_cast<int>(fraction * 100) << "% " << formatFixed(elapsed, 0) << " s";
+    if (fraction > 0.02 && fraction < 1) line << ", ETA " << formatFixed(elapsed * (1 - fraction) / fraction, 0) << " s";
+    line << "  " << what;
+    std::string text = line.str();
+    if (text.size() < 100) text.resize(100, ' ');
+    std::cerr << text << (fraction >= 1 ? "\n" : "") << std::flush;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point m_start = std::chrono::steady_clock::now();
+};
+
+Result<std::vector<std::int64_t>> intList(const app::Args& args, const std::string& name, std::vector<std::int64_t> fallback) {
+  const auto text = args.value(name);
+  if (!text) return fallback;
+  std::vector<std::int64_t> out;
+  std::stringstream ss(*text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1) {
+      return fail(Error::badInput("--" + name + ": expected positive integers separated by commas, got \"" + *text + "\""));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+Result<Model> modelArg(const app::Args& args) {
+  const auto name = args.value("model");
+  if (!name) return fail(Error::badInput("missing --model"));
+  auto file = resolveLibraryFile(LibraryKind::kModels, *name);
+  if (!file) return fail(file.error());
+  return loadModel(*file);
+}
+
+int profile(const std::vector<std::string>& argv) {
+  const std::vector<app::OptionSpec> specs{
+      {"model", "M", "model whose plans' kernels to measure (library name or file)"},
+      {"db", "DB", "SQLite cost database to write (created when missing)"},
+      {"tp", "T1,T2", "tensor-parallel degrees whose shard shapes to measure (default 1)"},
+      {"mbs", "B1,B2", "micro-batch sizes (default 1)"},
+      {"seq-len", "S", "tokens per sample (default: the model's)"},
+      {"dtype", "D", "fp32 (default on cpu), bf16, fp16"},
+      {"device", "D", "cpu (default) or cuda"},
+      {"resume", "", "skip shapes already measured in DB"},
+      {"reps", "N", "timed repetitions per kernel (default 7)"},
+      {"json", "", "print one JSON object"},
+      {"quiet", "", "no progress bar"},
+      {"help", "", "show this help"}};
+  auto args = app::Args::parse(argv, specs);
+  if (!args) return report(args.error());
+  if (args->has("help")) {
+    std::cout << "usage: colo-profile --model M --db DB [--tp 1,2,4,8] [--mbs 1,2] [--dtype fp32|bf16] [--device cpu|cuda]\n"
+                 "         [--resume] [--json]\n"
+                 "       colo-profile merge --db DB OTHER.sqlite...\n"
+                 "       colo-profile check --model M --cluster C --db DB [--batch B] [--seq-len S]\n\n"
+                 "Measures the GEMMs the model's plans run (forward, input and weight gradients) through LibTorch into\n"
+                 "the cost database. Each batch of measurements is one transaction: Ctrl-C keeps what was measured,\n"
+                 "--resume continues.\n\n"
+              << app::describeOptions(specs);
+    return 0;
+  }
+  auto model = modelArg(*args);
+  if (!model) return report(model.error());
+  const auto dbPath = args->value("db");
+  if (!dbPath) return report(Error::badInput("missing --db"));
+  profiler::ProfileOptions o;
+  auto tp = intList(*args, "tp", {1});
+  auto mbs = intList(*args, "mbs", {1});
+  if (!tp) return report(tp.error());
+  if (!mbs) return report(mbs.error());
+  o.tensorParallel = *tp;
+  o.microBatches = *mbs;
+  auto seq = args->positiveInteger("seq-len", 0);
+  auto reps = args->positiveInteger("reps", 7);
+  if (!seq) return report(seq.error());
+  if (!reps) return report(reps.error());
+  o.seqLen = *seq;
+  o.repetitions = static_cast<int>(*reps);
+  o.device = args->value("device", "cpu");
+  auto dtype = parseDType(args->value("dtype", "fp32"));
+  if (!dtype) return report(Error::badInput("--dtype: " + dtype.error().message));
+  o.dtype = *dtype;
+  o.resume = args->has("resume");
+  auto db = costmodel::CostDatabase::openForWrite(*dbPath);
+  if (!db) return report(db.error());
+  std::signal(SIGINT, onSignal);
+  std::signal(SIGTERM, onSignal);
+  Bar bar;
+  auto r = profiler::profileModel(*model, *db, o, args->has("quiet") || args->has("json") ? nullptr : &bar, &gCancel);
+  if (!r) return report(r.error());
+  if (args->has("json")) {
+    std::cout << Json{{"device", r->deviceName}, {"shapes", r->shapes}, {"measured", r->measured}, {"skipped", r->skipped},
+                      {"seconds", r->seconds}, {"cancelled", r->cancelled}, {"db", *dbPath}}.dump(2)
+              << "\n";
+  } else {
+    std::cout << r->deviceName << ": " << r->shapes << " GEMM shapes, " << r->measured << " measured, " << r->skipped
+              << " already in " << *dbPath << ", " << formatFixed(r->seconds, 1) << " s"
+              << (r->cancelled ? " (interrupted: run again with --resume)" : "") << "\n";
+  }
+  return r->cancelled ? 130 : 0;
+}
+
+int merge(const std::vector<std::string>& argv) {
+  auto args = app::Args::parse(argv, {{"db", "DB", "database to merge into"}, {"help", "", "show this help"}});
+  if (!args) return report(args.error());
+  const auto dbPath = args->value("db");
+  if (!dbPath || args->positional().empty()) return report(Error::badInput("usage: colo-profile merge --db DB OTHER..."));
+  auto db = costmodel::CostDatabase::openForWrite(*dbPath);
+  if (!db) return report(db.error());
+  for (const auto& other : args->positional()) {
+    auto added = db->merge(other);
+    if (!added) return report(added.error());
+    std::cout << other << ": " << *added << " rows added\n";
+  }
+  return 0;
+}
+
+int check(const std::vector<std::string>& argv) {
+  const std::vector<app::OptionSpec> specs{
+      {"model", "M", "dense decoder model (library name or file)"},
+      {"cluster", "C", "cluster describing this device (default localhost-cpu)"},
+      {"db", "DB", "cost database measured on this device"},
+      {"batch", "B", "samples per step (default 4)"},
+      {"seq-len", "S", "tokens per sample (default: the model's)"},
+      {"dtype", "D", "fp32 (default), bf16"},
+      {"device", "D", "cpu (default) or cuda"},
+      {"reps", "N", "timed steps (default 5)"},
+      {"json", "", "print one JSON object"},
+      {"help", "", "show this help"}};
+  auto args = app::Args::parse(argv, specs);
+  if (!args) return report(args.error());
+  if (args->has("help")) {
+    std::cout << "usage: colo-profile check --model M --db DB [--cluster C] [--batch B] [--seq-len S]\n\n"
+                 "Times the model's forward + backward through LibTorch and compares it with the cost model's\n"
+                 "prediction with and without the cost database.\n\n"
+              << app::describeOptions(specs);
+    return 0;
+  }
+  auto model = modelArg(*args);
+  if (!model) return report(model.error());
+  if (!model->spec) return report(Error::badInput("--model: check needs an architecture spec, not a raw op graph"));
+  auto clusterFile = resolveLibraryFile(LibraryKind::kClusters, args->value("cluster", "localhost-cpu"));
+  if (!clusterFile) return report(clusterFile.error());
+  auto cluster = loadCluster(*clusterFile);
+  if (!cluster) return report(cluster.error());
+  const auto dbPath = args->value("db");
+  if (!dbPath) return report(Error::badInput("missing --db"));
+  auto db = costmodel::CostDatabase::open(*dbPath);
+  if (!db) return report(db.error());
+  auto batch = args->positiveInteger("batch", 4);
+  auto seq = args->positiveInteger("seq-len", model->defaultSeqLen());
+  auto reps = args->positiveInteger("reps", 5);
+  for (const auto* r : {&batch, &seq, &reps}) {
+    if (!*r) return report(r->error());
+  }
+  auto dtype = parseDType(args->value("dtype", "fp32"));
+  if (!dtype) return report(Error::badInput("--dtype: " + dtype.error().message));
+  const std::string device = args->value("device", "cpu");
+
+  auto measured = profiler::timeModelStep(*model->spec, *seq, *batch, *dtype, device, 2, static_cast<int>(*reps));
+  if (!measured) return report(measured.error());
+  Plan plan;
+  plan.model = *model;
+  plan.cluster = *cluster;
+  plan.microBatchSize = *batch;
+  plan.globalBatchSize = *batch;
+  plan.seqLen = *seq;
+  plan.precision = *dtype;
+  plan.execution.flashAttention = false;  // the LibTorch step runs unfused attention
+  plan.stages = uniformStages(model->numLayers(), 1, RecomputePolicy::kNone);
+  auto without = costmodel::evaluatePlan(plan);
+  auto with = costmodel::evaluatePlan(plan, &*db);
+  if (!without) return report(without.error());
+  if (!with) return report(with.error());
+  // Forward + backward of the one micro-batch (the LibTorch step has no optimizer).
+  const double predictedWithout = without->stages[0].forwardSeconds + without->stages[0].backwardSeconds;
+  const double predictedWith = with->stages[0].forwardSeconds + with->stages[0].backwardSeconds;
+  const double m = measured->median;
+  if (args->has("json")) {
+    std::cout << Json{{"model", model->name()},
+                      {"measured_step_s", m},
+                      {"measured_spread_s", measured->spread},
+                      {"predicted_with_costdb_s", predictedWith},
+                      {"predicted_roofline_s", predictedWithout},
+                      {"error_with_costdb", (predictedWith - m) / m},
+                      {"error_roofline", (predictedWithout - m) / m},
+                      {"gemm_time_sources", {{"exact", with->gemmExact}, {"interpolated", with->gemmInterpolated},
+                                             {"roofline", with->gemmRoofline}}}}
+                     .dump(2)
+              << "\n";
+  } else {
+    std::cout << model->name() << " forward + backward, batch " << *batch << " x " << *seq << " tokens, " << device << ":\n"
+              << "  measured (LibTorch, median of " << measured->repetitions << ")  " << formatFixed(m * 1e3, 2) << " ms (+-"
+              << formatFixed(measured->spread * 1e3, 2) << ")\n"
+              << "  predicted with the cost database    " << formatFixed(predictedWith * 1e3, 2) << " ms  ("
+              << formatFixed(100 * (predictedWith - m) / m, 1) << "%; GEMMs: " << with->gemmExact << " exact, "
+              << with->gemmInterpolated << " interpolated, " << with->gemmRoofline << " roofline)\n"
+              << "  predicted by the roofline alone     " << formatFixed(predictedWithout * 1e3, 2) << " ms  ("
+              << formatFixed(100 * (predictedWithout - m) / m, 1) << "%)\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    if (!args.empty() && args[0] == "--version") {
+      std::cout << "colo-profile " << colo::kVersion << "\n";
+      return 0;
+    }
+    if (!args.empty() && args[0] == "merge") return merge({args.begin() + 1, args.end()});
+    if (!args.empty() && args[0] == "check") return check({args.begin() + 1, args.end()});
+    return profile(args);
+  } catch (const std::exception& e) {
+    std::cerr << "colo-profile: internal error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,160 @@
+#include <chrono>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "colo/costmodel/evaluator.h"
+#include "torch_util.h"
+
+namespace colo::profiler {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string cpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+Result<std::string> deviceName(const std::string& device) {
+  auto d = detail::torchDevice(device);
+  if (!d) return fail(d.error());
+  if (d->is_cpu()) return "cpu: " + cpuModel();
+  try {
+    return std::string("cuda: device ") + std::to_string(d->index());
+  } catch (const c10::Error& e) {
+    return fail(Error::internal(std::string("cannot name the CUDA device: ") + e.what_without_backtrace()));
+  }
+}
+
+std::string deviceFingerprint(const std::string& device) {
+  std::ostringstream f;
+  f << "libtorch " << TORCH_VERSION << "; threads " << at::get_num_threads();
+  if (device == "cuda") f << "; cuda devices " << torch::cuda::device_count();
+  return f.str();
+}
+
+Result<Timing> timeGemm(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t count, DType dtype,
+                        const std::string& device, int warmup, int repetitions) {
+  auto dt = detail::torchDtype(dtype);
+  if (!dt) return fail(dt.error());
+  auto dev = detail::torchDevice(device);
+  if (!dev) return fail(dev.error());
+  try {
+    torch::NoGradGuard noGrad;
+    const auto options = torch::TensorOptions().dtype(*dt).device(*dev);
+    // Rotate inputs so a small GEMM does not run from a warm cache every time.
+    constexpr int kBuffers = 3;
+    std::vector<torch::Tensor> a, b;
+    for (int i = 0; i < kBuffers; ++i) {
+      a.push_back(count > 1 ? torch::randn({count, m, k}, options) : torch::randn({m, k}, options));
+      b.push_back(count > 1 ? torch::randn({count, k, n}, options) : torch::randn({k, n}, options));
+    }
+    auto run = [&](int i) {
+      return count > 1 ? torch::bmm(a[static_cast<std::size_t>(i % kBuffers)], b[static_cast<std::size_t>(i % kBuffers)])
+                       : torch::mm(a[static_cast<std::size_t>(i % kBuffers)], b[static_cast<std::size_t>(i % kBuffers)]);
+    };
+    for (int i = 0; i < warmup; ++i) run(i);
+    detail::synchronize(*dev);
+    std::vector<double> samples;
+    for (int i = 0; i < repetitions; ++i) {
+      const auto start = Clock::now();
+      auto c = run(i);
+      detail::synchronize(*dev);
+      samples.push_back(std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(count));
+    }
+    return detail::summarize(samples);
+  } catch (const c10::Error& e) {
+    return fail(Error::internal(std::string("LibTorch: ") + e.what_without_backtrace()));
+  }
+}
+
+Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& db, const ProfileOptions& options,
+                                   ProgressSink* progress, const CancellationToken* cancel) {
+  const auto started = Clock::now();
+  auto name = deviceName(options.device);
+  if (!name) return fail(name.error());
+  ProfileReport report;
+  report.deviceName = *name;
+  const std::int64_t seq = options.seqLen > 0 ? options.seqLen : model.defaultSeqLen();
+
+  // The shapes the cost model will look up, for each tp and micro-batch: ask the evaluator itself.
+  ClusterSpec local;
+  local.name = "profile";
+  local.gpusPerNode = 1;
+  local.gpu.name = *name;
+  local.gpu.memoryBytes = 1e12;
+  local.gpu.peakFlopsPerSecond[options.dtype] = 1e12;
+  local.gpu.hbmBytesPerSecond = 1e11;
+  local.links.push_back(LinkLevel{"local", LinkKind::kPcie, 1, 1e10, 1e-6});
+  local.pcieBytesPerSecond = 1e10;
+  auto evaluator = costmodel::Evaluator::create(model, local, seq);
+  if (!evaluator) return fail(evaluator.error());
+  std::set<costmodel::Evaluator::GemmShape> shapes;
+  for (const auto tp : options.tensorParallel) {
+    for (const auto mbs : options.microBatches) {
+      Plan p;
+      p.parallel.tp = tp;
+      p.parallel.sequenceParallel = tp > 1;
+      p.microBatchSize = mbs;
+      p.seqLen = seq;
+      p.execution.flashAttention = false;  // measure the unfused attention GEMMs too
+      for (const auto& s : evaluator->gemmShapes(p)) shapes.insert(s);
+    }
+  }
+  report.shapes = static_cast<std::int64_t>(shapes.size());
+
+  std::vector<costmodel::GemmMeasurement> batch;
+  std::int64_t done = 0;
+  double measuredFlops = 0;
+  double measuredSeconds = 0;
+  auto flush = [&]() -> Result<void> {
+    if (batch.empty()) return {};
+    auto written = db.addGemms(*name, batch, deviceFingerprint(options.device));
+    batch.clear();
+    return written;
+  };
+  for (const auto& s : shapes) {
+    if (cancel && cancel->cancelled()) {
+      report.cancelled = true;
+      break;
+    }
+    ++done;
+    if (options.resume && db.hasGemm(*name, options.dtype, s.m, s.n, s.k)) {
+      ++report.skipped;
+      continue;
+    }
+    auto t = timeGemm(s.m, s.n, s.k, s.count, options.dtype, options.device, options.warmup, options.repetitions);
+    if (!t) return fail(t.error());
+    batch.push_back({s.m, s.n, s.k, options.dtype, t->median});
+    ++report.measured;
+    measuredFlops += 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
+    measuredSeconds += t->median;
+    if (static_cast<int>(batch.size()) >= options.batchRows) {
+      if (auto w = flush(); !w) return fail(w.error());
+    }
+    if (progress) {
+      std::ostringstream what;
+      what << "GEMM " << s.m << "x" << s.n << "x" << s.k;
+      if (s.count > 1) what << " (x" << s.count << ")";
+      progress->progress(static_cast<double>(done) / static_cast<double>(shapes.size()), what.str());
+    }
+  }
+  if (auto w = flush(); !w) return fail(w.error());
+  (void)measuredFlops;
+  (void)measuredSeconds;
+  report.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  if (progress) progress->progress(1.0, "done");
+  return report;
+}
+
+}  // namespace colo::profiler

@@ -1,0 +1,55 @@
+#pragma once
+// Private: LibTorch helpers. LibTorch errors (c10::Error) are caught where LibTorch is called and turned
+// into colo errors; none leaves the module.
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "colo/core/cluster.h"
+#include "colo/core/error.h"
+#include "colo/profiler/profiler.h"
+
+namespace colo::profiler::detail {
+
+inline Result<torch::Dtype> torchDtype(DType d) {
+  switch (d) {
+    case DType::kFp32:
+    case DType::kTf32:
+      return torch::kFloat32;
+    case DType::kFp16:
+      return torch::kFloat16;
+    case DType::kBf16:
+      return torch::kBFloat16;
+    case DType::kFp8:
+      break;
+  }
+  return fail(Error::badInput("fp8 kernels cannot be measured through LibTorch here"));
+}
+
+inline Result<torch::Device> torchDevice(const std::string& name) {
+  if (name == "cpu") return torch::Device(torch::kCPU);
+  if (name == "cuda") {
+    if (!torch::cuda::is_available()) return fail(Error::badInput("--device cuda: no CUDA device is available"));
+    return torch::Device(torch::kCUDA, 0);
+  }
+  return fail(Error::badInput("--device: expected cpu or cuda, got \"" + name + "\""));
+}
+
+inline void synchronize(const torch::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize();
+}
+
+inline Timing summarize(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  Timing t;
+  t.repetitions = static_cast<int>(samples.size());
+  if (samples.empty()) return t;
+  const std::size_t n = samples.size();
+  t.median = n % 2 ? samples[n / 2] : (samples[n / 2 - 1] + samples[n / 2]) / 2;
+  t.spread = (samples[(3 * n) / 4 < n ? (3 * n) / 4 : n - 1] - samples[n / 4]) / 2;
+  return t;
+}
+
+}  // namespace colo::profiler::detail
