@@ -452,6 +452,40 @@ std::string CostDatabase::hash() const {
   return out;
 }
 
+std::string kernelShape(std::int64_t elements, std::int64_t width) {
+  return std::to_string(elements) + "x" + std::to_string(width);
+}
+
+KernelTable::KernelTable(const std::vector<KernelMeasurement>& rows, DType dtype) {
+  for (const auto& r : rows) {
+    if (r.dtype != dtype || r.seconds <= 0) continue;
+    const auto x = r.shape.find('x');
+    if (x == std::string::npos) continue;
+    char* end = nullptr;
+    const double elements = std::strtod(r.shape.c_str(), &end);
+    const long long width = std::strtoll(r.shape.c_str() + x + 1, nullptr, 10);
+    if (elements <= 0) continue;
+    m_rows.push_back({r.op, elements, width, r.seconds});
+  }
+}
+
+std::optional<std::pair<double, LookupSource>> KernelTable::lookup(const std::string& key, double elements,
+                                                                   std::int64_t width) const {
+  const Row* best = nullptr;
+  double bestDistance = 0;
+  for (const auto& r : m_rows) {
+    if (r.key != key || r.width != width) continue;
+    const double d = std::fabs(std::log(elements / r.elements));
+    if (!best || d < bestDistance) {
+      best = &r;
+      bestDistance = d;
+    }
+  }
+  if (!best || bestDistance > std::log(4.0)) return std::nullopt;
+  if (bestDistance < 1e-9) return std::pair{best->seconds, LookupSource::kExact};
+  return std::pair{best->seconds * elements / best->elements, LookupSource::kInterpolated};
+}
+
 GemmTable::GemmTable(std::vector<GemmMeasurement> rows, DType dtype) {
   for (auto& r : rows) {
     if (r.dtype == dtype && r.m > 0 && r.n > 0 && r.k > 0 && r.seconds > 0) m_rows.push_back(r);

@@ -17,6 +17,7 @@ struct Evaluator::Impl {
   ClusterSpec cluster;
   std::vector<GemmMeasurement> measured;  // for the cluster's GPU, all precisions
   std::map<DType, GemmTable> tables;
+  std::map<DType, KernelTable> kernelTables;
   ModelTemplates templates;
   std::int64_t numLayers = 0;
   std::int64_t numExperts = 0;
@@ -60,6 +61,18 @@ Result<Evaluator> Evaluator::create(const Model& model, const ClusterSpec& clust
   for (const DType d : {DType::kFp32, DType::kTf32, DType::kFp16, DType::kBf16, DType::kFp8}) {
     GemmTable table(impl.measured, d);
     if (!table.empty()) impl.tables.emplace(d, std::move(table));
+    std::vector<KernelMeasurement> kernels;
+    for (const auto& device : costDb.devices()) {
+      const std::string a = device, b = cluster.gpu.name;
+      auto lower = [](std::string x) {
+        for (auto& ch : x) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        return x;
+      };
+      if (lower(a).find(lower(b)) == std::string::npos && lower(b).find(lower(a)) == std::string::npos) continue;
+      for (auto& k : costDb.kernelsFor(device)) kernels.push_back(std::move(k));
+    }
+    KernelTable kt(kernels, d);
+    if (!kt.empty()) impl.kernelTables.emplace(d, std::move(kt));
   }
   return evaluator;
 }
@@ -95,6 +108,31 @@ std::vector<Evaluator::GemmShape> Evaluator::gemmShapes(const Plan& plan) const 
               return a.m == b.m && a.n == b.n && a.k == b.k;
             }),
             out.end());
+  return out;
+}
+
+std::vector<Evaluator::KernelShape> Evaluator::kernelShapes(const Plan& plan) const {
+  const ModelTemplates& T = m_impl->templates;
+  LayerConfig cfg;
+  cfg.microBatch = plan.microBatchSize;
+  cfg.tp = plan.parallel.tp;
+  cfg.cp = plan.parallel.cp;
+  cfg.ep = plan.parallel.ep;
+  cfg.sequenceParallel = plan.parallel.sequenceParallel;
+  cfg.flash = plan.execution.flashAttention;
+  std::vector<KernelShape> out;
+  auto add = [&](const detail::LayerTemplate& layer) {
+    for (const auto& op : layer.ops) {
+      if (const auto k = detail::scaledKernel(op, cfg)) {
+        out.push_back({k->key, static_cast<std::int64_t>(k->elements), k->width, T.hidden});
+      }
+    }
+  };
+  for (const auto& cls : T.classes) add(cls);
+  add(T.embedding);
+  add(T.head);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 
@@ -150,6 +188,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   cfg.topK = T.topK;
   cfg.kvWidth = T.kvWidth;
   if (auto table = I.tables.find(plan.precision); table != I.tables.end()) cfg.measured = &table->second;
+  if (auto kt = I.kernelTables.find(plan.precision); kt != I.kernelTables.end()) cfg.kernels = &kt->second;
   detail::LookupCounts counts;
 
   const GroupPlacement tpGroup = placeGroup(I.cluster, par, Dim::kTp);
@@ -235,6 +274,8 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   ev.gemmExact = counts.exact;
   ev.gemmInterpolated = counts.interpolated;
   ev.gemmRoofline = counts.roofline;
+  ev.kernelsMeasured = counts.kernelsMeasured;
+  ev.kernelsRoofline = counts.kernelsRoofline;
   ev.gpuMemoryBytes = I.cluster.gpu.memoryBytes;
   ev.stages.resize(static_cast<std::size_t>(pp));
   const double weightBytes = plan.precision == DType::kFp32 ? 4.0 : 2.0;
@@ -505,6 +546,7 @@ Json Evaluation::toJson() const {
           {"bubble_fraction", bubbleFraction},
           {"micro_batches", microBatches},
           {"gemm_time_sources", {{"exact", gemmExact}, {"interpolated", gemmInterpolated}, {"roofline", gemmRoofline}}},
+          {"kernel_time_sources", {{"measured", kernelsMeasured}, {"roofline", kernelsRoofline}}},
           {"breakdown",
            {{"time_s",
              {{"compute", time.compute},

@@ -42,6 +42,24 @@ LayerTemplate makeTemplate(const OpGraph& graph, std::int64_t layer, std::int64_
     o.savedBytes = static_cast<double>(op.savedBytes);
     o.params = static_cast<double>(op.params);
     o.causal = op.causal;
+    switch (op.kind) {
+      case OpKind::kActivation:
+      case OpKind::kGatedActivation:
+        o.kernel = op.name.substr(op.name.rfind('.') + 1);  // gelu, relu, silu, swiglu, geglu
+        break;
+      case OpKind::kMatMul:
+      case OpKind::kBatchedMatMul:
+      case OpKind::kGroupedMatMul:
+        break;
+      default:
+        o.kernel = toString(op.kind);
+    }
+    o.elements = static_cast<double>(op.dim("elements", op.dim("rows", op.dim("tokens")) *
+                                                          std::max<std::int64_t>(1, op.dim("classes", op.dim("width", 1)))));
+    if (op.kind == OpKind::kLayerNorm || op.kind == OpKind::kRmsNorm) o.width = graph.info().hiddenSize;
+    if (op.kind == OpKind::kSoftmax) o.width = op.dim("elements") / std::max<std::int64_t>(1, op.dim("elements") / s);
+    if (op.kind == OpKind::kCrossEntropy) o.width = op.dim("classes");
+    if (op.kind == OpKind::kEmbedding) o.width = op.dim("width");
     if (op.kind == OpKind::kBatchedMatMul) {
       o.attentionCore = true;
       if (bmmIndex == 0) {
@@ -133,6 +151,18 @@ std::optional<ScaledGemm> scaledGemm(const OpTemplate& op, const LayerConfig& c)
   }
 }
 
+std::optional<ScaledKernel> scaledKernel(const OpTemplate& op, const LayerConfig& c) {
+  if (op.kernel.empty() || (c.flash && op.attentionCore)) return std::nullopt;
+  const double tp = static_cast<double>(c.tp);
+  double split = 1.0;
+  if (op.shard == Shard::kSequence) split = c.sequenceParallel ? tp : 1.0;
+  else if (op.kind != OpKind::kEmbedding && op.shard != Shard::kReplicated) split = tp;
+  std::int64_t width = op.width;
+  if (op.kind == OpKind::kCrossEntropy) width = static_cast<std::int64_t>(static_cast<double>(width) / tp);
+  return ScaledKernel{op.kernel, std::round(op.elements * static_cast<double>(c.microBatch) / static_cast<double>(c.cp) / split),
+                      width};
+}
+
 double gemmSeconds(double m, double n, double k, double count, std::int64_t dtypeBytes, const DeviceModel& device) {
   if (m <= 0 || n <= 0 || k <= 0 || count <= 0) return 0.0;
   // Output tiles of 128 x 128 fill waves of one tile per SM; partial tiles and the last partial wave
@@ -222,6 +252,16 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         if (op.kind == OpKind::kAdd) bwd = 0.0;
         else if (op.kind == OpKind::kDropout) bwd = fwd;
         else bwd = std::max(floor, 1.5 * bytes / bw);
+        // Measured times of this kernel on this device replace the estimate.
+        if (c.kernels && !c.kernels->empty()) {
+          if (const auto sk = scaledKernel(op, c)) {
+            const auto f = c.kernels->lookup(sk->key + ".fwd", sk->elements, sk->width);
+            const auto g = c.kernels->lookup(sk->key + ".bwd", sk->elements, sk->width);
+            if (f) fwd = f->first;
+            if (g) bwd = g->first;
+            if (counts) ++(f ? counts->kernelsMeasured : counts->kernelsRoofline);
+          }
+        }
         break;
       }
     }

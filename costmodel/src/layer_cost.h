@@ -26,6 +26,9 @@ struct OpTemplate {
   double params = 0;
   bool causal = false;
   bool attentionCore = false;  // scores/softmax/attention-dropout/context: fused away by FlashAttention
+  std::string kernel;          // measured-kernel key: layernorm, softmax, gelu, swiglu, dropout, add, ...
+  double elements = 0;         // per sample, for measured-kernel lookups
+  std::int64_t width = 0;      // the row width the kernel reduces or gathers over (0 for elementwise)
 };
 
 struct LayerTemplate {
@@ -54,12 +57,22 @@ struct LayerConfig {
   std::int64_t topK = 1;
   std::int64_t kvWidth = 0;       // kv heads x head dim
   const GemmTable* measured = nullptr;  // measured GEMM times, consulted before the roofline
+  const KernelTable* kernels = nullptr; // measured non-GEMM kernel times
 };
 
 /// Where GEMM times came from in one evaluation.
 struct LookupCounts {
   std::int64_t exact = 0, interpolated = 0, roofline = 0;
+  std::int64_t kernelsMeasured = 0, kernelsRoofline = 0;
 };
+
+/// A non-GEMM kernel an op runs on one GPU under a config: its key, elements and width.
+struct ScaledKernel {
+  std::string key;
+  double elements = 0;
+  std::int64_t width = 0;
+};
+[[nodiscard]] std::optional<ScaledKernel> scaledKernel(const OpTemplate& op, const LayerConfig& config);
 
 /// Time (seconds, one micro-batch) and memory (bytes) of one layer template under a config.
 struct LayerCost {

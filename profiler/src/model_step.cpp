@@ -68,7 +68,9 @@ Result<Timing> timeModelStep(const ModelSpec& s, std::int64_t seq, std::int64_t 
     Tensor head = s.tieWordEmbeddings ? wte : param({v, h}, 0.02);
     const auto ids = torch::randint(0, v, {batch, seq}, torch::TensorOptions().dtype(torch::kLong).device(*dev));
     const auto targets = torch::randint(0, v, {batch * seq}, torch::TensorOptions().dtype(torch::kLong).device(*dev));
-    const auto mask = torch::ones({seq, seq}, torch::TensorOptions().dtype(torch::kBool).device(*dev)).triu(1);
+    // The causal mask as an additive bias, folded into the score GEMM (baddbmm with alpha = 1/sqrt(d)), as
+    // Megatron's unfused attention does: no separate scale or mask pass over the s x s scores.
+    const auto maskBias = (torch::ones({seq, seq}, o).triu(1) * -1e4).expand({batch * a, seq, seq});
     const double p = s.dropout;
 
     auto step = [&]() {
@@ -87,11 +89,14 @@ Result<Timing> timeModelStep(const ModelSpec& s, std::int64_t seq, std::int64_t 
           k = k.repeat_interleave(a / g, 1);
           val = val.repeat_interleave(a / g, 1);
         }
-        Tensor scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
-        scores = scores.masked_fill(mask, -1e4);
+        Tensor scores = torch::baddbmm(maskBias, q.reshape({batch * a, seq, d}), k.reshape({batch * a, seq, d}).transpose(1, 2),
+                                       1.0, 1.0 / std::sqrt(static_cast<double>(d)));
         Tensor probs = torch::softmax(scores, -1);
         if (p > 0) probs = torch::dropout(probs, p, true);
-        Tensor ctx = torch::matmul(probs, val).transpose(1, 2).reshape({batch, seq, a * d});
+        Tensor ctx = torch::bmm(probs, val.reshape({batch * a, seq, d}))
+                         .view({batch, a, seq, d})
+                         .transpose(1, 2)
+                         .reshape({batch, seq, a * d});
         Tensor attn = torch::matmul(ctx, l.out);
         if (l.outBias.defined()) attn = attn + l.outBias;
         if (p > 0) attn = torch::dropout(attn, p, true);

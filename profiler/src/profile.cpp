@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "colo/costmodel/evaluator.h"
+#include "kernels.h"
 #include "torch_util.h"
 
 namespace colo::profiler {
@@ -100,6 +101,7 @@ Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& 
   auto evaluator = costmodel::Evaluator::create(model, local, seq);
   if (!evaluator) return fail(evaluator.error());
   std::set<costmodel::Evaluator::GemmShape> shapes;
+  std::set<costmodel::Evaluator::KernelShape> kernelShapes;
   for (const auto tp : options.tensorParallel) {
     for (const auto mbs : options.microBatches) {
       Plan p;
@@ -109,6 +111,7 @@ Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& 
       p.seqLen = seq;
       p.execution.flashAttention = false;  // measure the unfused attention GEMMs too
       for (const auto& s : evaluator->gemmShapes(p)) shapes.insert(s);
+      for (const auto& k : evaluator->kernelShapes(p)) kernelShapes.insert(k);
     }
   }
   report.shapes = static_cast<std::int64_t>(shapes.size());
@@ -150,6 +153,44 @@ Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& 
     }
   }
   if (auto w = flush(); !w) return fail(w.error());
+
+  // Non-GEMM kernels: forward and backward, one transaction for all.
+  std::set<std::string> have;
+  if (options.resume) {
+    for (const auto& k : db.kernelsFor(*name)) have.insert(k.op + "|" + toString(k.dtype) + "|" + k.shape);
+  }
+  std::vector<costmodel::KernelMeasurement> kernels;
+  std::int64_t kernelDone = 0;
+  for (const auto& k : kernelShapes) {
+    ++kernelDone;
+    if (cancel && cancel->cancelled()) {
+      report.cancelled = true;
+      break;
+    }
+    const std::string shape = costmodel::kernelShape(k.elements, k.width);
+    if (options.resume && have.contains(k.key + ".fwd|" + toString(options.dtype) + "|" + shape)) {
+      ++report.skipped;
+      continue;
+    }
+    auto t = detail::timeKernel(k.key, k.elements, k.width, options.dtype, options.device, options.warmup, options.repetitions);
+    if (!t) {
+      if (t.error().code == ErrorCode::kBadInput) continue;  // a kernel without a LibTorch twin: the roofline stays
+      return fail(t.error());
+    }
+    kernels.push_back({k.key + ".fwd", options.dtype, shape, "aten", t->first.median, t->first.spread, t->first.repetitions});
+    if (t->second) {
+      kernels.push_back({k.key + ".bwd", options.dtype, shape, "aten", t->second->median, t->second->spread,
+                         t->second->repetitions});
+    }
+    ++report.kernels;
+    if (progress) {
+      progress->progress(static_cast<double>(kernelDone) / static_cast<double>(kernelShapes.size()),
+                         "kernel " + k.key + " " + shape);
+    }
+  }
+  if (!kernels.empty()) {
+    if (auto w = db.addKernels(*name, kernels); !w) return fail(w.error());
+  }
   (void)measuredFlops;
   (void)measuredSeconds;
   report.seconds = std::chrono::duration<double>(Clock::now() - started).count();

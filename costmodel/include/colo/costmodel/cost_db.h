@@ -147,4 +147,28 @@ std::optional<std::pair<double, LookupSource>> GemmTable::lookup(double m, doubl
   return std::pair{best->seconds * scale, LookupSource::kInterpolated};
 }
 
+/// In-memory non-GEMM kernel times of one device and precision. Keys are "<op>.fwd" and "<op>.bwd"; a
+/// measurement's shape is "<elements>x<width>". A lookup takes the nearest measured element count of the
+/// same op and width within a factor of 4 and scales its time linearly (these kernels are memory-bound).
+class KernelTable {
+ public:
+  KernelTable() = default;
+  KernelTable(const std::vector<KernelMeasurement>& rows, DType dtype);
+  [[nodiscard]] bool empty() const { return m_rows.empty(); }
+  [[nodiscard]] std::optional<std::pair<double, LookupSource>> lookup(const std::string& key, double elements,
+                                                                      std::int64_t width) const;
+
+ private:
+  struct Row {
+    std::string key;
+    double elements = 0;
+    std::int64_t width = 0;
+    double seconds = 0;
+  };
+  std::vector<Row> m_rows;
+};
+
+/// "<elements>x<width>" as kernels are stored.
+[[nodiscard]] std::string kernelShape(std::int64_t elements, std::int64_t width);
+
 }  // namespace colo::costmodel

@@ -76,6 +76,8 @@ struct Evaluation {
   std::int64_t gemmExact = 0;         ///< GEMM shapes timed from the cost database exactly
   std::int64_t gemmInterpolated = 0;  ///< ... from its nearest measured shape
   std::int64_t gemmRoofline = 0;      ///< ... by the roofline
+  std::int64_t kernelsMeasured = 0;   ///< non-GEMM kernels timed from the cost database
+  std::int64_t kernelsRoofline = 0;   ///< ... not found there (the bandwidth estimate)
   TimeBreakdown time;
   std::vector<StageReport> stages;
   /// The figures of `colo-plan evaluate --json`: step_time_s, tokens_per_s, model_tflops_per_gpu,
@@ -110,6 +112,16 @@ class Evaluator {
   /// Every GEMM shape (forward, input gradient, weight gradient) that evaluating `plan` looks up; what
   /// colo-profile measures so the cost database covers the plan exactly. Sorted, without duplicates.
   [[nodiscard]] std::vector<GemmShape> gemmShapes(const Plan& plan) const;
+
+  /// A non-GEMM kernel the evaluation of a plan runs: key (layernorm, softmax, gelu, ...), elements
+  /// per GPU, the width it reduces over (0 for elementwise), and the model's hidden size.
+  struct KernelShape {
+    std::string key;
+    std::int64_t elements = 0, width = 0, hidden = 0;
+    friend auto operator<=>(const KernelShape&, const KernelShape&) = default;
+  };
+  /// Every non-GEMM kernel shape evaluating `plan` may look up in a cost database. Sorted, unique.
+  [[nodiscard]] std::vector<KernelShape> kernelShapes(const Plan& plan) const;
 
   [[nodiscard]] const ClusterSpec& cluster() const;
   [[nodiscard]] std::int64_t seqLen() const;
