@@ -10,7 +10,14 @@
 #include "colo/core/units.h"
 #include "colo/core/version.h"
 #include "colo/costmodel/evaluator.h"
+#include "colo/profiler/collectives.h"
 #include "colo/profiler/profiler.h"
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
 
 namespace {
 
@@ -90,7 +97,8 @@ int profile(const std::vector<std::string>& argv) {
     std::cout << "usage: colo-profile --model M --db DB [--tp 1,2,4,8] [--mbs 1,2] [--dtype fp32|bf16] [--device cpu|cuda]\n"
                  "         [--resume] [--json]\n"
                  "       colo-profile merge --db DB OTHER.sqlite...\n"
-                 "       colo-profile check --model M --cluster C --db DB [--batch B] [--seq-len S]\n\n"
+                 "       colo-profile check --model M --cluster C --db DB [--batch B] [--seq-len S]\n"
+                 "       colo-profile collectives --db DB [--world N] [--sizes B1,B2,...]\n\n"
                  "Measures the GEMMs the model's plans run (forward, input and weight gradients) through LibTorch into\n"
                  "the cost database. Each batch of measurements is one transaction: Ctrl-C keeps what was measured,\n"
                  "--resume continues.\n\n"
@@ -128,7 +136,7 @@ int profile(const std::vector<std::string>& argv) {
   if (!r) return report(r.error());
   if (args->has("json")) {
     std::cout << Json{{"device", r->deviceName}, {"shapes", r->shapes}, {"measured", r->measured}, {"skipped", r->skipped},
-                      {"seconds", r->seconds}, {"cancelled", r->cancelled}, {"db", *dbPath}}.dump(2)
+                      {"kernels", r->kernels}, {"seconds", r->seconds}, {"cancelled", r->cancelled}, {"db", *dbPath}}.dump(2)
               << "\n";
   } else {
     std::cout << r->deviceName << ": " << r->shapes << " GEMM shapes, " << r->measured << " measured, " << r->skipped
@@ -239,6 +247,111 @@ int check(const std::vector<std::string>& argv) {
   return 0;
 }
 
+const std::vector<app::OptionSpec>& collectiveSpecs() {
+  static const std::vector<app::OptionSpec> specs{
+      {"db", "DB", "cost database to write (created when missing)"},
+      {"world", "N", "processes (ranks) on this machine (default 2)"},
+      {"port", "P", "TCPStore port on 127.0.0.1 (default 29631)"},
+      {"sizes", "B1,B2", "message sizes in bytes per rank (default 1 KiB to 16 MiB)"},
+      {"reps", "N", "timed repetitions per size (default 5)"},
+      {"rank", "R", "(internal) run as this rank"},
+      {"json", "", "print one JSON object"},
+      {"help", "", "show this help"}};
+  return specs;
+}
+
+Result<profiler::CollectiveOptions> collectiveOptions(const app::Args& args) {
+  profiler::CollectiveOptions o;
+  auto world = args.positiveInteger("world", 2);
+  auto port = args.positiveInteger("port", 29631);
+  auto reps = args.positiveInteger("reps", 5);
+  for (const auto* r : {&world, &port, &reps}) {
+    if (!*r) return fail(r->error());
+  }
+  if (*world < 2) return fail(Error::badInput("--world: collectives need at least 2 ranks"));
+  if (*port > 65535) return fail(Error::badInput("--port: must be below 65536"));
+  auto sizes = intList(args, "sizes", o.sizes);
+  if (!sizes) return fail(sizes.error());
+  o.world = static_cast<int>(*world);
+  o.port = static_cast<int>(*port);
+  o.repetitions = static_cast<int>(*reps);
+  o.sizes = *sizes;
+  return o;
+}
+
+int collectives(const std::vector<std::string>& argv) {
+  auto args = app::Args::parse(argv, collectiveSpecs());
+  if (!args) return report(args.error());
+  if (args->has("help")) {
+    std::cout << "usage: colo-profile collectives --db DB [--world N] [--sizes B1,B2,...] [--port P] [--json]\n\n"
+                 "Measures all-reduce, all-gather and broadcast through c10d/Gloo across N local processes and fits\n"
+                 "latency and bandwidth.\n\n"
+              << app::describeOptions(collectiveSpecs());
+    return 0;
+  }
+  auto o = collectiveOptions(*args);
+  if (!o) return report(o.error());
+  if (args->has("rank")) {  // a spawned rank: measure and exit
+    auto rank = args->positiveInteger("rank", 1);
+    if (!rank) return report(rank.error());
+    auto r = profiler::runCollectiveWorker(*o, static_cast<int>(*rank));
+    if (!r) return report(r.error());
+    return 0;
+  }
+  const auto dbPath = args->value("db");
+  if (!dbPath) return report(Error::badInput("missing --db"));
+  auto db = costmodel::CostDatabase::openForWrite(*dbPath);
+  if (!db) return report(db.error());
+  auto name = profiler::deviceName("cpu");
+  if (!name) return report(name.error());
+
+  // Ranks 1..N-1 are this program again; rank 0 runs here.
+  std::vector<pid_t> children;
+  std::string sizes;
+  for (const auto s : o->sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(s);
+  for (int rank = 1; rank < o->world; ++rank) {
+    std::vector<std::string> childArgs{"/proc/self/exe", "collectives", "--rank", std::to_string(rank), "--world",
+                                       std::to_string(o->world), "--port", std::to_string(o->port), "--sizes", sizes,
+                                       "--reps", std::to_string(o->repetitions)};
+    std::vector<char*> cargs;
+    for (auto& a : childArgs) cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    pid_t pid = 0;
+    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargs.data(), environ) != 0) {
+      for (const auto c : children) kill(c, SIGTERM);
+      return report(Error::internal("cannot start rank " + std::to_string(rank)));
+    }
+    children.push_back(pid);
+  }
+  auto measured = profiler::runCollectiveWorker(*o, 0);
+  bool childFailed = false;
+  for (const auto pid : children) {
+    if (!measured) kill(pid, SIGTERM);  // no rank outlives a failed group
+    int status = 0;
+    waitpid(pid, &status, 0);
+    childFailed = childFailed || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+  }
+  if (!measured) return report(measured.error());
+  if (childFailed) return report(Error::internal("a collective rank failed; see its message above"));
+  if (auto w = db->addCollectives(*name, *measured); !w) return report(w.error());
+  const auto fits = profiler::fitLinks(*measured);
+  if (args->has("json")) {
+    Json j = Json::array();
+    for (const auto& f : fits) {
+      j.push_back({{"op", f.op}, {"world", f.world}, {"latency_us", f.latencySeconds * 1e6}, {"bandwidth_GBps", f.bytesPerSecond / 1e9}});
+    }
+    std::cout << Json{{"device", *name}, {"measurements", measured->size()}, {"fits", j}}.dump(2) << "\n";
+  } else {
+    std::cout << *name << ": " << measured->size() << " collective measurements (gloo, " << o->world << " ranks) in "
+              << *dbPath << "\n";
+    for (const auto& f : fits) {
+      std::cout << "  " << f.op << ": latency " << formatFixed(f.latencySeconds * 1e6, 1) << " us, bandwidth "
+                << formatFixed(f.bytesPerSecond / 1e9, 2) << " GB/s\n";
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -250,6 +363,7 @@ int main(int argc, char** argv) {
     }
     if (!args.empty() && args[0] == "merge") return merge({args.begin() + 1, args.end()});
     if (!args.empty() && args[0] == "check") return check({args.begin() + 1, args.end()});
+    if (!args.empty() && args[0] == "collectives") return collectives({args.begin() + 1, args.end()});
     return profile(args);
   } catch (const std::exception& e) {
     std::cerr << "colo-profile: internal error: " << e.what() << "\n";

@@ -1,0 +1,38 @@
+#pragma once
+/// \file
+/// Collective measurement through c10d: Gloo across local processes (one per rank) on this machine.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "colo/core/error.h"
+#include "colo/costmodel/cost_db.h"
+
+namespace colo::profiler {
+
+struct CollectiveOptions {
+  int world = 2;
+  int port = 29631;                 ///< TCPStore port on 127.0.0.1
+  std::vector<std::int64_t> sizes{1 << 10, 1 << 14, 1 << 18, 1 << 22, 1 << 24};  ///< bytes per rank
+  int warmup = 2;
+  int repetitions = 5;
+  int timeoutSeconds = 60;          ///< a missing rank fails the group after this long
+};
+
+/// Runs the measurement as `rank`; every rank must call it (in its own process). Rank 0 returns the
+/// medians (all_reduce, all_gather with the gathered bytes, broadcast); the others return nothing.
+/// Errors: kInternal with the c10d message (a rank that died, a port in use, a timeout).
+[[nodiscard]] Result<std::vector<costmodel::CollectiveMeasurement>> runCollectiveWorker(const CollectiveOptions& options,
+                                                                                      int rank);
+
+/// Latency and bandwidth per collective, fitted by least squares to time = latency + bytes / bandwidth.
+struct LinkFit {
+  std::string op;
+  double latencySeconds = 0;
+  double bytesPerSecond = 0;
+  std::int64_t world = 0;
+};
+[[nodiscard]] std::vector<LinkFit> fitLinks(const std::vector<costmodel::CollectiveMeasurement>& rows);
+
+}  // namespace colo::profiler

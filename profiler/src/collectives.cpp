@@ -1,0 +1,89 @@
+// Collectives through c10d's Gloo process group across local processes. Every rank runs the same
+// sequence; rank 0 records medians.
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <chrono>
+#include <map>
+
+#include "colo/profiler/collectives.h"
+#include "torch_util.h"
+
+namespace colo::profiler {
+
+Result<std::vector<costmodel::CollectiveMeasurement>> runCollectiveWorker(const CollectiveOptions& o, int rank) {
+  if (o.world < 2 || rank < 0 || rank >= o.world) {
+    return fail(Error::badInput("collectives need a world of at least 2 and a rank inside it"));
+  }
+  try {
+    c10d::TCPStoreOptions storeOptions;
+    storeOptions.port = static_cast<std::uint16_t>(o.port);
+    storeOptions.isServer = rank == 0;
+    storeOptions.numWorkers = o.world;
+    storeOptions.timeout = std::chrono::milliseconds(o.timeoutSeconds * 1000);
+    auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", storeOptions);
+    auto pgOptions = c10d::ProcessGroupGloo::Options::create();
+    pgOptions->timeout = std::chrono::milliseconds(o.timeoutSeconds * 1000);
+    pgOptions->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, o.world, pgOptions);
+    std::vector<costmodel::CollectiveMeasurement> out;
+    for (const auto bytes : o.sizes) {
+      const std::int64_t elements = std::max<std::int64_t>(1, bytes / 4);
+      for (const std::string op : {"all_reduce", "all_gather", "broadcast"}) {
+        std::vector<double> samples;
+        for (int i = 0; i < o.warmup + o.repetitions; ++i) {
+          std::vector<at::Tensor> t{torch::ones({elements})};
+          pg->barrier()->wait();
+          const auto start = std::chrono::steady_clock::now();
+          if (op == "all_reduce") {
+            pg->allreduce(t)->wait();
+          } else if (op == "broadcast") {
+            pg->broadcast(t)->wait();
+          } else {
+            std::vector<std::vector<at::Tensor>> gathered(1);
+            for (int r = 0; r < o.world; ++r) gathered[0].push_back(torch::empty({elements}));
+            pg->allgather(gathered, t)->wait();
+          }
+          if (i >= o.warmup) samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        }
+        const Timing timing = detail::summarize(samples);
+        // all_gather's "bytes" is the gathered output, as the cost model counts it.
+        const std::int64_t counted = op == "all_gather" ? elements * 4 * o.world : elements * 4;
+        out.push_back({op, "gloo", o.world, "loopback", counted, timing.median, timing.spread, timing.repetitions});
+      }
+    }
+    pg->barrier()->wait();
+    if (rank != 0) out.clear();
+    return out;
+  } catch (const c10::Error& e) {
+    return fail(Error::internal(std::string("c10d (rank ") + std::to_string(rank) + "): " + e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return fail(Error::internal(std::string("c10d (rank ") + std::to_string(rank) + "): " + e.what()));
+  }
+}
+
+std::vector<LinkFit> fitLinks(const std::vector<costmodel::CollectiveMeasurement>& rows) {
+  std::map<std::string, std::vector<const costmodel::CollectiveMeasurement*>> byOp;
+  for (const auto& r : rows) byOp[r.op].push_back(&r);
+  std::vector<LinkFit> out;
+  for (const auto& [op, list] : byOp) {
+    // Least squares of time = latency + bytes / bandwidth.
+    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (const auto* r : list) {
+      const double x = static_cast<double>(r->bytes);
+      n += 1;
+      sx += x;
+      sy += r->seconds;
+      sxx += x * x;
+      sxy += x * r->seconds;
+    }
+    const double denominator = n * sxx - sx * sx;
+    if (n < 2 || denominator <= 0) continue;
+    const double slope = (n * sxy - sx * sy) / denominator;
+    const double intercept = (sy - slope * sx) / n;
+    out.push_back({op, std::max(0.0, intercept), slope > 0 ? 1.0 / slope : 0.0, list.front()->world});
+  }
+  return out;
+}
+
+}  // namespace colo::profiler

@@ -1,0 +1,101 @@
+// colo-profile as a user runs it. Skips, saying why, when the build has no LibTorch (no profiler).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <sys/wait.h>
+
+#include <gtest/gtest.h>
+
+#include "colo/core/json.h"
+#include "core/test_support.h"
+
+namespace colo {
+namespace {
+
+struct Output {
+  int exitCode = -1;
+  std::string out, err;
+};
+
+Output profile(const std::string& arguments) {
+  test::ScratchDir dir;
+  const std::string errFile = dir.path("stderr");
+  FILE* pipe = popen((std::string(COLO_BIN_DIR) + "/colo-profile " + arguments + " 2>" + errFile).c_str(), "r");
+  Output r;
+  if (!pipe) return r;
+  char buffer[4096];
+  std::size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.out.append(buffer, n);
+  const int status = pclose(pipe);
+  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(errFile);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+class ColoProfileCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(std::string(COLO_BIN_DIR) + "/colo-profile")) {
+      GTEST_SKIP() << "colo-profile is not built (COLO_BUILD_EXECUTOR off: no LibTorch)";
+    }
+  }
+};
+
+TEST_F(ColoProfileCli, ProfileResumeCheckAndMerge) {
+  test::ScratchDir dir;
+  const std::string db = dir.path("cpu.sqlite");
+  auto first = profile("--model tiny-gpt --db " + db + " --seq-len 64 --reps 2 --json");
+  ASSERT_EQ(first.exitCode, 0) << first.err;
+  const Json a = Json::parse(first.out);
+  EXPECT_GT(a["measured"].get<int>(), 5);
+  auto second = profile("--model tiny-gpt --db " + db + " --seq-len 64 --reps 2 --resume --json --quiet");
+  ASSERT_EQ(second.exitCode, 0) << second.err;
+  EXPECT_EQ(Json::parse(second.out)["measured"].get<int>(), 0);
+  // Everything measured the first time (every GEMM shape and every kernel) is skipped the second.
+  EXPECT_EQ(Json::parse(second.out)["skipped"].get<int>(), a["shapes"].get<int>() + a["kernels"].get<int>());
+  EXPECT_GT(a["kernels"].get<int>(), 3);
+  auto check = profile("check --model tiny-gpt --db " + db + " --seq-len 64 --batch 1 --reps 2 --json");
+  ASSERT_EQ(check.exitCode, 0) << check.err;
+  const Json c = Json::parse(check.out);
+  EXPECT_GT(c["measured_step_s"].get<double>(), 0);
+  EXPECT_EQ(c["gemm_time_sources"]["roofline"].get<int>(), 0);
+
+  const std::string other = dir.path("other.sqlite");
+  ASSERT_EQ(profile("--model tiny-llama --db " + other + " --seq-len 64 --reps 1 --quiet").exitCode, 0);
+  auto merged = profile("merge --db " + db + " " + other);
+  ASSERT_EQ(merged.exitCode, 0) << merged.err;
+  EXPECT_NE(merged.out.find("rows added"), std::string::npos);
+}
+
+TEST_F(ColoProfileCli, CollectivesAcrossTwoProcesses) {
+  test::ScratchDir dir;
+  std::random_device rd;
+  const int port = 30000 + static_cast<int>(rd() % 20000);
+  auto r = profile("collectives --db " + dir.path("c.sqlite") + " --world 2 --sizes 1024,65536 --reps 2 --port " +
+                   std::to_string(port) + " --json");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_EQ(j["measurements"].get<int>(), 6);
+  EXPECT_EQ(j["fits"].size(), 3u);
+}
+
+TEST_F(ColoProfileCli, ForeignFilesAreRefusedUntouched) {
+  test::ScratchDir dir;
+  const std::string bad = dir.write("bad.sqlite", std::string(1000, 'q'));
+  auto r = profile("--model tiny-gpt --db " + bad + " --quiet");
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find(bad), std::string::npos) << r.err;
+  std::ifstream in(bad);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), std::string(1000, 'q'));
+  EXPECT_EQ(profile("--model tiny-gpt --db x.sqlite --tp 0").exitCode, 2);
+}
+
+}  // namespace
+}  // namespace colo

@@ -1,0 +1,110 @@
+// The profiler against a real LibTorch on this machine and a real SQLite file. Functional checks only:
+// speed and accuracy figures come from `colo-profile check` and bench/, not from timed tests.
+#include "colo/profiler/profiler.h"
+
+#include <gtest/gtest.h>
+
+#include "colo/costmodel/evaluator.h"
+#include "core/test_support.h"
+
+namespace colo::profiler {
+namespace {
+
+class CancelAfter : public ProgressSink {
+ public:
+  CancelAfter(CancellationToken& token, int calls) : m_token(token), m_left(calls) {}
+  void progress(double, std::string_view) override {
+    if (--m_left == 0) m_token.cancel();
+  }
+
+ private:
+  CancellationToken& m_token;
+  int m_left;
+};
+
+ProfileOptions quick() {
+  ProfileOptions o;
+  o.microBatches = {1};
+  o.seqLen = 64;
+  o.warmup = 1;
+  o.repetitions = 2;
+  o.batchRows = 2;
+  return o;
+}
+
+TEST(Profiler, GemmTimingIsPositiveAndBatchedPerGemm) {
+  auto one = timeGemm(64, 64, 64, 1, DType::kFp32, "cpu", 1, 3);
+  ASSERT_TRUE(one) << one.error().toString();
+  EXPECT_GT(one->median, 0);
+  EXPECT_EQ(one->repetitions, 3);
+  auto batched = timeGemm(64, 64, 64, 8, DType::kFp32, "cpu", 1, 3);
+  ASSERT_TRUE(batched);
+  EXPECT_GT(batched->median, 0);
+  EXPECT_FALSE(timeGemm(8, 8, 8, 1, DType::kFp8, "cpu", 0, 1));
+  EXPECT_FALSE(timeGemm(8, 8, 8, 1, DType::kFp32, "tpu", 0, 1));
+}
+
+TEST(Profiler, ProfilesResumesAndSurvivesInterruption) {
+  test::ScratchDir dir;
+  const auto file = dir.path("cpu.sqlite");
+  const Model model = test::loadModelOrFail(test::dataFile("models/tiny-gpt.json"));
+  {
+    auto db = costmodel::CostDatabase::openForWrite(file);
+    ASSERT_TRUE(db);
+    CancellationToken cancel;
+    CancelAfter stopper(cancel, 3);  // stop after three measurements
+    auto r = profileModel(model, *db, quick(), &stopper, &cancel);
+    ASSERT_TRUE(r) << r.error().toString();
+    EXPECT_TRUE(r->cancelled);
+    EXPECT_LT(r->measured, r->shapes);
+  }
+  // What was measured before the interruption is in the file, which is valid.
+  auto partial = costmodel::CostDatabase::open(file);
+  ASSERT_TRUE(partial) << partial.error().toString();
+  const auto name = deviceName("cpu");
+  ASSERT_TRUE(name);
+  const std::size_t before = partial->gemmsFor(*name).size();
+  EXPECT_GE(before, 2u);
+
+  auto db = costmodel::CostDatabase::openForWrite(file);
+  ASSERT_TRUE(db);
+  auto o = quick();
+  o.resume = true;
+  auto r = profileModel(model, *db, o);
+  ASSERT_TRUE(r) << r.error().toString();
+  EXPECT_FALSE(r->cancelled);
+  EXPECT_EQ(static_cast<std::size_t>(r->skipped), before);
+  EXPECT_EQ(r->measured + r->skipped, r->shapes);
+  EXPECT_GT(r->kernels, 3);
+  EXPECT_EQ(db->gemmsFor(*name).size(), static_cast<std::size_t>(r->shapes));
+  EXPECT_FALSE(db->kernelsFor(*name).empty());
+
+  // Everything the evaluator looks up for this plan is now measured.
+  Plan p;
+  p.model = model;
+  p.cluster = test::loadClusterOrFail(test::dataFile("clusters/localhost-cpu.json"));
+  p.seqLen = 64;
+  p.globalBatchSize = 1;
+  p.precision = DType::kFp32;
+  p.execution.flashAttention = false;
+  p.stages = uniformStages(4, 1, RecomputePolicy::kNone);
+  auto ev = costmodel::evaluatePlan(p, &*db);
+  ASSERT_TRUE(ev) << ev.error().toString();
+  EXPECT_EQ(ev->gemmRoofline, 0);
+  EXPECT_EQ(ev->gemmInterpolated, 0);
+  EXPECT_GT(ev->kernelsMeasured, 0);
+}
+
+TEST(Profiler, ModelStepRunsForGptAndLlama) {
+  for (const char* name : {"tiny-gpt", "tiny-llama"}) {
+    const Model model = test::loadModelOrFail(test::dataFile(std::string("models/") + name + ".json"));
+    auto t = timeModelStep(*model.spec, 32, 1, DType::kFp32, "cpu", 0, 1);
+    ASSERT_TRUE(t) << name << ": " << t.error().toString();
+    EXPECT_GT(t->median, 0);
+  }
+  const Model moe = test::loadModelOrFail(test::dataFile("models/mixtral-8x7b.json"));
+  EXPECT_FALSE(timeModelStep(*moe.spec, 32, 1, DType::kFp32, "cpu", 0, 1));
+}
+
+}  // namespace
+}  // namespace colo::profiler
