@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "args.h"
+#include "inputs.h"
 #include "colo/core/library.h"
 #include "colo/core/units.h"
 #include "colo/core/version.h"
@@ -98,27 +99,13 @@ std::string isoNow() {
 // Builds a plan from the command line. Every option is checked; consistency is validatePlan's job.
 Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& argv) {
   Plan plan;
-  const auto modelName = args.value("model");
-  const auto clusterName = args.value("cluster");
-  if (!modelName) return fail(Error::badInput("missing --model (or --plan FILE)"));
-  if (!clusterName) return fail(Error::badInput("missing --cluster (or --plan FILE)"));
-  auto modelFile = resolveLibraryFile(LibraryKind::kModels, *modelName);
-  if (!modelFile) return fail(modelFile.error());
-  auto model = loadModel(*modelFile);
-  if (!model) return fail(model.error());
-  auto clusterFile = resolveLibraryFile(LibraryKind::kClusters, *clusterName);
-  if (!clusterFile) return fail(clusterFile.error());
-  auto cluster = loadCluster(*clusterFile);
-  if (!cluster) return fail(cluster.error());
-  if (args.has("gpus")) {
-    auto gpus = args.positiveInteger("gpus", 0);
-    if (!gpus) return fail(gpus.error());
-    auto scaled = scaleCluster(*cluster, *gpus);
-    if (!scaled) return fail(scaled.error());
-    cluster = std::move(*scaled);
-  }
-  plan.model = std::move(*model);
-  plan.cluster = std::move(*cluster);
+  if (!args.value("model")) return fail(Error::badInput("missing --model (or --plan FILE)"));
+  if (!args.value("cluster")) return fail(Error::badInput("missing --cluster (or --plan FILE)"));
+  auto inputs = loadModelAndCluster(args);
+  if (!inputs) return fail(inputs.error());
+  auto& [model, cluster] = *inputs;
+  plan.model = std::move(model);
+  plan.cluster = std::move(cluster);
 
   auto integer = [&](const std::string& name, std::int64_t fallback) { return args.positiveInteger(name, fallback); };
   auto tp = integer("tp", 1);

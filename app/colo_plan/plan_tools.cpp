@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "args.h"
+#include "inputs.h"
 #include "colo/core/library.h"
 #include "colo/core/units.h"
 #include "colo/planner/baseline.h"
@@ -14,29 +15,6 @@
 
 namespace colo::app {
 namespace {
-
-Result<std::pair<Model, ClusterSpec>> loadModelAndCluster(const Args& args) {
-  const auto modelName = args.value("model");
-  const auto clusterName = args.value("cluster");
-  if (!modelName) return fail(Error::badInput("missing --model"));
-  if (!clusterName) return fail(Error::badInput("missing --cluster"));
-  auto modelFile = resolveLibraryFile(LibraryKind::kModels, *modelName);
-  if (!modelFile) return fail(modelFile.error());
-  auto model = loadModel(*modelFile);
-  if (!model) return fail(model.error());
-  auto clusterFile = resolveLibraryFile(LibraryKind::kClusters, *clusterName);
-  if (!clusterFile) return fail(clusterFile.error());
-  auto cluster = loadCluster(*clusterFile);
-  if (!cluster) return fail(cluster.error());
-  if (args.has("gpus")) {
-    auto gpus = args.positiveInteger("gpus", 0);
-    if (!gpus) return fail(gpus.error());
-    auto scaled = scaleCluster(*cluster, *gpus);
-    if (!scaled) return fail(scaled.error());
-    cluster = std::move(*scaled);
-  }
-  return std::pair{std::move(*model), std::move(*cluster)};
-}
 
 Json side(const Plan& p, const costmodel::Evaluation& e, const std::string& rules) {
   Json j = e.toJson();

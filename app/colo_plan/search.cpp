@@ -2,8 +2,10 @@
 #include <iostream>
 
 #include "args.h"
+#include "inputs.h"
 #include "colo/core/library.h"
 #include "colo/core/units.h"
+#include "colo/planner/baseline.h"
 #include "colo/planner/search.h"
 #include "commands.h"
 #include "text_table.h"
@@ -65,26 +67,14 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
     return 0;
   }
   if (!args->positional().empty()) return reportError(Error::badInput("unexpected argument \"" + args->positional().front() + "\""), err);
-  const auto modelName = args->value("model");
-  const auto clusterName = args->value("cluster");
-  if (!modelName) return reportError(Error::badInput("missing --model"), err);
-  if (!clusterName) return reportError(Error::badInput("missing --cluster"), err);
-  if (!args->has("gbs")) return reportError(Error::badInput("missing --gbs (global batch size, samples per step)"), err);
-  auto modelFile = resolveLibraryFile(LibraryKind::kModels, *modelName);
-  if (!modelFile) return reportError(modelFile.error(), err);
-  auto model = loadModel(*modelFile);
-  if (!model) return reportError(model.error(), err);
-  auto clusterFile = resolveLibraryFile(LibraryKind::kClusters, *clusterName);
-  if (!clusterFile) return reportError(clusterFile.error(), err);
-  auto cluster = loadCluster(*clusterFile);
-  if (!cluster) return reportError(cluster.error(), err);
-  if (args->has("gpus")) {
-    auto gpus = args->positiveInteger("gpus", 0);
-    if (!gpus) return reportError(gpus.error(), err);
-    auto scaled = scaleCluster(*cluster, *gpus);
-    if (!scaled) return reportError(scaled.error(), err);
-    cluster = std::move(*scaled);
+  if (!args->has("gbs") && args->has("model") && args->has("cluster")) {
+    return reportError(Error::badInput("missing --gbs (global batch size, samples per step)"), err);
   }
+  auto inputs = loadModelAndCluster(*args);
+  if (!inputs) return reportError(inputs.error(), err);
+  if (!args->has("gbs")) return reportError(Error::badInput("missing --gbs (global batch size, samples per step)"), err);
+  const Model& model = inputs->first;
+  const ClusterSpec& cluster = inputs->second;
   planner::SearchOptions options;
   auto gbs = args->positiveInteger("gbs", 0);
   if (!gbs) return reportError(gbs.error(), err);
@@ -126,7 +116,7 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   }
 
   StderrProgress progress;
-  auto result = planner::search(*model, *cluster, options, args->has("quiet") || args->has("json") ? nullptr : &progress);
+  auto result = planner::search(model, cluster, options, args->has("quiet") || args->has("json") ? nullptr : &progress);
   if (!result) return reportError(result.error(), err);
 
   std::string command = "colo-plan search";
@@ -145,10 +135,10 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   if (args->has("json")) {
     out << result->toJson().dump(2) << "\n";
   } else {
-    out << "search    " << model->name() << " on " << cluster->name << " (" << cluster->totalGpus() << " GPUs), gbs "
-        << options.globalBatchSize << " x " << (options.seqLen > 0 ? options.seqLen : model->defaultSeqLen())
+    out << "search    " << model.name() << " on " << cluster.name << " (" << cluster.totalGpus() << " GPUs), gbs "
+        << options.globalBatchSize << " x " << (options.seqLen > 0 ? options.seqLen : model.defaultSeqLen())
         << " tokens, memory budget " << formatFixed(100 * options.maxMemoryFraction, 0) << "% of "
-        << formatBytes(cluster->gpu.memoryBytes) << "\n";
+        << formatBytes(cluster.gpu.memoryBytes) << "\n";
     out << "          " << st.generated << " configurations generated, " << pruned << " pruned, " << st.costed
         << " costed (" << st.evaluated << " evaluations), " << st.feasible << " fit; " << formatFixed(st.seconds, 3)
         << " s (" << formatCount(static_cast<double>(st.generated) / std::max(st.seconds, 1e-9)) << " candidates/s)\n";
@@ -159,20 +149,13 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
       int i = 0;
       for (const auto& c : list) {
         const auto& p = c.plan;
-        std::int64_t recomputed = 0, total = 0;
-        RecomputePolicy policy = RecomputePolicy::kNone;
         std::string stages;
-        for (const auto& s : p.stages) {
-          total += s.layers;
-          recomputed += s.recomputeLayers;
-          if (s.recompute != RecomputePolicy::kNone) policy = s.recompute;
-        }
         if (p.stages.size() <= 8) {
           for (const auto& s : p.stages) stages += (stages.empty() ? "" : ",") + std::to_string(s.layers);
         } else {
           stages = std::to_string(p.stages.front().layers) + ",..," + std::to_string(p.stages.back().layers);
         }
-        std::string rec = recomputed == 0 ? "none" : toString(policy) + (recomputed == total ? "" : " " + std::to_string(recomputed) + "/" + std::to_string(total));
+        std::string rec = planner::recomputeSummary(p);
         if (p.offload.optimizerFraction > 0) rec += " +offload";
         t.addRow({ranked ? std::to_string(++i) : "-", std::to_string(p.parallel.tp), std::to_string(p.parallel.pp),
                   std::to_string(p.parallel.dp), std::to_string(p.parallel.cp), std::to_string(p.parallel.ep),

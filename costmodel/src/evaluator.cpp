@@ -13,6 +13,28 @@ using detail::LayerConfig;
 using detail::LayerCost;
 using detail::ModelTemplates;
 
+namespace {
+
+// The per-layer costing configuration a plan implies.
+LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
+  LayerConfig cfg;
+  cfg.microBatch = plan.microBatchSize;
+  cfg.tp = plan.parallel.tp;
+  cfg.cp = plan.parallel.cp;
+  cfg.ep = plan.parallel.ep;
+  cfg.sequenceParallel = plan.parallel.sequenceParallel;
+  cfg.flash = plan.execution.flashAttention;
+  cfg.tpCommOverlap = plan.execution.tpCommOverlap;
+  cfg.hidden = T.hidden;
+  cfg.seqLen = T.seqLen;
+  cfg.dtypeBytes = bytesPerElement(plan.precision);
+  cfg.topK = T.topK;
+  cfg.kvWidth = T.kvWidth;
+  return cfg;
+}
+
+}  // namespace
+
 struct Evaluator::Impl {
   ClusterSpec cluster;
   std::vector<GemmMeasurement> measured;  // for the cluster's GPU, all precisions
@@ -79,15 +101,7 @@ Result<Evaluator> Evaluator::create(const Model& model, const ClusterSpec& clust
 
 std::vector<Evaluator::GemmShape> Evaluator::gemmShapes(const Plan& plan) const {
   const ModelTemplates& T = m_impl->templates;
-  LayerConfig cfg;
-  cfg.microBatch = plan.microBatchSize;
-  cfg.tp = plan.parallel.tp;
-  cfg.cp = plan.parallel.cp;
-  cfg.ep = plan.parallel.ep;
-  cfg.sequenceParallel = plan.parallel.sequenceParallel;
-  cfg.flash = plan.execution.flashAttention;
-  cfg.hidden = T.hidden;
-  cfg.seqLen = T.seqLen;
+  const LayerConfig cfg = layerConfig(plan, T);
   std::vector<GemmShape> out;
   auto add = [&](const detail::LayerTemplate& layer) {
     for (const auto& op : layer.ops) {
@@ -113,13 +127,7 @@ std::vector<Evaluator::GemmShape> Evaluator::gemmShapes(const Plan& plan) const 
 
 std::vector<Evaluator::KernelShape> Evaluator::kernelShapes(const Plan& plan) const {
   const ModelTemplates& T = m_impl->templates;
-  LayerConfig cfg;
-  cfg.microBatch = plan.microBatchSize;
-  cfg.tp = plan.parallel.tp;
-  cfg.cp = plan.parallel.cp;
-  cfg.ep = plan.parallel.ep;
-  cfg.sequenceParallel = plan.parallel.sequenceParallel;
-  cfg.flash = plan.execution.flashAttention;
+  const LayerConfig cfg = layerConfig(plan, T);
   std::vector<KernelShape> out;
   auto add = [&](const detail::LayerTemplate& layer) {
     for (const auto& op : layer.ops) {
@@ -174,19 +182,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   const double dt = static_cast<double>(bytesPerElement(plan.precision));
   const double byteScale = dt / static_cast<double>(T.dtypeBytes);
 
-  LayerConfig cfg;
-  cfg.microBatch = plan.microBatchSize;
-  cfg.tp = par.tp;
-  cfg.cp = par.cp;
-  cfg.ep = par.ep;
-  cfg.sequenceParallel = par.sequenceParallel;
-  cfg.flash = plan.execution.flashAttention;
-  cfg.tpCommOverlap = plan.execution.tpCommOverlap;
-  cfg.hidden = T.hidden;
-  cfg.seqLen = T.seqLen;
-  cfg.dtypeBytes = static_cast<std::int64_t>(dt);
-  cfg.topK = T.topK;
-  cfg.kvWidth = T.kvWidth;
+  LayerConfig cfg = layerConfig(plan, T);
   if (auto table = I.tables.find(plan.precision); table != I.tables.end()) cfg.measured = &table->second;
   if (auto kt = I.kernelTables.find(plan.precision); kt != I.kernelTables.end()) cfg.kernels = &kt->second;
   detail::LookupCounts counts;

@@ -3,8 +3,6 @@
 #include <algorithm>
 
 namespace colo::planner {
-namespace {
-
 std::string recomputeSummary(const Plan& p) {
   std::int64_t recomputed = 0, total = 0;
   RecomputePolicy policy = RecomputePolicy::kNone;
@@ -14,8 +12,10 @@ std::string recomputeSummary(const Plan& p) {
     if (s.recompute != RecomputePolicy::kNone) policy = s.recompute;
   }
   if (recomputed == 0) return "none";
-  return toString(policy) + (recomputed == total ? "" : " (" + std::to_string(recomputed) + " of " + std::to_string(total) + " layers)");
+  return toString(policy) + (recomputed == total ? "" : " " + std::to_string(recomputed) + "/" + std::to_string(total));
 }
+
+namespace {
 
 std::string stagesSummary(const Plan& p) {
   std::string out;

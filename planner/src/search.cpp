@@ -10,6 +10,7 @@
 #include "colo/core/units.h"
 #include "colo/core/version.h"
 #include "colo/costmodel/collectives.h"
+#include "colo/planner/baseline.h"
 #include "colo/planner/partition.h"
 
 namespace colo::planner {
@@ -49,18 +50,6 @@ std::string describe(const Plan& p) {
     s += " layout " + order;
   }
   return s;
-}
-
-std::string recomputeText(const Plan& p) {
-  std::int64_t recomputed = 0, total = 0;
-  RecomputePolicy policy = RecomputePolicy::kNone;
-  for (const auto& s : p.stages) {
-    total += s.layers;
-    recomputed += s.recomputeLayers;
-    if (s.recompute != RecomputePolicy::kNone) policy = s.recompute;
-  }
-  if (recomputed == 0) return "none";
-  return toString(policy) + (recomputed == total ? "" : " " + std::to_string(recomputed) + "/" + std::to_string(total));
 }
 
 // Why `c` ranks below `best`: its largest extra cost.
@@ -461,7 +450,7 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
       const Candidate& closest = result.rejected.front();
       result.infeasibleReason = "no plan fits: the least memory any configuration needs is " +
                                 formatBytes(closest.evaluation.peakMemoryBytes) + " per GPU (" + describe(closest.plan) +
-                                ", recompute " + recomputeText(closest.plan) + "), against a budget of " +
+                                ", recompute " + recomputeSummary(closest.plan) + "), against a budget of " +
                                 formatBytes(budget) + " (" + formatFixed(100 * options.maxMemoryFraction, 0) + "% of " +
                                 formatBytes(cluster.gpu.memoryBytes) + "); " + closest.reason;
     } else if (st.pruned.contains("memory lower bound: model states exceed the budget")) {
@@ -499,7 +488,7 @@ Json SearchResult::toJson() const {
                 {"mbs", p.microBatchSize},
                 {"zero", p.zeroStage},
                 {"schedule", toString(p.schedule)},
-                {"recompute", recomputeText(p)},
+                {"recompute", recomputeSummary(p)},
                 {"recomputed_layers", recomputed},
                 {"optimizer_offload", p.offload.optimizerFraction},
                 {"stage_layers", [&] {

@@ -32,6 +32,9 @@ struct BaselinePlan {
                                                 std::int64_t globalBatchSize, std::int64_t seqLen, DType precision,
                                                 double maxMemoryFraction);
 
+/// The recompute of a plan in words: "none", "selective", "full 40/96" (layers recomputed of all).
+[[nodiscard]] std::string recomputeSummary(const Plan& plan);
+
 /// The settings in which two plans differ, e.g. "tp 8 -> 4; pp 16 -> 8; recompute selective -> none".
 [[nodiscard]] std::string planDifferences(const Plan& from, const Plan& to);
 
