@@ -173,39 +173,56 @@ Result<CostDatabase> CostDatabase::openForWrite(const std::string& path) {
 
 int CostDatabase::schemaVersion() const { return m_impl->version; }
 
-Result<void> CostDatabase::addGemms(const std::string& deviceName, const std::vector<GemmMeasurement>& rows,
-                                    const std::string& fingerprint) {
-  sqlite3* db = m_impl->db;
-  auto failure = [&](const std::string& what) {
+namespace {
+
+// One batch of rows in one transaction: the device first, then every row through one prepared
+// statement; any failure rolls the whole batch back, keeping what earlier batches committed.
+template <class Row, class EnsureDevice, class Bind>
+Result<void> insertBatch(sqlite3* db, const std::string& path, EnsureDevice&& ensureDevice, const char* sql,
+                         const std::vector<Row>& rows, Bind&& bind, const char* what) {
+  auto failure = [&](const std::string& step) {
     const std::string why = sqlite3_errmsg(db);
     exec(db, "ROLLBACK");
-    return fail(Error::io(what + ": " + why, m_impl->path));
+    return fail(Error::io(step + ": " + why, path));
   };
   if (!exec(db, "BEGIN IMMEDIATE")) return failure("cannot start a transaction");
-  if (!ensureDevice(deviceName, fingerprint)) return failure("cannot add the device");
+  if (!ensureDevice()) return failure("cannot add the device");
   sqlite3_stmt* insert = nullptr;
-  if (sqlite3_prepare_v2(db,
-                         "INSERT OR REPLACE INTO gemms(device_id, dtype, m, n, k, median_s) "
-                         "SELECT id, ?, ?, ?, ?, ? FROM devices WHERE name = ?",
-                         -1, &insert, nullptr) != SQLITE_OK) {
-    return failure("cannot prepare");
-  }
+  if (sqlite3_prepare_v2(db, sql, -1, &insert, nullptr) != SQLITE_OK) return failure("cannot prepare");
   for (const auto& r : rows) {
     sqlite3_reset(insert);
-    sqlite3_bind_text(insert, 1, toString(r.dtype).c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(insert, 2, r.m);
-    sqlite3_bind_int64(insert, 3, r.n);
-    sqlite3_bind_int64(insert, 4, r.k);
-    sqlite3_bind_double(insert, 5, r.seconds);
-    sqlite3_bind_text(insert, 6, deviceName.c_str(), -1, SQLITE_TRANSIENT);
+    bind(insert, r);
     if (sqlite3_step(insert) != SQLITE_DONE) {
       sqlite3_finalize(insert);
-      return failure("cannot add a measurement");
+      return failure(std::string("cannot add ") + what);
     }
   }
   sqlite3_finalize(insert);
   if (!exec(db, "COMMIT")) return failure("cannot commit");
   return {};
+}
+
+void bindText(sqlite3_stmt* stmt, int index, const std::string& text) {
+  sqlite3_bind_text(stmt, index, text.c_str(), -1, SQLITE_TRANSIENT);
+}
+
+}  // namespace
+
+Result<void> CostDatabase::addGemms(const std::string& deviceName, const std::vector<GemmMeasurement>& rows,
+                                    const std::string& fingerprint) {
+  return insertBatch(
+      m_impl->db, m_impl->path, [&] { return ensureDevice(deviceName, fingerprint); },
+      "INSERT OR REPLACE INTO gemms(device_id, dtype, m, n, k, median_s) SELECT id, ?, ?, ?, ?, ? FROM devices WHERE name = ?",
+      rows,
+      [&](sqlite3_stmt* st, const GemmMeasurement& r) {
+        bindText(st, 1, toString(r.dtype));
+        sqlite3_bind_int64(st, 2, r.m);
+        sqlite3_bind_int64(st, 3, r.n);
+        sqlite3_bind_int64(st, 4, r.k);
+        sqlite3_bind_double(st, 5, r.seconds);
+        bindText(st, 6, deviceName);
+      },
+      "a measurement");
 }
 
 bool CostDatabase::ensureDevice(const std::string& name, const std::string& fingerprint) {
@@ -234,78 +251,44 @@ bool CostDatabase::ensureDevice(const std::string& name, const std::string& fing
 }
 
 Result<void> CostDatabase::addKernels(const std::string& deviceName, const std::vector<KernelMeasurement>& rows) {
-  sqlite3* db = m_impl->db;
-  auto failure = [&](const std::string& what) {
-    const std::string why = sqlite3_errmsg(db);
-    exec(db, "ROLLBACK");
-    return fail(Error::io(what + ": " + why, m_impl->path));
-  };
   if (m_impl->version < 2) return fail(Error::badInput("kernels need schema version 2; open with openForWrite", m_impl->path));
-  if (!exec(db, "BEGIN IMMEDIATE")) return failure("cannot start a transaction");
-  if (!ensureDevice(deviceName, {})) return failure("cannot add the device");
-  sqlite3_stmt* insert = nullptr;
-  if (sqlite3_prepare_v2(db,
-                         "INSERT OR REPLACE INTO kernels(device_id, op, dtype, shape, impl, median_s, spread_s, repetitions) "
-                         "SELECT id, ?, ?, ?, ?, ?, ?, ? FROM devices WHERE name = ?",
-                         -1, &insert, nullptr) != SQLITE_OK) {
-    return failure("cannot prepare");
-  }
-  for (const auto& r : rows) {
-    sqlite3_reset(insert);
-    sqlite3_bind_text(insert, 1, r.op.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(insert, 2, toString(r.dtype).c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(insert, 3, r.shape.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(insert, 4, r.impl.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_double(insert, 5, r.seconds);
-    sqlite3_bind_double(insert, 6, r.spreadSeconds);
-    sqlite3_bind_int64(insert, 7, r.repetitions);
-    sqlite3_bind_text(insert, 8, deviceName.c_str(), -1, SQLITE_TRANSIENT);
-    if (sqlite3_step(insert) != SQLITE_DONE) {
-      sqlite3_finalize(insert);
-      return failure("cannot add a kernel measurement");
-    }
-  }
-  sqlite3_finalize(insert);
-  if (!exec(db, "COMMIT")) return failure("cannot commit");
-  return {};
+  return insertBatch(
+      m_impl->db, m_impl->path, [&] { return ensureDevice(deviceName, {}); },
+      "INSERT OR REPLACE INTO kernels(device_id, op, dtype, shape, impl, median_s, spread_s, repetitions) "
+      "SELECT id, ?, ?, ?, ?, ?, ?, ? FROM devices WHERE name = ?",
+      rows,
+      [&](sqlite3_stmt* st, const KernelMeasurement& r) {
+        bindText(st, 1, r.op);
+        bindText(st, 2, toString(r.dtype));
+        bindText(st, 3, r.shape);
+        bindText(st, 4, r.impl);
+        sqlite3_bind_double(st, 5, r.seconds);
+        sqlite3_bind_double(st, 6, r.spreadSeconds);
+        sqlite3_bind_int64(st, 7, r.repetitions);
+        bindText(st, 8, deviceName);
+      },
+      "a kernel measurement");
 }
 
 Result<void> CostDatabase::addCollectives(const std::string& deviceName, const std::vector<CollectiveMeasurement>& rows) {
-  sqlite3* db = m_impl->db;
-  auto failure = [&](const std::string& what) {
-    const std::string why = sqlite3_errmsg(db);
-    exec(db, "ROLLBACK");
-    return fail(Error::io(what + ": " + why, m_impl->path));
-  };
   if (m_impl->version < 2) return fail(Error::badInput("collectives need schema version 2; open with openForWrite", m_impl->path));
-  if (!exec(db, "BEGIN IMMEDIATE")) return failure("cannot start a transaction");
-  if (!ensureDevice(deviceName, {})) return failure("cannot add the device");
-  sqlite3_stmt* insert = nullptr;
-  if (sqlite3_prepare_v2(db,
-                         "INSERT OR REPLACE INTO collectives(device_id, op, backend, world, link_level, bytes, median_s, "
-                         "spread_s, repetitions) SELECT id, ?, ?, ?, ?, ?, ?, ?, ? FROM devices WHERE name = ?",
-                         -1, &insert, nullptr) != SQLITE_OK) {
-    return failure("cannot prepare");
-  }
-  for (const auto& r : rows) {
-    sqlite3_reset(insert);
-    sqlite3_bind_text(insert, 1, r.op.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(insert, 2, r.backend.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(insert, 3, r.world);
-    sqlite3_bind_text(insert, 4, r.linkLevel.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(insert, 5, r.bytes);
-    sqlite3_bind_double(insert, 6, r.seconds);
-    sqlite3_bind_double(insert, 7, r.spreadSeconds);
-    sqlite3_bind_int64(insert, 8, r.repetitions);
-    sqlite3_bind_text(insert, 9, deviceName.c_str(), -1, SQLITE_TRANSIENT);
-    if (sqlite3_step(insert) != SQLITE_DONE) {
-      sqlite3_finalize(insert);
-      return failure("cannot add a collective measurement");
-    }
-  }
-  sqlite3_finalize(insert);
-  if (!exec(db, "COMMIT")) return failure("cannot commit");
-  return {};
+  return insertBatch(
+      m_impl->db, m_impl->path, [&] { return ensureDevice(deviceName, {}); },
+      "INSERT OR REPLACE INTO collectives(device_id, op, backend, world, link_level, bytes, median_s, spread_s, repetitions) "
+      "SELECT id, ?, ?, ?, ?, ?, ?, ?, ? FROM devices WHERE name = ?",
+      rows,
+      [&](sqlite3_stmt* st, const CollectiveMeasurement& r) {
+        bindText(st, 1, r.op);
+        bindText(st, 2, r.backend);
+        sqlite3_bind_int64(st, 3, r.world);
+        bindText(st, 4, r.linkLevel);
+        sqlite3_bind_int64(st, 5, r.bytes);
+        sqlite3_bind_double(st, 6, r.seconds);
+        sqlite3_bind_double(st, 7, r.spreadSeconds);
+        sqlite3_bind_int64(st, 8, r.repetitions);
+        bindText(st, 9, deviceName);
+      },
+      "a collective measurement");
 }
 
 bool CostDatabase::hasGemm(const std::string& deviceName, DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) const {

@@ -15,30 +15,7 @@
 namespace colo {
 namespace {
 
-struct RunResult {
-  int exitCode = -1;
-  std::string out;
-  std::string err;
-};
-
-RunResult run(const std::string& arguments) {
-  test::ScratchDir dir;
-  const std::string errFile = dir.path("stderr");
-  const std::string command = std::string(COLO_BIN_DIR) + "/colo-plan " + arguments + " 2>" + errFile;
-  RunResult r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return r;
-  char buffer[4096];
-  std::size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.out.append(buffer, n);
-  const int status = pclose(pipe);
-  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(errFile);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.err = ss.str();
-  return r;
-}
+test::ProgramOutput run(const std::string& arguments) { return test::runProgram("colo-plan", arguments); }
 
 std::size_t lines(const std::string& text) {
   std::size_t n = 0;

@@ -14,28 +14,7 @@
 namespace colo {
 namespace {
 
-struct Output {
-  int exitCode = -1;
-  std::string out, err;
-};
-
-Output profile(const std::string& arguments) {
-  test::ScratchDir dir;
-  const std::string errFile = dir.path("stderr");
-  FILE* pipe = popen((std::string(COLO_BIN_DIR) + "/colo-profile " + arguments + " 2>" + errFile).c_str(), "r");
-  Output r;
-  if (!pipe) return r;
-  char buffer[4096];
-  std::size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.out.append(buffer, n);
-  const int status = pclose(pipe);
-  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(errFile);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.err = ss.str();
-  return r;
-}
+test::ProgramOutput profile(const std::string& arguments) { return test::runProgram("colo-profile", arguments); }
 
 class ColoProfileCli : public ::testing::Test {
  protected:

@@ -1,6 +1,9 @@
 #include "core/test_support.h"
 
+#include <cstdio>
 #include <fstream>
+#include <sstream>
+#include <sys/wait.h>
 #include <random>
 
 namespace colo::test {
@@ -25,6 +28,25 @@ std::string ScratchDir::write(const std::string& name, const std::string& text) 
   std::filesystem::create_directories(std::filesystem::path(p).parent_path());
   std::ofstream(p, std::ios::binary) << text;
   return p;
+}
+
+ProgramOutput runProgram(const std::string& program, const std::string& arguments) {
+  ScratchDir dir;
+  const std::string errFile = dir.path("stderr");
+  const std::string command = std::string(COLO_BIN_DIR) + "/" + program + " " + arguments + " 2>" + errFile;
+  ProgramOutput r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return r;
+  char buffer[4096];
+  std::size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.out.append(buffer, n);
+  const int status = pclose(pipe);
+  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream in(errFile);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  return r;
 }
 
 Json loadJson(const std::string& file) {

@@ -31,6 +31,16 @@ class ScratchDir {
   std::filesystem::path m_dir;
 };
 
+/// What a program printed and how it ended.
+struct ProgramOutput {
+  int exitCode = -1;
+  std::string out;
+  std::string err;
+};
+
+/// Runs build/bin/`program` with `arguments` (a shell-quoted string), as a user would.
+ProgramOutput runProgram(const std::string& program, const std::string& arguments);
+
 Json loadJson(const std::string& file);
 Model loadModelOrFail(const std::string& file);
 ClusterSpec loadClusterOrFail(const std::string& file);
