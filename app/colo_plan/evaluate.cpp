@@ -47,7 +47,8 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"offload-optimizer", "F", "fraction of optimizer states on the host (ZeRO >= 1)"},
       {"offload-params", "F", "fraction of parameters on the host (ZeRO 3)"},
       {"rank-order", "ORDER", "placement, innermost first (default tp-cp-dp-pp)"},
-      {"costdb", "DB", "SQLite cost database: measured GEMM times (exact or nearest shape) before the roofline"},
+      {"costdb", "DB", "SQLite cost database (colo-profile): measured GEMMs, kernels, collectives, copies before the analytic model"},
+      {"explain", "", "say where each class of figures came from: measured, interpolated, calibrated or analytic"},
       {"simulate", "", "also simulate the pipeline schedule event by event and draw its timeline"},
       {"timeline", "FILE", "write the simulated timeline's events as JSON (implies --simulate)"},
       {"out", "FILE", "write the plan with its predictions as a colo.plan/1 file"},
@@ -233,6 +234,44 @@ std::string seconds(double s) {
   return formatFixed(s * 1e6, 1) + " us";
 }
 
+std::string renderSources(const Plan& plan, const costmodel::Evaluation& e) {
+  const auto& c = e.calibration;
+  std::ostringstream o;
+  o << "\nwhere the figures come from" << (c.costDb.empty() ? " (no cost database: --costdb DB)" : " (cost database " + c.costDb + ")")
+    << "\n";
+  TextTable t({"op class", "source"}, {false, false});
+  std::ostringstream gemm;
+  gemm << e.gemmExact << " shapes measured exactly, " << e.gemmInterpolated << " from the nearest measured shape, "
+       << e.gemmRoofline << " by the roofline";
+  if (c.gemmRooflineScalePoints > 0) {
+    gemm << " (calibrated x" << formatFixed(c.gemmRooflineScale, 3) << ", fitted on " << c.gemmRooflineScalePoints
+         << " measured GEMMs)";
+  } else if (e.gemmRoofline > 0) {
+    gemm << " (datasheet peak x documented efficiency)";
+  }
+  t.addRow({"GEMMs", gemm.str()});
+  t.addRow({"other kernels", std::to_string(e.kernelsMeasured) + " measured, " + std::to_string(e.kernelsRoofline) +
+                                 " by memory bandwidth" + (plan.execution.flashAttention ? "; attention core: fused-kernel roofline" : "")});
+  t.addRow({"optimizer step", c.optimizerMeasured ? "measured AdamW step (adam_step), linear in parameters"
+                                                  : "34 bytes per parameter over memory bandwidth"});
+  for (const auto& level : plan.cluster.links) {
+    std::string source = "datasheet bandwidth x link efficiency, datasheet latency";
+    for (const auto& f : c.links) {
+      if (f.level == level.name) {
+        source = "measured collectives (" + std::to_string(f.points) + "): " + formatFixed(f.latencySeconds * 1e6, 1) +
+                 " us per ring step, " + formatFixed(f.bytesPerSecond / 1e9, 2) + " GB/s, rms error " +
+                 formatFixed(100 * f.rmsRelativeError, 1) + "%";
+      }
+    }
+    t.addRow({"link " + level.name, source});
+  }
+  t.addRow({"host-device", c.pcieBytesPerSecond > 0 ? "measured pinned copies: " + formatFixed(c.pcieBytesPerSecond / 1e9, 2) + " GB/s"
+                                                     : "cluster file's PCIe bandwidth"});
+  t.addRow({"memory", "analytic (docs/costmodel.md); not measured"});
+  o << t.render();
+  return o.str();
+}
+
 std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev) {
   std::ostringstream out;
   const auto& p = plan.parallel;
@@ -306,7 +345,7 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
   if (const auto file = args->value("plan")) {
     for (const auto& spec : evaluateOptions()) {
       const bool output = spec.name == "plan" || spec.name == "json" || spec.name == "out" || spec.name == "simulate" ||
-                          spec.name == "timeline" || spec.name == "costdb";
+                          spec.name == "timeline" || spec.name == "costdb" || spec.name == "explain";
       if (!output && args->has(spec.name)) {
         return reportError(Error::badInput("--" + spec.name + " cannot be combined with --plan (edit the plan file instead)"), err);
       }
@@ -359,11 +398,12 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
     out << j.dump(2) << "\n";
   } else {
     out << renderEvaluation(plan, *evaluation);
-    if (costDb) {
+    if (costDb && !args->has("explain")) {
       out << "costdb    " << costDb->path() << ": GEMM shapes timed " << evaluation->gemmExact << " exactly, "
           << evaluation->gemmInterpolated << " from the nearest measured shape, " << evaluation->gemmRoofline
-          << " by the roofline\n";
+          << " by the roofline (--explain for every source)\n";
     }
+    if (args->has("explain")) out << renderSources(plan, *evaluation);
     if (timeline) {
       out << "timeline  simulated pipeline " << seconds(timeline->makespanSeconds) << " (closed form "
           << seconds(evaluation->pipelineSeconds) << ", before the data-parallel/optimizer tail of "

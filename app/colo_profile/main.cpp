@@ -9,6 +9,7 @@
 #include "colo/core/library.h"
 #include "colo/core/units.h"
 #include "colo/core/version.h"
+#include "colo/costmodel/calibration.h"
 #include "colo/costmodel/evaluator.h"
 #include "colo/profiler/collectives.h"
 #include "colo/profiler/profiler.h"
@@ -136,11 +137,14 @@ int profile(const std::vector<std::string>& argv) {
   if (!r) return report(r.error());
   if (args->has("json")) {
     std::cout << Json{{"device", r->deviceName}, {"shapes", r->shapes}, {"measured", r->measured}, {"skipped", r->skipped},
-                      {"kernels", r->kernels}, {"seconds", r->seconds}, {"cancelled", r->cancelled}, {"db", *dbPath}}.dump(2)
+                      {"kernels", r->kernels}, {"copies", r->copies}, {"seconds", r->seconds}, {"cancelled", r->cancelled}, {"db", *dbPath}}.dump(2)
               << "\n";
   } else {
     std::cout << r->deviceName << ": " << r->shapes << " GEMM shapes, " << r->measured << " measured, " << r->skipped
-              << " already in " << *dbPath << ", " << formatFixed(r->seconds, 1) << " s"
+              << " already in " << *dbPath << "; " << r->kernels << " other kernels; "
+              << (o.device.rfind("cuda", 0) == 0 ? std::to_string(r->copies) + " host-device copies"
+                                                  : std::string("no host-device copies on a CPU"))
+              << "; " << formatFixed(r->seconds, 1) << " s"
               << (r->cancelled ? " (interrupted: run again with --resume)" : "") << "\n";
   }
   return r->cancelled ? 130 : 0;
@@ -334,19 +338,22 @@ int collectives(const std::vector<std::string>& argv) {
   if (!measured) return report(measured.error());
   if (childFailed) return report(Error::internal("a collective rank failed; see its message above"));
   if (auto w = db->addCollectives(*name, *measured); !w) return report(w.error());
-  const auto fits = profiler::fitLinks(*measured);
+  // The same ring model the cost model uses; `colo-plan evaluate --costdb` applies these fits.
+  const auto fits = costmodel::fitLinkLevels(*measured);
   if (args->has("json")) {
     Json j = Json::array();
     for (const auto& f : fits) {
-      j.push_back({{"op", f.op}, {"world", f.world}, {"latency_us", f.latencySeconds * 1e6}, {"bandwidth_GBps", f.bytesPerSecond / 1e9}});
+      j.push_back({{"level", f.level}, {"points", f.points}, {"latency_us", f.latencySeconds * 1e6},
+                   {"bandwidth_GBps", f.bytesPerSecond / 1e9}, {"rms_relative_error", f.rmsRelativeError}});
     }
     std::cout << Json{{"device", *name}, {"measurements", measured->size()}, {"fits", j}}.dump(2) << "\n";
   } else {
     std::cout << *name << ": " << measured->size() << " collective measurements (gloo, " << o->world << " ranks) in "
               << *dbPath << "\n";
     for (const auto& f : fits) {
-      std::cout << "  " << f.op << ": latency " << formatFixed(f.latencySeconds * 1e6, 1) << " us, bandwidth "
-                << formatFixed(f.bytesPerSecond / 1e9, 2) << " GB/s\n";
+      std::cout << "  link level " << f.level << " (ring model over " << f.points << " measurements): latency "
+                << formatFixed(f.latencySeconds * 1e6, 1) << " us per step, bandwidth " << formatFixed(f.bytesPerSecond / 1e9, 2)
+                << " GB/s, rms error " << formatFixed(100 * f.rmsRelativeError, 1) << "%\n";
     }
   }
   return 0;

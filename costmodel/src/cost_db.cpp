@@ -60,6 +60,22 @@ CREATE TABLE collectives(
 UPDATE meta SET value = '2' WHERE key = 'schema_version';
 )sql";
 
+// Version 3 adds host-device copies.
+constexpr const char* kMigrationV3 = R"sql(
+CREATE TABLE copies(
+  device_id INTEGER NOT NULL REFERENCES devices(id),
+  direction TEXT NOT NULL CHECK (direction IN ('h2d', 'd2h')),
+  pinned INTEGER NOT NULL CHECK (pinned IN (0, 1)),
+  bytes INTEGER NOT NULL CHECK (bytes > 0),
+  median_s REAL NOT NULL CHECK (median_s > 0),
+  spread_s REAL NOT NULL DEFAULT 0,
+  repetitions INTEGER NOT NULL DEFAULT 1,
+  measured_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
+  PRIMARY KEY (device_id, direction, pinned, bytes)
+);
+UPDATE meta SET value = '3' WHERE key = 'schema_version';
+)sql";
+
 // Reads meta.schema_version; errors name the file and never write.
 Result<int> readVersion(sqlite3* db, const std::string& path) {
   sqlite3_stmt* stmt = nullptr;
@@ -140,7 +156,7 @@ Result<CostDatabase> CostDatabase::create(const std::string& path) {
   std::string why;
   const std::string script = std::string("PRAGMA journal_mode=WAL; BEGIN;") + kSchemaV1 +
                              "INSERT INTO meta VALUES ('format', 'colo.costdb'), ('schema_version', '1');" + kMigrationV2 +
-                             "COMMIT;";
+                             kMigrationV3 + "COMMIT;";
   if (!exec(impl->db, script, &why)) return fail(Error::io("cannot write the schema: " + why, path));
   impl->version = kSchemaVersion;
   return CostDatabase(std::move(impl));
@@ -163,9 +179,16 @@ Result<CostDatabase> CostDatabase::openForWrite(const std::string& path) {
   if (!version) return fail(version.error());
   std::string why;
   if (!exec(impl->db, "PRAGMA journal_mode=WAL;", &why)) return fail(Error::io("cannot enable WAL: " + why, path));
-  if (*version < 2 && !exec(impl->db, std::string("BEGIN IMMEDIATE;") + kMigrationV2 + "COMMIT;", &why)) {
-    exec(impl->db, "ROLLBACK");
-    return fail(Error::io("cannot migrate the schema to version 2: " + why, path));
+  // Every step from the file's version to this one in one transaction: all or nothing.
+  if (*version < kSchemaVersion) {
+    std::string script = "BEGIN IMMEDIATE;";
+    if (*version < 2) script += kMigrationV2;
+    if (*version < 3) script += kMigrationV3;
+    script += "COMMIT;";
+    if (!exec(impl->db, script, &why)) {
+      exec(impl->db, "ROLLBACK");
+      return fail(Error::io("cannot migrate the schema to version " + std::to_string(kSchemaVersion) + ": " + why, path));
+    }
   }
   impl->version = kSchemaVersion;
   return CostDatabase(std::move(impl));
@@ -291,6 +314,25 @@ Result<void> CostDatabase::addCollectives(const std::string& deviceName, const s
       "a collective measurement");
 }
 
+Result<void> CostDatabase::addCopies(const std::string& deviceName, const std::vector<CopyMeasurement>& rows) {
+  if (m_impl->version < 3) return fail(Error::badInput("copies need schema version 3; open with openForWrite", m_impl->path));
+  return insertBatch(
+      m_impl->db, m_impl->path, [&] { return ensureDevice(deviceName, {}); },
+      "INSERT OR REPLACE INTO copies(device_id, direction, pinned, bytes, median_s, spread_s, repetitions) "
+      "SELECT id, ?, ?, ?, ?, ?, ? FROM devices WHERE name = ?",
+      rows,
+      [&](sqlite3_stmt* st, const CopyMeasurement& r) {
+        bindText(st, 1, r.direction);
+        sqlite3_bind_int(st, 2, r.pinned ? 1 : 0);
+        sqlite3_bind_int64(st, 3, r.bytes);
+        sqlite3_bind_double(st, 4, r.seconds);
+        sqlite3_bind_double(st, 5, r.spreadSeconds);
+        sqlite3_bind_int64(st, 6, r.repetitions);
+        bindText(st, 7, deviceName);
+      },
+      "a copy measurement");
+}
+
 bool CostDatabase::hasGemm(const std::string& deviceName, DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) const {
   sqlite3_stmt* stmt = nullptr;
   if (sqlite3_prepare_v2(m_impl->db,
@@ -352,6 +394,36 @@ std::vector<CollectiveMeasurement> CostDatabase::collectivesFor(const std::strin
   return out;
 }
 
+std::vector<CopyMeasurement> CostDatabase::copiesFor(const std::string& deviceName) const {
+  std::vector<CopyMeasurement> out;
+  if (m_impl->version < 3) return out;
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(m_impl->db,
+                         "SELECT c.direction, c.pinned, c.bytes, c.median_s, c.spread_s, c.repetitions FROM copies c "
+                         "JOIN devices d ON d.id = c.device_id WHERE d.name = ? ORDER BY c.direction, c.pinned, c.bytes",
+                         -1, &stmt, nullptr) != SQLITE_OK) {
+    return out;
+  }
+  sqlite3_bind_text(stmt, 1, deviceName.c_str(), -1, SQLITE_TRANSIENT);
+  while (sqlite3_step(stmt) == SQLITE_ROW) {
+    out.push_back({reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), sqlite3_column_int(stmt, 1) != 0,
+                   sqlite3_column_int64(stmt, 2), sqlite3_column_double(stmt, 3), sqlite3_column_double(stmt, 4),
+                   sqlite3_column_int64(stmt, 5)});
+  }
+  sqlite3_finalize(stmt);
+  return out;
+}
+
+std::vector<std::string> CostDatabase::devicesMatching(const std::string& gpuName) const {
+  std::vector<std::string> out;
+  const std::string wanted = lower(gpuName);
+  for (auto& name : devices()) {
+    const std::string device = lower(name);
+    if (device.find(wanted) != std::string::npos || wanted.find(device) != std::string::npos) out.push_back(std::move(name));
+  }
+  return out;
+}
+
 std::vector<std::string> CostDatabase::devices() const {
   std::vector<std::string> out;
   sqlite3_stmt* stmt = nullptr;
@@ -387,6 +459,11 @@ Result<std::int64_t> CostDatabase::merge(const std::string& otherPath) {
               "repetitions, measured_at) SELECT d.id, c.op, c.backend, c.world, c.link_level, c.bytes, c.median_s, "
               "c.spread_s, c.repetitions, c.measured_at FROM other.collectives c JOIN other.devices od ON od.id = c.device_id "
               "JOIN devices d ON d.name = od.name;";
+  }
+  if (otherVersion >= 3) {
+    script += "INSERT OR IGNORE INTO copies(device_id, direction, pinned, bytes, median_s, spread_s, repetitions, measured_at) "
+              "SELECT d.id, c.direction, c.pinned, c.bytes, c.median_s, c.spread_s, c.repetitions, c.measured_at "
+              "FROM other.copies c JOIN other.devices od ON od.id = c.device_id JOIN devices d ON d.name = od.name;";
   }
   script += "COMMIT;";
   if (!exec(db, script, &why)) {
@@ -465,6 +542,22 @@ std::optional<std::pair<double, LookupSource>> KernelTable::lookup(const std::st
     }
   }
   if (!best || bestDistance > std::log(4.0)) return std::nullopt;
+  if (bestDistance < 1e-9) return std::pair{best->seconds, LookupSource::kExact};
+  return std::pair{best->seconds * elements / best->elements, LookupSource::kInterpolated};
+}
+
+std::optional<std::pair<double, LookupSource>> KernelTable::lookupStreaming(const std::string& key, double elements) const {
+  const Row* best = nullptr;
+  double bestDistance = 0;
+  for (const auto& r : m_rows) {
+    if (r.key != key) continue;
+    const double d = std::fabs(std::log(elements / r.elements));
+    if (!best || d < bestDistance) {
+      best = &r;
+      bestDistance = d;
+    }
+  }
+  if (!best) return std::nullopt;
   if (bestDistance < 1e-9) return std::pair{best->seconds, LookupSource::kExact};
   return std::pair{best->seconds * elements / best->elements, LookupSource::kInterpolated};
 }

@@ -40,6 +40,9 @@ struct Evaluator::Impl {
   std::vector<GemmMeasurement> measured;  // for the cluster's GPU, all precisions
   std::map<DType, GemmTable> tables;
   std::map<DType, KernelTable> kernelTables;
+  std::map<DType, double> gemmScale;
+  KernelTable optimizerTable;  // adam_step, fp32 master weights
+  Calibration calibration;
   ModelTemplates templates;
   std::int64_t numLayers = 0;
   std::int64_t numExperts = 0;
@@ -79,22 +82,37 @@ Result<Evaluator> Evaluator::create(const Model& model, const ClusterSpec& clust
   auto evaluator = create(model, cluster, seqLen);
   if (!evaluator) return evaluator;
   Impl& impl = *evaluator->m_impl;
+  impl.calibration.costDb = costDb.path();
   impl.measured = costDb.gemmsFor(cluster.gpu.name);
+  std::vector<KernelMeasurement> kernels;
+  std::vector<CollectiveMeasurement> collectives;
+  std::vector<CopyMeasurement> copies;
+  for (const auto& device : costDb.devicesMatching(cluster.gpu.name)) {
+    for (auto& k : costDb.kernelsFor(device)) kernels.push_back(std::move(k));
+    for (auto& c : costDb.collectivesFor(device)) collectives.push_back(std::move(c));
+    for (auto& c : costDb.copiesFor(device)) copies.push_back(std::move(c));
+  }
   for (const DType d : {DType::kFp32, DType::kTf32, DType::kFp16, DType::kBf16, DType::kFp8}) {
     GemmTable table(impl.measured, d);
-    if (!table.empty()) impl.tables.emplace(d, std::move(table));
-    std::vector<KernelMeasurement> kernels;
-    for (const auto& device : costDb.devices()) {
-      const std::string a = device, b = cluster.gpu.name;
-      auto lower = [](std::string x) {
-        for (auto& ch : x) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-        return x;
-      };
-      if (lower(a).find(lower(b)) == std::string::npos && lower(b).find(lower(a)) == std::string::npos) continue;
-      for (auto& k : costDb.kernelsFor(device)) kernels.push_back(std::move(k));
+    if (!table.empty()) {
+      impl.tables.emplace(d, std::move(table));
+      const DeviceModel device = deviceModel(cluster.gpu, d);
+      if (device.peakFlopsPerSecond > 0) {
+        const std::int64_t bytes = bytesPerElement(d);
+        impl.gemmScale[d] = gemmRooflineScale(impl.measured, d, [&](double m, double n, double k) {
+          return detail::gemmSeconds(m, n, k, 1, bytes, device);
+        });
+      }
     }
     KernelTable kt(kernels, d);
     if (!kt.empty()) impl.kernelTables.emplace(d, std::move(kt));
+  }
+  impl.optimizerTable = KernelTable(kernels, DType::kFp32);
+  impl.calibration.optimizerMeasured = impl.optimizerTable.lookupStreaming("adam_step.fwd", 1.0).has_value();
+  impl.calibration.links = applyLinkFits(impl.cluster, fitLinkLevels(collectives));
+  if (const auto pcie = fitCopyBandwidth(copies)) {
+    impl.cluster.pcieBytesPerSecond = *pcie;
+    impl.calibration.pcieBytesPerSecond = *pcie;
   }
   return evaluator;
 }
@@ -185,6 +203,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   LayerConfig cfg = layerConfig(plan, T);
   if (auto table = I.tables.find(plan.precision); table != I.tables.end()) cfg.measured = &table->second;
   if (auto kt = I.kernelTables.find(plan.precision); kt != I.kernelTables.end()) cfg.kernels = &kt->second;
+  if (auto gs = I.gemmScale.find(plan.precision); gs != I.gemmScale.end()) cfg.gemmScale = gs->second;
   detail::LookupCounts counts;
 
   const GroupPlacement tpGroup = placeGroup(I.cluster, par, Dim::kTp);
@@ -272,6 +291,12 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   ev.gemmRoofline = counts.roofline;
   ev.kernelsMeasured = counts.kernelsMeasured;
   ev.kernelsRoofline = counts.kernelsRoofline;
+  ev.calibration = I.calibration;
+  if (auto gs = I.gemmScale.find(plan.precision); gs != I.gemmScale.end()) {
+    ev.calibration.gemmRooflineScale = gs->second;
+    ev.calibration.gemmRooflineScalePoints = static_cast<std::int64_t>(
+        std::count_if(I.measured.begin(), I.measured.end(), [&](const GemmMeasurement& g) { return g.dtype == plan.precision; }));
+  }
   ev.gpuMemoryBytes = I.cluster.gpu.memoryBytes;
   ev.stages.resize(static_cast<std::size_t>(pp));
   const double weightBytes = plan.precision == DType::kFp32 ? 4.0 : 2.0;
@@ -416,6 +441,12 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
     // updated by the host, their gradients and weights crossing PCIe.
     const double localParams = params / (plan.zeroStage >= 1 ? dp : 1.0);
     double optimizer = localParams * (1.0 - plan.offload.optimizerFraction) * 34.0 / device.memoryBytesPerSecond;
+    if (I.calibration.optimizerMeasured) {
+      // The measured AdamW step over fp32 master weights (linear in the parameter count).
+      if (const auto t = I.optimizerTable.lookupStreaming("adam_step.fwd", localParams * (1.0 - plan.offload.optimizerFraction))) {
+        optimizer = t->first;
+      }
+    }
     if (plan.offload.optimizerFraction > 0) {
       const double offParamsCount = localParams * plan.offload.optimizerFraction;
       const double host = offParamsCount / device.cpuAdamParamsPerSecond;
@@ -505,6 +536,20 @@ Json memoryJson(const MemoryBreakdown& m) {
 
 }  // namespace
 
+Json Calibration::toJson() const {
+  Json linkJson = Json::array();
+  for (const auto& l : links) {
+    linkJson.push_back({{"level", l.level}, {"latency_s", l.latencySeconds}, {"bytes_per_s", l.bytesPerSecond},
+                        {"points", l.points}, {"rms_relative_error", l.rmsRelativeError}});
+  }
+  return {{"cost_db", costDb},
+          {"links", linkJson},
+          {"gemm_roofline_scale", gemmRooflineScale},
+          {"gemm_roofline_scale_points", gemmRooflineScalePoints},
+          {"pcie_bytes_per_s", pcieBytesPerSecond},
+          {"optimizer_measured", optimizerMeasured}};
+}
+
 Json Evaluation::toJson() const {
   Json stagesJson = Json::array();
   double maxStage = 0;
@@ -543,6 +588,7 @@ Json Evaluation::toJson() const {
           {"micro_batches", microBatches},
           {"gemm_time_sources", {{"exact", gemmExact}, {"interpolated", gemmInterpolated}, {"roofline", gemmRoofline}}},
           {"kernel_time_sources", {{"measured", kernelsMeasured}, {"roofline", kernelsRoofline}}},
+          {"calibration", calibration.toJson()},
           {"breakdown",
            {{"time_s",
              {{"compute", time.compute},

@@ -197,7 +197,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
       }
     }
     if (counts) ++counts->roofline;
-    return gemmSeconds(m, n, k, count, c.dtypeBytes, device);
+    return gemmSeconds(m, n, k, count, c.dtypeBytes, device) * c.gemmScale;
   };
   const double b = static_cast<double>(c.microBatch);
   const double tp = static_cast<double>(c.tp);

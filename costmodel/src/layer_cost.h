@@ -58,6 +58,7 @@ struct LayerConfig {
   std::int64_t kvWidth = 0;       // kv heads x head dim
   const GemmTable* measured = nullptr;  // measured GEMM times, consulted before the roofline
   const KernelTable* kernels = nullptr; // measured non-GEMM kernel times
+  double gemmScale = 1.0;               // measured / roofline on this device, for GEMMs not measured
 };
 
 /// Where GEMM times came from in one evaluation.

@@ -4,7 +4,6 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <chrono>
-#include <map>
 
 #include "colo/profiler/collectives.h"
 #include "torch_util.h"
@@ -60,30 +59,6 @@ Result<std::vector<costmodel::CollectiveMeasurement>> runCollectiveWorker(const 
   } catch (const std::exception& e) {
     return fail(Error::internal(std::string("c10d (rank ") + std::to_string(rank) + "): " + e.what()));
   }
-}
-
-std::vector<LinkFit> fitLinks(const std::vector<costmodel::CollectiveMeasurement>& rows) {
-  std::map<std::string, std::vector<const costmodel::CollectiveMeasurement*>> byOp;
-  for (const auto& r : rows) byOp[r.op].push_back(&r);
-  std::vector<LinkFit> out;
-  for (const auto& [op, list] : byOp) {
-    // Least squares of time = latency + bytes / bandwidth.
-    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (const auto* r : list) {
-      const double x = static_cast<double>(r->bytes);
-      n += 1;
-      sx += x;
-      sy += r->seconds;
-      sxx += x * x;
-      sxy += x * r->seconds;
-    }
-    const double denominator = n * sxx - sx * sx;
-    if (n < 2 || denominator <= 0) continue;
-    const double slope = (n * sxy - sx * sy) / denominator;
-    const double intercept = (sy - slope * sx) / n;
-    out.push_back({op, std::max(0.0, intercept), slope > 0 ? 1.0 / slope : 0.0, list.front()->world});
-  }
-  return out;
 }
 
 }  // namespace colo::profiler

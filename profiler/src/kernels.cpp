@@ -62,6 +62,37 @@ Result<std::pair<Timing, std::optional<Timing>>> timeKernel(const std::string& k
       auto targets = torch::randint(0, w, {rows}, torch::TensorOptions().dtype(torch::kLong).device(*dev));
       keep.push_back(targets);
       forward = [&, targets] { return torch::cross_entropy_loss(x.to(torch::kFloat32), targets); };
+    } else if (key == "embedding") {
+      // A lookup of `rows` tokens into a table of as many rows (the traffic of the lookup and of the
+      // gradient's scatter-add; the dense zero-fill of a larger vocabulary is not in it).
+      wgt = torch::randn({rows, w}, o).requires_grad_(true);
+      auto index = torch::randint(0, rows, {rows}, torch::TensorOptions().dtype(torch::kLong).device(*dev));
+      keep.push_back(index);
+      forward = [&, index] { return torch::embedding(wgt, index); };
+    } else if (key == "rotary") {
+      // q or k rotated by position: x * cos + rotate_half(x) * sin over heads of 64.
+      const std::int64_t head = 64;
+      const std::int64_t r = std::max<std::int64_t>(1, elements / head);
+      x = input({r, head});
+      auto cos = torch::rand({r, head}, o);
+      auto sin = torch::rand({r, head}, o);
+      keep.push_back(cos);
+      keep.push_back(sin);
+      forward = [&, cos, sin] {
+        auto halves = x.chunk(2, -1);
+        return x * cos + torch::cat({-halves[1], halves[0]}, -1) * sin;
+      };
+    } else if (key == "adam_step") {
+      // One AdamW step (LibTorch's, as the executor runs it) over `elements` fp32 master weights.
+      x = torch::randn({elements}, o.dtype(torch::kFloat32)).requires_grad_(true);
+      x.mutable_grad() = torch::randn({elements}, o.dtype(torch::kFloat32));
+      auto optimizer = std::make_shared<torch::optim::AdamW>(std::vector<Tensor>{x}, torch::optim::AdamWOptions(1e-4));
+      forward = [&, optimizer] {
+        torch::NoGradGuard noGrad;
+        optimizer->step();
+        return x;
+      };
+      differentiable = false;
     } else {
       return fail(Error::badInput("no LibTorch kernel for \"" + key + "\""));
     }
@@ -82,6 +113,31 @@ Result<std::pair<Timing, std::optional<Timing>>> timeKernel(const std::string& k
     Timing bwd = both;
     bwd.median = std::max(1e-7, both.median - fwd.median);
     return std::pair{fwd, std::optional<Timing>{bwd}};
+  } catch (const c10::Error& e) {
+    return fail(Error::internal(std::string("LibTorch: ") + e.what_without_backtrace()));
+  }
+}
+
+Result<Timing> timeCopy(const std::string& direction, bool pinned, std::int64_t bytes, const std::string& device, int warmup,
+                        int repetitions) {
+  auto dev = torchDevice(device);
+  if (!dev) return fail(dev.error());
+  if (!dev->is_cuda()) return fail(Error::badInput("host-device copies need a CUDA device, not " + device));
+  if (direction != "h2d" && direction != "d2h") return fail(Error::badInput("copy direction must be h2d or d2h"));
+  try {
+    auto hostOptions = torch::TensorOptions().dtype(torch::kUInt8).pinned_memory(pinned);
+    Tensor host = torch::empty({bytes}, hostOptions);
+    Tensor onDevice = torch::empty({bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(*dev));
+    std::vector<double> samples;
+    for (int i = 0; i < warmup + repetitions; ++i) {
+      synchronize(*dev);
+      const auto start = Clock::now();
+      if (direction == "h2d") onDevice.copy_(host, /*non_blocking=*/pinned);
+      else host.copy_(onDevice, /*non_blocking=*/pinned);
+      synchronize(*dev);
+      if (i >= warmup) samples.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    return summarize(samples);
   } catch (const c10::Error& e) {
     return fail(Error::internal(std::string("LibTorch: ") + e.what_without_backtrace()));
   }

@@ -14,9 +14,15 @@ namespace colo::profiler::detail {
 
 /// Forward and (for differentiable kernels) backward time of kernel `key` over `elements` (rows of
 /// `width` for row-wise kernels). Keys: layernorm, rmsnorm, softmax, dropout, add, gelu, relu, silu,
-/// swiglu, geglu, cross_entropy. Errors: kBadInput for other keys.
+/// swiglu, geglu, cross_entropy, embedding, rotary, and adam_step (one AdamW step over `elements` fp32
+/// weights; forward only). Errors: kBadInput for other keys.
 [[nodiscard]] Result<std::pair<Timing, std::optional<Timing>>> timeKernel(const std::string& key, std::int64_t elements,
                                                                           std::int64_t width, DType dtype,
                                                                           const std::string& device, int warmup, int repetitions);
+
+/// One host-device copy of `bytes` ("h2d" or "d2h", pinned or pageable host memory) on a CUDA device.
+/// Errors: kBadInput on a device that is not CUDA.
+[[nodiscard]] Result<Timing> timeCopy(const std::string& direction, bool pinned, std::int64_t bytes, const std::string& device,
+                                      int warmup, int repetitions);
 
 }  // namespace colo::profiler::detail

@@ -188,8 +188,42 @@ Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& 
                          "kernel " + k.key + " " + shape);
     }
   }
+  // The optimizer step: streaming, linear in the parameter count, so three sizes cover every plan.
+  for (const std::int64_t params : {std::int64_t{1} << 20, std::int64_t{1} << 22, std::int64_t{1} << 24}) {
+    if (report.cancelled || (cancel && cancel->cancelled())) {
+      report.cancelled = true;
+      break;
+    }
+    const std::string shape = costmodel::kernelShape(params, 0);
+    if (options.resume && have.contains("adam_step.fwd|fp32|" + shape)) {
+      ++report.skipped;
+      continue;
+    }
+    auto t = detail::timeKernel("adam_step", params, 0, DType::kFp32, options.device, 1, std::max(2, options.repetitions / 2));
+    if (!t) return fail(t.error());
+    kernels.push_back({"adam_step.fwd", DType::kFp32, shape, "torch.optim.AdamW", t->first.median, t->first.spread,
+                       t->first.repetitions});
+    ++report.kernels;
+    if (progress) progress->progress(1.0, "kernel adam_step " + shape);
+  }
   if (!kernels.empty()) {
     if (auto w = db.addKernels(*name, kernels); !w) return fail(w.error());
+  }
+
+  // Host-device copies (the offload path), on a CUDA device only: a CPU has no copy to measure.
+  if (options.device.rfind("cuda", 0) == 0 && !report.cancelled) {
+    std::vector<costmodel::CopyMeasurement> copies;
+    for (const std::string direction : {"h2d", "d2h"}) {
+      for (const bool pinned : {true, false}) {
+        for (const std::int64_t bytes : {std::int64_t{1} << 16, std::int64_t{1} << 20, std::int64_t{1} << 24, std::int64_t{1} << 28}) {
+          auto t = detail::timeCopy(direction, pinned, bytes, options.device, options.warmup, options.repetitions);
+          if (!t) return fail(t.error());
+          copies.push_back({direction, pinned, bytes, t->median, t->spread, t->repetitions});
+          ++report.copies;
+        }
+      }
+    }
+    if (auto w = db.addCopies(*name, copies); !w) return fail(w.error());
   }
   (void)measuredFlops;
   (void)measuredSeconds;

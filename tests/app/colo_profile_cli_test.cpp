@@ -55,12 +55,27 @@ TEST_F(ColoProfileCli, CollectivesAcrossTwoProcesses) {
   test::ScratchDir dir;
   std::random_device rd;
   const int port = 30000 + static_cast<int>(rd() % 20000);
-  auto r = profile("collectives --db " + dir.path("c.sqlite") + " --world 2 --sizes 1024,65536 --reps 2 --port " +
+  auto r = profile("collectives --db " + dir.path("c.sqlite") + " --world 2 --sizes 1024,4194304 --reps 3 --port " +
                    std::to_string(port) + " --json");
   ASSERT_EQ(r.exitCode, 0) << r.err;
   const Json j = Json::parse(r.out);
   EXPECT_EQ(j["measurements"].get<int>(), 6);
-  EXPECT_EQ(j["fits"].size(), 3u);
+  ASSERT_EQ(j["fits"].size(), 1u);  // one link level: loopback
+  EXPECT_EQ(j["fits"][0]["level"], "loopback");
+  EXPECT_GT(j["fits"][0]["bandwidth_GBps"].get<double>(), 0);
+
+  // The cost model takes the loopback level's latency and bandwidth from the measurements.
+  const std::string plan = "evaluate --model tiny-gpt --cluster localhost-cpu --gpus 2 --dp 2 --mbs 1 --gbs 2 --seq-len 64 "
+                           "--precision fp32 --costdb " + dir.path("c.sqlite");
+  auto explained = test::runProgram("colo-plan", plan + " --explain");
+  ASSERT_EQ(explained.exitCode, 0) << explained.err;
+  EXPECT_NE(explained.out.find("link loopback   measured collectives (4)"), std::string::npos) << explained.out;
+  auto json = test::runProgram("colo-plan", plan + " --json");
+  ASSERT_EQ(json.exitCode, 0) << json.err;
+  const Json e = Json::parse(json.out);
+  EXPECT_EQ(e["calibration"]["links"][0]["level"], "loopback");
+  EXPECT_NEAR(e["calibration"]["links"][0]["bytes_per_s"].get<double>(), j["fits"][0]["bandwidth_GBps"].get<double>() * 1e9,
+              1e-3 * e["calibration"]["links"][0]["bytes_per_s"].get<double>());
 }
 
 TEST_F(ColoProfileCli, ForeignFilesAreRefusedUntouched) {

@@ -131,8 +131,9 @@ TEST(CostDatabaseV2, KernelsCollectivesAndResume) {
   const auto file = dir.path("v2.sqlite");
   auto db = CostDatabase::openForWrite(file);  // creates
   ASSERT_TRUE(db) << db.error().toString();
-  EXPECT_EQ(db->schemaVersion(), 2);
+  EXPECT_EQ(db->schemaVersion(), 3);
   ASSERT_TRUE(db->addGemms("cpu: test", {{64, 64, 64, DType::kFp32, 1e-4}}, "torch 1.13"));
+  ASSERT_TRUE(db->addCopies("cpu: test", {{"h2d", true, 1 << 20, 8e-5, 1e-6, 10}, {"d2h", false, 1 << 20, 2e-4, 1e-6, 10}}));
   ASSERT_TRUE(db->addKernels("cpu: test", {{"layernorm", DType::kFp32, "4096x768", "aten", 2e-4, 1e-5, 20}}));
   ASSERT_TRUE(db->addCollectives("cpu: test", {{"all_reduce", "gloo", 2, "loopback", 1 << 20, 3e-4, 1e-5, 10}}));
   EXPECT_TRUE(db->hasGemm("cpu: test", DType::kFp32, 64, 64, 64));
@@ -142,6 +143,13 @@ TEST(CostDatabaseV2, KernelsCollectivesAndResume) {
   EXPECT_EQ(reopened->kernelsFor("cpu: test").size(), 1u);
   EXPECT_EQ(reopened->collectivesFor("cpu: test").front().bytes, 1 << 20);
   EXPECT_EQ(reopened->devices(), std::vector<std::string>{"cpu: test"});
+  const auto copies = reopened->copiesFor("cpu: test");
+  ASSERT_EQ(copies.size(), 2u);
+  EXPECT_EQ(copies[0].direction, "d2h");
+  EXPECT_FALSE(copies[0].pinned);
+  EXPECT_TRUE(copies[1].pinned);
+  EXPECT_EQ(reopened->devicesMatching("CPU: Test"), std::vector<std::string>{"cpu: test"});
+  EXPECT_TRUE(reopened->devicesMatching("h100").empty());
 }
 
 TEST(CostDatabaseV2, VersionOneFilesAreMigratedInPlace) {
@@ -165,9 +173,11 @@ TEST(CostDatabaseV2, VersionOneFilesAreMigratedInPlace) {
   EXPECT_EQ(readOnly->gemmsFor("gpu").size(), 1u);
   auto db = CostDatabase::openForWrite(file);
   ASSERT_TRUE(db) << db.error().toString();
-  EXPECT_EQ(db->schemaVersion(), 2);
+  EXPECT_EQ(db->schemaVersion(), 3);
   ASSERT_TRUE(db->addKernels("gpu", {{"gelu", DType::kBf16, "1x1", "", 1e-6, 0, 1}}));
-  EXPECT_EQ(CostDatabase::open(file)->schemaVersion(), 2);
+  ASSERT_TRUE(db->addCopies("gpu", {{"h2d", true, 4096, 1e-5, 0, 3}}));
+  EXPECT_EQ(CostDatabase::open(file)->schemaVersion(), 3);
+  EXPECT_EQ(CostDatabase::open(file)->copiesFor("gpu").size(), 1u);
   EXPECT_EQ(CostDatabase::open(file)->gemmsFor("gpu").size(), 1u);  // the old rows survive
 }
 
@@ -184,6 +194,7 @@ TEST(CostDatabaseV2, MergeAddsWhatIsMissingAndRefusesForeignFiles) {
     ASSERT_TRUE(dbb->addGemms("gpu-b", {{64, 64, 64, DType::kBf16, 2e-5}, {128, 64, 64, DType::kBf16, 3e-5}}));
     ASSERT_TRUE(dbb->addGemms("gpu-a", {{64, 64, 64, DType::kBf16, 9e-5}}));  // same key as a: a's row is kept
     ASSERT_TRUE(dbb->addCollectives("gpu-b", {{"all_gather", "nccl", 8, "nvlink", 1024, 1e-5, 0, 5}}));
+    ASSERT_TRUE(dbb->addCopies("gpu-b", {{"d2h", true, 1 << 20, 4e-5, 0, 5}}));
   }
   auto merged = CostDatabase::openForWrite(a);
   ASSERT_TRUE(merged);
@@ -193,6 +204,7 @@ TEST(CostDatabaseV2, MergeAddsWhatIsMissingAndRefusesForeignFiles) {
   EXPECT_EQ(merged->gemmsFor("gpu-b").size(), 2u);
   EXPECT_DOUBLE_EQ(merged->gemmsFor("gpu-a").front().seconds, 1e-5);
   EXPECT_EQ(merged->collectivesFor("gpu-b").size(), 1u);
+  EXPECT_EQ(merged->copiesFor("gpu-b").size(), 1u);
 
   const auto garbage = dir.write("garbage.sqlite", std::string(2048, 'z'));
   const std::string before = readBytes(garbage);

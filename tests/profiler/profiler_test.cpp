@@ -2,6 +2,8 @@
 // speed and accuracy figures come from `colo-profile check` and bench/, not from timed tests.
 #include "colo/profiler/profiler.h"
 
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include "colo/costmodel/evaluator.h"
@@ -93,6 +95,28 @@ TEST(Profiler, ProfilesResumesAndSurvivesInterruption) {
   EXPECT_EQ(ev->gemmRoofline, 0);
   EXPECT_EQ(ev->gemmInterpolated, 0);
   EXPECT_GT(ev->kernelsMeasured, 0);
+  EXPECT_EQ(ev->kernelsRoofline, 0);  // embedding included
+  EXPECT_TRUE(ev->calibration.optimizerMeasured);
+  std::set<std::string> ops;
+  for (const auto& k : db->kernelsFor(*name)) ops.insert(k.op);
+  for (const char* op : {"embedding.fwd", "embedding.bwd", "adam_step.fwd", "layernorm.bwd", "cross_entropy.fwd"}) {
+    EXPECT_TRUE(ops.contains(op)) << op;
+  }
+}
+
+TEST(Profiler, LlamaKernelsIncludeRotaryAndRmsNorm) {
+  test::ScratchDir dir;
+  const Model model = test::loadModelOrFail(test::dataFile("models/tiny-llama.json"));
+  auto db = costmodel::CostDatabase::openForWrite(dir.path("llama.sqlite"));
+  ASSERT_TRUE(db);
+  auto r = profileModel(model, *db, quick());
+  ASSERT_TRUE(r) << r.error().toString();
+  EXPECT_EQ(r->copies, 0);  // a CPU has no host-device copies
+  std::set<std::string> ops;
+  for (const auto& k : db->kernelsFor(r->deviceName)) ops.insert(k.op);
+  for (const char* op : {"rotary.fwd", "rotary.bwd", "rmsnorm.fwd", "swiglu.bwd", "adam_step.fwd"}) {
+    EXPECT_TRUE(ops.contains(op)) << op;
+  }
 }
 
 TEST(Profiler, ModelStepRunsForGptAndLlama) {

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// The SQLite cost database of measured kernels (schema version 1, written by colo-profile) and the
+/// The SQLite cost database of measured kernels, collectives and copies (written by colo-profile) and the
 /// lookup the cost model uses before its roofline: an exact shape, else the nearest measured shape
 /// scaled by the roofline's ratio between the two shapes, else nothing (the roofline decides).
 
@@ -46,14 +46,24 @@ struct CollectiveMeasurement {
   std::int64_t repetitions = 1;
 };
 
+/// One measured host-device copy (cudaMemcpy through LibTorch), seconds per copy.
+struct CopyMeasurement {
+  std::string direction;  ///< "h2d" or "d2h"
+  bool pinned = true;     ///< page-locked host memory
+  std::int64_t bytes = 0;
+  double seconds = 0;
+  double spreadSeconds = 0;
+  std::int64_t repetitions = 1;
+};
+
 /// How a lookup was answered (for --explain).
 enum class LookupSource { kExact, kInterpolated, kRoofline };
 
 class CostDatabase {
  public:
   /// The schema version this colo writes; it reads this one and every older one.
-  /// Version 1: meta, devices, gemms. Version 2 adds kernels and collectives.
-  static constexpr int kSchemaVersion = 2;
+  /// Version 1: meta, devices, gemms. Version 2 adds kernels and collectives. Version 3 adds copies.
+  static constexpr int kSchemaVersion = 3;
 
   /// Opens a database read-only. Errors: kIo for a missing file; kBadInput naming the file for a file
   /// that is not SQLite, not a colo cost database, or of a newer schema version (it is never modified).
@@ -75,12 +85,16 @@ class CostDatabase {
                                       const std::string& fingerprint = {});
   [[nodiscard]] Result<void> addKernels(const std::string& deviceName, const std::vector<KernelMeasurement>& rows);
   [[nodiscard]] Result<void> addCollectives(const std::string& deviceName, const std::vector<CollectiveMeasurement>& rows);
+  [[nodiscard]] Result<void> addCopies(const std::string& deviceName, const std::vector<CopyMeasurement>& rows);
 
   /// Whether a GEMM of this device (exact name), precision and shape is already measured (for --resume).
   [[nodiscard]] bool hasGemm(const std::string& deviceName, DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) const;
   [[nodiscard]] std::vector<KernelMeasurement> kernelsFor(const std::string& deviceName) const;
   [[nodiscard]] std::vector<CollectiveMeasurement> collectivesFor(const std::string& deviceName) const;
+  [[nodiscard]] std::vector<CopyMeasurement> copiesFor(const std::string& deviceName) const;
   [[nodiscard]] std::vector<std::string> devices() const;
+  /// Devices whose name matches `gpuName` (case-insensitive substring either way), as gemmsFor matches.
+  [[nodiscard]] std::vector<std::string> devicesMatching(const std::string& gpuName) const;
 
   /// Copies every device and measurement of `other` that this database lacks (rows of the same key are
   /// kept as they are here), in one transaction. Returns the number of rows added.
@@ -157,6 +171,9 @@ class KernelTable {
   [[nodiscard]] bool empty() const { return m_rows.empty(); }
   [[nodiscard]] std::optional<std::pair<double, LookupSource>> lookup(const std::string& key, double elements,
                                                                       std::int64_t width) const;
+  /// For streaming kernels whose time is linear in size at any size (the optimizer step): the nearest
+  /// measured size of `key`, scaled linearly, without the factor-of-4 limit.
+  [[nodiscard]] std::optional<std::pair<double, LookupSource>> lookupStreaming(const std::string& key, double elements) const;
 
  private:
   struct Row {

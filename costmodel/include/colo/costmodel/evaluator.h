@@ -15,6 +15,7 @@
 #include "colo/core/json.h"
 #include "colo/core/model.h"
 #include "colo/core/plan.h"
+#include "colo/costmodel/calibration.h"
 #include "colo/costmodel/cost_db.h"
 #include "colo/costmodel/hardware.h"
 
@@ -61,6 +62,17 @@ struct TimeBreakdown {
   double optimizer = 0;
 };
 
+/// What a cost database changed in the analytic model (the same for every plan of one evaluator).
+struct Calibration {
+  std::string costDb;                        ///< the database's path; empty without one
+  std::vector<LinkFit> links;                ///< link levels whose latency/bandwidth come from measured collectives
+  double gemmRooflineScale = 1.0;            ///< measured / roofline over the database's GEMMs, applied to unmeasured ones
+  std::int64_t gemmRooflineScalePoints = 0;  ///< GEMMs that scale was fitted on
+  double pcieBytesPerSecond = 0;             ///< measured host-device bandwidth (0: the cluster file's figure)
+  bool optimizerMeasured = false;            ///< the Adam step is timed from measured adam_step kernels
+  [[nodiscard]] Json toJson() const;
+};
+
 struct Evaluation {
   double stepSeconds = 0;
   double pipelineSeconds = 0;       ///< forward/backward of all micro-batches through the pipeline
@@ -78,6 +90,7 @@ struct Evaluation {
   std::int64_t gemmRoofline = 0;      ///< ... by the roofline
   std::int64_t kernelsMeasured = 0;   ///< non-GEMM kernels timed from the cost database
   std::int64_t kernelsRoofline = 0;   ///< ... not found there (the bandwidth estimate)
+  Calibration calibration;
   TimeBreakdown time;
   std::vector<StageReport> stages;
   /// The figures of `colo-plan evaluate --json`: step_time_s, tokens_per_s, model_tflops_per_gpu,
@@ -91,7 +104,9 @@ class Evaluator {
  public:
   /// Errors: kBadInput when the model cannot be expanded at `seqLen`.
   [[nodiscard]] static Result<Evaluator> create(const Model& model, const ClusterSpec& cluster, std::int64_t seqLen);
-  /// The same, timing GEMMs from the measurements `costDb` holds for the cluster's GPU first.
+  /// The same, with what `costDb` holds for the cluster's GPU: measured GEMMs and kernels first (exact,
+  /// then nearest shape), the roofline of the rest scaled by its measured error, link levels fitted to
+  /// measured collectives, the host-device bandwidth from measured copies, the Adam step from its kernel.
   [[nodiscard]] static Result<Evaluator> create(const Model& model, const ClusterSpec& cluster, std::int64_t seqLen,
                                                 const CostDatabase& costDb);
   Evaluator(Evaluator&&) noexcept;

@@ -1,6 +1,7 @@
 #pragma once
 /// \file
 /// Collective measurement through c10d: Gloo across local processes (one per rank) on this machine.
+/// costmodel::fitLinkLevels() turns the measurements into a link level's latency and bandwidth.
 
 #include <cstdint>
 #include <string>
@@ -25,14 +26,5 @@ struct CollectiveOptions {
 /// Errors: kInternal with the c10d message (a rank that died, a port in use, a timeout).
 [[nodiscard]] Result<std::vector<costmodel::CollectiveMeasurement>> runCollectiveWorker(const CollectiveOptions& options,
                                                                                       int rank);
-
-/// Latency and bandwidth per collective, fitted by least squares to time = latency + bytes / bandwidth.
-struct LinkFit {
-  std::string op;
-  double latencySeconds = 0;
-  double bytesPerSecond = 0;
-  std::int64_t world = 0;
-};
-[[nodiscard]] std::vector<LinkFit> fitLinks(const std::vector<costmodel::CollectiveMeasurement>& rows);
 
 }  // namespace colo::profiler
