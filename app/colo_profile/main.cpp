@@ -256,7 +256,7 @@ const std::vector<app::OptionSpec>& collectiveSpecs() {
       {"db", "DB", "cost database to write (created when missing)"},
       {"world", "N", "processes (ranks) on this machine (default 2)"},
       {"port", "P", "TCPStore port on 127.0.0.1 (default 29631)"},
-      {"sizes", "B1,B2", "message sizes in bytes per rank (default 1 KiB to 16 MiB)"},
+      {"sizes", "B1,B2", "message sizes in bytes per rank (default 1 KiB to 256 MiB)"},
       {"reps", "N", "timed repetitions per size (default 5)"},
       {"rank", "R", "(internal) run as this rank"},
       {"json", "", "print one JSON object"},

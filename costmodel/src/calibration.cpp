@@ -36,7 +36,19 @@ std::vector<LinkFit> fitLinkLevels(const std::vector<CollectiveMeasurement>& row
     if (r.seconds > 0 && ringTerms(r, s, x)) byLevel[r.linkLevel].push_back(&r);
   }
   std::vector<LinkFit> out;
-  for (const auto& [level, list] : byLevel) {
+  for (auto& [level, all] : byLevel) {
+    // All-reduce carries most of the traffic (data-parallel gradients, tensor parallelism): when it was
+    // measured at two sizes or more the level is fitted to it alone, since libraries implement the other
+    // collectives less efficiently (Gloo's all-gather reaches a fraction of its all-reduce bandwidth).
+    std::vector<const CollectiveMeasurement*> allReduce;
+    std::set<std::int64_t> allReduceSizes;
+    for (const auto* r : all) {
+      if (r->op == "all_reduce") {
+        allReduce.push_back(r);
+        allReduceSizes.insert(r->bytes);
+      }
+    }
+    const auto& list = allReduceSizes.size() >= 2 ? allReduce : all;
     std::set<std::int64_t> sizes;
     for (const auto* r : list) sizes.insert(r->bytes);
     if (sizes.size() < 2) continue;

@@ -27,10 +27,18 @@ TEST(Calibration, RingFitRecoversLatencyAndBandwidth) {
   const auto fits = fitLinkLevels(ringRows("loopback", 4, 30e-6, 2.5e9));
   ASSERT_EQ(fits.size(), 1u);
   EXPECT_EQ(fits[0].level, "loopback");
-  EXPECT_EQ(fits[0].points, 8);
+  EXPECT_EQ(fits[0].points, 4);  // the all-reduces
   EXPECT_NEAR(fits[0].latencySeconds, 30e-6, 1e-9);
   EXPECT_NEAR(fits[0].bytesPerSecond / 2.5e9, 1.0, 1e-6);
   EXPECT_LT(fits[0].rmsRelativeError, 1e-6);
+  // Without all-reduces at two sizes, the other ring collectives are used.
+  std::vector<CollectiveMeasurement> gathers;
+  for (const auto& r : ringRows("net", 2, 1e-5, 1e9)) {
+    if (r.op == "all_gather") gathers.push_back(r);
+  }
+  const auto gatherFit = fitLinkLevels(gathers);
+  ASSERT_EQ(gatherFit.size(), 1u);
+  EXPECT_NEAR(gatherFit[0].bytesPerSecond / 1e9, 1.0, 1e-6);
   // One message size cannot separate latency from bandwidth.
   std::vector<CollectiveMeasurement> one{{"all_reduce", "nccl", 2, "nvlink", 1024, 1e-5, 0, 1}};
   EXPECT_TRUE(fitLinkLevels(one).empty());

@@ -27,8 +27,9 @@ struct LinkFit {
 /// the same ring model collectiveSeconds() uses: time = steps x latency + traffic / bandwidth, where
 /// an all-reduce of B bytes over n members takes 2(n-1) steps and moves 2(n-1)/n B per member, an
 /// all-gather or reduce-scatter (n-1) steps and (n-1)/n B, a send/recv 1 step and B. Least squares on
-/// the relative error, so small and large messages weigh alike. Levels with fewer than two distinct
-/// message sizes are left out.
+/// the relative error, so small and large messages weigh alike. A level with all-reduce measurements at
+/// two sizes or more is fitted to those alone (the collective that carries most traffic; libraries run
+/// the others less efficiently). Levels with fewer than two distinct message sizes are left out.
 [[nodiscard]] std::vector<LinkFit> fitLinkLevels(const std::vector<CollectiveMeasurement>& rows);
 
 /// Replaces the latency and bandwidth of the cluster's levels that have a fit (matched by name), so the

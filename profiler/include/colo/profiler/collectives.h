@@ -15,7 +15,7 @@ namespace colo::profiler {
 struct CollectiveOptions {
   int world = 2;
   int port = 29631;                 ///< TCPStore port on 127.0.0.1
-  std::vector<std::int64_t> sizes{1 << 10, 1 << 14, 1 << 18, 1 << 22, 1 << 24};  ///< bytes per rank
+  std::vector<std::int64_t> sizes{1 << 10, 1 << 14, 1 << 18, 1 << 22, 1 << 24, 1 << 26, 1 << 28};  ///< bytes per rank: 1 KiB to 256 MiB
   int warmup = 2;
   int repetitions = 5;
   int timeoutSeconds = 60;          ///< a missing rank fails the group after this long
