@@ -1,0 +1,416 @@
+// colo-run: trains a saved plan. Started by hand it spawns the plan's ranks on this machine; started by
+// torchrun, SLURM or mpirun (RANK and WORLD_SIZE set) it is one rank of that job.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "args.h"
+#include "colo/core/library.h"
+#include "colo/core/units.h"
+#include "colo/core/version.h"
+#include "colo/executor/data.h"
+#include "colo/executor/executor.h"
+#include "colo/executor/runs_db.h"
+#include "text_table.h"
+
+namespace colo {
+namespace {
+
+int report(const Error& e) {
+  std::cerr << "colo-run: error: " << e.toString() << "\n";
+  return exitCodeFor(e.code);
+}
+
+std::vector<app::OptionSpec> runOptions() {
+  return {{"data", "FILE", "token file: .u16/.u32 flat tokens or a Megatron .bin (+ .idx); colo-run prepare makes one"},
+          {"steps", "N", "optimizer steps to run (default 20)"},
+          {"nproc-per-node", "K", "ranks to start on this machine (default: all the plan needs)"},
+          {"backend", "B", "gloo (CPU, default) or nccl (GPU)"},
+          {"checkpoint-dir", "DIR", "write sharded checkpoints here (after the last step, or every --checkpoint-every)"},
+          {"checkpoint-every", "N", "steps between checkpoints"},
+          {"resume", "", "continue from the newest checkpoint in --checkpoint-dir (any plan of the same model)"},
+          {"runs-db", "FILE", "record the run in this SQLite runs database"},
+          {"seed", "S", "seed of initialisation and data sampling (default 1234)"},
+          {"lr", "X", "peak learning rate (default 1e-3; warm-up then cosine to a tenth)"},
+          {"warmup", "N", "warm-up steps (default 2)"},
+          {"threads", "N", "intra-op threads per rank (default: cores / ranks)"},
+          {"timeout", "S", "seconds a collective waits for a missing rank (default 120)"},
+          {"compare", "PLAN", "then run this baseline plan of the same model and print both side by side"},
+          {"json", "", "print one JSON object at the end"},
+          {"quiet", "", "no per-step progress"},
+          {"help", "", "show this help"}};
+}
+
+std::atomic<int> gSignal{0};
+void onSignal(int s) { gSignal = s; }
+
+int freePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  int port = 29500;
+  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  if (fd >= 0) close(fd);
+  return port;
+}
+
+Result<Plan> loadRunnablePlan(const std::string& file) { return loadPlan(file); }
+
+// A path as given, else a file of the shipped corpus folder (data/corpus) of that name.
+std::string corpusFile(const std::string& nameOrPath) {
+  std::error_code ec;
+  if (std::filesystem::exists(nameOrPath, ec)) return nameOrPath;
+  const std::string shipped = dataDirectory() + "/corpus/" + nameOrPath;
+  return std::filesystem::exists(shipped, ec) ? shipped : nameOrPath;
+}
+
+// Starts `world` ranks of this program with torchrun's environment and waits. The first rank to fail
+// stops the others (SIGTERM, then SIGKILL after 5 s); Ctrl-C does the same. Returns the job's exit code.
+int launch(const std::vector<std::string>& argv, int world, const std::string& resultFile) {
+  const int port = freePort();
+  std::vector<pid_t> children;
+  for (int rank = 0; rank < world; ++rank) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      for (const auto c : children) kill(c, SIGKILL);
+      return report(Error::internal("cannot start rank " + std::to_string(rank)));
+    }
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // no rank outlives the launcher
+      setenv("RANK", std::to_string(rank).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(world).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      setenv("COLO_RUN_RESULT", resultFile.c_str(), 1);
+      std::vector<char*> args;
+      std::string self = "colo-run";
+      args.push_back(self.data());
+      std::vector<std::string> copy = argv;
+      for (auto& a : copy) args.push_back(a.data());
+      args.push_back(nullptr);
+      execv("/proc/self/exe", args.data());
+      _exit(127);
+    }
+    children.push_back(pid);
+  }
+  std::signal(SIGINT, onSignal);
+  std::signal(SIGTERM, onSignal);
+  int exitCode = 0;
+  int running = world;
+  std::string why;
+  auto stopAll = [&] {
+    for (const auto c : children) {
+      if (c > 0) kill(c, SIGTERM);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (running > 0 && std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      const pid_t done = waitpid(-1, &status, WNOHANG);
+      if (done > 0) {
+        for (auto& c : children) {
+          if (c == done) c = -1;
+        }
+        --running;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    for (auto& c : children) {
+      if (c > 0) {
+        kill(c, SIGKILL);
+        waitpid(c, nullptr, 0);
+        c = -1;
+        --running;
+      }
+    }
+  };
+  while (running > 0) {
+    if (gSignal) {
+      std::cerr << "colo-run: interrupted: stopping " << running << " ranks\n";
+      stopAll();
+      return 130;
+    }
+    int status = 0;
+    const pid_t done = waitpid(-1, &status, WNOHANG);
+    if (done <= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    int rank = -1;
+    for (std::size_t i = 0; i < children.size(); ++i) {
+      if (children[i] == done) {
+        rank = static_cast<int>(i);
+        children[i] = -1;
+      }
+    }
+    --running;
+    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ok) {
+      exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+      why = WIFSIGNALED(status) ? std::string("killed by signal ") + std::to_string(WTERMSIG(status))
+                                : "exit status " + std::to_string(WEXITSTATUS(status));
+      std::cerr << "colo-run: rank " << rank << " failed (" << why << "); stopping the other " << running << " ranks\n";
+      stopAll();
+      return exitCode == 0 ? 1 : exitCode;
+    }
+  }
+  return 0;
+}
+
+Result<executor::RunResult> readResult(const std::string& file) {
+  auto j = readJsonFile(file);
+  if (!j) return fail(j.error());
+  return executor::resultFromJson(*j);
+}
+
+int printResult(const executor::RunResult& r, bool json) {
+  if (json) std::cout << r.toJson().dump(2) << "\n";
+  else std::cout << executor::renderResult(r);
+  return 0;
+}
+
+// One rank (launched by us, torchrun, SLURM or mpirun).
+int rankMain(const app::Args& args, executor::RunOptions options) {
+  auto world = executor::WorldInfo::fromEnvironment();
+  if (!world) return report(world.error());
+  auto result = executor::runRank(options, *world);
+  if (!result) {
+    std::cerr << "colo-run: rank " << world->rank << ": error: " << result.error().toString() << "\n";
+    return exitCodeFor(result.error().code);
+  }
+  if (world->rank != 0) return 0;
+  if (const auto db = args.value("runs-db")) {
+    auto runs = executor::RunsDatabase::open(*db);
+    if (!runs) return report(runs.error());
+    if (auto added = runs->add(*result); !added) return report(added.error());
+  }
+  if (const char* file = std::getenv("COLO_RUN_RESULT"); file && *file) {
+    if (auto wrote = writeJsonFileAtomic(file, result->toJson()); !wrote) return report(wrote.error());
+    return 0;
+  }
+  return printResult(*result, args.has("json"));
+}
+
+Result<executor::RunOptions> optionsFrom(const app::Args& args, const std::string& planFile) {
+  executor::RunOptions o;
+  auto plan = loadRunnablePlan(planFile);
+  if (!plan) return fail(plan.error());
+  o.plan = std::move(*plan);
+  o.planFile = planFile;
+  const auto data = args.value("data");
+  if (!data) return fail(Error::badInput("--data FILE is required (colo-run prepare TEXT --out FILE.u16 makes one)"));
+  o.dataFile = corpusFile(*data);
+  auto steps = args.positiveInteger("steps", 20);
+  if (!steps) return fail(steps.error());
+  o.steps = *steps;
+  o.backend = args.value("backend", "gloo");
+  o.checkpointDir = args.value("checkpoint-dir", "");
+  auto every = args.positiveInteger("checkpoint-every", 1 << 30);
+  if (!every) return fail(every.error());
+  o.checkpointEvery = *every == (1 << 30) ? 0 : *every;
+  o.resume = args.has("resume");
+  auto seed = args.positiveInteger("seed", 1234);
+  if (!seed) return fail(seed.error());
+  o.seed = static_cast<std::uint64_t>(*seed);
+  if (const auto lr = args.value("lr")) {
+    char* end = nullptr;
+    o.learningRate = std::strtod(lr->c_str(), &end);
+    if (*end != '\0' || o.learningRate <= 0) return fail(Error::badInput("--lr: expected a positive number, got \"" + *lr + "\""));
+    o.minLearningRate = o.learningRate / 10;
+  }
+  auto warmup = args.positiveInteger("warmup", 2);
+  if (!warmup) return fail(warmup.error());
+  o.warmupSteps = *warmup;
+  auto threads = args.positiveInteger("threads", 0 + 1);
+  if (!threads) return fail(threads.error());
+  o.threads = args.has("threads") ? static_cast<int>(*threads) : 0;
+  auto timeout = args.positiveInteger("timeout", 120);
+  if (!timeout) return fail(timeout.error());
+  o.timeoutSeconds = static_cast<int>(*timeout);
+  o.progress = !args.has("quiet") && !args.has("json");
+  return o;
+}
+
+int run(const std::vector<std::string>& argv) {
+  auto args = app::Args::parse(argv, runOptions());
+  if (!args) return report(args.error());
+  if (args->has("help") || args->positional().empty()) {
+    std::cout << "usage: colo-run PLAN --data FILE [--steps N] [--nproc-per-node K] [--backend gloo|nccl]\n"
+                 "                [--checkpoint-dir DIR] [--resume] [--runs-db FILE] [--seed S] [--compare PLAN] [--json]\n"
+                 "       colo-run prepare TEXT --out FILE.u16\n"
+                 "       colo-run runs --runs-db FILE [--json]\n\n"
+                 "Trains the plan's model with the plan's parallelism on c10d (Gloo on CPU, NCCL on GPU). Started by\n"
+                 "hand it starts the plan's ranks here; under torchrun/SLURM (RANK, WORLD_SIZE, MASTER_ADDR,\n"
+                 "MASTER_PORT set) it is one rank of that job.\n\n"
+              << app::describeOptions(runOptions());
+    return args->has("help") ? 0 : 2;
+  }
+  if (args->positional().size() > 1) return report(Error::badInput("unexpected argument \"" + args->positional()[1] + "\""));
+  const std::string planFile = args->positional().front();
+  auto options = optionsFrom(*args, planFile);
+  if (!options) return report(options.error());
+  if (executor::WorldInfo::launchedByLauncher()) return rankMain(*args, std::move(*options));
+
+  // Checked before any rank starts: the plan against this machine, the data, the baseline.
+  const auto& p = options->plan.parallel;
+  const int world = static_cast<int>(p.tp * p.pp * p.dp * p.cp);
+  auto nproc = args->positiveInteger("nproc-per-node", world);
+  if (!nproc) return report(nproc.error());
+  if (*nproc != world) {
+    return report(Error::badInput("--nproc-per-node " + std::to_string(*nproc) + ": the plan needs " + std::to_string(world) +
+                                  " ranks; a job over several machines is started by torchrun or SLURM (colo-plan export "
+                                  "--format torchrun|slurm), each rank running colo-run"));
+  }
+  if (auto ok = executor::checkExecutable(options->plan, world, options->backend); !ok) {
+    return report(Error::badInput(ok.error().message, planFile));
+  }
+  if (auto data = executor::TokenData::open(options->dataFile); !data) return report(data.error());
+  std::optional<executor::RunOptions> baseline;
+  if (const auto other = args->value("compare")) {
+    auto b = optionsFrom(*args, *other);
+    if (!b) return report(b.error());
+    const auto& q = b->plan.parallel;
+    if (auto ok = executor::checkExecutable(b->plan, static_cast<int>(q.tp * q.pp * q.dp * q.cp), b->backend); !ok) {
+      return report(Error::badInput(ok.error().message, *other));
+    }
+    if (b->plan.model.name() != options->plan.model.name()) {
+      return report(Error::badInput("--compare: the baseline trains " + b->plan.model.name() + ", the plan " + options->plan.model.name(), *other));
+    }
+    baseline = std::move(*b);
+  }
+  const std::string resultDir = std::filesystem::temp_directory_path() / ("colo-run-" + std::to_string(getpid()));
+  std::filesystem::create_directories(resultDir);
+  const std::string resultFile = resultDir + "/result.json";
+  std::vector<std::string> childArgs = argv;
+  int code = launch(childArgs, world, resultFile);
+  std::optional<executor::RunResult> first;
+  if (code == 0) {
+    auto r = readResult(resultFile);
+    if (!r) code = report(r.error());
+    else first = std::move(*r);
+  }
+  if (code == 0 && baseline) {
+    // The baseline: the same options with its plan in place of the first.
+    std::vector<std::string> baseArgs;
+    bool skip = false;
+    for (std::size_t i = 0; i < argv.size(); ++i) {
+      if (skip) {
+        skip = false;
+        continue;
+      }
+      if (argv[i] == "--compare") {
+        skip = true;
+        continue;
+      }
+      if (argv[i].rfind("--compare=", 0) == 0) continue;
+      baseArgs.push_back(argv[i] == planFile ? *args->value("compare") : argv[i]);
+    }
+    if (!args->has("json") && !args->has("quiet")) std::cerr << "colo-run: baseline " << *args->value("compare") << "\n";
+    const auto& q = baseline->plan.parallel;
+    const std::string baseResult = resultDir + "/baseline.json";
+    code = launch(baseArgs, static_cast<int>(q.tp * q.pp * q.dp * q.cp), baseResult);
+    if (code == 0) {
+      auto r = readResult(baseResult);
+      if (!r) {
+        code = report(r.error());
+      } else if (args->has("json")) {
+        std::cout << Json{{"run", first->toJson()}, {"baseline", r->toJson()}}.dump(2) << "\n";
+      } else {
+        std::cout << executor::renderResult(*first) << "\n" << executor::renderResult(*r) << "\n"
+                  << executor::renderComparison(*first, *r);
+      }
+    }
+  } else if (code == 0) {
+    printResult(*first, args->has("json"));
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(resultDir, ec);
+  return code;
+}
+
+int prepare(const std::vector<std::string>& argv) {
+  auto args = app::Args::parse(argv, {{"out", "FILE", "token file to write (.u16)"}, {"help", "", "show this help"}});
+  if (!args) return report(args.error());
+  if (args->has("help") || args->positional().size() != 1 || !args->has("out")) {
+    std::cout << "usage: colo-run prepare TEXT --out FILE.u16\n\nByte-level tokenizer: every byte of TEXT becomes one "
+                 "token (0..255), so any model with a vocabulary of at least 256 can train on it.\n";
+    return args->has("help") ? 0 : 2;
+  }
+  auto r = executor::prepareTokens(corpusFile(args->positional().front()), *args->value("out"));
+  if (!r) return report(r.error());
+  std::cout << *args->value("out") << ": " << r->tokens << " tokens (byte-level, vocabulary " << r->vocabulary << ")\n";
+  return 0;
+}
+
+int runs(const std::vector<std::string>& argv) {
+  auto args = app::Args::parse(argv, {{"runs-db", "FILE", "runs database"}, {"json", "", "print JSON"}, {"help", "", "show this help"}});
+  if (!args) return report(args.error());
+  const auto file = args->value("runs-db");
+  if (!file) return report(Error::badInput("usage: colo-run runs --runs-db FILE [--json]"));
+  if (!std::filesystem::exists(*file)) return report(Error::io("no such runs database", *file));
+  auto db = executor::RunsDatabase::open(*file);
+  if (!db) return report(db.error());
+  const auto records = db->runs();
+  if (args->has("json")) {
+    Json j = Json::array();
+    for (const auto& r : records) {
+      Json one = r.result.toJson();
+      one["id"] = r.id;
+      one["started_at"] = r.startedAt;
+      j.push_back(one);
+    }
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  app::TextTable t({"id", "started", "plan", "model", "layout", "steps", "step time", "predicted", "tokens/s", "final loss"},
+                   {true, false, false, false, false, true, true, true, true, true});
+  for (const auto& r : records) {
+    const auto& x = r.result;
+    t.addRow({std::to_string(r.id), r.startedAt, x.planName, x.model,
+              "tp" + std::to_string(x.tp) + " pp" + std::to_string(x.pp) + " dp" + std::to_string(x.dp),
+              std::to_string(x.losses.size()), formatFixed(x.stepTimeSeconds * 1e3, 1) + " ms",
+              formatFixed(x.predictedStepTimeSeconds * 1e3, 1) + " ms", formatFixed(x.tokensPerSecond, 0),
+              x.losses.empty() ? "-" : formatFixed(x.losses.back(), 4)});
+  }
+  std::cout << t.render();
+  return 0;
+}
+
+}  // namespace
+}  // namespace colo
+
+int main(int argc, char** argv) {
+  try {
+    const std::vector<std::string> args(argv + 1, argv + argc);
+    if (!args.empty() && args[0] == "--version") {
+      std::cout << "colo-run " << colo::kVersion << "\n";
+      return 0;
+    }
+    if (!args.empty() && args[0] == "prepare") return colo::prepare({args.begin() + 1, args.end()});
+    if (!args.empty() && args[0] == "runs") return colo::runs({args.begin() + 1, args.end()});
+    return colo::run(args);
+  } catch (const std::exception& e) {
+    std::cerr << "colo-run: internal error: " << e.what() << "\n";
+    return 1;
+  }
+}

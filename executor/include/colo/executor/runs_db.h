@@ -1,0 +1,41 @@
+#pragma once
+/// \file
+/// The SQLite runs database: one row per run (plan hash, world, step time, tokens/s, peak memory,
+/// predictions) and one per step (loss, time). Written in one transaction per run; a foreign or newer
+/// file is refused and left untouched.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "colo/core/error.h"
+#include "colo/executor/executor.h"
+
+namespace colo::executor {
+
+struct RunRecord {
+  std::int64_t id = 0;
+  std::string startedAt;
+  RunResult result;
+};
+
+class RunsDatabase {
+ public:
+  static constexpr int kSchemaVersion = 1;
+  /// Opens or creates. Errors: kIo, kBadInput naming the file (not SQLite, not a runs database, newer).
+  [[nodiscard]] static Result<RunsDatabase> open(const std::string& path);
+  RunsDatabase(RunsDatabase&&) noexcept;
+  RunsDatabase& operator=(RunsDatabase&&) noexcept;
+  ~RunsDatabase();
+  /// Adds a run and its steps in one transaction; returns its id.
+  [[nodiscard]] Result<std::int64_t> add(const RunResult& run);
+  [[nodiscard]] std::vector<RunRecord> runs() const;
+
+ private:
+  struct Impl;
+  explicit RunsDatabase(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace colo::executor

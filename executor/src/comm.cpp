@@ -1,0 +1,163 @@
+#include "comm.h"
+
+#include <chrono>
+
+namespace colo::executor::detail {
+namespace {
+
+template <class PG>
+class GroupComm final : public Comm {
+ public:
+  GroupComm(c10::intrusive_ptr<PG> pg, int rank, int size) : m_pg(std::move(pg)), m_rank(rank), m_size(size) {}
+  int rank() const override { return m_rank; }
+  int size() const override { return m_size; }
+  void allReduce(at::Tensor& t, c10d::ReduceOp op) override {
+    if (m_size == 1) return;
+    std::vector<at::Tensor> v{t};
+    c10d::AllreduceOptions o;
+    o.reduceOp = op;
+    m_pg->allreduce(v, o)->wait();
+  }
+  WorkPtr allReduceAsync(at::Tensor& t) override {
+    std::vector<at::Tensor> v{t};
+    return m_pg->allreduce(v);
+  }
+  at::Tensor allGather(const at::Tensor& t, std::int64_t dim) override {
+    if (m_size == 1) return t;
+    std::vector<at::Tensor> in{t.contiguous()};
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (int r = 0; r < m_size; ++r) out[0].push_back(torch::empty_like(in[0]));
+    m_pg->allgather(out, in)->wait();
+    return torch::cat(out[0], dim);
+  }
+  WorkPtr send(at::Tensor& t, int dst, int tag) override {
+    std::vector<at::Tensor> v{t};
+    return m_pg->send(v, dst, tag);
+  }
+  void recv(at::Tensor& t, int src, int tag) override {
+    std::vector<at::Tensor> v{t};
+    m_pg->recv(v, src, tag)->wait();
+  }
+  void barrier() override {
+    if (m_size > 1) m_pg->barrier()->wait();
+  }
+
+ private:
+  c10::intrusive_ptr<PG> m_pg;
+  int m_rank, m_size;
+};
+
+// A group of one: every collective is the identity.
+class SelfComm final : public Comm {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void allReduce(at::Tensor&, c10d::ReduceOp) override {}
+  WorkPtr allReduceAsync(at::Tensor&) override { return {}; }
+  at::Tensor allGather(const at::Tensor& t, std::int64_t) override { return t; }
+  WorkPtr send(at::Tensor&, int, int) override { throw std::logic_error("send in a group of one"); }
+  void recv(at::Tensor&, int, int) override { throw std::logic_error("recv in a group of one"); }
+  void barrier() override {}
+};
+
+std::int64_t degree(const Parallelism& p, const std::string& d) {
+  if (d == "tp") return p.tp;
+  if (d == "cp") return p.cp;
+  if (d == "dp") return p.dp;
+  return p.pp;
+}
+
+std::int64_t& coordinate(Coordinates& c, const std::string& d) {
+  if (d == "tp") return c.tp;
+  if (d == "cp") return c.cp;
+  if (d == "dp") return c.dp;
+  return c.pp;
+}
+
+}  // namespace
+
+Coordinates coordinatesOf(std::int64_t rank, const Parallelism& p) {
+  Coordinates c;
+  for (const auto& d : p.rankOrder) {
+    const std::int64_t n = degree(p, d);
+    coordinate(c, d) = rank % n;
+    rank /= n;
+  }
+  return c;
+}
+
+std::int64_t rankOf(const Coordinates& c, const Parallelism& p) {
+  std::int64_t rank = 0, stride = 1;
+  Coordinates copy = c;
+  for (const auto& d : p.rankOrder) {
+    rank += coordinate(copy, d) * stride;
+    stride *= degree(p, d);
+  }
+  return rank;
+}
+
+Result<Groups> makeGroups(const WorldInfo& world, const Parallelism& parallel, bool embeddingGroup,
+                          const std::string& backend, int timeoutSeconds) {
+  if (backend == "nccl") {
+    return fail(Error::badInput("--backend nccl: this build's LibTorch has no NCCL process group (build against the "
+                                "CUDA LibTorch of an installed PyTorch to get it); use --backend gloo"));
+  }
+  try {
+    const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeoutSeconds) * 1000);
+    c10d::TCPStoreOptions storeOptions;
+    storeOptions.port = static_cast<std::uint16_t>(world.masterPort);
+    storeOptions.isServer = world.rank == 0;
+    storeOptions.numWorkers = world.world;
+    storeOptions.timeout = timeout;
+    auto store = c10::make_intrusive<c10d::TCPStore>(world.masterAddr, storeOptions);
+    auto device = c10d::ProcessGroupGloo::createDeviceForHostname(world.masterAddr == "localhost" ? "127.0.0.1" : world.masterAddr);
+    // Members of a group, in group-rank order, are the ranks that differ from this one only along `dims`.
+    auto make = [&](const std::string& name, const std::vector<std::int64_t>& members) -> std::unique_ptr<Comm> {
+      if (members.size() <= 1) return std::make_unique<SelfComm>();
+      int myIndex = -1;
+      std::string key = name + ":";
+      for (std::size_t i = 0; i < members.size(); ++i) {
+        if (members[i] == world.rank) myIndex = static_cast<int>(i);
+        key += std::to_string(members[i]) + ",";
+      }
+      if (myIndex < 0) return nullptr;
+      auto options = c10d::ProcessGroupGloo::Options::create();
+      options->timeout = timeout;
+      options->devices.push_back(device);
+      auto prefixed = c10::make_intrusive<c10d::PrefixStore>(key, store);
+      auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, myIndex, static_cast<int>(members.size()), options);
+      return std::make_unique<GroupComm<c10d::ProcessGroupGloo>>(pg, myIndex, static_cast<int>(members.size()));
+    };
+    const Coordinates me = coordinatesOf(world.rank, parallel);
+    auto along = [&](const std::string& dim) {
+      std::vector<std::int64_t> members;
+      Coordinates c = me;
+      for (std::int64_t i = 0; i < degree(parallel, dim); ++i) {
+        coordinate(c, dim) = i;
+        members.push_back(rankOf(c, parallel));
+      }
+      return members;
+    };
+    Groups g;
+    std::vector<std::int64_t> everyone;
+    for (std::int64_t r = 0; r < world.world; ++r) everyone.push_back(r);
+    g.world = make("world", everyone);
+    g.tp = make("tp", along("tp"));
+    g.dp = make("dp", along("dp"));
+    g.pp = make("pp", along("pp"));
+    g.tpRank = static_cast<int>(me.tp);
+    g.dpRank = static_cast<int>(me.dp);
+    g.ppRank = static_cast<int>(me.pp);
+    if (embeddingGroup && parallel.pp > 1 && (me.pp == 0 || me.pp == parallel.pp - 1)) {
+      const auto pp = along("pp");
+      g.embedding = make("embedding", {pp.front(), pp.back()});
+    } else {
+      g.embedding = std::make_unique<SelfComm>();
+    }
+    return g;
+  } catch (const std::exception& e) {
+    return fail(Error::internal("c10d (rank " + std::to_string(world.rank) + "): " + e.what()));
+  }
+}
+
+}  // namespace colo::executor::detail

@@ -1,0 +1,57 @@
+#pragma once
+// Private: c10d process groups behind one small interface, so the rest of the executor does not care
+// whether it runs on LibTorch 1.13 (ProcessGroup) or 2.x (Backend), on Gloo or NCCL.
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "colo/core/error.h"
+#include "colo/core/plan.h"
+#include "colo/executor/executor.h"
+
+namespace colo::executor::detail {
+
+using WorkPtr = decltype(std::declval<c10d::ProcessGroupGloo&>().barrier());
+
+/// One communication group. Size-1 groups do nothing (no process group behind them).
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  [[nodiscard]] virtual int rank() const = 0;
+  [[nodiscard]] virtual int size() const = 0;
+  /// In place, blocking.
+  virtual void allReduce(at::Tensor& t, c10d::ReduceOp op) = 0;
+  void allReduce(at::Tensor& t) { allReduce(t, c10d::ReduceOp::SUM); }
+  [[nodiscard]] virtual WorkPtr allReduceAsync(at::Tensor& t) = 0;
+  /// Every member's tensor concatenated along `dim` in rank order.
+  [[nodiscard]] virtual at::Tensor allGather(const at::Tensor& t, std::int64_t dim) = 0;
+  [[nodiscard]] virtual WorkPtr send(at::Tensor& t, int dst, int tag) = 0;
+  virtual void recv(at::Tensor& t, int src, int tag) = 0;
+  virtual void barrier() = 0;
+};
+
+/// The groups of one rank under a plan's parallel layout.
+struct Groups {
+  std::unique_ptr<Comm> world, tp, dp, pp;
+  std::unique_ptr<Comm> embedding;  ///< first and last pipeline stage (tied embeddings with pp > 1)
+  int tpRank = 0, dpRank = 0, ppRank = 0;
+};
+
+/// The coordinate of `rank` along each dimension of the rank order (innermost first).
+struct Coordinates {
+  std::int64_t tp = 0, cp = 0, dp = 0, pp = 0;
+};
+[[nodiscard]] Coordinates coordinatesOf(std::int64_t rank, const Parallelism& p);
+[[nodiscard]] std::int64_t rankOf(const Coordinates& c, const Parallelism& p);
+
+/// Connects to the job's TCPStore and creates this rank's groups (every rank must call it).
+/// Errors: kBadInput for a backend this build lacks, kInternal with the c10d message.
+[[nodiscard]] Result<Groups> makeGroups(const WorldInfo& world, const Parallelism& parallel, bool embeddingGroup,
+                                        const std::string& backend, int timeoutSeconds);
+
+}  // namespace colo::executor::detail

@@ -1,0 +1,87 @@
+#pragma once
+// Private: the decoder in LibTorch, one pipeline chunk at a time, with Megatron-style tensor and
+// sequence parallelism and per-layer recompute.
+#include <torch/torch.h>
+
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "colo/core/model_spec.h"
+#include "colo/core/plan.h"
+#include "comm.h"
+
+namespace colo::executor::detail {
+
+/// A parameter of this rank: its shard of the full tensor `fullShape` (split along `shardDim` into
+/// `shardCount` equal parts, this being part `shardIndex`; shardDim -1: not split).
+struct Param {
+  std::string name;
+  std::vector<std::int64_t> fullShape;
+  int shardDim = -1;
+  int shardIndex = 0;
+  int shardCount = 1;
+  bool tpReplicated = false;  ///< the same on every tensor-parallel rank (norms, biases after a reduction)
+  bool spPartial = false;     ///< its gradient is a partial sum over the sequence shards (sequence parallelism)
+  bool tiedCopy = false;      ///< the last stage's copy of the tied word embedding
+  torch::Tensor tensor;
+};
+
+struct ModelConfig {
+  ModelSpec spec;
+  std::int64_t seqLen = 0;
+  std::int64_t paddedVocab = 0;
+  int tp = 1, tpRank = 0;
+  bool sequenceParallel = false;
+  Comm* tpComm = nullptr;
+  torch::Device device = torch::kCPU;
+  torch::Dtype dtype = torch::kFloat32;
+  std::uint64_t seed = 0;
+};
+
+/// The vocabulary padded to a multiple of 128 x tp (Megatron's rule), so it splits evenly.
+[[nodiscard]] std::int64_t paddedVocabulary(std::int64_t vocab, int tp);
+
+/// Which micro-batch a forward belongs to (seeds dropout so a recompute draws the same mask).
+struct ForwardContext {
+  std::int64_t step = 0;
+  std::int64_t microBatch = 0;
+};
+
+/// One pipeline chunk: consecutive layers [firstLayer, firstLayer + layers), with the embedding when it
+/// is the first chunk and the final norm, LM head and loss when it is the last.
+class Chunk {
+ public:
+  Chunk(const ModelConfig& config, std::int64_t firstLayer, std::int64_t layers, bool first, bool last,
+        const StagePlan& recompute);
+  /// First chunk: `input` is [b, s] token ids. Others: [b, s / (tp if SP), h] hidden states. Last chunk
+  /// returns the mean cross-entropy over the micro-batch's `labels` ([b, s]); others the hidden states.
+  torch::Tensor forward(const torch::Tensor& input, const torch::Tensor& labels, const ForwardContext& context);
+  std::vector<Param>& params() { return m_params; }
+  /// Drops the closures recompute keeps for backward (call after the step's backward passes).
+  void endStep() { m_live.clear(); }
+
+ private:
+  using Fn = std::function<torch::autograd::variable_list(const torch::autograd::variable_list&)>;
+  Param& add(const std::string& name, std::vector<std::int64_t> fullShape, int shardDim, char init, bool tpReplicated,
+             bool spPartial);
+  torch::Tensor& p(const std::string& name);
+  torch::Tensor layer(std::int64_t index, const torch::Tensor& h, const ForwardContext& context, bool selective);
+  torch::Tensor attentionCore(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, std::int64_t layer,
+                              const ForwardContext& context);
+  torch::Tensor norm(const torch::Tensor& x, const std::string& prefix);
+  torch::Tensor dropout(const torch::Tensor& x, std::int64_t layer, int site, const ForwardContext& context);
+  torch::autograd::variable_list recompute(Fn fn, const torch::autograd::variable_list& inputs);
+
+  ModelConfig m_cfg;
+  std::int64_t m_first = 0, m_layers = 0;
+  bool m_isFirst = false, m_isLast = false;
+  StagePlan m_recompute;
+  std::vector<Param> m_params;
+  std::map<std::string, std::size_t> m_index;
+  std::deque<Fn> m_live;
+  torch::Tensor m_cos, m_sin;  // rotary tables [s, rotary dims]
+};
+
+}  // namespace colo::executor::detail

@@ -1,0 +1,211 @@
+// The parts of the executor that need no LibTorch: the launcher environment, the pre-flight check of a
+// plan, and the result as JSON and as tables.
+#include <algorithm>
+#include <cstdlib>
+#include <iomanip>
+#include <sstream>
+
+#include "colo/core/units.h"
+#include "colo/executor/executor.h"
+
+namespace colo::executor {
+namespace {
+
+Result<int> envInt(const char* name, int fallback, int minimum) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < minimum || x > 1 << 24) {
+    return fail(Error::badInput(std::string("environment variable ") + name + "=\"" + v + "\" is not a valid number"));
+  }
+  return static_cast<int>(x);
+}
+
+std::string fixed(double v, int digits) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(digits) << v;
+  return o.str();
+}
+
+std::string formatSeconds(double s) {
+  if (s <= 0) return "-";
+  if (s < 1.0) return fixed(s * 1e3, 1) + " ms";
+  return fixed(s, 3) + " s";
+}
+
+}  // namespace
+
+bool WorldInfo::launchedByLauncher() { return std::getenv("RANK") && std::getenv("WORLD_SIZE"); }
+
+Result<WorldInfo> WorldInfo::fromEnvironment() {
+  WorldInfo w;
+  auto world = envInt("WORLD_SIZE", 1, 1);
+  if (!world) return fail(world.error());
+  auto rank = envInt("RANK", 0, 0);
+  if (!rank) return fail(rank.error());
+  auto local = envInt("LOCAL_RANK", *rank, 0);
+  if (!local) return fail(local.error());
+  auto localWorld = envInt("LOCAL_WORLD_SIZE", *world, 1);
+  if (!localWorld) return fail(localWorld.error());
+  auto port = envInt("MASTER_PORT", 29500, 1);
+  if (!port) return fail(port.error());
+  if (*rank >= *world) {
+    return fail(Error::badInput("RANK=" + std::to_string(*rank) + " is not below WORLD_SIZE=" + std::to_string(*world)));
+  }
+  if (*port > 65535) return fail(Error::badInput("MASTER_PORT=" + std::to_string(*port) + " is not a port"));
+  w.world = *world;
+  w.rank = *rank;
+  w.localRank = *local;
+  w.localWorld = *localWorld;
+  w.masterPort = *port;
+  if (const char* addr = std::getenv("MASTER_ADDR"); addr && *addr) w.masterAddr = addr;
+  return w;
+}
+
+Result<void> checkExecutable(const Plan& plan, int world, const std::string& backend) {
+  auto bad = [](const std::string& why) { return fail(Error::badInput(why)); };
+  if (backend != "gloo" && backend != "nccl") return bad("--backend: expected gloo or nccl, got \"" + backend + "\"");
+  const auto& p = plan.parallel;
+  const std::int64_t planWorld = p.tp * p.pp * p.dp * p.cp;
+  if (planWorld != world) {
+    return bad("the plan needs tp*pp*dp*cp = " + std::to_string(p.tp) + "*" + std::to_string(p.pp) + "*" +
+               std::to_string(p.dp) + "*" + std::to_string(p.cp) + " = " + std::to_string(planWorld) +
+               " processes, the job has " + std::to_string(world) + " (WORLD_SIZE or --nproc-per-node)");
+  }
+  if (!plan.model.spec) return bad("model " + plan.model.name() + ": the executor builds models from a colo.model/1 spec or HF config, not a raw op graph");
+  const ModelSpec& m = *plan.model.spec;
+  if (m.architecture != Architecture::kDecoder || m.input != InputKind::kTokens) {
+    return bad("model " + m.name + ": the executor trains decoder language models (GPT- and LLaMA-style)");
+  }
+  if (m.moe.enabled()) return bad("model " + m.name + ": mixture-of-experts layers are not implemented by the executor");
+  if (m.positionEmbedding == PositionEmbedding::kAlibi) return bad("model " + m.name + ": ALiBi positions are not implemented by the executor");
+  if (m.slidingWindow > 0) return bad("model " + m.name + ": sliding-window attention is not implemented by the executor");
+  if (m.embeddingNorm || m.pooler || m.typeVocabSize > 0 || m.embeddingSize > 0 || !m.lmHead) {
+    return bad("model " + m.name + ": embedding norms, poolers, token types and projected embeddings are not implemented by the executor");
+  }
+  if (p.cp > 1) return bad("parallel.cp = " + std::to_string(p.cp) + ": context parallelism is not implemented by the executor");
+  if (p.ep > 1) return bad("parallel.ep = " + std::to_string(p.ep) + ": expert parallelism is not implemented by the executor");
+  if (plan.schedule == Schedule::kZeroBubble) return bad("schedule zb: the executor runs gpipe, 1f1b and interleaved");
+  if (plan.zeroStage > 1) return bad("zero_stage = " + std::to_string(plan.zeroStage) + ": the executor implements ZeRO 0 and 1 (distributed optimizer)");
+  if (plan.offload.optimizerFraction > 0 || plan.offload.paramsFraction > 0) return bad("offload: the executor keeps every state on the device");
+  if (m.numAttentionHeads % p.tp != 0 || m.kvHeads() % p.tp != 0) {
+    return bad("model " + m.name + ": " + std::to_string(m.numAttentionHeads) + " heads and " + std::to_string(m.kvHeads()) +
+               " key/value heads must divide by tp = " + std::to_string(p.tp));
+  }
+  if (m.ffnHiddenSize % p.tp != 0) return bad("model " + m.name + ": ffn_hidden_size " + std::to_string(m.ffnHiddenSize) + " must divide by tp");
+  if (m.positionEmbedding == PositionEmbedding::kLearned && plan.seqLen > m.maxPositionEmbeddings) {
+    return bad("batch.seq_len = " + std::to_string(plan.seqLen) + " exceeds the model's " + std::to_string(m.maxPositionEmbeddings) + " learned positions");
+  }
+  if (p.sequenceParallel && plan.seqLen % p.tp != 0) return bad("sequence parallelism needs seq_len divisible by tp");
+  return {};
+}
+
+Json RunResult::toJson() const {
+  return {{"plan", planName},
+          {"plan_hash", planHash},
+          {"model", model},
+          {"device", device},
+          {"backend", backend},
+          {"world", world},
+          {"parallel", {{"tp", tp}, {"pp", pp}, {"dp", dp}, {"vpp", vpp}}},
+          {"first_step", firstStep},
+          {"tokens_per_step", tokensPerStep},
+          {"losses", losses},
+          {"step_seconds", stepSeconds},
+          {"grad_norms", gradNorms},
+          {"step_time_s", stepTimeSeconds},
+          {"tokens_per_s", tokensPerSecond},
+          {"peak_memory_bytes", peakMemoryBytes},
+          {"predicted_step_time_s", predictedStepTimeSeconds},
+          {"predicted_peak_memory_bytes", predictedPeakMemoryBytes},
+          {"compute_s", computeSeconds},
+          {"wall_s", wallSeconds},
+          {"checkpoint", checkpoint}};
+}
+
+Result<RunResult> resultFromJson(const Json& j) {
+  try {
+    RunResult r;
+    r.planName = j.at("plan").get<std::string>();
+    r.planHash = j.at("plan_hash").get<std::string>();
+    r.model = j.at("model").get<std::string>();
+    r.device = j.at("device").get<std::string>();
+    r.backend = j.at("backend").get<std::string>();
+    r.world = j.at("world").get<std::int64_t>();
+    r.tp = j.at("parallel").at("tp").get<std::int64_t>();
+    r.pp = j.at("parallel").at("pp").get<std::int64_t>();
+    r.dp = j.at("parallel").at("dp").get<std::int64_t>();
+    r.vpp = j.at("parallel").at("vpp").get<std::int64_t>();
+    r.firstStep = j.at("first_step").get<std::int64_t>();
+    r.tokensPerStep = j.at("tokens_per_step").get<std::int64_t>();
+    r.losses = j.at("losses").get<std::vector<double>>();
+    r.stepSeconds = j.at("step_seconds").get<std::vector<double>>();
+    r.gradNorms = j.at("grad_norms").get<std::vector<double>>();
+    r.stepTimeSeconds = j.at("step_time_s").get<double>();
+    r.tokensPerSecond = j.at("tokens_per_s").get<double>();
+    r.peakMemoryBytes = j.at("peak_memory_bytes").get<double>();
+    r.predictedStepTimeSeconds = j.at("predicted_step_time_s").get<double>();
+    r.predictedPeakMemoryBytes = j.at("predicted_peak_memory_bytes").get<double>();
+    r.computeSeconds = j.at("compute_s").get<double>();
+    r.wallSeconds = j.at("wall_s").get<double>();
+    r.checkpoint = j.at("checkpoint").get<std::string>();
+    return r;
+  } catch (const std::exception& e) {
+    return fail(Error::badInput(std::string("not a colo-run result: ") + e.what()));
+  }
+}
+
+std::string renderResult(const RunResult& r) {
+  std::ostringstream o;
+  auto pct = [](double measured, double predicted) {
+    if (predicted <= 0) return std::string("-");
+    return (measured >= predicted ? "+" : "") + fixed(100.0 * (measured - predicted) / predicted, 1) + "%";
+  };
+  o << "run       " << r.planName << " (" << r.model << "): tp " << r.tp << " pp " << r.pp << " dp " << r.dp
+    << (r.vpp > 1 ? " vpp " + std::to_string(r.vpp) : "") << " on " << r.world << " x " << r.device << " (" << r.backend << ")\n";
+  if (!r.losses.empty()) {
+    o << "loss      " << fixed(r.losses.front(), 4) << " at step " << r.firstStep << " -> " << fixed(r.losses.back(), 4)
+      << " at step " << r.firstStep + static_cast<std::int64_t>(r.losses.size()) - 1 << "\n";
+  }
+  o << "                   predicted     measured   measured vs predicted\n";
+  o << "step time    " << std::setw(12) << formatSeconds(r.predictedStepTimeSeconds) << " " << std::setw(12)
+    << formatSeconds(r.stepTimeSeconds) << "   " << pct(r.stepTimeSeconds, r.predictedStepTimeSeconds) << "\n";
+  o << "peak memory  " << std::setw(12) << formatBytes(r.predictedPeakMemoryBytes) << " " << std::setw(12)
+    << formatBytes(r.peakMemoryBytes) << "   " << pct(r.peakMemoryBytes, r.predictedPeakMemoryBytes)
+    << (r.backend == "gloo" ? "  (measured: process resident set)" : "") << "\n";
+  o << "throughput   " << fixed(r.tokensPerSecond, 0) << " tokens/s; " << fixed(r.wallSeconds > 0 ? 100.0 * r.computeSeconds / r.wallSeconds : 0, 1)
+    << "% of rank 0's time in LibTorch calls\n";
+  if (!r.checkpoint.empty()) o << "checkpoint " << r.checkpoint << "\n";
+  return o.str();
+}
+
+std::string renderComparison(const RunResult& a, const RunResult& b) {
+  std::ostringstream o;
+  auto layout = [](const RunResult& r) {
+    return "tp" + std::to_string(r.tp) + " pp" + std::to_string(r.pp) + " dp" + std::to_string(r.dp) +
+           (r.vpp > 1 ? " vpp" + std::to_string(r.vpp) : "");
+  };
+  const int w = 22;
+  o << std::left << std::setw(24) << "" << std::setw(w) << a.planName << std::setw(w) << b.planName << "\n";
+  o << std::setw(24) << "layout" << std::setw(w) << layout(a) << std::setw(w) << layout(b) << "\n";
+  o << std::setw(24) << "predicted step time" << std::setw(w) << formatSeconds(a.predictedStepTimeSeconds) << std::setw(w)
+    << formatSeconds(b.predictedStepTimeSeconds) << "\n";
+  o << std::setw(24) << "measured step time" << std::setw(w) << formatSeconds(a.stepTimeSeconds) << std::setw(w)
+    << formatSeconds(b.stepTimeSeconds) << "\n";
+  o << std::setw(24) << "tokens/s" << std::setw(w) << fixed(a.tokensPerSecond, 0) << std::setw(w) << fixed(b.tokensPerSecond, 0) << "\n";
+  o << std::setw(24) << "predicted peak memory" << std::setw(w) << formatBytes(a.predictedPeakMemoryBytes) << std::setw(w)
+    << formatBytes(b.predictedPeakMemoryBytes) << "\n";
+  o << std::setw(24) << "measured peak memory" << std::setw(w) << formatBytes(a.peakMemoryBytes) << std::setw(w)
+    << formatBytes(b.peakMemoryBytes) << "\n";
+  o << std::setw(24) << "final loss" << std::setw(w) << (a.losses.empty() ? "-" : fixed(a.losses.back(), 4)) << std::setw(w)
+    << (b.losses.empty() ? "-" : fixed(b.losses.back(), 4)) << "\n";
+  if (a.stepTimeSeconds > 0 && b.stepTimeSeconds > 0) {
+    o << "measured: " << a.planName << " is " << fixed(b.stepTimeSeconds / a.stepTimeSeconds, 2) << "x the speed of "
+      << b.planName << " (predicted " << fixed(b.predictedStepTimeSeconds / std::max(1e-12, a.predictedStepTimeSeconds), 2)
+      << "x)\n";
+  }
+  return o.str();
+}
+
+}  // namespace colo::executor
