@@ -284,7 +284,13 @@ int run(const std::vector<std::string>& argv) {
   if (auto ok = executor::checkExecutable(options->plan, world, options->backend); !ok) {
     return report(Error::badInput(ok.error().message, planFile));
   }
-  if (auto data = executor::TokenData::open(options->dataFile); !data) return report(data.error());
+  auto data = executor::TokenData::open(options->dataFile);
+  if (!data) return report(data.error());
+  if (const auto vocab = options->plan.model.spec->vocabSize; data->maxToken() >= static_cast<std::uint64_t>(vocab)) {
+    return report(Error::badInput("token id " + std::to_string(data->maxToken()) + " is outside the model's vocabulary of " +
+                                      std::to_string(vocab),
+                                  options->dataFile));
+  }
   std::optional<executor::RunOptions> baseline;
   if (const auto other = args->value("compare")) {
     auto b = optionsFrom(*args, *other);

@@ -1,0 +1,173 @@
+// colo-run as a user runs it: real ranks joined by c10d Gloo on this machine. With fp32 and a fixed
+// seed, every parallel layout must train exactly like one process (within 1e-5 relative, LibTorch's
+// reductions summing in another order), a killed rank must end the job, and resume is bit-identical.
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "colo/core/json.h"
+#include "core/test_support.h"
+
+namespace colo {
+namespace {
+
+// Processes (other than this one) whose command line contains `text`.
+int processesNaming(const std::string& text) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = entry.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos || std::stoi(pid) == getpid()) continue;
+    std::ifstream in(entry.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline.find(text) != std::string::npos) ++count;
+  }
+  return count;
+}
+
+class ColoRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(std::string(COLO_BIN_DIR) + "/colo-run")) GTEST_SKIP() << "colo-run is not built (no LibTorch)";
+    auto prepared = test::runProgram("colo-run", "prepare " + test::dataFile("corpus/declaration.txt") + " --out " + data());
+    ASSERT_EQ(prepared.exitCode, 0) << prepared.err;
+  }
+  std::string data() { return m_dir.path("declaration.u16"); }
+  // A plan made as a user makes one: colo-plan evaluate ... --out.
+  std::string plan(const std::string& name, const std::string& model, const std::string& options) {
+    const std::string file = m_dir.path(name + ".json");
+    auto r = test::runProgram("colo-plan", "evaluate --model " + model + " --cluster localhost-cpu --mbs 2 --gbs 8 --seq-len 32 "
+                                           "--precision fp32 " + options + " --out " + file);
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+    return file;
+  }
+  Json train(const std::string& planFile, const std::string& extra = "", int expectExit = 0) {
+    auto r = test::runProgram("colo-run", planFile + " --data " + data() + " --threads 1 --json " + extra);
+    EXPECT_EQ(r.exitCode, expectExit) << r.err;
+    if (r.exitCode != 0) return Json();
+    return Json::parse(r.out);
+  }
+  static void expectSameLosses(const Json& a, const Json& b, double tolerance) {
+    ASSERT_TRUE(a.contains("losses") && b.contains("losses"));
+    const auto x = a["losses"].get<std::vector<double>>(), y = b["losses"].get<std::vector<double>>();
+    ASSERT_EQ(x.size(), y.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      EXPECT_LE(std::fabs(x[i] - y[i]), tolerance * std::fabs(y[i])) << "step " << i << ": " << x[i] << " vs " << y[i];
+    }
+  }
+  // The layout with and without recompute and ZeRO-1 equals the single process over 20 steps.
+  void equalsOneProcess(const std::string& model, const std::string& layout, const std::string& variant) {
+    const Json single = train(plan("single", model, "--gpus 1"), "--steps 20");
+    const Json plain = train(plan("plain", model, layout), "--steps 20");
+    const Json other = train(plan("variant", model, layout + " " + variant), "--steps 20");
+    expectSameLosses(plain, single, 1e-5);
+    expectSameLosses(other, single, 1e-5);
+    const auto losses = single["losses"].get<std::vector<double>>();
+    EXPECT_LT(losses.back(), losses.front() - 1.0);  // it learns
+  }
+  test::ScratchDir m_dir;
+};
+
+TEST_F(ColoRun, TensorAndDataParallelTrainLikeOneProcess) {
+  equalsOneProcess("tiny-gpt", "--gpus 4 --tp 2 --dp 2", "--sp --zero 1 --recompute full");
+}
+
+TEST_F(ColoRun, PipelineAndDataParallelTrainLikeOneProcess) {
+  equalsOneProcess("tiny-gpt", "--gpus 4 --pp 2 --dp 2", "--zero 1 --recompute selective");
+}
+
+TEST_F(ColoRun, TensorAndPipelineParallelTrainLikeOneProcessForLlama) {
+  equalsOneProcess("tiny-llama", "--gpus 4 --tp 2 --pp 2", "--sp --recompute full");
+}
+
+TEST_F(ColoRun, InterleavedPipelineTrainsLikeOneProcess) {
+  equalsOneProcess("tiny-gpt", "--gpus 4 --pp 2 --vpp 2 --dp 2", "--zero 1 --recompute full");
+}
+
+TEST_F(ColoRun, ResumeIsBitIdenticalAndReshardsAcrossPlans) {
+  const std::string tp2dp2 = plan("tp2dp2", "tiny-gpt", "--gpus 4 --tp 2 --dp 2 --zero 1");
+  const Json straight = train(tp2dp2, "--steps 6");
+  // Killed at the start of step 5 (index 4): the checkpoint after step 3 survives.
+  const std::string ckpt = m_dir.path("ckpt");
+  setenv("COLO_RUN_FAULT", "1:4", 1);
+  auto crashed = test::runProgram("colo-run", tp2dp2 + " --data " + data() + " --threads 1 --steps 6 --checkpoint-every 3 "
+                                              "--checkpoint-dir " + ckpt + " --quiet");
+  unsetenv("COLO_RUN_FAULT");
+  EXPECT_NE(crashed.exitCode, 0);
+  EXPECT_NE(crashed.err.find("rank 1 failed"), std::string::npos) << crashed.err;
+  ASSERT_TRUE(std::filesystem::exists(ckpt + "/latest"));
+  const std::string copy = m_dir.path("ckpt-copy");  // the resumed run checkpoints again at its end
+  std::filesystem::copy(ckpt, copy, std::filesystem::copy_options::recursive);
+  const Json resumed = train(tp2dp2, "--steps 6 --resume --checkpoint-dir " + ckpt);
+  ASSERT_EQ(resumed["first_step"], 3);
+  const auto all = straight["losses"].get<std::vector<double>>();
+  const auto tail = resumed["losses"].get<std::vector<double>>();
+  ASSERT_EQ(tail.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(tail[i], all[3 + i]) << "step " << 3 + i;  // bit-identical
+  // The same checkpoint resumed under another plan of the model (re-sharded).
+  const Json other = train(plan("pp2dp2", "tiny-gpt", "--gpus 4 --pp 2 --dp 2"), "--steps 6 --resume --checkpoint-dir " + copy);
+  const auto moved = other["losses"].get<std::vector<double>>();
+  ASSERT_EQ(moved.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_NEAR(moved[i], all[3 + i], 1e-5 * all[3 + i]) << "step " << 3 + i;
+}
+
+TEST_F(ColoRun, AKilledRankEndsTheJobWithoutLeftovers) {
+  const std::string file = plan("killed", "tiny-gpt", "--gpus 4 --tp 2 --dp 2");
+  setenv("COLO_RUN_FAULT", "2:2", 1);
+  const auto start = std::chrono::steady_clock::now();
+  auto r = test::runProgram("colo-run", file + " --data " + data() + " --threads 1 --steps 200 --quiet");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  unsetenv("COLO_RUN_FAULT");
+  EXPECT_NE(r.exitCode, 0);
+  EXPECT_LT(seconds, 30.0);
+  EXPECT_NE(r.err.find("rank 2 failed (killed by signal 9)"), std::string::npos) << r.err;
+  // No process of this job is left (each rank's command line names the plan file).
+  EXPECT_EQ(processesNaming(file), 0);
+}
+
+TEST_F(ColoRun, RecordsRunsAndComparesWithABaseline) {
+  const std::string runs = m_dir.path("runs.sqlite");
+  const std::string a = plan("a", "tiny-gpt", "--gpus 2 --tp 2");
+  const std::string b = plan("b", "tiny-gpt", "--gpus 2 --dp 2");
+  auto r = test::runProgram("colo-run", a + " --data " + data() + " --threads 1 --steps 3 --quiet --runs-db " + runs + " --compare " + b);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("predicted step time"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("measured step time"), std::string::npos);
+  auto listed = test::runProgram("colo-run", "runs --runs-db " + runs + " --json");
+  ASSERT_EQ(listed.exitCode, 0) << listed.err;
+  const Json j = Json::parse(listed.out);
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["parallel"]["tp"], 2);
+  EXPECT_EQ(j[1]["parallel"]["dp"], 2);
+  EXPECT_EQ(j[0]["losses"].size(), 3u);
+  EXPECT_GT(j[0]["predicted_step_time_s"].get<double>(), 0);
+}
+
+TEST_F(ColoRun, BadInputIsRefusedBeforeAnyRankStarts) {
+  const std::string file = plan("four", "tiny-gpt", "--gpus 4 --tp 2 --dp 2");
+  auto nproc = test::runProgram("colo-run", file + " --data " + data() + " --nproc-per-node 2");
+  EXPECT_EQ(nproc.exitCode, 2);
+  EXPECT_NE(nproc.err.find("torchrun"), std::string::npos) << nproc.err;
+  auto zb = test::runProgram("colo-run", plan("zb", "tiny-gpt", "--gpus 2 --pp 2 --schedule zb") + " --data " + data());
+  EXPECT_EQ(zb.exitCode, 2);
+  EXPECT_NE(zb.err.find("schedule zb"), std::string::npos) << zb.err;
+  auto noData = test::runProgram("colo-run", file + " --data " + m_dir.path("none.u16"));
+  EXPECT_EQ(noData.exitCode, 2);
+  EXPECT_NE(noData.err.find("none.u16"), std::string::npos);
+  // Token ids beyond the vocabulary: a uint16 file with id 65535.
+  const std::string big = m_dir.write("big.u16", std::string("\xff\xff\x01\x00\x02\x00", 6));
+  auto outside = test::runProgram("colo-run", plan("one", "tiny-gpt", "--gpus 1") + " --data " + big);
+  EXPECT_EQ(outside.exitCode, 2);
+  EXPECT_NE(outside.err.find("outside the model's vocabulary"), std::string::npos) << outside.err;
+  auto garbage = test::runProgram("colo-run", m_dir.write("bad.json", "{\"format\": \"colo.plan/1\"") + " --data " + data());
+  EXPECT_EQ(garbage.exitCode, 2);
+}
+
+}  // namespace
+}  // namespace colo
