@@ -252,6 +252,11 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       master.narrow(0, s.offset, s.numel).copy_(s.param->tensor.detach().view({-1}));
       s.param->tensor = master.narrow(0, s.offset, s.numel).view(s.param->tensor.sizes()).detach().requires_grad_(true);
     }
+    // Gradients accumulate straight into one flat buffer too (each .grad a view of it), as Megatron's
+    // main_grad buffer: no copy before the reductions, no allocation per step.
+    Tensor grads = torch::zeros({padded}, torch::kFloat32);
+    for (auto& s : slots) s.param->tensor.mutable_grad() = grads.narrow(0, s.offset, s.numel).view(s.param->tensor.sizes());
+    Tensor denominator;
     const bool zero1 = plan.zeroStage >= 1 && dp > 1;
     const std::int64_t shard = zero1 ? padded / dp : padded;
     const std::int64_t lo = zero1 ? g.dpRank * shard : 0;
@@ -348,7 +353,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     for (std::int64_t step = firstStep; step < o.steps; ++step) {
       if (w.rank == faultRank && step == faultStep) std::raise(SIGKILL);
       const auto stepStart = Clock::now();
-      for (auto& s : slots) s.param->tensor.mutable_grad() = Tensor();
+      grads.zero_();
       // Inputs and labels of this rank's micro-batch j: global samples dpRank * mLocal * mbs + j * mbs + i.
       auto tokens = [&](std::int64_t j) {
         std::vector<std::int64_t> flat;
@@ -408,13 +413,14 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       for (auto& s : sends) timed(libtorch, [&] { s->wait(); });
       for (auto& [c, chunk] : mine) chunk->endStep();
 
-      // Gradients into one flat buffer, then the reductions the layout needs.
-      Tensor grads = torch::zeros({padded}, torch::kFloat32);
+      // The reductions the layout needs, on the flat gradient buffer.
       double sumSquares = 0;
       timed(libtorch, [&] {
         torch::NoGradGuard noGrad;
         for (auto& s : slots) {
-          if (s.param->tensor.grad().defined()) grads.narrow(0, s.offset, s.numel).copy_(s.param->tensor.grad().view({-1}));
+          if (s.param->tensor.grad().data_ptr() != grads.narrow(0, s.offset, s.numel).data_ptr()) {
+            throw std::logic_error("gradient of " + s.param->name + " left the flat buffer");
+          }
         }
         for (auto& s : slots) {
           Tensor slice = grads.narrow(0, s.offset, s.numel);
@@ -460,13 +466,16 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       timed(libtorch, [&] {
         torch::NoGradGuard noGrad;
         const double t = static_cast<double>(step + 1);
-        Tensor gs = grads.narrow(0, lo, shard).mul(clip);
+        Tensor gs = grads.narrow(0, lo, shard);
+        if (clip < 1.0) gs.mul_(clip);
         Tensor ps = master.narrow(0, lo, shard);
         adamM.mul_(o.beta1).add_(gs, 1.0 - o.beta1);
         adamV.mul_(o.beta2).addcmul_(gs, gs, 1.0 - o.beta2);
         const double c1 = 1.0 - std::pow(o.beta1, t), c2 = 1.0 - std::pow(o.beta2, t);
         ps.mul_(1.0 - lr * o.weightDecay);
-        ps.addcdiv_(adamM, (adamV / c2).sqrt_().add_(o.epsilon), -lr / c1);
+        if (!denominator.defined()) denominator = torch::empty_like(adamV);
+        torch::div_out(denominator, adamV, c2).sqrt_().add_(o.epsilon);
+        ps.addcdiv_(adamM, denominator, -lr / c1);
         if (zero1) {
           Tensor gathered = g.dp->allGather(ps.clone(), 0);
           master.copy_(gathered);

@@ -2,6 +2,7 @@
 // Private: LibTorch helpers. LibTorch errors (c10::Error) are caught where LibTorch is called and turned
 // into colo errors; none leaves the module.
 
+#include <dlfcn.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -28,7 +29,15 @@ inline Result<torch::Dtype> torchDtype(DType d) {
   return fail(Error::badInput("fp8 kernels cannot be measured through LibTorch here"));
 }
 
+// OpenBLAS keeps a thread pool of its own besides LibTorch's intra-op threads; both at once
+// oversubscribe the cores. Measure as the executor runs: OpenBLAS single-threaded, LibTorch's threads.
+inline void singleThreadedBlas() {
+  using SetThreads = void (*)(int);
+  if (auto* set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
+}
+
 inline Result<torch::Device> torchDevice(const std::string& name) {
+  singleThreadedBlas();
   if (name == "cpu") return torch::Device(torch::kCPU);
   if (name == "cuda") {
     if (!torch::cuda::is_available()) return fail(Error::badInput("--device cuda: no CUDA device is available"));
