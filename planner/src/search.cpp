@@ -225,9 +225,11 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                   if (pp > 1 && zero > 1) { prune("ZeRO-2/3 with pipeline parallelism"); continue; }
                   // Dominance: with one data-parallel rank ZeRO shards nothing; otherwise ZeRO-1 (with
                   // pp) and ZeRO-2 (without) cost the same time as ZeRO-0 and hold less memory.
-                  if (dp == 1 && zero > 0) { prune("dominated: ZeRO with dp 1"); continue; }
-                  if (dp > 1 && pp > 1 && zero == 0) { prune("dominated: ZeRO-0 by ZeRO-1"); continue; }
-                  if (dp > 1 && pp == 1 && zero < 2) { prune("dominated: ZeRO-0/1 by ZeRO-2"); continue; }
+                  // A ZeRO stage the user fixed is kept (an engine may not run the dominating one).
+                  const bool zeroFixed = options.fixed.contains("zero");
+                  if (dp == 1 && zero > 0 && !zeroFixed) { prune("dominated: ZeRO with dp 1"); continue; }
+                  if (dp > 1 && pp > 1 && zero == 0 && !zeroFixed) { prune("dominated: ZeRO-0 by ZeRO-1"); continue; }
+                  if (dp > 1 && pp == 1 && zero < 2 && !zeroFixed) { prune("dominated: ZeRO-0/1 by ZeRO-2"); continue; }
                   // Memory lower bound: the average stage's model states, before any activation.
                   const double perGpu = params / static_cast<double>(tp * pp);
                   const double d = static_cast<double>(dp);

@@ -57,6 +57,23 @@ TEST(Search, FindsAFittingPlanForGpt3OnAThousandGpus) {
   }
 }
 
+TEST(Search, AFixedZeroStageIsKeptEvenWhereAnotherDominatesIt) {
+  // ZeRO-2 dominates ZeRO-1 without pipelining, but an engine that runs only ZeRO-1 must get one.
+  const auto s = setup("tiny-gpt", "localhost-cpu", 4);
+  SearchOptions o;
+  o.globalBatchSize = 8;
+  o.seqLen = 128;
+  o.fixed = *parseFixed("tp=2,dp=2,zero=1");
+  auto r = search(s.model, s.cluster, o);
+  ASSERT_TRUE(r) << r.error().toString();
+  ASSERT_TRUE(r->feasible()) << r->infeasibleReason;
+  EXPECT_EQ(r->top.front().plan.zeroStage, 1);
+  o.fixed = *parseFixed("tp=2,dp=2");
+  auto free = search(s.model, s.cluster, o);
+  ASSERT_TRUE(free && free->feasible());
+  EXPECT_EQ(free->top.front().plan.zeroStage, 2);
+}
+
 TEST(Search, BestIsNeverWorseThanTheMegatronConfiguration) {
   // The configuration of Narayanan et al.: tp 8, pp 16 interleaved, dp 8, selective recompute + SP.
   const auto s = setup("gpt3-175b", "dgx-a100-80gb-x128", 1024);
