@@ -1,6 +1,6 @@
 # Build options whose defaults follow what this machine can build.
 #
-#   COLO_BUILD_UI        Qt 6 desktop app (needs Qt6 Widgets, Charts, Concurrent, Test)
+#   COLO_BUILD_UI        Qt 6 desktop app (needs Qt6 Widgets, Charts, Concurrent, Svg, Test)
 #   COLO_BUILD_EXECUTOR  profiler + executor (needs LibTorch with c10d)
 #   COLO_WITH_CUDA       CUDA kernels (needs a CUDA compiler)
 #   COLO_BUILD_TESTS     GoogleTest / Qt Test suites
@@ -10,13 +10,13 @@
 
 include(CheckLanguage)
 
-find_package(Qt6 6.2 QUIET COMPONENTS Widgets Charts Concurrent Test)
+find_package(Qt6 6.2 QUIET COMPONENTS Widgets Charts Concurrent Svg Test)
 if(Qt6_FOUND)
   set(_colo_ui_default ON)
   set(_colo_ui_why "Qt ${Qt6_VERSION} found")
 else()
   set(_colo_ui_default OFF)
-  set(_colo_ui_why "Qt6 Widgets/Charts/Concurrent/Test not found")
+  set(_colo_ui_why "Qt6 Widgets/Charts/Concurrent/Svg/Test not found")
 endif()
 
 # LibTorch: Debian's libtorch-dev installs TorchConfig.cmake; on a GPU machine pass
@@ -88,7 +88,7 @@ function(colo_print_configuration)
   if(NOT EXISTS ${PROJECT_SOURCE_DIR}/ui/CMakeLists.txt)
     set(_ui_note "; the ui module has no code yet, nothing to build")
   endif()
-  set(_exec_note "; builds the profiler")
+  set(_exec_note "; builds the profiler and the executor (colo-profile, colo-run)")
   if(NOT EXISTS ${PROJECT_SOURCE_DIR}/executor/CMakeLists.txt)
     set(_exec_note "; builds the profiler (the executor module has no code yet)")
   endif()

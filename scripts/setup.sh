@@ -12,10 +12,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # Build tools and the libraries of the modules that exist today. LibTorch (with Gloo) builds the
 # profiler; OpenBLAS replaces the reference BLAS Debian's LibTorch would otherwise call (~75x faster
-# CPU GEMMs). Qt 6 (colo-studio) is not needed yet. CMake turns each module on when it finds its
-# libraries and says so.
+# CPU GEMMs). Qt 6 Widgets, Charts and Svg build colo-studio (its tests run on the offscreen platform).
+# CMake turns each module on when it finds its libraries and says so.
 packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libboost-graph-dev libgtest-dev libsqlite3-dev sqlite3
-          libtorch-dev libgloo-dev libopenblas0-pthread)
+          libtorch-dev libgloo-dev libopenblas0-pthread qt6-base-dev qt6-base-dev-tools qt6-charts-dev libqt6svg6-dev)
 
 missing=()
 for p in "${packages[@]}"; do

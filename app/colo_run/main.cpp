@@ -247,7 +247,7 @@ Result<executor::RunOptions> optionsFrom(const app::Args& args, const std::strin
   auto timeout = args.positiveInteger("timeout", 120);
   if (!timeout) return fail(timeout.error());
   o.timeoutSeconds = static_cast<int>(*timeout);
-  o.progress = !args.has("quiet") && !args.has("json");
+  o.progress = !args.has("quiet");  // on stderr, so --json output stays one object on stdout
   return o;
 }
 

@@ -1,0 +1,57 @@
+// colo-studio: the desktop workbench. `--screenshot out.png --model M --cluster C` renders the window
+// with the best plan selected (offscreen works) and exits, for docs and tests.
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QTimer>
+
+#include <iostream>
+
+#include "colo/core/version.h"
+#include "colo/ui/main_window.h"
+#include "colo/ui/search_runner.h"
+
+int main(int argc, char** argv) {
+  QApplication app(argc, argv);
+  QApplication::setApplicationName("colo-studio");
+  QApplication::setApplicationVersion(colo::kVersion);
+  QCommandLineParser parser;
+  parser.setApplicationDescription("colo-studio: explore, understand, save and run hybrid-parallel training plans");
+  parser.addHelpOption();
+  parser.addVersionOption();
+  QCommandLineOption model("model", "model: library name or file", "M");
+  QCommandLineOption cluster("cluster", "cluster: library name or file", "C");
+  QCommandLineOption gbs("gbs", "global batch size (samples)", "G");
+  QCommandLineOption screenshot("screenshot", "search, select the best plan, save the window as PNG and exit", "FILE");
+  QCommandLineOption tab("tab", "detail tab shown in the screenshot: 0 timeline, 1 memory, 2 mesh, 3 baseline, 4 run", "N");
+  parser.addOptions({model, cluster, gbs, screenshot, tab});
+  parser.process(app);
+
+  colo::ui::MainWindow window;
+  window.resize(1500, 950);
+  if (parser.isSet(gbs)) window.setGlobalBatch(parser.value(gbs).toInt());
+  bool ok = true;
+  if (parser.isSet(model)) ok = window.openModel(parser.value(model)) && ok;
+  if (parser.isSet(cluster)) ok = window.openCluster(parser.value(cluster)) && ok;
+  if (parser.isSet(screenshot)) {
+    if (!ok || !parser.isSet(model) || !parser.isSet(cluster)) {
+      std::cerr << "colo-studio: error: " << (ok ? std::string("--screenshot needs --model and --cluster") : window.errorText().toStdString())
+                << "\n";
+      return 2;
+    }
+    window.show();
+    window.startSearch();
+    window.runner()->waitForFinished();
+    if (parser.isSet(tab)) window.showDetailTab(parser.value(tab).toInt());
+    QApplication::processEvents();
+    const QString file = parser.value(screenshot);
+    if (!window.grab().save(file)) {
+      std::cerr << "colo-studio: error: cannot write " << file.toStdString() << "\n";
+      return 2;
+    }
+    std::cout << file.toStdString() << "\n";
+    return 0;
+  }
+  window.show();
+  if (ok && parser.isSet(model) && parser.isSet(cluster)) QTimer::singleShot(0, &window, &colo::ui::MainWindow::startSearch);
+  return QApplication::exec();
+}

@@ -1,0 +1,184 @@
+// colo-studio under Qt Test, on the offscreen platform: the models pass QAbstractItemModelTester, the
+// background search reports through signals (finish, cancel, restart), a broken file shows its error
+// inline, a Pareto point selects its plan, and the main window renders GPT-3 175B on 1,024 GPUs to PNG.
+#include <QAbstractItemModelTester>
+#include <QCoreApplication>
+#include <QDir>
+#include <QImage>
+#include <QProcess>
+#include <QTableWidget>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include "colo/core/library.h"
+#include "colo/ui/candidates_model.h"
+#include "colo/ui/charts.h"
+#include "colo/ui/main_window.h"
+#include "colo/ui/run_panel.h"
+#include "colo/ui/search_runner.h"
+
+using colo::ui::CandidatesModel;
+using colo::ui::MainWindow;
+using colo::ui::SearchRunner;
+
+class StudioTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase() {
+    QCoreApplication::setOrganizationName("colo-tests");  // keep the user's settings out of it
+    QVERIFY(m_dir.isValid());
+  }
+
+  void searchRunsInTheBackgroundAndModelsPassTheTester() {
+    MainWindow w;
+    QVERIFY(w.openModel("llama2-7b"));
+    QVERIFY(w.openCluster("dgx-a100-80gb-x16"));
+    w.setGlobalBatch(512);
+    QSignalSpy finished(w.runner(), &SearchRunner::finished);
+    QSignalSpy progress(w.runner(), &SearchRunner::progress);
+    QAbstractItemModelTester sourceTester(w.candidates(), QAbstractItemModelTester::FailureReportingMode::QtTest);
+    QAbstractItemModelTester proxyTester(w.filter(), QAbstractItemModelTester::FailureReportingMode::QtTest);
+    w.startSearch();
+    QVERIFY(w.runner()->isRunning());
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 30000);
+    QVERIFY(progress.count() > 0);
+    QVERIFY(w.candidates()->rowCount() > 10);
+    QCOMPARE(w.selected(), 0);  // the best plan is selected
+    // Sorting by step time puts the fastest first; "fits only" hides the rest.
+    w.filter()->sort(CandidatesModel::kStep, Qt::AscendingOrder);
+    const double first = w.filter()->data(w.filter()->index(0, CandidatesModel::kStep), CandidatesModel::kSortRole).toDouble();
+    const double second = w.filter()->data(w.filter()->index(1, CandidatesModel::kStep), CandidatesModel::kSortRole).toDouble();
+    QVERIFY(first <= second);
+    w.filter()->setFitsOnly(true);
+    for (int r = 0; r < w.filter()->rowCount(); ++r) {
+      QCOMPARE(w.filter()->data(w.filter()->index(r, CandidatesModel::kFits)).toString(), QString("yes"));
+    }
+    w.filter()->setFilterFixedString("interleaved");
+    for (int r = 0; r < w.filter()->rowCount(); ++r) {
+      QCOMPARE(w.filter()->data(w.filter()->index(r, CandidatesModel::kSchedule)).toString(), QString("interleaved"));
+    }
+    QVERIFY(w.comparisonMarkdown().contains("Megatron-style baseline"));
+  }
+
+  void cancelAndRestart() {
+    SearchRunner runner;
+    QSignalSpy finished(&runner, &SearchRunner::finished);
+    QSignalSpy cancelled(&runner, &SearchRunner::cancelled);
+    auto model = colo::loadModel(*colo::resolveLibraryFile(colo::LibraryKind::kModels, "gpt3-175b"));
+    auto cluster = colo::loadCluster(*colo::resolveLibraryFile(colo::LibraryKind::kClusters, "dgx-a100-80gb-x128"));
+    QVERIFY(model && cluster);
+    colo::planner::SearchOptions o;
+    o.globalBatchSize = 1536;
+    runner.start(*model, *cluster, o);
+    runner.cancel();
+    QTRY_COMPARE_WITH_TIMEOUT(cancelled.count(), 1, 30000);
+    QCOMPARE(finished.count(), 0);
+    QVERIFY(!runner.isRunning());
+    // A start while a search runs replaces it: one finished, with the second request's batch.
+    runner.start(*model, *cluster, o);
+    o.globalBatchSize = 1024;
+    runner.start(*model, *cluster, o);
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 30000);
+    QCOMPARE(runner.result().top.front().plan.globalBatchSize, 1024);
+  }
+
+  void brokenFileShowsItsErrorInline() {
+    MainWindow w;
+    const QString bad = m_dir.filePath("bad-model.json");
+    QFile f(bad);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(R"({"format": "colo.model/1", "name": "x", "family": "gpt", "num_layers": 2, "hidden_size": 768,
+               "num_attention_heads": 7, "ffn_hidden_size": 3072, "vocab_size": 100, "max_position_embeddings": 64})");
+    f.close();
+    QVERIFY(!w.openModel(bad));
+    QVERIFY2(w.errorText().contains("bad-model.json"), qPrintable(w.errorText()));
+    QVERIFY2(w.errorText().contains("num_attention_heads"), qPrintable(w.errorText()));
+    QVERIFY(!w.openModel("gpt-3-175b"));  // a misspelt library name suggests the right one
+    QVERIFY2(w.errorText().contains("gpt3-175b"), qPrintable(w.errorText()));
+    QVERIFY(w.openModel("gpt2-small"));
+    QVERIFY(w.errorText().isEmpty());
+  }
+
+  void paretoPointSelectsItsPlan() {
+    MainWindow w;
+    w.resize(1400, 900);
+    w.show();
+    QVERIFY(w.openModel("llama2-13b"));
+    QVERIFY(w.openCluster("dgx-a100-80gb-x16"));
+    w.setGlobalBatch(256);
+    w.startSearch();
+    w.runner()->waitForFinished();
+    QVERIFY(w.candidates()->rowCount() > 3);
+    QSignalSpy clicked(w.pareto(), &colo::ui::ParetoChart::candidateClicked);
+    const auto& c = w.candidates()->candidate(3);
+    const QPointF value(c.evaluation.peakMemoryBytes / (1024.0 * 1024 * 1024), c.evaluation.stepSeconds);
+    QCOMPARE(w.pareto()->nearest(value), 3);
+    emit w.pareto()->candidateClicked(3);
+    QCOMPARE(w.selected(), 3);
+    QVERIFY(!w.timeline()->timeline().events.empty());
+  }
+
+  void screenshotOfGpt3OnAThousandGpus() {
+    MainWindow w;
+    w.resize(1500, 950);
+    w.show();
+    QVERIFY(w.openModel("gpt3-175b"));
+    QVERIFY(w.openCluster("dgx-a100-80gb-x128"));
+    w.startSearch();
+    w.runner()->waitForFinished();
+    QVERIFY(w.selected() >= 0);
+    QCoreApplication::processEvents();
+    const QString file = QDir(QCoreApplication::applicationDirPath()).filePath("colo-studio-gpt3-1024.png");
+    QVERIFY(w.grab().save(file));
+    const QImage image(file);
+    QCOMPARE(image.width(), 1500);
+    // Not a blank window: many distinct colours (charts, table, timeline).
+    QSet<QRgb> colours;
+    for (int y = 0; y < image.height(); y += 7) {
+      for (int x = 0; x < image.width(); x += 7) colours.insert(image.pixel(x, y));
+    }
+    QVERIFY2(colours.size() > 50, qPrintable(QString::number(colours.size())));
+    QVERIFY(w.exportChart(m_dir.filePath("timeline.svg")));
+    QVERIFY(QFileInfo(m_dir.filePath("timeline.svg")).size() > 1000);
+    QVERIFY(w.savePlan(m_dir.filePath("plan.json")));
+    QVERIFY(colo::loadPlan(m_dir.filePath("plan.json").toStdString()).has_value());
+  }
+
+  void runPanelTrainsATinyPlanAndListsRuns() {
+    const QString colorun = QCoreApplication::applicationDirPath() + "/../../bin/colo-run";
+    if (!QFileInfo::exists(colorun)) QSKIP("colo-run is not built (no LibTorch)");
+    qputenv("COLO_BIN_DIR", QFileInfo(colorun).absolutePath().toLocal8Bit());
+    MainWindow w;
+    QVERIFY(w.openModel("tiny-gpt"));
+    QVERIFY(w.openCluster("localhost-cpu"));
+    w.setGlobalBatch(4);
+    w.startSearch();
+    w.runner()->waitForFinished();
+    QVERIFY(w.selected() >= 0);
+    QDir::setCurrent(m_dir.path());
+    QProcess prepare;
+    prepare.start(colorun, {"prepare", "declaration.txt", "--out", m_dir.filePath("t.u16")});
+    QVERIFY(prepare.waitForFinished(30000) && prepare.exitCode() == 0);
+    auto* run = w.runPanel();
+    run->setDataFile(m_dir.filePath("t.u16"));
+    run->setRunsDatabase(m_dir.filePath("runs.sqlite"));
+    QSignalSpy done(run, &colo::ui::RunPanel::runFinished);
+    QVERIFY(run->startRun());
+    QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 120000);
+    QCOMPARE(done.first().first().toInt(), 0);
+    QVERIFY2(run->lossChart()->points() >= 3, qPrintable(run->log()));
+    QCOMPARE(run->resultTable()->rowCount(), 2);  // step time and peak memory, predicted vs measured
+    QSignalSpy listed(run, &colo::ui::RunPanel::runsLoaded);
+    run->loadRuns();
+    QTRY_COMPARE_WITH_TIMEOUT(listed.count(), 1, 30000);
+    QCOMPARE(listed.first().first().toInt(), 1);
+  }
+
+ private:
+  QTemporaryDir m_dir;
+};
+
+QTEST_MAIN(StudioTest)
+#include "studio_test.moc"

@@ -1,0 +1,53 @@
+#pragma once
+/// \file
+/// The candidates table: one row per costed plan (degrees, schedule, recompute, ZeRO, step time, MFU,
+/// memory, fits), sortable by the numbers behind the text and filterable by text and "fits only".
+
+#include <QAbstractTableModel>
+#include <QSortFilterProxyModel>
+
+#include <vector>
+
+#include "colo/planner/search.h"
+
+namespace colo::ui {
+
+class CandidatesModel : public QAbstractTableModel {
+  Q_OBJECT
+ public:
+  enum Column { kRank, kTp, kPp, kDp, kCp, kVpp, kMbs, kZero, kSchedule, kRecompute, kStep, kTokens, kMfu, kMemory, kFits, kColumns };
+  /// The role that sorts: the number behind a cell (seconds, bytes, ...).
+  static constexpr int kSortRole = Qt::UserRole + 1;
+
+  explicit CandidatesModel(QObject* parent = nullptr);
+  /// Replaces the rows: the fitting plans best first, then the closest that did not fit.
+  void setResult(const planner::SearchResult& result);
+  void clear();
+  [[nodiscard]] const planner::Candidate& candidate(int row) const { return m_rows.at(static_cast<std::size_t>(row)); }
+  [[nodiscard]] const std::vector<planner::Candidate>& candidates() const { return m_rows; }
+
+  int rowCount(const QModelIndex& parent = {}) const override;
+  int columnCount(const QModelIndex& parent = {}) const override;
+  QVariant data(const QModelIndex& index, int role) const override;
+  QVariant headerData(int section, Qt::Orientation orientation, int role) const override;
+
+ private:
+  std::vector<planner::Candidate> m_rows;
+};
+
+/// Text filter over every column, and optionally only the plans that fit.
+class CandidatesFilter : public QSortFilterProxyModel {
+  Q_OBJECT
+ public:
+  explicit CandidatesFilter(QObject* parent = nullptr);
+  void setFitsOnly(bool fitsOnly);
+  [[nodiscard]] bool fitsOnly() const { return m_fitsOnly; }
+
+ protected:
+  bool filterAcceptsRow(int sourceRow, const QModelIndex& sourceParent) const override;
+
+ private:
+  bool m_fitsOnly = false;
+};
+
+}  // namespace colo::ui

@@ -1,0 +1,84 @@
+#include "colo/ui/candidates_model.h"
+
+#include "colo/core/units.h"
+#include "colo/planner/baseline.h"
+
+namespace colo::ui {
+
+CandidatesModel::CandidatesModel(QObject* parent) : QAbstractTableModel(parent) {}
+
+void CandidatesModel::setResult(const planner::SearchResult& result) {
+  beginResetModel();
+  m_rows = result.top;
+  for (const auto& r : result.rejected) m_rows.push_back(r);
+  endResetModel();
+}
+
+void CandidatesModel::clear() {
+  beginResetModel();
+  m_rows.clear();
+  endResetModel();
+}
+
+int CandidatesModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : static_cast<int>(m_rows.size()); }
+int CandidatesModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : kColumns; }
+
+QVariant CandidatesModel::headerData(int section, Qt::Orientation orientation, int role) const {
+  if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
+  static const char* names[kColumns] = {"#",    "tp",        "pp",        "dp",   "cp",      "vpp",  "mbs",       "ZeRO",
+                                        "schedule", "recompute", "step time", "tokens/s", "MFU", "peak memory", "fits"};
+  return section >= 0 && section < kColumns ? QString(names[section]) : QVariant();
+}
+
+QVariant CandidatesModel::data(const QModelIndex& index, int role) const {
+  if (!index.isValid() || index.row() >= rowCount() || index.column() >= kColumns) return {};
+  const planner::Candidate& c = m_rows[static_cast<std::size_t>(index.row())];
+  const Plan& p = c.plan;
+  const auto& e = c.evaluation;
+  if (role == Qt::ToolTipRole) return QString::fromStdString(c.reason);
+  if (role == Qt::TextAlignmentRole) {
+    return index.column() == kSchedule || index.column() == kRecompute ? QVariant(Qt::AlignLeft | Qt::AlignVCenter)
+                                                                      : QVariant(Qt::AlignRight | Qt::AlignVCenter);
+  }
+  if (role != Qt::DisplayRole && role != kSortRole) return {};
+  const bool sort = role == kSortRole;
+  switch (index.column()) {
+    case kRank: return index.row() + 1;
+    case kTp: return static_cast<qlonglong>(p.parallel.tp);
+    case kPp: return static_cast<qlonglong>(p.parallel.pp);
+    case kDp: return static_cast<qlonglong>(p.parallel.dp);
+    case kCp: return static_cast<qlonglong>(p.parallel.cp);
+    case kVpp: return static_cast<qlonglong>(p.parallel.virtualStages);
+    case kMbs: return static_cast<qlonglong>(p.microBatchSize);
+    case kZero: return p.zeroStage;
+    case kSchedule: return QString::fromStdString(toString(p.schedule));
+    case kRecompute: return QString::fromStdString(planner::recomputeSummary(p));
+    case kStep: return sort ? QVariant(e.stepSeconds) : QVariant(QString::fromStdString(formatFixed(e.stepSeconds, 3) + " s"));
+    case kTokens: return sort ? QVariant(e.tokensPerSecond) : QVariant(QString::fromStdString(formatCount(e.tokensPerSecond)));
+    case kMfu: return sort ? QVariant(e.mfu) : QVariant(QString::fromStdString(formatFixed(100 * e.mfu, 1) + "%"));
+    case kMemory: return sort ? QVariant(e.peakMemoryBytes) : QVariant(QString::fromStdString(formatBytes(e.peakMemoryBytes)));
+    case kFits: return sort ? QVariant(c.fits ? 1 : 0) : QVariant(c.fits ? QStringLiteral("yes") : QStringLiteral("no"));
+    default: return {};
+  }
+}
+
+CandidatesFilter::CandidatesFilter(QObject* parent) : QSortFilterProxyModel(parent) {
+  setSortRole(CandidatesModel::kSortRole);
+  setFilterCaseSensitivity(Qt::CaseInsensitive);
+  setFilterKeyColumn(-1);
+}
+
+void CandidatesFilter::setFitsOnly(bool fitsOnly) {
+  m_fitsOnly = fitsOnly;
+  invalidateFilter();
+}
+
+bool CandidatesFilter::filterAcceptsRow(int sourceRow, const QModelIndex& sourceParent) const {
+  if (m_fitsOnly) {
+    const QModelIndex fits = sourceModel()->index(sourceRow, CandidatesModel::kFits, sourceParent);
+    if (sourceModel()->data(fits, CandidatesModel::kSortRole).toInt() == 0) return false;
+  }
+  return QSortFilterProxyModel::filterAcceptsRow(sourceRow, sourceParent);
+}
+
+}  // namespace colo::ui

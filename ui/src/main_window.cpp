@@ -1,0 +1,559 @@
+#include "colo/ui/main_window.h"
+
+#include <QApplication>
+#include <QCheckBox>
+#include <QCloseEvent>
+#include <QComboBox>
+#include <QDialog>
+#include <QDialogButtonBox>
+#include <QDoubleSpinBox>
+#include <QDragEnterEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QPainter>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSettings>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QSvgGenerator>
+#include <QTabWidget>
+#include <QTableView>
+#include <QTextBrowser>
+#include <QVBoxLayout>
+
+#include "colo/core/library.h"
+#include "colo/core/units.h"
+#include "colo/costmodel/timeline.h"
+#include "colo/planner/baseline.h"
+#include "colo/ui/candidates_model.h"
+#include "colo/ui/charts.h"
+#include "colo/ui/run_panel.h"
+#include "colo/ui/search_runner.h"
+
+namespace colo::ui {
+namespace {
+
+QString q(const std::string& s) { return QString::fromStdString(s); }
+
+// A library name or a file path.
+Result<std::string> resolve(LibraryKind kind, const QString& nameOrFile) {
+  return resolveLibraryFile(kind, nameOrFile.toStdString());
+}
+
+}  // namespace
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
+  setWindowTitle("colo-studio");
+  setAcceptDrops(true);
+  m_runner = new SearchRunner(this);
+  m_model = new CandidatesModel(this);
+  m_filter = new CandidatesFilter(this);
+  m_filter->setSourceModel(m_model);
+  m_debounce.setSingleShot(true);
+  m_debounce.setInterval(400);
+  connect(&m_debounce, &QTimer::timeout, this, &MainWindow::startSearch);
+  buildUi();
+  buildMenus();
+  QSettings settings("colo", "colo-studio");
+  restoreGeometry(settings.value("geometry").toByteArray());
+  restoreState(settings.value("state").toByteArray());
+  m_ready = true;
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::buildUi() {
+  // Left: what to plan and the constraints.
+  auto* setup = new QWidget();
+  auto* form = new QFormLayout();
+  m_modelBox = new QComboBox();
+  m_modelBox->setEditable(false);
+  m_modelBox->addItem("(choose a model)");
+  for (const auto& e : libraryEntries(LibraryKind::kModels)) m_modelBox->addItem(q(e));
+  auto* openModelButton = new QPushButton("Open…");
+  auto* modelRow = new QHBoxLayout();
+  modelRow->addWidget(m_modelBox, 1);
+  modelRow->addWidget(openModelButton);
+  form->addRow("Model", modelRow);
+  m_clusterBox = new QComboBox();
+  m_clusterBox->addItem("(choose a cluster)");
+  for (const auto& e : libraryEntries(LibraryKind::kClusters)) m_clusterBox->addItem(q(e));
+  auto* openClusterButton = new QPushButton("Open…");
+  auto* editClusterButton = new QPushButton("Edit…");
+  auto* clusterRow = new QHBoxLayout();
+  clusterRow->addWidget(m_clusterBox, 1);
+  clusterRow->addWidget(openClusterButton);
+  clusterRow->addWidget(editClusterButton);
+  form->addRow("Cluster", clusterRow);
+  m_gbs = new QSpinBox();
+  m_gbs->setRange(1, 1 << 24);
+  m_gbs->setValue(1536);
+  form->addRow("Global batch (samples)", m_gbs);
+  m_seq = new QSpinBox();
+  m_seq->setRange(0, 1 << 20);
+  m_seq->setSpecialValueText("model default");
+  form->addRow("Sequence length", m_seq);
+  m_fixTp = new QComboBox();
+  m_fixTp->addItems({"any", "1", "2", "4", "8", "16"});
+  form->addRow("Tensor parallel", m_fixTp);
+  m_precision = new QComboBox();
+  m_precision->addItems({"bf16", "fp16", "fp8", "fp32"});
+  form->addRow("Precision", m_precision);
+  m_memoryFraction = new QDoubleSpinBox();
+  m_memoryFraction->setRange(0.3, 1.0);
+  m_memoryFraction->setSingleStep(0.05);
+  m_memoryFraction->setValue(0.95);
+  form->addRow("Max memory fraction", m_memoryFraction);
+  m_live = new QCheckBox("re-run the search when a constraint changes");
+  m_live->setChecked(true);
+  form->addRow(m_live);
+  m_search = new QPushButton("Search plans");
+  m_cancel = new QPushButton("Cancel");
+  m_cancel->setEnabled(false);
+  auto* buttons = new QHBoxLayout();
+  buttons->addWidget(m_search);
+  buttons->addWidget(m_cancel);
+  m_progress = new QProgressBar();
+  m_progress->setRange(0, 1000);
+  m_progress->setValue(0);
+  m_error = new QLabel();
+  m_error->setObjectName("inlineError");
+  m_error->setWordWrap(true);
+  m_error->setStyleSheet("QLabel { color: #b00020; font-weight: bold; }");
+  m_error->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  m_error->hide();
+  m_summary = new QLabel("Open a model and a cluster (or drop their JSON files here), then search.");
+  m_summary->setWordWrap(true);
+  auto* setupLayout = new QVBoxLayout(setup);
+  setupLayout->addLayout(form);
+  setupLayout->addLayout(buttons);
+  setupLayout->addWidget(m_progress);
+  setupLayout->addWidget(m_error);
+  setupLayout->addWidget(m_summary);
+  setupLayout->addStretch(1);
+
+  // Center: the candidates.
+  auto* table = new QWidget();
+  m_filterText = new QLineEdit();
+  m_filterText->setPlaceholderText("filter (e.g. interleaved, selective, 1f1b)");
+  m_fitsOnly = new QCheckBox("fits only");
+  auto* filterRow = new QHBoxLayout();
+  filterRow->addWidget(m_filterText, 1);
+  filterRow->addWidget(m_fitsOnly);
+  m_table = new QTableView();
+  m_table->setModel(m_filter);
+  m_table->setSortingEnabled(true);
+  m_table->sortByColumn(CandidatesModel::kRank, Qt::AscendingOrder);
+  m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
+  m_table->setSelectionMode(QAbstractItemView::SingleSelection);
+  m_table->verticalHeader()->hide();
+  m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  auto* tableLayout = new QVBoxLayout(table);
+  tableLayout->addLayout(filterRow);
+  tableLayout->addWidget(m_table);
+  m_pareto = new ParetoChart();
+  auto* candidates = new QSplitter(Qt::Horizontal);
+  candidates->addWidget(table);
+  candidates->addWidget(m_pareto);
+  candidates->setStretchFactor(0, 3);
+  candidates->setStretchFactor(1, 2);
+
+  // Details of the selected plan.
+  m_timeline = new TimelineView();
+  m_memory = new MemoryChart();
+  m_mesh = new MeshView();
+  m_baseline = new QTextBrowser();
+  m_run = new RunPanel();
+  m_details = new QTabWidget();
+  m_details->addTab(m_timeline, "Pipeline timeline");
+  m_details->addTab(m_memory, "Memory");
+  m_details->addTab(m_mesh, "Device mesh");
+  m_details->addTab(m_baseline, "vs Megatron baseline");
+  m_details->addTab(m_run, "Profile && run");
+
+  auto* right = new QSplitter(Qt::Vertical);
+  right->addWidget(candidates);
+  right->addWidget(m_details);
+  right->setStretchFactor(0, 1);
+  right->setStretchFactor(1, 1);
+  right->setSizes({420, 480});
+  auto* main = new QSplitter(Qt::Horizontal);
+  main->addWidget(setup);
+  main->addWidget(right);
+  main->setStretchFactor(1, 1);
+  main->setSizes({320, 1180});
+  setCentralWidget(main);
+  statusBar()->showMessage("ready");
+
+  connect(m_modelBox, &QComboBox::activated, this, [this](int i) {
+    if (i > 0) openModel(m_modelBox->itemData(i).isValid() ? m_modelBox->itemData(i).toString() : m_modelBox->itemText(i));
+  });
+  connect(m_clusterBox, &QComboBox::activated, this, [this](int i) {
+    if (i > 0) openCluster(m_clusterBox->itemData(i).isValid() ? m_clusterBox->itemData(i).toString() : m_clusterBox->itemText(i));
+  });
+  connect(openModelButton, &QPushButton::clicked, this, [this] {
+    const QString f = QFileDialog::getOpenFileName(this, "Open a model", {}, "Model files (*.json)");
+    if (!f.isEmpty()) openModel(f);
+  });
+  connect(openClusterButton, &QPushButton::clicked, this, [this] {
+    const QString f = QFileDialog::getOpenFileName(this, "Open a cluster", {}, "Cluster files (*.json)");
+    if (!f.isEmpty()) openCluster(f);
+  });
+  connect(editClusterButton, &QPushButton::clicked, this, &MainWindow::editCluster);
+  connect(m_search, &QPushButton::clicked, this, &MainWindow::startSearch);
+  connect(m_cancel, &QPushButton::clicked, m_runner, &SearchRunner::cancel);
+  for (auto* spin : {m_gbs, m_seq}) connect(spin, &QSpinBox::valueChanged, this, &MainWindow::constraintsChanged);
+  connect(m_memoryFraction, &QDoubleSpinBox::valueChanged, this, &MainWindow::constraintsChanged);
+  for (auto* box : {m_fixTp, m_precision}) connect(box, &QComboBox::currentIndexChanged, this, &MainWindow::constraintsChanged);
+  connect(m_filterText, &QLineEdit::textChanged, m_filter, &QSortFilterProxyModel::setFilterFixedString);
+  connect(m_fitsOnly, &QCheckBox::toggled, m_filter, &CandidatesFilter::setFitsOnly);
+  connect(m_table->selectionModel(), &QItemSelectionModel::currentRowChanged, this, [this](const QModelIndex& current) {
+    if (current.isValid()) selectCandidate(m_filter->mapToSource(current).row());
+  });
+  connect(m_pareto, &ParetoChart::candidateClicked, this, &MainWindow::selectCandidate);
+  connect(m_runner, &SearchRunner::progress, this, [this](int permille, const QString& what) {
+    m_progress->setValue(permille);
+    statusBar()->showMessage(what);
+  });
+  connect(m_runner, &SearchRunner::finished, this, &MainWindow::onSearchFinished);
+  connect(m_runner, &SearchRunner::cancelled, this, [this] {
+    m_cancel->setEnabled(false);
+    m_search->setEnabled(true);
+    statusBar()->showMessage("search cancelled");
+  });
+  connect(m_runner, &SearchRunner::failed, this, [this](const QString& message) {
+    m_cancel->setEnabled(false);
+    m_search->setEnabled(true);
+    showError(message);
+  });
+}
+
+void MainWindow::buildMenus() {
+  QMenu* file = menuBar()->addMenu("&File");
+  file->addAction("Open model…", this, [this] {
+    const QString f = QFileDialog::getOpenFileName(this, "Open a model", {}, "Model files (*.json)");
+    if (!f.isEmpty()) openModel(f);
+  });
+  file->addAction("Open cluster…", this, [this] {
+    const QString f = QFileDialog::getOpenFileName(this, "Open a cluster", {}, "Cluster files (*.json)");
+    if (!f.isEmpty()) openCluster(f);
+  });
+  m_recentMenu = file->addMenu("Recent files");
+  refreshRecentMenu();
+  file->addSeparator();
+  file->addAction("Save selected plan…", this, [this] {
+    const QString f = QFileDialog::getSaveFileName(this, "Save plan", "plan.json", "Plans (*.json)");
+    if (!f.isEmpty() && !savePlan(f)) QMessageBox::warning(this, "Save plan", errorText());
+  });
+  file->addAction("Export chart (PNG or SVG)…", this, [this] {
+    const QString f = QFileDialog::getSaveFileName(this, "Export chart", "chart.png", "Images (*.png *.svg)");
+    if (!f.isEmpty()) exportChart(f);
+  });
+  file->addAction("Export comparison (Markdown)…", this, [this] {
+    const QString f = QFileDialog::getSaveFileName(this, "Export comparison", "comparison.md", "Markdown (*.md)");
+    if (f.isEmpty()) return;
+    QFile out(f);
+    if (out.open(QIODevice::WriteOnly | QIODevice::Text)) out.write(comparisonMarkdown().toUtf8());
+  });
+  file->addSeparator();
+  file->addAction("Quit", this, &QWidget::close);
+}
+
+void MainWindow::showError(const QString& message) {
+  m_error->setText(message);
+  m_error->show();
+  statusBar()->showMessage("error: see the setup panel");
+}
+
+void MainWindow::clearError() {
+  m_error->clear();
+  m_error->hide();
+}
+
+QString MainWindow::errorText() const { return m_error->isVisible() || !m_error->text().isEmpty() ? m_error->text() : QString(); }
+
+bool MainWindow::openModel(const QString& nameOrFile) {
+  auto file = resolve(LibraryKind::kModels, nameOrFile);
+  if (!file) {
+    showError(q(file.error().toString()));
+    return false;
+  }
+  auto model = loadModel(*file);
+  if (!model) {
+    showError(q(model.error().toString()));
+    return false;
+  }
+  clearError();
+  m_loadedModel = std::move(*model);
+  m_modelFile = q(*file);
+  const QString name = q(m_loadedModel->name());
+  int index = m_modelBox->findText(name);
+  if (index < 0) {
+    m_modelBox->addItem(name, m_modelFile);
+    index = m_modelBox->count() - 1;
+  }
+  m_modelBox->setCurrentIndex(index);
+  if (QFileInfo(nameOrFile).exists()) rememberRecent(QFileInfo(nameOrFile).absoluteFilePath());
+  constraintsChanged();
+  return true;
+}
+
+bool MainWindow::openCluster(const QString& nameOrFile) {
+  auto file = resolve(LibraryKind::kClusters, nameOrFile);
+  if (!file) {
+    showError(q(file.error().toString()));
+    return false;
+  }
+  auto cluster = loadCluster(*file);
+  if (!cluster) {
+    showError(q(cluster.error().toString()));
+    return false;
+  }
+  clearError();
+  m_loadedCluster = std::move(*cluster);
+  const QString name = q(m_loadedCluster->name);
+  int index = m_clusterBox->findText(name);
+  if (index < 0) {
+    m_clusterBox->addItem(name, q(*file));
+    index = m_clusterBox->count() - 1;
+  }
+  m_clusterBox->setCurrentIndex(index);
+  if (QFileInfo(nameOrFile).exists()) rememberRecent(QFileInfo(nameOrFile).absoluteFilePath());
+  constraintsChanged();
+  return true;
+}
+
+void MainWindow::editCluster() {
+  if (!m_loadedCluster) {
+    showError("Open a cluster to start from (its GPU type and links), then edit its size and network.");
+    return;
+  }
+  QDialog dialog(this);
+  dialog.setWindowTitle("Edit cluster");
+  auto* form = new QFormLayout(&dialog);
+  auto* nodes = new QSpinBox();
+  nodes->setRange(1, 100000);
+  nodes->setValue(static_cast<int>(m_loadedCluster->nodes));
+  auto* gpn = new QSpinBox();
+  gpn->setRange(1, 64);
+  gpn->setValue(static_cast<int>(m_loadedCluster->gpusPerNode));
+  auto* network = new QDoubleSpinBox();
+  network->setRange(0.1, 10000);
+  network->setSuffix(" GB/s per GPU");
+  network->setValue(m_loadedCluster->links.back().bytesPerSecond / 1e9);
+  form->addRow("GPU", new QLabel(q(m_loadedCluster->gpu.name)));
+  form->addRow("Nodes", nodes);
+  form->addRow("GPUs per node", gpn);
+  form->addRow(q("Network (" + m_loadedCluster->links.back().name + ")"), network);
+  auto* box = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
+  form->addRow(box);
+  connect(box, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
+  connect(box, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+  if (dialog.exec() != QDialog::Accepted) return;
+  ClusterSpec c = *m_loadedCluster;
+  c.nodes = nodes->value();
+  c.gpusPerNode = gpn->value();
+  c.links.back().bytesPerSecond = network->value() * 1e9;
+  for (auto& level : c.links) {
+    if (level.spanGpus > c.gpusPerNode && &level != &c.links.back()) level.spanGpus = c.gpusPerNode;
+  }
+  c.name = m_loadedCluster->name + " (edited: " + std::to_string(c.nodes) + "x" + std::to_string(c.gpusPerNode) + ")";
+  m_loadedCluster = c;
+  m_clusterBox->addItem(q(c.name));
+  m_clusterBox->setCurrentIndex(m_clusterBox->count() - 1);
+  constraintsChanged();
+}
+
+void MainWindow::setGlobalBatch(int samples) { m_gbs->setValue(samples); }
+
+planner::SearchOptions MainWindow::options() const {
+  planner::SearchOptions o;
+  o.globalBatchSize = m_gbs->value();
+  o.seqLen = m_seq->value();
+  o.maxMemoryFraction = m_memoryFraction->value();
+  o.topK = 200;
+  if (m_fixTp->currentIndex() > 0) o.fixed["tp"] = m_fixTp->currentText().toLongLong();
+  o.precision = parseDType(m_precision->currentText().toStdString()).value_or(DType::kBf16);
+  return o;
+}
+
+void MainWindow::constraintsChanged() {
+  if (m_ready && m_live->isChecked() && m_loadedModel && m_loadedCluster) m_debounce.start();
+}
+
+void MainWindow::startSearch() {
+  m_debounce.stop();
+  if (!m_loadedModel || !m_loadedCluster) {
+    showError("Open a model and a cluster first.");
+    return;
+  }
+  clearError();
+  m_progress->setValue(0);
+  m_search->setEnabled(false);
+  m_cancel->setEnabled(true);
+  m_summary->setText("searching…");
+  m_runner->start(*m_loadedModel, *m_loadedCluster, options());
+}
+
+void MainWindow::onSearchFinished() {
+  m_cancel->setEnabled(false);
+  m_search->setEnabled(true);
+  const auto& r = m_runner->result();
+  m_model->setResult(r);
+  m_selected = -1;
+  m_pareto->setCandidates(m_model->candidates(), -1);
+  const auto& s = r.stats;
+  QString text = QString("%1 configurations, %2 pruned by rule, %3 costed, %4 fit (%5 s)")
+                     .arg(s.generated)
+                     .arg(s.generated - s.costed)
+                     .arg(s.costed)
+                     .arg(s.feasible)
+                     .arg(s.seconds, 0, 'f', 2);
+  if (!r.feasible()) {
+    showError(q("No plan fits: " + r.infeasibleReason));
+  } else {
+    text += q("\nbest: " + formatFixed(r.top.front().evaluation.stepSeconds, 3) + " s per step, " +
+              formatFixed(100 * r.top.front().evaluation.mfu, 1) + "% MFU — " + r.top.front().reason);
+  }
+  m_summary->setText(text);
+  m_progress->setValue(1000);
+  statusBar()->showMessage("search done");
+  if (r.feasible()) selectCandidate(0);
+}
+
+void MainWindow::selectCandidate(int row) {
+  if (row < 0 || row >= m_model->rowCount()) return;
+  m_selected = row;
+  const planner::Candidate& c = m_model->candidate(row);
+  const QModelIndex proxy = m_filter->mapFromSource(m_model->index(row, 0));
+  if (proxy.isValid() && m_table->currentIndex().row() != proxy.row()) {
+    const QSignalBlocker block(m_table->selectionModel());
+    m_table->selectRow(proxy.row());
+  }
+  m_pareto->setCandidates(m_model->candidates(), row);
+  if (auto t = costmodel::simulateSchedule(costmodel::scheduleInputOf(c.plan, c.evaluation))) {
+    m_timeline->setTimeline(*t, c.plan.parallel.virtualStages);
+  }
+  m_memory->setEvaluation(c.evaluation);
+  m_mesh->setPlan(c.plan);
+  m_run->setPlan(c.plan, m_modelFile);
+  m_baseline->setMarkdown(comparisonMarkdown());
+}
+
+QString MainWindow::comparisonMarkdown() const {
+  if (m_selected < 0 || !m_loadedModel || !m_loadedCluster) return "Select a plan.";
+  const planner::Candidate& c = m_model->candidate(m_selected);
+  auto base = planner::baselinePlan(planner::Baseline::kMegatron, *m_loadedModel, *m_loadedCluster, c.plan.globalBatchSize,
+                                    c.plan.seqLen, c.plan.precision, m_memoryFraction->value());
+  QString md = q("# " + m_loadedModel->name() + " on " + m_loadedCluster->name + "\n\n");
+  if (!base) return md + q("No Megatron-style baseline: " + base.error().toString());
+  auto row = [](const char* what, const std::string& a, const std::string& b) { return q(std::string("| ") + what + " | " + a + " | " + b + " |\n"); };
+  auto layout = [](const Plan& p) {
+    return "tp " + std::to_string(p.parallel.tp) + ", pp " + std::to_string(p.parallel.pp) + ", dp " + std::to_string(p.parallel.dp) +
+           (p.parallel.virtualStages > 1 ? ", vpp " + std::to_string(p.parallel.virtualStages) : "");
+  };
+  const auto& a = c.evaluation;
+  const auto& b = base->evaluation;
+  md += "| | selected plan | Megatron-style baseline |\n|---|---|---|\n";
+  md += row("layout", layout(c.plan), layout(base->plan));
+  md += row("schedule", toString(c.plan.schedule), toString(base->plan.schedule));
+  md += row("micro-batch", std::to_string(c.plan.microBatchSize), std::to_string(base->plan.microBatchSize));
+  md += row("ZeRO", std::to_string(c.plan.zeroStage), std::to_string(base->plan.zeroStage));
+  md += row("recompute", planner::recomputeSummary(c.plan), planner::recomputeSummary(base->plan));
+  md += row("step time", formatFixed(a.stepSeconds, 3) + " s", formatFixed(b.stepSeconds, 3) + " s");
+  md += row("MFU", formatFixed(100 * a.mfu, 1) + "%", formatFixed(100 * b.mfu, 1) + "%");
+  md += row("peak memory per GPU", formatBytes(a.peakMemoryBytes), formatBytes(b.peakMemoryBytes));
+  md += row("fits", a.fits ? "yes" : "no", b.fits ? "yes" : "no");
+  md += q("\nSpeed-up over the baseline: " + formatFixed(b.stepSeconds / std::max(1e-12, a.stepSeconds), 2) + "x.\n\n");
+  md += q("Differences (baseline -> selected): " + planner::planDifferences(base->plan, c.plan) + "\n\nBaseline rules: " + base->rules + "\n");
+  return md;
+}
+
+bool MainWindow::exportChart(const QString& file) {
+  QWidget* w = m_details->currentWidget() == m_run ? static_cast<QWidget*>(m_pareto) : m_details->currentWidget();
+  if (file.endsWith(".svg", Qt::CaseInsensitive)) {
+    QSvgGenerator svg;
+    svg.setFileName(file);
+    svg.setSize(w->size());
+    svg.setViewBox(QRect(QPoint(0, 0), w->size()));
+    svg.setTitle("colo-studio");
+    QPainter painter(&svg);
+    w->render(&painter);
+    return true;
+  }
+  return w->grab().save(file);
+}
+
+void MainWindow::showDetailTab(int index) { m_details->setCurrentIndex(index); }
+
+bool MainWindow::savePlan(const QString& file) {
+  if (m_selected < 0) {
+    showError("Select a plan to save.");
+    return false;
+  }
+  planner::Candidate c = m_model->candidate(m_selected);
+  planner::annotate(c.plan, c.evaluation, "colo-studio", "");
+  if (auto wrote = writeJsonFileAtomic(file.toStdString(), planToJson(c.plan)); !wrote) {
+    showError(q(wrote.error().toString()));
+    return false;
+  }
+  statusBar()->showMessage("saved " + file);
+  return true;
+}
+
+void MainWindow::rememberRecent(const QString& file) {
+  QSettings settings("colo", "colo-studio");
+  QStringList recent = settings.value("recent").toStringList();
+  recent.removeAll(file);
+  recent.prepend(file);
+  while (recent.size() > 10) recent.removeLast();
+  settings.setValue("recent", recent);
+  refreshRecentMenu();
+}
+
+void MainWindow::refreshRecentMenu() {
+  if (!m_recentMenu) return;
+  m_recentMenu->clear();
+  QSettings settings("colo", "colo-studio");
+  for (const QString& f : settings.value("recent").toStringList()) {
+    m_recentMenu->addAction(f, this, [this, f] {
+      if (!openModel(f)) openCluster(f);
+    });
+  }
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  QSettings settings("colo", "colo-studio");
+  settings.setValue("geometry", saveGeometry());
+  settings.setValue("state", saveState());
+  m_runner->cancel();
+  QMainWindow::closeEvent(event);
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
+  if (event->mimeData()->hasUrls()) event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event) {
+  for (const QUrl& url : event->mimeData()->urls()) {
+    const QString f = url.toLocalFile();
+    // A cluster file says "colo.cluster/1"; anything else is tried as a model.
+    QFile in(f);
+    const bool cluster = in.open(QIODevice::ReadOnly) && in.read(4096).contains("colo.cluster/");
+    if (cluster) openCluster(f);
+    else openModel(f);
+  }
+}
+
+}  // namespace colo::ui
