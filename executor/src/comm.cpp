@@ -13,6 +13,13 @@ class GroupComm final : public Comm {
   int size() const override { return m_size; }
   void allReduce(at::Tensor& t, c10d::ReduceOp op) override {
     if (m_size == 1) return;
+    if (t.scalar_type() == at::kBFloat16) {
+      // Gloo reduces bf16 only in newer LibTorch versions: reduce in fp32 (also the more exact sum).
+      at::Tensor wide = t.to(at::kFloat);
+      allReduce(wide, op);
+      t.copy_(wide);
+      return;
+    }
     std::vector<at::Tensor> v{t};
     c10d::AllreduceOptions o;
     o.reduceOp = op;
@@ -24,6 +31,7 @@ class GroupComm final : public Comm {
   }
   at::Tensor allGather(const at::Tensor& t, std::int64_t dim) override {
     if (m_size == 1) return t;
+    if (t.scalar_type() == at::kBFloat16) return allGather(t.to(at::kFloat), dim).to(at::kBFloat16);
     std::vector<at::Tensor> in{t.contiguous()};
     std::vector<std::vector<at::Tensor>> out(1);
     for (int r = 0; r < m_size; ++r) out[0].push_back(torch::empty_like(in[0]));

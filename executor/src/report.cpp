@@ -84,6 +84,10 @@ Result<void> checkExecutable(const Plan& plan, int world, const std::string& bac
   if (m.embeddingNorm || m.pooler || m.typeVocabSize > 0 || m.embeddingSize > 0 || !m.lmHead) {
     return bad("model " + m.name + ": embedding norms, poolers, token types and projected embeddings are not implemented by the executor");
   }
+  if (plan.precision == DType::kFp16 || plan.precision == DType::kFp8) {
+    return bad("precision " + toString(plan.precision) + ": the executor trains in fp32 or bf16 mixed precision (fp16 needs loss "
+               "scaling, fp8 a scaling recipe; neither is implemented)");
+  }
   if (p.cp > 1) return bad("parallel.cp = " + std::to_string(p.cp) + ": context parallelism is not implemented by the executor");
   if (p.ep > 1) return bad("parallel.ep = " + std::to_string(p.ep) + ": expert parallelism is not implemented by the executor");
   if (plan.schedule == Schedule::kZeroBubble) return bad("schedule zb: the executor runs gpipe, 1f1b and interleaved");

@@ -248,14 +248,22 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     const std::int64_t dp = par.dp;
     const std::int64_t padded = (total + dp - 1) / dp * dp;
     Tensor master = torch::zeros({padded}, torch::kFloat32);
-    for (auto& s : slots) {
-      master.narrow(0, s.offset, s.numel).copy_(s.param->tensor.detach().view({-1}));
-      s.param->tensor = master.narrow(0, s.offset, s.numel).view(s.param->tensor.sizes()).detach().requires_grad_(true);
-    }
-    // Gradients accumulate straight into one flat buffer too (each .grad a view of it), as Megatron's
-    // main_grad buffer: no copy before the reductions, no allocation per step.
+    for (auto& s : slots) master.narrow(0, s.offset, s.numel).copy_(s.param->tensor.detach().view({-1}));
+    // bf16 mixed precision: the model computes with a bf16 copy of the weights (views of one bf16 buffer)
+    // whose gradients land in a bf16 buffer, added after every backward into the fp32 gradients the
+    // reductions and the optimizer use (Megatron's main_grad); the fp32 master weights are what is updated.
+    const bool mixed = plan.precision == DType::kBf16;
+    const torch::Dtype compute = mixed ? torch::kBFloat16 : torch::kFloat32;
+    Tensor weights = mixed ? master.to(torch::kBFloat16) : master;
     Tensor grads = torch::zeros({padded}, torch::kFloat32);
-    for (auto& s : slots) s.param->tensor.mutable_grad() = grads.narrow(0, s.offset, s.numel).view(s.param->tensor.sizes());
+    Tensor gradsCompute = mixed ? torch::zeros({padded}, torch::kBFloat16) : grads;
+    for (auto& s : slots) {
+      const auto shape = s.param->tensor.sizes().vec();
+      s.param->tensor = weights.narrow(0, s.offset, s.numel).view(shape).detach().requires_grad_(true);
+      // Gradients accumulate straight into the flat buffer too (each .grad a view of it): no copy before
+      // the reductions, no allocation per step.
+      s.param->tensor.mutable_grad() = gradsCompute.narrow(0, s.offset, s.numel).view(shape);
+    }
     Tensor denominator;
     const bool zero1 = plan.zeroStage >= 1 && dp > 1;
     const std::int64_t shard = zero1 ? padded / dp : padded;
@@ -289,6 +297,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
         fullM.narrow(0, s.offset, s.numel).copy_((*loaded)[1]);
         fullV.narrow(0, s.offset, s.numel).copy_((*loaded)[2]);
       }
+      if (mixed) weights.copy_(master);
       adamM.copy_(fullM.narrow(0, lo, shard));
       adamV.copy_(fullV.narrow(0, lo, shard));
       firstStep = savedStep;
@@ -354,6 +363,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       if (w.rank == faultRank && step == faultStep) std::raise(SIGKILL);
       const auto stepStart = Clock::now();
       grads.zero_();
+      if (mixed) gradsCompute.zero_();
       // Inputs and labels of this rank's micro-batch j: global samples dpRank * mLocal * mbs + j * mbs + i.
       auto tokens = [&](std::int64_t j) {
         std::vector<std::int64_t> flat;
@@ -380,7 +390,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
             labels = t.narrow(1, 1, seq);
           }
           if (c > 0) {
-            input = torch::empty({mbs, seqLocal, hidden}, torch::kFloat32);
+            input = torch::empty({mbs, seqLocal, hidden}, compute);
             timed(libtorch, [&] { g.pp->recv(input, static_cast<int>((c - 1) % pp), tagOf(c - 1, j, false)); });
             input.requires_grad_(true);
           }
@@ -397,7 +407,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
           if (c == chunks - 1) {
             timed(libtorch, [&] { torch::autograd::backward({out / static_cast<double>(mLocal)}); });
           } else {
-            Tensor grad = torch::empty({mbs, seqLocal, hidden}, torch::kFloat32);
+            Tensor grad = torch::empty({mbs, seqLocal, hidden}, compute);
             timed(libtorch, [&] {
               g.pp->recv(grad, static_cast<int>((c + 1) % pp), tagOf(c, j, true));
               torch::autograd::backward({out}, {grad});
@@ -408,6 +418,13 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
             sends.push_back(timed(libtorch, [&] { return g.pp->send(send, static_cast<int>((c - 1) % pp), tagOf(c - 1, j, true)); }));
           }
           live.erase({c, j});
+          if (mixed) {
+            timed(libtorch, [&] {
+              torch::NoGradGuard noGrad;
+              grads.add_(gradsCompute);
+              gradsCompute.zero_();
+            });
+          }
         }
       }
       for (auto& s : sends) timed(libtorch, [&] { s->wait(); });
@@ -418,7 +435,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       timed(libtorch, [&] {
         torch::NoGradGuard noGrad;
         for (auto& s : slots) {
-          if (s.param->tensor.grad().data_ptr() != grads.narrow(0, s.offset, s.numel).data_ptr()) {
+          if (s.param->tensor.grad().data_ptr() != gradsCompute.narrow(0, s.offset, s.numel).data_ptr()) {
             throw std::logic_error("gradient of " + s.param->name + " left the flat buffer");
           }
         }
@@ -480,6 +497,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
           Tensor gathered = g.dp->allGather(ps.clone(), 0);
           master.copy_(gathered);
         }
+        if (mixed) weights.copy_(master);
       });
 
       // The step's loss over all micro-batches of all replicas (the last stage's first tp rank has it).

@@ -5,6 +5,8 @@
 #include <QCoreApplication>
 #include <QDir>
 #include <QImage>
+#include <QMimeData>
+#include <QUrl>
 #include <QProcess>
 #include <QTableWidget>
 #include <QSignalSpy>
@@ -99,6 +101,25 @@ class StudioTest : public QObject {
     QVERIFY2(w.errorText().contains("gpt3-175b"), qPrintable(w.errorText()));
     QVERIFY(w.openModel("gpt2-small"));
     QVERIFY(w.errorText().isEmpty());
+  }
+
+  void droppedFilesOpenAsModelOrCluster() {
+    MainWindow w;
+    auto drop = [&w](const QString& file) {
+      QMimeData mime;
+      mime.setUrls({QUrl::fromLocalFile(file)});
+      QDropEvent event(QPointF(10, 10), Qt::CopyAction, &mime, Qt::LeftButton, Qt::NoModifier);
+      QCoreApplication::sendEvent(&w, &event);
+    };
+    drop(QString::fromStdString(colo::dataDirectory() + "/clusters/dgx-h100-x64.json"));
+    drop(QString::fromStdString(colo::dataDirectory() + "/hf/llama-2-7b/config.json"));
+    QVERIFY2(w.errorText().isEmpty(), qPrintable(w.errorText()));
+    QSignalSpy finished(w.runner(), &SearchRunner::finished);
+    w.setGlobalBatch(256);
+    w.startSearch();
+    QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 30000);
+    QVERIFY(w.candidates()->rowCount() > 0);
+    QCOMPARE(QString::fromStdString(w.candidates()->candidate(0).plan.cluster.name), QString("dgx-h100-x64"));
   }
 
   void paretoPointSelectsItsPlan() {

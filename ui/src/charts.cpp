@@ -205,9 +205,12 @@ int LossChart::points() const { return static_cast<int>(m_series->count()); }
 
 TimelineView::TimelineView(QWidget* parent) : QWidget(parent) { setMinimumHeight(160); }
 
-void TimelineView::setTimeline(const costmodel::Timeline& timeline, std::int64_t virtualStages) {
+void TimelineView::setTimeline(const costmodel::Timeline& timeline, std::int64_t virtualStages, std::vector<double> recomputeShare,
+                               double commShare) {
   m_timeline = timeline;
   m_virtualStages = std::max<std::int64_t>(1, virtualStages);
+  m_recomputeShare = std::move(recomputeShare);
+  m_commShare = std::clamp(commShare, 0.0, 1.0);
   update();
 }
 
@@ -228,12 +231,19 @@ void TimelineView::paintEvent(QPaintEvent*) {
   struct Key { const char* name; QColor color; };
   const Key keys[] = {{"forward", QColor(66, 133, 244)}, {"backward", QColor(52, 168, 83)},
                       {"input grad", QColor(52, 168, 83)}, {"weight grad", QColor(251, 140, 0)}};
+  const QColor recomputeColor(142, 68, 173), commColor(200, 60, 60);
   int x = left;
   for (const int k : {0, 1, 3}) {
     p.fillRect(x, 8, 12, 12, keys[k].color);
     p.drawText(x + 16, 19, keys[k].name);
-    x += 110;
+    x += 100;
   }
+  p.fillRect(x, 8, 12, 12, recomputeColor);
+  p.drawText(x + 16, 19, "recompute");
+  x += 100;
+  p.fillRect(x, 8, 12, 12, commColor);
+  p.drawText(x + 16, 19, "exposed comm");
+  x += 120;
   p.drawText(x, 19, QString("idle (bubble) %1% of the busiest stage's span; makespan %2 ms")
                         .arg(100 * m_timeline.bubbleFraction, 0, 'f', 1)
                         .arg(span * 1e3, 0, 'f', 1));
@@ -252,6 +262,15 @@ void TimelineView::paintEvent(QPaintEvent*) {
     const QRectF r(left + e.startSeconds * scale, top + e.stage * rowHeight + 2, std::max(1.0, (e.endSeconds - e.startSeconds) * scale),
                    rowHeight - 4);
     p.fillRect(r, c);
+    // Inside the event: the recompute that opens a backward, and the exposed communication share.
+    if (e.kind != costmodel::TaskKind::kForward && static_cast<std::size_t>(e.stage) < m_recomputeShare.size()) {
+      const double share = m_recomputeShare[static_cast<std::size_t>(e.stage)];
+      if (share > 0) p.fillRect(QRectF(r.left(), r.top(), r.width() * share, r.height()), recomputeColor);
+    }
+    if (m_commShare > 0 && e.kind != costmodel::TaskKind::kBackwardWeight) {
+      p.fillRect(QRectF(r.right() - r.width() * m_commShare, r.top() + r.height() * 0.6, r.width() * m_commShare, r.height() * 0.4),
+                 commColor);
+    }
     if (r.width() > 4) {
       p.setPen(c.darker(150));
       p.drawRect(r.adjusted(0, 0, -1, -1));

@@ -443,7 +443,12 @@ void MainWindow::selectCandidate(int row) {
   }
   m_pareto->setCandidates(m_model->candidates(), row);
   if (auto t = costmodel::simulateSchedule(costmodel::scheduleInputOf(c.plan, c.evaluation))) {
-    m_timeline->setTimeline(*t, c.plan.parallel.virtualStages);
+    std::vector<double> recompute;
+    for (const auto& st : c.evaluation.stages) recompute.push_back(st.backwardSeconds > 0 ? st.recomputeSeconds / st.backwardSeconds : 0.0);
+    const auto& tb = c.evaluation.time;
+    const double comm = tb.tpComm + tb.cpComm + tb.epComm + tb.ppComm;
+    const double work = tb.compute + tb.recompute + comm;
+    m_timeline->setTimeline(*t, c.plan.parallel.virtualStages, recompute, work > 0 ? comm / work : 0.0);
   }
   m_memory->setEvaluation(c.evaluation);
   m_mesh->setPlan(c.plan);
