@@ -89,6 +89,7 @@ int profile(const std::vector<std::string>& argv) {
       {"device", "D", "cpu (default) or cuda"},
       {"resume", "", "skip shapes already measured in DB"},
       {"reps", "N", "timed repetitions per kernel (default 7)"},
+      {"threads", "N", "LibTorch threads while measuring (default: all); give a rank's share, e.g. 1 for colo-run --threads 1, and keep such measurements in their own database"},
       {"json", "", "print one JSON object"},
       {"quiet", "", "no progress bar"},
       {"help", "", "show this help"}};
@@ -123,6 +124,11 @@ int profile(const std::vector<std::string>& argv) {
   if (!reps) return report(reps.error());
   o.seqLen = *seq;
   o.repetitions = static_cast<int>(*reps);
+  if (args->has("threads")) {
+    auto threads = args->positiveInteger("threads", 1);
+    if (!threads) return report(threads.error());
+    o.threads = static_cast<int>(*threads);
+  }
   o.device = args->value("device", "cpu");
   auto dtype = parseDType(args->value("dtype", "fp32"));
   if (!dtype) return report(Error::badInput("--dtype: " + dtype.error().message));

@@ -81,6 +81,7 @@ Result<Timing> timeGemm(std::int64_t m, std::int64_t n, std::int64_t k, std::int
 
 Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& db, const ProfileOptions& options,
                                    ProgressSink* progress, const CancellationToken* cancel) {
+  if (options.threads > 0) at::set_num_threads(options.threads);
   const auto started = Clock::now();
   auto name = deviceName(options.device);
   if (!name) return fail(name.error());

@@ -26,6 +26,7 @@ struct ProfileOptions {
   int warmup = 2;
   int repetitions = 7;
   int batchRows = 8;                            ///< measurements per database transaction
+  int threads = 0;                              ///< LibTorch intra-op threads (0: its default); match a rank's share
 };
 
 struct ProfileReport {
