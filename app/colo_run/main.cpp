@@ -23,6 +23,8 @@
 #include "colo/executor/data.h"
 #include "colo/executor/executor.h"
 #include "colo/executor/runs_db.h"
+#include "colo/planner/baseline.h"
+#include "colo/planner/search.h"
 #include "text_table.h"
 
 namespace colo {
@@ -47,7 +49,7 @@ std::vector<app::OptionSpec> runOptions() {
           {"warmup", "N", "warm-up steps (default 2)"},
           {"threads", "N", "intra-op threads per rank (default: cores / ranks)"},
           {"timeout", "S", "seconds a collective waits for a missing rank (default 120)"},
-          {"compare", "PLAN", "then run this baseline plan of the same model and print both side by side"},
+          {"compare", "PLAN", "then run this baseline plan of the same model (or \"megatron\": the Megatron-style baseline colo-plan compare uses) and print both side by side"},
           {"json", "", "print one JSON object at the end"},
           {"quiet", "", "no per-step progress"},
           {"help", "", "show this help"}};
@@ -291,8 +293,29 @@ int run(const std::vector<std::string>& argv) {
                                       std::to_string(vocab),
                                   options->dataFile));
   }
+  const std::string resultDir = std::filesystem::temp_directory_path() / ("colo-run-" + std::to_string(getpid()));
+  std::filesystem::create_directories(resultDir);
+  struct RemoveOnExit {
+    std::string dir;
+    ~RemoveOnExit() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{resultDir};
   std::optional<executor::RunOptions> baseline;
-  if (const auto other = args->value("compare")) {
+  std::optional<std::string> other = args->value("compare");
+  if (other && *other == "megatron") {
+    // The Megatron-style baseline of the same model, cluster, batch and precision (planner rules).
+    const Plan& p0 = options->plan;
+    auto made = planner::baselinePlan(planner::Baseline::kMegatron, p0.model, p0.cluster, p0.globalBatchSize, p0.seqLen,
+                                      p0.precision, 0.95);
+    if (!made) return report(made.error());
+    made->plan.name = "megatron-baseline";
+    planner::annotate(made->plan, made->evaluation, "colo-run --compare megatron", "");
+    other = resultDir + "/megatron-baseline.json";
+    if (auto wrote = writeJsonFileAtomic(*other, planToJson(made->plan)); !wrote) return report(wrote.error());
+  }
+  if (other) {
     auto b = optionsFrom(*args, *other);
     if (!b) return report(b.error());
     const auto& q = b->plan.parallel;
@@ -304,8 +327,6 @@ int run(const std::vector<std::string>& argv) {
     }
     baseline = std::move(*b);
   }
-  const std::string resultDir = std::filesystem::temp_directory_path() / ("colo-run-" + std::to_string(getpid()));
-  std::filesystem::create_directories(resultDir);
   const std::string resultFile = resultDir + "/result.json";
   std::vector<std::string> childArgs = argv;
   int code = launch(childArgs, world, resultFile);
@@ -329,9 +350,9 @@ int run(const std::vector<std::string>& argv) {
         continue;
       }
       if (argv[i].rfind("--compare=", 0) == 0) continue;
-      baseArgs.push_back(argv[i] == planFile ? *args->value("compare") : argv[i]);
+      baseArgs.push_back(argv[i] == planFile ? *other : argv[i]);
     }
-    if (!args->has("json") && !args->has("quiet")) std::cerr << "colo-run: baseline " << *args->value("compare") << "\n";
+    if (!args->has("json") && !args->has("quiet")) std::cerr << "colo-run: baseline " << *other << "\n";
     const auto& q = baseline->plan.parallel;
     const std::string baseResult = resultDir + "/baseline.json";
     code = launch(baseArgs, static_cast<int>(q.tp * q.pp * q.dp * q.cp), baseResult);
@@ -349,8 +370,6 @@ int run(const std::vector<std::string>& argv) {
   } else if (code == 0) {
     printResult(*first, args->has("json"));
   }
-  std::error_code ec;
-  std::filesystem::remove_all(resultDir, ec);
   return code;
 }
 

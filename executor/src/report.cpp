@@ -190,7 +190,7 @@ std::string renderComparison(const RunResult& a, const RunResult& b) {
     return "tp" + std::to_string(r.tp) + " pp" + std::to_string(r.pp) + " dp" + std::to_string(r.dp) +
            (r.vpp > 1 ? " vpp" + std::to_string(r.vpp) : "");
   };
-  const int w = 22;
+  const int w = static_cast<int>(std::max<std::size_t>({22, a.planName.size() + 2, b.planName.size() + 2}));
   o << std::left << std::setw(24) << "" << std::setw(w) << a.planName << std::setw(w) << b.planName << "\n";
   o << std::setw(24) << "layout" << std::setw(w) << layout(a) << std::setw(w) << layout(b) << "\n";
   o << std::setw(24) << "predicted step time" << std::setw(w) << formatSeconds(a.predictedStepTimeSeconds) << std::setw(w)

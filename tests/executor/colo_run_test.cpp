@@ -159,6 +159,12 @@ TEST_F(ColoRun, RecordsRunsAndComparesWithABaseline) {
   EXPECT_EQ(j[1]["parallel"]["dp"], 2);
   EXPECT_EQ(j[0]["losses"].size(), 3u);
   EXPECT_GT(j[0]["predicted_step_time_s"].get<double>(), 0);
+  // The Megatron-style baseline made by the planner's rules for the same model and cluster.
+  auto megatron = test::runProgram("colo-run", a + " --data " + data() + " --threads 1 --steps 2 --quiet --json --compare megatron");
+  ASSERT_EQ(megatron.exitCode, 0) << megatron.err;
+  const Json both = Json::parse(megatron.out);
+  EXPECT_EQ(both["baseline"]["plan"], "megatron-baseline");
+  EXPECT_EQ(both["baseline"]["losses"].size(), 2u);
 }
 
 TEST_F(ColoRun, BadInputIsRefusedBeforeAnyRankStarts) {

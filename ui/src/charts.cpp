@@ -374,7 +374,7 @@ void MeshView::paintEvent(QPaintEvent*) {
   }
   const auto& par = m_plan.parallel;
   p.drawText(QRect(2, 2, width() - 4, 20), Qt::AlignLeft | Qt::AlignVCenter,
-             QString("%1 nodes x %2 GPUs; rank order %3 (innermost first); colour: node; label: tp.dp.pp; hover for details")
+             QString("%1 nodes x %2 GPUs; rank order %3 (innermost first); colour: node; bottom stripe: pipeline stage; label: tp.dp.pp; hover for details")
                  .arg(m_plan.cluster.nodes)
                  .arg(m_plan.cluster.gpusPerNode)
                  .arg(QString::fromStdString([&] {
@@ -390,10 +390,15 @@ void MeshView::paintEvent(QPaintEvent*) {
     const std::int64_t node = g / std::max<std::int64_t>(1, m_plan.cluster.gpusPerNode);
     QColor c = QColor::fromHsv(static_cast<int>((node * 47) % 360), 90, 235);
     p.fillRect(r, c);
+    const auto k = coordinatesOf(g, par);
+    // A stripe along the bottom in the colour of the GPU's pipeline stage.
+    if (par.pp > 1 && r.height() >= 6) {
+      p.fillRect(QRect(r.left(), r.bottom() - r.height() / 4, r.width(), r.height() / 4 + 1),
+                 QColor::fromHsv(static_cast<int>(k.pp * 360 / par.pp), 200, 160));
+    }
     p.setPen(QColor(90, 90, 90));
     p.drawRect(r);
     if (r.width() >= 30) {
-      const auto k = coordinatesOf(g, par);
       p.drawText(r, Qt::AlignCenter, QString("%1.%2.%3").arg(k.tp).arg(k.dp).arg(k.pp));
     }
   }

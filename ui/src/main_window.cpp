@@ -551,8 +551,14 @@ void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
 }
 
 void MainWindow::dropEvent(QDropEvent* event) {
-  for (const QUrl& url : event->mimeData()->urls()) {
-    const QString f = url.toLocalFile();
+  QStringList files;
+  for (const QUrl& url : event->mimeData()->urls()) files << url.toLocalFile();
+  event->acceptProposedAction();
+  openFiles(files);
+}
+
+void MainWindow::openFiles(const QStringList& files) {
+  for (const QString& f : files) {
     // A cluster file says "colo.cluster/1"; anything else is tried as a model.
     QFile in(f);
     const bool cluster = in.open(QIODevice::ReadOnly) && in.read(4096).contains("colo.cluster/");

@@ -135,6 +135,7 @@ void RunPanel::setPlan(const Plan& plan, const QString& modelFile) {
 }
 
 void RunPanel::setDataFile(const QString& file) { m_data->setText(file); }
+void RunPanel::setSteps(int steps) { m_steps->setValue(steps); }
 void RunPanel::setRunsDatabase(const QString& file) { m_runsDb->setText(file); }
 QString RunPanel::log() const { return m_log->toPlainText(); }
 bool RunPanel::busy() const { return m_process.state() != QProcess::NotRunning; }

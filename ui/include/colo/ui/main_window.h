@@ -44,6 +44,8 @@ class MainWindow : public QMainWindow {
   /// Loads a model by library name or file; a bad file shows its error inline and returns false.
   bool openModel(const QString& nameOrFile);
   bool openCluster(const QString& nameOrFile);
+  /// What a drop does: each file opens as a cluster when it says colo.cluster/, else as a model.
+  void openFiles(const QStringList& files);
   void setGlobalBatch(int samples);
   /// Starts the planner in the background with the current constraints.
   void startSearch();

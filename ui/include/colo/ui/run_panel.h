@@ -28,6 +28,7 @@ class RunPanel : public QWidget {
   /// The plan the Run button trains (saved to a temporary file when run).
   void setPlan(const Plan& plan, const QString& modelFile);
   void setDataFile(const QString& file);
+  void setSteps(int steps);
   void setRunsDatabase(const QString& file);
   [[nodiscard]] QString log() const;
   [[nodiscard]] LossChart* lossChart() const { return m_loss; }
