@@ -41,6 +41,7 @@ struct Evaluator::Impl {
   std::map<DType, GemmTable> tables;
   std::map<DType, KernelTable> kernelTables;
   std::map<DType, double> gemmScale;
+  std::map<DType, std::int64_t> gemmScalePoints;  // measured GEMMs each scale was fitted on
   KernelTable optimizerTable;  // adam_step, fp32 master weights
   Calibration calibration;
   ModelTemplates templates;
@@ -102,6 +103,8 @@ Result<Evaluator> Evaluator::create(const Model& model, const ClusterSpec& clust
         impl.gemmScale[d] = gemmRooflineScale(impl.measured, d, [&](double m, double n, double k) {
           return detail::gemmSeconds(m, n, k, 1, bytes, device);
         });
+        impl.gemmScalePoints[d] = std::count_if(impl.measured.begin(), impl.measured.end(),
+                                                [&](const GemmMeasurement& g) { return g.dtype == d; });
       }
     }
     KernelTable kt(kernels, d);
@@ -294,8 +297,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   ev.calibration = I.calibration;
   if (auto gs = I.gemmScale.find(plan.precision); gs != I.gemmScale.end()) {
     ev.calibration.gemmRooflineScale = gs->second;
-    ev.calibration.gemmRooflineScalePoints = static_cast<std::int64_t>(
-        std::count_if(I.measured.begin(), I.measured.end(), [&](const GemmMeasurement& g) { return g.dtype == plan.precision; }));
+    ev.calibration.gemmRooflineScalePoints = I.gemmScalePoints.at(plan.precision);
   }
   ev.gpuMemoryBytes = I.cluster.gpu.memoryBytes;
   ev.stages.resize(static_cast<std::size_t>(pp));

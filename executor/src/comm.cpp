@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "colo/core/rank_layout.h"
+
 namespace colo::executor::detail {
 namespace {
 
@@ -68,41 +70,7 @@ class SelfComm final : public Comm {
   void barrier() override {}
 };
 
-std::int64_t degree(const Parallelism& p, const std::string& d) {
-  if (d == "tp") return p.tp;
-  if (d == "cp") return p.cp;
-  if (d == "dp") return p.dp;
-  return p.pp;
-}
-
-std::int64_t& coordinate(Coordinates& c, const std::string& d) {
-  if (d == "tp") return c.tp;
-  if (d == "cp") return c.cp;
-  if (d == "dp") return c.dp;
-  return c.pp;
-}
-
 }  // namespace
-
-Coordinates coordinatesOf(std::int64_t rank, const Parallelism& p) {
-  Coordinates c;
-  for (const auto& d : p.rankOrder) {
-    const std::int64_t n = degree(p, d);
-    coordinate(c, d) = rank % n;
-    rank /= n;
-  }
-  return c;
-}
-
-std::int64_t rankOf(const Coordinates& c, const Parallelism& p) {
-  std::int64_t rank = 0, stride = 1;
-  Coordinates copy = c;
-  for (const auto& d : p.rankOrder) {
-    rank += coordinate(copy, d) * stride;
-    stride *= degree(p, d);
-  }
-  return rank;
-}
 
 Result<Groups> makeGroups(const WorldInfo& world, const Parallelism& parallel, bool embeddingGroup,
                           const std::string& backend, int timeoutSeconds) {
@@ -136,12 +104,12 @@ Result<Groups> makeGroups(const WorldInfo& world, const Parallelism& parallel, b
       auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, myIndex, static_cast<int>(members.size()), options);
       return std::make_unique<GroupComm<c10d::ProcessGroupGloo>>(pg, myIndex, static_cast<int>(members.size()));
     };
-    const Coordinates me = coordinatesOf(world.rank, parallel);
+    const RankCoordinates me = coordinatesOf(world.rank, parallel);
     auto along = [&](const std::string& dim) {
       std::vector<std::int64_t> members;
-      Coordinates c = me;
-      for (std::int64_t i = 0; i < degree(parallel, dim); ++i) {
-        coordinate(c, dim) = i;
+      RankCoordinates c = me;
+      for (std::int64_t i = 0; i < parallelDegree(parallel, dim); ++i) {
+        c.along(dim) = i;
         members.push_back(rankOf(c, parallel));
       }
       return members;

@@ -42,13 +42,6 @@ struct Groups {
   int tpRank = 0, dpRank = 0, ppRank = 0;
 };
 
-/// The coordinate of `rank` along each dimension of the rank order (innermost first).
-struct Coordinates {
-  std::int64_t tp = 0, cp = 0, dp = 0, pp = 0;
-};
-[[nodiscard]] Coordinates coordinatesOf(std::int64_t rank, const Parallelism& p);
-[[nodiscard]] std::int64_t rankOf(const Coordinates& c, const Parallelism& p);
-
 /// Connects to the job's TCPStore and creates this rank's groups (every rank must call it).
 /// Errors: kBadInput for a backend this build lacks, kInternal with the c10d message.
 [[nodiscard]] Result<Groups> makeGroups(const WorldInfo& world, const Parallelism& parallel, bool embeddingGroup,

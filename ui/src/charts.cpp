@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "colo/core/rank_layout.h"
 #include "colo/core/units.h"
 
 namespace colo::ui {
@@ -287,24 +288,6 @@ void TimelineView::paintEvent(QPaintEvent*) {
              QString("%1 ms").arg(span * 1e3, 0, 'f', 1));
 }
 
-namespace {
-
-struct Coordinates {
-  std::int64_t tp = 0, cp = 0, dp = 0, pp = 0;
-};
-
-// The rank's coordinate along each dimension of the plan's rank order (innermost first).
-Coordinates coordinatesOf(std::int64_t rank, const Parallelism& p) {
-  Coordinates c;
-  for (const auto& d : p.rankOrder) {
-    const std::int64_t n = d == "tp" ? p.tp : d == "cp" ? p.cp : d == "dp" ? p.dp : p.pp;
-    (d == "tp" ? c.tp : d == "cp" ? c.cp : d == "dp" ? c.dp : c.pp) = rank % n;
-    rank /= n;
-  }
-  return c;
-}
-
-}  // namespace
 
 MeshView::MeshView(QWidget* parent) : QWidget(parent) {
   setMinimumHeight(160);

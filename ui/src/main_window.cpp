@@ -297,16 +297,19 @@ bool MainWindow::openModel(const QString& nameOrFile) {
   clearError();
   m_loadedModel = std::move(*model);
   m_modelFile = q(*file);
-  const QString name = q(m_loadedModel->name());
-  int index = m_modelBox->findText(name);
-  if (index < 0) {
-    m_modelBox->addItem(name, m_modelFile);
-    index = m_modelBox->count() - 1;
-  }
-  m_modelBox->setCurrentIndex(index);
-  if (QFileInfo(nameOrFile).exists()) rememberRecent(QFileInfo(nameOrFile).absoluteFilePath());
-  constraintsChanged();
+  loaded(m_modelBox, q(m_loadedModel->name()), m_modelFile, nameOrFile);
   return true;
+}
+
+void MainWindow::loaded(QComboBox* box, const QString& name, const QString& file, const QString& given) {
+  int index = box->findText(name);
+  if (index < 0) {
+    box->addItem(name, file);
+    index = box->count() - 1;
+  }
+  box->setCurrentIndex(index);
+  if (QFileInfo(given).exists()) rememberRecent(QFileInfo(given).absoluteFilePath());
+  constraintsChanged();
 }
 
 bool MainWindow::openCluster(const QString& nameOrFile) {
@@ -322,15 +325,7 @@ bool MainWindow::openCluster(const QString& nameOrFile) {
   }
   clearError();
   m_loadedCluster = std::move(*cluster);
-  const QString name = q(m_loadedCluster->name);
-  int index = m_clusterBox->findText(name);
-  if (index < 0) {
-    m_clusterBox->addItem(name, q(*file));
-    index = m_clusterBox->count() - 1;
-  }
-  m_clusterBox->setCurrentIndex(index);
-  if (QFileInfo(nameOrFile).exists()) rememberRecent(QFileInfo(nameOrFile).absoluteFilePath());
-  constraintsChanged();
+  loaded(m_clusterBox, q(m_loadedCluster->name), q(*file), nameOrFile);
   return true;
 }
 

@@ -79,6 +79,8 @@ class MainWindow : public QMainWindow {
   void clearError();
   void constraintsChanged();
   void onSearchFinished();
+  /// Selects (adding when new) the loaded entry in its picker, remembers the file, re-runs the search.
+  void loaded(QComboBox* box, const QString& name, const QString& file, const QString& given);
   void rememberRecent(const QString& file);
   void refreshRecentMenu();
   void editCluster();
