@@ -1,7 +1,10 @@
 // colo-validate: predicted against measured for the published runs in data/validation, as a table,
-// with the error per source and overall. Usage: colo-validate [DATA_DIR]
+// with the error per source and overall. Usage: colo-validate [DATA_DIR] [--plans OUT_DIR]
+// --plans writes each run's plan as OUT_DIR/<id>.json, to study one with `colo-plan evaluate --plan F --explain`.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 
@@ -11,8 +14,21 @@
 #include "validation_harness.h"
 
 int main(int argc, char** argv) {
-  const std::string folder = argc > 1 ? argv[1] : colo::dataDirectory() + "/validation";
-  auto cases = colo::validation::loadCases(folder);
+  std::string folder = colo::dataDirectory() + "/validation";
+  std::string plansDir;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--plans" && i + 1 < argc) {
+      plansDir = argv[++i];
+    } else if (arg.rfind("--", 0) == 0) {
+      std::cerr << "colo-validate: error: unknown option '" << arg << "' (usage: colo-validate [DATA_DIR] [--plans OUT_DIR])\n";
+      return 2;
+    } else {
+      folder = arg;
+    }
+  }
+  std::vector<colo::validation::Skipped> skipped;
+  auto cases = colo::validation::loadCases(folder, &skipped);
   if (!cases) {
     std::cerr << "colo-validate: error: " << cases.error().toString() << "\n";
     return 2;
@@ -23,6 +39,19 @@ int main(int argc, char** argv) {
   std::vector<double> fullErrors;
   std::vector<double> memoryErrors;
   std::map<std::string, std::vector<double>> bySource;
+  if (!plansDir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(plansDir, ec);
+    for (const auto& c : *cases) {
+      const std::string file = plansDir + "/" + c.id + ".json";
+      std::ofstream out(file);
+      out << colo::planToJson(c.plan).dump(2) << "\n";
+      if (!out) {
+        std::cerr << "colo-validate: error: " << file << ": cannot write\n";
+        return 2;
+      }
+    }
+  }
   for (const auto& c : *cases) {
     auto o = colo::validation::evaluateCase(c);
     if (!o) {
@@ -55,7 +84,9 @@ int main(int argc, char** argv) {
     for (const double x : v) s += x;
     return v.empty() ? 0.0 : s / static_cast<double>(v.size());
   };
-  std::cout << "\n* configuration partly assumed (data/validation/assumptions.json)\n\n";
+  std::cout << "\n* configuration partly assumed (assumptions.json, or inferred from the row)\n";
+  for (const auto& s : skipped) std::cout << "skipped " << s.id << ": " << s.reason << "\n";
+  std::cout << "\n";
   std::cout << "step time |error|: median " << colo::formatFixed(100 * median(errors), 1) << "%, mean "
             << colo::formatFixed(100 * mean(errors), 1) << "% over " << errors.size() << " runs; median "
             << colo::formatFixed(100 * median(fullErrors), 1) << "% over the " << fullErrors.size()

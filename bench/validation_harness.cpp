@@ -1,6 +1,7 @@
 #include "validation_harness.h"
 
 #include <cmath>
+#include <regex>
 
 #include "colo/core/library.h"
 #include "colo/costmodel/evaluator.h"
@@ -13,144 +14,436 @@ std::string lower(std::string s) {
   return s;
 }
 
+bool has(const std::string& haystack, const char* needle) { return haystack.find(needle) != std::string::npos; }
+
 std::optional<double> number(const Json& j, const char* key) {
-  if (!j.contains(key) || !j[key].is_number()) return std::nullopt;
+  if (!j.is_object() || !j.contains(key) || !j[key].is_number()) return std::nullopt;
   return j[key].get<double>();
 }
 
-Result<ModelSpec> modelOf(const Json& row, const std::string& id) {
-  const Json& m = row["model"];
-  const std::string arch = lower(m.value("arch", ""));
-  const bool bloom = arch.find("alibi") != std::string::npos;
-  auto preset = familyPreset(bloom ? "bloom" : "gpt");
+std::string text(const Json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j[key].is_string()) return "";
+  return j[key].get<std::string>();
+}
+
+Error rowError(const std::string& id, const std::string& field, const std::string& why) {
+  return Error::badInput(id + ": " + field + ": " + why);
+}
+
+// The settings a row leaves open come from, in order: the run's own entry in assumptions.json, the
+// first framework whose keywords the row's source, architecture or schedule mention, then the defaults.
+struct Settings {
+  Json run = Json::object();
+  Json framework = Json::object();
+  Json defaults = Json::object();
+  Json pick(const char* key) const {
+    for (const Json* j : {&run, &framework, &defaults}) {
+      if (j->contains(key)) return (*j)[key];
+    }
+    return nullptr;
+  }
+};
+
+bool networkLevel(LinkKind k) { return k == LinkKind::kInfiniBand || k == LinkKind::kRoce || k == LinkKind::kEthernet; }
+
+// ---- hardware ---------------------------------------------------------------------------------------
+
+// The library cluster whose GPU (and node design) a row's `hardware.gpu` names, and the one whose GPU
+// specification matches it best (memory size, PCIe vs SXM).
+struct ClusterChoice {
+  std::string cluster;
+  std::string gpuFrom;
+};
+
+std::optional<ClusterChoice> clusterForGpu(const std::string& gpuText, double memoryGb) {
+  const std::string g = lower(gpuText);
+  if (has(g, "v100")) return ClusterChoice{"dgx1-v100-x4", "dgx1-v100-x4"};
+  if (has(g, "a100")) {
+    if (has(g, "pcie")) return ClusterChoice{"dgx-a100-80gb-x128", "a100-pcie-8x"};
+    const bool small = has(g, "40gb") || (memoryGb > 0 && memoryGb <= 48);
+    return ClusterChoice{"dgx-a100-80gb-x128", small ? "dgx-a100-40gb" : "dgx-a100-80gb-x128"};
+  }
+  if (has(g, "h200")) return ClusterChoice{"hgx-h200-x16", "hgx-h200-x16"};
+  if (has(g, "h100") || has(g, "h800")) return ClusterChoice{"dgx-h100-x64", "dgx-h100-x64"};
+  return std::nullopt;
+}
+
+struct Network {
+  double bytesPerSecondPerGpu = 0;
+  LinkKind kind = LinkKind::kInfiniBand;
+};
+
+// Per-GPU network bandwidth from a row's `hardware.inter_node` text, e.g. "8x Mellanox 200 Gb/s HDR
+// InfiniBand per node", "1x InfiniBand EDR 100 Gb/s per node", "Omni-Path (OPA), 4 links per node",
+// "InfiniBand NDR presumed". Link rates: a number in Gb/s, else the named generation (FDR 56, EDR and
+// Omni-Path 100, HDR 200, NDR 400 Gb/s). Several links, or "per node", are shared by the node's GPUs;
+// a single unqualified link is one per GPU (DGX SuperPOD rail design).
+std::optional<Network> parseNetwork(const std::string& raw, std::int64_t gpusPerNode) {
+  const std::string t = lower(raw);
+  if (t.empty()) return std::nullopt;
+  double gbits = 0;
+  std::smatch m;
+  static const std::regex rate(R"((\d+(?:\.\d+)?)\s*gb(?:it)?(?:/|p)s)");
+  if (std::regex_search(t, m, rate)) gbits = std::stod(m[1]);
+  else if (has(t, "ndr")) gbits = 400;
+  else if (has(t, "hdr")) gbits = 200;
+  else if (has(t, "edr") || has(t, "omni-path") || has(t, "opa")) gbits = 100;
+  else if (has(t, "fdr")) gbits = 56;
+  if (gbits <= 0) return std::nullopt;
+  double count = 0;
+  static const std::regex times(R"((\d+)\s*x\b)");
+  static const std::regex links(R"((\d+)\s*(?:links|nics|hcas|ports|adapters|rails))");
+  if (std::regex_search(t, m, times)) count = std::stod(m[1]);
+  else if (std::regex_search(t, m, links)) count = std::stod(m[1]);
+  const bool perNode = has(t, "per node") || count > 1;
+  if (count <= 0) count = 1;
+  Network n;
+  const double bytes = count * gbits * 1e9 / 8.0;
+  n.bytesPerSecondPerGpu = perNode ? bytes / static_cast<double>(std::max<std::int64_t>(1, gpusPerNode)) : bytes;
+  if (has(t, "roce")) n.kind = LinkKind::kRoce;
+  else if (has(t, "ethernet")) n.kind = LinkKind::kEthernet;
+  return n;
+}
+
+Result<ClusterSpec> clusterOf(const Json& hw, const Settings& set, const std::string& id, bool* assumed) {
+  const double memoryGb = number(hw, "gpu_memory_gb").value_or(0);
+  std::string clusterName;
+  std::string gpuFrom;
+  if (set.run.contains("cluster")) {
+    clusterName = gpuFrom = set.run["cluster"].get<std::string>();
+  } else if (auto choice = clusterForGpu(text(hw, "gpu"), memoryGb)) {
+    clusterName = choice->cluster;
+    gpuFrom = choice->gpuFrom;
+  } else {
+    return fail(rowError(id, "hardware.gpu", "'" + text(hw, "gpu") + "' matches no GPU of the cluster library (V100, A100, H100, H200)"));
+  }
+  auto load = [&](const std::string& name) -> Result<ClusterSpec> {
+    auto file = resolveLibraryFile(LibraryKind::kClusters, name);
+    if (!file) return fail(file.error());
+    return loadCluster(*file);
+  };
+  auto cluster = load(clusterName);
+  if (!cluster) return fail(cluster.error());
+  if (gpuFrom != clusterName) {
+    auto other = load(gpuFrom);
+    if (!other) return fail(other.error());
+    cluster->gpu = other->gpu;
+  }
+  if (memoryGb > 0) cluster->gpu.memoryBytes = memoryGb * 1024.0 * 1024.0 * 1024.0;
+  if (set.run.contains("gpu_memory_GiB")) cluster->gpu.memoryBytes = set.run["gpu_memory_GiB"].get<double>() * 1024 * 1024 * 1024;
+  const auto gpn = number(hw, "gpus_per_node");
+  if (gpn && *gpn >= 1 && static_cast<std::int64_t>(*gpn) != cluster->gpusPerNode) {
+    cluster->gpusPerNode = static_cast<std::int64_t>(*gpn);
+    for (auto& l : cluster->links) {
+      if (!networkLevel(l.kind)) l.spanGpus = std::min(l.spanGpus, cluster->gpusPerNode);
+    }
+  }
+  if (cluster->links.size() > 1) {
+    LinkLevel& net = cluster->links.back();
+    if (set.run.contains("network_GBps")) {
+      net.bytesPerSecond = set.run["network_GBps"].get<double>() * 1e9;
+    } else if (auto n = parseNetwork(text(hw, "inter_node"), cluster->gpusPerNode)) {
+      net.bytesPerSecond = n->bytesPerSecondPerGpu;
+      net.kind = n->kind;
+    } else if (number(hw, "num_gpus").value_or(1) > static_cast<double>(cluster->gpusPerNode)) {
+      *assumed = true;  // the network is the library cluster's
+    }
+  }
+  const auto gpus = number(hw, "num_gpus");
+  if (!gpus || *gpus < 1) return fail(rowError(id, "hardware.num_gpus", "missing or not positive"));
+  auto scaled = scaleCluster(*cluster, static_cast<std::int64_t>(*gpus));
+  if (!scaled) return fail(rowError(id, "hardware.num_gpus", scaled.error().message));
+  return *scaled;
+}
+
+// ---- model ------------------------------------------------------------------------------------------
+
+Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, bool* assumed) {
+  const std::string arch = lower(text(m, "arch") + " " + text(m, "name"));
+  const bool bloom = has(arch, "alibi") || has(arch, "bloom");
+  const bool llama = !bloom && (has(arch, "llama") || has(arch, "swiglu") || has(arch, "rmsnorm") || has(arch, "rope") ||
+                                has(arch, "rotary") || has(arch, "mistral") || has(arch, "qwen"));
+  auto preset = familyPreset(bloom ? "bloom" : llama ? "llama" : "gpt");
   if (!preset) return fail(preset.error());
   ModelSpec s = *preset;
-  s.name = m.value("name", id);
-  s.numLayers = m["num_layers"].get<std::int64_t>();
-  s.hiddenSize = m["hidden_size"].get<std::int64_t>();
-  s.numAttentionHeads = m["num_attention_heads"].get<std::int64_t>();
-  s.ffnHiddenSize = m["ffn_hidden_size"].is_number() ? m["ffn_hidden_size"].get<std::int64_t>() : 4 * s.hiddenSize;
-  s.seqLen = m["seq_len"].get<std::int64_t>();
-  if (m["vocab_size"].is_number()) {
-    s.vocabSize = m["vocab_size"].get<std::int64_t>();
-  } else {  // a single-layer measurement: no embedding table worth costing, no head
+  s.name = text(m, "name").empty() ? id : text(m, "name");
+  auto need = [&](const char* key) -> Result<std::int64_t> {
+    const auto v = number(m, key);
+    if (!v || *v < 1) return fail(rowError(id, std::string("model.") + key, "missing or not positive"));
+    return static_cast<std::int64_t>(*v);
+  };
+  for (auto [key, field] : {std::pair{"num_layers", &s.numLayers}, std::pair{"hidden_size", &s.hiddenSize},
+                            std::pair{"num_attention_heads", &s.numAttentionHeads}, std::pair{"seq_len", &s.seqLen}}) {
+    auto v = need(key);
+    if (!v) return fail(v.error());
+    *field = *v;
+  }
+  for (const char* key : {"num_query_groups", "num_key_value_heads", "num_kv_heads"}) {
+    if (auto g = number(m, key)) s.numKvHeads = static_cast<std::int64_t>(*g);
+  }
+  if (auto f = number(m, "ffn_hidden_size")) {
+    s.ffnHiddenSize = static_cast<std::int64_t>(*f);
+  } else if (llama) {  // LLaMA's rule: 2/3 of 4h, rounded up to a multiple of 256
+    s.ffnHiddenSize = (8 * s.hiddenSize / 3 + 255) / 256 * 256;
+    *assumed = true;
+  } else {
+    s.ffnHiddenSize = 4 * s.hiddenSize;
+  }
+  if (auto e = number(m, "num_experts"); e && *e > 1) {
+    s.moe.numExperts = static_cast<std::int64_t>(*e);
+    s.moe.topK = static_cast<std::int64_t>(number(m, "top_k").value_or(number(m, "moe_top_k").value_or(2)));
+  }
+  if (auto v = number(m, "vocab_size")) {
+    s.vocabSize = static_cast<std::int64_t>(*v);
+  } else if (layerOnly) {  // a single-layer measurement: no embedding table worth costing, no head
     s.vocabSize = 1;
     s.lmHead = false;
+  } else {
+    s.vocabSize = 51200;  // Megatron's padded GPT-2 vocabulary
+    *assumed = true;
   }
-  if (!bloom) s.maxPositionEmbeddings = s.seqLen;
-  s.dropout = bloom ? 0.0 : 0.1;
+  if (!bloom && !llama) s.maxPositionEmbeddings = s.seqLen;
+  s.dropout = (bloom || llama) ? 0.0 : 0.1;
   if (auto valid = validateModelSpec(s, id); !valid) return fail(valid.error());
   return s;
 }
 
+// ---- measurement ------------------------------------------------------------------------------------
+
+// FLOPs per iteration under the convention a row's TFLOP/s uses (docs: VALIDATION.md).
+double conventionFlops(const std::string& convention, const ModelSpec& s, double samples) {
+  const std::string c = lower(convention);
+  const double B = samples, S = static_cast<double>(s.seqLen), L = static_cast<double>(s.numLayers);
+  const double h = static_cast<double>(s.hiddenSize), V = static_cast<double>(s.vocabSize);
+  if (has(c, "96")) return 96.0 * B * S * L * h * h * (1.0 + S / (6.0 * h) + V / (16.0 * L * h));
+  if (has(c, "6n") || has(c, "palm")) {
+    const double n = static_cast<double>(countParameters(s).total - countParameters(s).embedding);
+    const double tokens = B * S;
+    return tokens * (6.0 * n + 12.0 * L * h * S);
+  }
+  // Megatron-Core: 12·B·s·l·h²·[(1 + g/a + s/h)·(q/h) + (ffn/h)·gated + V/(2lh)], q = a·head_dim.
+  const double a = static_cast<double>(s.numAttentionHeads), g = static_cast<double>(s.kvHeads());
+  const double q = a * static_cast<double>(s.headSize());
+  const double gated = s.gatedMlp() ? 1.5 : 1.0;
+  return 12.0 * B * S * L * h * h *
+         ((1.0 + g / a + S / h) * (q / h) + (static_cast<double>(s.ffnHiddenSize) / h) * gated + V / (2.0 * L * h));
+}
+
 }  // namespace
 
-Result<std::vector<Case>> loadCases(const std::string& folder) {
-  auto runs = readJsonFile(folder + "/public_runs.json");
-  if (!runs) return fail(runs.error());
-  auto assumptionsDoc = readJsonFile(folder + "/assumptions.json");
-  if (!assumptionsDoc) return fail(assumptionsDoc.error());
-  const Json& defaults = (*assumptionsDoc)["defaults"];
-  const Json& perRun = (*assumptionsDoc)["runs"];
-  std::vector<Case> cases;
-  for (const Json& row : *runs) {
-    Case c;
-    c.id = row["id"].get<std::string>();
-    c.citation = row["source"]["citation"].get<std::string>() + ", " + row["source"]["location"].get<std::string>();
-    const Json a = perRun.contains(c.id) ? perRun[c.id] : Json::object();
-    auto pick = [&](const char* key) -> Json {
-      if (a.contains(key)) return a[key];
-      if (defaults.contains(key)) return defaults[key];
-      return nullptr;
-    };
-    auto spec = modelOf(row, c.id);
-    if (!spec) return fail(spec.error());
-    Plan& p = c.plan;
-    p.model.source = ModelSource::kSpec;
-    p.model.spec = *spec;
+Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
+  Case c;
+  if (!row.is_object() || !row.contains("id") || !row["id"].is_string()) {
+    return fail(Error::badInput("a row without a string 'id'"));
+  }
+  c.id = row["id"].get<std::string>();
+  const Json empty = Json::object();
+  const Json& source = row.contains("source") && row["source"].is_object() ? row["source"] : empty;
+  c.citation = text(source, "citation") + ", " + text(source, "location");
+  for (const char* part : {"model", "hardware", "parallel", "training", "measured"}) {
+    if (!row.contains(part) || !row[part].is_object()) return fail(rowError(c.id, part, "missing or not an object"));
+  }
+  const Json& hw = row["hardware"];
+  const Json& par = row["parallel"];
+  const Json& tr = row["training"];
+  const Json& me = row["measured"];
+  const Json& de = row.contains("derived") && row["derived"].is_object() ? row["derived"] : empty;
 
-    const Json& hw = row["hardware"];
-    const Json& par = row["parallel"];
-    const Json& tr = row["training"];
-    const std::string clusterName = pick("cluster").is_string() ? pick("cluster").get<std::string>() : "dgx-a100-80gb-x128";
-    auto clusterFile = resolveLibraryFile(LibraryKind::kClusters, clusterName);
-    if (!clusterFile) return fail(clusterFile.error());
-    auto cluster = loadCluster(*clusterFile);
-    if (!cluster) return fail(cluster.error());
-    auto scaled = scaleCluster(*cluster, hw["num_gpus"].get<std::int64_t>());
-    if (!scaled) return fail(scaled.error());
-    p.cluster = *scaled;
-    if (a.contains("network_GBps") && p.cluster.links.size() > 1) p.cluster.links.back().bytesPerSecond = a["network_GBps"].get<double>() * 1e9;
-    if (a.contains("gpu_memory_GiB")) p.cluster.gpu.memoryBytes = a["gpu_memory_GiB"].get<double>() * 1024 * 1024 * 1024;
-
-    p.parallel.tp = par["tp"].get<std::int64_t>();
-    p.parallel.pp = par["pp"].get<std::int64_t>();
-    p.parallel.dp = par["dp"].get<std::int64_t>();
-    p.parallel.cp = par.value("cp", 1);
-    p.parallel.sequenceParallel = par["sequence_parallel"].is_boolean() && par["sequence_parallel"].get<bool>();
-    const Json vpp = par.contains("virtual_pipeline_stages") && par["virtual_pipeline_stages"].is_number()
-                         ? par["virtual_pipeline_stages"]
-                         : pick("virtual_stages");
-    p.parallel.virtualStages = vpp.is_number() ? vpp.get<std::int64_t>() : 1;
-    p.schedule = p.parallel.virtualStages > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;
-
-    const Json mbs = tr["micro_batch_size"].is_number() ? tr["micro_batch_size"] : pick("micro_batch_size");
-    p.microBatchSize = mbs.is_number() ? mbs.get<std::int64_t>() : 1;
-    p.globalBatchSize = tr["global_batch_size"].is_number() ? tr["global_batch_size"].get<std::int64_t>()
-                                                            : p.microBatchSize * p.parallel.dp;
-    p.seqLen = spec->seqLen;
-    const Json zero = par.contains("zero_stage") && par["zero_stage"].is_number() ? par["zero_stage"] : pick("zero_stage");
-    p.zeroStage = zero.is_number() ? zero.get<int>() : 0;
-
-    const std::string recomputeText = lower(tr.value("recompute", "none"));
-    RecomputePolicy policy = RecomputePolicy::kNone;
-    if (recomputeText.rfind("full", 0) == 0) policy = RecomputePolicy::kFull;
-    else if (recomputeText.rfind("selective", 0) == 0) policy = RecomputePolicy::kSelective;
-    else if (recomputeText.rfind("none", 0) != 0 && pick("recompute").is_string()) {
-      policy = *parseRecompute(pick("recompute").get<std::string>());
+  Settings set;
+  if (assumptions.contains("defaults")) set.defaults = assumptions["defaults"];
+  if (assumptions.contains("runs") && assumptions["runs"].contains(c.id)) set.run = assumptions["runs"][c.id];
+  const std::string haystack = lower(c.citation + " " + text(row["model"], "arch") + " " + text(par, "schedule") + " " +
+                                     text(tr, "precision") + " " + text(par, "framework") + " " + text(tr, "framework"));
+  if (assumptions.contains("frameworks")) {
+    for (const Json& f : assumptions["frameworks"]) {
+      bool match = false;
+      for (const auto& k : f["match"]) match = match || has(haystack, lower(k.get<std::string>()).c_str());
+      if (match) {
+        set.framework = f["settings"];
+        break;
+      }
     }
-    const std::int64_t chunks = p.parallel.pp * p.parallel.virtualStages;
-    if (a.contains("stages")) {
-      for (const auto& n : a["stages"]) {
+  }
+  bool assumed = false;
+  c.layerOnly = number(me, "layer_forward_ms").has_value();
+  auto spec = modelOf(row["model"], c.id, c.layerOnly, &assumed);
+  if (!spec) return fail(spec.error());
+  Plan& p = c.plan;
+  p.model.source = ModelSource::kSpec;
+  p.model.spec = *spec;
+  auto cluster = clusterOf(hw, set, c.id, &assumed);
+  if (!cluster) return fail(cluster.error());
+  p.cluster = *cluster;
+
+  auto degree = [&](const char* key) { return static_cast<std::int64_t>(number(par, key).value_or(1)); };
+  p.parallel.tp = degree("tp");
+  p.parallel.pp = degree("pp");
+  p.parallel.cp = degree("cp");
+  p.parallel.ep = degree("ep");
+  const std::int64_t gpus = p.cluster.totalGpus();
+  if (auto dp = number(par, "dp")) {
+    p.parallel.dp = static_cast<std::int64_t>(*dp);
+  } else {
+    p.parallel.dp = gpus / std::max<std::int64_t>(1, p.parallel.tp * p.parallel.pp * p.parallel.cp);
+  }
+  const Json sp = par.contains("sequence_parallel") && par["sequence_parallel"].is_boolean() ? par["sequence_parallel"]
+                                                                                             : set.pick("sequence_parallel");
+  p.parallel.sequenceParallel = sp.is_boolean() && sp.get<bool>() && p.parallel.tp > 1;
+  const std::string schedule = lower(text(par, "schedule"));
+  Json vpp = number(par, "virtual_pipeline_stages") ? par["virtual_pipeline_stages"] : set.pick("virtual_stages");
+  p.parallel.virtualStages = vpp.is_number() ? vpp.get<std::int64_t>() : 1;
+  if (p.parallel.pp > 1 && has(schedule, "interleaved") && !number(par, "virtual_pipeline_stages")) assumed = true;
+  p.schedule = p.parallel.virtualStages > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;
+  if (has(schedule, "gpipe")) p.schedule = Schedule::kGpipe;
+  if (has(schedule, "zero bubble") || has(schedule, "zero-bubble")) p.schedule = Schedule::kZeroBubble;
+
+  Json mbs = number(tr, "micro_batch_size") ? tr["micro_batch_size"] : set.pick("micro_batch_size");
+  if (!number(tr, "micro_batch_size")) assumed = true;
+  p.microBatchSize = mbs.is_number() ? mbs.get<std::int64_t>() : 1;
+  if (auto gbs = number(tr, "global_batch_size")) {
+    p.globalBatchSize = static_cast<std::int64_t>(*gbs);
+  } else if (auto tokens = number(tr, "global_batch_tokens")) {
+    p.globalBatchSize = static_cast<std::int64_t>(std::llround(*tokens / static_cast<double>(spec->seqLen)));
+  } else {
+    p.globalBatchSize = p.microBatchSize * p.parallel.dp;
+  }
+  p.seqLen = spec->seqLen;
+  const Json zero = number(par, "zero_stage") ? par["zero_stage"] : set.pick("zero_stage");
+  if (!number(par, "zero_stage") && p.parallel.dp > 1) assumed = assumed || set.run.contains("zero_stage");
+  p.zeroStage = zero.is_number() ? zero.get<int>() : 0;
+
+  const std::string recomputeText = lower(text(tr, "recompute"));
+  RecomputePolicy policy = RecomputePolicy::kNone;
+  if (recomputeText.rfind("full", 0) == 0) {
+    policy = RecomputePolicy::kFull;
+  } else if (recomputeText.rfind("selective", 0) == 0) {
+    policy = RecomputePolicy::kSelective;
+  } else if (recomputeText.rfind("none", 0) != 0 && set.pick("recompute").is_string()) {
+    auto parsed = parseRecompute(set.pick("recompute").get<std::string>());
+    if (!parsed) return fail(rowError(c.id, "recompute (assumptions)", parsed.error().message));
+    policy = *parsed;
+    assumed = true;
+  }
+  const std::int64_t chunks = p.parallel.pp * p.parallel.virtualStages;
+  if (set.run.contains("stages")) {
+    for (const auto& n : set.run["stages"]) {
+      StagePlan st;
+      st.layers = n.get<std::int64_t>();
+      p.stages.push_back(st);
+    }
+  } else {
+    if (spec->numLayers < chunks) {
+      return fail(rowError(c.id, "model.num_layers", std::to_string(spec->numLayers) + " layers for pp x virtual stages = " +
+                                                         std::to_string(chunks)));
+    }
+    if (spec->numLayers % chunks == 0) {
+      p.stages = uniformStages(spec->numLayers, chunks, RecomputePolicy::kNone);
+    } else {
+      // Uneven: count the embedding and the head as a layer each (DeepSpeed's 'type:transformer|embedding'
+      // partition), share evenly, the remainder to the middle stages.
+      const std::int64_t units = spec->numLayers + (chunks > 1 ? 2 : 0);
+      std::vector<std::int64_t> n(static_cast<std::size_t>(chunks), units / chunks);
+      for (std::int64_t r = 0; r < units % chunks; ++r) n[static_cast<std::size_t>(1 + r % std::max<std::int64_t>(1, chunks - 2))] += 1;
+      if (chunks > 1) {
+        n.front() -= 1;
+        n.back() -= 1;
+      }
+      for (const auto layers : n) {
         StagePlan st;
-        st.layers = n.get<std::int64_t>();
+        st.layers = layers;
         p.stages.push_back(st);
       }
-    } else {
-      p.stages = uniformStages(spec->numLayers, chunks, RecomputePolicy::kNone);
+      assumed = true;
     }
-    for (auto& st : p.stages) {
-      st.recompute = policy;
-      st.recomputeLayers = policy == RecomputePolicy::kNone ? 0 : st.layers;
-    }
-    const std::string precisionText = lower(tr.value("precision", ""));
-    if (pick("precision").is_string()) p.precision = *parseDType(pick("precision").get<std::string>());
-    else p.precision = precisionText.find("bf16") != std::string::npos ? DType::kBf16 : DType::kFp16;
-    if (!p.cluster.gpu.hasPeak(p.precision)) p.precision = DType::kFp16;
-    p.execution.flashAttention = pick("attention").is_string() && pick("attention").get<std::string>() == "flash";
-    p.execution.overlapGradReduce = pick("overlap_grad_reduce").is_boolean() && pick("overlap_grad_reduce").get<bool>();
-    p.execution.overlapParamGather = pick("overlap_param_gather").is_boolean() && pick("overlap_param_gather").get<bool>();
-    p.execution.tpCommOverlap = pick("tp_comm_overlap").is_boolean() && pick("tp_comm_overlap").get<bool>();
-    c.fullyPublished = !a.contains("micro_batch_size") && !a.contains("virtual_stages") && !a.contains("zero_stage") &&
-                       !a.contains("recompute");
+  }
+  for (auto& st : p.stages) {
+    st.recompute = policy;
+    st.recomputeLayers = policy == RecomputePolicy::kNone ? 0 : st.layers;
+  }
+  const std::string precisionText = lower(text(tr, "precision"));
+  const bool volta = has(lower(p.cluster.gpu.name), "v100");
+  if (set.pick("precision").is_string()) {
+    auto parsed = parseDType(set.pick("precision").get<std::string>());
+    if (!parsed) return fail(rowError(c.id, "precision (assumptions)", parsed.error().message));
+    p.precision = *parsed;
+  } else if (has(precisionText, "fp8")) {
+    p.precision = DType::kFp8;
+  } else if (has(precisionText, "bf16")) {
+    p.precision = DType::kBf16;
+  } else if (has(precisionText, "fp16")) {
+    p.precision = DType::kFp16;
+  } else {
+    p.precision = volta ? DType::kFp16 : DType::kBf16;  // "16-bit" or not stated: what the GPU runs fastest
+  }
+  if (!p.cluster.gpu.hasPeak(p.precision)) p.precision = DType::kFp16;
+  auto flag = [&](const char* key) { return set.pick(key).is_boolean() && set.pick(key).get<bool>(); };
+  p.execution.flashAttention = set.pick("attention").is_string() && set.pick("attention").get<std::string>() == "flash";
+  // Overlaps the row states (Megatron's flags in `parallel.overlap`) win over assumed ones.
+  const std::string overlap = lower(text(par, "overlap"));
+  p.execution.overlapGradReduce = flag("overlap_grad_reduce") || has(overlap, "overlap-grad-reduce");
+  p.execution.overlapParamGather = flag("overlap_param_gather") || has(overlap, "overlap-param-gather");
+  p.execution.tpCommOverlap = flag("tp_comm_overlap") || has(overlap, "tp-comm-overlap");
+  c.fullyPublished = !assumed && !set.run.contains("micro_batch_size") && !set.run.contains("virtual_stages") &&
+                     !set.run.contains("zero_stage") && !set.run.contains("recompute");
 
-    const Json& me = row["measured"];
-    const Json& de = row["derived"];
-    if (auto f = number(me, "layer_forward_ms")) {
-      c.layerOnly = true;
-      c.measuredForwardSeconds = *f / 1e3;
-      c.measuredBackwardSeconds = *number(me, "layer_backward_ms") / 1e3;
-      c.measuredStepSeconds = *c.measuredForwardSeconds + *c.measuredBackwardSeconds;
-    } else if (auto t = number(me, "iteration_time_s")) {
-      c.measuredStepSeconds = *t;
-    } else if (auto ms = number(me, "iteration_time_ms")) {
-      c.measuredStepSeconds = *ms / 1e3;
-    } else if (auto d = number(de, "iteration_time_s")) {
-      c.measuredStepSeconds = *d;
+  // The step time: measured, else derived by the source, else from a throughput, else from TFLOP/s
+  // under the row's FLOP convention.
+  const double samples = static_cast<double>(p.globalBatchSize);
+  const double tokens = samples * static_cast<double>(spec->seqLen);
+  if (auto f = number(me, "layer_forward_ms")) {
+    c.measuredForwardSeconds = *f / 1e3;
+    const auto b = number(me, "layer_backward_ms");
+    if (!b) return fail(rowError(c.id, "measured.layer_backward_ms", "missing beside layer_forward_ms"));
+    c.measuredBackwardSeconds = *b / 1e3;
+    c.measuredStepSeconds = *c.measuredForwardSeconds + *c.measuredBackwardSeconds;
+  } else {
+    for (const Json* j : {&me, &de}) {
+      if (c.measuredStepSeconds) break;
+      if (auto t = number(*j, "iteration_time_s")) c.measuredStepSeconds = *t;
+      else if (auto ms = number(*j, "iteration_time_ms")) c.measuredStepSeconds = *ms / 1e3;
+      else if (auto st = number(*j, "step_time_s")) c.measuredStepSeconds = *st;
+      else if (auto sm = number(*j, "step_time_ms")) c.measuredStepSeconds = *sm / 1e3;
     }
-    if (auto mib = number(me, "memory_per_gpu_mib_nvidia_smi")) c.measuredMemoryBytes = *mib * 1024 * 1024;
-    if (auto valid = validatePlan(p, c.id); !valid) return fail(valid.error());
-    cases.push_back(std::move(c));
+    for (const Json* j : {&me, &de}) {
+      if (c.measuredStepSeconds) break;
+      if (auto r = number(*j, "samples_per_s"); r && *r > 0) c.measuredStepSeconds = samples / *r;
+      else if (auto q = number(*j, "sequences_per_s"); q && *q > 0) c.measuredStepSeconds = samples / *q;
+      else if (auto t = number(*j, "tokens_per_s"); t && *t > 0) c.measuredStepSeconds = tokens / *t;
+      else if (auto g = number(*j, "tokens_per_s_per_gpu"); g && *g > 0) c.measuredStepSeconds = tokens / (*g * static_cast<double>(gpus));
+    }
+    if (!c.measuredStepSeconds) {
+      if (auto x = number(me, "tflops_per_gpu"); x && *x > 0) {
+        c.measuredStepSeconds = conventionFlops(text(row, "flop_convention"), *spec, samples) / (*x * 1e12 * static_cast<double>(gpus));
+      }
+    }
+    if (!c.measuredStepSeconds) {
+      return fail(rowError(c.id, "measured", "no iteration time, throughput or TFLOP/s to compare with"));
+    }
+  }
+  if (auto mib = number(me, "memory_per_gpu_mib_nvidia_smi")) c.measuredMemoryBytes = *mib * 1024 * 1024;
+  else if (auto mb = number(me, "memory_per_gpu_mib")) c.measuredMemoryBytes = *mb * 1024 * 1024;
+  else if (auto gib = number(me, "memory_per_gpu_gib")) c.measuredMemoryBytes = *gib * 1024 * 1024 * 1024;
+  else if (auto gb = number(me, "memory_per_gpu_gb")) c.measuredMemoryBytes = *gb * 1e9;
+  if (auto valid = validatePlan(p, c.id); !valid) return fail(valid.error());
+  return c;
+}
+
+Result<std::vector<Case>> loadCases(const std::string& folder, std::vector<Skipped>* skipped) {
+  auto runs = readJsonFile(folder + "/public_runs.json");
+  if (!runs) return fail(runs.error());
+  if (!runs->is_array()) return fail(Error::badInput(folder + "/public_runs.json: expected an array of runs"));
+  Json assumptions = Json::object();
+  if (auto doc = readJsonFile(folder + "/assumptions.json")) assumptions = *doc;
+  std::vector<Case> cases;
+  for (const Json& row : *runs) {
+    auto c = caseFromRow(row, assumptions);
+    if (c) {
+      cases.push_back(std::move(*c));
+    } else if (skipped) {
+      skipped->push_back({row.is_object() ? row.value("id", std::string("?")) : std::string("?"), c.error().toString()});
+    } else {
+      return fail(c.error());
+    }
   }
   return cases;
 }

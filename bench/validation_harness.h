@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "colo/core/error.h"
+#include "colo/core/json.h"
 #include "colo/core/plan.h"
 
 namespace colo::validation {
@@ -32,8 +33,23 @@ struct Outcome {
   std::optional<double> memoryError;
 };
 
-/// Reads public_runs.json and assumptions.json from `folder` (data/validation). Errors: kBadInput.
-[[nodiscard]] Result<std::vector<Case>> loadCases(const std::string& folder);
+/// A row that could not be turned into a plan, and why (file, field, value).
+struct Skipped {
+  std::string id;
+  std::string reason;
+};
+
+/// One published run as a colo plan. Whatever the row leaves open comes from `assumptions` (the run's
+/// own entry, else the first framework whose keywords the row mentions, else the defaults), else is
+/// inferred from the row: the library cluster of its GPU, the network from `hardware.inter_node`, the
+/// step time from a time, a throughput or TFLOP/s under its FLOP convention. Errors: kBadInput naming
+/// the row and field.
+[[nodiscard]] Result<Case> caseFromRow(const Json& row, const Json& assumptions);
+
+/// Reads public_runs.json and assumptions.json (optional) from `folder` (data/validation). With
+/// `skipped`, a row that cannot be evaluated is recorded there and the others still load; without it,
+/// the first bad row is the error. Errors: kBadInput.
+[[nodiscard]] Result<std::vector<Case>> loadCases(const std::string& folder, std::vector<Skipped>* skipped = nullptr);
 
 /// Evaluates one case. Errors: whatever validatePlan or the evaluator report.
 [[nodiscard]] Result<Outcome> evaluateCase(const Case& c);

@@ -33,6 +33,25 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   return cfg;
 }
 
+// Memory traffic of one optimizer step per parameter, as Megatron's mixed-precision optimizers run it
+// (megatron/optimizer): the fused Adam reads master weight, gradient and both moments and writes the
+// three states back (28 B); the global gradient norm reads the fp32 gradients (4 B); grads are zeroed
+// for the next step. fp16 (loss scaling) first copies the 16-bit gradients into fp32 main gradients
+// (2 + 4 B), unscales them checking for inf/nan in place (8 B), zeroes 16-bit grads (2 B) and copies
+// the master weights back to the 16-bit model (4 + 2 B): 54 B. bf16 accumulates into fp32 main
+// gradients during backward, so no copy or unscale: 4 + 28 + 6 + 4 (zeroing) = 42 B. fp32: 36 B.
+double optimizerStepBytes(DType precision) {
+  switch (precision) {
+    case DType::kFp16:
+      return 54.0;
+    case DType::kFp32:
+    case DType::kTf32:
+      return 36.0;
+    default:
+      return 42.0;
+  }
+}
+
 }  // namespace
 
 struct Evaluator::Impl {
@@ -438,11 +457,11 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
           plan.execution.overlapParamGather ? std::max(0.1 * gather, gather - 0.9 * fwd) : gather;
       dpExposed = reduceExposed + gatherExposed;
     }
-    // Adam: read and write master weights and both moments, read the gradient, write the 16-bit weight
-    // (plus a gradient-norm pass): about 34 bytes per parameter on the GPU; offloaded states are
-    // updated by the host, their gradients and weights crossing PCIe.
+    // The mixed-precision optimizer step at HBM speed (bytes per parameter: optimizerStepBytes); offloaded
+    // states are updated by the host, their gradients and weights crossing PCIe.
     const double localParams = params / (plan.zeroStage >= 1 ? dp : 1.0);
-    double optimizer = localParams * (1.0 - plan.offload.optimizerFraction) * 34.0 / device.memoryBytesPerSecond;
+    double optimizer = localParams * (1.0 - plan.offload.optimizerFraction) * optimizerStepBytes(plan.precision) /
+                       device.memoryBytesPerSecond;
     if (I.calibration.optimizerMeasured) {
       // The measured AdamW step over fp32 master weights (linear in the parameter count).
       if (const auto t = I.optimizerTable.lookupStreaming("adam_step.fwd", localParams * (1.0 - plan.offload.optimizerFraction))) {

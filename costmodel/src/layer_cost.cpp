@@ -211,6 +211,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
   double attnSaved = 0;
   double quadraticSaved = 0;
   const OpTemplate* scores = nullptr;
+  const OpTemplate* previous = nullptr;
   for (const auto& op : layer.ops) {
     // Compute.
     double fwd = 0;
@@ -244,10 +245,18 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         double split = 1.0;
         if (op.shard == Shard::kSequence) split = seqSplit;
         else if (op.kind != OpKind::kEmbedding && op.shard != Shard::kReplicated) split = tp;
-        const double bytes = op.bytes * tokenScale / split;
-        fwd = std::max(floor, bytes / bw);
+        // Dropout also writes its 1-byte mask (its saved bytes) forward and reads it backward. A residual
+        // add right after a hidden-state dropout is fused with it (Megatron's bias-dropout-add): the pair
+        // reads x and the residual and writes the sum and the mask, so the add only adds its residual read.
+        const bool fusedAdd = op.kind == OpKind::kAdd && previous && previous->kind == OpKind::kDropout &&
+                              previous->shard == Shard::kSequence;
+        double traffic = op.bytes;
+        if (op.kind == OpKind::kDropout) traffic += op.savedBytes;
+        if (fusedAdd) traffic = op.bytes / 3.0;
+        const double bytes = traffic * tokenScale / split;
+        fwd = fusedAdd ? bytes / bw : std::max(floor, bytes / bw);
         // Backward reads the saved input and the incoming gradient and writes one gradient (1.5 passes
-        // of the forward's traffic); dropout's backward is one masked pass; a residual's gradient is
+        // of the forward's traffic); dropout's backward is one masked pass (gradient and mask in, gradient out: the forward's traffic); a residual's gradient is
         // passed through to both inputs without a kernel of its own.
         if (op.kind == OpKind::kAdd) bwd = 0.0;
         else if (op.kind == OpKind::kDropout) bwd = fwd;
@@ -267,6 +276,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     }
     out.fwd += fwd;
     out.bwd += bwd;
+    previous = &op;
     if (op.attentionCore) out.attnCoreFwd += fwd;
 
     // Saved activations: a linear saves its input (full width unless SP splits it); everything

@@ -40,6 +40,42 @@ Evaluation evaluateOrFail(const Plan& p) {
   return ev ? *ev : Evaluation{};
 }
 
+TEST(Evaluator, OptimizerStepMovesWhatTheMixedPrecisionOptimizerMoves) {
+  // fp16 with loss scaling copies and unscales 16-bit gradients before Adam (54 B per parameter);
+  // bf16 accumulates fp32 gradients in backward (42 B); the step runs at HBM speed.
+  Plan p = makePlan("gpt2-small", "dgx-a100-80gb", 1, 1, 1, 8);
+  p.precision = DType::kFp16;
+  const Evaluation fp16 = evaluateOrFail(p);
+  p.precision = DType::kBf16;
+  const Evaluation bf16 = evaluateOrFail(p);
+  ASSERT_GT(bf16.stages[0].optimizerSeconds, 0);
+  EXPECT_NEAR(fp16.stages[0].optimizerSeconds / bf16.stages[0].optimizerSeconds, 54.0 / 42.0, 1e-9);
+  const DeviceModel d = deviceModel(p.cluster.gpu, DType::kBf16);
+  EXPECT_NEAR(bf16.stages[0].optimizerSeconds, bf16.stages[0].paramsPerGpu * 42.0 / d.memoryBytesPerSecond, 1e-12);
+}
+
+TEST(Evaluator, DropoutWritesItsMaskAndFusesWithTheResidualAdd) {
+  // The same GPT with and without dropout. With it, each hidden-state dropout (x in, y and the 1-byte
+  // mask out: 5 B per element) is fused with its residual add, which then only reads the residual (2 B)
+  // instead of reading two inputs and writing the sum (6 B): +1 B per element, twice per layer. The
+  // attention-probability dropout adds 5 B per score; the embedding's dropout 5 B per element.
+  Plan p = makePlan("gpt2-small", "dgx-a100-80gb", 1, 1, 1, 8, 8);
+  p.precision = DType::kBf16;
+  p.execution.flashAttention = false;  // with FlashAttention the probabilities' dropout is inside the kernel
+  const Evaluation with = evaluateOrFail(p);
+  p.model.spec->dropout = 0.0;
+  const Evaluation without = evaluateOrFail(p);
+  const auto& spec = *p.model.spec;
+  const double tokens = 8.0 * 1024;
+  const double hidden = tokens * static_cast<double>(spec.hiddenSize);
+  const double scores = 8.0 * static_cast<double>(spec.numAttentionHeads) * 1024.0 * 1024.0;
+  const DeviceModel d = deviceModel(p.cluster.gpu, DType::kBf16);
+  const double perLayer = (2 * hidden + 5 * scores) / d.memoryBytesPerSecond;
+  const double embeddingDropout = std::max(d.kernelFloorSeconds, 5 * hidden / d.memoryBytesPerSecond);
+  EXPECT_NEAR(with.stages[0].forwardSeconds - without.stages[0].forwardSeconds,
+              static_cast<double>(spec.numLayers) * perLayer + embeddingDropout, 1e-9);
+}
+
 TEST(Evaluator, BreakdownSumsToTheStepAndMemoryToThePeak) {
   Plan p = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 1536);
   p.parallel.sequenceParallel = true;

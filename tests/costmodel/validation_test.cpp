@@ -5,7 +5,14 @@
 #include <cmath>
 #include <map>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include <gtest/gtest.h>
+
+#include "colo/core/library.h"
 
 #include "core/test_support.h"
 #include "validation_harness.h"
@@ -50,5 +57,111 @@ TEST(Validation, RecomputeOrderingMatchesKorthikanti) {
   EXPECT_LT(predicted.at("selective_recompute"), predicted.at("full_recompute"));
 }
 
+
+// A row the repository has never seen, with no entry of its own in assumptions.json: everything must
+// come from the row, the framework keywords and the defaults (the held-out set is read this way).
+Json unseenRow() {
+  return Json::parse(R"({
+    "id": "unseen_v100_run",
+    "source": {"citation": "Some benchmark", "location": "table 2"},
+    "model": {"name": "GPT h1536 L16", "arch": "GPT", "num_layers": 16, "hidden_size": 1536, "num_attention_heads": 16,
+              "ffn_hidden_size": null, "seq_len": 2048, "vocab_size": 51200},
+    "hardware": {"gpu": "V100-SXM2-16GB", "gpu_memory_gb": 16, "gpus_per_node": 8, "num_gpus": 16,
+                 "inter_node": "1x InfiniBand EDR 100 Gb/s per node"},
+    "parallel": {"tp": 2, "pp": 1, "dp": null, "zero_stage": 0},
+    "training": {"precision": "mixed precision 16-bit", "recompute": "full", "micro_batch_size": 4, "global_batch_size": 64},
+    "measured": {"samples_per_s": 32.0}
+  })");
+}
+
+Json assumptionsFile() {
+  auto a = readJsonFile(test::dataFile("validation/assumptions.json"));
+  EXPECT_TRUE(a) << (a ? "" : a.error().toString());
+  return a ? *a : Json::object();
+}
+
+TEST(Validation, AnUnseenRowIsInferredFromItsOwnHardwareAndThroughput) {
+  auto c = validation::caseFromRow(unseenRow(), assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  const Plan& p = c->plan;
+  EXPECT_NE(p.cluster.gpu.name.find("V100"), std::string::npos);
+  EXPECT_NEAR(p.cluster.gpu.memoryBytes, 16.0 * 1024 * 1024 * 1024, 1);
+  EXPECT_EQ(p.cluster.totalGpus(), 16);
+  ASSERT_EQ(p.cluster.links.size(), 2u);
+  EXPECT_NEAR(p.cluster.links.back().bytesPerSecond, 100e9 / 8 / 8, 1);  // one EDR NIC shared by 8 GPUs
+  EXPECT_EQ(p.parallel.dp, 8);                                          // 16 GPUs / tp 2
+  EXPECT_EQ(p.precision, DType::kFp16);                                 // "16-bit" on Volta
+  EXPECT_EQ(p.model.spec->ffnHiddenSize, 4 * 1536);
+  EXPECT_EQ(p.stages.front().recompute, RecomputePolicy::kFull);
+  ASSERT_TRUE(c->measuredStepSeconds);
+  EXPECT_NEAR(*c->measuredStepSeconds, 64.0 / 32.0, 1e-12);  // global batch / samples per second
+  EXPECT_TRUE(c->fullyPublished);
+  auto o = validation::evaluateCase(*c);
+  ASSERT_TRUE(o) << o.error().toString();
+  EXPECT_GT(o->predictedStepSeconds, 0);
+}
+
+TEST(Validation, FrameworkKeywordsNetworkTextTflopsAndUnevenStages) {
+  Json row = unseenRow();
+  row["source"]["citation"] = "NVIDIA NeMo performance tables (Megatron-Core)";
+  row["hardware"] = Json::parse(R"({"gpu": "H100 SXM", "gpu_memory_gb": 80, "gpus_per_node": 8, "num_gpus": 64,
+                                    "inter_node": "8x 400 Gb/s NDR InfiniBand per node"})");
+  row["model"]["num_layers"] = 30;
+  row["parallel"] = Json::parse(R"({"tp": 2, "pp": 4, "dp": 8, "overlap": "--tp-comm-overlap"})");
+  row["training"] = Json::parse(R"({"precision": "bf16", "recompute": "none", "micro_batch_size": 1, "global_batch_size": 256})");
+  row["measured"] = Json::parse(R"({"tflops_per_gpu": 400.0})");
+  row["flop_convention"] = "Narayanan Eq.3 (96-coefficient)";
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  const Plan& p = c->plan;
+  EXPECT_NE(p.cluster.gpu.name.find("H100"), std::string::npos);
+  EXPECT_NEAR(p.cluster.links.back().bytesPerSecond, 50e9, 1);  // 8 x 400 Gb/s per node of 8
+  EXPECT_TRUE(p.execution.flashAttention);                       // the Megatron-Core entry of 'frameworks'
+  EXPECT_EQ(p.zeroStage, 1);
+  EXPECT_TRUE(p.parallel.sequenceParallel);
+  EXPECT_TRUE(p.execution.tpCommOverlap);  // stated in parallel.overlap
+  EXPECT_EQ(p.precision, DType::kBf16);
+  // 30 layers over 4 stages: the embedding and the head count as a layer each (32 / 4 = 8).
+  ASSERT_EQ(p.stages.size(), 4u);
+  EXPECT_EQ(p.stages[0].layers, 7);
+  EXPECT_EQ(p.stages[1].layers, 8);
+  EXPECT_EQ(p.stages[2].layers, 8);
+  EXPECT_EQ(p.stages[3].layers, 7);
+  EXPECT_FALSE(c->fullyPublished);
+  const double B = 256, s = 2048, l = 30, h = 1536, V = 51200;
+  const double flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+  ASSERT_TRUE(c->measuredStepSeconds);
+  EXPECT_NEAR(*c->measuredStepSeconds, flops / (400e12 * 64), 1e-9);
+}
+
+TEST(Validation, ABadRowIsSkippedWithItsFieldAndTheOthersStillLoad) {
+  const auto dir = std::filesystem::temp_directory_path() / ("colo_validation_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  Json runs = Json::array();
+  runs.push_back(unseenRow());
+  Json bad = unseenRow();
+  bad["id"] = "bad_gpu";
+  bad["hardware"]["gpu"] = "TPU v4";
+  runs.push_back(bad);
+  Json noTime = unseenRow();
+  noTime["id"] = "no_time";
+  noTime["measured"] = Json::object();
+  runs.push_back(noTime);
+  std::ofstream(dir / "public_runs.json") << runs.dump(2);
+  std::vector<validation::Skipped> skipped;
+  auto cases = validation::loadCases(dir.string(), &skipped);
+  ASSERT_TRUE(cases) << cases.error().toString();
+  ASSERT_EQ(cases->size(), 1u);
+  EXPECT_EQ(cases->front().id, "unseen_v100_run");
+  ASSERT_EQ(skipped.size(), 2u);
+  EXPECT_EQ(skipped[0].id, "bad_gpu");
+  EXPECT_NE(skipped[0].reason.find("hardware.gpu"), std::string::npos) << skipped[0].reason;
+  EXPECT_NE(skipped[0].reason.find("TPU v4"), std::string::npos) << skipped[0].reason;
+  EXPECT_NE(skipped[1].reason.find("measured"), std::string::npos) << skipped[1].reason;
+  auto strict = validation::loadCases(dir.string());
+  ASSERT_FALSE(strict);
+  EXPECT_NE(strict.error().toString().find("bad_gpu"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
 }  // namespace
 }  // namespace colo
