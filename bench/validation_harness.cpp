@@ -1,5 +1,6 @@
 #include "validation_harness.h"
 
+#include <algorithm>
 #include <cmath>
 #include <regex>
 
@@ -208,6 +209,31 @@ Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, 
   return s;
 }
 
+// Layers over pipeline chunks: even when they divide; else the embedding and the head count as a layer
+// each (DeepSpeed's 'type:transformer|embedding' partition, Llama 3's one layer fewer on the first and
+// last stage), shared evenly, the remainder to the middle chunks.
+std::vector<StagePlan> balancedStages(std::int64_t layers, std::int64_t chunks) {
+  if (layers % chunks == 0) return uniformStages(layers, chunks, RecomputePolicy::kNone);
+  auto spread = [&](std::int64_t units, std::int64_t trim) {
+    std::vector<std::int64_t> n(static_cast<std::size_t>(chunks), units / chunks);
+    for (std::int64_t r = 0; r < units % chunks; ++r) {
+      n[static_cast<std::size_t>(chunks > 2 ? 1 + r % (chunks - 2) : r % chunks)] += 1;
+    }
+    n.front() -= trim;
+    n.back() -= trim;
+    return n;
+  };
+  auto n = spread(layers + 2, 1);
+  if (*std::min_element(n.begin(), n.end()) < 1) n = spread(layers, 0);
+  std::vector<StagePlan> stages;
+  for (const auto count : n) {
+    StagePlan st;
+    st.layers = count;
+    stages.push_back(st);
+  }
+  return stages;
+}
+
 // ---- measurement ------------------------------------------------------------------------------------
 
 // FLOPs per iteration under the convention a row's TFLOP/s uses (docs: VALIDATION.md).
@@ -289,10 +315,11 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
   const Json sp = par.contains("sequence_parallel") && par["sequence_parallel"].is_boolean() ? par["sequence_parallel"]
                                                                                              : set.pick("sequence_parallel");
   p.parallel.sequenceParallel = sp.is_boolean() && sp.get<bool>() && p.parallel.tp > 1;
-  const std::string schedule = lower(text(par, "schedule"));
+  const std::string schedule =
+      lower(text(par, "schedule") + " " + (set.pick("schedule").is_string() ? set.pick("schedule").get<std::string>() : ""));
   Json vpp = number(par, "virtual_pipeline_stages") ? par["virtual_pipeline_stages"] : set.pick("virtual_stages");
   p.parallel.virtualStages = vpp.is_number() ? vpp.get<std::int64_t>() : 1;
-  if (p.parallel.pp > 1 && has(schedule, "interleaved") && !number(par, "virtual_pipeline_stages")) assumed = true;
+  const bool vppOpen = p.parallel.pp > 1 && has(schedule, "interleaved") && !vpp.is_number() && !set.run.contains("stages");
   p.schedule = p.parallel.virtualStages > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;
   if (has(schedule, "gpipe")) p.schedule = Schedule::kGpipe;
   if (has(schedule, "zero bubble") || has(schedule, "zero-bubble")) p.schedule = Schedule::kZeroBubble;
@@ -313,6 +340,8 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
   p.zeroStage = zero.is_number() ? zero.get<int>() : 0;
 
   const std::string recomputeText = lower(text(tr, "recompute"));
+  const bool recomputeOpen = recomputeText.rfind("full", 0) != 0 && recomputeText.rfind("selective", 0) != 0 &&
+                             recomputeText.rfind("none", 0) != 0 && !set.pick("recompute").is_string();
   RecomputePolicy policy = RecomputePolicy::kNone;
   if (recomputeText.rfind("full", 0) == 0) {
     policy = RecomputePolicy::kFull;
@@ -336,25 +365,8 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
       return fail(rowError(c.id, "model.num_layers", std::to_string(spec->numLayers) + " layers for pp x virtual stages = " +
                                                          std::to_string(chunks)));
     }
-    if (spec->numLayers % chunks == 0) {
-      p.stages = uniformStages(spec->numLayers, chunks, RecomputePolicy::kNone);
-    } else {
-      // Uneven: count the embedding and the head as a layer each (DeepSpeed's 'type:transformer|embedding'
-      // partition), share evenly, the remainder to the middle stages.
-      const std::int64_t units = spec->numLayers + (chunks > 1 ? 2 : 0);
-      std::vector<std::int64_t> n(static_cast<std::size_t>(chunks), units / chunks);
-      for (std::int64_t r = 0; r < units % chunks; ++r) n[static_cast<std::size_t>(1 + r % std::max<std::int64_t>(1, chunks - 2))] += 1;
-      if (chunks > 1) {
-        n.front() -= 1;
-        n.back() -= 1;
-      }
-      for (const auto layers : n) {
-        StagePlan st;
-        st.layers = layers;
-        p.stages.push_back(st);
-      }
-      assumed = true;
-    }
+    p.stages = balancedStages(spec->numLayers, chunks);
+    if (spec->numLayers % chunks != 0) assumed = true;
   }
   for (auto& st : p.stages) {
     st.recompute = policy;
@@ -383,6 +395,55 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
   p.execution.overlapGradReduce = flag("overlap_grad_reduce") || has(overlap, "overlap-grad-reduce");
   p.execution.overlapParamGather = flag("overlap_param_gather") || has(overlap, "overlap-param-gather");
   p.execution.tpCommOverlap = flag("tp_comm_overlap") || has(overlap, "tp-comm-overlap");
+  // Knobs the row and the assumptions leave open that decide whether the run fits: the run happened, so
+  // it fitted. Recompute: none, else selective, else full, the first with which the plan fits; the
+  // interleaved schedule's virtual stages (1 to 8 chunks per stage): the fastest that fits, as a
+  // published benchmark run is tuned.
+  if (recomputeOpen || vppOpen) {
+    // (policy, layers recomputed per chunk; 0: all of them)
+    std::vector<std::pair<RecomputePolicy, std::int64_t>> policies{{policy, 0}};
+    if (recomputeOpen) {
+      policies = {{RecomputePolicy::kNone, 0}, {RecomputePolicy::kSelective, 0}};
+      // Megatron's --recompute-num-layers: full recompute of the first k layers of every chunk.
+      for (std::int64_t k = 1; k <= spec->numLayers / p.parallel.pp; ++k) policies.emplace_back(RecomputePolicy::kFull, k);
+    }
+    std::vector<std::int64_t> chunkCounts{p.parallel.virtualStages};
+    if (vppOpen) {
+      chunkCounts.clear();
+      for (std::int64_t v = 1; v <= 8 && p.parallel.pp * v <= spec->numLayers; ++v) chunkCounts.push_back(v);
+    }
+    std::optional<Plan> best;
+    double bestSeconds = 0;
+    for (std::size_t i = 0; i < policies.size(); ++i) {
+      const auto [candidatePolicy, recomputeCount] = policies[i];
+      for (const std::int64_t v : chunkCounts) {
+        Plan q = p;
+        q.parallel.virtualStages = v;
+        if (vppOpen) {
+          q.schedule = v > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;
+          q.stages = balancedStages(spec->numLayers, p.parallel.pp * v);
+        }
+        for (auto& st : q.stages) {
+          st.recompute = candidatePolicy;
+          st.recomputeLayers = candidatePolicy == RecomputePolicy::kNone ? 0
+                               : recomputeCount > 0                    ? std::min(recomputeCount, st.layers)
+                                                                       : st.layers;
+        }
+        if (!validatePlan(q, c.id)) continue;
+        auto ev = costmodel::evaluatePlan(q);
+        if (!ev || !ev->fits) continue;
+        if (!best || ev->stepSeconds < bestSeconds) {
+          best = std::move(q);
+          bestSeconds = ev->stepSeconds;
+        }
+      }
+      // The cheapest policy that fits wins; partial full recompute counts as one policy (fastest k).
+      const bool nextIsMorePartialRecompute = i + 1 < policies.size() && policies[i + 1].second > 0 && recomputeCount > 0;
+      if (best && !nextIsMorePartialRecompute) break;
+    }
+    if (best) p = std::move(*best);
+    assumed = true;
+  }
   c.fullyPublished = !assumed && !set.run.contains("micro_batch_size") && !set.run.contains("virtual_stages") &&
                      !set.run.contains("zero_stage") && !set.run.contains("recompute");
 

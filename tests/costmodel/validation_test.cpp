@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "colo/core/library.h"
+#include "colo/costmodel/evaluator.h"
 
 #include "core/test_support.h"
 #include "validation_harness.h"
@@ -162,6 +163,44 @@ TEST(Validation, ABadRowIsSkippedWithItsFieldAndTheOthersStillLoad) {
   ASSERT_FALSE(strict);
   EXPECT_NE(strict.error().toString().find("bad_gpu"), std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+TEST(Validation, OpenRecomputeAndVirtualStagesAreTheCheapestThatFit) {
+  // Llama 3 405B on 16,384 H100s (Meta 2024, Table 4): the paper states the degrees and batch but not the
+  // recompute policy or the chunks per stage of its interleaved schedule. The run happened, so it fitted:
+  // the harness takes the cheapest recompute that fits and the fastest chunk count.
+  const Json row = Json::parse(R"({
+    "id": "llama3_405b", "source": {"citation": "The Llama 3 Herd of Models", "location": "Table 4"},
+    "model": {"name": "Llama 3 405B", "arch": "llama, GQA, SwiGLU, RoPE", "num_layers": 126, "hidden_size": 16384,
+              "num_attention_heads": 128, "num_key_value_heads": 8, "ffn_hidden_size": 53248, "seq_len": 8192,
+              "vocab_size": 128256},
+    "hardware": {"gpu": "H100-SXM5-80GB", "gpu_memory_gb": 80, "gpus_per_node": 8, "num_gpus": 16384,
+                 "inter_node": "RoCE 400 Gb/s per GPU"},
+    "parallel": {"tp": 8, "pp": 16, "dp": 128, "cp": 1},
+    "training": {"precision": "bf16", "recompute": null, "micro_batch_size": 1, "global_batch_size": 2048},
+    "measured": {"tflops_per_gpu": 400}, "flop_convention": "Megatron-Core model FLOPs"
+  })");
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  const Plan& p = c->plan;
+  EXPECT_EQ(p.schedule, Schedule::kInterleaved);  // the 'llama 3' framework entry
+  EXPECT_GT(p.parallel.virtualStages, 1);
+  EXPECT_EQ(p.cluster.links.back().kind, LinkKind::kRoce);
+  EXPECT_EQ(p.model.spec->numKvHeads, 8);
+  EXPECT_FALSE(c->fullyPublished);
+  auto chosen = costmodel::evaluatePlan(p);
+  ASSERT_TRUE(chosen) << chosen.error().toString();
+  EXPECT_TRUE(chosen->fits);
+  if (p.stages.front().recompute != RecomputePolicy::kNone) {
+    Plan none = p;
+    for (auto& st : none.stages) {
+      st.recompute = RecomputePolicy::kNone;
+      st.recomputeLayers = 0;
+    }
+    auto ev = costmodel::evaluatePlan(none);
+    ASSERT_TRUE(ev);
+    EXPECT_FALSE(ev->fits) << "recompute was assumed although the plan fits without it";
+  }
 }
 }  // namespace
 }  // namespace colo
