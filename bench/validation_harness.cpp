@@ -269,6 +269,25 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
   for (const char* part : {"model", "hardware", "parallel", "training", "measured"}) {
     if (!row.contains(part) || !row[part].is_object()) return fail(rowError(c.id, part, "missing or not an object"));
   }
+  // A figure the harness reads must be a number (or null: not published); "8" or [8] is a typo that
+  // would otherwise silently fall back to a default.
+  static const std::vector<std::pair<const char*, std::vector<const char*>>> numeric{
+      {"model", {"num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "num_key_value_heads", "num_kv_heads",
+                 "ffn_hidden_size", "seq_len", "vocab_size", "num_experts", "top_k"}},
+      {"hardware", {"gpu_memory_gb", "gpus_per_node", "num_gpus"}},
+      {"parallel", {"tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "zero_stage"}},
+      {"training", {"micro_batch_size", "global_batch_size", "global_batch_tokens"}},
+      {"measured", {"layer_forward_ms", "layer_backward_ms", "iteration_time_s", "iteration_time_ms", "step_time_s", "step_time_ms",
+                    "samples_per_s", "sequences_per_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
+                    "memory_per_gpu_mib_nvidia_smi", "memory_per_gpu_mib", "memory_per_gpu_gib", "memory_per_gpu_gb"}}};
+  for (const auto& [part, keys] : numeric) {
+    for (const char* key : keys) {
+      const Json& j = row[part];
+      if (j.contains(key) && !j[key].is_null() && !j[key].is_number()) {
+        return fail(rowError(c.id, std::string(part) + "." + key, "expected a number, got " + j[key].dump()));
+      }
+    }
+  }
   const Json& hw = row["hardware"];
   const Json& par = row["parallel"];
   const Json& tr = row["training"];
