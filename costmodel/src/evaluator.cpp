@@ -437,7 +437,13 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
     }
     mem.buffers = buffers;
     mem.allocator = 0.08 * (mem.activations + mem.buffers);
-    mem.context = device.contextBytes;
+    // Outside the allocator: the CUDA context and the NCCL buffers of every communicator this rank uses.
+    double communicators = 0;
+    for (const GroupPlacement* g : {&tpGroup, &cpGroup, &dpGroup, &epGroup, &ppGroup}) {
+      const LinkLevel* link = g->inner ? g->inner : g->outer;
+      if (link) communicators += communicatorBytes(device, g->size, link->kind, g->crossesNodes());
+    }
+    mem.context = device.contextBytes + communicators;
     ev.peakMemoryBytes = std::max(ev.peakMemoryBytes, mem.total());
 
     // Data-parallel synchronisation and the optimizer step, after this stage's last backward.

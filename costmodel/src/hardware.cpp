@@ -25,6 +25,7 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision) {
   d.sustainedClock = 0.93;
   d.kernelFloorSeconds = 8e-6;  // eager PyTorch: launching a kernel costs the host ~8 us
   d.contextBytes = 0.8 * 1024 * 1024 * 1024;
+  d.commChannelBytes = 10.0 * 1024 * 1024;  // SIMPLE 4 MiB + LL128 ~4.7 MiB + LL 0.5 MiB (NCCL defaults)
   d.cpuAdamParamsPerSecond = 0.25e9;
   if (contains(name, "V100")) {
     d.gemmEfficiency = 0.70;  // cuBLAS fp16 HGEMM ~85-90 of 125 TFLOP/s on large shapes at boost clock
@@ -62,10 +63,34 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision) {
     d.streamingProcessors = 2;
     d.kernelFloorSeconds = 10e-6;
     d.contextBytes = 0;
+    d.commChannelBytes = 0;  // Gloo: host memory
     return d;
   }
   if (precision == DType::kFp32) d.gemmEfficiency = 0.90;  // FMA pipes, not tensor cores: easier to saturate
   return d;
+}
+
+double communicatorBytes(const DeviceModel& device, std::int64_t members, LinkKind innermost, bool crossesNodes) {
+  if (members <= 1) return 0.0;
+  // Channels NCCL opens on the group's innermost link: many over NVSwitch/NVLink, fewer over a hybrid
+  // cube mesh, two over PCIe, and the per-NIC rings of a network-only group. Inside a node each channel
+  // has one ring connection; across nodes a tree as well.
+  double channels = 8;
+  switch (innermost) {
+    case LinkKind::kNvSwitch:
+    case LinkKind::kNvLink:
+      channels = 16;
+      break;
+    case LinkKind::kHybridCubeMesh:
+      channels = 8;
+      break;
+    case LinkKind::kPcie:
+      channels = 2;
+      break;
+    default:
+      channels = 8;
+  }
+  return device.commChannelBytes * channels * (crossesNodes ? 2.0 : 1.0);
 }
 
 double linkEfficiency(LinkKind kind) {

@@ -76,6 +76,20 @@ TEST(Evaluator, DropoutWritesItsMaskAndFusesWithTheResidualAdd) {
               static_cast<double>(spec.numLayers) * perLayer + embeddingDropout, 1e-9);
 }
 
+TEST(Evaluator, EveryNcclCommunicatorHoldsItsChannelBuffers) {
+  // 10 MiB of FIFOs per channel: 16 channels over NVSwitch inside a node; across nodes 8 network
+  // channels with a ring and a tree connection each.
+  const double mib = 1024.0 * 1024.0;
+  Plan one = makePlan("gpt2-small", "dgx-a100-80gb", 1, 1, 1, 8);
+  const double base = evaluateOrFail(one).stages[0].memory.context;
+  Plan tp8 = makePlan("gpt2-small", "dgx-a100-80gb", 8, 4, 1, 8);  // tp 4 x dp 2 inside one node
+  EXPECT_NEAR(evaluateOrFail(tp8).stages[0].memory.context - base, 2 * 16 * 10 * mib, 1);
+  Plan twoNodes = makePlan("llama2-7b", "dgx-a100-80gb-x16", 16, 8, 1, 16);  // tp 8 per node, dp 2 across
+  Plan single = makePlan("llama2-7b", "dgx-a100-80gb", 1, 1, 1, 16);
+  EXPECT_NEAR(evaluateOrFail(twoNodes).stages[0].memory.context - evaluateOrFail(single).stages[0].memory.context,
+              16 * 10 * mib + 8 * 2 * 10 * mib, 1);
+}
+
 TEST(Evaluator, BreakdownSumsToTheStepAndMemoryToThePeak) {
   Plan p = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 1536);
   p.parallel.sequenceParallel = true;

@@ -19,13 +19,17 @@ struct DeviceModel {
   double memoryBytesPerSecond = 0; ///< achievable device-memory bandwidth
   std::int64_t streamingProcessors = 0;  ///< SMs: GEMM tiles fill waves of this many
   double kernelFloorSeconds = 0;   ///< the least time any kernel takes (launch and tail)
-  double contextBytes = 0;         ///< CUDA context, cuBLAS/NCCL workspaces: memory outside the allocator
+  double contextBytes = 0;         ///< CUDA context, cuBLAS workspaces: memory outside the allocator
+  double commChannelBytes = 0;     ///< NCCL FIFO per channel per connection of a communicator (0: no NCCL)
   double cpuAdamParamsPerSecond = 0;  ///< optimizer throughput of the host when states are offloaded (per GPU)
 };
 
 /// The device model of `gpu` training in `precision`. GPUs are recognised by name (V100, A100, H100,
 /// H200, RTX 4090/Ada); others get conservative defaults.
 [[nodiscard]] DeviceModel deviceModel(const GpuSpec& gpu, DType precision);
+
+/// Device memory NCCL keeps for one communicator of `group` (its per-channel FIFOs); 0 for one member.
+[[nodiscard]] double communicatorBytes(const DeviceModel& device, std::int64_t members, LinkKind innermost, bool crossesNodes);
 
 /// Fraction of a link level's nominal bandwidth that NCCL-style collectives achieve on it.
 [[nodiscard]] double linkEfficiency(LinkKind kind);
