@@ -59,12 +59,13 @@ struct ClusterChoice {
 std::optional<ClusterChoice> clusterForGpu(const std::string& gpuText, double memoryGb) {
   const std::string g = lower(gpuText);
   if (has(g, "v100")) return ClusterChoice{"dgx1-v100-x4", "dgx1-v100-x4"};
-  if (has(g, "a100")) {
+  if (has(g, "a100") || has(g, "a800")) {  // A800: the export A100 (400 GB/s NVLink)
     if (has(g, "pcie")) return ClusterChoice{"dgx-a100-80gb-x128", "a100-pcie-8x"};
     const bool small = has(g, "40gb") || (memoryGb > 0 && memoryGb <= 48);
     return ClusterChoice{"dgx-a100-80gb-x128", small ? "dgx-a100-40gb" : "dgx-a100-80gb-x128"};
   }
-  if (has(g, "h200")) return ClusterChoice{"hgx-h200-x16", "hgx-h200-x16"};
+  if (has(g, "h200") || has(g, "gh200")) return ClusterChoice{"hgx-h200-x16", "hgx-h200-x16"};  // GH200: HBM3e like H200
+  if (has(g, "4090")) return ClusterChoice{"rtx4090-8x", "rtx4090-8x"};
   if (has(g, "h100") || has(g, "h800")) return ClusterChoice{"dgx-h100-x64", "dgx-h100-x64"};
   return std::nullopt;
 }
@@ -242,6 +243,7 @@ double conventionFlops(const std::string& convention, const ModelSpec& s, double
   const double B = samples, S = static_cast<double>(s.seqLen), L = static_cast<double>(s.numLayers);
   const double h = static_cast<double>(s.hiddenSize), V = static_cast<double>(s.vocabSize);
   if (has(c, "96")) return 96.0 * B * S * L * h * h * (1.0 + S / (6.0 * h) + V / (16.0 * L * h));
+  if (has(c, "s/3h") || has(c, "s/(3h)")) return 72.0 * B * S * L * h * h * (1.0 + S / (3.0 * h) + V / (12.0 * L * h));  // Korthikanti HFU, selective
   if (has(c, "6n") || has(c, "palm")) {
     const double n = static_cast<double>(countParameters(s).total - countParameters(s).embedding);
     const double tokens = B * S;
@@ -279,6 +281,8 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
       {"training", {"micro_batch_size", "global_batch_size", "global_batch_tokens"}},
       {"measured", {"layer_forward_ms", "layer_backward_ms", "iteration_time_s", "iteration_time_ms", "step_time_s", "step_time_ms",
                     "samples_per_s", "sequences_per_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
+                    "iteration_time_sec", "step_time_sec", "seconds_per_iteration", "time_per_iteration_s",
+                    "time_per_iteration_ms", "mfu_pct", "mfu",
                     "memory_per_gpu_mib_nvidia_smi", "memory_per_gpu_mib", "memory_per_gpu_gib", "memory_per_gpu_gb"}}};
   for (const auto& [part, keys] : numeric) {
     for (const char* key : keys) {
@@ -354,11 +358,24 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
     p.globalBatchSize = p.microBatchSize * p.parallel.dp;
   }
   p.seqLen = spec->seqLen;
-  const Json zero = number(par, "zero_stage") ? par["zero_stage"] : set.pick("zero_stage");
+  // PyTorch FSDP sharding strategies: FULL_SHARD / HYBRID_SHARD = ZeRO-3, SHARD_GRAD_OP = ZeRO-2.
+  Json fsdpZero = nullptr;
+  const std::string fsdp = lower(text(par, "fsdp") + " " + text(par, "sharding_strategy") + " " + text(par, "sharding"));
+  if (has(fsdp, "shard_grad_op")) fsdpZero = 2;
+  else if (has(fsdp, "full_shard") || has(fsdp, "hybrid_shard") || (par.contains("fsdp") && par["fsdp"].is_boolean() && par["fsdp"].get<bool>())) fsdpZero = 3;
+  const Json zero = number(par, "zero_stage") ? par["zero_stage"] : !fsdpZero.is_null() ? fsdpZero : set.pick("zero_stage");
   if (!number(par, "zero_stage") && p.parallel.dp > 1) assumed = assumed || set.run.contains("zero_stage");
   p.zeroStage = zero.is_number() ? zero.get<int>() : 0;
 
-  const std::string recomputeText = lower(text(tr, "recompute"));
+  // "recompute": a policy name, free text ("full (--checkpoint-activations)", "activation checkpointing":
+  // full, as Megatron's flag was), or a boolean.
+  std::string recomputeText = lower(text(tr, "recompute"));
+  if (tr.contains("recompute") && tr["recompute"].is_boolean()) recomputeText = tr["recompute"].get<bool>() ? "full" : "none";
+  if (recomputeText.rfind("full", 0) != 0 && recomputeText.rfind("selective", 0) != 0 && recomputeText.rfind("none", 0) != 0) {
+    if (has(recomputeText, "selective")) recomputeText = "selective";
+    else if (has(recomputeText, "full") || has(recomputeText, "checkpoint")) recomputeText = "full";
+    else if (recomputeText == "no" || recomputeText == "false" || has(recomputeText, "no recomput") || has(recomputeText, "disabled")) recomputeText = "none";
+  }
   const bool recomputeOpen = recomputeText.rfind("full", 0) != 0 && recomputeText.rfind("selective", 0) != 0 &&
                              recomputeText.rfind("none", 0) != 0 && !set.pick("recompute").is_string();
   RecomputePolicy policy = RecomputePolicy::kNone;
@@ -479,10 +496,16 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
   } else {
     for (const Json* j : {&me, &de}) {
       if (c.measuredStepSeconds) break;
-      if (auto t = number(*j, "iteration_time_s")) c.measuredStepSeconds = *t;
-      else if (auto ms = number(*j, "iteration_time_ms")) c.measuredStepSeconds = *ms / 1e3;
-      else if (auto st = number(*j, "step_time_s")) c.measuredStepSeconds = *st;
-      else if (auto sm = number(*j, "step_time_ms")) c.measuredStepSeconds = *sm / 1e3;
+      static const std::vector<std::pair<const char*, double>> timeKeys{
+          {"iteration_time_s", 1.0},  {"iteration_time_ms", 1e-3},  {"iteration_time_sec", 1.0}, {"step_time_s", 1.0},
+          {"step_time_ms", 1e-3},     {"step_time_sec", 1.0},       {"seconds_per_iteration", 1.0},
+          {"time_per_iteration_s", 1.0}, {"time_per_iteration_ms", 1e-3}};
+      for (const auto& [key, scale] : timeKeys) {
+        if (auto t = number(*j, key); t && *t > 0) {
+          c.measuredStepSeconds = *t * scale;
+          break;
+        }
+      }
     }
     for (const Json* j : {&me, &de}) {
       if (c.measuredStepSeconds) break;
@@ -491,10 +514,21 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
       else if (auto t = number(*j, "tokens_per_s"); t && *t > 0) c.measuredStepSeconds = tokens / *t;
       else if (auto g = number(*j, "tokens_per_s_per_gpu"); g && *g > 0) c.measuredStepSeconds = tokens / (*g * static_cast<double>(gpus));
     }
+    const double flops = conventionFlops(text(row, "flop_convention"), *spec, samples);
     if (!c.measuredStepSeconds) {
       if (auto x = number(me, "tflops_per_gpu"); x && *x > 0) {
-        c.measuredStepSeconds = conventionFlops(text(row, "flop_convention"), *spec, samples) / (*x * 1e12 * static_cast<double>(gpus));
+        c.measuredStepSeconds = flops / (*x * 1e12 * static_cast<double>(gpus));
       }
+    }
+    if (!c.measuredStepSeconds) {
+      // MFU alone: against the peak the source used, else the GPU's dense peak of the training precision.
+      std::optional<double> mfu = number(me, "mfu_pct");
+      if (mfu) *mfu /= 100.0;
+      else if (auto m = number(me, "mfu")) mfu = *m > 1.0 ? *m / 100.0 : *m;
+      const auto peak = p.cluster.gpu.peakFlopsPerSecond.find(p.precision);
+      double peakFlops = peak != p.cluster.gpu.peakFlopsPerSecond.end() ? peak->second : 0.0;
+      if (auto used = number(row, "peak_tflops_per_gpu_used_by_source")) peakFlops = *used * 1e12;
+      if (mfu && *mfu > 0 && peakFlops > 0) c.measuredStepSeconds = flops / (*mfu * peakFlops * static_cast<double>(gpus));
     }
     if (!c.measuredStepSeconds) {
       return fail(rowError(c.id, "measured", "no iteration time, throughput or TFLOP/s to compare with"));

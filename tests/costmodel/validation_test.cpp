@@ -207,5 +207,39 @@ TEST(Validation, OpenRecomputeAndVirtualStagesAreTheCheapestThatFit) {
     EXPECT_FALSE(ev->fits) << "recompute was assumed although the plan fits without it";
   }
 }
+
+TEST(Validation, RowsWrittenOtherwiseStillReadRight) {
+  const Json assumptions = assumptionsFile();
+  // Recompute as a boolean or as free text; FSDP's sharding strategy; MFU alone; another time key.
+  Json row = unseenRow();
+  row["training"]["recompute"] = true;
+  row["parallel"]["fsdp"] = "FULL_SHARD";
+  row["parallel"].erase("zero_stage");
+  row["measured"] = Json::parse(R"({"time_per_iteration_ms": 1500})");
+  auto c = validation::caseFromRow(row, assumptions);
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_EQ(c->plan.stages.front().recompute, RecomputePolicy::kFull);
+  EXPECT_EQ(c->plan.zeroStage, 3);
+  EXPECT_NEAR(*c->measuredStepSeconds, 1.5, 1e-12);
+
+  row["training"]["recompute"] = "activation checkpointing (selective)";
+  row["parallel"]["fsdp"] = "SHARD_GRAD_OP";
+  row["measured"] = Json::parse(R"({"mfu_pct": 40})");
+  row["flop_convention"] = "Narayanan Eq.3 (96)";
+  c = validation::caseFromRow(row, assumptions);
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_EQ(c->plan.stages.front().recompute, RecomputePolicy::kSelective);
+  EXPECT_EQ(c->plan.zeroStage, 2);
+  const double B = 64, s = 2048, l = 16, h = 1536, V = 51200;
+  const double flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+  EXPECT_NEAR(*c->measuredStepSeconds, flops / (0.40 * 125e12 * 16), 1e-9);  // V100 fp16 peak, 16 GPUs
+
+  row["hardware"]["gpu"] = "A800-SXM4-80GB";
+  row["hardware"]["gpu_memory_gb"] = 80;
+  c = validation::caseFromRow(row, assumptions);
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_NE(c->plan.cluster.gpu.name.find("A100"), std::string::npos);
+  EXPECT_EQ(c->plan.precision, DType::kBf16);  // "16-bit" after Volta
+}
 }  // namespace
 }  // namespace colo
