@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <regex>
 
 #include "colo/core/library.h"
@@ -547,7 +548,15 @@ Result<std::vector<Case>> loadCases(const std::string& folder, std::vector<Skipp
   if (!runs) return fail(runs.error());
   if (!runs->is_array()) return fail(Error::badInput(folder + "/public_runs.json: expected an array of runs"));
   Json assumptions = Json::object();
-  if (auto doc = readJsonFile(folder + "/assumptions.json")) assumptions = *doc;
+  // A folder without its own assumptions (a new set of rows) uses the repository's framework entries
+  // and defaults; a folder's assumptions.json that is present but broken is an error.
+  std::string file = folder + "/assumptions.json";
+  if (!std::filesystem::exists(file)) file = dataDirectory() + "/validation/assumptions.json";
+  if (std::filesystem::exists(file)) {
+    auto doc = readJsonFile(file);
+    if (!doc) return fail(doc.error());
+    assumptions = *doc;
+  }
   std::vector<Case> cases;
   for (const Json& row : *runs) {
     auto c = caseFromRow(row, assumptions);

@@ -148,6 +148,10 @@ TEST(Validation, ABadRowIsSkippedWithItsFieldAndTheOthersStillLoad) {
   noTime["id"] = "no_time";
   noTime["measured"] = Json::object();
   runs.push_back(noTime);
+  Json mcore = unseenRow();
+  mcore["id"] = "mcore";
+  mcore["source"]["citation"] = "Megatron-Core scaling study";
+  runs.push_back(mcore);
   Json typo = unseenRow();
   typo["id"] = "typo";
   typo["parallel"]["tp"] = "2";
@@ -156,8 +160,11 @@ TEST(Validation, ABadRowIsSkippedWithItsFieldAndTheOthersStillLoad) {
   std::vector<validation::Skipped> skipped;
   auto cases = validation::loadCases(dir.string(), &skipped);
   ASSERT_TRUE(cases) << cases.error().toString();
-  ASSERT_EQ(cases->size(), 1u);
+  ASSERT_EQ(cases->size(), 2u);
   EXPECT_EQ(cases->front().id, "unseen_v100_run");
+  // No assumptions.json in the folder: the repository's framework entries apply.
+  EXPECT_EQ(cases->back().id, "mcore");
+  EXPECT_TRUE(cases->back().plan.execution.flashAttention);
   ASSERT_EQ(skipped.size(), 3u);
   EXPECT_NE(skipped[2].reason.find("parallel.tp: expected a number, got \"2\""), std::string::npos) << skipped[2].reason;
   EXPECT_EQ(skipped[0].id, "bad_gpu");
