@@ -234,10 +234,9 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         }
         if (!g) break;
         fwd = gemm(g->m, g->n, g->k, g->count);
-        // Backward: the input gradient [m, n] x [n, k] and the weight gradient [k, m] x [m, n]; measured
-        // where the database has them, else twice the forward.
-        bwd = c.measured && !c.measured->empty() ? gemm(g->m, g->k, g->n, g->count) + gemm(g->k, g->n, g->m, g->count)
-                                                 : 2.0 * fwd;
+        // Backward: the input gradient [m, n] x [n, k] and the weight gradient [k, m] x [m, n], each at
+        // its own shape (measured where the database has it, else the roofline).
+        bwd = gemm(g->m, g->k, g->n, g->count) + gemm(g->k, g->n, g->m, g->count);
         break;
       }
       default: {
