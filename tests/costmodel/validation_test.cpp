@@ -138,24 +138,17 @@ TEST(Validation, FrameworkKeywordsNetworkTextTflopsAndUnevenStages) {
 TEST(Validation, ABadRowIsSkippedWithItsFieldAndTheOthersStillLoad) {
   const auto dir = std::filesystem::temp_directory_path() / ("colo_validation_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
-  Json runs = Json::array();
-  runs.push_back(unseenRow());
-  Json bad = unseenRow();
-  bad["id"] = "bad_gpu";
-  bad["hardware"]["gpu"] = "TPU v4";
-  runs.push_back(bad);
-  Json noTime = unseenRow();
-  noTime["id"] = "no_time";
-  noTime["measured"] = Json::object();
-  runs.push_back(noTime);
-  Json mcore = unseenRow();
-  mcore["id"] = "mcore";
-  mcore["source"]["citation"] = "Megatron-Core scaling study";
-  runs.push_back(mcore);
-  Json typo = unseenRow();
-  typo["id"] = "typo";
-  typo["parallel"]["tp"] = "2";
-  runs.push_back(typo);
+  // Each variant: the unseen row with one field changed (a JSON pointer and its new value).
+  auto variant = [](const char* id, const char* pointer, const Json& value) {
+    Json row = unseenRow();
+    row["id"] = id;
+    row[Json::json_pointer(pointer)] = value;
+    return row;
+  };
+  Json runs = Json::array({unseenRow(), variant("bad_gpu", "/hardware/gpu", "TPU v4"),
+                           variant("no_time", "/measured", Json::object()),
+                           variant("mcore", "/source/citation", "Megatron-Core scaling study"),
+                           variant("typo", "/parallel/tp", "2")});
   std::ofstream(dir / "public_runs.json") << runs.dump(2);
   std::vector<validation::Skipped> skipped;
   auto cases = validation::loadCases(dir.string(), &skipped);
