@@ -33,6 +33,15 @@ int main(int argc, char** argv) {
     std::cerr << "colo-validate: error: " << cases.error().toString() << "\n";
     return 2;
   }
+  // The reason names the row already when it comes from the row's own check.
+  auto skippedLine = [](const colo::validation::Skipped& s) {
+    return "skipped " + (s.reason.rfind(s.id + ":", 0) == 0 ? s.reason : s.id + ": " + s.reason);
+  };
+  if (cases->empty()) {
+    for (const auto& s : skipped) std::cerr << "colo-validate: " << skippedLine(s) << "\n";
+    std::cerr << "colo-validate: error: " << folder << "/public_runs.json: no row could be evaluated\n";
+    return 2;
+  }
   colo::app::TextTable table({"run", "measured", "predicted", "error", "memory meas.", "memory pred.", "error"},
                              {false, true, true, true, true, true, true});
   std::vector<double> errors;
@@ -85,7 +94,7 @@ int main(int argc, char** argv) {
     return v.empty() ? 0.0 : s / static_cast<double>(v.size());
   };
   std::cout << "\n* configuration partly assumed (assumptions.json, or inferred from the row)\n";
-  for (const auto& s : skipped) std::cout << "skipped " << s.id << ": " << s.reason << "\n";
+  for (const auto& s : skipped) std::cout << skippedLine(s) << "\n";
   std::cout << "\n";
   std::cout << "step time |error|: median " << colo::formatFixed(100 * median(errors), 1) << "%, mean "
             << colo::formatFixed(100 * mean(errors), 1) << "% over " << errors.size() << " runs; median "

@@ -1,0 +1,59 @@
+// End-to-end tests of colo-validate on a folder of rows it has never seen: the table, the skipped rows
+// with their field, the plans it writes, and exit 2 when nothing can be evaluated.
+#include <filesystem>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "colo/core/json.h"
+#include "core/test_support.h"
+
+namespace colo {
+namespace {
+
+const char* kRow = R"({
+  "id": "v100_tp2", "source": {"citation": "a benchmark", "location": "table 1"},
+  "model": {"name": "GPT h1536 L16", "arch": "GPT", "num_layers": 16, "hidden_size": 1536, "num_attention_heads": 16,
+            "ffn_hidden_size": 6144, "seq_len": 2048, "vocab_size": 51200},
+  "hardware": {"gpu": "V100-SXM2-16GB", "gpu_memory_gb": 16, "gpus_per_node": 8, "num_gpus": 8,
+               "inter_node": "1x InfiniBand EDR 100 Gb/s per node"},
+  "parallel": {"tp": 2, "pp": 1, "dp": 4},
+  "training": {"precision": "fp16", "recompute": "full", "micro_batch_size": 4, "global_batch_size": 16},
+  "measured": {"iteration_time_ms": 600, "memory_per_gpu_mib_nvidia_smi": 9000}
+})";
+
+TEST(ColoValidateCli, UnseenRowsAreEvaluatedAndBadOnesNamed) {
+  test::ScratchDir dir;
+  Json bad = Json::parse(kRow);
+  bad["id"] = "tpu_row";
+  bad["hardware"]["gpu"] = "TPU v4";
+  dir.write("public_runs.json", Json::array({Json::parse(kRow), bad}).dump(2));
+  const auto r = test::runProgram("colo-validate", dir.path("") + " --plans " + dir.path("plans"));
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("v100_tp2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("0.6000 s"), std::string::npos) << r.out;  // the measured iteration
+  EXPECT_NE(r.out.find("skipped tpu_row: hardware.gpu: 'TPU v4'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("over 1 runs"), std::string::npos) << r.out;
+  ASSERT_TRUE(std::filesystem::exists(dir.path("plans/v100_tp2.json")));
+  const auto e = test::runProgram("colo-plan", "evaluate --plan " + dir.path("plans/v100_tp2.json") + " --json");
+  ASSERT_EQ(e.exitCode, 0) << e.err;
+  EXPECT_GT(Json::parse(e.out)["step_time_s"].get<double>(), 0);
+}
+
+TEST(ColoValidateCli, NothingToEvaluateIsExit2) {
+  test::ScratchDir dir;
+  Json bad = Json::parse(kRow);
+  bad["measured"] = Json::object();
+  dir.write("public_runs.json", Json::array({bad}).dump());
+  const auto r = test::runProgram("colo-validate", dir.path(""));
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_NE(r.err.find("skipped v100_tp2: measured: no iteration time"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no row could be evaluated"), std::string::npos) << r.err;
+  dir.write("public_runs.json", "[{\"id\": ");
+  const auto broken = test::runProgram("colo-validate", dir.path(""));
+  EXPECT_EQ(broken.exitCode, 2);
+  EXPECT_NE(broken.err.find("public_runs.json"), std::string::npos) << broken.err;
+}
+
+}  // namespace
+}  // namespace colo
