@@ -49,6 +49,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"rank-order", "ORDER", "placement, innermost first (default tp-cp-dp-pp)"},
       {"costdb", "DB", "SQLite cost database (colo-profile): measured GEMMs, kernels, collectives, copies before the analytic model"},
       {"explain", "", "say where each class of figures came from: measured, interpolated, calibrated or analytic"},
+      {"ops", "", "every op's forward and backward compute per micro-batch and GPU (a layer's ops once, with how many layers)"},
       {"simulate", "", "also simulate the pipeline schedule event by event and draw its timeline"},
       {"timeline", "FILE", "write the simulated timeline's events as JSON (implies --simulate)"},
       {"out", "FILE", "write the plan with its predictions as a colo.plan/1 file"},
@@ -234,6 +235,22 @@ std::string seconds(double s) {
   return formatFixed(s * 1e6, 1) + " us";
 }
 
+// Every op's compute, per micro-batch and GPU, with its share of the model's forward + backward compute.
+std::string renderOps(const std::vector<costmodel::Evaluator::OpTime>& ops) {
+  double total = 0;
+  for (const auto& o : ops) total += static_cast<double>(o.count) * (o.forwardSeconds + o.backwardSeconds);
+  TextTable table({"block", "x", "op", "kind", "forward", "backward", "share"}, {false, true, false, false, true, true, true});
+  for (const auto& o : ops) {
+    if (o.forwardSeconds == 0 && o.backwardSeconds == 0) continue;  // fused into another op (FlashAttention)
+    const double share = total > 0 ? static_cast<double>(o.count) * (o.forwardSeconds + o.backwardSeconds) / total : 0.0;
+    table.addRow({o.block, std::to_string(o.count), o.op, o.kind, seconds(o.forwardSeconds), seconds(o.backwardSeconds),
+                  formatFixed(100 * share, 1) + "%"});
+  }
+  return "\nops       compute per micro-batch and GPU (x: blocks of this kind in the model; share of all ops' forward +\n"
+         "          backward; communication, recompute and the optimizer are in the breakdown above)\n" +
+         table.render();
+}
+
 std::string renderSources(const Plan& plan, const costmodel::Evaluation& e) {
   const auto& c = e.calibration;
   std::ostringstream o;
@@ -345,7 +362,8 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
   if (const auto file = args->value("plan")) {
     for (const auto& spec : evaluateOptions()) {
       const bool output = spec.name == "plan" || spec.name == "json" || spec.name == "out" || spec.name == "simulate" ||
-                          spec.name == "timeline" || spec.name == "costdb" || spec.name == "explain";
+                          spec.name == "timeline" || spec.name == "costdb" || spec.name == "explain" ||
+                          spec.name == "ops";
       if (!output && args->has(spec.name)) {
         return reportError(Error::badInput("--" + spec.name + " cannot be combined with --plan (edit the plan file instead)"), err);
       }
@@ -389,8 +407,21 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
       if (auto written = writeJsonFileAtomic(*file, timeline->toJson()); !written) return reportError(written.error(), err);
     }
   }
+  std::vector<costmodel::Evaluator::OpTime> ops;
+  if (args->has("ops")) {
+    auto times = costmodel::opTimesOf(plan, costDb ? &*costDb : nullptr);
+    if (!times) return reportError(toOptionError(times.error()), err);
+    ops = std::move(*times);
+  }
   if (args->has("json")) {
     Json j = evaluation->toJson();
+    if (args->has("ops")) {
+      j["ops"] = Json::array();
+      for (const auto& o : ops) {
+        j["ops"].push_back({{"block", o.block}, {"count", o.count}, {"op", o.op}, {"kind", o.kind},
+                            {"forward_s", o.forwardSeconds}, {"backward_s", o.backwardSeconds}});
+      }
+    }
     if (timeline) {
       j["simulated"] = {{"pipeline_s", timeline->makespanSeconds}, {"bubble_fraction", timeline->bubbleFraction},
                         {"events", timeline->events.size()}};
@@ -404,6 +435,7 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
           << " by the roofline (--explain for every source)\n";
     }
     if (args->has("explain")) out << renderSources(plan, *evaluation);
+    if (args->has("ops")) out << renderOps(ops);
     if (timeline) {
       out << "timeline  simulated pipeline " << seconds(timeline->makespanSeconds) << " (closed form "
           << seconds(evaluation->pipelineSeconds) << ", before the data-parallel/optimizer tail of "

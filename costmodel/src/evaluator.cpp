@@ -66,6 +66,15 @@ struct Evaluator::Impl {
   ModelTemplates templates;
   std::int64_t numLayers = 0;
   std::int64_t numExperts = 0;
+
+  // The layer-costing configuration of a plan, with this evaluator's measured tables and calibration.
+  LayerConfig configFor(const Plan& plan) const {
+    LayerConfig cfg = layerConfig(plan, templates);
+    if (auto table = tables.find(plan.precision); table != tables.end()) cfg.measured = &table->second;
+    if (auto kt = kernelTables.find(plan.precision); kt != kernelTables.end()) cfg.kernels = &kt->second;
+    if (auto gs = gemmScale.find(plan.precision); gs != gemmScale.end()) cfg.gemmScale = gs->second;
+    return cfg;
+  }
 };
 
 Evaluator::Evaluator(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
@@ -222,10 +231,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   const double dt = static_cast<double>(bytesPerElement(plan.precision));
   const double byteScale = dt / static_cast<double>(T.dtypeBytes);
 
-  LayerConfig cfg = layerConfig(plan, T);
-  if (auto table = I.tables.find(plan.precision); table != I.tables.end()) cfg.measured = &table->second;
-  if (auto kt = I.kernelTables.find(plan.precision); kt != I.kernelTables.end()) cfg.kernels = &kt->second;
-  if (auto gs = I.gemmScale.find(plan.precision); gs != I.gemmScale.end()) cfg.gemmScale = gs->second;
+  const LayerConfig cfg = I.configFor(plan);
   detail::LookupCounts counts;
 
   const GroupPlacement tpGroup = placeGroup(I.cluster, par, Dim::kTp);
@@ -553,6 +559,53 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   return ev;
 }
 
+Result<std::vector<Evaluator::OpTime>> Evaluator::opTimes(const Plan& plan) const {
+  const Impl& I = *m_impl;
+  const ModelTemplates& T = I.templates;
+  if (plan.seqLen != T.seqLen) {
+    return fail(Error::badInput("plan seq_len " + std::to_string(plan.seqLen) + " differs from the evaluator's " +
+                                std::to_string(T.seqLen)));
+  }
+  const DeviceModel device = deviceModel(I.cluster.gpu, plan.precision);
+  if (device.peakFlopsPerSecond <= 0) {
+    return fail(Error::badInput(I.cluster.gpu.name + " has no " + toString(plan.precision) + " peak"));
+  }
+  const LayerConfig cfg = I.configFor(plan);
+  const GroupPlacement tpGroup = placeGroup(I.cluster, plan.parallel, Dim::kTp);
+  const GroupPlacement cpGroup = placeGroup(I.cluster, plan.parallel, Dim::kCp);
+  const GroupPlacement epGroup = placeGroup(I.cluster, plan.parallel, Dim::kExpert);
+  std::vector<OpTime> out;
+  auto add = [&](const detail::LayerTemplate& layer, const std::string& block, std::int64_t count) {
+    std::vector<detail::OpCost> ops;
+    (void)costLayer(layer, cfg, device, tpGroup, cpGroup, epGroup, nullptr, &ops);
+    for (auto& o : ops) out.push_back({block, count, std::move(o.name), std::move(o.kind), o.fwd, o.bwd});
+  };
+  add(T.embedding, "embedding", 1);
+  for (std::size_t c = 0; c < T.classes.size(); ++c) {
+    const auto count = static_cast<std::int64_t>(std::count(T.layerClass.begin(), T.layerClass.end(), c));
+    add(T.classes[c], T.classes.size() == 1 ? "layer" : "layer class " + std::to_string(c), count);
+  }
+  add(T.head, "head", 1);
+  return out;
+}
+
+namespace {
+
+// Validates the plan and builds an evaluator for its embedded model and cluster.
+Result<Evaluator> evaluatorFor(const Plan& plan, const CostDatabase* costDb) {
+  if (auto valid = validatePlan(plan); !valid) return fail(valid.error());
+  return costDb ? Evaluator::create(plan.model, plan.cluster, plan.seqLen, *costDb)
+                : Evaluator::create(plan.model, plan.cluster, plan.seqLen);
+}
+
+}  // namespace
+
+Result<std::vector<Evaluator::OpTime>> opTimesOf(const Plan& plan, const CostDatabase* costDb) {
+  auto evaluator = evaluatorFor(plan, costDb);
+  if (!evaluator) return fail(evaluator.error());
+  return evaluator->opTimes(plan);
+}
+
 namespace {
 
 Json memoryJson(const MemoryBreakdown& m) {
@@ -632,9 +685,7 @@ Json Evaluation::toJson() const {
 }
 
 Result<Evaluation> evaluatePlan(const Plan& plan, const CostDatabase* costDb) {
-  if (auto valid = validatePlan(plan); !valid) return fail(valid.error());
-  auto evaluator = costDb ? Evaluator::create(plan.model, plan.cluster, plan.seqLen, *costDb)
-                          : Evaluator::create(plan.model, plan.cluster, plan.seqLen);
+  auto evaluator = evaluatorFor(plan, costDb);
   if (!evaluator) return fail(evaluator.error());
   return evaluator->evaluate(plan);
 }

@@ -30,6 +30,8 @@ LayerTemplate makeTemplate(const OpGraph& graph, std::int64_t layer, std::int64_
   for (const auto id : graph.layerOps(layer)) {
     const Op& op = graph.op(id);
     OpTemplate o;
+    o.name = op.name;
+    if (o.name.rfind("layers.", 0) == 0) o.name = o.name.substr(o.name.find('.', 7) + 1);
     o.kind = op.kind;
     o.shard = op.shard;
     o.m = op.dim("m");
@@ -185,7 +187,7 @@ double gemmSeconds(double m, double n, double k, double count, std::int64_t dtyp
 
 LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const DeviceModel& device,
                     const GroupPlacement& tpGroup, const GroupPlacement& cpGroup, const GroupPlacement& epGroup,
-                    LookupCounts* counts) {
+                    LookupCounts* counts, std::vector<OpCost>* opCosts) {
   LayerCost out;
   // A measured time when the cost database has this shape or a near one, else the roofline.
   auto gemm = [&](double m, double n, double k, double count) {
@@ -275,6 +277,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     }
     out.fwd += fwd;
     out.bwd += bwd;
+    if (opCosts) opCosts->push_back({op.name, toString(op.kind), fwd, bwd});
     previous = &op;
     if (op.attentionCore) out.attnCoreFwd += fwd;
 
@@ -316,6 +319,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     const double bwd = std::max(floor, 2.5 * work / (rate * device.flashBwdEfficiency));
     out.fwd += fwd;
     out.bwd += bwd;
+    if (opCosts) opCosts->push_back({"attn.flash", "flash_attention", fwd, bwd});
     out.attnCoreFwd += fwd;
     // Saves Q, K, V, the output and the softmax statistics instead of anything quadratic.
     const double flashSaved = (layer.qkvSavedPerSample + layer.attentionOutputPerSample + layer.lsePerSample) * tokenScale / tp;

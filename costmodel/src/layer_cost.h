@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "colo/core/op_graph.h"
@@ -16,6 +17,7 @@ namespace colo::costmodel::detail {
 
 /// One op of a layer template, per sample.
 struct OpTemplate {
+  std::string name;          // the graph's op name without its layer prefix ("attn.qkv")
   OpKind kind = OpKind::kElementwise;
   Shard shard = Shard::kReplicated;
   std::int64_t m = 0, n = 0, k = 0, batch = 1, groups = 1;  // GEMM dims (batch: bmm count per sample)
@@ -118,9 +120,19 @@ struct ModelTemplates {
 
 [[nodiscard]] ModelTemplates digest(const OpGraph& graph, std::int64_t topK, std::int64_t kvWidth, bool tiedHead);
 
+/// One op's compute time inside a layer (per micro-batch, per GPU), for the per-op breakdown.
+struct OpCost {
+  std::string name;
+  std::string kind;
+  double fwd = 0, bwd = 0;
+};
+
+/// `opCosts`, when given, receives every op's forward and backward compute (FlashAttention's fused
+/// kernel as one "attn.flash" entry); their sums are the layer's fwd and bwd.
 [[nodiscard]] LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& config, const DeviceModel& device,
                                   const GroupPlacement& tpGroup, const GroupPlacement& cpGroup,
-                                  const GroupPlacement& epGroup, LookupCounts* counts = nullptr);
+                                  const GroupPlacement& epGroup, LookupCounts* counts = nullptr,
+                                  std::vector<OpCost>* opCosts = nullptr);
 
 /// Seconds of one GEMM of shape (m, n, k), `count` times, on the device (roofline with tile and wave
 /// quantisation; docs/costmodel.md).

@@ -37,6 +37,23 @@ TEST(ColoPlanCli, InspectJsonHasTheContractKeys) {
   EXPECT_TRUE(r.err.empty()) << r.err;
 }
 
+TEST(ColoPlanCli, EvaluateOpsListsEveryOpsCompute) {
+  const std::string plan = "--model gpt2-small --cluster dgx-a100-80gb --gpus 1 --mbs 4 --gbs 8";
+  const auto text = run("evaluate " + plan + " --ops");
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  for (const char* expected : {"ops       compute per micro-batch", "attn.qkv", "attn.flash", "head.cross_entropy", "layer      12"}) {
+    EXPECT_NE(text.out.find(expected), std::string::npos) << expected << "\n" << text.out;
+  }
+  EXPECT_EQ(text.out.find("attn.softmax"), std::string::npos) << "fused into FlashAttention: not listed";
+  const auto json = run("evaluate " + plan + " --ops --json");
+  ASSERT_EQ(json.exitCode, 0) << json.err;
+  const Json j = Json::parse(json.out);
+  ASSERT_TRUE(j.contains("ops"));
+  double forward = 0;
+  for (const auto& o : j["ops"]) forward += o["count"].get<double>() * o["forward_s"].get<double>();
+  EXPECT_NEAR(forward, j["stages"][0]["forward_s"].get<double>(), 1e-12);
+}
+
 TEST(ColoPlanCli, InspectTextShowsModelOpsAndCluster) {
   const auto r = run("inspect --model mixtral-8x7b --cluster dgx-h100-x64 --gpus 128 --seq-len 4096");
   ASSERT_EQ(r.exitCode, 0) << r.err;

@@ -90,6 +90,31 @@ TEST(Evaluator, EveryNcclCommunicatorHoldsItsChannelBuffers) {
               16 * 10 * mib + 8 * 2 * 10 * mib, 1);
 }
 
+TEST(Evaluator, OpTimesSumToTheStagesCompute) {
+  // One GPU, one stage, no recompute, no communication: the stage's forward and backward are exactly
+  // the ops' times over all blocks (with and without FlashAttention, with a cost database or not).
+  for (const bool flash : {true, false}) {
+    Plan p = makePlan("gpt2-small", "dgx-a100-80gb", 1, 1, 1, 8, 4);
+    p.execution.flashAttention = flash;
+    const Evaluation ev = evaluateOrFail(p);
+    auto ops = opTimesOf(p);
+    ASSERT_TRUE(ops) << ops.error().toString();
+    double fwd = 0, bwd = 0;
+    std::int64_t layers = 0;
+    bool sawFlash = false;
+    for (const auto& o : *ops) {
+      fwd += static_cast<double>(o.count) * o.forwardSeconds;
+      bwd += static_cast<double>(o.count) * o.backwardSeconds;
+      if (o.block == "layer" && o.op == "attn.qkv") layers = o.count;
+      sawFlash = sawFlash || o.kind == "flash_attention";
+    }
+    EXPECT_EQ(layers, 12);
+    EXPECT_EQ(sawFlash, flash);
+    EXPECT_NEAR(fwd, ev.stages[0].forwardSeconds, 1e-12) << "flash " << flash;
+    EXPECT_NEAR(bwd, ev.stages[0].backwardSeconds, 1e-12) << "flash " << flash;
+  }
+}
+
 TEST(Evaluator, BreakdownSumsToTheStepAndMemoryToThePeak) {
   Plan p = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 1536);
   p.parallel.sequenceParallel = true;

@@ -138,6 +138,21 @@ class Evaluator {
   /// Every non-GEMM kernel shape evaluating `plan` may look up in a cost database. Sorted, unique.
   [[nodiscard]] std::vector<KernelShape> kernelShapes(const Plan& plan) const;
 
+  /// One op's compute under a plan, per micro-batch and GPU: `block` is "embedding", "layer" (or
+  /// "layer class N" when layers differ, e.g. MoE every other layer), "head"; `count` is how many such
+  /// blocks the model has. Communication, recompute and the optimizer are not ops (see the breakdown).
+  struct OpTime {
+    std::string block;
+    std::int64_t count = 1;
+    std::string op;    ///< the op graph's name without the layer prefix ("attn.qkv")
+    std::string kind;  ///< matmul, bmm, softmax, layernorm, ...; flash_attention for the fused kernel
+    double forwardSeconds = 0;
+    double backwardSeconds = 0;
+  };
+  /// Every op's forward and backward compute under `plan`, as evaluate() costs them: per stage,
+  /// sum(count x forward) over the stage's blocks is its compute forward. Errors as evaluate().
+  [[nodiscard]] Result<std::vector<OpTime>> opTimes(const Plan& plan) const;
+
   [[nodiscard]] const ClusterSpec& cluster() const;
   [[nodiscard]] std::int64_t seqLen() const;
   /// Model FLOPs (GEMMs, forward + backward, no recompute) of one sample.
@@ -152,5 +167,8 @@ class Evaluator {
 /// Validates the plan, builds an evaluator for its embedded model and cluster, and evaluates (with
 /// measured GEMM times from `costDb` when given).
 [[nodiscard]] Result<Evaluation> evaluatePlan(const Plan& plan, const CostDatabase* costDb = nullptr);
+
+/// evaluatePlan's per-op counterpart (Evaluator::opTimes).
+[[nodiscard]] Result<std::vector<Evaluator::OpTime>> opTimesOf(const Plan& plan, const CostDatabase* costDb = nullptr);
 
 }  // namespace colo::costmodel
