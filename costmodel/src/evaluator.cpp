@@ -67,6 +67,20 @@ struct Evaluator::Impl {
   std::int64_t numLayers = 0;
   std::int64_t numExperts = 0;
 
+  // The device model a plan trains on; errors for a sequence length other than the evaluator's or a
+  // precision the GPU has no peak for.
+  Result<DeviceModel> deviceFor(const Plan& plan) const {
+    if (plan.seqLen != templates.seqLen) {
+      return fail(Error::badInput("plan seq_len " + std::to_string(plan.seqLen) + " differs from the evaluator's " +
+                                  std::to_string(templates.seqLen)));
+    }
+    const DeviceModel device = deviceModel(cluster.gpu, plan.precision);
+    if (device.peakFlopsPerSecond <= 0) {
+      return fail(Error::badInput(cluster.gpu.name + " has no " + toString(plan.precision) + " peak"));
+    }
+    return device;
+  }
+
   // The layer-costing configuration of a plan, with this evaluator's measured tables and calibration.
   LayerConfig configFor(const Plan& plan) const {
     LayerConfig cfg = layerConfig(plan, templates);
@@ -211,14 +225,9 @@ struct ChunkCost {
 Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   const Impl& I = *m_impl;
   const ModelTemplates& T = I.templates;
-  if (plan.seqLen != T.seqLen) {
-    return fail(Error::badInput("plan seq_len " + std::to_string(plan.seqLen) + " differs from the evaluator's " +
-                                std::to_string(T.seqLen)));
-  }
-  const DeviceModel device = deviceModel(I.cluster.gpu, plan.precision);
-  if (device.peakFlopsPerSecond <= 0) {
-    return fail(Error::badInput(I.cluster.gpu.name + " has no " + toString(plan.precision) + " peak"));
-  }
+  auto checkedDevice = I.deviceFor(plan);
+  if (!checkedDevice) return fail(checkedDevice.error());
+  const DeviceModel device = *checkedDevice;
   const auto& par = plan.parallel;
   const std::int64_t pp = par.pp;
   const std::int64_t v = par.virtualStages;
@@ -562,14 +571,9 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
 Result<std::vector<Evaluator::OpTime>> Evaluator::opTimes(const Plan& plan) const {
   const Impl& I = *m_impl;
   const ModelTemplates& T = I.templates;
-  if (plan.seqLen != T.seqLen) {
-    return fail(Error::badInput("plan seq_len " + std::to_string(plan.seqLen) + " differs from the evaluator's " +
-                                std::to_string(T.seqLen)));
-  }
-  const DeviceModel device = deviceModel(I.cluster.gpu, plan.precision);
-  if (device.peakFlopsPerSecond <= 0) {
-    return fail(Error::badInput(I.cluster.gpu.name + " has no " + toString(plan.precision) + " peak"));
-  }
+  auto checkedDevice = I.deviceFor(plan);
+  if (!checkedDevice) return fail(checkedDevice.error());
+  const DeviceModel device = *checkedDevice;
   const LayerConfig cfg = I.configFor(plan);
   const GroupPlacement tpGroup = placeGroup(I.cluster, plan.parallel, Dim::kTp);
   const GroupPlacement cpGroup = placeGroup(I.cluster, plan.parallel, Dim::kCp);
