@@ -46,8 +46,6 @@ struct Settings {
   }
 };
 
-bool networkLevel(LinkKind k) { return k == LinkKind::kInfiniBand || k == LinkKind::kRoce || k == LinkKind::kEthernet; }
-
 // ---- hardware ---------------------------------------------------------------------------------------
 
 // The library cluster whose GPU (and node design) a row's `hardware.gpu` names, and the one whose GPU
@@ -138,7 +136,7 @@ Result<ClusterSpec> clusterOf(const Json& hw, const Settings& set, const std::st
   if (gpn && *gpn >= 1 && static_cast<std::int64_t>(*gpn) != cluster->gpusPerNode) {
     cluster->gpusPerNode = static_cast<std::int64_t>(*gpn);
     for (auto& l : cluster->links) {
-      if (!networkLevel(l.kind)) l.spanGpus = std::min(l.spanGpus, cluster->gpusPerNode);
+      if (!isNetwork(l.kind)) l.spanGpus = std::min(l.spanGpus, cluster->gpusPerNode);
     }
   }
   if (cluster->links.size() > 1) {
@@ -449,6 +447,9 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
       chunkCounts.clear();
       for (std::int64_t v = 1; v <= 8 && p.parallel.pp * v <= spec->numLayers; ++v) chunkCounts.push_back(v);
     }
+    // Candidates differ only in schedule and recompute: one evaluator (model, cluster, sequence) serves all.
+    auto evaluator = costmodel::Evaluator::create(p.model, p.cluster, p.seqLen);
+    if (!evaluator) return fail(rowError(c.id, "model", evaluator.error().message));
     std::optional<Plan> best;
     double bestSeconds = 0;
     for (std::size_t i = 0; i < policies.size(); ++i) {
@@ -467,7 +468,7 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
                                                                        : st.layers;
         }
         if (!validatePlan(q, c.id)) continue;
-        auto ev = costmodel::evaluatePlan(q);
+        auto ev = evaluator->evaluate(q);
         if (!ev || !ev->fits) continue;
         if (!best || ev->stepSeconds < bestSeconds) {
           best = std::move(q);

@@ -20,11 +20,11 @@ LinkKind parseLinkKind(const std::string& s) {
   return LinkKind::kEthernet;
 }
 
+}  // namespace
+
 bool isNetwork(LinkKind kind) {
   return kind == LinkKind::kInfiniBand || kind == LinkKind::kRoce || kind == LinkKind::kEthernet;
 }
-
-}  // namespace
 
 std::string toString(DType dtype) {
   switch (dtype) {

@@ -320,6 +320,14 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
     p2p = collectiveSeconds(Collective::kSendRecv, bytes, pair);
   }
 
+  // Outside the allocator on every stage: the CUDA context (mem.context) and the NCCL buffers of every
+  // communicator a rank uses.
+  double communicators = 0;
+  for (const GroupPlacement* g : {&tpGroup, &cpGroup, &dpGroup, &epGroup, &ppGroup}) {
+    const LinkLevel* link = g->inner ? g->inner : g->outer;
+    if (link) communicators += communicatorBytes(device, g->size, link->kind, g->crossesNodes());
+  }
+
   // Physical stages.
   Evaluation ev;
   ev.microBatches = m;
@@ -452,12 +460,6 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
     }
     mem.buffers = buffers;
     mem.allocator = 0.08 * (mem.activations + mem.buffers);
-    // Outside the allocator: the CUDA context and the NCCL buffers of every communicator this rank uses.
-    double communicators = 0;
-    for (const GroupPlacement* g : {&tpGroup, &cpGroup, &dpGroup, &epGroup, &ppGroup}) {
-      const LinkLevel* link = g->inner ? g->inner : g->outer;
-      if (link) communicators += communicatorBytes(device, g->size, link->kind, g->crossesNodes());
-    }
     mem.context = device.contextBytes + communicators;
     ev.peakMemoryBytes = std::max(ev.peakMemoryBytes, mem.total());
 

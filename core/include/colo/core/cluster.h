@@ -36,6 +36,8 @@ struct GpuSpec {
 /// What a link level is made of; decides which collective algorithms suit it.
 enum class LinkKind { kNvSwitch, kNvLink, kHybridCubeMesh, kPcie, kInfiniBand, kRoce, kEthernet };
 [[nodiscard]] std::string toString(LinkKind kind);
+/// Whether a link level joins nodes (InfiniBand, RoCE, Ethernet) rather than GPUs inside a node.
+[[nodiscard]] bool isNetwork(LinkKind kind);
 
 /// One level of the interconnect. A level joins groups of `spanGpus` consecutive GPUs (rank order);
 /// the outermost level spans the whole cluster.
