@@ -70,13 +70,13 @@ std::vector<LinkFit> fitLinkLevels(const std::vector<CollectiveMeasurement>& row
       a = (sst * sxx - sxt * ssx) / det;
       c = (sss * sxt - ssx * sst) / det;
     }
-    if (a < 0 || det <= 0) {  // latency below resolution: bandwidth alone
+    // Latency below resolution (a < 0), or noise that makes the large messages no slower than the
+    // latency predicts (c <= 0, seen on a loaded machine when a small message stalls): bandwidth alone.
+    if (a < 0 || c <= 0 || det <= 0) {
       a = 0;
       c = sxt / sxx;
     }
-    if (c <= 0) {  // no bandwidth term resolvable: latency alone, bandwidth unchanged
-      continue;
-    }
+    if (c <= 0) continue;  // no traffic term at all (zero-byte messages only)
     double sq = 0;
     for (const auto* r : list) {
       double s = 0, x = 0;

@@ -39,6 +39,14 @@ TEST(Calibration, RingFitRecoversLatencyAndBandwidth) {
   const auto gatherFit = fitLinkLevels(gathers);
   ASSERT_EQ(gatherFit.size(), 1u);
   EXPECT_NEAR(gatherFit[0].bytesPerSecond / 1e9, 1.0, 1e-6);
+  // A stalled small message (noise on a loaded machine) makes the joint fit's bandwidth term negative:
+  // the level is still fitted, by bandwidth alone, from the large message.
+  std::vector<CollectiveMeasurement> noisy{{"all_reduce", "gloo", 2, "loopback", 1024, 2e-3, 0, 3},
+                                           {"all_reduce", "gloo", 2, "loopback", 4194304, 1.5e-3, 0, 3}};
+  const auto noisyFit = fitLinkLevels(noisy);
+  ASSERT_EQ(noisyFit.size(), 1u);
+  EXPECT_EQ(noisyFit[0].latencySeconds, 0);
+  EXPECT_GT(noisyFit[0].bytesPerSecond, 0);
   // One message size cannot separate latency from bandwidth.
   std::vector<CollectiveMeasurement> one{{"all_reduce", "nccl", 2, "nvlink", 1024, 1e-5, 0, 1}};
   EXPECT_TRUE(fitLinkLevels(one).empty());
