@@ -270,7 +270,9 @@ std::string renderSources(const Plan& plan, const costmodel::Evaluation& e) {
   t.addRow({"other kernels", std::to_string(e.kernelsMeasured) + " measured, " + std::to_string(e.kernelsRoofline) +
                                  " by memory bandwidth" + (plan.execution.flashAttention ? "; attention core: fused-kernel roofline" : "")});
   t.addRow({"optimizer step", c.optimizerMeasured ? "measured AdamW step (adam_step), linear in parameters"
-                                                  : "34 bytes per parameter over memory bandwidth"});
+                                                  : formatFixed(costmodel::optimizerStepBytes(plan.precision), 0) +
+                                                        " bytes per parameter (" + toString(plan.precision) +
+                                                        " mixed-precision Adam) over memory bandwidth"});
   for (const auto& level : plan.cluster.links) {
     std::string source = "datasheet bandwidth x link efficiency, datasheet latency";
     for (const auto& f : c.links) {

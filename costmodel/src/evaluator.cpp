@@ -33,6 +33,8 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   return cfg;
 }
 
+}  // namespace
+
 // Memory traffic of one optimizer step per parameter, as Megatron's mixed-precision optimizers run it
 // (megatron/optimizer): the fused Adam reads master weight, gradient and both moments and writes the
 // three states back (28 B); the global gradient norm reads the fp32 gradients (4 B); grads are zeroed
@@ -51,8 +53,6 @@ double optimizerStepBytes(DType precision) {
       return 42.0;
   }
 }
-
-}  // namespace
 
 struct Evaluator::Impl {
   ClusterSpec cluster;
@@ -304,6 +304,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
     last.commFwd += head.tpCommFwd;
     last.params += head.paramsPerGpu;
     last.gemmFlopsFwd += head.gemmFlopsFwdPerGpu;
+    last.savedPerMicroBatch += head.savedFull * byteScale;
     // The tied output layer keeps its own copy of the embedding on the last stage.
     if (T.tiedHead && pp > 1) last.params += T.tiedParams / static_cast<double>(par.tp);
   }
@@ -436,7 +437,11 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
       }
     }
     st.inFlightMicroBatches = inFlight;
-    const double headActivations = (s == pp - 1) ? head.savedFull * byteScale : 0.0;
+    // The head's saved tensors (the final norm's input, the fp32 logits the loss keeps for its backward)
+    // belong to the last virtual stage, whose backward follows its forward at once under 1F1B,
+    // interleaving and zero bubble: one micro-batch holds them. GPipe keeps every micro-batch's.
+    const double headActivations =
+        (s == pp - 1 && plan.schedule != Schedule::kGpipe) ? head.savedFull * byteScale : 0.0;
     mem.activations = (saved - headActivations) * inFlight + headActivations + working;
     // Buffers: sequence-parallel gathers, the logits' 16-bit copy and gradient beside their fp32 upcast,
     // data-parallel gradient buckets, ZeRO-3 gathered layers.

@@ -54,6 +54,17 @@ TEST(ColoPlanCli, EvaluateOpsListsEveryOpsCompute) {
   EXPECT_NEAR(forward, j["stages"][0]["forward_s"].get<double>(), 1e-12);
 }
 
+TEST(ColoPlanCli, ExplainNamesTheOptimizerTrafficOfThePlansPrecision) {
+  for (const auto& [precision, expected] : {std::pair<std::string, std::string>{"fp16", "54 bytes per parameter (fp16"},
+                                            {"bf16", "42 bytes per parameter (bf16"},
+                                            {"fp32", "36 bytes per parameter (fp32"}}) {
+    const auto r = run("evaluate --model gpt2-small --cluster dgx-a100-80gb --gpus 1 --gbs 8 --precision " + precision +
+                       " --explain");
+    ASSERT_EQ(r.exitCode, 0) << r.err;
+    EXPECT_NE(r.out.find(expected), std::string::npos) << precision << "\n" << r.out;
+  }
+}
+
 TEST(ColoPlanCli, InspectTextShowsModelOpsAndCluster) {
   const auto r = run("inspect --model mixtral-8x7b --cluster dgx-h100-x64 --gpus 128 --seq-len 4096");
   ASSERT_EQ(r.exitCode, 0) << r.err;

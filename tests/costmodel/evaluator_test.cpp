@@ -155,6 +155,27 @@ TEST(Evaluator, ActivationMemoryFollowsKorthikanti) {
   EXPECT_EQ(ev.stages.back().inFlightMicroBatches, 1);
 }
 
+
+TEST(Evaluator, TheLastStageKeepsTheLossLogits) {
+  // The loss keeps the fp32 logits (s*b*V/t * 4 bytes) for its backward, on the last stage, beside that
+  // stage's 34*s*b*h/t per layer: once under 1F1B (its backward follows at once), once per micro-batch
+  // under GPipe, which runs every forward first.
+  Plan p = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 8, 1024);
+  p.parallel.sequenceParallel = true;
+  p.execution.flashAttention = false;
+  setRecompute(p, RecomputePolicy::kSelective);
+  const double s = 2048, b = 1, h = 12288, t = 8, layersPerStage = 12, vocab = 50257;
+  const double layers = 34 * s * b * h / t * layersPerStage;
+  const double logits = 4 * s * b * vocab / t;
+  const Evaluation oneF = evaluateOrFail(p);
+  EXPECT_NEAR(oneF.stages.back().memory.activations / (layers + logits), 1.0, 0.02)
+      << oneF.stages.back().memory.activations << " vs " << layers + logits;
+  p.schedule = Schedule::kGpipe;
+  const Evaluation gpipe = evaluateOrFail(p);
+  const double m = 1024.0 / 16.0;
+  EXPECT_NEAR(gpipe.stages.back().memory.activations / (m * (layers + logits)), 1.0, 0.02)
+      << gpipe.stages.back().memory.activations << " vs " << m * (layers + logits);
+}
 TEST(Evaluator, SelectiveRecomputeBeatsFullAndBothSaveMemory) {
   Plan base = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 1536);
   base.parallel.sequenceParallel = true;

@@ -171,4 +171,8 @@ class Evaluator {
 /// evaluatePlan's per-op counterpart (Evaluator::opTimes).
 [[nodiscard]] Result<std::vector<Evaluator::OpTime>> opTimesOf(const Plan& plan, const CostDatabase* costDb = nullptr);
 
+/// HBM traffic of one mixed-precision optimizer step per local parameter (fp16 54 B, bf16 42 B,
+/// fp32 36 B; docs/costmodel.md), used when the cost database has no measured AdamW step.
+[[nodiscard]] double optimizerStepBytes(DType precision);
+
 }  // namespace colo::costmodel
