@@ -73,7 +73,11 @@ int main(int argc, char** argv) {
     bySource[c.id.substr(0, c.id.find('_'))].push_back(e);
     std::string memMeasured = "-", memPredicted = "-", memError = "-";
     if (o->memoryError) {
-      memMeasured = colo::formatBytes(*c.measuredMemoryBytes);
+      // What the figure counts: the device (nvidia-smi), the allocator's reserved or its live tensors.
+      const char* what = c.memoryMeasure == colo::validation::MemoryMeasure::kAllocated  ? " alloc"
+                         : c.memoryMeasure == colo::validation::MemoryMeasure::kReserved ? " resv"
+                                                                                          : " smi";
+      memMeasured = colo::formatBytes(*c.measuredMemoryBytes) + what;
       memPredicted = colo::formatBytes(*o->predictedMemoryBytes);
       memError = colo::formatFixed(100 * *o->memoryError, 1) + "%";
       memoryErrors.push_back(std::fabs(*o->memoryError));
@@ -93,7 +97,9 @@ int main(int argc, char** argv) {
     for (const double x : v) s += x;
     return v.empty() ? 0.0 : s / static_cast<double>(v.size());
   };
-  std::cout << "\n* configuration partly assumed (assumptions.json, or inferred from the row)\n";
+  std::cout << "\n* configuration partly assumed (assumptions.json, or inferred from the row)\n"
+            << "memory: smi = device memory in use (nvidia-smi), resv = allocator reserved, alloc = peak live tensors;\n"
+            << "        the prediction leaves out what the figure does not count\n";
   for (const auto& s : skipped) std::cout << skippedLine(s) << "\n";
   std::cout << "\n";
   std::cout << "step time |error|: median " << colo::formatFixed(100 * median(errors), 1) << "%, mean "

@@ -1,6 +1,7 @@
 #include "validation_harness.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <regex>
@@ -30,6 +31,59 @@ std::string text(const Json& j, const char* key) {
 
 Error rowError(const std::string& id, const std::string& field, const std::string& why) {
   return Error::badInput(id + ": " + field + ": " + why);
+}
+
+// ---- measured memory ----------------------------------------------------------------------------------
+// A memory figure is any `measured` key naming memory and a unit: mib or mb (MiB: nvidia-smi's unit, and
+// what Megatron's memory report calls MB), gib (GiB), gb (10^9 bytes, as written), bytes. The key's
+// other words say what was measured: allocated (live tensors), reserved (the caching allocator's
+// segments), else the device's used memory as nvidia-smi shows it.
+double memoryKeyUnit(const std::string& key) {
+  const std::string k = lower(key);
+  if (!has(k, "mem") || has(k, "bandwidth") || has(k, "util") || has(k, "pct") || has(k, "percent") ||
+      has(k, "fraction")) {
+    return 0;
+  }
+  std::vector<std::string> words;
+  std::string word;
+  for (const char ch : k + "_") {
+    if (std::isalnum(static_cast<unsigned char>(ch))) {
+      word += ch;
+    } else if (!word.empty()) {
+      words.push_back(word);
+      word.clear();
+    }
+  }
+  for (const auto& w : words) {
+    if (w == "mib" || w == "mb") return 1024.0 * 1024.0;
+    if (w == "gib") return 1024.0 * 1024.0 * 1024.0;
+    if (w == "gb") return 1e9;
+    if (w == "bytes") return 1.0;
+  }
+  return 0;
+}
+
+struct MeasuredMemory {
+  double bytes = 0;
+  MemoryMeasure measure = MemoryMeasure::kDevice;
+  std::string key;
+};
+
+// The most specific figure a row gives: allocated, then reserved, then the device's.
+std::optional<MeasuredMemory> measuredMemory(const Json& measured) {
+  std::optional<MeasuredMemory> best;
+  for (const auto& [key, value] : measured.items()) {
+    const double unit = memoryKeyUnit(key);
+    if (unit <= 0 || !value.is_number() || value.get<double>() <= 0) continue;
+    const std::string k = lower(key);
+    const MemoryMeasure measure = has(k, "alloc")      ? MemoryMeasure::kAllocated
+                                  : has(k, "reserved") ? MemoryMeasure::kReserved
+                                                       : MemoryMeasure::kDevice;
+    if (!best || static_cast<int>(measure) > static_cast<int>(best->measure)) {
+      best = MeasuredMemory{value.get<double>() * unit, measure, key};
+    }
+  }
+  return best;
 }
 
 // The settings a row leaves open come from, in order: the run's own entry in assumptions.json, the
@@ -281,14 +335,18 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
       {"measured", {"layer_forward_ms", "layer_backward_ms", "iteration_time_s", "iteration_time_ms", "step_time_s", "step_time_ms",
                     "samples_per_s", "sequences_per_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
                     "iteration_time_sec", "step_time_sec", "seconds_per_iteration", "time_per_iteration_s",
-                    "time_per_iteration_ms", "mfu_pct", "mfu",
-                    "memory_per_gpu_mib_nvidia_smi", "memory_per_gpu_mib", "memory_per_gpu_gib", "memory_per_gpu_gb"}}};
+                    "time_per_iteration_ms", "mfu_pct", "mfu"}}};
   for (const auto& [part, keys] : numeric) {
     for (const char* key : keys) {
       const Json& j = row[part];
       if (j.contains(key) && !j[key].is_null() && !j[key].is_number()) {
         return fail(rowError(c.id, std::string(part) + "." + key, "expected a number, got " + j[key].dump()));
       }
+    }
+  }
+  for (const auto& [key, value] : row["measured"].items()) {
+    if (memoryKeyUnit(key) > 0 && !value.is_null() && !value.is_number()) {
+      return fail(rowError(c.id, "measured." + key, "expected a number, got " + value.dump()));
     }
   }
   const Json& hw = row["hardware"];
@@ -536,10 +594,11 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
       return fail(rowError(c.id, "measured", "no iteration time, throughput or TFLOP/s to compare with"));
     }
   }
-  if (auto mib = number(me, "memory_per_gpu_mib_nvidia_smi")) c.measuredMemoryBytes = *mib * 1024 * 1024;
-  else if (auto mb = number(me, "memory_per_gpu_mib")) c.measuredMemoryBytes = *mb * 1024 * 1024;
-  else if (auto gib = number(me, "memory_per_gpu_gib")) c.measuredMemoryBytes = *gib * 1024 * 1024 * 1024;
-  else if (auto gb = number(me, "memory_per_gpu_gb")) c.measuredMemoryBytes = *gb * 1e9;
+  if (auto memory = measuredMemory(me)) {
+    c.measuredMemoryBytes = memory->bytes;
+    c.memoryMeasure = memory->measure;
+    c.memoryKey = memory->key;
+  }
   if (auto valid = validatePlan(p, c.id); !valid) return fail(valid.error());
   return c;
 }
@@ -586,8 +645,18 @@ Result<Outcome> evaluateCase(const Case& c) {
   o.measuredSeconds = c.measuredStepSeconds.value_or(0);
   o.stepError = o.measuredSeconds > 0 ? (o.predictedStepSeconds - o.measuredSeconds) / o.measuredSeconds : 0;
   if (c.measuredMemoryBytes) {
-    o.predictedMemoryBytes = ev->peakMemoryBytes;
-    o.memoryError = (ev->peakMemoryBytes - *c.measuredMemoryBytes) / *c.measuredMemoryBytes;
+    // Compare like with like: the allocator's figures leave out what lives outside it (the CUDA
+    // context, cuBLAS and NCCL buffers), and live tensors also leave out its fragmentation.
+    double predicted = 0;
+    for (const auto& st : ev->stages) {
+      const auto& m = st.memory;
+      double here = m.total();
+      if (c.memoryMeasure != MemoryMeasure::kDevice) here -= m.context;
+      if (c.memoryMeasure == MemoryMeasure::kAllocated) here -= m.allocator;
+      predicted = std::max(predicted, here);
+    }
+    o.predictedMemoryBytes = predicted;
+    o.memoryError = (predicted - *c.measuredMemoryBytes) / *c.measuredMemoryBytes;
   }
   return o;
 }

@@ -12,6 +12,12 @@
 
 namespace colo::validation {
 
+/// What a published memory figure counts, read from its key's name: what nvidia-smi shows (the
+/// device's used memory: context, NCCL buffers, everything the caching allocator holds), the caching
+/// allocator's reserved memory (torch.cuda.max_memory_reserved), or the peak of live tensors
+/// (torch.cuda.max_memory_allocated, Megatron's "max allocated").
+enum class MemoryMeasure { kDevice, kReserved, kAllocated };
+
 struct Case {
   std::string id;
   std::string citation;
@@ -21,6 +27,8 @@ struct Case {
   std::optional<double> measuredForwardSeconds;
   std::optional<double> measuredBackwardSeconds;
   std::optional<double> measuredMemoryBytes;
+  MemoryMeasure memoryMeasure = MemoryMeasure::kDevice;
+  std::string memoryKey;                   // the `measured` key the figure came from
   bool fullyPublished = true;              // false when assumptions filled gaps in the configuration
 };
 

@@ -241,5 +241,48 @@ TEST(Validation, RowsWrittenOtherwiseStillReadRight) {
   EXPECT_NE(c->plan.cluster.gpu.name.find("A100"), std::string::npos);
   EXPECT_EQ(c->plan.precision, DType::kBf16);  // "16-bit" after Volta
 }
+
+TEST(Validation, AMemoryFigureIsComparedWithWhatItMeasured) {
+  // nvidia-smi counts the CUDA context, NCCL buffers and the allocator's cache; max_memory_reserved
+  // leaves out the context; max_memory_allocated also the allocator's slack.
+  Json row = unseenRow();
+  auto device = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(device) << device.error().toString();
+  EXPECT_FALSE(device->measuredMemoryBytes);
+  row["measured"]["memory_per_gpu_mib_nvidia_smi"] = 9000;
+  device = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(device && device->measuredMemoryBytes);
+  EXPECT_EQ(device->memoryMeasure, validation::MemoryMeasure::kDevice);
+  EXPECT_NEAR(*device->measuredMemoryBytes, 9000.0 * 1024 * 1024, 1);
+  row["measured"]["max_memory_reserved_gib"] = 8.0;
+  row["measured"]["peak_memory_allocated_GB"] = 7.5;  // the most specific figure wins
+  auto allocated = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(allocated && allocated->measuredMemoryBytes);
+  EXPECT_EQ(allocated->memoryMeasure, validation::MemoryMeasure::kAllocated);
+  EXPECT_EQ(allocated->memoryKey, "peak_memory_allocated_GB");
+  EXPECT_NEAR(*allocated->measuredMemoryBytes, 7.5e9, 1);
+  row["measured"].erase("peak_memory_allocated_GB");
+  auto reserved = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(reserved && reserved->measuredMemoryBytes);
+  EXPECT_EQ(reserved->memoryMeasure, validation::MemoryMeasure::kReserved);
+
+  const auto ev = costmodel::evaluatePlan(device->plan);
+  ASSERT_TRUE(ev) << ev.error().toString();
+  const auto& m = ev->stages.front().memory;
+  ASSERT_GT(m.context, 0);
+  ASSERT_GT(m.allocator, 0);
+  auto od = validation::evaluateCase(*device);
+  auto orr = validation::evaluateCase(*reserved);
+  auto oa = validation::evaluateCase(*allocated);
+  ASSERT_TRUE(od && orr && oa);
+  EXPECT_NEAR(*od->predictedMemoryBytes, ev->peakMemoryBytes, 1);
+  EXPECT_NEAR(*orr->predictedMemoryBytes, m.total() - m.context, 1);
+  EXPECT_NEAR(*oa->predictedMemoryBytes, m.total() - m.context - m.allocator, 1);
+
+  row["measured"]["memory_per_gpu_gib"] = "12";  // a typo is named, not skipped silently
+  auto bad = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().toString().find("measured.memory_per_gpu_gib"), std::string::npos) << bad.error().toString();
+}
 }  // namespace
 }  // namespace colo
