@@ -488,6 +488,18 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
   p.execution.overlapGradReduce = flag("overlap_grad_reduce") || has(overlap, "overlap-grad-reduce");
   p.execution.overlapParamGather = flag("overlap_param_gather") || has(overlap, "overlap-param-gather");
   p.execution.tpCommOverlap = flag("tp_comm_overlap") || has(overlap, "tp-comm-overlap");
+  // How micro-batch gradients are summed: one mode, or one per precision ({"bf16": ..., "fp16": ...}),
+  // as DeepSpeed's BF16 and FP16 optimizers differ.
+  if (Json mode = set.pick("grad_accumulation"); !mode.is_null()) {
+    if (mode.is_object()) mode = mode.contains(toString(p.precision)) ? mode[toString(p.precision)] : Json();
+    if (mode.is_string()) {
+      auto parsed = parseGradAccumulation(mode.get<std::string>());
+      if (!parsed) return fail(rowError(c.id, "grad_accumulation (assumptions)", parsed.error().message));
+      p.execution.gradAccumulation = *parsed;
+    } else if (!mode.is_null()) {
+      return fail(rowError(c.id, "grad_accumulation (assumptions)", "expected a mode or an object of modes by precision, got " + mode.dump()));
+    }
+  }
   // Knobs the row and the assumptions leave open that decide whether the run fits: the run happened, so
   // it fitted. Recompute: none, else selective, else full, the first with which the plan fits; the
   // interleaved schedule's virtual stages (1 to 8 chunks per stage): the fastest that fits, as a

@@ -44,6 +44,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"no-overlap-grad-reduce", "", "do not overlap data-parallel gradient reduction with backward"},
       {"no-overlap-param-gather", "", "do not overlap ZeRO parameter gathers with forward"},
       {"tp-comm-overlap", "", "overlap tensor-parallel collectives with GEMMs"},
+      {"grad-accumulation", "MODE", "how micro-batch gradients are summed: fused (default), main_grad, autograd, fp32_copy"},
       {"offload-optimizer", "F", "fraction of optimizer states on the host (ZeRO >= 1)"},
       {"offload-params", "F", "fraction of parameters on the host (ZeRO 3)"},
       {"rank-order", "ORDER", "placement, innermost first (default tp-cp-dp-pp)"},
@@ -178,6 +179,9 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   plan.execution.overlapGradReduce = !args.has("no-overlap-grad-reduce");
   plan.execution.overlapParamGather = !args.has("no-overlap-param-gather");
   plan.execution.tpCommOverlap = args.has("tp-comm-overlap");
+  auto accumulation = parseGradAccumulation(args.value("grad-accumulation", "fused"));
+  if (!accumulation) return fail(Error::badInput("--grad-accumulation: " + accumulation.error().message));
+  plan.execution.gradAccumulation = *accumulation;
   auto offOpt = fractionOption(args, "offload-optimizer");
   if (!offOpt) return fail(offOpt.error());
   auto offParams = fractionOption(args, "offload-params");
@@ -315,7 +319,8 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev) 
   const std::pair<const char*, double> parts[] = {
       {"compute (forward + backward)", t.compute}, {"recompute", t.recompute}, {"tensor-parallel comm", t.tpComm},
       {"context-parallel comm", t.cpComm},         {"expert all-to-all", t.epComm}, {"pipeline send/recv", t.ppComm},
-      {"data-parallel comm (exposed)", t.dpComm},   {"pipeline bubble", t.bubble},  {"optimizer step", t.optimizer}};
+      {"data-parallel comm (exposed)", t.dpComm},   {"pipeline bubble", t.bubble},  {"gradient accumulation", t.gradAccum},
+      {"optimizer step", t.optimizer}};
   for (const auto& [name, value] : parts) {
     if (value <= 0) continue;
     time.addRow({name, formatFixed(value, 4), formatFixed(100 * value / ev.stepSeconds, 1) + "%"});

@@ -28,6 +28,25 @@ std::string toString(RecomputePolicy value) {
 
 std::string toString(OffloadTarget value) { return value == OffloadTarget::kCpu ? "cpu" : "nvme"; }
 
+std::string toString(GradAccumulation value) {
+  switch (value) {
+    case GradAccumulation::kFused: return "fused";
+    case GradAccumulation::kMainGrad: return "main_grad";
+    case GradAccumulation::kAutograd: return "autograd";
+    case GradAccumulation::kFp32Copy: return "fp32_copy";
+  }
+  return "fused";
+}
+
+Result<GradAccumulation> parseGradAccumulation(const std::string& name) {
+  for (const GradAccumulation g :
+       {GradAccumulation::kFused, GradAccumulation::kMainGrad, GradAccumulation::kAutograd, GradAccumulation::kFp32Copy}) {
+    if (toString(g) == name) return g;
+  }
+  return fail(Error::badInput("unknown gradient accumulation \"" + name +
+                              "\" (expected one of: fused, main_grad, autograd, fp32_copy)"));
+}
+
 Result<Schedule> parseSchedule(const std::string& name) {
   for (const Schedule s : {Schedule::kGpipe, Schedule::kOneFOneB, Schedule::kInterleaved, Schedule::kZeroBubble}) {
     if (toString(s) == name) return s;

@@ -125,6 +125,9 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
       p.execution.overlapGradReduce = e.boolean("overlap_grad_reduce", true);
       p.execution.overlapParamGather = e.boolean("overlap_param_gather", true);
       p.execution.tpCommOverlap = e.boolean("tp_comm_overlap", false);
+      const std::string accumulation =
+          e.choice("grad_accumulation", {"fused", "main_grad", "autograd", "fp32_copy"}, "fused");
+      if (auto g = parseGradAccumulation(accumulation)) p.execution.gradAccumulation = *g;
       e.rejectUnknownKeys();
     } else {
       r.accept({"execution"});
@@ -225,7 +228,8 @@ Json planToJson(const Plan& p) {
   j["execution"] = {{"attention", p.execution.flashAttention ? "flash" : "unfused"},
                     {"overlap_grad_reduce", p.execution.overlapGradReduce},
                     {"overlap_param_gather", p.execution.overlapParamGather},
-                    {"tp_comm_overlap", p.execution.tpCommOverlap}};
+                    {"tp_comm_overlap", p.execution.tpCommOverlap},
+                    {"grad_accumulation", toString(p.execution.gradAccumulation)}};
   Json pred = Json::object();
   const auto& pr = p.predictions;
   auto put = [&](const char* key, const std::optional<double>& v) {

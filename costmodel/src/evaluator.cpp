@@ -54,6 +54,34 @@ double optimizerStepBytes(DType precision) {
   }
 }
 
+// HBM traffic per local parameter of adding one micro-batch's gradients into the accumulated ones, on
+// average over the step's m micro-batches (g: the 16-bit gradient, 4 B in fp32 training):
+//  fused      0: the weight-gradient GEMM accumulates into fp32 main_grad in its epilogue
+//             (Megatron's --gradient-accumulation-fusion, on by default since late 2021; Megatron-Core);
+//  main_grad  g + 2 x main_grad bytes: the backward hook's main_grad.add_(grad) reads both and writes
+//             main_grad (Megatron-LM 2021 local DDP; main_grad is 16-bit in fp16 unless
+//             --accumulate-allreduce-grads-in-fp32, fp32 in bf16): fp16 6 B, bf16 10 B;
+//  autograd   3 g from the second micro-batch on: AccumulateGrad's in-place grad += new;
+//  fp32_copy  g + 16 every micro-batch: DeepSpeed's BF16 optimizer after each pipeline backward,
+//             hp_grad.add_(lp_grad.to(fp32)) (read g, write and read the fp32 upcast, read and write
+//             the fp32 copy): 18 B.
+double gradAccumulationBytes(GradAccumulation mode, DType precision, double microBatches) {
+  const double g = precision == DType::kFp32 ? 4.0 : 2.0;
+  switch (mode) {
+    case GradAccumulation::kFused:
+      return 0.0;
+    case GradAccumulation::kMainGrad: {
+      const double mainGrad = precision == DType::kFp16 ? 2.0 : 4.0;
+      return g + 2.0 * mainGrad;
+    }
+    case GradAccumulation::kAutograd:
+      return microBatches > 1 ? 3.0 * g * (microBatches - 1.0) / microBatches : 0.0;
+    case GradAccumulation::kFp32Copy:
+      return g + 16.0;
+  }
+  return 0.0;
+}
+
 struct Evaluator::Impl {
   ClusterSpec cluster;
   std::vector<GemmMeasurement> measured;  // for the cluster's GPU, all precisions
@@ -348,7 +376,13 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   // bf16: gradients accumulate in fp32 (Megatron's main_grad). fp16: 16-bit gradients, plus the fp32
   // copies the mixed-precision optimizer makes of them for the step (memory only).
   const double gradBytes = plan.precision == DType::kFp16 ? 2.0 : 4.0;
-  const double gradMemoryBytes = plan.precision == DType::kFp16 ? 6.0 : gradBytes;
+  // Accumulating in the 16-bit .grad (autograd) or beside it (DeepSpeed's fp32 copies) keeps both.
+  const GradAccumulation accumulation = plan.execution.gradAccumulation;
+  const bool sixteenBitGrads = plan.precision == DType::kFp16 || (plan.precision != DType::kFp32 &&
+                                                                  (accumulation == GradAccumulation::kAutograd ||
+                                                                   accumulation == GradAccumulation::kFp32Copy));
+  const double gradMemoryBytes = sixteenBitGrads ? 6.0 : gradBytes;
+  const double accumulateBytes = gradAccumulationBytes(accumulation, plan.precision, static_cast<double>(m));
   const double optimizerBytes = plan.precision == DType::kFp32 ? 8.0 : 12.0;
   const double dp = static_cast<double>(par.dp);
   const double mb = static_cast<double>(m);
@@ -356,7 +390,8 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   std::vector<double> stageTime(static_cast<std::size_t>(pp));
   std::vector<double> stageCompute(static_cast<std::size_t>(pp)), stageRecompute(static_cast<std::size_t>(pp)),
       stageTp(static_cast<std::size_t>(pp)), stageCp(static_cast<std::size_t>(pp)), stageEp(static_cast<std::size_t>(pp)),
-      stagePp(static_cast<std::size_t>(pp)), stageZero3(static_cast<std::size_t>(pp));
+      stagePp(static_cast<std::size_t>(pp)), stageZero3(static_cast<std::size_t>(pp)),
+      stageAccumulate(static_cast<std::size_t>(pp));
   double gemmFlopsPerMicroBatch = 0;
   double recomputeFlopsPerMicroBatch = 0;
   for (std::int64_t s = 0; s < pp; ++s) {
@@ -396,12 +431,17 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
       const double cover = plan.execution.overlapParamGather ? 0.8 * (fwd + bwd + rec) : 0.0;
       zero3 = std::max(0.1 * comm, comm - cover);
     }
+    // Summing this micro-batch's gradients into the accumulated ones, after its backward: one pass over
+    // the stage's local gradients (its shard under ZeRO >= 2) at HBM speed.
+    const double accumulate =
+        params / (plan.zeroStage >= 2 ? dp : 1.0) * accumulateBytes / device.memoryBytesPerSecond;
     const double comm = tpc + cpc + epc;
     st.forwardSeconds = fwd + commFwd + p2pTime / 2 + zero3 / 3;
-    st.backwardSeconds = bwd + rec + (comm - commFwd) + p2pTime / 2 + zero3 * 2 / 3;
+    st.backwardSeconds = bwd + rec + (comm - commFwd) + p2pTime / 2 + zero3 * 2 / 3 + accumulate;
     st.recomputeSeconds = rec;
     st.paramsPerGpu = params;
-    stageTime[static_cast<std::size_t>(s)] = fwd + bwd + rec + tpc + cpc + epc + p2pTime + zero3;
+    stageTime[static_cast<std::size_t>(s)] = fwd + bwd + rec + tpc + cpc + epc + p2pTime + zero3 + accumulate;
+    stageAccumulate[static_cast<std::size_t>(s)] = accumulate;
     stageCompute[static_cast<std::size_t>(s)] = fwd + bwd;
     stageRecompute[static_cast<std::size_t>(s)] = rec;
     stageTp[static_cast<std::size_t>(s)] = tpc;
@@ -473,8 +513,12 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
     if (par.dp > 1 && plan.zeroStage < 3) {
       const double lastBackward = bwd + rec;
       double reduce = 0, gather = 0;
-      if (plan.zeroStage == 0) {
-        reduce = collectiveSeconds(Collective::kAllReduce, params * gradBytes, dpGroup);
+      if (plan.zeroStage == 0 || (accumulation == GradAccumulation::kFp32Copy && plan.zeroStage == 1)) {
+        // DeepSpeed's BF16 optimizer all-reduces its fp32 copies whole, under ZeRO-1 too, then each rank
+        // updates its partition and the 16-bit weights are all-gathered.
+        const double bytes = accumulation == GradAccumulation::kFp32Copy ? 4.0 : gradBytes;
+        reduce = collectiveSeconds(Collective::kAllReduce, params * bytes, dpGroup);
+        if (plan.zeroStage == 1) gather = collectiveSeconds(Collective::kAllGather, params * weightBytes, dpGroup);
       } else {
         reduce = collectiveSeconds(Collective::kReduceScatter, params * gradBytes, dpGroup);
         gather = collectiveSeconds(Collective::kAllGather, params * weightBytes, dpGroup);
@@ -551,6 +595,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   tb.epComm = mb * stageEp[slowest];
   tb.ppComm = mb * stagePp[slowest];
   tb.dpComm = mb * stageZero3[slowest];
+  tb.gradAccum = mb * stageAccumulate[slowest];
   tb.bubble = pipeline - mb * tMax;
   if (tail > 0) {
     const StageReport& st = ev.stages[tailStage];
@@ -690,6 +735,7 @@ Json Evaluation::toJson() const {
               {"pp_comm", time.ppComm},
               {"dp_comm", time.dpComm},
               {"bubble", time.bubble},
+              {"grad_accum", time.gradAccum},
               {"optimizer", time.optimizer}}},
             {"memory_bytes", memory}}},
           {"stages", stagesJson}};

@@ -66,6 +66,7 @@ std::string megatron(const Plan& p) {
   if (p.execution.overlapGradReduce && q.dp > 1) a << "--overlap-grad-reduce \\\n";
   if (p.execution.overlapParamGather && p.zeroStage >= 1 && q.dp > 1) a << "--overlap-param-gather \\\n";
   if (p.execution.tpCommOverlap && q.tp > 1) a << "--tp-comm-overlap \\\n";
+  if (p.execution.gradAccumulation != GradAccumulation::kFused) a << "--no-gradient-accumulation-fusion \\\n";
   std::string text = a.str();
   text.erase(text.find_last_of('\\') - 1);  // no continuation after the last argument
   std::string header = "# Megatron-LM pretrain_gpt.py arguments for " + p.name + "\n";

@@ -61,7 +61,7 @@ std::string compareReason(const Candidate& c, const Candidate& best, const Clust
       {"tensor-parallel comm", a.tpComm - b.tpComm}, {"context-parallel comm", a.cpComm - b.cpComm},
       {"expert all-to-all", a.epComm - b.epComm},    {"pipeline send/recv", a.ppComm - b.ppComm},
       {"data-parallel comm", a.dpComm - b.dpComm},   {"pipeline bubble", a.bubble - b.bubble},
-      {"optimizer", a.optimizer - b.optimizer}};
+      {"gradient accumulation", a.gradAccum - b.gradAccum}, {"optimizer", a.optimizer - b.optimizer}};
   const auto* worst = &deltas[0];
   for (const auto& d : deltas) {
     if (d.second > worst->second) worst = &d;

@@ -127,6 +127,8 @@ TEST(ColoPlanCli, BadInputExitsTwoWithOneLineNamingFileFieldAndValue) {
       {"inspect --model gpt2-small --seq-len 4096", "exceeds the learned position table"},
       {"inspect --model gpt2-small --seq-len abc", "--seq-len: expected a positive integer, got \"abc\""},
       {"inspect --model gpt2-small --precision int3", "--precision: unknown precision \"int3\""},
+      {"evaluate --model gpt2-small --cluster dgx-a100-80gb --gpus 1 --gbs 8 --grad-accumulation lazy",
+       "--grad-accumulation: unknown gradient accumulation \"lazy\" (expected one of: fused, main_grad, autograd, fp32_copy)"},
       {"inspect --model gpt2-small --cluster dgx-a100-80gb-x16 --gpus 12", "not a whole number of nodes"},
       {"inspect --modle gpt2-small", "unknown option --modle (did you mean --model?)"},
       {"inspect", "missing --model"},

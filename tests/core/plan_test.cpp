@@ -29,6 +29,7 @@ Plan megatronPlan() {
   p.precision = DType::kBf16;
   p.execution.flashAttention = false;
   p.execution.tpCommOverlap = true;
+  p.execution.gradAccumulation = GradAccumulation::kFp32Copy;
   p.predictions.stepTimeSeconds = 12.5;
   p.predictions.fits = true;
   p.predictions.breakdown = Json{{"compute_s", 10.0}};
@@ -169,6 +170,18 @@ TEST(Plan, BadFieldsInsideTheFileNameTheirPath) {
   auto unknown = planFromJson(doc, "plan.json");
   ASSERT_FALSE(unknown);
   EXPECT_EQ(unknown.error().path, "/parallel/tensor_parallel");
+
+  doc = planToJson(megatronPlan());
+  doc["execution"]["grad_accumulation"] = "lazy";
+  auto accumulation = planFromJson(doc, "plan.json");
+  ASSERT_FALSE(accumulation);
+  EXPECT_EQ(accumulation.error().path, "/execution/grad_accumulation");
+
+  doc = planToJson(megatronPlan());
+  doc["execution"].erase("grad_accumulation");  // older plan files: the fused default
+  auto older = planFromJson(doc, "plan.json");
+  ASSERT_TRUE(older) << older.error().toString();
+  EXPECT_EQ(older->execution.gradAccumulation, GradAccumulation::kFused);
 }
 
 TEST(Plan, StagesDefaultToAnEvenSplitOnlyWhenItIsEven) {

@@ -54,6 +54,49 @@ TEST(Evaluator, OptimizerStepMovesWhatTheMixedPrecisionOptimizerMoves) {
   EXPECT_NEAR(bf16.stages[0].optimizerSeconds, bf16.stages[0].paramsPerGpu * 42.0 / d.memoryBytesPerSecond, 1e-12);
 }
 
+TEST(Evaluator, GradientAccumulationCostsAPassPerMicroBatchUnlessFused) {
+  // 8 micro-batches of gpt2-small on one GPU. main_grad (bf16): every micro-batch's backward adds the
+  // 16-bit gradients into fp32 main_grad, 2 + 4 + 4 = 10 B per parameter; DeepSpeed's fp32 copies
+  // 18 B; autograd's in-place add 6 B from the second micro-batch on; fused: nothing.
+  Plan p = makePlan("gpt2-small", "dgx-a100-80gb", 1, 1, 1, 8);
+  const Evaluation fused = evaluateOrFail(p);
+  EXPECT_EQ(fused.time.gradAccum, 0);
+  const DeviceModel d = deviceModel(p.cluster.gpu, DType::kBf16);
+  const double params = fused.stages[0].paramsPerGpu;
+  const double m = 8;
+  const std::pair<GradAccumulation, double> modes[] = {
+      {GradAccumulation::kMainGrad, 10.0}, {GradAccumulation::kFp32Copy, 18.0}, {GradAccumulation::kAutograd, 6.0 * 7 / 8}};
+  for (const auto& [mode, bytes] : modes) {
+    p.execution.gradAccumulation = mode;
+    const Evaluation ev = evaluateOrFail(p);
+    const double perMicroBatch = params * bytes / d.memoryBytesPerSecond;
+    EXPECT_NEAR(ev.stages[0].backwardSeconds - fused.stages[0].backwardSeconds, perMicroBatch, 1e-12) << toString(mode);
+    EXPECT_NEAR(ev.time.gradAccum, m * perMicroBatch, 1e-12) << toString(mode);
+    EXPECT_NEAR(ev.stepSeconds - fused.stepSeconds, m * perMicroBatch, 1e-9) << toString(mode);
+  }
+  // fp16 main_grad is 16-bit (Megatron without --accumulate-allreduce-grads-in-fp32): 6 B.
+  EXPECT_EQ(gradAccumulationBytes(GradAccumulation::kMainGrad, DType::kFp16, 8), 6.0);
+  EXPECT_EQ(gradAccumulationBytes(GradAccumulation::kAutograd, DType::kBf16, 1), 0.0);
+  // The 16-bit gradients stay beside the fp32 copies: 6 B per parameter of gradient memory, not 4.
+  EXPECT_NEAR(evaluateOrFail(p).stages[0].memory.gradients, params * 6, 1);  // autograd, last in the loop
+}
+
+TEST(Evaluator, DeepSpeedsFp32CopiesAreAllReducedWholeUnderZero1) {
+  // ZeRO-1 normally reduce-scatters the gradients; DeepSpeed's BF16 optimizer all-reduces its fp32
+  // copies (about twice the traffic), then all-gathers the 16-bit weights.
+  Plan p = makePlan("llama2-7b", "dgx-a100-80gb-x16", 16, 8, 1, 64);
+  p.zeroStage = 1;
+  p.execution.overlapGradReduce = false;
+  p.execution.overlapParamGather = false;
+  const Evaluation megatron = evaluateOrFail(p);
+  p.execution.gradAccumulation = GradAccumulation::kFp32Copy;
+  const Evaluation deepspeed = evaluateOrFail(p);
+  const double rs = megatron.stages[0].dpExposedSeconds;
+  const double ar = deepspeed.stages[0].dpExposedSeconds;
+  EXPECT_GT(ar, 1.3 * rs) << ar << " vs " << rs;
+  EXPECT_LT(ar, 2.0 * rs) << ar << " vs " << rs;
+}
+
 TEST(Evaluator, DropoutWritesItsMaskAndFusesWithTheResidualAdd) {
   // The same GPT with and without dropout. With it, each hidden-state dropout (x in, y and the 1-byte
   // mask out: 5 B per element) is fused with its residual add, which then only reads the residual (2 B)
@@ -122,7 +165,7 @@ TEST(Evaluator, BreakdownSumsToTheStepAndMemoryToThePeak) {
   setRecompute(p, RecomputePolicy::kSelective);
   const Evaluation ev = evaluateOrFail(p);
   const auto& t = ev.time;
-  const double sum = t.compute + t.recompute + t.tpComm + t.cpComm + t.epComm + t.ppComm + t.dpComm + t.bubble + t.optimizer;
+  const double sum = t.compute + t.recompute + t.tpComm + t.cpComm + t.epComm + t.ppComm + t.dpComm + t.bubble + t.gradAccum + t.optimizer;
   EXPECT_NEAR(sum, ev.stepSeconds, 1e-9 * ev.stepSeconds);
   double peak = 0;
   for (const auto& s : ev.stages) peak = std::max(peak, s.memory.total());

@@ -25,21 +25,27 @@ TEST(Validation, PredictionsStayCloseToPublishedMeasurements) {
   auto cases = validation::loadCases(test::dataFile("validation"));
   ASSERT_TRUE(cases) << cases.error().toString();
   ASSERT_GE(cases->size(), 10u);
-  std::vector<double> errors;
+  std::vector<double> errors, published;
   for (const auto& c : *cases) {
     auto o = validation::evaluateCase(c);
     ASSERT_TRUE(o) << c.id << ": " << o.error().toString();
     const double e = std::fabs(o->stepError);
     errors.push_back(e);
+    if (c.fullyPublished) published.push_back(e);
     EXPECT_LT(e, c.layerOnly ? 0.10 : 0.20) << c.id << ": predicted " << o->predictedStepSeconds << " s, measured "
                                             << o->measuredSeconds << " s";
     if (o->memoryError) {
       EXPECT_LT(std::fabs(*o->memoryError), 0.10) << c.id << " memory (target: within 10%)";
     }
   }
-  std::sort(errors.begin(), errors.end());
-  const double median = (errors[errors.size() / 2] + errors[(errors.size() - 1) / 2]) / 2;
-  EXPECT_LT(median, 0.10);
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return (v[v.size() / 2] + v[(v.size() - 1) / 2]) / 2;
+  };
+  // The issue's targets: median <= 10% over all runs, <= 5% over the fully published ones.
+  EXPECT_LT(median(errors), 0.10);
+  ASSERT_FALSE(published.empty());
+  EXPECT_LE(median(published), 0.05);
 }
 
 TEST(Validation, RecomputeOrderingMatchesKorthikanti) {
@@ -283,6 +289,35 @@ TEST(Validation, AMemoryFigureIsComparedWithWhatItMeasured) {
   auto bad = validation::caseFromRow(row, assumptionsFile());
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().toString().find("measured.memory_per_gpu_gib"), std::string::npos) << bad.error().toString();
+}
+
+TEST(Validation, GradientAccumulationFollowsTheFrameworkAndItsEra) {
+  // Megatron-LM before 2022: main_grad hooks (the defaults); Megatron-Core and Megatron-LM from 2022:
+  // fused into the weight-gradient GEMM; DeepSpeed: fp32 copies with bf16, autograd with fp16.
+  const Json assumptions = assumptionsFile();
+  auto modeOf = [&](const Json& row) {
+    auto c = validation::caseFromRow(row, assumptions);
+    EXPECT_TRUE(c) << (c ? "" : c.error().toString());
+    return c ? c->plan.execution.gradAccumulation : GradAccumulation::kFused;
+  };
+  Json row = unseenRow();
+  EXPECT_EQ(modeOf(row), GradAccumulation::kMainGrad);
+  row["source"]["citation"] = "NVIDIA NeMo performance tables";
+  EXPECT_EQ(modeOf(row), GradAccumulation::kFused);
+  row["source"]["citation"] = "Korthikanti et al., 'Reducing Activation Recomputation in Large Transformer Models', MLSys 2022";
+  EXPECT_EQ(modeOf(row), GradAccumulation::kFused);
+  row["source"]["citation"] = "BigScience BLOOM training logs (Megatron-DeepSpeed)";
+  row["hardware"] = Json::parse(R"({"gpu": "A100-SXM4-80GB", "gpu_memory_gb": 80, "gpus_per_node": 8, "num_gpus": 16})");
+  row["training"]["precision"] = "bf16";
+  EXPECT_EQ(modeOf(row), GradAccumulation::kFp32Copy);
+  row["training"]["precision"] = "fp16";
+  EXPECT_EQ(modeOf(row), GradAccumulation::kAutograd);
+
+  Json broken = assumptions;
+  broken["defaults"]["grad_accumulation"] = "lazy";
+  auto bad = validation::caseFromRow(unseenRow(), broken);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().toString().find("grad_accumulation (assumptions)"), std::string::npos) << bad.error().toString();
 }
 }  // namespace
 }  // namespace colo

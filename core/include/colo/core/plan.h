@@ -19,10 +19,20 @@ namespace colo {
 enum class Schedule { kGpipe, kOneFOneB, kInterleaved, kZeroBubble };
 enum class RecomputePolicy { kNone, kSelective, kFull };
 enum class OffloadTarget { kCpu, kNvme };
+/// How the gradients of successive micro-batches are summed before the data-parallel reduction: the
+/// framework decides, and it costs a pass over every local parameter per micro-batch unless fused.
+enum class GradAccumulation {
+  kFused,     ///< the weight-gradient GEMM accumulates into fp32 main_grad (Megatron's gradient-accumulation fusion)
+  kMainGrad,  ///< a backward hook adds each 16-bit gradient into main_grad (Megatron-LM 2021)
+  kAutograd,  ///< PyTorch's AccumulateGrad adds into the 16-bit .grad in place, from the second micro-batch
+  kFp32Copy,  ///< DeepSpeed's BF16 optimizer: upcast and add into fp32 copies, all-reduced whole
+};
 
 [[nodiscard]] std::string toString(Schedule value);     ///< gpipe, 1f1b, interleaved, zb
 [[nodiscard]] std::string toString(RecomputePolicy value);  ///< none, selective, full
 [[nodiscard]] std::string toString(OffloadTarget value);    ///< cpu, nvme
+[[nodiscard]] std::string toString(GradAccumulation value); ///< fused, main_grad, autograd, fp32_copy
+[[nodiscard]] Result<GradAccumulation> parseGradAccumulation(const std::string& name);
 [[nodiscard]] Result<Schedule> parseSchedule(const std::string& name);
 [[nodiscard]] Result<RecomputePolicy> parseRecompute(const std::string& name);
 
@@ -63,6 +73,7 @@ struct Execution {
   bool overlapGradReduce = true;  ///< data-parallel gradient reduction overlapped with backward
   bool overlapParamGather = true; ///< ZeRO parameter all-gather overlapped with forward (prefetch)
   bool tpCommOverlap = false;     ///< tensor-parallel collectives overlapped with GEMMs (userbuffers)
+  GradAccumulation gradAccumulation = GradAccumulation::kFused;
   friend bool operator==(const Execution&, const Execution&) = default;
 };
 

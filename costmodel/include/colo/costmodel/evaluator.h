@@ -59,6 +59,7 @@ struct TimeBreakdown {
   double ppComm = 0;      ///< pipeline send/recv
   double dpComm = 0;      ///< exposed data-parallel gradient/parameter collectives (and ZeRO-3 gathers)
   double bubble = 0;      ///< pipeline fill and drain
+  double gradAccum = 0;   ///< summing each micro-batch's gradients into the accumulated ones (execution.grad_accumulation)
   double optimizer = 0;
 };
 
@@ -170,6 +171,10 @@ class Evaluator {
 
 /// evaluatePlan's per-op counterpart (Evaluator::opTimes).
 [[nodiscard]] Result<std::vector<Evaluator::OpTime>> opTimesOf(const Plan& plan, const CostDatabase* costDb = nullptr);
+
+/// HBM traffic per local parameter of adding one micro-batch's gradients into the accumulated ones,
+/// averaged over a step of `microBatches` (docs/costmodel.md).
+[[nodiscard]] double gradAccumulationBytes(GradAccumulation mode, DType precision, double microBatches);
 
 /// HBM traffic of one mixed-precision optimizer step per local parameter (fp16 54 B, bf16 42 B,
 /// fp32 36 B; docs/costmodel.md), used when the cost database has no measured AdamW step.
