@@ -33,6 +33,113 @@ Error rowError(const std::string& id, const std::string& field, const std::strin
   return Error::badInput(id + ": " + field + ": " + why);
 }
 
+// ---- measured step ------------------------------------------------------------------------------------
+// What a `measured` (or `derived`) key gives, read from the words of its name, so that a row written
+// with other names than this folder's (elapsed_time_per_iteration_ms, iter_time_s, steps_per_s,
+// throughput_tokens_per_sec_per_gpu, model_tflops, aggregate_pflops, mfu_percent) still gives its step.
+enum class Measure { kNone, kStepSeconds, kStepsPerSecond, kSamplesPerSecond, kTokensPerSecond, kTflops, kMfu };
+
+struct MeasureKey {
+  Measure measure = Measure::kNone;
+  double scale = 1.0;   // to seconds, per second, TFLOP/s, or a fraction (MFU)
+  bool perGpu = false;  // a rate or TFLOP/s per GPU rather than for the whole job
+};
+
+std::vector<std::string> keyWords(const std::string& key) {
+  std::vector<std::string> words;
+  std::string word;
+  for (const char ch : lower(key) + "_") {
+    if (std::isalnum(static_cast<unsigned char>(ch))) {
+      word += ch;
+    } else if (!word.empty()) {
+      words.push_back(word);
+      word.clear();
+    }
+  }
+  return words;
+}
+
+// "aggregate_pflops", "cluster_tflops": the whole job's rate, whatever its size.
+bool classifyAggregate(const std::string& key) {
+  for (const auto& w : keyWords(key)) {
+    if (w == "aggregate" || w == "cluster" || w == "job" || w == "overall") return true;
+  }
+  return false;
+}
+
+MeasureKey classifyMeasure(const std::string& key) {
+  const auto words = keyWords(key);
+  auto any = [&](std::initializer_list<const char*> options) {
+    for (const auto& w : words) {
+      for (const char* o : options) {
+        if (w == o) return true;
+      }
+    }
+    return false;
+  };
+  auto prefixed = [&](const char* prefix) {
+    for (const auto& w : words) {
+      if (w.rfind(prefix, 0) == 0) return true;
+    }
+    return false;
+  };
+  MeasureKey m;
+  // Not a step: memory, a layer's own timing, whole-training durations, energy.
+  if (prefixed("mem") || any({"layer", "train", "training", "total", "epoch", "ttt", "energy", "power", "hfu", "peak",
+                              "theoretical", "target", "hardware"})) {
+    return m;  // hardware FLOP/s count recompute under a convention the row does not give
+  }
+  m.perGpu = any({"gpu", "gpus", "device", "accelerator", "chip"});
+  const double timeUnit = any({"ms", "msec", "millisecond", "milliseconds"}) ? 1e-3
+                          : any({"min", "mins", "minute", "minutes"})        ? 60.0
+                          : any({"s", "sec", "secs", "second", "seconds"})   ? 1.0
+                                                                             : 0.0;
+  if (any({"mfu"})) {
+    m.measure = Measure::kMfu;
+    m.scale = any({"pct", "percent"}) ? 0.01 : 1.0;  // a bare mfu above 1 is read as percent later
+    return m;
+  }
+  if (prefixed("tflop")) {
+    m.measure = Measure::kTflops;
+    return m;
+  }
+  if (prefixed("pflop")) {
+    m.measure = Measure::kTflops;
+    m.scale = 1e3;
+    return m;
+  }
+  // Rates: per second (or per minute).
+  const double perUnit = timeUnit > 0 ? 1.0 / timeUnit : 1.0;
+  if (any({"tokens", "token", "tok", "toks", "wps"})) {
+    m.measure = Measure::kTokensPerSecond;
+    m.scale = perUnit;
+    return m;
+  }
+  if (any({"samples", "sample", "sequences", "sequence", "seqs", "seq"})) {
+    m.measure = Measure::kSamplesPerSecond;
+    m.scale = perUnit;
+    return m;
+  }
+  const bool iteration = any({"iteration", "iterations", "iter", "iters", "it", "step", "steps", "batch"});
+  if (!iteration || timeUnit == 0) return m;
+  // "steps_per_s", "it_s", "iterations_per_second": a count before a time; otherwise a time per step.
+  std::size_t firstIteration = words.size(), firstUnit = words.size();
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const auto& w = words[i];
+    const bool isIteration = w == "iteration" || w == "iterations" || w == "iter" || w == "iters" || w == "it" ||
+                             w == "step" || w == "steps" || w == "batch";
+    const bool isUnit = w == "s" || w == "sec" || w == "secs" || w == "second" || w == "seconds" || w == "ms" ||
+                        w == "msec" || w == "millisecond" || w == "milliseconds" || w == "min" || w == "mins" ||
+                        w == "minute" || w == "minutes";
+    if (isIteration && firstIteration == words.size()) firstIteration = i;
+    if (isUnit && firstUnit == words.size()) firstUnit = i;
+  }
+  const bool rate = any({"per"}) && firstIteration < firstUnit && !any({"time", "elapsed", "latency", "duration"});
+  m.measure = rate ? Measure::kStepsPerSecond : Measure::kStepSeconds;
+  m.scale = rate ? perUnit : timeUnit;
+  return m;
+}
+
 // ---- measured memory ----------------------------------------------------------------------------------
 // A memory figure is any `measured` key naming memory and a unit: mib or mb (MiB: nvidia-smi's unit, and
 // what Megatron's memory report calls MB), gib (GiB), gb (10^9 bytes, as written), bytes. The key's
@@ -345,7 +452,8 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
     }
   }
   for (const auto& [key, value] : row["measured"].items()) {
-    if (memoryKeyUnit(key) > 0 && !value.is_null() && !value.is_number()) {
+    if ((memoryKeyUnit(key) > 0 || classifyMeasure(key).measure != Measure::kNone) && !value.is_null() &&
+        !value.is_number()) {
       return fail(rowError(c.id, "measured." + key, "expected a number, got " + value.dump()));
     }
   }
@@ -566,41 +674,52 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
     c.measuredBackwardSeconds = *b / 1e3;
     c.measuredStepSeconds = *c.measuredForwardSeconds + *c.measuredBackwardSeconds;
   } else {
-    for (const Json* j : {&me, &de}) {
-      if (c.measuredStepSeconds) break;
-      static const std::vector<std::pair<const char*, double>> timeKeys{
-          {"iteration_time_s", 1.0},  {"iteration_time_ms", 1e-3},  {"iteration_time_sec", 1.0}, {"step_time_s", 1.0},
-          {"step_time_ms", 1e-3},     {"step_time_sec", 1.0},       {"seconds_per_iteration", 1.0},
-          {"time_per_iteration_s", 1.0}, {"time_per_iteration_ms", 1e-3}};
-      for (const auto& [key, scale] : timeKeys) {
-        if (auto t = number(*j, key); t && *t > 0) {
-          c.measuredStepSeconds = *t * scale;
-          break;
-        }
-      }
-    }
-    for (const Json* j : {&me, &de}) {
-      if (c.measuredStepSeconds) break;
-      if (auto r = number(*j, "samples_per_s"); r && *r > 0) c.measuredStepSeconds = samples / *r;
-      else if (auto q = number(*j, "sequences_per_s"); q && *q > 0) c.measuredStepSeconds = samples / *q;
-      else if (auto t = number(*j, "tokens_per_s"); t && *t > 0) c.measuredStepSeconds = tokens / *t;
-      else if (auto g = number(*j, "tokens_per_s_per_gpu"); g && *g > 0) c.measuredStepSeconds = tokens / (*g * static_cast<double>(gpus));
-    }
+    // In order: a step time (measured, then derived by the source), a throughput, TFLOP/s under the
+    // row's FLOP convention, MFU against the peak the source used.
     const double flops = conventionFlops(text(row, "flop_convention"), *spec, samples);
-    if (!c.measuredStepSeconds) {
-      if (auto x = number(me, "tflops_per_gpu"); x && *x > 0) {
-        c.measuredStepSeconds = flops / (*x * 1e12 * static_cast<double>(gpus));
-      }
-    }
-    if (!c.measuredStepSeconds) {
-      // MFU alone: against the peak the source used, else the GPU's dense peak of the training precision.
-      std::optional<double> mfu = number(me, "mfu_pct");
-      if (mfu) *mfu /= 100.0;
-      else if (auto m = number(me, "mfu")) mfu = *m > 1.0 ? *m / 100.0 : *m;
+    const double peakOfPrecision = [&] {
       const auto peak = p.cluster.gpu.peakFlopsPerSecond.find(p.precision);
       double peakFlops = peak != p.cluster.gpu.peakFlopsPerSecond.end() ? peak->second : 0.0;
       if (auto used = number(row, "peak_tflops_per_gpu_used_by_source")) peakFlops = *used * 1e12;
-      if (mfu && *mfu > 0 && peakFlops > 0) c.measuredStepSeconds = flops / (*mfu * peakFlops * static_cast<double>(gpus));
+      return peakFlops;
+    }();
+    const double gpuCount = static_cast<double>(gpus);
+    auto stepFrom = [&](Measure measure, const Json& j) -> std::optional<double> {
+      for (const auto& [key, value] : j.items()) {
+        const MeasureKey k = classifyMeasure(key);
+        if (k.measure != measure || !value.is_number() || value.get<double>() <= 0) continue;
+        const double v = value.get<double>() * k.scale;
+        const double jobRate = k.perGpu ? v * gpuCount : v;
+        switch (measure) {
+          case Measure::kStepSeconds: return v;
+          case Measure::kStepsPerSecond: return 1.0 / v;
+          case Measure::kSamplesPerSecond: return samples / jobRate;
+          case Measure::kTokensPerSecond: return tokens / jobRate;
+          case Measure::kTflops: {
+            // Without "gpu" in the name a TFLOP/s figure is per GPU when it is below the GPU's peak
+            // (sources say "TFLOP/s" for per-GPU figures), else the job's aggregate.
+            const bool aggregate = classifyAggregate(key);
+            const bool perGpu = !aggregate && (k.perGpu || peakOfPrecision <= 0 || v * 1e12 <= 1.5 * peakOfPrecision);
+            return flops / (v * 1e12 * (perGpu ? gpuCount : 1.0));
+          }
+          case Measure::kMfu: {
+            const double mfu = v > 1.0 ? v / 100.0 : v;
+            if (peakOfPrecision <= 0) return std::nullopt;
+            return flops / (mfu * peakOfPrecision * gpuCount);
+          }
+          case Measure::kNone: break;
+        }
+      }
+      return std::nullopt;
+    };
+    for (const Measure measure : {Measure::kStepSeconds, Measure::kStepsPerSecond, Measure::kSamplesPerSecond,
+                                  Measure::kTokensPerSecond}) {
+      for (const Json* j : {&me, &de}) {
+        if (!c.measuredStepSeconds) c.measuredStepSeconds = stepFrom(measure, *j);
+      }
+    }
+    for (const Measure measure : {Measure::kTflops, Measure::kMfu}) {
+      if (!c.measuredStepSeconds) c.measuredStepSeconds = stepFrom(measure, me);
     }
     if (!c.measuredStepSeconds) {
       return fail(rowError(c.id, "measured", "no iteration time, throughput or TFLOP/s to compare with"));

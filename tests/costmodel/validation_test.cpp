@@ -319,5 +319,48 @@ TEST(Validation, GradientAccumulationFollowsTheFrameworkAndItsEra) {
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().toString().find("grad_accumulation (assumptions)"), std::string::npos) << bad.error().toString();
 }
+
+TEST(Validation, MeasuredFiguresAreReadFromTheWordsOfTheirNames) {
+  // 64 samples of 2048 tokens per step on 16 GPUs; each spelling gives the same 2.0 s step.
+  const std::pair<const char*, double> spellings[] = {
+      {"elapsed_time_per_iteration_ms", 2000.0}, {"iter_time_s", 2.0},           {"seconds_per_step", 2.0},
+      {"steps_per_s", 0.5},                       {"it_per_sec", 0.5},            {"throughput_samples_per_sec", 32.0},
+      {"seqs_per_second", 32.0},                  {"tokens_per_sec_per_gpu", 64.0 * 2048 / 2.0 / 16},
+      {"throughput_tokens_per_s", 64.0 * 2048 / 2.0}};
+  for (const auto& [key, value] : spellings) {
+    Json row = unseenRow();
+    row["measured"] = Json::object();
+    row["measured"][key] = value;
+    row["measured"]["time_to_train_min"] = 1e4;  // a whole training run, never a step
+    row["measured"]["peak_tflops"] = 125;         // the GPU's, not the run's
+    auto c = validation::caseFromRow(row, assumptionsFile());
+    ASSERT_TRUE(c) << key << ": " << c.error().toString();
+    ASSERT_TRUE(c->measuredStepSeconds) << key;
+    EXPECT_NEAR(*c->measuredStepSeconds, 2.0, 1e-9) << key;
+  }
+  // TFLOP/s per GPU and the job's aggregate PFLOP/s give the same step; so does MFU in percent.
+  Json row = unseenRow();
+  row["flop_convention"] = "PaLM 6N";
+  row["measured"] = Json::parse(R"({"model_tflops": 40.0})");
+  auto perGpu = validation::caseFromRow(row, assumptionsFile());
+  row["measured"] = Json::parse(R"({"aggregate_pflops": 0.64})");
+  auto aggregate = validation::caseFromRow(row, assumptionsFile());
+  row["measured"] = Json::parse(R"({"mfu_percent": 32.0})");
+  row["peak_tflops_per_gpu_used_by_source"] = 125;
+  auto mfu = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(perGpu && aggregate && mfu);
+  EXPECT_NEAR(*perGpu->measuredStepSeconds, *aggregate->measuredStepSeconds, 1e-9);
+  EXPECT_NEAR(*perGpu->measuredStepSeconds, *mfu->measuredStepSeconds, 1e-9);
+  // Only a whole-training time: nothing to compare a step with.
+  row.erase("peak_tflops_per_gpu_used_by_source");
+  row["measured"] = Json::parse(R"({"time_to_train_min": 28.0})");
+  auto none = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_FALSE(none);
+  EXPECT_NE(none.error().toString().find("measured"), std::string::npos);
+  row["measured"] = Json::parse(R"({"iteration_time_ms": "2000"})");
+  auto typo = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_FALSE(typo);
+  EXPECT_NE(typo.error().toString().find("measured.iteration_time_ms"), std::string::npos);
+}
 }  // namespace
 }  // namespace colo
