@@ -430,6 +430,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
       const double comm = layersHere * (gathers * gather + scatter);
       const double cover = plan.execution.overlapParamGather ? 0.8 * (fwd + bwd + rec) : 0.0;
       zero3 = std::max(0.1 * comm, comm - cover);
+      zero3 += device.overlapSlowdown * (comm - zero3);  // the hidden part slows the compute it overlaps
     }
     // Summing this micro-batch's gradients into the accumulated ones, after its backward: one pass over
     // the stage's local gradients (its shard under ZeRO >= 2) at HBM speed.
@@ -523,11 +524,15 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
         reduce = collectiveSeconds(Collective::kReduceScatter, params * gradBytes, dpGroup);
         gather = collectiveSeconds(Collective::kAllGather, params * weightBytes, dpGroup);
       }
-      const double reduceExposed =
-          plan.execution.overlapGradReduce ? std::max(0.1 * reduce, reduce - 0.9 * lastBackward) : reduce;
-      const double gatherExposed =
-          plan.execution.overlapParamGather ? std::max(0.1 * gather, gather - 0.9 * fwd) : gather;
-      dpExposed = reduceExposed + gatherExposed;
+      // Overlapped, at least 10% stays exposed (the last bucket), and the hidden part slows the backward
+      // or forward it runs beside (overlapSlowdown).
+      auto exposedOf = [&](double collective, bool overlapped, double cover) {
+        if (!overlapped) return collective;
+        const double exposed = std::max(0.1 * collective, collective - 0.9 * cover);
+        return exposed + device.overlapSlowdown * (collective - exposed);
+      };
+      dpExposed = exposedOf(reduce, plan.execution.overlapGradReduce, lastBackward) +
+                  exposedOf(gather, plan.execution.overlapParamGather, fwd);
     }
     // The mixed-precision optimizer step at HBM speed (bytes per parameter: optimizerStepBytes); offloaded
     // states are updated by the host, their gradients and weights crossing PCIe.

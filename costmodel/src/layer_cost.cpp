@@ -338,7 +338,8 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     const double bytes = b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.hidden) * static_cast<double>(c.dtypeBytes);
     const double allReduce = collectiveSeconds(Collective::kAllReduce, bytes, tpGroup);
     const double moeExtra = layer.moe ? 1.0 : 0.0;  // the expert block ends in a reduction too
-    const double exposed = c.tpCommOverlap ? 0.15 : 1.0;
+    // With overlap 15% stays exposed; the hidden 85% still slows the GEMMs it runs beside.
+    const double exposed = c.tpCommOverlap ? 0.15 + 0.85 * device.overlapSlowdown : 1.0;
     out.tpCommFwd = (static_cast<double>(layer.rowOps) + moeExtra) * allReduce * exposed;
     out.tpCommBwd = (static_cast<double>(layer.columnOps) + moeExtra) * allReduce * exposed;
   }
@@ -358,8 +359,11 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     const double step = collectiveSeconds(Collective::kSendRecv, kvBytes, cpGroup);
     const double steps = cp - 1;
     const double attnPerStepFwd = out.attnCoreFwd / cp;
-    out.cpCommFwd = steps * std::max(0.0, step - attnPerStepFwd);
-    out.cpCommBwd = steps * std::max(0.0, 2 * step - 2.5 * attnPerStepFwd);
+    // What the attention hides still slows it (overlapSlowdown).
+    const double attnPerStepBwd = 2.5 * attnPerStepFwd;
+    out.cpCommFwd = steps * (std::max(0.0, step - attnPerStepFwd) + device.overlapSlowdown * std::min(step, attnPerStepFwd));
+    out.cpCommBwd = steps * (std::max(0.0, 2 * step - attnPerStepBwd) +
+                             device.overlapSlowdown * std::min(2 * step, attnPerStepBwd));
   }
   out.paramsPerGpu = (layer.params - layer.tpSplittableParams - layer.expertParams) + layer.tpSplittableParams / tp +
                      layer.expertParams / (tp * ep);

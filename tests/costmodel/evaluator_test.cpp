@@ -97,6 +97,25 @@ TEST(Evaluator, DeepSpeedsFp32CopiesAreAllReducedWholeUnderZero1) {
   EXPECT_LT(ar, 2.0 * rs) << ar << " vs " << rs;
 }
 
+TEST(Evaluator, OverlappedCommunicationStillSlowsTheComputeBesideIt) {
+  // gpt2-small on 8 GPUs of one node, dp 8: the gradient all-reduce fits behind the last backward, so
+  // 10% stays exposed and the hidden 90% slows that backward by the device's overlapSlowdown.
+  Plan p = makePlan("gpt2-small", "dgx-a100-80gb", 8, 1, 1, 64, 8);
+  p.execution.overlapGradReduce = false;
+  const double alone = evaluateOrFail(p).stages[0].dpExposedSeconds;
+  p.execution.overlapGradReduce = true;
+  const double overlapped = evaluateOrFail(p).stages[0].dpExposedSeconds;
+  const double kappa = deviceModel(p.cluster.gpu, DType::kBf16).overlapSlowdown;
+  EXPECT_NEAR(kappa, 0.19, 1e-12);
+  ASSERT_GT(alone, 0);
+  EXPECT_NEAR(overlapped / alone, 0.1 + 0.9 * kappa, 1e-9);
+  // Tensor-parallel overlap: 15% exposed plus the slowdown on the hidden 85%.
+  Plan t = makePlan("llama2-7b", "dgx-a100-80gb", 8, 8, 1, 8);
+  const double serial = evaluateOrFail(t).time.tpComm;
+  t.execution.tpCommOverlap = true;
+  EXPECT_NEAR(evaluateOrFail(t).time.tpComm / serial, 0.15 + 0.85 * kappa, 1e-9);
+}
+
 TEST(Evaluator, DropoutWritesItsMaskAndFusesWithTheResidualAdd) {
   // The same GPT with and without dropout. With it, each hidden-state dropout (x in, y and the 1-byte
   // mask out: 5 B per element) is fused with its residual add, which then only reads the residual (2 B)

@@ -22,6 +22,9 @@ struct DeviceModel {
   double contextBytes = 0;         ///< CUDA context, cuBLAS workspaces: memory outside the allocator
   double commChannelBytes = 0;     ///< NCCL FIFO per channel per connection of a communicator (0: no NCCL)
   double cpuAdamParamsPerSecond = 0;  ///< optimizer throughput of the host when states are offloaded (per GPU)
+  /// Compute running beside an overlapped collective is this much slower (the collective's kernels
+  /// hold SMs and memory bandwidth): a hidden collective of duration C still costs overlapSlowdown * C.
+  double overlapSlowdown = 0;
 };
 
 /// The device model of `gpu` training in `precision`. GPUs are recognised by name (V100, A100, H100,
