@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "colo/core/library.h"
+#include "colo/core/model.h"
 #include "colo/costmodel/evaluator.h"
 
 namespace colo::validation {
@@ -320,7 +321,47 @@ Result<ClusterSpec> clusterOf(const Json& hw, const Settings& set, const std::st
 
 // ---- model ------------------------------------------------------------------------------------------
 
+// Letters and digits of a name, lowercased: "LLaMA-2 13B" and "llama2-13b" both give "llama213b".
+std::string nameKey(const std::string& name) {
+  std::string k;
+  for (const char ch : name) {
+    if (std::isalnum(static_cast<unsigned char>(ch))) k += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  }
+  return k;
+}
+
+// The library model a row names ("Llama 2 13B", "GPT-3 175B", "Mixtral 8x7B"), for a row that gives its
+// model by name rather than by its shape.
+std::optional<ModelSpec> libraryModelNamed(const std::string& name) {
+  const std::string key = nameKey(name);
+  if (key.empty()) return std::nullopt;
+  for (const auto& entry : libraryEntries(LibraryKind::kModels)) {
+    if (nameKey(entry) != key) continue;
+    auto file = resolveLibraryFile(LibraryKind::kModels, entry);
+    if (!file) return std::nullopt;
+    auto model = loadModel(*file);
+    if (!model || !model->spec) return std::nullopt;
+    return *model->spec;
+  }
+  return std::nullopt;
+}
+
 Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, bool* assumed) {
+  // A row that names a library model instead of giving its shape: that model, with whatever the row
+  // does give (sequence length, vocabulary) on top.
+  if (!number(m, "num_layers") || !number(m, "hidden_size") || !number(m, "num_attention_heads")) {
+    if (auto named = libraryModelNamed(text(m, "name"))) {
+      ModelSpec s = *named;
+      if (auto v = number(m, "seq_len"); v && *v >= 1) s.seqLen = static_cast<std::int64_t>(*v);
+      if (auto v = number(m, "vocab_size"); v && *v >= 1) s.vocabSize = static_cast<std::int64_t>(*v);
+      if (s.maxPositionEmbeddings > 0 && s.seqLen > s.maxPositionEmbeddings && s.positionEmbedding != PositionEmbedding::kLearned) {
+        s.maxPositionEmbeddings = s.seqLen;
+      }
+      *assumed = true;
+      if (auto valid = validateModelSpec(s, id); !valid) return fail(valid.error());
+      return s;
+    }
+  }
   const std::string arch = lower(text(m, "arch") + " " + text(m, "name"));
   const bool bloom = has(arch, "alibi") || has(arch, "bloom");
   const bool llama = !bloom && (has(arch, "llama") || has(arch, "swiglu") || has(arch, "rmsnorm") || has(arch, "rope") ||

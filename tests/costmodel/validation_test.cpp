@@ -362,5 +362,21 @@ TEST(Validation, MeasuredFiguresAreReadFromTheWordsOfTheirNames) {
   ASSERT_FALSE(typo);
   EXPECT_NE(typo.error().toString().find("measured.iteration_time_ms"), std::string::npos);
 }
+
+TEST(Validation, AModelGivenOnlyByNameIsTheLibrarysModel) {
+  Json row = unseenRow();
+  row["model"] = Json::parse(R"({"name": "LLaMA-2 13B", "params_b": 13, "seq_len": 4096})");
+  row["hardware"] = Json::parse(R"({"gpu": "A100-SXM4-80GB", "gpu_memory_gb": 80, "gpus_per_node": 8, "num_gpus": 16})");
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_EQ(c->plan.model.spec->numLayers, 40);
+  EXPECT_EQ(c->plan.model.spec->hiddenSize, 5120);
+  EXPECT_EQ(c->plan.model.spec->seqLen, 4096);
+  EXPECT_FALSE(c->fullyPublished);
+  row["model"]["name"] = "Some 13B model";  // no library model of that name: the missing field is named
+  auto unknown = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().toString().find("model.num_layers"), std::string::npos) << unknown.error().toString();
+}
 }  // namespace
 }  // namespace colo
