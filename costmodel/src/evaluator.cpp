@@ -15,6 +15,13 @@ using detail::ModelTemplates;
 
 namespace {
 
+// Bytes of an activation element: the precision's, except under fp8, where only GEMM operands are 8-bit
+// (Transformer Engine casts each GEMM's inputs, mostly fused into the kernel before it, and keeps
+// activations, their communication and what backward saves in bf16).
+std::int64_t activationBytesOf(DType precision) {
+  return precision == DType::kFp8 ? 2 : bytesPerElement(precision);
+}
+
 // The per-layer costing configuration a plan implies.
 LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   LayerConfig cfg;
@@ -28,6 +35,7 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   cfg.hidden = T.hidden;
   cfg.seqLen = T.seqLen;
   cfg.dtypeBytes = bytesPerElement(plan.precision);
+  cfg.activationBytes = activationBytesOf(plan.precision);
   cfg.topK = T.topK;
   cfg.kvWidth = T.kvWidth;
   return cfg;
@@ -265,7 +273,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
     return fail(Error::badInput("plan has " + std::to_string(plan.stages.size()) + " stages for pp*virtual_stages " +
                                 std::to_string(chunks) + " and " + std::to_string(m) + " micro-batches (validatePlan first)"));
   }
-  const double dt = static_cast<double>(bytesPerElement(plan.precision));
+  const double dt = static_cast<double>(activationBytesOf(plan.precision));
   const double byteScale = dt / static_cast<double>(T.dtypeBytes);
 
   const LayerConfig cfg = I.configFor(plan);

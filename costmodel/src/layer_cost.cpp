@@ -329,13 +329,13 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     out.savedSelective = out.savedFull - quadraticSaved;
   }
   out.savedInput = b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.hidden) *
-                   static_cast<double>(c.dtypeBytes) / seqSplit;
+                   static_cast<double>(c.activationBytes) / seqSplit;
 
   // Tensor-parallel collectives on the full activation: all-reduce after each row-parallel linear
   // (forward) and on the input gradient of each column-parallel one (backward); sequence parallelism
   // replaces each by a reduce-scatter plus an all-gather of the same total time.
   if (c.tp > 1) {
-    const double bytes = b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.hidden) * static_cast<double>(c.dtypeBytes);
+    const double bytes = b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.hidden) * static_cast<double>(c.activationBytes);
     const double allReduce = collectiveSeconds(Collective::kAllReduce, bytes, tpGroup);
     const double moeExtra = layer.moe ? 1.0 : 0.0;  // the expert block ends in a reduction too
     // With overlap 15% stays exposed; the hidden 85% still slows the GEMMs it runs beside.
@@ -346,7 +346,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
   // Expert parallelism: dispatch and combine all-to-alls, each way.
   if (layer.moe && c.ep > 1) {
     const double bytes = b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.topK) *
-                         static_cast<double>(c.hidden) * static_cast<double>(c.dtypeBytes) / seqSplit;
+                         static_cast<double>(c.hidden) * static_cast<double>(c.activationBytes) / seqSplit;
     const double a2a = collectiveSeconds(Collective::kAllToAll, bytes, epGroup);
     out.epCommFwd = 2 * a2a;
     out.epCommBwd = 2 * a2a;
@@ -355,7 +355,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
   // already present.
   if (c.cp > 1) {
     const double kvBytes = 2.0 * b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.kvWidth) / tp *
-                           static_cast<double>(c.dtypeBytes);
+                           static_cast<double>(c.activationBytes);
     const double step = collectiveSeconds(Collective::kSendRecv, kvBytes, cpGroup);
     const double steps = cp - 1;
     const double attnPerStepFwd = out.attnCoreFwd / cp;

@@ -55,7 +55,8 @@ struct LayerConfig {
   bool tpCommOverlap = false;
   std::int64_t hidden = 0;
   std::int64_t seqLen = 0;
-  std::int64_t dtypeBytes = 2;
+  std::int64_t dtypeBytes = 2;       // GEMM operands
+  std::int64_t activationBytes = 2;  // activations, their communication and memory (16-bit under fp8)
   std::int64_t topK = 1;
   std::int64_t kvWidth = 0;       // kv heads x head dim
   const GemmTable* measured = nullptr;  // measured GEMM times, consulted before the roofline

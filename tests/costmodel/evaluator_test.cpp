@@ -116,6 +116,19 @@ TEST(Evaluator, OverlappedCommunicationStillSlowsTheComputeBesideIt) {
   EXPECT_NEAR(evaluateOrFail(t).time.tpComm / serial, 0.15 + 0.85 * kappa, 1e-9);
 }
 
+TEST(Evaluator, Fp8SpeedsUpGemmsButKeepsActivationsSixteenBit) {
+  // Transformer Engine's fp8: GEMM operands are 8-bit; activations, their tensor-parallel collectives
+  // and what backward saves stay bf16.
+  Plan p = makePlan("llama2-7b", "dgx-h100-x64", 8, 8, 1, 8);
+  p.parallel.sequenceParallel = true;
+  const Evaluation bf16 = evaluateOrFail(p);
+  p.precision = DType::kFp8;
+  const Evaluation fp8 = evaluateOrFail(p);
+  EXPECT_NEAR(fp8.time.tpComm, bf16.time.tpComm, 1e-12);
+  EXPECT_NEAR(fp8.stages[0].memory.activations, bf16.stages[0].memory.activations, 1);
+  EXPECT_LT(fp8.time.compute, 0.8 * bf16.time.compute);
+}
+
 TEST(Evaluator, DropoutWritesItsMaskAndFusesWithTheResidualAdd) {
   // The same GPT with and without dropout. With it, each hidden-state dropout (x in, y and the 1-byte
   // mask out: 5 B per element) is fused with its residual add, which then only reads the residual (2 B)
