@@ -78,6 +78,12 @@ TEST(Export, EveryFormatCarriesThePlansSettings) {
     EXPECT_NE(megatron->find(flag), std::string::npos) << flag << "\n" << *megatron;
   }
   EXPECT_EQ(megatron->find("\\\n\n"), std::string::npos);  // no dangling continuation
+  EXPECT_EQ(megatron->find("--no-gradient-accumulation-fusion"), std::string::npos);  // fused: Megatron's default
+  p.execution.gradAccumulation = GradAccumulation::kMainGrad;
+  const auto unfused = exportPlan(p, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(unfused);
+  EXPECT_NE(unfused->find("--no-gradient-accumulation-fusion"), std::string::npos) << *unfused;
+  p.execution.gradAccumulation = GradAccumulation::kFused;
   const auto ds = exportPlan(p, ExportFormat::kDeepSpeed, "plan.json");
   ASSERT_TRUE(ds);
   const Json j = Json::parse(*ds);
