@@ -307,7 +307,11 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev) 
   out << ", " << toString(plan.schedule) << ", mbs " << plan.microBatchSize << " x " << ev.microBatches
       << " micro-batches, gbs " << plan.globalBatchSize << " x " << plan.seqLen << " tokens, ZeRO-" << plan.zeroStage
       << ", " << toString(plan.precision) << ", " << (plan.execution.flashAttention ? "flash" : "unfused")
-      << " attention, recompute " << toString(plan.stages.front().recompute) << "\n";
+      << " attention, recompute " << toString(plan.stages.front().recompute)
+      << (plan.execution.gradAccumulation == GradAccumulation::kFused
+              ? ""
+              : ", grad accumulation " + toString(plan.execution.gradAccumulation))
+      << "\n";
   out << "step      " << seconds(ev.stepSeconds) << "  |  " << formatCount(ev.tokensPerSecond) << " tokens/s  |  "
       << formatFixed(ev.modelTflopsPerGpu, 1) << " model TFLOP/s/GPU (MFU " << formatFixed(100 * ev.mfu, 1) << "%), "
       << formatFixed(ev.hardwareTflopsPerGpu, 1) << " hardware  |  bubble " << formatFixed(100 * ev.bubbleFraction, 1)
