@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <sstream>
 
 #include "colo/core/library.h"
 #include "colo/core/units.h"
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  std::ostringstream layerLines;  // single-layer timings, forward and backward apart
   for (const auto& c : *cases) {
     auto o = colo::validation::evaluateCase(c);
     if (!o) {
@@ -82,6 +84,12 @@ int main(int argc, char** argv) {
       memError = colo::formatFixed(100 * *o->memoryError, 1) + "%";
       memoryErrors.push_back(std::fabs(*o->memoryError));
     }
+    if (o->predictedForwardSeconds && c.measuredForwardSeconds && c.measuredBackwardSeconds) {
+      layerLines << "  " << c.id << ": forward " << colo::formatFixed(1e3 * *o->predictedForwardSeconds, 2) << " ms (measured "
+                 << colo::formatFixed(1e3 * *c.measuredForwardSeconds, 2) << "), backward "
+                 << colo::formatFixed(1e3 * *o->predictedBackwardSeconds, 2) << " ms (measured "
+                 << colo::formatFixed(1e3 * *c.measuredBackwardSeconds, 2) << ")\n";
+    }
     table.addRow({c.id + (c.fullyPublished ? "" : " *"), colo::formatFixed(o->measuredSeconds, 4) + " s",
                   colo::formatFixed(o->predictedStepSeconds, 4) + " s", colo::formatFixed(100 * o->stepError, 1) + "%",
                   memMeasured, memPredicted, memError});
@@ -97,6 +105,7 @@ int main(int argc, char** argv) {
     for (const double x : v) s += x;
     return v.empty() ? 0.0 : s / static_cast<double>(v.size());
   };
+  if (!layerLines.str().empty()) std::cout << "\nlayer timings, forward and backward:\n" << layerLines.str();
   std::cout << "\n* configuration partly assumed (assumptions.json, or inferred from the row)\n"
             << "memory: smi = device memory in use (nvidia-smi), resv = allocator reserved, alloc = peak live tensors;\n"
             << "        the prediction leaves out what the figure does not count\n";

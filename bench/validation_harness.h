@@ -35,6 +35,8 @@ struct Case {
 struct Outcome {
   const Case* source = nullptr;
   double predictedStepSeconds = 0;       // step, or forward + backward for a layer
+  std::optional<double> predictedForwardSeconds;   // a layer timing: its forward
+  std::optional<double> predictedBackwardSeconds;  // a layer timing: its backward (with any recompute)
   double measuredSeconds = 0;
   double stepError = 0;                  // relative, signed: (predicted - measured) / measured
   std::optional<double> predictedMemoryBytes;

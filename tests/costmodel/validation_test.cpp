@@ -32,6 +32,13 @@ TEST(Validation, PredictionsStayCloseToPublishedMeasurements) {
     const double e = std::fabs(o->stepError);
     errors.push_back(e);
     if (c.fullyPublished) published.push_back(e);
+    if (c.layerOnly) {
+      // One layer alone (its difference to the same model with one more layer): forward and backward
+      // each within 5% of the source's timings.
+      ASSERT_TRUE(o->predictedForwardSeconds && o->predictedBackwardSeconds) << c.id;
+      EXPECT_NEAR(*o->predictedForwardSeconds / *c.measuredForwardSeconds, 1.0, 0.05) << c.id << " forward";
+      EXPECT_NEAR(*o->predictedBackwardSeconds / *c.measuredBackwardSeconds, 1.0, 0.05) << c.id << " backward";
+    }
     EXPECT_LT(e, c.layerOnly ? 0.10 : 0.20) << c.id << ": predicted " << o->predictedStepSeconds << " s, measured "
                                             << o->measuredSeconds << " s";
     if (o->memoryError) {
