@@ -311,6 +311,19 @@ TEST(Validation, GradientAccumulationFollowsTheFrameworkAndItsEra) {
   EXPECT_EQ(modeOf(row), GradAccumulation::kMainGrad);
   row["source"]["citation"] = "NVIDIA NeMo performance tables";
   EXPECT_EQ(modeOf(row), GradAccumulation::kFused);
+  {
+    // NeMo's recipes overlap tensor-parallel communication with the GEMMs; Megatron-Core's scripts
+    // only when the row says so.
+    auto nemo = validation::caseFromRow(row, assumptions);
+    ASSERT_TRUE(nemo) << nemo.error().toString();
+    EXPECT_TRUE(nemo->plan.execution.tpCommOverlap);
+    Json mcore = row;
+    mcore["source"]["citation"] = "NVIDIA/Megatron-LM README (Megatron-Core)";
+    auto plain = validation::caseFromRow(mcore, assumptions);
+    ASSERT_TRUE(plain) << plain.error().toString();
+    EXPECT_FALSE(plain->plan.execution.tpCommOverlap);
+    EXPECT_EQ(plain->plan.execution.gradAccumulation, GradAccumulation::kFused);
+  }
   row["source"]["citation"] = "Korthikanti et al., 'Reducing Activation Recomputation in Large Transformer Models', MLSys 2022";
   EXPECT_EQ(modeOf(row), GradAccumulation::kFused);
   row["source"]["citation"] = "BigScience BLOOM training logs (Megatron-DeepSpeed)";
