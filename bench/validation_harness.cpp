@@ -536,10 +536,17 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
   p.parallel.cp = degree("cp");
   p.parallel.ep = degree("ep");
   const std::int64_t gpus = p.cluster.totalGpus();
+  const std::int64_t model = std::max<std::int64_t>(1, p.parallel.tp * p.parallel.pp * p.parallel.cp);
   if (auto dp = number(par, "dp")) {
     p.parallel.dp = static_cast<std::int64_t>(*dp);
+    // A data-parallel degree that disagrees with the GPUs (a source counting context parallelism into
+    // it, say) gives way to the GPUs over the model-parallel degrees when they divide.
+    if (p.parallel.dp * model != gpus && gpus % model == 0) {
+      p.parallel.dp = gpus / model;
+      assumed = true;
+    }
   } else {
-    p.parallel.dp = gpus / std::max<std::int64_t>(1, p.parallel.tp * p.parallel.pp * p.parallel.cp);
+    p.parallel.dp = gpus / model;
   }
   const Json sp = par.contains("sequence_parallel") && par["sequence_parallel"].is_boolean() ? par["sequence_parallel"]
                                                                                              : set.pick("sequence_parallel");
@@ -564,6 +571,16 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
     p.globalBatchSize = p.microBatchSize * p.parallel.dp;
   }
   p.seqLen = spec->seqLen;
+  // A global batch the micro-batch and data parallelism do not divide: the largest micro-batch below the
+  // stated one that does (frameworks refuse the rest).
+  if (p.parallel.dp > 0 && p.globalBatchSize % (p.microBatchSize * p.parallel.dp) != 0) {
+    std::int64_t b = p.microBatchSize;
+    while (b > 1 && p.globalBatchSize % (b * p.parallel.dp) != 0) --b;
+    if (p.globalBatchSize % (b * p.parallel.dp) == 0) {
+      p.microBatchSize = b;
+      assumed = true;
+    }
+  }
   // PyTorch FSDP sharding strategies: FULL_SHARD / HYBRID_SHARD = ZeRO-3, SHARD_GRAD_OP = ZeRO-2.
   Json fsdpZero = nullptr;
   const std::string fsdp = lower(text(par, "fsdp") + " " + text(par, "sharding_strategy") + " " + text(par, "sharding"));

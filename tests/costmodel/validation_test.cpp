@@ -398,5 +398,28 @@ TEST(Validation, AModelGivenOnlyByNameIsTheLibrarysModel) {
   ASSERT_FALSE(unknown);
   EXPECT_NE(unknown.error().toString().find("model.num_layers"), std::string::npos) << unknown.error().toString();
 }
+
+TEST(Validation, DegreesAndBatchesThatDisagreeAreReconciledOrNamed) {
+  // 16 GPUs at tp 2 with a stated dp of 4 (a source counting differently): dp follows the GPUs.
+  Json row = unseenRow();
+  row["parallel"]["dp"] = 4;
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_EQ(c->plan.parallel.dp, 8);
+  EXPECT_FALSE(c->fullyPublished);
+  // A global batch of 96 over dp 8 does not take micro-batches of 5: the largest that divides, 4.
+  row = unseenRow();
+  row["training"]["micro_batch_size"] = 5;
+  row["training"]["global_batch_size"] = 96;
+  c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_EQ(c->plan.microBatchSize, 4);
+  EXPECT_EQ(c->plan.numMicroBatches(), 3);
+  // 100 samples cannot split over 8 replicas at all: the row is refused with the field.
+  row["training"]["global_batch_size"] = 100;
+  auto bad = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().toString().find("global_batch_size"), std::string::npos) << bad.error().toString();
+}
 }  // namespace
 }  // namespace colo
