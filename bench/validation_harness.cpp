@@ -526,7 +526,20 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
   Plan& p = c.plan;
   p.model.source = ModelSource::kSpec;
   p.model.spec = *spec;
-  auto cluster = clusterOf(hw, set, c.id, &assumed);
+  // A row without its GPU count: nodes x GPUs per node, else the product of its parallel degrees.
+  Json hardware = hw;
+  if (!number(hw, "num_gpus")) {
+    const auto nodes = number(hw, "num_nodes") ? number(hw, "num_nodes") : number(hw, "nodes");
+    const auto perNode = number(hw, "gpus_per_node");
+    if (nodes && perNode && *nodes >= 1 && *perNode >= 1) {
+      hardware["num_gpus"] = *nodes * *perNode;
+    } else if (auto dp = number(par, "dp"); dp && *dp >= 1) {
+      double product = *dp;
+      for (const char* key : {"tp", "pp", "cp"}) product *= std::max(1.0, number(par, key).value_or(1.0));
+      hardware["num_gpus"] = product;
+    }
+  }
+  auto cluster = clusterOf(hardware, set, c.id, &assumed);
   if (!cluster) return fail(cluster.error());
   p.cluster = *cluster;
 

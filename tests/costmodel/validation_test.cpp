@@ -415,6 +415,21 @@ TEST(Validation, DegreesAndBatchesThatDisagreeAreReconciledOrNamed) {
   ASSERT_TRUE(c) << c.error().toString();
   EXPECT_EQ(c->plan.microBatchSize, 4);
   EXPECT_EQ(c->plan.numMicroBatches(), 3);
+  // No GPU count: nodes x GPUs per node, else the product of the degrees.
+  {
+    Json counted = unseenRow();
+    counted["hardware"].erase("num_gpus");
+    counted["hardware"]["num_nodes"] = 2;
+    auto byNodes = validation::caseFromRow(counted, assumptionsFile());
+    ASSERT_TRUE(byNodes) << byNodes.error().toString();
+    EXPECT_EQ(byNodes->plan.cluster.totalGpus(), 16);
+    counted["hardware"].erase("num_nodes");
+    counted["parallel"]["dp"] = 4;
+    auto byDegrees = validation::caseFromRow(counted, assumptionsFile());
+    ASSERT_TRUE(byDegrees) << byDegrees.error().toString();
+    EXPECT_EQ(byDegrees->plan.cluster.totalGpus(), 8);
+    EXPECT_EQ(byDegrees->plan.parallel.dp, 4);
+  }
   // 100 samples cannot split over 8 replicas at all: the row is refused with the field.
   row["training"]["global_batch_size"] = 100;
   auto bad = validation::caseFromRow(row, assumptionsFile());
