@@ -650,12 +650,16 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
     auto parsed = parseDType(set.pick("precision").get<std::string>());
     if (!parsed) return fail(rowError(c.id, "precision (assumptions)", parsed.error().message));
     p.precision = *parsed;
-  } else if (has(precisionText, "fp8")) {
+  } else if (has(precisionText, "fp8") || has(precisionText, "float8") || has(precisionText, "e4m3")) {
     p.precision = DType::kFp8;
-  } else if (has(precisionText, "bf16")) {
+  } else if (has(precisionText, "bf16") || has(precisionText, "bfloat16")) {
     p.precision = DType::kBf16;
-  } else if (has(precisionText, "fp16")) {
+  } else if (has(precisionText, "fp16") || has(precisionText, "float16") || has(precisionText, "half")) {
     p.precision = DType::kFp16;
+  } else if (has(precisionText, "tf32")) {
+    p.precision = DType::kTf32;
+  } else if (has(precisionText, "fp32") || has(precisionText, "float32") || has(precisionText, "single")) {
+    p.precision = DType::kFp32;
   } else {
     p.precision = volta ? DType::kFp16 : DType::kBf16;  // "16-bit" or not stated: what the GPU runs fastest
   }

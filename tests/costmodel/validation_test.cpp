@@ -436,5 +436,20 @@ TEST(Validation, DegreesAndBatchesThatDisagreeAreReconciledOrNamed) {
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().toString().find("global_batch_size"), std::string::npos) << bad.error().toString();
 }
+
+TEST(Validation, PrecisionIsReadFromItsCommonSpellings) {
+  const std::pair<const char*, DType> spellings[] = {
+      {"bfloat16 mixed precision", DType::kBf16}, {"torch.float16 (AMP)", DType::kFp16}, {"half", DType::kFp16},
+      {"FP8 (Transformer Engine, e4m3/e5m2 hybrid)", DType::kFp8}, {"fp32", DType::kFp32}, {"TF32", DType::kTf32},
+      {"mixed precision 16-bit", DType::kBf16}};
+  for (const auto& [text, expected] : spellings) {
+    Json row = unseenRow();
+    row["hardware"] = Json::parse(R"({"gpu": "H100 SXM", "gpu_memory_gb": 80, "gpus_per_node": 8, "num_gpus": 16})");
+    row["training"]["precision"] = text;
+    auto c = validation::caseFromRow(row, assumptionsFile());
+    ASSERT_TRUE(c) << text << ": " << c.error().toString();
+    EXPECT_EQ(c->plan.precision, expected) << text;
+  }
+}
 }  // namespace
 }  // namespace colo
