@@ -247,14 +247,18 @@ std::optional<Network> parseNetwork(const std::string& raw, std::int64_t gpusPer
   double gbits = 0;
   std::smatch m;
   static const std::regex rate(R"((\d+(?:\.\d+)?)\s*gb(?:it)?(?:/|p)s)");
+  static const std::regex terabits(R"((\d+(?:\.\d+)?)\s*tb(?:it)?(?:/|p)s)");  // "3.2 Tb/s per node"
+  static const std::regex shortRate(R"((\d+)\s*g(?:be)?\b)");                  // "400G NDR", "100GbE"
   if (std::regex_search(t, m, rate)) gbits = std::stod(m[1]);
+  else if (std::regex_search(t, m, terabits)) gbits = std::stod(m[1]) * 1000.0;
+  else if (std::regex_search(t, m, shortRate)) gbits = std::stod(m[1]);
   else if (has(t, "ndr")) gbits = 400;
   else if (has(t, "hdr")) gbits = 200;
   else if (has(t, "edr") || has(t, "omni-path") || has(t, "opa")) gbits = 100;
   else if (has(t, "fdr")) gbits = 56;
   if (gbits <= 0) return std::nullopt;
   double count = 0;
-  static const std::regex times(R"((\d+)\s*x\b)");
+  static const std::regex times(R"((\d+)\s*x(?![a-z]))");  // "8x HDR", "8 x 200", "8x400G"
   static const std::regex links(R"((\d+)\s*(?:links|nics|hcas|ports|adapters|rails))");
   if (std::regex_search(t, m, times)) count = std::stod(m[1]);
   else if (std::regex_search(t, m, links)) count = std::stod(m[1]);
@@ -264,7 +268,7 @@ std::optional<Network> parseNetwork(const std::string& raw, std::int64_t gpusPer
   const double bytes = count * gbits * 1e9 / 8.0;
   n.bytesPerSecondPerGpu = perNode ? bytes / static_cast<double>(std::max<std::int64_t>(1, gpusPerNode)) : bytes;
   if (has(t, "roce")) n.kind = LinkKind::kRoce;
-  else if (has(t, "ethernet")) n.kind = LinkKind::kEthernet;
+  else if (has(t, "ethernet") || has(t, "gbe")) n.kind = LinkKind::kEthernet;
   return n;
 }
 

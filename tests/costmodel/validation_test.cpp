@@ -451,5 +451,19 @@ TEST(Validation, PrecisionIsReadFromItsCommonSpellings) {
     EXPECT_EQ(c->plan.precision, expected) << text;
   }
 }
+
+TEST(Validation, NetworkRatesInTheirCommonSpellings) {
+  // Per-GPU bandwidth of the network level, 8 GPUs per node.
+  const std::pair<const char*, double> spellings[] = {
+      {"8x400G NDR InfiniBand", 50e9},          {"3.2 Tbps per node", 50e9},       {"8 x 200 Gb/s HDR", 25e9},
+      {"400 Gbps per GPU (rail-optimized)", 50e9}, {"4x 100GbE RoCEv2 per node", 6.25e9}, {"NDR", 50e9}};
+  for (const auto& [text, perGpu] : spellings) {
+    Json row = unseenRow();
+    row["hardware"]["inter_node"] = text;
+    auto c = validation::caseFromRow(row, assumptionsFile());
+    ASSERT_TRUE(c) << text << ": " << c.error().toString();
+    EXPECT_NEAR(c->plan.cluster.links.back().bytesPerSecond, perGpu, 1) << text;
+  }
+}
 }  // namespace
 }  // namespace colo
