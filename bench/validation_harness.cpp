@@ -483,7 +483,7 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
                  "ffn_hidden_size", "seq_len", "vocab_size", "num_experts", "top_k"}},
       {"hardware", {"gpu_memory_gb", "gpus_per_node", "num_gpus"}},
       {"parallel", {"tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "zero_stage"}},
-      {"training", {"micro_batch_size", "global_batch_size", "global_batch_tokens"}},
+      {"training", {"micro_batch_size", "global_batch_size", "global_batch_tokens", "recompute_num_layers", "recompute_layers"}},
       {"measured", {"layer_forward_ms", "layer_backward_ms", "iteration_time_s", "iteration_time_ms", "step_time_s", "step_time_ms",
                     "samples_per_s", "sequences_per_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
                     "iteration_time_sec", "step_time_sec", "seconds_per_iteration", "time_per_iteration_s",
@@ -611,10 +611,26 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
   // full, as Megatron's flag was), or a boolean.
   std::string recomputeText = lower(text(tr, "recompute"));
   if (tr.contains("recompute") && tr["recompute"].is_boolean()) recomputeText = tr["recompute"].get<bool>() ? "full" : "none";
+  // Megatron's --recompute-num-layers N (or a recompute_num_layers figure): full recompute of N layers
+  // per chunk.
+  std::optional<std::int64_t> recomputeLayers;
+  for (const char* key : {"recompute_num_layers", "recompute_layers", "checkpoint_num_layers"}) {
+    if (auto n = number(tr, key); n && *n >= 0 && !recomputeLayers) recomputeLayers = static_cast<std::int64_t>(*n);
+  }
+  {
+    static const std::regex count(R"(recompute[-_ ]num[-_ ]layers[= :]*(\d+))");
+    std::smatch m;
+    if (!recomputeLayers && std::regex_search(recomputeText, m, count)) recomputeLayers = std::stoll(m[1]);
+  }
   if (recomputeText.rfind("full", 0) != 0 && recomputeText.rfind("selective", 0) != 0 && recomputeText.rfind("none", 0) != 0) {
-    if (has(recomputeText, "selective")) recomputeText = "selective";
-    else if (has(recomputeText, "full") || has(recomputeText, "checkpoint")) recomputeText = "full";
-    else if (recomputeText == "no" || recomputeText == "false" || has(recomputeText, "no recomput") || has(recomputeText, "disabled")) recomputeText = "none";
+    // --recompute-activations is Megatron's selective recompute; checkpointing by any name is full.
+    if (has(recomputeText, "selective") || has(recomputeText, "recompute-activations")) recomputeText = "selective";
+    else if (has(recomputeText, "full") || has(recomputeText, "checkpoint") || has(recomputeText, "recompute-granularity") ||
+             recomputeText == "true" || recomputeText == "yes" || recomputeText == "on")
+      recomputeText = "full";
+    else if (recomputeText == "no" || recomputeText == "false" || recomputeText == "off" ||
+             has(recomputeText, "no recomput") || has(recomputeText, "disabled"))
+      recomputeText = "none";
   }
   const bool recomputeOpen = recomputeText.rfind("full", 0) != 0 && recomputeText.rfind("selective", 0) != 0 &&
                              recomputeText.rfind("none", 0) != 0 && !set.pick("recompute").is_string();
@@ -647,6 +663,7 @@ Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
   for (auto& st : p.stages) {
     st.recompute = policy;
     st.recomputeLayers = policy == RecomputePolicy::kNone ? 0 : st.layers;
+    if (policy == RecomputePolicy::kFull && recomputeLayers) st.recomputeLayers = std::min(*recomputeLayers, st.layers);
   }
   const std::string precisionText = lower(text(tr, "precision"));
   const bool volta = has(lower(p.cluster.gpu.name), "v100");

@@ -465,5 +465,34 @@ TEST(Validation, NetworkRatesInTheirCommonSpellings) {
     EXPECT_NEAR(c->plan.cluster.links.back().bytesPerSecond, perGpu, 1) << text;
   }
 }
+
+TEST(Validation, RecomputeIsReadFromMegatronsFlagsAndOtherWords) {
+  struct Spelling {
+    Json value;
+    RecomputePolicy policy;
+    std::int64_t layers;  // recomputed layers of the single 16-layer chunk
+  };
+  const Spelling spellings[] = {
+      {"--recompute-activations", RecomputePolicy::kSelective, 16},
+      {"--recompute-granularity full --recompute-method block --recompute-num-layers 4", RecomputePolicy::kFull, 4},
+      {"gradient checkpointing", RecomputePolicy::kFull, 16},
+      {"off", RecomputePolicy::kNone, 0},
+      {true, RecomputePolicy::kFull, 16}};
+  for (const auto& sp : spellings) {
+    Json row = unseenRow();
+    row["training"]["recompute"] = sp.value;
+    auto c = validation::caseFromRow(row, assumptionsFile());
+    ASSERT_TRUE(c) << sp.value.dump() << ": " << c.error().toString();
+    ASSERT_EQ(c->plan.stages.size(), 1u);
+    EXPECT_EQ(c->plan.stages[0].recompute, sp.policy) << sp.value.dump();
+    EXPECT_EQ(c->plan.stages[0].recomputeLayers, sp.layers) << sp.value.dump();
+  }
+  Json row = unseenRow();
+  row["training"]["recompute"] = "full";
+  row["training"]["recompute_num_layers"] = 2;
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_EQ(c->plan.stages[0].recomputeLayers, 2);
+}
 }  // namespace
 }  // namespace colo
