@@ -464,11 +464,71 @@ double conventionFlops(const std::string& convention, const ModelSpec& s, double
 
 }  // namespace
 
-Result<Case> caseFromRow(const Json& row, const Json& assumptions) {
+// Other names sources and frameworks use for the fields the harness reads (Megatron's argument names,
+// Hugging Face config names, short forms): each is read as its canonical field when that is absent.
+Json withCanonicalNames(const Json& row) {
+  static const std::vector<std::pair<const char*, std::vector<std::pair<const char*, std::vector<const char*>>>>> aliases{
+      {"model",
+       {{"num_layers", {"n_layers", "n_layer", "num_hidden_layers", "layers"}},
+        {"hidden_size", {"d_model", "n_embd", "hidden", "hidden_dim"}},
+        {"num_attention_heads", {"n_heads", "n_head", "num_heads", "heads", "attention_heads"}},
+        {"ffn_hidden_size", {"intermediate_size", "ffn_hidden", "d_ff", "ffn_size", "ffn_dim"}},
+        {"seq_len", {"seq_length", "sequence_length", "max_seq_len", "context_length", "seqlen"}},
+        {"vocab_size", {"vocab", "padded_vocab_size"}},
+        {"num_key_value_heads", {"n_kv_heads", "kv_heads"}}}},
+      {"parallel",
+       {{"tp", {"tensor_parallel", "tensor_parallel_size", "tensor_model_parallel_size", "tp_size"}},
+        {"pp", {"pipeline_parallel", "pipeline_parallel_size", "pipeline_model_parallel_size", "pp_size"}},
+        {"dp", {"data_parallel", "data_parallel_size", "dp_size"}},
+        {"cp", {"context_parallel", "context_parallel_size", "cp_size"}},
+        {"ep", {"expert_parallel", "expert_parallel_size", "expert_model_parallel_size", "ep_size"}},
+        {"virtual_pipeline_stages", {"virtual_pipeline_model_parallel_size", "vpp", "virtual_stages"}},
+        {"zero_stage", {"zero", "zero_optimization_stage"}},
+        {"sequence_parallel", {"sp"}}}},
+      {"training",
+       {{"micro_batch_size", {"mbs", "micro_batch", "train_micro_batch_size_per_gpu"}},
+        {"global_batch_size", {"gbs", "global_batch", "train_batch_size"}}}},
+      {"hardware", {{"num_gpus", {"gpus", "n_gpus", "world_size", "total_gpus"}}}}};
+  Json out = row;
+  for (const auto& [part, fields] : aliases) {
+    if (!out.contains(part) || !out[part].is_object()) continue;
+    Json& j = out[part];
+    for (const auto& [canonical, names] : fields) {
+      if (j.contains(canonical) && !j[canonical].is_null()) continue;
+      for (const char* name : names) {
+        if (j.contains(name) && (j[name].is_number() || j[name].is_boolean())) {
+          j[canonical] = j[name];
+          break;
+        }
+      }
+    }
+  }
+  // Megatron's --num-layers-per-virtual-pipeline-stage gives the chunks per stage through the layers.
+  if (out.contains("parallel") && out["parallel"].is_object() && out.contains("model") && out["model"].is_object()) {
+    Json& par = out["parallel"];
+    const auto perChunk = number(par, "num_layers_per_virtual_pipeline_stage");
+    const auto layers = number(out["model"], "num_layers");
+    const double pp = number(par, "pp").value_or(1);
+    if (perChunk && layers && *perChunk >= 1 && (!par.contains("virtual_pipeline_stages") || par["virtual_pipeline_stages"].is_null())) {
+      const double v = *layers / (pp * *perChunk);
+      if (v >= 1 && v == std::floor(v)) par["virtual_pipeline_stages"] = static_cast<std::int64_t>(v);
+    }
+    // The distributed optimizer is ZeRO-1.
+    if ((!par.contains("zero_stage") || par["zero_stage"].is_null()) &&
+        ((par.contains("distributed_optimizer") && par["distributed_optimizer"].is_boolean() && par["distributed_optimizer"].get<bool>()) ||
+         has(lower(text(par, "overlap") + " " + text(par, "optimizer")), "distributed"))) {
+      par["zero_stage"] = 1;
+    }
+  }
+  return out;
+}
+
+Result<Case> caseFromRow(const Json& rawRow, const Json& assumptions) {
   Case c;
-  if (!row.is_object() || !row.contains("id") || !row["id"].is_string()) {
+  if (!rawRow.is_object() || !rawRow.contains("id") || !rawRow["id"].is_string()) {
     return fail(Error::badInput("a row without a string 'id'"));
   }
+  const Json row = withCanonicalNames(rawRow);
   c.id = row["id"].get<std::string>();
   const Json empty = Json::object();
   const Json& source = row.contains("source") && row["source"].is_object() ? row["source"] : empty;

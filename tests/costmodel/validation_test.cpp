@@ -494,5 +494,33 @@ TEST(Validation, RecomputeIsReadFromMegatronsFlagsAndOtherWords) {
   ASSERT_TRUE(c) << c.error().toString();
   EXPECT_EQ(c->plan.stages[0].recomputeLayers, 2);
 }
+
+TEST(Validation, FieldsUnderOtherNamesAreReadAsTheirCanonicalOnes) {
+  // Megatron argument names, Hugging Face config names and short forms.
+  Json row = Json::parse(R"({
+    "id": "other_names",
+    "source": {"citation": "Some benchmark", "location": "table 2"},
+    "model": {"name": "m", "arch": "GPT", "n_layer": 16, "n_embd": 1536, "n_head": 16, "seq_length": 2048, "vocab": 51200},
+    "hardware": {"gpu": "A100-SXM4-80GB", "gpu_memory_gb": 80, "gpus_per_node": 8, "world_size": 16},
+    "parallel": {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2, "num_layers_per_virtual_pipeline_stage": 4,
+                 "distributed_optimizer": true},
+    "training": {"precision": "bf16", "recompute": "none", "mbs": 2, "gbs": 64},
+    "measured": {"elapsed_time_per_iteration_ms": 900}
+  })");
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  const Plan& p = c->plan;
+  EXPECT_EQ(p.model.spec->numLayers, 16);
+  EXPECT_EQ(p.model.spec->hiddenSize, 1536);
+  EXPECT_EQ(p.cluster.totalGpus(), 16);
+  EXPECT_EQ(p.parallel.tp, 2);
+  EXPECT_EQ(p.parallel.pp, 2);
+  EXPECT_EQ(p.parallel.dp, 4);
+  EXPECT_EQ(p.parallel.virtualStages, 2);  // 16 layers / (pp 2 x 4 per chunk)
+  EXPECT_EQ(p.zeroStage, 1);
+  EXPECT_EQ(p.microBatchSize, 2);
+  EXPECT_EQ(p.globalBatchSize, 64);
+  EXPECT_NEAR(*c->measuredStepSeconds, 0.9, 1e-12);
+}
 }  // namespace
 }  // namespace colo
