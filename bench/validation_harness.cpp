@@ -367,6 +367,9 @@ Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, 
     }
   }
   const std::string arch = lower(text(m, "arch") + " " + text(m, "name"));
+  // colo's graphs are decoder-only or encoder-only: an encoder-decoder is costed as a decoder of its
+  // layers, an assumption the table marks.
+  if (has(arch, "encoder-decoder") || has(arch, "t5") || has(arch, "bart")) *assumed = true;
   const bool bloom = has(arch, "alibi") || has(arch, "bloom");
   const bool llama = !bloom && (has(arch, "llama") || has(arch, "swiglu") || has(arch, "rmsnorm") || has(arch, "rope") ||
                                 has(arch, "rotary") || has(arch, "mistral") || has(arch, "qwen"));
