@@ -559,6 +559,17 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
       const double pcie = offParamsCount * (gradBytes + weightBytes) / I.cluster.pcieBytesPerSecond;
       optimizer += host + pcie;
     }
+    // A tied embedding lives on the first and the last stage: their word-embedding gradients are
+    // all-reduced between the two after the backward, before the optimizer (Megatron's embedding group,
+    // DeepSpeed's ReduceTiedGrads), on the critical path.
+    if (T.tiedHead && pp > 1 && (s == 0 || s == pp - 1)) {
+      GroupPlacement ends = ppGroup;
+      ends.size = 2;
+      ends.perNode = ppGroup.crossesNodes() ? 1 : 2;
+      if (ppGroup.crossesNodes()) ends.inner = nullptr;
+      const double bytes = accumulation == GradAccumulation::kFp32Copy ? 4.0 : gradBytes;
+      dpExposed += collectiveSeconds(Collective::kAllReduce, T.tiedParams / static_cast<double>(par.tp) * bytes, ends);
+    }
     st.dpExposedSeconds = dpExposed;
     st.optimizerSeconds = optimizer;
   }

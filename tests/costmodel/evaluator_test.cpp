@@ -129,6 +129,27 @@ TEST(Evaluator, Fp8SpeedsUpGemmsButKeepsActivationsSixteenBit) {
   EXPECT_LT(fp8.time.compute, 0.8 * bf16.time.compute);
 }
 
+TEST(Evaluator, TiedEmbeddingGradientsAreAllReducedBetweenTheFirstAndLastStage) {
+  // GPT-3 ties its embedding and output layer: with pp 16 and no data parallelism, only the first and
+  // the last stage exchange anything after the backward: the word-embedding gradient (V*h/t fp32).
+  Plan p = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 128, 8, 16, 64);
+  const Evaluation ev = evaluateOrFail(p);
+  ASSERT_EQ(ev.stages.size(), 16u);
+  const GroupPlacement pp = placeGroup(p.cluster, p.parallel, Dim::kPp);
+  ASSERT_TRUE(pp.crossesNodes());
+  GroupPlacement ends = pp;
+  ends.size = 2;
+  ends.perNode = 1;
+  ends.inner = nullptr;
+  const double expected = collectiveSeconds(Collective::kAllReduce, 50257.0 * 12288 / 8 * 4, ends);
+  EXPECT_NEAR(ev.stages.front().dpExposedSeconds, expected, 0.02 * expected);
+  EXPECT_NEAR(ev.stages.back().dpExposedSeconds, expected, 0.02 * expected);
+  for (std::size_t s = 1; s + 1 < ev.stages.size(); ++s) EXPECT_EQ(ev.stages[s].dpExposedSeconds, 0) << s;
+  // LLaMA's output layer is its own: nothing to exchange.
+  Plan untied = makePlan("llama2-70b", "dgx-a100-80gb-x128", 128, 8, 16, 64);
+  for (const auto& st : evaluateOrFail(untied).stages) EXPECT_EQ(st.dpExposedSeconds, 0);
+}
+
 TEST(Evaluator, DropoutWritesItsMaskAndFusesWithTheResidualAdd) {
   // The same GPT with and without dropout. With it, each hidden-state dropout (x in, y and the 1-byte
   // mask out: 5 B per element) is fused with its residual add, which then only reads the residual (2 B)
