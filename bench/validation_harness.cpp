@@ -43,7 +43,8 @@ enum class Measure { kNone, kStepSeconds, kStepsPerSecond, kSamplesPerSecond, kT
 struct MeasureKey {
   Measure measure = Measure::kNone;
   double scale = 1.0;   // to seconds, per second, TFLOP/s, or a fraction (MFU)
-  bool perGpu = false;  // a rate or TFLOP/s per GPU rather than for the whole job
+  bool perGpu = false;     // a rate or TFLOP/s per GPU rather than for the whole job
+  bool aggregate = false;  // "aggregate_pflops", "cluster_tflops": the whole job's, whatever its size
 };
 
 std::vector<std::string> keyWords(const std::string& key) {
@@ -60,21 +61,25 @@ std::vector<std::string> keyWords(const std::string& key) {
   return words;
 }
 
-// "aggregate_pflops", "cluster_tflops": the whole job's rate, whatever its size.
-bool classifyAggregate(const std::string& key) {
-  for (const auto& w : keyWords(key)) {
-    if (w == "aggregate" || w == "cluster" || w == "job" || w == "overall") return true;
+// Word lists of key names, each read once.
+using Words = std::initializer_list<const char*>;
+constexpr Words kIterationWords{"iteration", "iterations", "iter", "iters", "it", "step", "steps", "batch"};
+constexpr Words kMillisecondWords{"ms", "msec", "millisecond", "milliseconds"};
+constexpr Words kMinuteWords{"min", "mins", "minute", "minutes"};
+constexpr Words kSecondWords{"s", "sec", "secs", "second", "seconds"};
+
+bool oneOf(const std::string& word, Words options) {
+  for (const char* o : options) {
+    if (word == o) return true;
   }
   return false;
 }
 
 MeasureKey classifyMeasure(const std::string& key) {
   const auto words = keyWords(key);
-  auto any = [&](std::initializer_list<const char*> options) {
+  auto any = [&](Words options) {
     for (const auto& w : words) {
-      for (const char* o : options) {
-        if (w == o) return true;
-      }
+      if (oneOf(w, options)) return true;
     }
     return false;
   };
@@ -91,10 +96,8 @@ MeasureKey classifyMeasure(const std::string& key) {
     return m;  // hardware FLOP/s count recompute under a convention the row does not give
   }
   m.perGpu = any({"gpu", "gpus", "device", "accelerator", "chip"});
-  const double timeUnit = any({"ms", "msec", "millisecond", "milliseconds"}) ? 1e-3
-                          : any({"min", "mins", "minute", "minutes"})        ? 60.0
-                          : any({"s", "sec", "secs", "second", "seconds"})   ? 1.0
-                                                                             : 0.0;
+  m.aggregate = any({"aggregate", "cluster", "job", "overall"});
+  const double timeUnit = any(kMillisecondWords) ? 1e-3 : any(kMinuteWords) ? 60.0 : any(kSecondWords) ? 1.0 : 0.0;
   if (any({"mfu"})) {
     m.measure = Measure::kMfu;
     m.scale = any({"pct", "percent"}) ? 0.01 : 1.0;  // a bare mfu above 1 is read as percent later
@@ -121,18 +124,13 @@ MeasureKey classifyMeasure(const std::string& key) {
     m.scale = perUnit;
     return m;
   }
-  const bool iteration = any({"iteration", "iterations", "iter", "iters", "it", "step", "steps", "batch"});
-  if (!iteration || timeUnit == 0) return m;
+  if (!any(kIterationWords) || timeUnit == 0) return m;
   // "steps_per_s", "it_s", "iterations_per_second": a count before a time; otherwise a time per step.
   std::size_t firstIteration = words.size(), firstUnit = words.size();
   for (std::size_t i = 0; i < words.size(); ++i) {
     const auto& w = words[i];
-    const bool isIteration = w == "iteration" || w == "iterations" || w == "iter" || w == "iters" || w == "it" ||
-                             w == "step" || w == "steps" || w == "batch";
-    const bool isUnit = w == "s" || w == "sec" || w == "secs" || w == "second" || w == "seconds" || w == "ms" ||
-                        w == "msec" || w == "millisecond" || w == "milliseconds" || w == "min" || w == "mins" ||
-                        w == "minute" || w == "minutes";
-    if (isIteration && firstIteration == words.size()) firstIteration = i;
+    const bool isUnit = oneOf(w, kSecondWords) || oneOf(w, kMillisecondWords) || oneOf(w, kMinuteWords);
+    if (oneOf(w, kIterationWords) && firstIteration == words.size()) firstIteration = i;
     if (isUnit && firstUnit == words.size()) firstUnit = i;
   }
   const bool rate = any({"per"}) && firstIteration < firstUnit && !any({"time", "elapsed", "latency", "duration"});
@@ -152,17 +150,7 @@ double memoryKeyUnit(const std::string& key) {
       has(k, "fraction")) {
     return 0;
   }
-  std::vector<std::string> words;
-  std::string word;
-  for (const char ch : k + "_") {
-    if (std::isalnum(static_cast<unsigned char>(ch))) {
-      word += ch;
-    } else if (!word.empty()) {
-      words.push_back(word);
-      word.clear();
-    }
-  }
-  for (const auto& w : words) {
+  for (const auto& w : keyWords(k)) {
     if (w == "mib" || w == "mb") return 1024.0 * 1024.0;
     if (w == "gib") return 1024.0 * 1024.0 * 1024.0;
     if (w == "gb") return 1e9;
@@ -328,9 +316,7 @@ Result<ClusterSpec> clusterOf(const Json& hw, const Settings& set, const std::st
 // Letters and digits of a name, lowercased: "LLaMA-2 13B" and "llama2-13b" both give "llama213b".
 std::string nameKey(const std::string& name) {
   std::string k;
-  for (const char ch : name) {
-    if (std::isalnum(static_cast<unsigned char>(ch))) k += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  }
+  for (const auto& w : keyWords(name)) k += w;
   return k;
 }
 
@@ -857,8 +843,7 @@ Result<Case> caseFromRow(const Json& rawRow, const Json& assumptions) {
           case Measure::kTflops: {
             // Without "gpu" in the name a TFLOP/s figure is per GPU when it is below the GPU's peak
             // (sources say "TFLOP/s" for per-GPU figures), else the job's aggregate.
-            const bool aggregate = classifyAggregate(key);
-            const bool perGpu = !aggregate && (k.perGpu || peakOfPrecision <= 0 || v * 1e12 <= 1.5 * peakOfPrecision);
+            const bool perGpu = !k.aggregate && (k.perGpu || peakOfPrecision <= 0 || v * 1e12 <= 1.5 * peakOfPrecision);
             return flops / (v * 1e12 * (perGpu ? gpuCount : 1.0));
           }
           case Measure::kMfu: {
