@@ -15,7 +15,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # CPU GEMMs). Qt 6 Widgets, Charts and Svg build colo-studio (its tests run on the offscreen platform).
 # CMake turns each module on when it finds its libraries and says so.
 packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libboost-graph-dev libgtest-dev libsqlite3-dev sqlite3
-          libtorch-dev libgloo-dev libopenblas0-pthread qt6-base-dev qt6-base-dev-tools qt6-charts-dev qt6-svg-dev)
+          libtorch-dev libgloo-dev libopenblas0-pthread qt6-base-dev qt6-base-dev-tools qt6-charts-dev qt6-svg-dev libqt6opengl6-dev)
 
 missing=()
 for p in "${packages[@]}"; do
