@@ -11,23 +11,30 @@
 
 #include "colo/core/library.h"
 #include "colo/core/units.h"
+#include "args.h"
 #include "text_table.h"
 #include "validation_harness.h"
 
 int main(int argc, char** argv) {
-  std::string folder = colo::dataDirectory() + "/validation";
-  std::string plansDir;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--plans" && i + 1 < argc) {
-      plansDir = argv[++i];
-    } else if (arg.rfind("--", 0) == 0) {
-      std::cerr << "colo-validate: error: unknown option '" << arg << "' (usage: colo-validate [DATA_DIR] [--plans OUT_DIR])\n";
-      return 2;
-    } else {
-      folder = arg;
-    }
+  const std::vector<colo::app::OptionSpec> specs{
+      {"plans", "DIR", "also write each evaluated run's plan as DIR/<id>.json (colo-plan evaluate --plan F --explain)"},
+      {"help", "", "show this help"}};
+  auto args = colo::app::Args::parse(std::vector<std::string>(argv + 1, argv + argc), specs);
+  if (!args) {
+    std::cerr << "colo-validate: error: " << args.error().toString() << "\n";
+    return 2;
   }
+  if (args->has("help") || args->positional().size() > 1) {
+    (args->has("help") ? std::cout : std::cerr)
+        << "usage: colo-validate [DATA_DIR] [--plans DIR]\n\n"
+           "Predicted against measured step time and memory for the published runs in DATA_DIR (default: the\n"
+           "shipped data/validation): DATA_DIR/public_runs.json holds the rows, DATA_DIR/assumptions.json (optional)\n"
+           "what each row leaves unsaid. The schema: data/validation/README.md. Exit 2 when no row can be evaluated.\n\n"
+        << colo::app::describeOptions(specs);
+    return args->has("help") ? 0 : 2;
+  }
+  const std::string folder = args->positional().empty() ? colo::dataDirectory() + "/validation" : args->positional().front();
+  const std::string plansDir = args->value("plans", "");
   std::vector<colo::validation::Skipped> skipped;
   auto cases = colo::validation::loadCases(folder, &skipped);
   if (!cases) {

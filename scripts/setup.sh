@@ -5,6 +5,7 @@
 #
 #   scripts/setup.sh              install + build + search
 #   scripts/setup.sh --deps-only  install what is missing, nothing else (used by scripts/test.sh and CI)
+#   scripts/setup.sh --main-job   only the main job, on an existing build (the README test runs this)
 #
 # Idempotent, and quick when everything is present (one dpkg-query, no apt-get).
 set -euo pipefail
@@ -14,6 +15,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # profiler; OpenBLAS replaces the reference BLAS Debian's LibTorch would otherwise call (~75x faster
 # CPU GEMMs). Qt 6 Widgets, Charts and Svg build colo-studio (its tests run on the offscreen platform).
 # CMake turns each module on when it finds its libraries and says so.
+main_job=(build/bin/colo-plan search --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536 --out build/best-plan.json)
+if [ "${1:-}" = "--main-job" ]; then exec "${main_job[@]}"; fi
+
 packages=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libboost-graph-dev libgtest-dev libsqlite3-dev sqlite3
           libtorch-dev libgloo-dev libopenblas0-pthread qt6-base-dev qt6-base-dev-tools qt6-charts-dev qt6-svg-dev libqt6opengl6-dev)
 
@@ -33,8 +37,12 @@ fi
 
 if [ "${1:-}" = "--deps-only" ]; then exit 0; fi
 
-cmake -S . -B build -G Ninja ${COLO_CMAKE_ARGS:-} >&2
+# The same configuration as scripts/test.sh (tests included; warnings are errors under CI), so the two
+# README commands share one build and the second compiles nothing the first already did.
+werror=OFF
+if [ "${CI:-}" = "true" ]; then werror=ON; fi
+cmake -S . -B build -G Ninja -DCOLO_BUILD_TESTS=ON -DCOLO_WERROR="$werror" ${COLO_CMAKE_ARGS:-} >&2
 cmake --build build -j2 >&2
 echo "setup: built into build/bin; running the main job:" >&2
-echo "  build/bin/colo-plan search --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536 --out build/best-plan.json" >&2
-exec build/bin/colo-plan search --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536 --out build/best-plan.json
+echo "  ${main_job[*]}" >&2
+exec "${main_job[@]}"

@@ -7,6 +7,7 @@
 #include "colo/core/library.h"
 #include "colo/core/model.h"
 #include "colo/core/plan.h"
+#include "colo/planner/search.h"
 #include "inspect_report.h"
 
 namespace colo::app {
@@ -19,7 +20,7 @@ const std::vector<OptionSpec>& inspectOptions() {
       {"gpus", "N", "scale the cluster to N GPUs (whole nodes, or a divisor of one node)"},
       {"seq-len", "S", "tokens per sample (default: the model's seq_len or context size)"},
       {"batch", "B", "samples the op table is computed for (default 1)"},
-      {"precision", "P", "bf16 (default), fp16, fp8 or fp32: activation and model-state bytes"},
+      {"precision", "P", "bf16, fp16, fp8 or fp32: activation and model-state bytes (default: bf16, or fp16 on GPUs without bf16)"},
       {"json", "", "print one JSON object instead of text"},
       {"help", "", "show this help"},
   };
@@ -27,6 +28,20 @@ const std::vector<OptionSpec>& inspectOptions() {
 }
 
 }  // namespace
+
+Result<DType> precisionOption(const Args& args, const ClusterSpec* cluster) {
+  const auto given = args.value("precision");
+  if (!given) return cluster ? planner::defaultPrecision(cluster->gpu) : DType::kBf16;
+  auto precision = parseDType(*given);
+  if (!precision) return fail(Error::badInput("--precision: " + precision.error().message));
+  return *precision;
+}
+
+std::string clusterLabel(const ClusterSpec& cluster) {
+  if (cluster.name.find("(scaled to ") != std::string::npos) return cluster.name;
+  const std::int64_t gpus = cluster.totalGpus();
+  return cluster.name + " (" + std::to_string(gpus) + (gpus == 1 ? " GPU)" : " GPUs)");
+}
 
 int reportError(const Error& error, std::ostream& err) {
   err << "colo-plan: error: " << error.toString() << "\n";
@@ -76,10 +91,9 @@ int runInspect(const std::vector<std::string>& argv, std::ostream& out, std::ost
   auto batch = args->positiveInteger("batch", 1);
   if (!batch) return reportError(batch.error(), err);
   options.batch = *batch;
-  auto precision = parseDType(args->value("precision", "bf16"));
+  auto precision = precisionOption(*args, cluster ? &*cluster : nullptr);
   if (!precision) {
     Error e = precision.error();
-    e.message = "--precision: " + e.message;
     return reportError(e, err);
   }
   options.precision = *precision;
@@ -123,7 +137,7 @@ int runValidate(const std::vector<std::string>& argv, std::ostream& out, std::os
         if (auto format = requireFormat(*document, file, "cluster", 1); !format) return reportError(format.error(), err);
         auto cluster = clusterFromJson(*document, file);
         if (!cluster) return reportError(cluster.error(), err);
-        what = "colo.cluster/1 " + cluster->name + " (" + std::to_string(cluster->totalGpus()) + " GPUs)";
+        what = "colo.cluster/1 " + clusterLabel(*cluster);
       } else if (tag->kind == "plan") {
         auto plan = loadPlan(file);
         if (!plan) return reportError(plan.error(), err);

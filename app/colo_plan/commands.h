@@ -6,7 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "args.h"
+#include "colo/core/cluster.h"
 #include "colo/core/error.h"
+#include "colo/core/plan.h"
 
 namespace colo::app {
 
@@ -18,6 +21,18 @@ int runCompare(const std::vector<std::string>& argv, std::ostream& out, std::ost
 int runCheck(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 int runExport(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 int runList(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
+
+/// --precision, or without it the cluster's default (bf16 where the GPU has it, else fp16; bf16 with no
+/// cluster). Errors: kBadInput naming --precision.
+[[nodiscard]] Result<DType> precisionOption(const Args& args, const ClusterSpec* cluster);
+
+/// "name (N GPUs)", or the name alone when it already says its size ("... (scaled to 8 GPUs)").
+[[nodiscard]] std::string clusterLabel(const ClusterSpec& cluster);
+
+/// Lines naming the published runs of `plan`'s model on its kind of GPU (the shipped validation rows),
+/// each with the measured step and MFU, colo's prediction for that run, and how `plan` differs from
+/// it; empty when there are none.
+[[nodiscard]] std::string publishedRunsOf(const Plan& plan);
 
 /// Prints `error` as one line on `err` and returns its exit code.
 int reportError(const Error& error, std::ostream& err);

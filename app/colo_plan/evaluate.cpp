@@ -39,7 +39,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"recompute-layers", "N", "recompute only the first N layers of each pipeline chunk"},
       {"stages", "L1,L2,..", "layers of each pipeline chunk (default: even split)"},
       {"schedule", "S", "gpipe, 1f1b (default; interleaved when --vpp > 1), interleaved, zb"},
-      {"precision", "P", "bf16 (default), fp16, fp8, fp32"},
+      {"precision", "P", "bf16, fp16, fp8, fp32 (default: bf16, or fp16 on GPUs without bf16)"},
       {"attention", "A", "flash (default) or unfused"},
       {"no-overlap-grad-reduce", "", "do not overlap data-parallel gradient reduction with backward"},
       {"no-overlap-param-gather", "", "do not overlap ZeRO parameter gathers with forward"},
@@ -168,8 +168,8 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   auto schedule = parseSchedule(args.value("schedule", defaultSchedule));
   if (!schedule) return fail(Error::badInput("--schedule: " + schedule.error().message));
   plan.schedule = *schedule;
-  auto precision = parseDType(args.value("precision", "bf16"));
-  if (!precision) return fail(Error::badInput("--precision: " + precision.error().message));
+  auto precision = precisionOption(args, &plan.cluster);
+  if (!precision) return fail(precision.error());
   plan.precision = *precision;
   const std::string attention = args.value("attention", "flash");
   if (attention != "flash" && attention != "unfused") {
@@ -298,8 +298,7 @@ std::string renderSources(const Plan& plan, const costmodel::Evaluation& e) {
 std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev) {
   std::ostringstream out;
   const auto& p = plan.parallel;
-  out << "plan      " << plan.model.name() << " on " << plan.cluster.name << " (" << plan.cluster.totalGpus()
-      << " GPUs): tp " << p.tp << " pp " << p.pp << " dp " << p.dp;
+  out << "plan      " << plan.model.name() << " on " << clusterLabel(plan.cluster) << ": tp " << p.tp << " pp " << p.pp << " dp " << p.dp;
   if (p.cp > 1) out << " cp " << p.cp;
   if (p.ep > 1) out << " ep " << p.ep;
   if (p.virtualStages > 1) out << " vpp " << p.virtualStages;
@@ -446,12 +445,14 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
           << " by the roofline (--explain for every source)\n";
     }
     if (args->has("explain")) out << renderSources(plan, *evaluation);
+    out << publishedRunsOf(plan);
     if (args->has("ops")) out << renderOps(ops);
     if (timeline) {
       out << "timeline  simulated pipeline " << seconds(timeline->makespanSeconds) << " (closed form "
           << seconds(evaluation->pipelineSeconds) << ", before the data-parallel/optimizer tail of "
           << seconds(evaluation->stepSeconds - evaluation->pipelineSeconds) << "), bubble " << formatFixed(100 * timeline->bubbleFraction, 1)
-          << "% of the busiest stage's span; F forward, B backward, W weight gradients, . idle\n"
+          << "% of the busiest stage's span\n"
+          << "          F forward, B backward, R recompute, W weight gradients, c exposed communication, . idle (bubble)\n"
           << timeline->renderAscii(100);
     }
   }

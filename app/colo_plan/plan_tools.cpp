@@ -37,7 +37,7 @@ int runCompare(const std::vector<std::string>& argv, std::ostream& out, std::ost
       {"seq-len", "S", "tokens per sample"},
       {"baseline", "B", "megatron (default), zero3 or ddp"},
       {"max-memory-fraction", "F", "memory budget as a share of GPU memory (default 0.95)"},
-      {"precision", "P", "bf16 (default), fp16, fp8, fp32"},
+      {"precision", "P", "bf16, fp16, fp8, fp32 (default: bf16, or fp16 on GPUs without bf16)"},
       {"json", "", "print one JSON object"},
       {"help", "", "show this help"}};
   auto args = Args::parse(argv, specs);
@@ -57,8 +57,8 @@ int runCompare(const std::vector<std::string>& argv, std::ostream& out, std::ost
   if (!seq) return reportError(seq.error(), err);
   auto baselineKind = planner::parseBaseline(args->value("baseline", "megatron"));
   if (!baselineKind) return reportError(Error::badInput("--baseline: " + baselineKind.error().message), err);
-  auto precision = parseDType(args->value("precision", "bf16"));
-  if (!precision) return reportError(Error::badInput("--precision: " + precision.error().message), err);
+  auto precision = precisionOption(*args, &mc->second);
+  if (!precision) return reportError(precision.error(), err);
   double fraction = 0.95;
   if (const auto f = args->value("max-memory-fraction")) fraction = std::strtod(f->c_str(), nullptr);
   if (!(fraction > 0 && fraction <= 1)) return reportError(Error::badInput("--max-memory-fraction: must be in (0, 1]"), err);
@@ -108,12 +108,13 @@ int runCompare(const std::vector<std::string>& argv, std::ostream& out, std::ost
   col("peak memory", formatBytes(b.peakMemoryBytes), have ? formatBytes(best->evaluation.peakMemoryBytes) : "-");
   col("fits", b.fits ? "yes" : "NO", have ? "yes" : "-");
   col("bubble", formatFixed(100 * b.bubbleFraction, 1) + "%", have ? formatFixed(100 * best->evaluation.bubbleFraction, 1) + "%" : "-");
-  out << model.name() << " on " << cluster.name << " (" << cluster.totalGpus() << " GPUs), gbs " << *gbs << "\n"
+  out << model.name() << " on " << clusterLabel(cluster) << ", gbs " << *gbs << "\n"
       << t.render("  ");
   out << "baseline: " << baseline->rules << "\n";
   if (have) {
     out << "colo is " << formatFixed(b.stepSeconds / best->evaluation.stepSeconds, 2) << "x the baseline's speed; what differs: "
         << planner::planDifferences(baseline->plan, best->plan) << "\n";
+    out << publishedRunsOf(best->plan);
   } else {
     out << "colo: " << found->infeasibleReason << "\n";
   }
@@ -172,6 +173,7 @@ int runCheck(const std::vector<std::string>& argv, std::ostream& out, std::ostre
   if (!ev->fits) failures.push_back("the plan does not fit in GPU memory");
   out << *file << ": step " << formatFixed(ev->stepSeconds, 3) << " s, MFU " << formatFixed(100 * ev->mfu, 1) << "%, peak "
       << formatBytes(ev->peakMemoryBytes) << " (" << formatFixed(100 * fraction, 1) << "% of GPU memory)\n";
+  out << publishedRunsOf(*plan);
   if (failures.empty()) {
     out << "check passed\n";
     return 0;

@@ -1,5 +1,6 @@
 // colo-plan search: the fastest plans that fit, with reasons, the Pareto front and the search's own figures.
 #include <iostream>
+#include <map>
 
 #include "args.h"
 #include "inputs.h"
@@ -23,7 +24,7 @@ const std::vector<OptionSpec>& searchOptions() {
       {"top", "K", "how many plans to list (default 10)"},
       {"fix", "K=V,..", "hold settings fixed: tp, pp, dp, cp, ep, vpp, mbs, zero (e.g. tp=8,pp=4)"},
       {"max-memory-fraction", "F", "a plan fits when its peak is at most F of GPU memory (default 0.95)"},
-      {"precision", "P", "bf16 (default), fp16, fp8, fp32"},
+      {"precision", "P", "bf16, fp16, fp8, fp32 (default: bf16, or fp16 on GPUs without bf16)"},
       {"attention", "A", "flash (default) or unfused"},
       {"zero-bubble", "", "also consider the zero-bubble (ZB-H1) schedule"},
       {"no-offload", "", "never offload optimizer states to the host"},
@@ -97,8 +98,8 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
       return reportError(Error::badInput("--max-memory-fraction: expected a number in (0, 1], got \"" + *f + "\""), err);
     }
   }
-  auto precision = parseDType(args->value("precision", "bf16"));
-  if (!precision) return reportError(Error::badInput("--precision: " + precision.error().message), err);
+  auto precision = precisionOption(*args, &cluster);
+  if (!precision) return reportError(precision.error(), err);
   options.precision = *precision;
   const std::string attention = args->value("attention", "flash");
   if (attention != "flash" && attention != "unfused") {
@@ -135,7 +136,7 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   if (args->has("json")) {
     out << result->toJson().dump(2) << "\n";
   } else {
-    out << "search    " << model.name() << " on " << cluster.name << " (" << cluster.totalGpus() << " GPUs), gbs "
+    out << "search    " << model.name() << " on " << clusterLabel(cluster) << ", gbs "
         << options.globalBatchSize << " x " << (options.seqLen > 0 ? options.seqLen : model.defaultSeqLen())
         << " tokens, memory budget " << formatFixed(100 * options.maxMemoryFraction, 0) << "% of "
         << formatBytes(cluster.gpu.memoryBytes) << "\n";
@@ -147,21 +148,31 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
                    "MFU", "peak mem", "why"},
                   {true, true, true, true, true, true, true, true, true, false, false, true, true, true, true, false});
       int i = 0;
+      std::map<std::string, std::pair<int, const planner::Candidate*>> shown;  // visible columns -> first row
+      int rowNumber = 0;
       for (const auto& c : list) {
+        ++rowNumber;
         const auto& p = c.plan;
-        std::string stages;
-        if (p.stages.size() <= 8) {
-          for (const auto& s : p.stages) stages += (stages.empty() ? "" : ",") + std::to_string(s.layers);
-        } else {
-          stages = std::to_string(p.stages.front().layers) + ",..," + std::to_string(p.stages.back().layers);
-        }
+        const std::string stages = planner::stagesSummary(p);
         std::string rec = planner::recomputeSummary(p);
         if (p.offload.optimizerFraction > 0) rec += " +offload";
-        t.addRow({ranked ? std::to_string(++i) : "-", std::to_string(p.parallel.tp), std::to_string(p.parallel.pp),
-                  std::to_string(p.parallel.dp), std::to_string(p.parallel.cp), std::to_string(p.parallel.ep),
-                  std::to_string(p.parallel.virtualStages), std::to_string(p.microBatchSize), std::to_string(p.zeroStage), rec,
-                  stages, formatFixed(c.evaluation.stepSeconds, 3) + " s", formatCount(c.evaluation.tokensPerSecond),
-                  formatFixed(100 * c.evaluation.mfu, 1) + "%", formatBytes(c.evaluation.peakMemoryBytes), row(c)});
+        std::vector<std::string> cells{
+            ranked ? std::to_string(++i) : "-", std::to_string(p.parallel.tp), std::to_string(p.parallel.pp),
+            std::to_string(p.parallel.dp), std::to_string(p.parallel.cp), std::to_string(p.parallel.ep),
+            std::to_string(p.parallel.virtualStages), std::to_string(p.microBatchSize), std::to_string(p.zeroStage), rec,
+            stages, formatFixed(c.evaluation.stepSeconds, 3) + " s", formatCount(c.evaluation.tokensPerSecond),
+            formatFixed(100 * c.evaluation.mfu, 1) + "%", formatBytes(c.evaluation.peakMemoryBytes), row(c)};
+        // Settings no column shows (rank layout, schedule, sequence parallelism) can make two rows read
+        // alike: the later one says what sets it apart.
+        std::string visible;
+        for (std::size_t k = 1; k + 5 < cells.size(); ++k) visible += cells[k] + "|";  // tp .. stages
+        if (const auto seen = shown.find(visible); seen != shown.end()) {
+          cells.back() += std::string("; unlike ") + (ranked ? "#" : "row ") + std::to_string(seen->second.first) + ": " +
+                          planner::planDifferences(seen->second.second->plan, p);
+        } else {
+          shown.emplace(visible, std::pair{rowNumber, &c});
+        }
+        t.addRow(cells);
       }
       return t.render("  ");
     };

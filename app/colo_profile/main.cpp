@@ -262,10 +262,11 @@ const std::vector<app::OptionSpec>& collectiveSpecs() {
       {"db", "DB", "cost database to write (created when missing)"},
       {"world", "N", "processes (ranks) on this machine (default 2)"},
       {"port", "P", "TCPStore port on 127.0.0.1 (default 29631)"},
-      {"sizes", "B1,B2", "message sizes in bytes per rank (default 1 KiB to 256 MiB)"},
+      {"sizes", "B1,B2", "message sizes in bytes per rank (default 1 KiB to 64 MiB)"},
       {"reps", "N", "timed repetitions per size (default 5)"},
       {"rank", "R", "(internal) run as this rank"},
       {"json", "", "print one JSON object"},
+      {"quiet", "", "no progress bar"},
       {"help", "", "show this help"}};
   return specs;
 }
@@ -333,7 +334,8 @@ int collectives(const std::vector<std::string>& argv) {
     }
     children.push_back(pid);
   }
-  auto measured = profiler::runCollectiveWorker(*o, 0);
+  Bar bar;
+  auto measured = profiler::runCollectiveWorker(*o, 0, args->has("quiet") || args->has("json") ? nullptr : &bar);
   bool childFailed = false;
   for (const auto pid : children) {
     if (!measured) kill(pid, SIGTERM);  // no rank outlives a failed group

@@ -21,6 +21,7 @@
 #include "colo/core/units.h"
 #include "colo/core/version.h"
 #include "colo/executor/data.h"
+#include "colo/costmodel/cost_db.h"
 #include "colo/executor/executor.h"
 #include "colo/executor/runs_db.h"
 #include "colo/planner/baseline.h"
@@ -45,6 +46,7 @@ std::vector<app::OptionSpec> runOptions() {
           {"resume", "", "continue from the newest checkpoint in --checkpoint-dir (any plan of the same model)"},
           {"runs-db", "FILE", "record the run in this SQLite runs database"},
           {"seed", "S", "seed of initialisation and data sampling (default 1234)"},
+          {"costdb", "DB", "predict with this cost database (this machine's, from colo-profile) to compare like with like"},
           {"lr", "X", "peak learning rate (default 1e-3; warm-up then cosine to a tenth)"},
           {"warmup", "N", "warm-up steps (default 2)"},
           {"threads", "N", "intra-op threads per rank (default: cores / ranks)"},
@@ -231,6 +233,7 @@ Result<executor::RunOptions> optionsFrom(const app::Args& args, const std::strin
   if (!every) return fail(every.error());
   o.checkpointEvery = *every == (1 << 30) ? 0 : *every;
   o.resume = args.has("resume");
+  o.costDbFile = args.value("costdb", "");
   auto seed = args.positiveInteger("seed", 1234);
   if (!seed) return fail(seed.error());
   o.seed = static_cast<std::uint64_t>(*seed);
@@ -258,7 +261,7 @@ int run(const std::vector<std::string>& argv) {
   if (!args) return report(args.error());
   if (args->has("help") || args->positional().empty()) {
     std::cout << "usage: colo-run PLAN --data FILE [--steps N] [--nproc-per-node K] [--backend gloo|nccl]\n"
-                 "                [--checkpoint-dir DIR] [--resume] [--runs-db FILE] [--seed S] [--compare PLAN] [--json]\n"
+                 "                [--checkpoint-dir DIR] [--resume] [--runs-db FILE] [--costdb DB] [--seed S] [--compare PLAN] [--json]\n"
                  "       colo-run prepare TEXT --out FILE.u16\n"
                  "       colo-run runs --runs-db FILE [--json]\n\n"
                  "Trains the plan's model with the plan's parallelism on c10d (Gloo on CPU, NCCL on GPU). Started by\n"
@@ -285,6 +288,13 @@ int run(const std::vector<std::string>& argv) {
   }
   if (auto ok = executor::checkExecutable(options->plan, world, options->backend); !ok) {
     return report(Error::badInput(ok.error().message, planFile));
+  }
+  // Checked once here rather than by every rank, so a missing checkpoint is one line, not one per rank.
+  if (options->resume) {
+    if (auto newest = executor::latestCheckpoint(options->checkpointDir); !newest) return report(newest.error());
+  }
+  if (!options->costDbFile.empty()) {
+    if (auto db = costmodel::CostDatabase::open(options->costDbFile); !db) return report(db.error());
   }
   auto data = executor::TokenData::open(options->dataFile);
   if (!data) return report(data.error());

@@ -168,7 +168,7 @@ Result<ClusterSpec> scaleCluster(const ClusterSpec& cluster, std::int64_t gpus) 
                                 std::to_string(gpus) + " GPUs"));
   }
   out.links = std::move(links);
-  if (gpus != oldTotal) out.name = cluster.name + " (scaled to " + std::to_string(gpus) + " GPUs)";
+  if (gpus != oldTotal) out.name = cluster.name + " (scaled to " + std::to_string(gpus) + (gpus == 1 ? " GPU)" : " GPUs)");
   if (auto valid = validateCluster(out); !valid) return fail(valid.error());
   return out;
 }

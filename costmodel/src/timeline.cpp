@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 
@@ -129,9 +130,18 @@ Result<Timeline> simulateSchedule(const ScheduleInput& in) {
   std::size_t remaining = 0;
   for (const auto& o : orders) remaining += o.size();
 
+  const double commShare = std::clamp(in.commShare, 0.0, 1.0);
   auto emit = [&](std::int64_t s, const Task& t, double start, double duration) {
     const double end = start + duration;
-    tl.events.push_back({s, t.chunk, t.microBatch, t.kind, start, end});
+    TimelineEvent e{s, t.chunk, t.microBatch, t.kind, start, end};
+    if (t.kind != TaskKind::kBackwardWeight) {
+      e.commSeconds = duration * commShare;
+      const auto c = static_cast<std::size_t>(t.chunk);
+      if (t.kind != TaskKind::kForward && c < in.recomputeSeconds.size()) {
+        e.recomputeSeconds = std::min(in.recomputeSeconds[c], duration - e.commSeconds);
+      }
+    }
+    tl.events.push_back(e);
     free[static_cast<std::size_t>(s)] = end;
     tl.busySeconds[static_cast<std::size_t>(s)] += duration;
     --remaining;
@@ -203,11 +213,19 @@ ScheduleInput scheduleInputOf(const Plan& plan, const Evaluation& ev) {
   const std::int64_t chunks = in.pp * in.virtualStages;
   in.forwardSeconds.resize(static_cast<std::size_t>(chunks));
   in.backwardSeconds.resize(static_cast<std::size_t>(chunks));
+  in.recomputeSeconds.resize(static_cast<std::size_t>(chunks));
   for (std::int64_t c = 0; c < chunks; ++c) {
     const StageReport& st = ev.stages[static_cast<std::size_t>(c % in.pp)];
-    in.forwardSeconds[static_cast<std::size_t>(c)] = st.forwardSeconds / static_cast<double>(in.virtualStages);
-    in.backwardSeconds[static_cast<std::size_t>(c)] = st.backwardSeconds / static_cast<double>(in.virtualStages);
+    const auto v = static_cast<double>(in.virtualStages);
+    in.forwardSeconds[static_cast<std::size_t>(c)] = st.forwardSeconds / v;
+    in.backwardSeconds[static_cast<std::size_t>(c)] = st.backwardSeconds / v;
+    in.recomputeSeconds[static_cast<std::size_t>(c)] = st.recomputeSeconds / v;
   }
+  // The breakdown's exposed communication against all the work it sits in.
+  const auto& tb = ev.time;
+  const double comm = tb.tpComm + tb.cpComm + tb.epComm + tb.ppComm;
+  const double work = tb.compute + tb.recompute + comm;
+  in.commShare = work > 0 ? comm / work : 0.0;
   return in;
 }
 
@@ -220,39 +238,102 @@ Json Timeline::toJson() const {
   return {{"makespan_s", makespanSeconds}, {"busy_s", busySeconds}, {"bubble_fraction", bubbleFraction}, {"events", list}};
 }
 
-std::string Timeline::renderAscii(std::size_t width) const {
-  if (events.empty() || makespanSeconds <= 0 || width == 0) return {};
-  const std::size_t stages = busySeconds.size();
-  // Each column shows what occupied most of its time slice.
-  std::vector<std::vector<std::map<char, double>>> share(stages, std::vector<std::map<char, double>>(width));
-  const double slice = makespanSeconds / static_cast<double>(width);
-  for (const auto& e : events) {
-    const char mark = e.kind == TaskKind::kForward ? 'F' : e.kind == TaskKind::kBackwardWeight ? 'W' : 'B';
-    auto col = static_cast<std::size_t>(e.startSeconds / slice);
-    while (col < width) {
-      const double lo = std::max(e.startSeconds, static_cast<double>(col) * slice);
-      const double hi = std::min(e.endSeconds, static_cast<double>(col + 1) * slice);
+namespace {
+
+// What each column of one stage's row shows: the activity that filled most of its time slice, idle ('.')
+// unless work fills at least half of it.
+struct Marks {
+  double slice = 0;
+  double origin = 0;
+  std::size_t columns = 0;
+  std::vector<std::vector<std::map<char, double>>> share;  // [stage][column] -> seconds
+
+  void add(std::size_t stage, char mark, double from, double to) {
+    if (to <= from) return;
+    auto col = static_cast<std::size_t>(std::max(0.0, (from - origin) / slice));
+    for (; col < columns; ++col) {
+      const double lo = std::max(from, origin + static_cast<double>(col) * slice);
+      const double hi = std::min(to, origin + static_cast<double>(col + 1) * slice);
       if (hi <= lo) break;
-      share[static_cast<std::size_t>(e.stage)][col][mark] += hi - lo;
-      ++col;
+      share[stage][col][mark] += hi - lo;
     }
   }
-  std::string out;
-  for (std::size_t s = 0; s < stages; ++s) {
-    std::string row = "  stage " + std::to_string(s) + (s < 10 ? "  |" : " |");
-    for (std::size_t col = 0; col < width; ++col) {
+
+  [[nodiscard]] std::string row(std::size_t stage) const {
+    std::string out;
+    for (std::size_t col = 0; col < columns; ++col) {
       char best = '.';
-      double most = slice * 0.5;  // idle unless work fills at least half of the slice
-      for (const auto& [mark, t] : share[s][col]) {
+      double most = slice * 0.5;
+      for (const auto& [mark, t] : share[stage][col]) {
         if (t >= most) {
           most = t;
           best = mark;
         }
       }
-      row += best;
+      out += best;
     }
-    out += row + "|\n";
+    return out;
   }
+};
+
+Marks markWindow(const Timeline& tl, double origin, double slice, std::size_t columns) {
+  Marks m{slice, origin, columns, std::vector<std::vector<std::map<char, double>>>(
+                                      tl.busySeconds.size(), std::vector<std::map<char, double>>(columns))};
+  for (const auto& e : tl.events) {
+    const auto stage = static_cast<std::size_t>(e.stage);
+    const char work = e.kind == TaskKind::kForward ? 'F' : e.kind == TaskKind::kBackwardWeight ? 'W' : 'B';
+    const double recomputeEnd = e.startSeconds + e.recomputeSeconds;
+    const double commStart = e.endSeconds - e.commSeconds;
+    m.add(stage, 'R', e.startSeconds, recomputeEnd);
+    m.add(stage, work, recomputeEnd, commStart);
+    m.add(stage, 'c', commStart, e.endSeconds);
+  }
+  return m;
+}
+
+std::string formatSpan(double seconds) {
+  char buf[32];
+  if (seconds >= 1) {
+    std::snprintf(buf, sizeof buf, "%.2f s", seconds);
+  } else if (seconds >= 1e-3) {
+    std::snprintf(buf, sizeof buf, "%.2f ms", seconds * 1e3);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1f us", seconds * 1e6);
+  }
+  return buf;
+}
+
+}  // namespace
+
+std::string Timeline::renderAscii(std::size_t width) const {
+  if (events.empty() || makespanSeconds <= 0 || width < 8) return {};
+  double first = events.front().startSeconds;
+  double shortest = makespanSeconds;
+  for (const auto& e : events) {
+    first = std::min(first, e.startSeconds);
+    if (e.endSeconds > e.startSeconds) shortest = std::min(shortest, e.endSeconds - e.startSeconds);
+  }
+  const std::size_t stages = busySeconds.size();
+  auto label = [](std::size_t s) { return "  stage " + std::to_string(s) + (s < 10 ? "  |" : " |"); };
+  std::string out;
+  // Whole span at once while the shortest task still gets two columns.
+  if (makespanSeconds / static_cast<double>(width) <= shortest / 2) {
+    const double slice = makespanSeconds / static_cast<double>(width);
+    const Marks m = markWindow(*this, first, slice, width);
+    for (std::size_t s = 0; s < stages; ++s) out += label(s) + m.row(s) + "|\n";
+    out += "  one column = " + formatSpan(slice) + "\n";
+    return out;
+  }
+  // Otherwise the warm-up and the cool-down at a scale where the shortest task spans two columns.
+  const double slice = shortest / 2;
+  const std::size_t half = (width - 3) / 2;
+  const double tailOrigin = first + makespanSeconds - static_cast<double>(half) * slice;
+  const Marks head = markWindow(*this, first, slice, half);
+  const Marks tail = markWindow(*this, tailOrigin, slice, half);
+  for (std::size_t s = 0; s < stages; ++s) out += label(s) + head.row(s) + " ~ " + tail.row(s) + "|\n";
+  const double elided = makespanSeconds - 2 * static_cast<double>(half) * slice;
+  out += "  one column = " + formatSpan(slice) + "; ~ elides " + formatSpan(elided) + " of steady state (" +
+         std::to_string(static_cast<int>(std::lround(100 * elided / makespanSeconds))) + "% of the span)\n";
   return out;
 }
 

@@ -34,6 +34,24 @@ std::string formatSeconds(double s) {
   return fixed(s, 3) + " s";
 }
 
+// Why measured and predicted step times differ: which side of the step the gap is in, and where the
+// prediction came from.
+std::string explainDifference(const RunResult& r, double measuredCompute) {
+  if (r.stepTimeSeconds <= 0 || r.predictedStepTimeSeconds <= 0) return {};
+  std::ostringstream o;
+  const double other = std::max(0.0, r.stepTimeSeconds - measuredCompute);
+  o << "why        measured " << formatSeconds(r.stepTimeSeconds) << " a step: " << formatSeconds(measuredCompute)
+    << " in LibTorch calls, " << formatSeconds(other) << " outside them (collectives, send/recv waits, the data and the\n"
+    << "           executor's own work); predicted " << formatSeconds(r.predictedStepTimeSeconds) << " by "
+    << (r.predictionSource.empty() ? "the plan" : r.predictionSource) << "\n";
+  if (r.predictedComputeSeconds > 0 && measuredCompute > 2 * r.predictedComputeSeconds) {
+    o << "           the kernels ran " << fixed(measuredCompute / r.predictedComputeSeconds, 1)
+      << "x slower than predicted: the prediction's device is not this machine's"
+      << (r.predictionSource.rfind("cost database", 0) == 0 ? " (was the database measured here?)" : "") << "\n";
+  }
+  return o.str();
+}
+
 }  // namespace
 
 bool WorldInfo::launchedByLauncher() { return std::getenv("RANK") && std::getenv("WORLD_SIZE"); }
@@ -123,6 +141,10 @@ Json RunResult::toJson() const {
           {"peak_memory_bytes", peakMemoryBytes},
           {"predicted_step_time_s", predictedStepTimeSeconds},
           {"predicted_peak_memory_bytes", predictedPeakMemoryBytes},
+          {"tensor_memory_bytes", tensorMemoryBytes},
+          {"predicted_tensor_bytes", predictedTensorBytes},
+          {"predicted_compute_s", predictedComputeSeconds},
+          {"prediction_source", predictionSource},
           {"compute_s", computeSeconds},
           {"wall_s", wallSeconds},
           {"checkpoint", checkpoint}};
@@ -151,6 +173,11 @@ Result<RunResult> resultFromJson(const Json& j) {
     r.peakMemoryBytes = j.at("peak_memory_bytes").get<double>();
     r.predictedStepTimeSeconds = j.at("predicted_step_time_s").get<double>();
     r.predictedPeakMemoryBytes = j.at("predicted_peak_memory_bytes").get<double>();
+    // Added later: results written before them read as unknown.
+    r.tensorMemoryBytes = j.value("tensor_memory_bytes", 0.0);
+    r.predictedTensorBytes = j.value("predicted_tensor_bytes", 0.0);
+    r.predictedComputeSeconds = j.value("predicted_compute_s", 0.0);
+    r.predictionSource = j.value("prediction_source", std::string());
     r.computeSeconds = j.at("compute_s").get<double>();
     r.wallSeconds = j.at("wall_s").get<double>();
     r.checkpoint = j.at("checkpoint").get<std::string>();
@@ -175,11 +202,28 @@ std::string renderResult(const RunResult& r) {
   o << "                   predicted     measured   measured vs predicted\n";
   o << "step time    " << std::setw(12) << formatSeconds(r.predictedStepTimeSeconds) << " " << std::setw(12)
     << formatSeconds(r.stepTimeSeconds) << "   " << pct(r.stepTimeSeconds, r.predictedStepTimeSeconds) << "\n";
-  o << "peak memory  " << std::setw(12) << formatBytes(r.predictedPeakMemoryBytes) << " " << std::setw(12)
-    << formatBytes(r.peakMemoryBytes) << "   " << pct(r.peakMemoryBytes, r.predictedPeakMemoryBytes)
-    << (r.backend == "gloo" ? "  (measured: process resident set)" : "") << "\n";
+  const double stepsRun = std::max<double>(1.0, static_cast<double>(r.stepSeconds.size()));
+  const double measuredCompute = r.computeSeconds / stepsRun;
+  if (r.predictedComputeSeconds > 0 && measuredCompute > 0) {
+    o << "  compute    " << std::setw(12) << formatSeconds(r.predictedComputeSeconds) << " " << std::setw(12)
+      << formatSeconds(measuredCompute) << "   " << pct(measuredCompute, r.predictedComputeSeconds)
+      << "  (rank 0's time in LibTorch calls)\n";
+  }
+  const bool cpu = r.backend == "gloo";
+  if (cpu && r.tensorMemoryBytes > 0 && r.predictedTensorBytes > 0) {
+    // Like with like: what training added to the process against what the model says training holds.
+    o << "tensors      " << std::setw(12) << formatBytes(r.predictedTensorBytes) << " " << std::setw(12)
+      << formatBytes(r.tensorMemoryBytes) << "   " << pct(r.tensorMemoryBytes, r.predictedTensorBytes)
+      << "  (measured: peak resident set less the " << formatBytes(r.peakMemoryBytes - r.tensorMemoryBytes)
+      << " resident before the model was built)\n";
+  } else {
+    o << "peak memory  " << std::setw(12) << formatBytes(r.predictedPeakMemoryBytes) << " " << std::setw(12)
+      << formatBytes(r.peakMemoryBytes) << "   " << pct(r.peakMemoryBytes, r.predictedPeakMemoryBytes)
+      << (cpu ? "  (measured: process resident set)" : "") << "\n";
+  }
   o << "throughput   " << fixed(r.tokensPerSecond, 0) << " tokens/s; " << fixed(r.wallSeconds > 0 ? 100.0 * r.computeSeconds / r.wallSeconds : 0, 1)
     << "% of rank 0's time in LibTorch calls\n";
+  o << explainDifference(r, measuredCompute);
   if (!r.checkpoint.empty()) o << "checkpoint " << r.checkpoint << "\n";
   return o.str();
 }

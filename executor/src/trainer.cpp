@@ -3,6 +3,7 @@
 // shard of the flat parameters under ZeRO-1) and checkpoints.
 #include <dlfcn.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,9 +14,11 @@
 #include <iostream>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "colo/core/units.h"
+#include "colo/costmodel/cost_db.h"
 #include "colo/costmodel/evaluator.h"
 #include "colo/costmodel/timeline.h"
 #include "colo/executor/data.h"
@@ -181,13 +184,59 @@ void singleThreadedBlas() {
   if (auto* set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
 }
 
+double residentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  double pages = 0;
+  double resident = 0;
+  if (!(statm >> pages >> resident)) return 0;
+  return resident * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
 double peakResidentBytes() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<double>(usage.ru_maxrss) * 1024.0;
 }
 
+// The predictions the run is compared with: the plan's own, or re-evaluated with the cost database
+// given (this machine's measured kernels and collectives), with the parts that compare like with like.
+Result<void> predict(const Plan& plan, const std::string& costDbFile, RunResult& result) {
+  std::optional<costmodel::CostDatabase> db;
+  if (!costDbFile.empty()) {
+    auto opened = costmodel::CostDatabase::open(costDbFile);
+    if (!opened) return fail(opened.error());
+    db = std::move(*opened);
+  }
+  auto ev = costmodel::evaluatePlan(plan, db ? &*db : nullptr);
+  if (!ev) return fail(ev.error());
+  const bool stored = !db && plan.predictions.stepTimeSeconds && plan.predictions.peakMemoryBytes;
+  result.predictedStepTimeSeconds = stored ? *plan.predictions.stepTimeSeconds : ev->stepSeconds;
+  result.predictedPeakMemoryBytes = stored ? *plan.predictions.peakMemoryBytes : ev->peakMemoryBytes;
+  const auto& t = ev->time;
+  result.predictedComputeSeconds = t.compute + t.recompute + t.gradAccum + t.optimizer;
+  for (const auto& st : ev->stages) {
+    const auto& m = st.memory;
+    result.predictedTensorBytes = std::max(result.predictedTensorBytes, m.total() - m.allocator - m.context);
+  }
+  result.predictionSource = db ? "cost database " + costDbFile + " (measured kernels and collectives)"
+                               : "the analytic model of cluster " + plan.cluster.name +
+                                     " (no measured cost database: colo-profile one and pass --costdb)";
+  return {};
+}
+
 }  // namespace
+
+Result<std::string> latestCheckpoint(const std::string& checkpointDir) {
+  if (checkpointDir.empty()) return fail(Error::badInput("--resume needs --checkpoint-dir"));
+  std::ifstream latestFile(checkpointDir + "/latest");
+  std::string latest;
+  if (!(latestFile >> latest)) {
+    return fail(Error::badInput("no checkpoint to resume from: no 'latest' file; an earlier run with --checkpoint-dir " +
+                                    checkpointDir + " writes one",
+                                checkpointDir));
+  }
+  return checkpointDir + "/" + latest;
+}
 
 Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
   const Plan& plan = o.plan;
@@ -213,6 +262,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     auto groupsOr = detail::makeGroups(w, par, tied, o.backend, o.timeoutSeconds);
     if (!groupsOr) return fail(groupsOr.error());
     detail::Groups& g = *groupsOr;
+    const double residentBeforeModel = residentBytes();
 
     // This rank's chunks: chunk c runs on stage c % pp; its layers follow the plan's stages.
     const std::int64_t pp = par.pp, v = par.virtualStages, chunks = pp * v;
@@ -274,11 +324,9 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     std::int64_t firstStep = 0;
     std::string lastCheckpoint;
     if (o.resume) {
-      if (o.checkpointDir.empty()) return fail(Error::badInput("--resume needs --checkpoint-dir"));
-      std::ifstream latestFile(o.checkpointDir + "/latest");
-      std::string latest;
-      if (!(latestFile >> latest)) return fail(Error::badInput("no checkpoint to resume from (no 'latest' file)", o.checkpointDir));
-      const std::string dir = o.checkpointDir + "/" + latest;
+      auto newest = latestCheckpoint(o.checkpointDir);
+      if (!newest) return fail(newest.error());
+      const std::string dir = *newest;
       std::int64_t savedStep = 0;
       std::string savedModel;
       auto pieces = readPieces(dir, savedStep, savedModel);
@@ -340,13 +388,8 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     result.vpp = v;
     result.firstStep = firstStep;
     result.tokensPerStep = plan.globalBatchSize * plan.seqLen;
-    if (plan.predictions.stepTimeSeconds && plan.predictions.peakMemoryBytes) {
-      result.predictedStepTimeSeconds = *plan.predictions.stepTimeSeconds;
-      result.predictedPeakMemoryBytes = *plan.predictions.peakMemoryBytes;
-    } else if (auto ev = costmodel::evaluatePlan(plan)) {
-      result.predictedStepTimeSeconds = ev->stepSeconds;
-      result.predictedPeakMemoryBytes = ev->peakMemoryBytes;
-    }
+    auto predicted = predict(plan, o.costDbFile, result);
+    if (!predicted) return fail(predicted.error());
 
     // Fault injection for tests: COLO_RUN_FAULT=RANK:STEP kills that rank at the start of that step.
     int faultRank = -1;
@@ -550,9 +593,11 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     std::sort(steady.begin(), steady.end());
     result.stepTimeSeconds = steady[steady.size() / 2];
     result.tokensPerSecond = static_cast<double>(result.tokensPerStep) / result.stepTimeSeconds;
-    Tensor peak = torch::tensor({peakResidentBytes()}, torch::kFloat64);
+    const double peakResident = peakResidentBytes();
+    Tensor peak = torch::tensor({peakResident, peakResident - residentBeforeModel}, torch::kFloat64);
     g.world->allReduce(peak, c10d::ReduceOp::MAX);
-    result.peakMemoryBytes = peak.item<double>();
+    result.peakMemoryBytes = peak[0].item<double>();
+    result.tensorMemoryBytes = peak[1].item<double>();
     g.world->barrier();
     return result;
   } catch (const c10::Error& e) {

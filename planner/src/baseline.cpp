@@ -15,15 +15,17 @@ std::string recomputeSummary(const Plan& p) {
   return toString(policy) + (recomputed == total ? "" : " " + std::to_string(recomputed) + "/" + std::to_string(total));
 }
 
-namespace {
-
 std::string stagesSummary(const Plan& p) {
   std::string out;
-  for (const auto& s : p.stages) out += (out.empty() ? "" : ",") + std::to_string(s.layers);
+  for (std::size_t i = 0; i < p.stages.size();) {
+    std::size_t run = 1;
+    while (i + run < p.stages.size() && p.stages[i + run].layers == p.stages[i].layers) ++run;
+    out += (out.empty() ? "" : ",") + std::to_string(p.stages[i].layers) + (run > 2 ? "x" + std::to_string(run) : "");
+    if (run == 2) out += "," + std::to_string(p.stages[i].layers);
+    i += run;
+  }
   return out;
 }
-
-}  // namespace
 
 Result<Baseline> parseBaseline(const std::string& name) {
   if (name == "megatron") return Baseline::kMegatron;
@@ -120,6 +122,11 @@ std::string planDifferences(const Plan& a, const Plan& b) {
     if (x != y) out += (out.empty() ? "" : "; ") + name + " " + x + " -> " + y;
   };
   const auto n = [](std::int64_t v) { return std::to_string(v); };
+  diff("GPUs", n(a.cluster.totalGpus()), n(b.cluster.totalGpus()));
+  diff("global batch", n(a.globalBatchSize), n(b.globalBatchSize));
+  diff("sequence", n(a.seqLen), n(b.seqLen));
+  diff("precision", toString(a.precision), toString(b.precision));
+  diff("attention", a.execution.flashAttention ? "fused" : "unfused", b.execution.flashAttention ? "fused" : "unfused");
   diff("tp", n(a.parallel.tp), n(b.parallel.tp));
   diff("pp", n(a.parallel.pp), n(b.parallel.pp));
   diff("dp", n(a.parallel.dp), n(b.parallel.dp));

@@ -67,6 +67,10 @@ std::string compareReason(const Candidate& c, const Candidate& best, const Clust
     if (d.second > worst->second) worst = &d;
   }
   const double slower = c.evaluation.stepSeconds / best.evaluation.stepSeconds - 1;
+  // A tie at the printed precision says what differs instead, so no two rows read the same.
+  if (slower < 0.0005 || worst->second < 0.0005) {
+    return "ties #1 within " + formatFixed(100 * std::max(slower, 0.0), 2) + "%: " + planDifferences(best.plan, c.plan);
+  }
   std::string reason = "+" + formatFixed(100 * slower, 1) + "% step: " + worst->first + " +" + formatFixed(worst->second, 3) + " s";
   if (std::string(worst->first) == "tensor-parallel comm" &&
       costmodel::placeGroup(cluster, c.plan.parallel, costmodel::Dim::kTp).crossesNodes()) {
@@ -76,6 +80,13 @@ std::string compareReason(const Candidate& c, const Candidate& best, const Clust
 }
 
 }  // namespace
+
+DType defaultPrecision(const GpuSpec& gpu) {
+  for (const DType d : {DType::kBf16, DType::kFp16}) {
+    if (gpu.hasPeak(d)) return d;
+  }
+  return DType::kFp32;
+}
 
 Result<std::map<std::string, std::int64_t>> parseFixed(const std::string& text) {
   std::map<std::string, std::int64_t> out;
@@ -341,7 +352,10 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
             const double seconds = (e.stages[stage].backwardSeconds - none->stages[stage].backwardSeconds) * m / (n * chunks);
             return RecomputeOption{policy, seconds, saved, 0.0};
           };
-          const auto choice = chooseRecompute(q.stages[s].layers, none->stages[stage].memory.total(), budget,
+          // A physical stage holds `chunks` model chunks: each chunk frees its share of the stage's excess
+          // (asking one chunk to free all of it recomputed up to vpp times more than needed).
+          const double excess = std::max(0.0, none->stages[stage].memory.total() - budget);
+          const auto choice = chooseRecompute(q.stages[s].layers, budget + excess / chunks, budget,
                                               {option(*es, RecomputePolicy::kSelective), option(*ef, RecomputePolicy::kFull)});
           q.stages[s] = choice ? StagePlan{q.stages[s].layers, choice->policy, choice->layers}
                                : StagePlan{q.stages[s].layers, RecomputePolicy::kFull, q.stages[s].layers};
@@ -415,8 +429,13 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
   std::sort(tooBig.begin(), tooBig.end(), [](const Candidate* a, const Candidate* b) {
     return a->evaluation.peakMemoryBytes < b->evaluation.peakMemoryBytes;
   });
-  for (std::size_t i = 0; i < fitting.size() && i < options.topK; ++i) {
+  for (std::size_t i = 0; i < fitting.size() && result.top.size() < options.topK; ++i) {
     Candidate c = *fitting[i];
+    // The same settings reached twice (e.g. by two enumeration paths) are listed once.
+    const bool repeated = std::any_of(result.top.begin(), result.top.end(), [&](const Candidate& listed) {
+      return planDifferences(listed.plan, c.plan) == "identical";
+    });
+    if (repeated) continue;
     if (i == 0) {
       c.reason = "fastest that fits: " + formatFixed(100 * c.evaluation.mfu, 1) + "% MFU, bubble " +
                  formatFixed(100 * c.evaluation.bubbleFraction, 1) + "%, peak " + formatBytes(c.evaluation.peakMemoryBytes) +

@@ -10,7 +10,8 @@
 
 namespace colo::profiler {
 
-Result<std::vector<costmodel::CollectiveMeasurement>> runCollectiveWorker(const CollectiveOptions& o, int rank) {
+Result<std::vector<costmodel::CollectiveMeasurement>> runCollectiveWorker(const CollectiveOptions& o, int rank,
+                                                                         ProgressSink* progress) {
   if (o.world < 2 || rank < 0 || rank >= o.world) {
     return fail(Error::badInput("collectives need a world of at least 2 and a rank inside it"));
   }
@@ -26,6 +27,11 @@ Result<std::vector<costmodel::CollectiveMeasurement>> runCollectiveWorker(const 
     pgOptions->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, o.world, pgOptions);
     std::vector<costmodel::CollectiveMeasurement> out;
+    // Time grows with the bytes moved plus a fixed cost per call; progress follows that.
+    auto weight = [](std::int64_t bytes) { return static_cast<double>(bytes) + 1e5; };
+    double total = 0;
+    double done = 0;
+    for (const auto bytes : o.sizes) total += 3 * weight(bytes);
     for (const auto bytes : o.sizes) {
       const std::int64_t elements = std::max<std::int64_t>(1, bytes / 4);
       for (const std::string op : {"all_reduce", "all_gather", "broadcast"}) {
@@ -49,6 +55,8 @@ Result<std::vector<costmodel::CollectiveMeasurement>> runCollectiveWorker(const 
         // all_gather's "bytes" is the gathered output, as the cost model counts it.
         const std::int64_t counted = op == "all_gather" ? elements * 4 * o.world : elements * 4;
         out.push_back({op, "gloo", o.world, "loopback", counted, timing.median, timing.spread, timing.repetitions});
+        done += weight(bytes);
+        if (progress && rank == 0) progress->progress(done / total, op + " " + std::to_string(bytes >> 10) + " KiB");
       }
     }
     pg->barrier()->wait();

@@ -83,10 +83,36 @@ TEST(Timeline, RejectsInconsistentInput) {
 TEST(Timeline, AsciiChartHasOneRowPerStage) {
   const auto t = simulateSchedule(uniform(Schedule::kOneFOneB, 4, 1, 8, 1.0, 2.0));
   ASSERT_TRUE(t);
-  const std::string chart = t->renderAscii(60);
-  EXPECT_EQ(std::count(chart.begin(), chart.end(), '\n'), 4);
+  const std::string chart = t->renderAscii(80);
+  EXPECT_EQ(std::count(chart.begin(), chart.end(), '\n'), 5);  // four stages and the scale line
   EXPECT_NE(chart.find("stage 3"), std::string::npos);
   EXPECT_EQ(chart.find("stage 0  |F"), 0u + 2);  // stage 0 starts at once
+  EXPECT_NE(chart.find("one column = "), std::string::npos);
+  EXPECT_EQ(chart.find('~'), std::string::npos);  // 33 s of 1 s forwards fit 80 columns at two per forward
+}
+
+// Many micro-batches used to fill every column with the longer backward ('B' alone); the chart now keeps
+// a forward two columns wide, elides the steady state, and shows recompute, communication and bubble.
+TEST(Timeline, AsciiChartOfManyMicroBatchesShowsEveryActivity) {
+  auto in = uniform(Schedule::kOneFOneB, 4, 1, 256, 1.0, 3.0);
+  in.recomputeSeconds.assign(4, 1.0);  // a full recompute replays the 1 s forward
+  in.commShare = 0.25;
+  const auto t = simulateSchedule(in);
+  ASSERT_TRUE(t);
+  for (const auto& e : t->events) {
+    EXPECT_NEAR(e.commSeconds, 0.25 * (e.endSeconds - e.startSeconds), 1e-9);
+    EXPECT_DOUBLE_EQ(e.recomputeSeconds, e.kind == TaskKind::kForward ? 0.0 : 1.0);
+  }
+  const std::string chart = t->renderAscii(100);
+  for (const char mark : {'F', 'B', 'R', 'c', '.', '~'}) EXPECT_NE(chart.find(mark), std::string::npos) << mark << "\n" << chart;
+  EXPECT_NE(chart.find("of steady state"), std::string::npos) << chart;
+  // Stage 3 (last) idles during the warm-up: its row opens with the bubble.
+  const auto last = chart.find("stage 3  |");
+  ASSERT_NE(last, std::string::npos);
+  EXPECT_EQ(chart.substr(last + 10, 3), "...") << chart;
+  // No column mark of 'B' dominates the row any more.
+  const std::string row0 = chart.substr(chart.find("stage 0  |") + 10, 100);
+  EXPECT_LT(std::count(row0.begin(), row0.end(), 'B'), 60) << chart;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // colo-run as a user runs it: real ranks joined by c10d Gloo on this machine. With fp32 and a fixed
 // seed, every parallel layout must train exactly like one process (within 1e-5 relative, LibTorch's
 // reductions summing in another order), a killed rank must end the job, and resume is bit-identical.
+#include <algorithm>
 #include <signal.h>
 
 #include <chrono>
@@ -185,6 +186,32 @@ TEST_F(ColoRun, BadInputIsRefusedBeforeAnyRankStarts) {
   EXPECT_NE(outside.err.find("outside the model's vocabulary"), std::string::npos) << outside.err;
   auto garbage = test::runProgram("colo-run", m_dir.write("bad.json", "{\"format\": \"colo.plan/1\"") + " --data " + data());
   EXPECT_EQ(garbage.exitCode, 2);
+  // --resume with no checkpoint written yet: one line naming the folder, not one per rank.
+  auto resume = test::runProgram("colo-run", file + " --data " + data() + " --resume --checkpoint-dir " + m_dir.path("empty"));
+  EXPECT_EQ(resume.exitCode, 2);
+  EXPECT_NE(resume.err.find("no checkpoint to resume from"), std::string::npos) << resume.err;
+  EXPECT_NE(resume.err.find(m_dir.path("empty")), std::string::npos) << resume.err;
+  EXPECT_EQ(std::count(resume.err.begin(), resume.err.end(), '\n'), 1) << resume.err;
+  auto noDb = test::runProgram("colo-run", file + " --data " + data() + " --costdb " + m_dir.path("none.sqlite"));
+  EXPECT_EQ(noDb.exitCode, 2);
+  EXPECT_NE(noDb.err.find("none.sqlite"), std::string::npos) << noDb.err;
+}
+
+// Predicted against measured compares like with like: on CPU, what training added to the process
+// against the model's tensors (not the whole resident set), and a line that says where the step went.
+TEST_F(ColoRun, ReportComparesLikeWithLikeAndExplainsTheStep) {
+  const std::string file = plan("report", "tiny-gpt", "--gpus 1");
+  auto r = test::runProgram("colo-run", file + " --data " + data() + " --threads 1 --steps 4 --quiet");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("tensors"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("resident before the model was built"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("in LibTorch calls"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the analytic model of cluster localhost-cpu"), std::string::npos) << r.out;
+  const Json j = train(file, "--steps 4 --quiet");
+  EXPECT_GT(j["tensor_memory_bytes"].get<double>(), 0);
+  EXPECT_LT(j["tensor_memory_bytes"].get<double>(), j["peak_memory_bytes"].get<double>());
+  EXPECT_GT(j["predicted_tensor_bytes"].get<double>(), 0);
+  EXPECT_GT(j["predicted_compute_s"].get<double>(), 0);
 }
 
 }  // namespace

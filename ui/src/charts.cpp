@@ -206,12 +206,9 @@ int LossChart::points() const { return static_cast<int>(m_series->count()); }
 
 TimelineView::TimelineView(QWidget* parent) : QWidget(parent) { setMinimumHeight(160); }
 
-void TimelineView::setTimeline(const costmodel::Timeline& timeline, std::int64_t virtualStages, std::vector<double> recomputeShare,
-                               double commShare) {
+void TimelineView::setTimeline(const costmodel::Timeline& timeline, std::int64_t virtualStages) {
   m_timeline = timeline;
   m_virtualStages = std::max<std::int64_t>(1, virtualStages);
-  m_recomputeShare = std::move(recomputeShare);
-  m_commShare = std::clamp(commShare, 0.0, 1.0);
   update();
 }
 
@@ -263,14 +260,11 @@ void TimelineView::paintEvent(QPaintEvent*) {
     const QRectF r(left + e.startSeconds * scale, top + e.stage * rowHeight + 2, std::max(1.0, (e.endSeconds - e.startSeconds) * scale),
                    rowHeight - 4);
     p.fillRect(r, c);
-    // Inside the event: the recompute that opens a backward, and the exposed communication share.
-    if (e.kind != costmodel::TaskKind::kForward && static_cast<std::size_t>(e.stage) < m_recomputeShare.size()) {
-      const double share = m_recomputeShare[static_cast<std::size_t>(e.stage)];
-      if (share > 0) p.fillRect(QRectF(r.left(), r.top(), r.width() * share, r.height()), recomputeColor);
-    }
-    if (m_commShare > 0 && e.kind != costmodel::TaskKind::kBackwardWeight) {
-      p.fillRect(QRectF(r.right() - r.width() * m_commShare, r.top() + r.height() * 0.6, r.width() * m_commShare, r.height() * 0.4),
-                 commColor);
+    // Inside the event: the recompute that opens a backward, and the exposed communication that ends it.
+    if (e.recomputeSeconds > 0) p.fillRect(QRectF(r.left(), r.top(), e.recomputeSeconds * scale, r.height()), recomputeColor);
+    if (e.commSeconds > 0) {
+      const double w = e.commSeconds * scale;
+      p.fillRect(QRectF(r.right() - w, r.top() + r.height() * 0.6, w, r.height() * 0.4), commColor);
     }
     if (r.width() > 4) {
       p.setPen(c.darker(150));

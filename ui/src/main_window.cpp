@@ -108,7 +108,8 @@ void MainWindow::buildUi() {
   m_fixTp->addItems({"any", "1", "2", "4", "8", "16"});
   form->addRow("Tensor parallel", m_fixTp);
   m_precision = new QComboBox();
-  m_precision->addItems({"bf16", "fp16", "fp8", "fp32"});
+  // "auto": bf16 where the GPU has it, fp16 on GPUs without (V100), as colo-plan does.
+  m_precision->addItems({"auto", "bf16", "fp16", "fp8", "fp32"});
   form->addRow("Precision", m_precision);
   m_memoryFraction = new QDoubleSpinBox();
   m_memoryFraction->setRange(0.3, 1.0);
@@ -379,7 +380,12 @@ planner::SearchOptions MainWindow::options() const {
   o.maxMemoryFraction = m_memoryFraction->value();
   o.topK = 200;
   if (m_fixTp->currentIndex() > 0) o.fixed["tp"] = m_fixTp->currentText().toLongLong();
-  o.precision = parseDType(m_precision->currentText().toStdString()).value_or(DType::kBf16);
+  const auto precision = parseDType(m_precision->currentText().toStdString());
+  if (precision) {
+    o.precision = *precision;
+  } else if (m_loadedCluster) {
+    o.precision = planner::defaultPrecision(m_loadedCluster->gpu);
+  }
   return o;
 }
 
@@ -438,12 +444,7 @@ void MainWindow::selectCandidate(int row) {
   }
   m_pareto->setCandidates(m_model->candidates(), row);
   if (auto t = costmodel::simulateSchedule(costmodel::scheduleInputOf(c.plan, c.evaluation))) {
-    std::vector<double> recompute;
-    for (const auto& st : c.evaluation.stages) recompute.push_back(st.backwardSeconds > 0 ? st.recomputeSeconds / st.backwardSeconds : 0.0);
-    const auto& tb = c.evaluation.time;
-    const double comm = tb.tpComm + tb.cpComm + tb.epComm + tb.ppComm;
-    const double work = tb.compute + tb.recompute + comm;
-    m_timeline->setTimeline(*t, c.plan.parallel.virtualStages, recompute, work > 0 ? comm / work : 0.0);
+    m_timeline->setTimeline(*t, c.plan.parallel.virtualStages);
   }
   m_memory->setEvaluation(c.evaluation);
   m_mesh->setPlan(c.plan);

@@ -25,6 +25,8 @@ struct TimelineEvent {
   TaskKind kind = TaskKind::kForward;
   double startSeconds = 0;
   double endSeconds = 0;
+  double recomputeSeconds = 0;  ///< the first part of a backward, replaying the forward (full or selective recompute)
+  double commSeconds = 0;       ///< the last part: exposed tensor/context/expert/pipeline communication
 };
 
 struct Timeline {
@@ -33,7 +35,11 @@ struct Timeline {
   std::vector<double> busySeconds;      ///< per stage
   double bubbleFraction = 0;            ///< idle share of the slowest stage's span
   [[nodiscard]] Json toJson() const;
-  /// A text Gantt chart `width` columns wide: one row per stage, F/B/W where work runs, '.' idle.
+  /// A text Gantt chart about `width` columns wide: one row per stage; F forward, B backward, R the
+  /// recompute that opens a backward, W deferred weight gradients, c exposed communication, '.' idle.
+  /// When a forward would be narrower than two columns, the chart keeps its time scale readable and
+  /// shows the start (warm-up) and the end (cool-down) with the steady state between them elided
+  /// (`~`); a last line says how long a column is and what was elided.
   [[nodiscard]] std::string renderAscii(std::size_t width) const;
 };
 
@@ -45,6 +51,8 @@ struct ScheduleInput {
   std::int64_t microBatches = 1;
   std::vector<double> forwardSeconds;   ///< per chunk (pp * v)
   std::vector<double> backwardSeconds;  ///< per chunk, including recompute
+  std::vector<double> recomputeSeconds; ///< per chunk, the part of backwardSeconds that recomputes (may be empty)
+  double commShare = 0;                 ///< part of each forward and backward that is exposed communication
   double weightGradientShare = 0.5;     ///< part of backward that is weight gradients (zero bubble defers it)
   double p2pSeconds = 0;                ///< activation transfer between consecutive chunks
 };

@@ -39,6 +39,7 @@ struct RunOptions {
   std::string checkpointDir;        ///< empty: no checkpoints
   std::int64_t checkpointEvery = 0; ///< steps between checkpoints (0: only after the last step)
   bool resume = false;              ///< continue from the newest checkpoint in checkpointDir
+  std::string costDbFile;           ///< predict with this cost database (e.g. this machine's, by colo-profile)
   std::uint64_t seed = 1234;
   double learningRate = 1e-3;
   double minLearningRate = 1e-4;
@@ -64,8 +65,14 @@ struct RunResult {
   double stepTimeSeconds = 0;           ///< median over steps after the first (warm-up)
   double tokensPerSecond = 0;
   double peakMemoryBytes = 0;           ///< max over ranks (resident set on CPU, allocator peak on GPU)
+  /// What training itself added, max over ranks: on CPU the peak resident set less the resident set
+  /// before the model was built (LibTorch, Gloo and the process), the same kind as predictedTensorBytes.
+  double tensorMemoryBytes = 0;
   double predictedStepTimeSeconds = 0;  ///< the cost model's, from the plan (evaluated when absent)
   double predictedPeakMemoryBytes = 0;
+  double predictedTensorBytes = 0;      ///< weights, gradients, optimizer, activations and buffers of the peak stage
+  double predictedComputeSeconds = 0;   ///< per step: forward, backward, recompute and optimizer kernels
+  std::string predictionSource;         ///< where the predictions come from (the plan, or a cost database)
   double computeSeconds = 0;            ///< in LibTorch forward/backward/optimizer calls, rank 0, all steps
   double wallSeconds = 0;               ///< all steps, rank 0
   std::string checkpoint;               ///< the last checkpoint written, if any
@@ -77,6 +84,11 @@ struct RunResult {
 /// parallelism, a schedule it runs (gpipe, 1f1b, interleaved), ZeRO 0 or 1, no offload, vocabulary
 /// and heads divisible by tp. Errors: kBadInput with the field and value.
 [[nodiscard]] Result<void> checkExecutable(const Plan& plan, int world, const std::string& backend);
+
+/// The newest checkpoint under `checkpointDir` (the folder its `latest` file names), as `--resume`
+/// continues from it. Errors: kBadInput when the folder is empty or holds no `latest` file, naming the
+/// folder and how a checkpoint is written.
+[[nodiscard]] Result<std::string> latestCheckpoint(const std::string& checkpointDir);
 
 /// Runs one rank to the end. Every rank of the job must call it. Errors: kBadInput (plan or data),
 /// kIo (checkpoints), kInternal (a c10d failure: a rank died, a timeout), each naming the rank.

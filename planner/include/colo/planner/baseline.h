@@ -34,8 +34,11 @@ struct BaselinePlan {
 
 /// The recompute of a plan in words: "none", "selective", "full 40/96" (layers recomputed of all).
 [[nodiscard]] std::string recomputeSummary(const Plan& plan);
+/// Layers per pipeline stage, runs written once with a count: "7,6x14,7" for 7, fourteen 6s and 7.
+[[nodiscard]] std::string stagesSummary(const Plan& plan);
 
-/// The settings in which two plans differ, e.g. "tp 8 -> 4; pp 16 -> 8; recompute selective -> none".
+/// The settings in which two plans differ (GPUs, batch, sequence, precision, attention kernel, degrees,
+/// schedule, layout, ZeRO, recompute, offload, layers per stage), e.g. "tp 8 -> 4; recompute selective -> none".
 [[nodiscard]] std::string planDifferences(const Plan& from, const Plan& to);
 
 }  // namespace colo::planner

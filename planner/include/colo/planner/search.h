@@ -21,6 +21,10 @@
 
 namespace colo::planner {
 
+/// The training precision a user gets when they name none: bf16 where the GPU has a bf16 peak, else
+/// fp16 (V100, T4: mixed precision with loss scaling, as Megatron-LM ran on them), else fp32.
+[[nodiscard]] DType defaultPrecision(const GpuSpec& gpu);
+
 struct SearchOptions {
   std::int64_t globalBatchSize = 0;   ///< samples per step (required)
   std::int64_t seqLen = 0;            ///< 0: the model's default

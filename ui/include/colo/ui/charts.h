@@ -56,10 +56,9 @@ class TimelineView : public QWidget {
   Q_OBJECT
  public:
   explicit TimelineView(QWidget* parent = nullptr);
-  /// `recomputeShare[s]`: part of stage s's backward that recomputes the forward; `commShare`: part of
-  /// forward and backward that is exposed communication (drawn inside each event).
-  void setTimeline(const costmodel::Timeline& timeline, std::int64_t virtualStages, std::vector<double> recomputeShare = {},
-                   double commShare = 0);
+  /// Draws `timeline` (each event's recompute and exposed communication shaded inside it); later
+  /// virtual chunks of a stage are drawn lighter.
+  void setTimeline(const costmodel::Timeline& timeline, std::int64_t virtualStages);
   [[nodiscard]] const costmodel::Timeline& timeline() const { return m_timeline; }
   QSize sizeHint() const override { return {800, 300}; }
 
@@ -69,8 +68,6 @@ class TimelineView : public QWidget {
  private:
   costmodel::Timeline m_timeline;
   std::int64_t m_virtualStages = 1;
-  std::vector<double> m_recomputeShare;
-  double m_commShare = 0;
 };
 
 class MeshView : public QWidget {
