@@ -43,7 +43,7 @@ struct RunOptions {
   std::uint64_t seed = 1234;
   double learningRate = 1e-3;
   double minLearningRate = 1e-4;
-  std::int64_t warmupSteps = 2;
+  std::int64_t warmupSteps = 5;
   double weightDecay = 0.1;
   double clipNorm = 1.0;
   double beta1 = 0.9, beta2 = 0.95, epsilon = 1e-8;
