@@ -138,7 +138,8 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   } else {
     out << "search    " << model.name() << " on " << clusterLabel(cluster) << ", gbs "
         << options.globalBatchSize << " x " << (options.seqLen > 0 ? options.seqLen : model.defaultSeqLen())
-        << " tokens, memory budget " << formatFixed(100 * options.maxMemoryFraction, 0) << "% of "
+        << " tokens, " << toString(options.precision)
+        << (args->has("precision") || cluster.gpu.hasPeak(DType::kBf16) ? "" : " (this GPU has no bf16)") << ", memory budget " << formatFixed(100 * options.maxMemoryFraction, 0) << "% of "
         << formatBytes(cluster.gpu.memoryBytes) << "\n";
     out << "          " << st.generated << " configurations generated, " << pruned << " pruned, " << st.costed
         << " costed (" << st.evaluated << " evaluations), " << st.feasible << " fit; " << formatFixed(st.seconds, 3)

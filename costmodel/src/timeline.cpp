@@ -324,16 +324,21 @@ std::string Timeline::renderAscii(std::size_t width) const {
     out += "  one column = " + formatSpan(slice) + "\n";
     return out;
   }
-  // Otherwise the warm-up and the cool-down at a scale where the shortest task spans two columns.
+  // Otherwise three windows at a scale where the shortest task spans two columns: the warm-up, the
+  // middle of the steady state and the cool-down.
   const double slice = shortest / 2;
-  const std::size_t half = (width - 3) / 2;
-  const double tailOrigin = first + makespanSeconds - static_cast<double>(half) * slice;
-  const Marks head = markWindow(*this, first, slice, half);
-  const Marks tail = markWindow(*this, tailOrigin, slice, half);
-  for (std::size_t s = 0; s < stages; ++s) out += label(s) + head.row(s) + " ~ " + tail.row(s) + "|\n";
-  const double elided = makespanSeconds - 2 * static_cast<double>(half) * slice;
-  out += "  one column = " + formatSpan(slice) + "; ~ elides " + formatSpan(elided) + " of steady state (" +
-         std::to_string(static_cast<int>(std::lround(100 * elided / makespanSeconds))) + "% of the span)\n";
+  const std::size_t part = (width - 6) / 3;
+  const double span = static_cast<double>(part) * slice;
+  const Marks head = markWindow(*this, first, slice, part);
+  const Marks middle = markWindow(*this, first + (makespanSeconds - span) / 2, slice, part);
+  const Marks tail = markWindow(*this, first + makespanSeconds - span, slice, part);
+  for (std::size_t s = 0; s < stages; ++s) {
+    out += label(s) + head.row(s) + " ~ " + middle.row(s) + " ~ " + tail.row(s) + "|\n";
+  }
+  const double elided = makespanSeconds - 3 * span;
+  out += "  one column = " + formatSpan(slice) + "; start, middle and end of the span, ~ elides " + formatSpan(elided) +
+         " of steady state (" + std::to_string(static_cast<int>(std::lround(100 * elided / makespanSeconds))) +
+         "% of the span)\n";
   return out;
 }
 

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <sys/wait.h>
@@ -361,6 +363,64 @@ TEST(ColoPlanTools, CompareCheckAndExportEndToEnd) {
   const auto bad = run("export --plan " + plan + " --format fairscale");
   EXPECT_EQ(bad.exitCode, 2);
   EXPECT_NE(bad.err.find("unknown export format \"fairscale\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace colo
+
+namespace colo {
+namespace {
+
+// The ranked table: no two rows read the same (settings no column shows are named in "why"), and a
+// tie at the printed precision says what differs instead of "+0.0% step: compute +0.000 s".
+TEST(ColoPlanCli, SearchRowsNeverReadAlike) {
+  const auto r = run("search --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536 --quiet");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  std::istringstream in(r.out);
+  std::set<std::string> rows;
+  std::string line;
+  int ranked = 0;
+  while (std::getline(in, line)) {
+    static const std::regex rankedRow(R"(^\s+\d+\s+\d+\s+\d+\s+\d+\s)");  // "#  tp  pp  dp"
+    if (!std::regex_search(line, rankedRow)) continue;
+    const auto afterRank = line.find(' ', line.find_first_not_of(' '));
+    ++ranked;
+    EXPECT_TRUE(rows.insert(line.substr(afterRank)).second) << "two rows read alike:\n" << r.out;
+    EXPECT_EQ(line.find("+0.0% step"), std::string::npos) << line;
+  }
+  EXPECT_EQ(ranked, 10) << r.out;
+  EXPECT_NE(r.out.find("unlike #"), std::string::npos) << r.out;  // layouts that differ only in rank order
+}
+
+// A GPU without bf16 (V100) gets fp16 by default, and says so; bf16 asked for by name is refused.
+TEST(ColoPlanCli, SearchOnV100DefaultsToFp16) {
+  const auto r = run("search --model gpt3-1.3b --cluster dgx1-v100-x4 --gbs 64 --quiet");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("fp16 (this GPU has no bf16)"), std::string::npos) << r.out;
+  const auto asked = run("search --model gpt3-1.3b --cluster dgx1-v100-x4 --gbs 64 --precision bf16 --quiet");
+  EXPECT_EQ(asked.exitCode, 2) << asked.out;
+  EXPECT_NE(asked.err.find("no bf16 peak"), std::string::npos) << asked.err;
+}
+
+// Famous configurations: compare prints the published runs of the model on that GPU, what was measured
+// and what colo predicts for that very run, so its MFU can be judged.
+TEST(ColoPlanCli, ComparePrintsThePublishedRunsOfTheModel) {
+  const auto r = run("compare --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("korthikanti2022_table5_175B_present"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("measured 13.750 s, 51.4% MFU"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("this plan differs in: GPUs 64 -> 1024"), std::string::npos) << r.out;
+  // No published run of this model on H100 in the shipped rows: nothing is printed for it.
+  const auto h100 = run("compare --model gpt3-175b --cluster dgx-h100-x64 --gbs 512");
+  ASSERT_EQ(h100.exitCode, 0) << h100.err;
+  EXPECT_EQ(h100.out.find("published runs"), std::string::npos) << h100.out;
+}
+
+TEST(ColoPlanCli, ScaledClusterIsNamedOnce) {
+  const auto r = run("evaluate --model gpt2-small --cluster dgx-a100-80gb --gpus 1 --mbs 4 --gbs 8");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("dgx-a100-80gb (scaled to 1 GPU):"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("GPUs) ("), std::string::npos) << r.out;
 }
 
 }  // namespace

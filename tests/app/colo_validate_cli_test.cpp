@@ -57,3 +57,19 @@ TEST(ColoValidateCli, NothingToEvaluateIsExit2) {
 
 }  // namespace
 }  // namespace colo
+
+namespace colo {
+namespace {
+
+TEST(ColoValidateCli, HelpExitsZeroAndNamesTheSchema) {
+  const auto r = test::runProgram("colo-validate", "--help");
+  EXPECT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("usage: colo-validate"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("data/validation/README.md"), std::string::npos) << r.out;
+  const auto bad = test::runProgram("colo-validate", "--plan x");
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find("--plan"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace colo

@@ -38,8 +38,8 @@ struct Timeline {
   /// A text Gantt chart about `width` columns wide: one row per stage; F forward, B backward, R the
   /// recompute that opens a backward, W deferred weight gradients, c exposed communication, '.' idle.
   /// When a forward would be narrower than two columns, the chart keeps its time scale readable and
-  /// shows the start (warm-up) and the end (cool-down) with the steady state between them elided
-  /// (`~`); a last line says how long a column is and what was elided.
+  /// shows three windows, the warm-up, the middle of the steady state and the cool-down, with what lies
+  /// between them elided (`~`); a last line says how long a column is and what was elided.
   [[nodiscard]] std::string renderAscii(std::size_t width) const;
 };
 
