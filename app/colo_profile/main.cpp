@@ -213,6 +213,10 @@ int check(const std::vector<std::string>& argv) {
   if (!dtype) return report(Error::badInput("--dtype: " + dtype.error().message));
   const std::string device = args->value("device", "cpu");
 
+  if (!args->has("json")) {
+    std::cerr << "colo-profile: timing " << model->name() << " forward + backward on " << device << ": 2 warm-up and " << *reps
+              << " timed steps of " << *batch << " x " << *seq << " tokens\n";
+  }
   auto measured = profiler::timeModelStep(*model->spec, *seq, *batch, *dtype, device, 2, static_cast<int>(*reps));
   if (!measured) return report(measured.error());
   Plan plan;

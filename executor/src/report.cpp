@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <iomanip>
 #include <sstream>
+#include <thread>
 
 #include "colo/core/units.h"
 #include "colo/executor/executor.h"
@@ -44,10 +45,20 @@ std::string explainDifference(const RunResult& r, double measuredCompute) {
     << " in LibTorch calls, " << formatSeconds(other) << " outside them (collectives, send/recv waits, the data and the\n"
     << "           executor's own work); predicted " << formatSeconds(r.predictedStepTimeSeconds) << " by "
     << (r.predictionSource.empty() ? "the plan" : r.predictionSource) << "\n";
+  if (r.backend == "gloo" && r.predictedTensorBytes > 0 && r.tensorMemoryBytes > 1.5 * r.predictedTensorBytes) {
+    o << "           resident growth is an upper bound on live tensors: it also holds what glibc and LibTorch's CPU\n"
+      << "           allocator keep after tensors are freed, autograd's graph and per-thread workspaces\n";
+  }
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (r.backend == "gloo" && cores > 0 && r.world > static_cast<std::int64_t>(cores)) {
+    o << "           " << r.world << " ranks share this machine's " << cores << " cores: each rank's kernels get "
+      << fixed(static_cast<double>(cores) / static_cast<double>(r.world), 2)
+      << " of a core, which a cost database measured in one process does not see\n";
+  }
   if (r.predictedComputeSeconds > 0 && measuredCompute > 2 * r.predictedComputeSeconds) {
-    o << "           the kernels ran " << fixed(measuredCompute / r.predictedComputeSeconds, 1)
-      << "x slower than predicted: the prediction's device is not this machine's"
-      << (r.predictionSource.rfind("cost database", 0) == 0 ? " (was the database measured here?)" : "") << "\n";
+    o << "           the kernels ran " << fixed(measuredCompute / r.predictedComputeSeconds, 1) << "x slower than predicted"
+      << (r.predictionSource.rfind("cost database", 0) == 0 ? "" : ": the plan's cluster is not this machine")
+      << "; other load on the machine slows them too\n";
   }
   return o.str();
 }
@@ -202,8 +213,9 @@ std::string renderResult(const RunResult& r) {
   o << "                   predicted     measured   measured vs predicted\n";
   o << "step time    " << std::setw(12) << formatSeconds(r.predictedStepTimeSeconds) << " " << std::setw(12)
     << formatSeconds(r.stepTimeSeconds) << "   " << pct(r.stepTimeSeconds, r.predictedStepTimeSeconds) << "\n";
-  const double stepsRun = std::max<double>(1.0, static_cast<double>(r.stepSeconds.size()));
-  const double measuredCompute = r.computeSeconds / stepsRun;
+  // Rank 0's share of the run spent in LibTorch calls, applied to the steady step (the first step,
+  // excluded from the step time, warms caches and allocators).
+  const double measuredCompute = r.wallSeconds > 0 ? r.stepTimeSeconds * std::min(1.0, r.computeSeconds / r.wallSeconds) : 0.0;
   if (r.predictedComputeSeconds > 0 && measuredCompute > 0) {
     o << "  compute    " << std::setw(12) << formatSeconds(r.predictedComputeSeconds) << " " << std::setw(12)
       << formatSeconds(measuredCompute) << "   " << pct(measuredCompute, r.predictedComputeSeconds)
