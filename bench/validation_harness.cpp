@@ -1096,19 +1096,14 @@ Result<std::vector<Case>> loadCases(const std::string& folder, std::vector<Skipp
       cases.push_back(std::move(*c));
       continue;
     }
-    // Name the file and the row; what the row's check said (its id, field and value) follows.
-    Error e = c.error();
-    if (e.file != runsFile) {
-      e.message = Error{e.code, e.file, e.path, e.message}.toString();
-      e.file = runsFile;
-      e.path = "/" + std::to_string(i);
-    }
+    // Name the file and the row beside what the row's check said (its id, field and value).
+    const std::string said = c.error().toString();
     const auto id = row.is_object() ? row.find("id") : row.end();
     const std::string name = row.is_object() && id != row.end() && id->is_string() ? id->get<std::string>() : "?";
     if (skipped) {
-      skipped->push_back({name, e.toString()});
+      skipped->push_back({name, said + " (" + runsFile + ", row /" + std::to_string(i) + ")"});
     } else {
-      return fail(e);
+      return fail(Error{c.error().code, runsFile, "/" + std::to_string(i), said});
     }
   }
   return cases;
