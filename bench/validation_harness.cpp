@@ -123,6 +123,13 @@ Result<void> checkSettings(const Json& settings, const std::string& file, const 
     auto bad = [&](const std::string& why) { return fail(Error::badInput(why + ", got " + describeJsonValue(value), file, where)); };
     if (key == "cluster" || key == "precision" || key == "recompute" || key == "schedule" || key == "attention") {
       if (!value.is_string()) return bad("must be a string");
+      // A value the harness parses is checked here, so that its error names this file, not every row.
+      const std::string& name = value.get_ref<const std::string&>();
+      if (key == "precision") {
+        if (auto parsed = parseDType(name); !parsed) return fail(Error::badInput(parsed.error().message, file, where));
+      } else if (key == "recompute") {
+        if (auto parsed = parseRecompute(name); !parsed) return fail(Error::badInput(parsed.error().message, file, where));
+      }
     } else if (key == "sequence_parallel" || key == "overlap_grad_reduce" || key == "overlap_param_gather" ||
                key == "tp_comm_overlap") {
       if (!value.is_boolean()) return bad("must be true or false");
@@ -150,9 +157,14 @@ Result<void> checkSettings(const Json& settings, const std::string& file, const 
           if (!mode.is_string()) {
             return fail(Error::badInput("must be a string, got " + describeJsonValue(mode), file, where + "/" + precision));
           }
+          if (auto parsed = parseGradAccumulation(mode.get<std::string>()); !parsed) {
+            return fail(Error::badInput(parsed.error().message, file, where + "/" + precision));
+          }
         }
       } else if (!value.is_string()) {
         return bad("must be a mode or an object of modes by precision");
+      } else if (auto parsed = parseGradAccumulation(value.get<std::string>()); !parsed) {
+        return fail(Error::badInput(parsed.error().message, file, where));
       }
     }
   }
