@@ -898,10 +898,16 @@ Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions) {
   }
   const std::int64_t chunks = p.parallel.pp * p.parallel.virtualStages;
   if (set.run.contains("stages")) {
+    std::int64_t held = 0;
     for (const auto& n : set.run["stages"]) {
       StagePlan st;
       st.layers = n.get<std::int64_t>();
+      held += st.layers;
       p.stages.push_back(st);
+    }
+    if (held != spec->numLayers) {
+      return fail(rowError(c.id, "stages (assumptions)", "hold " + std::to_string(held) + " layers but the model has " +
+                                                             std::to_string(spec->numLayers)));
     }
   } else {
     if (spec->numLayers < chunks) {
@@ -1112,10 +1118,14 @@ Result<std::vector<Case>> loadCases(const std::string& folder, std::vector<Skipp
     const std::string said = c.error().toString();
     const auto id = row.is_object() ? row.find("id") : row.end();
     const std::string name = row.is_object() && id != row.end() && id->is_string() ? id->get<std::string>() : "?";
+    // A setting taken from assumptions.json that does not fit the row is that file's entry's fault too.
+    const bool fromAssumptions = said.find("(assumptions)") != std::string::npos;
+    const std::string where = runsFile + ", row /" + std::to_string(i) +
+                              (fromAssumptions ? "; " + file + " /runs/" + pointerSegment(name) : std::string());
     if (skipped) {
-      skipped->push_back({name, said + " (" + runsFile + ", row /" + std::to_string(i) + ")"});
+      skipped->push_back({name, said + " (" + where + ")"});
     } else {
-      return fail(Error{c.error().code, runsFile, "/" + std::to_string(i), said});
+      return fail(Error{c.error().code, runsFile, "/" + std::to_string(i), said + (fromAssumptions ? " (" + where + ")" : "")});
     }
   }
   return cases;
