@@ -456,7 +456,10 @@ Result<ClusterSpec> clusterOf(const Json& hw, const Settings& set, const std::st
     return loadCluster(*file);
   };
   auto cluster = load(clusterName);
-  if (!cluster) return fail(cluster.error());
+  if (!cluster) {
+    if (set.run.contains("cluster")) return fail(rowError(id, "cluster (assumptions)", cluster.error().toString()));
+    return fail(cluster.error());
+  }
   if (gpuFrom != clusterName) {
     auto other = load(gpuFrom);
     if (!other) return fail(other.error());
