@@ -7,6 +7,7 @@
 #include <regex>
 
 #include "colo/core/library.h"
+#include "colo/core/limits.h"
 #include "colo/core/model.h"
 #include "colo/costmodel/evaluator.h"
 
@@ -32,6 +33,183 @@ std::string text(const Json& j, const char* key) {
 
 Error rowError(const std::string& id, const std::string& field, const std::string& why) {
   return Error::badInput(id + ": " + field + ": " + why);
+}
+
+// ---- input checks -------------------------------------------------------------------------------------
+// Every value the harness turns into a count, a degree or a size is checked here first, against the
+// bounds of colo/core/limits.h, so that no cast overflows, nothing divides by zero and no loop runs for
+// minutes. (JSON numbers are finite already: parseJson refuses 1e999.)
+struct IntegerField {
+  const char* part;
+  const char* key;
+  std::int64_t minimum;
+  std::int64_t maximum;
+};
+
+const IntegerField kRowIntegers[] = {
+    {"model", "num_layers", 1, limits::kMaxLayers},
+    {"model", "hidden_size", 1, limits::kMaxWidth},
+    {"model", "num_attention_heads", 1, limits::kMaxHeads},
+    {"model", "num_query_groups", 0, limits::kMaxHeads},
+    {"model", "num_key_value_heads", 0, limits::kMaxHeads},
+    {"model", "num_kv_heads", 0, limits::kMaxHeads},
+    {"model", "ffn_hidden_size", 1, limits::kMaxWidth},
+    {"model", "seq_len", 1, limits::kMaxSeqLen},
+    {"model", "vocab_size", 1, limits::kMaxVocab},
+    {"model", "num_experts", 0, limits::kMaxExperts},
+    {"model", "top_k", 0, limits::kMaxExperts},
+    {"model", "moe_top_k", 0, limits::kMaxExperts},
+    {"hardware", "gpus_per_node", 1, limits::kMaxGpus},
+    {"hardware", "num_gpus", 1, limits::kMaxGpus},
+    {"hardware", "num_nodes", 1, limits::kMaxGpus},
+    {"hardware", "nodes", 1, limits::kMaxGpus},
+    {"parallel", "tp", 1, limits::kMaxGpus},
+    {"parallel", "pp", 1, limits::kMaxGpus},
+    {"parallel", "dp", 1, limits::kMaxGpus},
+    {"parallel", "cp", 1, limits::kMaxGpus},
+    {"parallel", "ep", 1, limits::kMaxGpus},
+    {"parallel", "virtual_pipeline_stages", 1, limits::kMaxLayers},
+    {"parallel", "num_layers_per_virtual_pipeline_stage", 1, limits::kMaxLayers},
+    {"parallel", "zero_stage", 0, 3},
+    {"training", "micro_batch_size", 1, limits::kMaxBatch},
+    {"training", "global_batch_size", 1, limits::kMaxBatch},
+    {"training", "recompute_num_layers", 0, limits::kMaxLayers},
+    {"training", "recompute_layers", 0, limits::kMaxLayers},
+    {"training", "checkpoint_num_layers", 0, limits::kMaxLayers},
+};
+
+// A whole number in [minimum, maximum], or the reason it is not.
+std::optional<std::string> integerProblem(const Json& value, std::int64_t minimum, std::int64_t maximum) {
+  if (!value.is_number()) return "expected a whole number, got " + describeJsonValue(value);
+  const double d = value.get<double>();
+  if (d != std::floor(d)) return "expected a whole number, got " + describeJsonValue(value);
+  if (d < static_cast<double>(minimum) || d > static_cast<double>(maximum)) {
+    return "must be between " + std::to_string(minimum) + " and " + std::to_string(maximum) + ", got " +
+           describeJsonValue(value);
+  }
+  return std::nullopt;
+}
+
+// Numbers a row may give that are not counts: finite already, but bounded so that products stay finite.
+Result<void> checkRowRanges(const Json& row, const std::string& id) {
+  for (const auto& f : kRowIntegers) {
+    const Json& part = row[f.part];
+    const auto it = part.find(f.key);
+    if (it == part.end() || it->is_null()) continue;
+    if (auto problem = integerProblem(*it, f.minimum, f.maximum)) {
+      return fail(rowError(id, std::string(f.part) + "." + f.key, *problem));
+    }
+  }
+  for (const char* part : {"model", "hardware", "parallel", "training", "measured"}) {
+    for (const auto& [key, value] : row[part].items()) {
+      if (value.is_number() && std::fabs(value.get<double>()) > 1e18) {
+        return fail(rowError(id, std::string(part) + "." + key, "out of range, got " + describeJsonValue(value)));
+      }
+      // Texts go through std::regex, whose matcher recurses per character.
+      if (value.is_string() && value.get_ref<const std::string&>().size() > 1024) {
+        return fail(rowError(id, std::string(part) + "." + key, "text longer than 1024 characters"));
+      }
+    }
+  }
+  return {};
+}
+
+// The settings of assumptions.json ("defaults", each framework's "settings", each run's entry): the
+// types the harness reads them as, and the same bounds as a row's fields.
+Result<void> checkSettings(const Json& settings, const std::string& file, const std::string& at) {
+  if (!settings.is_object()) return fail(Error::badInput("must be an object, got " + describeJsonValue(settings), file, at));
+  for (const auto& [key, value] : settings.items()) {
+    const std::string where = at + "/" + key;
+    auto bad = [&](const std::string& why) { return fail(Error::badInput(why + ", got " + describeJsonValue(value), file, where)); };
+    if (key == "cluster" || key == "precision" || key == "recompute" || key == "schedule" || key == "attention") {
+      if (!value.is_string()) return bad("must be a string");
+      // A value the harness parses is checked here, so that its error names this file, not every row.
+      const std::string& name = value.get_ref<const std::string&>();
+      if (key == "precision") {
+        if (auto parsed = parseDType(name); !parsed) return fail(Error::badInput(parsed.error().message, file, where));
+      } else if (key == "recompute") {
+        if (auto parsed = parseRecompute(name); !parsed) return fail(Error::badInput(parsed.error().message, file, where));
+      }
+    } else if (key == "sequence_parallel" || key == "overlap_grad_reduce" || key == "overlap_param_gather" ||
+               key == "tp_comm_overlap") {
+      if (!value.is_boolean()) return bad("must be true or false");
+    } else if (key == "gpu_memory_GiB" || key == "network_GBps") {
+      if (!value.is_number() || !(value.get<double>() > 0) || value.get<double>() > 1e6) {
+        return bad("must be a number above 0 and at most 1e6");
+      }
+    } else if (key == "micro_batch_size" || key == "virtual_stages" || key == "zero_stage") {
+      const std::int64_t maximum = key == "micro_batch_size" ? limits::kMaxBatch : key == "virtual_stages" ? limits::kMaxLayers : 3;
+      if (auto problem = integerProblem(value, key == "zero_stage" ? 0 : 1, maximum)) {
+        return fail(Error::badInput(*problem, file, where));
+      }
+    } else if (key == "stages") {
+      if (!value.is_array() || value.empty() || static_cast<std::int64_t>(value.size()) > limits::kMaxLayers) {
+        return bad("must be an array of 1 to " + std::to_string(limits::kMaxLayers) + " layer counts");
+      }
+      for (std::size_t i = 0; i < value.size(); ++i) {
+        if (auto problem = integerProblem(value[i], 1, limits::kMaxLayers)) {
+          return fail(Error::badInput(*problem, file, where + "/" + std::to_string(i)));
+        }
+      }
+    } else if (key == "grad_accumulation") {
+      if (value.is_object()) {
+        for (const auto& [precision, mode] : value.items()) {
+          if (!mode.is_string()) {
+            return fail(Error::badInput("must be a string, got " + describeJsonValue(mode), file, where + "/" + precision));
+          }
+          if (auto parsed = parseGradAccumulation(mode.get<std::string>()); !parsed) {
+            return fail(Error::badInput(parsed.error().message, file, where + "/" + precision));
+          }
+        }
+      } else if (!value.is_string()) {
+        return bad("must be a mode or an object of modes by precision");
+      } else if (auto parsed = parseGradAccumulation(value.get<std::string>()); !parsed) {
+        return fail(Error::badInput(parsed.error().message, file, where));
+      }
+    }
+  }
+  return {};
+}
+
+std::string pointerSegment(const std::string& key) {
+  std::string out;
+  for (const char c : key) out += c == '~' ? std::string("~0") : c == '/' ? std::string("~1") : std::string(1, c);
+  return out;
+}
+
+Result<void> checkAssumptions(const Json& a, const std::string& file) {
+  if (!a.is_object()) return fail(Error::badInput("expected a JSON object at the top level, got " + describeJsonValue(a), file));
+  if (auto it = a.find("defaults"); it != a.end()) {
+    if (auto r = checkSettings(*it, file, "/defaults"); !r) return r;
+  }
+  if (auto it = a.find("frameworks"); it != a.end()) {
+    if (!it->is_array()) return fail(Error::badInput("must be an array, got " + describeJsonValue(*it), file, "/frameworks"));
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      const Json& f = (*it)[i];
+      const std::string at = "/frameworks/" + std::to_string(i);
+      if (!f.is_object()) return fail(Error::badInput("must be an object, got " + describeJsonValue(f), file, at));
+      const auto match = f.find("match");
+      if (match == f.end() || !match->is_array()) {
+        return fail(Error::badInput("must be an array of keywords", file, at + "/match"));
+      }
+      for (std::size_t k = 0; k < match->size(); ++k) {
+        if (!(*match)[k].is_string()) {
+          return fail(Error::badInput("must be a string, got " + describeJsonValue((*match)[k]), file,
+                                      at + "/match/" + std::to_string(k)));
+        }
+      }
+      const auto settings = f.find("settings");
+      if (settings == f.end()) return fail(Error::badInput("missing field \"settings\"", file, at + "/settings"));
+      if (auto r = checkSettings(*settings, file, at + "/settings"); !r) return r;
+    }
+  }
+  if (auto it = a.find("runs"); it != a.end()) {
+    if (!it->is_object()) return fail(Error::badInput("must be an object, got " + describeJsonValue(*it), file, "/runs"));
+    for (const auto& [id, settings] : it->items()) {
+      if (auto r = checkSettings(settings, file, "/runs/" + pointerSegment(id)); !r) return r;
+    }
+  }
+  return {};
 }
 
 // ---- measured step ------------------------------------------------------------------------------------
@@ -278,7 +456,10 @@ Result<ClusterSpec> clusterOf(const Json& hw, const Settings& set, const std::st
     return loadCluster(*file);
   };
   auto cluster = load(clusterName);
-  if (!cluster) return fail(cluster.error());
+  if (!cluster) {
+    if (set.run.contains("cluster")) return fail(rowError(id, "cluster (assumptions)", cluster.error().toString()));
+    return fail(cluster.error());
+  }
   if (gpuFrom != clusterName) {
     auto other = load(gpuFrom);
     if (!other) return fail(other.error());
@@ -306,6 +487,10 @@ Result<ClusterSpec> clusterOf(const Json& hw, const Settings& set, const std::st
   }
   const auto gpus = number(hw, "num_gpus");
   if (!gpus || *gpus < 1) return fail(rowError(id, "hardware.num_gpus", "missing or not positive"));
+  if (*gpus > static_cast<double>(limits::kMaxGpus)) {
+    return fail(rowError(id, "hardware.num_gpus", "must be at most " + std::to_string(limits::kMaxGpus) + ", got " +
+                                                      std::to_string(*gpus)));
+  }
   auto scaled = scaleCluster(*cluster, static_cast<std::int64_t>(*gpus));
   if (!scaled) return fail(rowError(id, "hardware.num_gpus", scaled.error().message));
   return *scaled;
@@ -451,7 +636,6 @@ double conventionFlops(const std::string& convention, const ModelSpec& s, double
          ((1.0 + g / a + S / h) * (q / h) + (static_cast<double>(s.ffnHiddenSize) / h) * gated + V / (2.0 * L * h));
 }
 
-}  // namespace
 
 // Other names sources and frameworks use for the fields the harness reads (Megatron's argument names,
 // Hugging Face config names, short forms): each is read as its canonical field when that is absent.
@@ -500,7 +684,7 @@ Json withCanonicalNames(const Json& row) {
     const double pp = number(par, "pp").value_or(1);
     if (perChunk && layers && *perChunk >= 1 && (!par.contains("virtual_pipeline_stages") || par["virtual_pipeline_stages"].is_null())) {
       const double v = *layers / (pp * *perChunk);
-      if (v >= 1 && v == std::floor(v)) par["virtual_pipeline_stages"] = static_cast<std::int64_t>(v);
+      if (v >= 1 && v <= static_cast<double>(limits::kMaxLayers) && v == std::floor(v)) par["virtual_pipeline_stages"] = static_cast<std::int64_t>(v);
     }
     // The distributed optimizer is ZeRO-1.
     if ((!par.contains("zero_stage") || par["zero_stage"].is_null()) &&
@@ -512,7 +696,27 @@ Json withCanonicalNames(const Json& row) {
   return out;
 }
 
+Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions);
+
+}  // namespace
+
 Result<Case> caseFromRow(const Json& rawRow, const Json& assumptions) {
+  if (auto valid = checkAssumptions(assumptions, "assumptions.json"); !valid) return fail(valid.error());
+  try {
+    return caseFromRowChecked(rawRow, assumptions);
+  } catch (const std::exception& e) {
+    // A value of a type no check above foresaw (nlohmann's type errors, std::stod out of range on a
+    // 400-digit rate): the row's fault, never a crash.
+    const std::string id = rawRow.is_object() && rawRow.contains("id") && rawRow["id"].is_string()
+                               ? rawRow["id"].get<std::string>()
+                               : std::string("?");
+    return fail(rowError(id, "row", std::string("unexpected value: ") + e.what()));
+  }
+}
+
+namespace {
+
+Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions) {
   Case c;
   if (!rawRow.is_object() || !rawRow.contains("id") || !rawRow["id"].is_string()) {
     return fail(Error::badInput("a row without a string 'id'"));
@@ -551,6 +755,7 @@ Result<Case> caseFromRow(const Json& rawRow, const Json& assumptions) {
       return fail(rowError(c.id, "measured." + key, "expected a number, got " + value.dump()));
     }
   }
+  if (auto ranges = checkRowRanges(row, c.id); !ranges) return fail(ranges.error());
   const Json& hw = row["hardware"];
   const Json& par = row["parallel"];
   const Json& tr = row["training"];
@@ -607,7 +812,7 @@ Result<Case> caseFromRow(const Json& rawRow, const Json& assumptions) {
     p.parallel.dp = static_cast<std::int64_t>(*dp);
     // A data-parallel degree that disagrees with the GPUs (a source counting context parallelism into
     // it, say) gives way to the GPUs over the model-parallel degrees when they divide.
-    if (p.parallel.dp * model != gpus && gpus % model == 0) {
+    if (model <= gpus && p.parallel.dp * model != gpus && gpus % model == 0) {
       p.parallel.dp = gpus / model;
       assumed = true;
     }
@@ -696,10 +901,16 @@ Result<Case> caseFromRow(const Json& rawRow, const Json& assumptions) {
   }
   const std::int64_t chunks = p.parallel.pp * p.parallel.virtualStages;
   if (set.run.contains("stages")) {
+    std::int64_t held = 0;
     for (const auto& n : set.run["stages"]) {
       StagePlan st;
       st.layers = n.get<std::int64_t>();
+      held += st.layers;
       p.stages.push_back(st);
+    }
+    if (held != spec->numLayers) {
+      return fail(rowError(c.id, "stages (assumptions)", "hold " + std::to_string(held) + " layers but the model has " +
+                                                             std::to_string(spec->numLayers)));
     }
   } else {
     if (spec->numLayers < chunks) {
@@ -878,10 +1089,14 @@ Result<Case> caseFromRow(const Json& rawRow, const Json& assumptions) {
   return c;
 }
 
+}  // namespace
+
 Result<std::vector<Case>> loadCases(const std::string& folder, std::vector<Skipped>* skipped) {
   auto runs = readJsonFile(folder + "/public_runs.json");
   if (!runs) return fail(runs.error());
-  if (!runs->is_array()) return fail(Error::badInput(folder + "/public_runs.json: expected an array of runs"));
+  if (!runs->is_array()) {
+    return fail(Error::badInput("expected an array of runs, got " + describeJsonValue(*runs), folder + "/public_runs.json"));
+  }
   Json assumptions = Json::object();
   // A folder without its own assumptions (a new set of rows) uses the repository's framework entries
   // and defaults; a folder's assumptions.json that is present but broken is an error.
@@ -890,17 +1105,30 @@ Result<std::vector<Case>> loadCases(const std::string& folder, std::vector<Skipp
   if (std::filesystem::exists(file)) {
     auto doc = readJsonFile(file);
     if (!doc) return fail(doc.error());
+    if (auto valid = checkAssumptions(*doc, file); !valid) return fail(valid.error());
     assumptions = *doc;
   }
+  const std::string runsFile = folder + "/public_runs.json";
   std::vector<Case> cases;
-  for (const Json& row : *runs) {
+  for (std::size_t i = 0; i < runs->size(); ++i) {
+    const Json& row = (*runs)[i];
     auto c = caseFromRow(row, assumptions);
     if (c) {
       cases.push_back(std::move(*c));
-    } else if (skipped) {
-      skipped->push_back({row.is_object() ? row.value("id", std::string("?")) : std::string("?"), c.error().toString()});
+      continue;
+    }
+    // Name the file and the row beside what the row's check said (its id, field and value).
+    const std::string said = c.error().toString();
+    const auto id = row.is_object() ? row.find("id") : row.end();
+    const std::string name = row.is_object() && id != row.end() && id->is_string() ? id->get<std::string>() : "?";
+    // A setting taken from assumptions.json that does not fit the row is that file's entry's fault too.
+    const bool fromAssumptions = said.find("(assumptions)") != std::string::npos;
+    const std::string where = runsFile + ", row /" + std::to_string(i) +
+                              (fromAssumptions ? "; " + file + " /runs/" + pointerSegment(name) : std::string());
+    if (skipped) {
+      skipped->push_back({name, said + " (" + where + ")"});
     } else {
-      return fail(c.error());
+      return fail(Error{c.error().code, runsFile, "/" + std::to_string(i), said + (fromAssumptions ? " (" + where + ")" : "")});
     }
   }
   return cases;

@@ -1,5 +1,6 @@
 #include "colo/core/cluster.h"
 
+#include "colo/core/limits.h"
 #include "json_reader.h"
 
 namespace colo {
@@ -84,6 +85,15 @@ Result<void> validateCluster(const ClusterSpec& c, const std::string& file) {
   };
   if (c.nodes <= 0) return bad("/nodes", "must be a positive integer, got " + std::to_string(c.nodes));
   if (c.gpusPerNode <= 0) return bad("/gpus_per_node", "must be a positive integer, got " + std::to_string(c.gpusPerNode));
+  if (c.nodes > limits::kMaxGpus) return bad("/nodes", "must be at most " + std::to_string(limits::kMaxGpus) + ", got " + std::to_string(c.nodes));
+  if (c.gpusPerNode > limits::kMaxGpus) {
+    return bad("/gpus_per_node", "must be at most " + std::to_string(limits::kMaxGpus) + ", got " + std::to_string(c.gpusPerNode));
+  }
+  if (c.totalGpus() > limits::kMaxGpus) {
+    return bad("/nodes", "nodes x gpus_per_node = " + std::to_string(c.totalGpus()) + " GPUs, more than the " +
+                             std::to_string(limits::kMaxGpus) + " colo plans for");
+  }
+  if (c.links.size() > 64) return bad("/links", "at most 64 link levels, got " + std::to_string(c.links.size()));
   if (c.gpu.memoryBytes <= 0) return bad("/gpu/memory_GiB", "must be positive");
   if (c.gpu.peakFlopsPerSecond.empty()) return bad("/gpu/peak_TFLOPs", "needs at least one precision");
   if (c.links.empty()) return bad("/links", "needs at least one link level");
@@ -180,8 +190,8 @@ Result<ClusterSpec> clusterFromJson(const Json& document, const std::string& fil
     ClusterSpec c;
     c.name = r.string("name");
     c.source = r.string("source", "");
-    c.nodes = r.positiveInteger("nodes");
-    c.gpusPerNode = r.positiveInteger("gpus_per_node");
+    c.nodes = r.boundedInteger("nodes", 1, limits::kMaxGpus);
+    c.gpusPerNode = r.boundedInteger("gpus_per_node", 1, limits::kMaxGpus);
     const JsonReader g = r.object("gpu");
     c.gpu.name = g.string("name");
     c.gpu.memoryBytes = g.positiveNumber("memory_GiB") * kGiB;
@@ -199,7 +209,7 @@ Result<ClusterSpec> clusterFromJson(const Json& document, const std::string& fil
       LinkLevel level;
       level.name = l.string("name");
       level.kind = parseLinkKind(l.choice("kind", kLinkKinds));
-      level.spanGpus = l.nonNegativeInteger("span_gpus", 0);
+      level.spanGpus = l.boundedInteger("span_gpus", 0, limits::kMaxGpus * limits::kMaxGpus, 0);
       if (level.spanGpus == 0) level.spanGpus = c.totalGpus();
       level.bytesPerSecond = l.positiveNumber("bandwidth_GBps") * kGB;
       level.latencySeconds = l.nonNegativeNumber("latency_us") * 1e-6;

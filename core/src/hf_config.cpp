@@ -83,7 +83,8 @@ ModelSpec llamaLike(const JsonReader& r, const std::string& type) {
   s.numAttentionHeads = r.positiveInteger("num_attention_heads");
   s.numKvHeads = r.positiveInteger("num_key_value_heads", s.numAttentionHeads);
   s.headDim = r.has("head_dim") ? r.positiveInteger("head_dim") : 0;
-  if (s.headDim * s.numAttentionHeads == s.hiddenSize) s.headDim = 0;  // the implied value: keep it implied
+  // The implied value: keep it implied (compared by division: the product of two unchecked values may overflow).
+  if (s.hiddenSize % s.numAttentionHeads == 0 && s.headDim == s.hiddenSize / s.numAttentionHeads) s.headDim = 0;
   s.ffnHiddenSize = r.positiveInteger("intermediate_size");
   s.vocabSize = r.positiveInteger("vocab_size");
   s.maxPositionEmbeddings = r.positiveInteger("max_position_embeddings", 4096);

@@ -1,11 +1,15 @@
 #include "colo/core/json.h"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <system_error>
 #include <unistd.h>
+
+#include "colo/core/limits.h"
 
 namespace colo {
 namespace {
@@ -26,18 +30,59 @@ std::string lineColumn(const std::string& text, std::size_t byteOffset) {
   return "line " + std::to_string(line) + ", column " + std::to_string(column);
 }
 
+// The byte offset where `text` nests deeper than the limit, if it does. nlohmann parses iteratively,
+// but copying, comparing, dumping and reading a document recurse, so a document 50,000 levels deep
+// would overflow the stack later; it is refused here, before nlohmann sees it.
+std::optional<std::size_t> tooDeepAt(const std::string& text) {
+  int depth = 0;
+  bool inString = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (inString) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        inString = false;
+      }
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limits::kMaxJsonDepth) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<Json> parseJson(const std::string& text, const std::string& file) {
+  if (static_cast<std::int64_t>(text.size()) > limits::kMaxJsonBytes) {
+    return fail(Error::badInput("JSON document of " + std::to_string(text.size()) + " bytes is larger than the " +
+                                    std::to_string(limits::kMaxJsonBytes >> 20) + " MiB colo reads",
+                                file));
+  }
+  if (const auto at = tooDeepAt(text)) {
+    return fail(Error::badInput("invalid JSON at " + lineColumn(text, *at + 1) + ": nested deeper than " +
+                                    std::to_string(limits::kMaxJsonDepth) + " levels",
+                                file));
+  }
   try {
     return Json::parse(text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {
+    // Parse errors carry a byte offset; out_of_range.406 ("number overflow parsing '1e999'") does not.
     std::string what = e.what();
     // nlohmann's message starts with "[json.exception.parse_error.101] parse error at line..." ;
     // keep only the explanation after the last ": ".
     const auto colon = what.rfind(": ");
     std::string reason = colon == std::string::npos ? what : what.substr(colon + 2);
-    return fail(Error::badInput("invalid JSON at " + lineColumn(text, e.byte) + ": " + reason, file));
+    if (const auto* parse = dynamic_cast<const Json::parse_error*>(&e)) {
+      return fail(Error::badInput("invalid JSON at " + lineColumn(text, parse->byte) + ": " + reason, file));
+    }
+    const auto bracket = what.find("] ");
+    reason = bracket == std::string::npos ? what : what.substr(bracket + 2);
+    return fail(Error::badInput("invalid JSON: " + reason, file));
   }
 }
 
@@ -45,6 +90,14 @@ Result<Json> readJsonFile(const std::string& file) {
   std::error_code ec;
   if (!std::filesystem::exists(file, ec)) return fail(Error::io("no such file", file));
   if (std::filesystem::is_directory(file, ec)) return fail(Error::io("is a directory, not a JSON file", file));
+  if (std::filesystem::is_regular_file(file, ec)) {
+    const auto size = std::filesystem::file_size(file, ec);
+    if (!ec && size > static_cast<std::uintmax_t>(limits::kMaxJsonBytes)) {
+      return fail(Error::badInput("file of " + std::to_string(size) + " bytes is larger than the " +
+                                      std::to_string(limits::kMaxJsonBytes >> 20) + " MiB colo reads",
+                                  file));
+    }
+  }
   std::ifstream in(file, std::ios::binary);
   if (!in) return fail(Error::io("cannot open for reading", file));
   std::ostringstream buffer;
@@ -124,7 +177,8 @@ Result<void> requireFormat(const Json& document, const std::string& file, const 
 }
 
 std::string describeJsonValue(const Json& value) {
-  std::string text = value.dump();
+  // Replace invalid UTF-8 rather than throw: the value may come from anywhere (a database, a mutated file).
+  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
   if (text.size() > 60) text = text.substr(0, 57) + "...";
   switch (value.type()) {
     case Json::value_t::object:

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "colo/core/limits.h"
+
 namespace colo::detail {
 
 std::string escapePointer(std::string_view key) {
@@ -59,12 +61,34 @@ const Json* JsonReader::optional(std::string_view key) const {
   return &*it;
 }
 
+namespace {
+
+// An integer within +-2^53, or nothing: the one check every integer of every colo file passes.
+std::optional<std::int64_t> boundedJsonInteger(const Json& value) {
+  if (value.is_number_unsigned()) {
+    const auto u = value.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(limits::kMaxJsonInteger)) return std::nullopt;
+    return static_cast<std::int64_t>(u);
+  }
+  if (value.is_number_integer()) {
+    const auto i = value.get<std::int64_t>();
+    if (i > limits::kMaxJsonInteger || i < -limits::kMaxJsonInteger) return std::nullopt;
+    return i;
+  }
+  return std::nullopt;
+}
+
+std::string tooLarge(const Json& value) {
+  return "integer out of range (at most 2^53 in magnitude), got " + describeJsonValue(value);
+}
+
+}  // namespace
+
 std::int64_t JsonReader::toInteger(std::string_view key, const Json& value) const {
   if (value.is_number_integer()) {
-    if (value.is_number_unsigned() && value.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)) {
-      fail(key, "integer too large, got " + describeJsonValue(value));
-    }
-    return value.get<std::int64_t>();
+    const auto i = boundedJsonInteger(value);
+    if (!i) fail(key, tooLarge(value));
+    return *i;
   }
   if (value.is_number_float()) {
     const double d = value.get<double>();
@@ -78,6 +102,9 @@ double JsonReader::toNumber(std::string_view key, const Json& value) const {
   if (!value.is_number()) fail(key, "must be a number, got " + describeJsonValue(value));
   const double d = value.get<double>();
   if (!std::isfinite(d)) fail(key, "must be finite, got " + describeJsonValue(value));
+  if (std::fabs(d) > limits::kMaxQuantity) {
+    fail(key, "out of range (at most 1e30 in magnitude), got " + describeJsonValue(value));
+  }
   return d;
 }
 
@@ -156,11 +183,31 @@ std::vector<std::int64_t> JsonReader::integerArray(std::string_view key, std::in
   for (std::size_t i = 0; i < v.size(); ++i) {
     const std::string at = escapePointer(key) + "/" + std::to_string(i);
     if (!v[i].is_number_integer()) failAt(at, "must be an integer, got " + describeJsonValue(v[i]));
-    const auto value = v[i].get<std::int64_t>();
+    const auto bounded = boundedJsonInteger(v[i]);
+    if (!bounded) failAt(at, tooLarge(v[i]));
+    const auto value = *bounded;
     if (value < minimum) failAt(at, "must be at least " + std::to_string(minimum) + ", got " + describeJsonValue(v[i]));
     out.push_back(value);
   }
   return out;
+}
+
+std::int64_t JsonReader::boundedInteger(std::string_view key, std::int64_t minimum, std::int64_t maximum) const {
+  const Json& v = required(key);
+  const auto i = toInteger(key, v);
+  if (i < minimum) {
+    fail(key, (minimum == 1   ? std::string("must be a positive integer")
+               : minimum == 0 ? std::string("must be zero or a positive integer")
+                              : "must be at least " + std::to_string(minimum)) +
+                  ", got " + describeJsonValue(v));
+  }
+  if (i > maximum) fail(key, "must be at most " + std::to_string(maximum) + ", got " + describeJsonValue(v));
+  return i;
+}
+
+std::int64_t JsonReader::boundedInteger(std::string_view key, std::int64_t minimum, std::int64_t maximum,
+                                        std::int64_t fallback) const {
+  return optional(key) ? boundedInteger(key, minimum, maximum) : fallback;
 }
 
 std::string JsonReader::string(std::string_view key, std::string fallback) const {

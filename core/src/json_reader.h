@@ -1,6 +1,8 @@
 #pragma once
 // Private helper of the loaders: reads fields of one JSON object with full context (file and JSON
-// pointer), so that every rejection names file, field and value. Failures are thrown as LoadFailure
+// pointer), so that every rejection names file, field and value. Integers are bounded by
+// limits::kMaxJsonInteger and numbers must be finite and at most limits::kMaxQuantity, so no reader can
+// overflow on a value it accepted. Failures are thrown as LoadFailure
 // inside a loader and turned into an Error at the loader's public entry point (catchLoad); no
 // exception leaves the core module.
 
@@ -47,6 +49,9 @@ class JsonReader {
   [[nodiscard]] JsonReader object(std::string_view key) const;
   [[nodiscard]] std::vector<JsonReader> arrayOfObjects(std::string_view key) const;
   [[nodiscard]] std::vector<std::int64_t> integerArray(std::string_view key, std::int64_t minimum) const;
+  /// An integer in [minimum, maximum]: counts and sizes whose products must not overflow (see
+  /// colo/core/limits.h).
+  [[nodiscard]] std::int64_t boundedInteger(std::string_view key, std::int64_t minimum, std::int64_t maximum) const;
 
   // Optional fields: the fallback when absent or null, the same checks otherwise.
   [[nodiscard]] std::string string(std::string_view key, std::string fallback) const;
@@ -58,6 +63,8 @@ class JsonReader {
   [[nodiscard]] double fraction(std::string_view key, double fallback) const;  // in [0, 1]
   [[nodiscard]] bool boolean(std::string_view key, bool fallback) const;
   [[nodiscard]] std::optional<std::int64_t> optionalPositiveInteger(std::string_view key) const;
+  [[nodiscard]] std::int64_t boundedInteger(std::string_view key, std::int64_t minimum, std::int64_t maximum,
+                                            std::int64_t fallback) const;
 
   /// A string that must be one of `choices`; the error lists them.
   [[nodiscard]] std::string choice(std::string_view key, std::initializer_list<std::string_view> choices) const;
@@ -99,6 +106,9 @@ auto catchLoad(const std::string& file, F&& body) -> Result<decltype(body())> {
     return body();
   } catch (const LoadFailure& failure) {
     return std::unexpected(failure.error);
+  } catch (const Json::exception& e) {
+    // A value of an unexpected type reached an nlohmann accessor: still the file's fault, and named.
+    return std::unexpected(Error::badInput(std::string("unexpected value: ") + e.what(), file));
   } catch (const std::exception& e) {
     return std::unexpected(Error::internal(file + ": unexpected error while loading: " + e.what()));
   }

@@ -1,5 +1,9 @@
 #include "colo/core/model_spec.h"
 
+#include <tuple>
+
+#include "colo/core/limits.h"
+
 namespace colo {
 namespace {
 
@@ -89,6 +93,33 @@ Result<void> validateModelSpec(const ModelSpec& s, const std::string& file) {
     if (value <= 0) return bad("/" + field, "must be a positive integer, got " + std::to_string(value));
     return {};
   };
+  // Upper bounds first: every product below (and in the cost model) stays inside 64 bits.
+  auto atMost = [&](std::int64_t value, const std::string& field, std::int64_t maximum) -> Result<void> {
+    if (value > maximum) {
+      return bad("/" + field, "must be at most " + std::to_string(maximum) + ", got " + std::to_string(value));
+    }
+    return {};
+  };
+  for (const auto& [value, field, maximum] :
+       {std::tuple{s.numLayers, "num_layers", limits::kMaxLayers}, std::tuple{s.hiddenSize, "hidden_size", limits::kMaxWidth},
+        std::tuple{s.numAttentionHeads, "num_attention_heads", limits::kMaxHeads},
+        std::tuple{s.numKvHeads, "num_kv_heads", limits::kMaxHeads}, std::tuple{s.headDim, "head_dim", limits::kMaxWidth},
+        std::tuple{s.ffnHiddenSize, "ffn_hidden_size", limits::kMaxWidth},
+        std::tuple{s.vocabSize, "vocab_size", limits::kMaxVocab},
+        std::tuple{s.maxPositionEmbeddings, "max_position_embeddings", limits::kMaxSeqLen},
+        std::tuple{s.embeddingSize, "embedding_size", limits::kMaxWidth},
+        std::tuple{s.typeVocabSize, "type_vocab_size", limits::kMaxVocab},
+        std::tuple{s.slidingWindow, "sliding_window", limits::kMaxSeqLen}, std::tuple{s.seqLen, "seq_len", limits::kMaxSeqLen},
+        std::tuple{s.moe.numExperts, "moe/num_experts", limits::kMaxExperts},
+        std::tuple{s.moe.topK, "moe/top_k", limits::kMaxExperts},
+        std::tuple{s.moe.layerFrequency, "moe/layer_frequency", limits::kMaxLayers},
+        std::tuple{s.moe.expertFfnHiddenSize, "moe/expert_ffn_hidden_size", limits::kMaxWidth},
+        std::tuple{s.image.imageSize, "image/image_size", limits::kMaxImageSize},
+        std::tuple{s.image.patchSize, "image/patch_size", limits::kMaxImageSize},
+        std::tuple{s.image.numChannels, "image/num_channels", limits::kMaxChannels},
+        std::tuple{s.image.numClasses, "image/num_classes", limits::kMaxVocab}}) {
+    if (auto r = atMost(value, field, maximum); !r) return r;
+  }
   if (auto r = positive(s.numLayers, "num_layers"); !r) return r;
   if (auto r = positive(s.hiddenSize, "hidden_size"); !r) return r;
   if (auto r = positive(s.numAttentionHeads, "num_attention_heads"); !r) return r;
@@ -99,6 +130,10 @@ Result<void> validateModelSpec(const ModelSpec& s, const std::string& file) {
                                            std::to_string(s.numAttentionHeads) + " (set head_dim explicitly if intended)");
   }
   if (s.headDim < 0) return bad("/head_dim", "must not be negative, got " + std::to_string(s.headDim));
+  if (s.numAttentionHeads * s.headSize() > 4 * limits::kMaxWidth) {
+    return bad("/head_dim", "num_attention_heads x head_dim = " + std::to_string(s.numAttentionHeads) + " x " +
+                                std::to_string(s.headSize()) + " is more than " + std::to_string(4 * limits::kMaxWidth));
+  }
   if (s.numKvHeads < 0 || (s.numKvHeads > 0 && s.numAttentionHeads % s.numKvHeads != 0)) {
     return bad("/num_kv_heads", "num_attention_heads " + std::to_string(s.numAttentionHeads) +
                                     " is not a multiple of num_kv_heads " + std::to_string(s.numKvHeads));
@@ -148,6 +183,11 @@ Result<void> validateModelSpec(const ModelSpec& s, const std::string& file) {
     if (s.moe.expertFfnHiddenSize < 0) {
       return bad("/moe/expert_ffn_hidden_size", "must not be negative, got " + std::to_string(s.moe.expertFfnHiddenSize));
     }
+  }
+  // The bounds above keep this count inside 64 bits; this one keeps everything that scales with it sane.
+  if (const auto params = countParameters(s).total; params > limits::kMaxParameters) {
+    return bad("", "the model has " + std::to_string(params) + " parameters, more than the " +
+                       std::to_string(limits::kMaxParameters) + " colo plans for");
   }
   return {};
 }

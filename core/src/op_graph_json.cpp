@@ -2,6 +2,8 @@
 #include <map>
 
 #include "colo/core/op_graph.h"
+
+#include "colo/core/limits.h"
 #include "json_reader.h"
 
 namespace colo {
@@ -54,21 +56,28 @@ Result<OpGraph> opGraphFromJson(const Json& document, const std::string& file) {
     r.accept({"format"});
     GraphInfo info;
     info.name = r.string("name");
-    info.seqLen = r.positiveInteger("seq_len");
-    info.batch = r.positiveInteger("batch", 1);
-    info.dtypeBytes = r.positiveInteger("dtype_bytes", 2);
-    info.numLayers = r.positiveInteger("num_layers");
-    info.hiddenSize = r.nonNegativeInteger("hidden_size", 0);
-    info.numAttentionHeads = r.nonNegativeInteger("num_attention_heads", 0);
-    info.numKvHeads = r.nonNegativeInteger("num_kv_heads", info.numAttentionHeads);
-    info.vocabSize = r.nonNegativeInteger("vocab_size", 0);
+    info.seqLen = r.boundedInteger("seq_len", 1, limits::kMaxSeqLen);
+    info.batch = r.boundedInteger("batch", 1, limits::kMaxBatch, 1);
+    info.dtypeBytes = r.boundedInteger("dtype_bytes", 1, 8, 2);
+    info.numLayers = r.boundedInteger("num_layers", 1, limits::kMaxLayers);
+    info.hiddenSize = r.boundedInteger("hidden_size", 0, limits::kMaxWidth, 0);
+    info.numAttentionHeads = r.boundedInteger("num_attention_heads", 0, limits::kMaxHeads, 0);
+    info.numKvHeads = r.boundedInteger("num_kv_heads", 0, limits::kMaxHeads, info.numAttentionHeads);
+    info.vocabSize = r.boundedInteger("vocab_size", 0, limits::kMaxVocab, 0);
     OpGraph g(info);
 
     std::map<std::int64_t, std::size_t> idToIndex;
     const auto ops = r.arrayOfObjects("ops");
     if (ops.empty()) r.fail("ops", "an op graph needs at least one op");
+    if (static_cast<std::int64_t>(ops.size()) > limits::kMaxOps) {
+      r.fail("ops", "at most " + std::to_string(limits::kMaxOps) + " ops, got " + std::to_string(ops.size()));
+    }
+    // Sizes an op may state: the evaluator multiplies them by micro-batch and degrees, so they are bounded
+    // well inside 64 bits (2^40 bytes is a terabyte per op).
+    constexpr std::int64_t kMaxDim = 1LL << 32;
+    constexpr std::int64_t kMaxBytes = 1LL << 40;
     for (const auto& o : ops) {
-      const std::int64_t id = o.nonNegativeInteger("id");
+      const std::int64_t id = o.boundedInteger("id", 0, limits::kMaxJsonInteger);
       if (idToIndex.contains(id)) o.fail("id", "duplicate op id " + std::to_string(id));
       Op op;
       op.name = o.string("name");
@@ -83,22 +92,22 @@ Result<OpGraph> opGraphFromJson(const Json& document, const std::string& file) {
       if (o.has("dims")) {
         const JsonReader dims = o.object("dims");
         for (const auto& [key, value] : o.json().at("dims").items()) {
-          op.dims.emplace_back(key, dims.nonNegativeInteger(key));
+          op.dims.emplace_back(key, dims.boundedInteger(key, 0, kMaxDim));
         }
       } else {
         o.accept({"dims"});
       }
-      op.params = o.nonNegativeInteger("params", 0);
-      op.activeParams = o.nonNegativeInteger("active_params", op.params);
+      op.params = o.boundedInteger("params", 0, limits::kMaxParameters, 0);
+      op.activeParams = o.boundedInteger("active_params", 0, limits::kMaxParameters, op.params);
       if (op.activeParams > op.params) {
         o.fail("active_params", "must not exceed params " + std::to_string(op.params) + ", got " +
                                     std::to_string(op.activeParams));
       }
       op.flopsFwd = o.nonNegativeNumber("flops_fwd", 0.0);
       op.flopsBwd = o.nonNegativeNumber("flops_bwd", 0.0);
-      op.bytesRead = o.nonNegativeInteger("bytes_read", 0);
-      op.bytesWritten = o.nonNegativeInteger("bytes_written", 0);
-      op.savedBytes = o.nonNegativeInteger("saved_bytes", 0);
+      op.bytesRead = o.boundedInteger("bytes_read", 0, kMaxBytes, 0);
+      op.bytesWritten = o.boundedInteger("bytes_written", 0, kMaxBytes, 0);
+      op.savedBytes = o.boundedInteger("saved_bytes", 0, kMaxBytes, 0);
       op.causal = o.boolean("causal", false);
       requireDims(o, op);
       o.rejectUnknownKeys();

@@ -5,6 +5,8 @@
 
 #include "colo/core/plan.h"
 
+#include "colo/core/limits.h"
+
 namespace colo {
 
 std::string toString(Schedule value) {
@@ -98,7 +100,22 @@ Result<void> validatePlan(const Plan& plan, const std::string& file) {
                                    std::pair{p.cp, "cp"}, std::pair{p.ep, "ep"}, std::pair{p.virtualStages, "virtual_stages"}}) {
     if (value < 1) return bad(std::string("/parallel/") + key, "must be at least 1, got " + str(value));
   }
+  for (const auto& [value, key] : {std::pair{p.dp, "dp"}, std::pair{p.tp, "tp"}, std::pair{p.pp, "pp"},
+                                   std::pair{p.cp, "cp"}, std::pair{p.ep, "ep"}}) {
+    if (value > limits::kMaxGpus) {
+      return bad(std::string("/parallel/") + key, "must be at most " + str(limits::kMaxGpus) + ", got " + str(value));
+    }
+  }
+  if (p.virtualStages > limits::kMaxLayers) {
+    return bad("/parallel/virtual_stages", "must be at most " + str(limits::kMaxLayers) + ", got " + str(p.virtualStages));
+  }
   const std::int64_t gpus = plan.cluster.totalGpus();
+  // Each factor is at most 2^20, so the products are formed two at a time and checked before the next.
+  if (p.dp * p.tp > limits::kMaxGpus || p.dp * p.tp * p.pp > limits::kMaxGpus ||
+      p.dp * p.tp * p.pp * p.cp > limits::kMaxGpus) {
+    return bad("/parallel", "dp*tp*pp*cp = " + str(p.dp) + "*" + str(p.tp) + "*" + str(p.pp) + "*" + str(p.cp) +
+                                " is more than the " + str(limits::kMaxGpus) + " GPUs colo plans for");
+  }
   if (p.dp * p.tp * p.pp * p.cp != gpus) {
     return bad("/parallel", "dp*tp*pp*cp = " + str(p.dp) + "*" + str(p.tp) + "*" + str(p.pp) + "*" + str(p.cp) + " = " +
                                 str(p.dp * p.tp * p.pp * p.cp) + " does not match the cluster's " + str(gpus) + " GPUs");
@@ -137,6 +154,20 @@ Result<void> validatePlan(const Plan& plan, const std::string& file) {
 
   // Batch and sequence.
   if (plan.seqLen < 1) return bad("/batch/seq_len", "must be at least 1, got " + str(plan.seqLen));
+  if (plan.seqLen > limits::kMaxSeqLen) {
+    return bad("/batch/seq_len", "must be at most " + str(limits::kMaxSeqLen) + ", got " + str(plan.seqLen));
+  }
+  for (const auto& [value, key] : {std::pair{plan.microBatchSize, "micro_batch_size"},
+                                   std::pair{plan.globalBatchSize, "global_batch_size"}}) {
+    if (value > limits::kMaxBatch) {
+      return bad(std::string("/batch/") + key, "must be at most " + str(limits::kMaxBatch) + ", got " + str(value));
+    }
+  }
+  if (plan.microBatchSize > 0 && plan.microBatchSize * plan.seqLen > limits::kMaxMicroBatchTokens) {
+    return bad("/batch/micro_batch_size", "micro_batch_size x seq_len = " + str(plan.microBatchSize) + " x " +
+                                              str(plan.seqLen) + " tokens, more than the " +
+                                              str(limits::kMaxMicroBatchTokens) + " colo plans for");
+  }
   if (plan.microBatchSize < 1) return bad("/batch/micro_batch_size", "must be at least 1, got " + str(plan.microBatchSize));
   if (plan.globalBatchSize < 1) return bad("/batch/global_batch_size", "must be at least 1, got " + str(plan.globalBatchSize));
   if (plan.globalBatchSize % (plan.microBatchSize * p.dp) != 0) {
@@ -169,6 +200,7 @@ Result<void> validatePlan(const Plan& plan, const std::string& file) {
     const auto& s = plan.stages[i];
     const std::string at = "/stages/" + std::to_string(i);
     if (s.layers < 1) return bad(at + "/layers", "every pipeline chunk needs at least one layer, got " + str(s.layers));
+    if (s.layers > limits::kMaxLayers) return bad(at + "/layers", "must be at most " + str(limits::kMaxLayers) + ", got " + str(s.layers));
     if (s.recomputeLayers < 0 || s.recomputeLayers > s.layers) {
       return bad(at + "/recompute_layers", "must be between 0 and the chunk's " + str(s.layers) + " layers, got " +
                                                str(s.recomputeLayers));

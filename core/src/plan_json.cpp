@@ -1,6 +1,8 @@
 // colo.plan/1 reading and writing. The embedded model and cluster are full documents of their own
 // formats, so a plan file can be re-evaluated or run on another machine with nothing else.
 #include "colo/core/plan.h"
+
+#include "colo/core/limits.h"
 #include "json_reader.h"
 
 namespace colo {
@@ -48,13 +50,14 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
     p.cluster = embedded<ClusterSpec>(r, "cluster", &clusterDocument);
 
     const JsonReader par = r.object("parallel");
-    p.parallel.dp = par.positiveInteger("dp");
-    p.parallel.tp = par.positiveInteger("tp", 1);
-    p.parallel.pp = par.positiveInteger("pp", 1);
-    p.parallel.cp = par.positiveInteger("cp", 1);
-    p.parallel.ep = par.positiveInteger("ep", 1);
+    using limits::kMaxGpus;
+    p.parallel.dp = par.boundedInteger("dp", 1, kMaxGpus);
+    p.parallel.tp = par.boundedInteger("tp", 1, kMaxGpus, 1);
+    p.parallel.pp = par.boundedInteger("pp", 1, kMaxGpus, 1);
+    p.parallel.cp = par.boundedInteger("cp", 1, kMaxGpus, 1);
+    p.parallel.ep = par.boundedInteger("ep", 1, kMaxGpus, 1);
     p.parallel.sequenceParallel = par.boolean("sequence_parallel", false);
-    p.parallel.virtualStages = par.positiveInteger("virtual_stages", 1);
+    p.parallel.virtualStages = par.boundedInteger("virtual_stages", 1, limits::kMaxLayers, 1);
     if (par.has("rank_order")) {
       const std::string order = par.string("rank_order");
       std::vector<std::string> dims;
@@ -76,12 +79,12 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
     p.schedule = *schedule;
 
     const JsonReader batch = r.object("batch");
-    p.microBatchSize = batch.positiveInteger("micro_batch_size");
-    p.globalBatchSize = batch.positiveInteger("global_batch_size");
-    p.seqLen = batch.positiveInteger("seq_len", p.model.defaultSeqLen());
+    p.microBatchSize = batch.boundedInteger("micro_batch_size", 1, limits::kMaxBatch);
+    p.globalBatchSize = batch.boundedInteger("global_batch_size", 1, limits::kMaxBatch);
+    p.seqLen = batch.boundedInteger("seq_len", 1, limits::kMaxSeqLen, p.model.defaultSeqLen());
     batch.rejectUnknownKeys();
 
-    p.zeroStage = static_cast<int>(r.nonNegativeInteger("zero_stage", 0));
+    p.zeroStage = static_cast<int>(r.boundedInteger("zero_stage", 0, 3, 0));
     if (r.has("offload")) {
       const JsonReader o = r.object("offload");
       p.offload.optimizerFraction = o.fraction("optimizer_fraction", 0.0);
@@ -95,12 +98,12 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
     if (r.has("stages")) {
       for (const auto& s : r.arrayOfObjects("stages")) {
         StagePlan stage;
-        stage.layers = s.positiveInteger("layers");
+        stage.layers = s.boundedInteger("layers", 1, limits::kMaxLayers);
         auto policy = parseRecompute(s.string("recompute", "none"));
         if (!policy) s.fail("recompute", policy.error().message);
         stage.recompute = *policy;
-        stage.recomputeLayers = s.nonNegativeInteger(
-            "recompute_layers", stage.recompute == RecomputePolicy::kNone ? 0 : stage.layers);
+        stage.recomputeLayers = s.boundedInteger("recompute_layers", 0, limits::kMaxLayers,
+                                                 stage.recompute == RecomputePolicy::kNone ? 0 : stage.layers);
         s.rejectUnknownKeys();
         p.stages.push_back(stage);
       }

@@ -1,11 +1,13 @@
-// SQLite access for the cost database. Reads open the file read-only, so a corrupt or foreign file is
-// refused and never modified; writes happen in one transaction per batch.
+// SQLite access for the cost database. Reads open the file read-only and immutable (no journal, no
+// -wal/-shm files beside it), check every row once, and refuse a corrupt or foreign file without
+// modifying it; writes happen in one transaction per batch.
 #include "colo/costmodel/cost_db.h"
 
 #include <sqlite3.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 
 namespace colo::costmodel {
@@ -89,10 +91,17 @@ Result<int> readVersion(sqlite3* db, const std::string& path) {
     return fail(Error::badInput("not a readable SQLite cost database: " + why, path));
   }
   std::string version;
-  if (sqlite3_step(stmt) == SQLITE_ROW) version = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+  bool found = false;
+  if (sqlite3_step(stmt) == SQLITE_ROW) {
+    found = true;
+    if (const auto* text = sqlite3_column_text(stmt, 0)) version = reinterpret_cast<const char*>(text);
+  }
   sqlite3_finalize(stmt);
-  if (version.empty() || version.find_first_not_of("0123456789") != std::string::npos) {
-    return fail(Error::badInput("not a colo cost database (no schema_version)", path));
+  if (!found) return fail(Error::badInput("not a colo cost database (no schema_version)", path));
+  if (version.empty() || version.size() > 4 || version.find_first_not_of("0123456789") != std::string::npos) {
+    return fail(Error::badInput("must be a whole number from 1 to " + std::to_string(CostDatabase::kSchemaVersion) +
+                                    ", got '" + version.substr(0, 40) + "'",
+                                path, "meta.schema_version"));
   }
   const int v = std::stoi(version);
   if (v > CostDatabase::kSchemaVersion) {
@@ -104,12 +113,145 @@ Result<int> readVersion(sqlite3* db, const std::string& path) {
   return v;
 }
 
+// A text column, "" for NULL (sqlite3_column_text returns a null pointer then).
+std::string columnText(sqlite3_stmt* stmt, int column) {
+  const auto* text = sqlite3_column_text(stmt, column);
+  return text ? reinterpret_cast<const char*>(text) : "";
+}
+
 bool exec(sqlite3* db, const std::string& sql, std::string* why = nullptr) {
   char* message = nullptr;
   if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &message) == SQLITE_OK) return true;
   if (why) *why = message ? message : sqlite3_errmsg(db);
   sqlite3_free(message);
   return false;
+}
+
+// A SQLite URI that opens `path` read-only and immutable: no lock, no journal, no -wal or -shm file is
+// created beside it. When a -wal file exists (a writer has the database open, or crashed), immutable
+// would ignore its contents; the plain read-only open then reads them, and creates nothing new.
+int openForReading(const std::string& path, sqlite3** db) {
+  std::error_code ec;
+  if (std::filesystem::exists(path + "-wal", ec)) return sqlite3_open_v2(path.c_str(), db, SQLITE_OPEN_READONLY, nullptr);
+  std::string uri = "file:";
+  for (const char c : path) {
+    if (c == '%' || c == '?' || c == '#') {
+      char escaped[4];
+      std::snprintf(escaped, sizeof escaped, "%%%02X", static_cast<unsigned char>(c));
+      uri += escaped;
+    } else {
+      uri += c;
+    }
+  }
+  uri += "?immutable=1";
+  return sqlite3_open_v2(uri.c_str(), db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
+}
+
+// What every value of one column must be. Checked once on open, so that the lookups, the evaluator
+// and every program that prints a figure see only finite, positive, bounded numbers and real text.
+struct ColumnRule {
+  int minVersion;
+  const char* table;
+  const char* column;
+  const char* valid;  // SQL condition on the column
+  const char* expected;
+};
+
+#define COLO_SECONDS(c) "typeof(" c ") IN ('real', 'integer') AND " c " > 0 AND " c " < 1e6"
+#define COLO_SPREAD(c) "typeof(" c ") IN ('real', 'integer') AND " c " >= 0 AND " c " < 1e6"
+#define COLO_DTYPE(c) "typeof(" c ") = 'text' AND " c " IN ('fp32', 'tf32', 'fp16', 'bf16', 'fp8')"
+#define COLO_TEXT(c) "typeof(" c ") = 'text' AND length(" c ") BETWEEN 1 AND 256"
+#define COLO_COUNT(c, lo, hi) "typeof(" c ") = 'integer' AND " c " BETWEEN " lo " AND " hi
+
+constexpr ColumnRule kRules[] = {
+    {1, "devices", "id", "typeof(id) = 'integer'", "an integer id"},
+    {1, "devices", "name", COLO_TEXT("name"), "a device name of 1 to 256 characters"},
+    {1, "devices", "fingerprint", "typeof(fingerprint) = 'text' AND length(fingerprint) <= 4096", "text"},
+    {1, "gemms", "device_id", "device_id IN (SELECT id FROM devices)", "the id of a device"},
+    {1, "gemms", "dtype", COLO_DTYPE("dtype"), "one of fp32, tf32, fp16, bf16, fp8"},
+    {1, "gemms", "m", COLO_COUNT("m", "1", "4294967296"), "an integer from 1 to 2^32"},
+    {1, "gemms", "n", COLO_COUNT("n", "1", "4294967296"), "an integer from 1 to 2^32"},
+    {1, "gemms", "k", COLO_COUNT("k", "1", "4294967296"), "an integer from 1 to 2^32"},
+    {1, "gemms", "median_s", COLO_SECONDS("median_s"), "a finite number of seconds above 0 and below 1e6"},
+    {1, "gemms", "spread_s", COLO_SPREAD("spread_s"), "a finite number of seconds from 0 to 1e6"},
+    {1, "gemms", "repetitions", COLO_COUNT("repetitions", "1", "2147483647"), "a positive integer"},
+    {2, "kernels", "device_id", "device_id IN (SELECT id FROM devices)", "the id of a device"},
+    {2, "kernels", "op", COLO_TEXT("op"), "an op name of 1 to 256 characters"},
+    {2, "kernels", "dtype", COLO_DTYPE("dtype"), "one of fp32, tf32, fp16, bf16, fp8"},
+    {2, "kernels", "shape", "typeof(shape) = 'text' AND length(shape) <= 64 AND shape GLOB '[0-9]*x[0-9]*'",
+     "a shape <elements>x<width>"},
+    {2, "kernels", "impl", "typeof(impl) = 'text' AND length(impl) <= 256", "text"},
+    {2, "kernels", "median_s", COLO_SECONDS("median_s"), "a finite number of seconds above 0 and below 1e6"},
+    {2, "kernels", "spread_s", COLO_SPREAD("spread_s"), "a finite number of seconds from 0 to 1e6"},
+    {2, "kernels", "repetitions", COLO_COUNT("repetitions", "1", "2147483647"), "a positive integer"},
+    {2, "collectives", "device_id", "device_id IN (SELECT id FROM devices)", "the id of a device"},
+    {2, "collectives", "op", COLO_TEXT("op"), "a collective name of 1 to 256 characters"},
+    {2, "collectives", "backend", COLO_TEXT("backend"), "a backend name of 1 to 256 characters"},
+    {2, "collectives", "world", COLO_COUNT("world", "1", "1048576"), "an integer from 1 to 2^20"},
+    {2, "collectives", "link_level", COLO_TEXT("link_level"), "a link level name of 1 to 256 characters"},
+    {2, "collectives", "bytes", COLO_COUNT("bytes", "0", "1125899906842624"), "an integer from 0 to 2^50"},
+    {2, "collectives", "median_s", COLO_SECONDS("median_s"), "a finite number of seconds above 0 and below 1e6"},
+    {2, "collectives", "spread_s", COLO_SPREAD("spread_s"), "a finite number of seconds from 0 to 1e6"},
+    {2, "collectives", "repetitions", COLO_COUNT("repetitions", "1", "2147483647"), "a positive integer"},
+    {3, "copies", "device_id", "device_id IN (SELECT id FROM devices)", "the id of a device"},
+    {3, "copies", "direction", "typeof(direction) = 'text' AND direction IN ('h2d', 'd2h')", "h2d or d2h"},
+    {3, "copies", "pinned", "typeof(pinned) = 'integer' AND pinned IN (0, 1)", "0 or 1"},
+    {3, "copies", "bytes", COLO_COUNT("bytes", "1", "1125899906842624"), "an integer from 1 to 2^50"},
+    {3, "copies", "median_s", COLO_SECONDS("median_s"), "a finite number of seconds above 0 and below 1e6"},
+    {3, "copies", "spread_s", COLO_SPREAD("spread_s"), "a finite number of seconds from 0 to 1e6"},
+    {3, "copies", "repetitions", COLO_COUNT("repetitions", "1", "2147483647"), "a positive integer"},
+};
+
+#undef COLO_SECONDS
+#undef COLO_SPREAD
+#undef COLO_DTYPE
+#undef COLO_TEXT
+#undef COLO_COUNT
+
+// Runs `sql` (selecting a row id and a quoted value) and turns its first row into an error at `where`.
+Result<void> firstViolation(sqlite3* db, const std::string& path, const std::string& where, const std::string& sql,
+                            const std::string& expected) {
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+    const std::string why = sqlite3_errmsg(db);
+    sqlite3_finalize(stmt);
+    return fail(Error::badInput("not a readable colo cost database table: " + why, path, where));
+  }
+  const int rc = sqlite3_step(stmt);
+  if (rc == SQLITE_ROW) {
+    const auto* value = sqlite3_column_text(stmt, 1);
+    std::string shown = value ? reinterpret_cast<const char*>(value) : "NULL";
+    if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
+    const std::string row = std::to_string(sqlite3_column_int64(stmt, 0));
+    sqlite3_finalize(stmt);
+    return fail(Error::badInput("must be " + expected + ", got " + shown + " (row " + row + ")", path, where));
+  }
+  const std::string why = rc == SQLITE_DONE ? "" : sqlite3_errmsg(db);
+  sqlite3_finalize(stmt);
+  if (!why.empty()) return fail(Error::badInput("not a readable SQLite cost database: " + why, path, where));
+  return {};
+}
+
+// Every rule of the file's version, then the keys the lookups rely on being unique.
+Result<void> checkContents(sqlite3* db, const std::string& path, int version) {
+  for (const auto& rule : kRules) {
+    if (rule.minVersion > version) continue;
+    const std::string where = std::string(rule.table) + "." + rule.column;
+    const std::string sql = std::string("SELECT rowid, quote(") + rule.column + ") FROM " + rule.table + " WHERE NOT (" +
+                            rule.valid + ") OR " + rule.column + " IS NULL LIMIT 1";
+    if (auto r = firstViolation(db, path, where, sql, rule.expected); !r) return r;
+  }
+  // Duplicate devices (a file written by something else) would make every per-device query repeat per
+  // copy: quadratic loading, and measurements counted twice.
+  if (auto r = firstViolation(db, path, "devices.name",
+                              "SELECT min(rowid), quote(name) FROM devices GROUP BY name HAVING count(*) > 1 LIMIT 1",
+                              "unique (each device once)");
+      !r) {
+    return r;
+  }
+  return firstViolation(db, path, "devices.id",
+                        "SELECT min(rowid), quote(id) FROM devices GROUP BY id HAVING count(*) > 1 LIMIT 1",
+                        "unique (each id once)");
 }
 
 }  // namespace
@@ -135,13 +277,14 @@ Result<CostDatabase> CostDatabase::open(const std::string& path) {
   if (!std::filesystem::is_regular_file(path, ec)) return fail(Error::io("no such cost database", path));
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  if (sqlite3_open_v2(path.c_str(), &impl->db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+  if (openForReading(path, &impl->db) != SQLITE_OK) {
     return fail(Error::badInput(std::string("cannot open as SQLite: ") + sqlite3_errmsg(impl->db), path));
   }
   // A file that is not SQLite fails on its first statement.
   auto version = readVersion(impl->db, path);
   if (!version) return fail(version.error());
   impl->version = *version;
+  if (auto valid = checkContents(impl->db, path, *version); !valid) return fail(valid.error());
   return CostDatabase(std::move(impl));
 }
 
@@ -363,10 +506,10 @@ std::vector<KernelMeasurement> CostDatabase::kernelsFor(const std::string& devic
   }
   sqlite3_bind_text(stmt, 1, deviceName.c_str(), -1, SQLITE_TRANSIENT);
   while (sqlite3_step(stmt) == SQLITE_ROW) {
-    auto dtype = parseDType(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 1)));
-    out.push_back({reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), dtype.value_or(DType::kFp32),
-                   reinterpret_cast<const char*>(sqlite3_column_text(stmt, 2)),
-                   reinterpret_cast<const char*>(sqlite3_column_text(stmt, 3)), sqlite3_column_double(stmt, 4),
+    auto dtype = parseDType(columnText(stmt, 1));
+    out.push_back({columnText(stmt, 0), dtype.value_or(DType::kFp32),
+                   columnText(stmt, 2),
+                   columnText(stmt, 3), sqlite3_column_double(stmt, 4),
                    sqlite3_column_double(stmt, 5), sqlite3_column_int64(stmt, 6)});
   }
   sqlite3_finalize(stmt);
@@ -385,9 +528,9 @@ std::vector<CollectiveMeasurement> CostDatabase::collectivesFor(const std::strin
   }
   sqlite3_bind_text(stmt, 1, deviceName.c_str(), -1, SQLITE_TRANSIENT);
   while (sqlite3_step(stmt) == SQLITE_ROW) {
-    out.push_back({reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)),
-                   reinterpret_cast<const char*>(sqlite3_column_text(stmt, 1)), sqlite3_column_int64(stmt, 2),
-                   reinterpret_cast<const char*>(sqlite3_column_text(stmt, 3)), sqlite3_column_int64(stmt, 4),
+    out.push_back({columnText(stmt, 0),
+                   columnText(stmt, 1), sqlite3_column_int64(stmt, 2),
+                   columnText(stmt, 3), sqlite3_column_int64(stmt, 4),
                    sqlite3_column_double(stmt, 5), sqlite3_column_double(stmt, 6), sqlite3_column_int64(stmt, 7)});
   }
   sqlite3_finalize(stmt);
@@ -406,7 +549,7 @@ std::vector<CopyMeasurement> CostDatabase::copiesFor(const std::string& deviceNa
   }
   sqlite3_bind_text(stmt, 1, deviceName.c_str(), -1, SQLITE_TRANSIENT);
   while (sqlite3_step(stmt) == SQLITE_ROW) {
-    out.push_back({reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)), sqlite3_column_int(stmt, 1) != 0,
+    out.push_back({columnText(stmt, 0), sqlite3_column_int(stmt, 1) != 0,
                    sqlite3_column_int64(stmt, 2), sqlite3_column_double(stmt, 3), sqlite3_column_double(stmt, 4),
                    sqlite3_column_int64(stmt, 5)});
   }
@@ -428,7 +571,7 @@ std::vector<std::string> CostDatabase::devices() const {
   std::vector<std::string> out;
   sqlite3_stmt* stmt = nullptr;
   if (sqlite3_prepare_v2(m_impl->db, "SELECT name FROM devices ORDER BY name", -1, &stmt, nullptr) != SQLITE_OK) return out;
-  while (sqlite3_step(stmt) == SQLITE_ROW) out.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)));
+  while (sqlite3_step(stmt) == SQLITE_ROW) out.emplace_back(columnText(stmt, 0));
   sqlite3_finalize(stmt);
   return out;
 }
@@ -485,9 +628,9 @@ std::vector<GemmMeasurement> CostDatabase::gemmsFor(const std::string& gpuName) 
   }
   const std::string wanted = lower(gpuName);
   while (sqlite3_step(stmt) == SQLITE_ROW) {
-    const std::string device = lower(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)));
+    const std::string device = lower(columnText(stmt, 0));
     if (device.find(wanted) == std::string::npos && wanted.find(device) == std::string::npos) continue;
-    auto dtype = parseDType(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 1)));
+    auto dtype = parseDType(columnText(stmt, 1));
     if (!dtype) continue;
     out.push_back({sqlite3_column_int64(stmt, 2), sqlite3_column_int64(stmt, 3), sqlite3_column_int64(stmt, 4), *dtype,
                    sqlite3_column_double(stmt, 5)});

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <cstdio>
 #include <filesystem>
 
 namespace colo::executor {
@@ -40,11 +41,107 @@ std::string text(sqlite3_stmt* st, int column) {
   return p ? reinterpret_cast<const char*>(p) : "";
 }
 
+// Read-only and immutable: reading a runs database leaves no -wal/-shm file beside it. With a -wal file
+// present (a run is being recorded) the plain read-only open reads it and creates nothing new.
+int openForReading(const std::string& path, sqlite3** db) {
+  std::error_code ec;
+  if (std::filesystem::exists(path + "-wal", ec)) return sqlite3_open_v2(path.c_str(), db, SQLITE_OPEN_READONLY, nullptr);
+  std::string uri = "file:";
+  for (const char c : path) {
+    if (c == '%' || c == '?' || c == '#') {
+      char escaped[4];
+      std::snprintf(escaped, sizeof escaped, "%%%02X", static_cast<unsigned char>(c));
+      uri += escaped;
+    } else {
+      uri += c;
+    }
+  }
+  uri += "?immutable=1";
+  return sqlite3_open_v2(uri.c_str(), db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nullptr);
+}
+
+// What every value of one column must be, checked once on open (as the cost database does), so that
+// `colo-run runs` prints only real numbers and text.
+struct ColumnRule {
+  const char* table;
+  const char* column;
+  const char* valid;
+  const char* expected;
+};
+
+#define COLO_TEXT(c) "typeof(" c ") = 'text' AND length(" c ") <= 4096"
+#define COLO_COUNT(c, lo, hi) "typeof(" c ") = 'integer' AND " c " BETWEEN " lo " AND " hi
+#define COLO_AMOUNT(c) "typeof(" c ") IN ('real', 'integer') AND " c " >= 0 AND " c " < 1e18"
+
+constexpr ColumnRule kRules[] = {
+    {"runs", "id", "typeof(id) = 'integer'", "an integer id"},
+    {"runs", "started_at", COLO_TEXT("started_at"), "text"},
+    {"runs", "plan_name", COLO_TEXT("plan_name"), "text"},
+    {"runs", "plan_hash", COLO_TEXT("plan_hash"), "text"},
+    {"runs", "model", COLO_TEXT("model"), "text"},
+    {"runs", "device", COLO_TEXT("device"), "text"},
+    {"runs", "backend", COLO_TEXT("backend"), "text"},
+    {"runs", "world", COLO_COUNT("world", "1", "1048576"), "an integer from 1 to 2^20"},
+    {"runs", "tp", COLO_COUNT("tp", "1", "1048576"), "an integer from 1 to 2^20"},
+    {"runs", "pp", COLO_COUNT("pp", "1", "1048576"), "an integer from 1 to 2^20"},
+    {"runs", "dp", COLO_COUNT("dp", "1", "1048576"), "an integer from 1 to 2^20"},
+    {"runs", "vpp", COLO_COUNT("vpp", "1", "1048576"), "an integer from 1 to 2^20"},
+    {"runs", "first_step", COLO_COUNT("first_step", "0", "9007199254740992"), "an integer from 0 to 2^53"},
+    {"runs", "tokens_per_step", COLO_COUNT("tokens_per_step", "0", "9007199254740992"), "an integer from 0 to 2^53"},
+    {"runs", "step_time_s", COLO_AMOUNT("step_time_s"), "a finite number from 0 to 1e18"},
+    {"runs", "tokens_per_s", COLO_AMOUNT("tokens_per_s"), "a finite number from 0 to 1e18"},
+    {"runs", "peak_memory_bytes", COLO_AMOUNT("peak_memory_bytes"), "a finite number from 0 to 1e18"},
+    {"runs", "predicted_step_time_s", COLO_AMOUNT("predicted_step_time_s"), "a finite number from 0 to 1e18"},
+    {"runs", "predicted_peak_memory_bytes", COLO_AMOUNT("predicted_peak_memory_bytes"), "a finite number from 0 to 1e18"},
+    {"runs", "compute_s", COLO_AMOUNT("compute_s"), "a finite number from 0 to 1e18"},
+    {"runs", "wall_s", COLO_AMOUNT("wall_s"), "a finite number from 0 to 1e18"},
+    {"runs", "checkpoint", COLO_TEXT("checkpoint"), "text"},
+    {"steps", "run_id", "run_id IN (SELECT id FROM runs)", "the id of a run"},
+    {"steps", "step", COLO_COUNT("step", "0", "9007199254740992"), "an integer from 0 to 2^53"},
+    // A diverged run records an infinite loss; that is a measurement, shown as it is.
+    {"steps", "loss", "typeof(loss) IN ('real', 'integer')", "a number"},
+    {"steps", "seconds", COLO_AMOUNT("seconds"), "a finite number from 0 to 1e18"},
+    {"steps", "grad_norm", "typeof(grad_norm) IN ('real', 'integer')", "a number"},
+};
+
+#undef COLO_TEXT
+#undef COLO_COUNT
+#undef COLO_AMOUNT
+
+Result<void> checkContents(sqlite3* db, const std::string& path) {
+  for (const auto& rule : kRules) {
+    const std::string where = std::string(rule.table) + "." + rule.column;
+    const std::string sql = std::string("SELECT rowid, quote(") + rule.column + ") FROM " + rule.table + " WHERE NOT (" +
+                            rule.valid + ") OR " + rule.column + " IS NULL LIMIT 1";
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
+      const std::string why = sqlite3_errmsg(db);
+      sqlite3_finalize(st);
+      return fail(Error::badInput("not a readable colo runs database table: " + why, path, where));
+    }
+    const int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+      std::string shown = text(st, 1);
+      if (shown.empty() && sqlite3_column_type(st, 1) == SQLITE_NULL) shown = "NULL";
+      if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
+      const std::string row = std::to_string(sqlite3_column_int64(st, 0));
+      sqlite3_finalize(st);
+      return fail(Error::badInput("must be " + std::string(rule.expected) + ", got " + shown + " (row " + row + ")", path,
+                                  where));
+    }
+    const std::string why = rc == SQLITE_DONE ? "" : sqlite3_errmsg(db);
+    sqlite3_finalize(st);
+    if (!why.empty()) return fail(Error::badInput("not a readable SQLite runs database: " + why, path, where));
+  }
+  return {};
+}
+
 }  // namespace
 
 struct RunsDatabase::Impl {
   sqlite3* db = nullptr;
   std::string path;
+  bool writable = false;
   ~Impl() {
     if (db) sqlite3_close(db);
   }
@@ -60,39 +157,55 @@ Result<RunsDatabase> RunsDatabase::open(const std::string& path) {
   const bool exists = std::filesystem::exists(path, ec);
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  if (exists) {
-    // Check read-only first: a foreign file is never touched.
-    sqlite3* probe = nullptr;
-    if (sqlite3_open_v2(path.c_str(), &probe, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-      sqlite3_close(probe);
-      return fail(Error::badInput("cannot open as SQLite", path));
+  // Opening only reads: a missing file stays missing and an existing one untouched (no WAL switch, no
+  // -wal/-shm files) until add() writes.
+  if (!exists) return RunsDatabase(std::move(impl));
+  if (!std::filesystem::is_regular_file(path, ec)) return fail(Error::io("not a regular file", path));
+  if (openForReading(path, &impl->db) != SQLITE_OK) return fail(Error::badInput("cannot open as SQLite", path));
+  sqlite3_stmt* st = nullptr;
+  std::string format, version;
+  if (sqlite3_prepare_v2(impl->db, "SELECT key, value FROM meta", -1, &st, nullptr) == SQLITE_OK) {
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      if (text(st, 0) == "format") format = text(st, 1);
+      if (text(st, 0) == "schema_version") version = text(st, 1);
     }
-    sqlite3_stmt* st = nullptr;
-    std::string format, version;
-    if (sqlite3_prepare_v2(probe, "SELECT key, value FROM meta", -1, &st, nullptr) == SQLITE_OK) {
-      while (sqlite3_step(st) == SQLITE_ROW) {
-        if (text(st, 0) == "format") format = text(st, 1);
-        if (text(st, 0) == "schema_version") version = text(st, 1);
-      }
-    }
-    sqlite3_finalize(st);
-    sqlite3_close(probe);
-    if (format != "colo.runs") return fail(Error::badInput("not a colo runs database (meta.format is not colo.runs)", path));
-    if (version != "1") return fail(Error::badInput("runs database schema version " + version + " is not 1", path));
   }
-  if (sqlite3_open_v2(path.c_str(), &impl->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
-    return fail(Error::io(std::string("cannot open: ") + sqlite3_errmsg(impl->db), path));
+  sqlite3_finalize(st);
+  if (format != "colo.runs") return fail(Error::badInput("not a colo runs database (meta.format is not colo.runs)", path));
+  if (version != "1") {
+    return fail(Error::badInput("must be 1, got '" + version.substr(0, 40) + "'", path, "meta.schema_version"));
   }
-  sqlite3_busy_timeout(impl->db, 10000);
-  std::string why;
-  if (!exec(impl->db, "PRAGMA journal_mode=WAL;", &why)) return fail(Error::io("cannot enable WAL: " + why, path));
-  if (!exists && !exec(impl->db, std::string("BEGIN;") + kSchema + "COMMIT;", &why)) {
-    return fail(Error::io("cannot write the schema: " + why, path));
-  }
+  if (auto valid = checkContents(impl->db, path); !valid) return fail(valid.error());
   return RunsDatabase(std::move(impl));
 }
 
+namespace {
+
+// Reopens for writing on the first add(): creates the file and its schema when missing.
+Result<void> makeWritable(sqlite3*& db, const std::string& path) {
+  std::error_code ec;
+  const bool exists = std::filesystem::exists(path, ec);
+  if (db) sqlite3_close(db);
+  db = nullptr;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) != SQLITE_OK) {
+    return fail(Error::io(std::string("cannot open: ") + sqlite3_errmsg(db), path));
+  }
+  sqlite3_busy_timeout(db, 10000);
+  std::string why;
+  if (!exec(db, "PRAGMA journal_mode=WAL;", &why)) return fail(Error::io("cannot enable WAL: " + why, path));
+  if (!exists && !exec(db, std::string("BEGIN;") + kSchema + "COMMIT;", &why)) {
+    return fail(Error::io("cannot write the schema: " + why, path));
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<std::int64_t> RunsDatabase::add(const RunResult& r) {
+  if (!m_impl->writable) {
+    if (auto opened = makeWritable(m_impl->db, m_impl->path); !opened) return fail(opened.error());
+    m_impl->writable = true;
+  }
   sqlite3* db = m_impl->db;
   auto failure = [&](const std::string& what) {
     const std::string why = sqlite3_errmsg(db);
@@ -148,6 +261,7 @@ Result<std::int64_t> RunsDatabase::add(const RunResult& r) {
 
 std::vector<RunRecord> RunsDatabase::runs() const {
   std::vector<RunRecord> out;
+  if (!m_impl->db) return out;
   sqlite3_stmt* st = nullptr;
   if (sqlite3_prepare_v2(m_impl->db,
                          "SELECT id, started_at, plan_name, plan_hash, model, device, backend, world, tp, pp, dp, vpp, "

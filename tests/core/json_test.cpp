@@ -74,5 +74,27 @@ TEST(Json, ErrorToStringNamesFilePathAndMessage) {
   EXPECT_EQ(exitCodeFor(ErrorCode::kInfeasible), 3);
 }
 
+TEST(Json, DeepNestingIsRefusedBeforeParsing) {
+  const std::string deep = std::string(50000, '[') + std::string(50000, ']');
+  auto r = parseJson(deep, "deep.json");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().toString(), "deep.json: invalid JSON at line 1, column 257: nested deeper than 256 levels");
+  // Brackets inside strings do not count.
+  EXPECT_TRUE(parseJson("{\"a\": \"" + std::string(1000, '[') + "\"}", "s.json"));
+  EXPECT_TRUE(parseJson(std::string(256, '[') + std::string(256, ']'), "ok.json"));
+}
+
+TEST(Json, NumberOverflowIsTheFilesFaultNotACrash) {
+  auto r = parseJson("{\"num_layers\": 1e999}", "m.json");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(exitCodeFor(r.error().code), 2);
+  EXPECT_EQ(r.error().toString(), "m.json: invalid JSON: number overflow parsing '1e999'");
+}
+
+TEST(Json, DescribingInvalidUtf8DoesNotThrow) {
+  const Json value = std::string("\xff\xfe");
+  EXPECT_NO_THROW((void)describeJsonValue(value));
+}
+
 }  // namespace
 }  // namespace colo

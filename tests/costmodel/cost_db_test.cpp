@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -211,6 +212,35 @@ TEST(CostDatabaseV2, MergeAddsWhatIsMissingAndRefusesForeignFiles) {
   EXPECT_FALSE(merged->merge(garbage));
   EXPECT_FALSE(CostDatabase::openForWrite(garbage));
   EXPECT_EQ(readBytes(garbage), before);
+}
+
+TEST(CostDatabase, ReadingLeavesNothingBesideTheFile) {
+  test::ScratchDir dir;
+  const auto file = dir.path("costs.sqlite");
+  {
+    auto db = CostDatabase::create(file);  // WAL mode, as colo-profile writes
+    ASSERT_TRUE(db) << db.error().toString();
+    ASSERT_TRUE(db->addGemms("GPU", kGpt2Shapes));
+  }
+  auto db = CostDatabase::open(file);
+  ASSERT_TRUE(db) << db.error().toString();
+  EXPECT_EQ(db->gemmsFor("GPU").size(), kGpt2Shapes.size());
+  for (const char* suffix : {"-wal", "-shm", "-journal"}) EXPECT_FALSE(std::filesystem::exists(file + suffix)) << suffix;
+}
+
+TEST(CostDatabase, NonFiniteTimesAreRefusedNamingTableAndColumn) {
+  test::ScratchDir dir;
+  const auto file = dir.path("costs.sqlite");
+  {
+    auto db = CostDatabase::create(file);
+    ASSERT_TRUE(db);
+    ASSERT_TRUE(db->addKernels("GPU", {{"layernorm.fwd", DType::kBf16, "8192x768", "aten", 1e-5}}));
+    ASSERT_TRUE(db->addKernels("GPU", {{"gelu.fwd", DType::kBf16, "8192x768", "aten", std::numeric_limits<double>::infinity()}}));
+  }
+  auto db = CostDatabase::open(file);
+  ASSERT_FALSE(db);
+  EXPECT_EQ(db.error().toString(),
+            file + ": kernels.median_s: must be a finite number of seconds above 0 and below 1e6, got Inf (row 2)");
 }
 
 }  // namespace

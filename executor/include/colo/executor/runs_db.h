@@ -23,7 +23,10 @@ struct RunRecord {
 class RunsDatabase {
  public:
   static constexpr int kSchemaVersion = 1;
-  /// Opens or creates. Errors: kIo, kBadInput naming the file (not SQLite, not a runs database, newer).
+  /// Opens for reading: read-only and immutable, nothing is created or changed (a missing file reads as
+  /// no runs); the first add() creates the file or reopens it for writing. Every row is checked here.
+  /// Errors: kIo, kBadInput naming the file and the table.column at fault (not SQLite, not a runs
+  /// database, newer, a value of the wrong type or out of range).
   [[nodiscard]] static Result<RunsDatabase> open(const std::string& path);
   RunsDatabase(RunsDatabase&&) noexcept;
   RunsDatabase& operator=(RunsDatabase&&) noexcept;
