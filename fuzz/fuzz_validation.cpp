@@ -8,9 +8,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto dir = colo::fuzz::scratch();
   const std::string input = colo::fuzz::text(data, size);
   const bool assumptions = input.find("colo.validation-assumptions") != std::string::npos;
-  const std::string shipped = std::string(COLO_SOURCE_DIR) + "/data/validation/";
-  std::filesystem::copy_file(shipped + (assumptions ? "public_runs.json" : "assumptions.json"),
-                             dir / (assumptions ? "public_runs.json" : "assumptions.json"));
+  // The shipped files are read once: copying them on every input made copy_file fail with EINTR when
+  // libFuzzer's timer signal arrived, a finding of this harness rather than of colo.
+  static const auto readShipped = [](const char* name) {
+    std::ifstream in(std::string(COLO_SOURCE_DIR) + "/data/validation/" + name, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  static const std::string shippedRuns = readShipped("public_runs.json");
+  static const std::string shippedAssumptions = readShipped("assumptions.json");
+  const std::string& other = assumptions ? shippedRuns : shippedAssumptions;
+  colo::fuzz::writeFile(dir / (assumptions ? "public_runs.json" : "assumptions.json"),
+                        reinterpret_cast<const std::uint8_t*>(other.data()), other.size());
   const auto file = dir / (assumptions ? "assumptions.json" : "public_runs.json");
   colo::fuzz::writeFile(file, data, size);
   std::vector<colo::validation::Skipped> skipped;
