@@ -73,8 +73,8 @@ int main(int argc, char** argv) {
   for (const auto& c : *cases) {
     auto o = colo::validation::evaluateCase(c);
     if (!o) {
-      std::cerr << "colo-validate: " << c.id << ": " << o.error().toString() << "\n";
-      return 1;
+      std::cerr << "colo-validate: error: " << folder << "/public_runs.json: " << c.id << ": " << o.error().toString() << "\n";
+      return colo::exitCodeFor(o.error().code);
     }
     const double e = std::fabs(o->stepError);
     errors.push_back(e);
