@@ -11,10 +11,11 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-# Build tools and the libraries of the modules that exist today. LibTorch (with Gloo) builds the
-# profiler; OpenBLAS replaces the reference BLAS Debian's LibTorch would otherwise call (~75x faster
-# CPU GEMMs). Qt 6 Widgets, Charts and Svg build colo-studio (its tests run on the offscreen platform).
-# CMake turns each module on when it finds its libraries and says so.
+# Build tools and the libraries of every part. LibTorch (with Gloo) builds the profiler and the
+# executor; OpenBLAS replaces the reference BLAS Debian's LibTorch would otherwise call (~75x faster CPU
+# GEMMs). Qt 6 Widgets, Charts, Svg and OpenGL (Qt6Charts' CMake package needs Qt6::OpenGL) build
+# colo-studio (its tests run on the offscreen platform). CMake builds every part and stops, naming the
+# package, when one is missing. The fuzz targets' clang-16 and libc++ are installed by scripts/fuzz.sh.
 main_job=(build/bin/colo-plan search --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536 --out build/best-plan.json)
 if [ "${1:-}" = "--main-job" ]; then exec "${main_job[@]}"; fi
 
