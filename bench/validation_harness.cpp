@@ -1121,8 +1121,12 @@ Result<std::vector<Case>> loadCases(const std::string& folder, std::vector<Skipp
     const std::string said = c.error().toString();
     const auto id = row.is_object() ? row.find("id") : row.end();
     const std::string name = row.is_object() && id != row.end() && id->is_string() ? id->get<std::string>() : "?";
-    // A setting taken from assumptions.json that does not fit the row is that file's entry's fault too.
-    const bool fromAssumptions = said.find("(assumptions)") != std::string::npos;
+    // A setting taken from assumptions.json that does not fit the row is that file's entry's fault too;
+    // so is any inconsistency of a plan that the run's own entry helped make (e.g. its virtual_stages
+    // with the row's pp), which the plan's checks report without knowing where each setting came from.
+    const auto runsEntry = assumptions.find("runs");
+    const bool ownEntry = runsEntry != assumptions.end() && runsEntry->is_object() && runsEntry->contains(name);
+    const bool fromAssumptions = ownEntry || said.find("(assumptions)") != std::string::npos;
     const std::string where = runsFile + ", row /" + std::to_string(i) +
                               (fromAssumptions ? "; " + file + " /runs/" + pointerSegment(name) : std::string());
     if (skipped) {
