@@ -131,8 +131,12 @@ Result<void> checkSettings(const Json& settings, const std::string& file, const 
         if (auto parsed = parseRecompute(name); !parsed) return fail(Error::badInput(parsed.error().message, file, where));
       }
     } else if (key == "sequence_parallel" || key == "overlap_grad_reduce" || key == "overlap_param_gather" ||
-               key == "tp_comm_overlap") {
+               key == "tp_comm_overlap" || key == "no_grad_accumulation") {
       if (!value.is_boolean()) return bad("must be true or false");
+    } else if (key == "host_us_per_op") {
+      if (!value.is_number() || !(value.get<double>() >= 0) || value.get<double>() > 1e6) {
+        return bad("must be a number from 0 to 1e6");
+      }
     } else if (key == "gpu_memory_GiB" || key == "network_GBps") {
       if (!value.is_number() || !(value.get<double>() > 0) || value.get<double>() > 1e6) {
         return bad("must be a number above 0 and at most 1e6");
@@ -841,6 +845,12 @@ Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions) {
   } else {
     p.globalBatchSize = p.microBatchSize * p.parallel.dp;
   }
+  // A framework without gradient accumulation runs each replica's whole batch as one micro-batch.
+  const Json noAccumulation = set.pick("no_grad_accumulation");
+  if (!number(tr, "micro_batch_size") && noAccumulation.is_boolean() && noAccumulation.get<bool>() &&
+      p.parallel.dp > 0 && p.parallel.pp == 1 && p.globalBatchSize % p.parallel.dp == 0) {
+    p.microBatchSize = std::max<std::int64_t>(1, p.globalBatchSize / p.parallel.dp);
+  }
   p.seqLen = spec->seqLen;
   // A global batch the micro-batch and data parallelism do not divide: the largest micro-batch below the
   // stated one that does (frameworks refuse the rest).
@@ -952,6 +962,7 @@ Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions) {
   p.execution.overlapGradReduce = flag("overlap_grad_reduce") || has(overlap, "overlap-grad-reduce");
   p.execution.overlapParamGather = flag("overlap_param_gather") || has(overlap, "overlap-param-gather");
   p.execution.tpCommOverlap = flag("tp_comm_overlap") || has(overlap, "tp-comm-overlap");
+  if (set.pick("host_us_per_op").is_number()) p.execution.hostMicrosecondsPerOp = set.pick("host_us_per_op").get<double>();
   // How micro-batch gradients are summed: one mode, or one per precision ({"bf16": ..., "fp16": ...}),
   // as DeepSpeed's BF16 and FP16 optimizers differ.
   if (Json mode = set.pick("grad_accumulation"); !mode.is_null()) {

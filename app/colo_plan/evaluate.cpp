@@ -45,6 +45,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"no-overlap-param-gather", "", "do not overlap ZeRO parameter gathers with forward"},
       {"tp-comm-overlap", "", "overlap tensor-parallel collectives with GEMMs"},
       {"grad-accumulation", "MODE", "how micro-batch gradients are summed: fused (default), main_grad, autograd, fp32_copy"},
+      {"host-us-per-op", "US", "host time the framework takes to issue one op (default 60, eager PyTorch; 0 = CUDA graphs)"},
       {"offload-optimizer", "F", "fraction of optimizer states on the host (ZeRO >= 1)"},
       {"offload-params", "F", "fraction of parameters on the host (ZeRO 3)"},
       {"rank-order", "ORDER", "placement, innermost first (default tp-cp-dp-pp)"},
@@ -182,6 +183,14 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   auto accumulation = parseGradAccumulation(args.value("grad-accumulation", "fused"));
   if (!accumulation) return fail(Error::badInput("--grad-accumulation: " + accumulation.error().message));
   plan.execution.gradAccumulation = *accumulation;
+  if (const auto text = args.value("host-us-per-op")) {
+    char* end = nullptr;
+    const double us = std::strtod(text->c_str(), &end);
+    if (end == text->c_str() || *end != '\0' || !(us >= 0 && us <= 1e6)) {
+      return fail(Error::badInput("--host-us-per-op: expected 0 to 1e6 microseconds, got \"" + *text + "\""));
+    }
+    plan.execution.hostMicrosecondsPerOp = us;
+  }
   auto offOpt = fractionOption(args, "offload-optimizer");
   if (!offOpt) return fail(offOpt.error());
   auto offParams = fractionOption(args, "offload-params");

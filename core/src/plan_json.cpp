@@ -131,6 +131,11 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
       const std::string accumulation =
           e.choice("grad_accumulation", {"fused", "main_grad", "autograd", "fp32_copy"}, "fused");
       if (auto g = parseGradAccumulation(accumulation)) p.execution.gradAccumulation = *g;
+      if (e.has("host_us_per_op")) {
+        const double us = e.number("host_us_per_op");
+        if (!(us >= 0 && us <= 1e6)) e.fail("host_us_per_op", "must be between 0 and 1e6 microseconds");
+        else p.execution.hostMicrosecondsPerOp = us;
+      }
       e.rejectUnknownKeys();
     } else {
       r.accept({"execution"});
@@ -232,7 +237,8 @@ Json planToJson(const Plan& p) {
                     {"overlap_grad_reduce", p.execution.overlapGradReduce},
                     {"overlap_param_gather", p.execution.overlapParamGather},
                     {"tp_comm_overlap", p.execution.tpCommOverlap},
-                    {"grad_accumulation", toString(p.execution.gradAccumulation)}};
+                    {"grad_accumulation", toString(p.execution.gradAccumulation)},
+                    {"host_us_per_op", p.execution.hostMicrosecondsPerOp}};
   Json pred = Json::object();
   const auto& pr = p.predictions;
   auto put = [&](const char* key, const std::optional<double>& v) {

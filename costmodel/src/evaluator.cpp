@@ -38,6 +38,7 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   cfg.activationBytes = activationBytesOf(plan.precision);
   cfg.topK = T.topK;
   cfg.kvWidth = T.kvWidth;
+  cfg.hostSecondsPerOp = plan.execution.hostMicrosecondsPerOp * 1e-6;
   return cfg;
 }
 
@@ -276,7 +277,8 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   const double dt = static_cast<double>(activationBytesOf(plan.precision));
   const double byteScale = dt / static_cast<double>(T.dtypeBytes);
 
-  const LayerConfig cfg = I.configFor(plan);
+  LayerConfig cfg = I.configFor(plan);
+  if (!device.hostIssued) cfg.hostSecondsPerOp = 0;
   detail::LookupCounts counts;
 
   const GroupPlacement tpGroup = placeGroup(I.cluster, par, Dim::kTp);

@@ -69,6 +69,7 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision) {
     d.contextBytes = 0;
     d.commChannelBytes = 0;  // Gloo: host memory
     d.overlapSlowdown = 0;   // Gloo's threads run beside compute; not modelled on CPU
+    d.hostIssued = false;
     return d;
   }
   if (precision == DType::kFp32) d.gemmEfficiency = 0.90;  // FMA pipes, not tensor cores: easier to saturate

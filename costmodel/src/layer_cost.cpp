@@ -277,6 +277,10 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     }
     out.fwd += fwd;
     out.bwd += bwd;
+    if (fwd > 0) out.opsFwd += 1;
+    // A GEMM's backward is two GEMMs (input and weight gradient); other ops one kernel, if any.
+    if (bwd > 0) out.opsBwd += (op.kind == OpKind::kMatMul || op.kind == OpKind::kGroupedMatMul ||
+                                op.kind == OpKind::kBatchedMatMul) ? 2 : 1;
     if (opCosts) opCosts->push_back({op.name, toString(op.kind), fwd, bwd});
     previous = &op;
     if (op.attentionCore) out.attnCoreFwd += fwd;
@@ -319,6 +323,8 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     const double bwd = std::max(floor, 2.5 * work / (rate * device.flashBwdEfficiency));
     out.fwd += fwd;
     out.bwd += bwd;
+    out.opsFwd += 1;
+    out.opsBwd += 1;
     if (opCosts) opCosts->push_back({"attn.flash", "flash_attention", fwd, bwd});
     out.attnCoreFwd += fwd;
     // Saves Q, K, V, the output and the softmax statistics instead of anything quadratic.
@@ -342,6 +348,9 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     const double exposed = c.tpCommOverlap ? 0.15 + 0.85 * device.overlapSlowdown : 1.0;
     out.tpCommFwd = (static_cast<double>(layer.rowOps) + moeExtra) * allReduce * exposed;
     out.tpCommBwd = (static_cast<double>(layer.columnOps) + moeExtra) * allReduce * exposed;
+    const double perCollective = c.sequenceParallel ? 2.0 : 1.0;  // a reduce-scatter and an all-gather
+    out.opsFwd += (static_cast<double>(layer.rowOps) + moeExtra) * perCollective;
+    out.opsBwd += (static_cast<double>(layer.columnOps) + moeExtra) * perCollective;
   }
   // Expert parallelism: dispatch and combine all-to-alls, each way.
   if (layer.moe && c.ep > 1) {
@@ -350,6 +359,8 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     const double a2a = collectiveSeconds(Collective::kAllToAll, bytes, epGroup);
     out.epCommFwd = 2 * a2a;
     out.epCommBwd = 2 * a2a;
+    out.opsFwd += 2;
+    out.opsBwd += 2;
   }
   // Context parallelism: ring exchange of K and V chunks, overlapped with the attention of the chunk
   // already present.
@@ -364,6 +375,22 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     out.cpCommFwd = steps * (std::max(0.0, step - attnPerStepFwd) + device.overlapSlowdown * std::min(step, attnPerStepFwd));
     out.cpCommBwd = steps * (std::max(0.0, 2 * step - attnPerStepBwd) +
                              device.overlapSlowdown * std::min(2 * step, attnPerStepBwd));
+    // Each ring step: a send, a receive and one attention kernel on the chunk (two receives backward).
+    out.opsFwd += 3 * steps;
+    out.opsBwd += 4 * steps;
+  }
+  // Host floor: the GPU cannot run a kernel before the host has issued it. When the layer's kernels
+  // and exposed collectives take less than the host's time to issue them, the GPU waits for the rest.
+  if (c.hostSecondsPerOp > 0) {
+    const double deviceFwd = out.fwd + out.tpCommFwd + out.cpCommFwd + out.epCommFwd;
+    const double deviceBwd = out.bwd + out.tpCommBwd + out.cpCommBwd + out.epCommBwd;
+    out.hostWaitFwd = std::max(0.0, out.opsFwd * c.hostSecondsPerOp - deviceFwd);
+    out.hostWaitBwd = std::max(0.0, out.opsBwd * c.hostSecondsPerOp - deviceBwd);
+    out.fwd += out.hostWaitFwd;
+    out.bwd += out.hostWaitBwd;
+    if (opCosts && out.hostWaitFwd + out.hostWaitBwd > 0) {
+      opCosts->push_back({"host.wait", "host", out.hostWaitFwd, out.hostWaitBwd});
+    }
   }
   out.paramsPerGpu = (layer.params - layer.tpSplittableParams - layer.expertParams) + layer.tpSplittableParams / tp +
                      layer.expertParams / (tp * ep);

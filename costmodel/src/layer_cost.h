@@ -62,6 +62,7 @@ struct LayerConfig {
   const GemmTable* measured = nullptr;  // measured GEMM times, consulted before the roofline
   const KernelTable* kernels = nullptr; // measured non-GEMM kernel times
   double gemmScale = 1.0;               // measured / roofline on this device, for GEMMs not measured
+  double hostSecondsPerOp = 0;          // host time to issue one op (0: the host keeps ahead)
 };
 
 /// Where GEMM times came from in one evaluation.
@@ -93,6 +94,8 @@ struct LayerCost {
   double paramsPerGpu = 0;
   double gemmFlopsFwdPerGpu = 0;  // model FLOPs of the layer on one GPU
   double attnFlopsFwdPerGpu = 0;  // the attention-core part of it
+  double opsFwd = 0, opsBwd = 0;  // ops the host issues per micro-batch (kernels and collectives)
+  double hostWaitFwd = 0, hostWaitBwd = 0;  // part of fwd/bwd the GPU waits for the host (host-bound)
 };
 
 /// The GEMM an op runs on one GPU under a config: an [m, k] x [k, n] product, `count` times (batched

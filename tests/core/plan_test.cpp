@@ -30,6 +30,7 @@ Plan megatronPlan() {
   p.execution.flashAttention = false;
   p.execution.tpCommOverlap = true;
   p.execution.gradAccumulation = GradAccumulation::kFp32Copy;
+  p.execution.hostMicrosecondsPerOp = 12.5;
   p.predictions.stepTimeSeconds = 12.5;
   p.predictions.fits = true;
   p.predictions.breakdown = Json{{"compute_s", 10.0}};
@@ -178,10 +179,18 @@ TEST(Plan, BadFieldsInsideTheFileNameTheirPath) {
   EXPECT_EQ(accumulation.error().path, "/execution/grad_accumulation");
 
   doc = planToJson(megatronPlan());
-  doc["execution"].erase("grad_accumulation");  // older plan files: the fused default
+  doc["execution"].erase("grad_accumulation");  // older plan files: the fused default, the eager host
+  doc["execution"].erase("host_us_per_op");
   auto older = planFromJson(doc, "plan.json");
   ASSERT_TRUE(older) << older.error().toString();
   EXPECT_EQ(older->execution.gradAccumulation, GradAccumulation::kFused);
+  EXPECT_EQ(older->execution.hostMicrosecondsPerOp, kEagerHostMicrosecondsPerOp);
+
+  doc = planToJson(megatronPlan());
+  doc["execution"]["host_us_per_op"] = -1;
+  auto negative = planFromJson(doc, "plan.json");
+  ASSERT_FALSE(negative);
+  EXPECT_EQ(negative.error().path, "/execution/host_us_per_op");
 }
 
 TEST(Plan, StagesDefaultToAnEvenSplitOnlyWhenItIsEven) {

@@ -121,6 +121,7 @@ TEST(Evaluator, Fp8SpeedsUpGemmsButKeepsActivationsSixteenBit) {
   // and what backward saves stay bf16.
   Plan p = makePlan("llama2-7b", "dgx-h100-x64", 8, 8, 1, 8);
   p.parallel.sequenceParallel = true;
+  p.execution.hostMicrosecondsPerOp = 0;  // the device's kernels only (at tp 8 an eager host would bind)
   const Evaluation bf16 = evaluateOrFail(p);
   p.precision = DType::kFp8;
   const Evaluation fp8 = evaluateOrFail(p);
@@ -158,6 +159,7 @@ TEST(Evaluator, DropoutWritesItsMaskAndFusesWithTheResidualAdd) {
   Plan p = makePlan("gpt2-small", "dgx-a100-80gb", 1, 1, 1, 8, 8);
   p.precision = DType::kBf16;
   p.execution.flashAttention = false;  // with FlashAttention the probabilities' dropout is inside the kernel
+  p.execution.hostMicrosecondsPerOp = 0;  // kernels only: the host floor would hide the small passes
   const Evaluation with = evaluateOrFail(p);
   p.model.spec->dropout = 0.0;
   const Evaluation without = evaluateOrFail(p);
@@ -170,6 +172,43 @@ TEST(Evaluator, DropoutWritesItsMaskAndFusesWithTheResidualAdd) {
   const double embeddingDropout = std::max(d.kernelFloorSeconds, 5 * hidden / d.memoryBytesPerSecond);
   EXPECT_NEAR(with.stages[0].forwardSeconds - without.stages[0].forwardSeconds,
               static_cast<double>(spec.numLayers) * perLayer + embeddingDropout, 1e-9);
+}
+
+TEST(Evaluator, ALayerWhoseKernelsAreFasterThanTheHostWaitsForTheHost) {
+  // GPT-2 medium at tp 8, one sample per micro-batch: each layer's kernels take less than the eager
+  // host needs to issue them, so forward and backward are the host's time per op times the ops issued.
+  Plan small = makePlan("gpt2-medium", "dgx-a100-80gb", 8, 8, 1, 4);
+  small.execution.flashAttention = false;
+  small.execution.hostMicrosecondsPerOp = 0;
+  const Evaluation device = evaluateOrFail(small);
+  small.execution.hostMicrosecondsPerOp = 60;
+  const Evaluation at60 = evaluateOrFail(small);
+  small.execution.hostMicrosecondsPerOp = 120;
+  const Evaluation at120 = evaluateOrFail(small);
+  EXPECT_GT(at60.stepSeconds, 1.5 * device.stepSeconds);
+  // Host-bound: doubling the host's time per op doubles the layers' forward (the same ops are issued).
+  const double layersFwd60 = at60.stages[0].forwardSeconds;
+  const double layersFwd120 = at120.stages[0].forwardSeconds;
+  EXPECT_GT(layersFwd120, 1.8 * layersFwd60);
+  // `--ops` names the wait.
+  const auto times = opTimesOf(small);
+  ASSERT_TRUE(times);
+  EXPECT_TRUE(std::any_of(times->begin(), times->end(),
+                          [](const auto& o) { return o.op == "host.wait" && o.forwardSeconds > 0; }));
+
+  // GPT-3 175B on 1,024 GPUs: every layer's kernels outlast the host; the floor changes nothing.
+  Plan big = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 128, 8, 16, 64);
+  big.execution.hostMicrosecondsPerOp = 0;
+  const double bigDevice = evaluateOrFail(big).stepSeconds;
+  big.execution.hostMicrosecondsPerOp = 60;
+  EXPECT_DOUBLE_EQ(evaluateOrFail(big).stepSeconds, bigDevice);
+
+  // A CPU runs its ops itself: its per-op cost is the kernel floor, and the host floor does not apply.
+  Plan cpu = makePlan("tiny-gpt", "localhost-cpu", 1, 1, 1, 1);
+  cpu.execution.hostMicrosecondsPerOp = 0;
+  const double cpuAlone = evaluateOrFail(cpu).stepSeconds;
+  cpu.execution.hostMicrosecondsPerOp = 1000;
+  EXPECT_DOUBLE_EQ(evaluateOrFail(cpu).stepSeconds, cpuAlone);
 }
 
 TEST(Evaluator, EveryNcclCommunicatorHoldsItsChannelBuffers) {

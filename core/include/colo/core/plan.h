@@ -67,6 +67,9 @@ struct Offload {
   friend bool operator==(const Offload&, const Offload&) = default;
 };
 
+/// Host microseconds per op of an eager PyTorch training framework (docs/costmodel.md, "Host floor").
+inline constexpr double kEagerHostMicrosecondsPerOp = 60;
+
 /// How the step is executed where real systems offer a choice that changes its cost.
 struct Execution {
   bool flashAttention = true;     ///< fused attention (FlashAttention): no s^2 activations, fewer bytes
@@ -74,6 +77,10 @@ struct Execution {
   bool overlapParamGather = true; ///< ZeRO parameter all-gather overlapped with forward (prefetch)
   bool tpCommOverlap = false;     ///< tensor-parallel collectives overlapped with GEMMs (userbuffers)
   GradAccumulation gradAccumulation = GradAccumulation::kFused;
+  /// Host time the framework spends issuing one op (Python module code, dispatcher, autograd, launch):
+  /// a layer whose kernels finish faster than the host issues them waits for the host. 0: the host
+  /// keeps ahead (CUDA graphs). See docs/costmodel.md, "Host floor".
+  double hostMicrosecondsPerOp = kEagerHostMicrosecondsPerOp;
   friend bool operator==(const Execution&, const Execution&) = default;
 };
 

@@ -25,6 +25,9 @@ struct DeviceModel {
   /// Compute running beside an overlapped collective is this much slower (the collective's kernels
   /// hold SMs and memory bandwidth): a hidden collective of duration C still costs overlapSlowdown * C.
   double overlapSlowdown = 0;
+  /// The host issues kernels to a separate device, which can run ahead of it or wait for it (false on a
+  /// CPU, whose per-op cost is already its kernel floor).
+  bool hostIssued = true;
 };
 
 /// The device model of `gpu` training in `precision`. GPUs are recognised by name (V100, A100, H100,
