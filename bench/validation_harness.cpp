@@ -395,6 +395,8 @@ std::optional<ClusterChoice> clusterForGpu(const std::string& gpuText, double me
     const bool small = has(g, "40gb") || (memoryGb > 0 && memoryGb <= 48);
     return ClusterChoice{"dgx-a100-80gb-x128", small ? "dgx-a100-40gb" : "dgx-a100-80gb-x128"};
   }
+  if (has(g, "gb200")) return ClusterChoice{"gb200-nvl72-x8", "gb200-nvl72-x8"};  // before B200: GB200 names it
+  if (has(g, "b200")) return ClusterChoice{"dgx-b200-x64", "dgx-b200-x64"};
   if (has(g, "h200") || has(g, "gh200")) return ClusterChoice{"hgx-h200-x16", "hgx-h200-x16"};  // GH200: HBM3e like H200
   if (has(g, "4090")) return ClusterChoice{"rtx4090-8x", "rtx4090-8x"};
   if (has(g, "h100") || has(g, "h800")) return ClusterChoice{"dgx-h100-x64", "dgx-h100-x64"};
@@ -452,7 +454,7 @@ Result<ClusterSpec> clusterOf(const Json& hw, const Settings& set, const std::st
     clusterName = choice->cluster;
     gpuFrom = choice->gpuFrom;
   } else {
-    return fail(rowError(id, "hardware.gpu", "'" + text(hw, "gpu") + "' matches no GPU of the cluster library (V100, A100, H100, H200)"));
+    return fail(rowError(id, "hardware.gpu", "'" + text(hw, "gpu") + "' matches no GPU of the cluster library (V100, A100, H100, H200, B200, GB200)"));
   }
   auto load = [&](const std::string& name) -> Result<ClusterSpec> {
     auto file = resolveLibraryFile(LibraryKind::kClusters, name);
@@ -547,7 +549,7 @@ Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, 
   if (has(arch, "encoder-decoder") || has(arch, "t5") || has(arch, "bart")) *assumed = true;
   const bool bloom = has(arch, "alibi") || has(arch, "bloom");
   const bool llama = !bloom && (has(arch, "llama") || has(arch, "swiglu") || has(arch, "rmsnorm") || has(arch, "rope") ||
-                                has(arch, "rotary") || has(arch, "mistral") || has(arch, "qwen"));
+                                has(arch, "rotary") || has(arch, "mistral") || has(arch, "qwen") || has(arch, "deepseek"));
   auto preset = familyPreset(bloom ? "bloom" : llama ? "llama" : "gpt");
   if (!preset) return fail(preset.error());
   ModelSpec s = *preset;
@@ -577,6 +579,17 @@ Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, 
   if (auto e = number(m, "num_experts"); e && *e > 1) {
     s.moe.numExperts = static_cast<std::int64_t>(*e);
     s.moe.topK = static_cast<std::int64_t>(number(m, "top_k").value_or(number(m, "moe_top_k").value_or(2)));
+    // Expert width (Megatron's --moe-ffn-hidden-size, Hugging Face's moe_intermediate_size) when the
+    // dense layers' differs.
+    for (const char* key : {"moe_ffn_hidden_size", "moe_intermediate_size", "expert_ffn_hidden_size"}) {
+      if (auto w = number(m, key); w && *w >= 1) s.moe.expertFfnHiddenSize = static_cast<std::int64_t>(*w);
+    }
+    // Leading dense layers: Megatron's --moe-layer-freq "([0]*k+[1]*n)", Hugging Face's first_k_dense_replace.
+    if (auto k = number(m, "first_k_dense_replace"); k && *k >= 0) s.moe.firstDenseLayers = static_cast<std::int64_t>(*k);
+    static const std::regex leadingDense(R"(\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\])");
+    std::smatch dense;
+    const std::string freq = text(m, "moe_layer_freq");
+    if (std::regex_search(freq, dense, leadingDense)) s.moe.firstDenseLayers = std::stoll(dense[1]);
   }
   if (auto v = number(m, "vocab_size")) {
     s.vocabSize = static_cast<std::int64_t>(*v);

@@ -129,6 +129,7 @@ Result<ModelSpec> modelSpecFromJson(const Json& document, const std::string& fil
       s.moe.topK = m.positiveInteger("top_k");
       s.moe.layerFrequency = m.positiveInteger("layer_frequency", 1);
       s.moe.expertFfnHiddenSize = m.nonNegativeInteger("expert_ffn_hidden_size", 0);
+      s.moe.firstDenseLayers = m.nonNegativeInteger("first_dense_layers", 0);
       m.rejectUnknownKeys();
     } else {
       r.accept({"moe"});
@@ -189,7 +190,8 @@ Json modelSpecToJson(const ModelSpec& s) {
     j["moe"] = {{"num_experts", s.moe.numExperts},
                 {"top_k", s.moe.topK},
                 {"layer_frequency", s.moe.layerFrequency},
-                {"expert_ffn_hidden_size", s.moe.expertFfnHiddenSize}};
+                {"expert_ffn_hidden_size", s.moe.expertFfnHiddenSize},
+                {"first_dense_layers", s.moe.firstDenseLayers}};
   }
   if (s.input == InputKind::kImagePatches) {
     j["image"] = {{"image_size", s.image.imageSize},

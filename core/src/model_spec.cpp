@@ -114,6 +114,7 @@ Result<void> validateModelSpec(const ModelSpec& s, const std::string& file) {
         std::tuple{s.moe.topK, "moe/top_k", limits::kMaxExperts},
         std::tuple{s.moe.layerFrequency, "moe/layer_frequency", limits::kMaxLayers},
         std::tuple{s.moe.expertFfnHiddenSize, "moe/expert_ffn_hidden_size", limits::kMaxWidth},
+        std::tuple{s.moe.firstDenseLayers, "moe/first_dense_layers", limits::kMaxLayers},
         std::tuple{s.image.imageSize, "image/image_size", limits::kMaxImageSize},
         std::tuple{s.image.patchSize, "image/patch_size", limits::kMaxImageSize},
         std::tuple{s.image.numChannels, "image/num_channels", limits::kMaxChannels},
@@ -179,6 +180,10 @@ Result<void> validateModelSpec(const ModelSpec& s, const std::string& file) {
     if (s.moe.layerFrequency < 1 || s.moe.layerFrequency > s.numLayers) {
       return bad("/moe/layer_frequency", "must be between 1 and num_layers " + std::to_string(s.numLayers) +
                                              ", got " + std::to_string(s.moe.layerFrequency));
+    }
+    if (s.moe.firstDenseLayers < 0 || s.moe.firstDenseLayers >= s.numLayers) {
+      return bad("/moe/first_dense_layers", "must be from 0 to num_layers - 1 = " + std::to_string(s.numLayers - 1) +
+                                                ", got " + std::to_string(s.moe.firstDenseLayers));
     }
     if (s.moe.expertFfnHiddenSize < 0) {
       return bad("/moe/expert_ffn_hidden_size", "must not be negative, got " + std::to_string(s.moe.expertFfnHiddenSize));

@@ -253,6 +253,7 @@ struct ChunkCost {
   double savedPerMicroBatch = 0;  // activations one micro-batch leaves in this chunk
   double workingSet = 0;          // recompute working set (one layer's full activations and their gradients)
   double params = 0;
+  double expertParams = 0;  // the routed experts' part of params
   double gemmFlopsFwd = 0;
   double recomputeFlops = 0;
 };
@@ -284,6 +285,10 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   const GroupPlacement tpGroup = placeGroup(I.cluster, par, Dim::kTp);
   const GroupPlacement cpGroup = placeGroup(I.cluster, par, Dim::kCp);
   const GroupPlacement dpGroup = placeGroup(I.cluster, par, Dim::kDp);
+  Parallelism folded = par;  // dp x cp as one group, placed where dp and cp sit in the rank order
+  folded.dp = par.dp * par.cp;
+  folded.cp = 1;
+  const GroupPlacement gradGroup = placeGroup(I.cluster, folded, Dim::kDp);
   const GroupPlacement epGroup = placeGroup(I.cluster, par, Dim::kExpert);
   const GroupPlacement ppGroup = placeGroup(I.cluster, par, Dim::kPp);
 
@@ -309,6 +314,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
       cc.ep += lc.epCommFwd + lc.epCommBwd;
       cc.commFwd += lc.tpCommFwd + lc.cpCommFwd + lc.epCommFwd;
       cc.params += lc.paramsPerGpu;
+      cc.expertParams += lc.expertParamsPerGpu;
       cc.gemmFlopsFwd += lc.gemmFlopsFwdPerGpu;
       double saved = lc.savedFull;
       if (recomputes && sp.recompute == RecomputePolicy::kFull) {
@@ -395,6 +401,11 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   const double accumulateBytes = gradAccumulationBytes(accumulation, plan.precision, static_cast<double>(m));
   const double optimizerBytes = plan.precision == DType::kFp32 ? 8.0 : 12.0;
   const double dp = static_cast<double>(par.dp);
+  // Gradients are reduced, and ZeRO shards states, over the data-parallel replicas and the
+  // context-parallel ranks together: CP ranks hold the same weights and each computes part of their
+  // gradient (Megatron-Core's data-parallel group "with context parallel", torchtitan's dp_shard_cp mesh).
+  const std::int64_t gradRanks = par.dp * par.cp;
+  const double shard = static_cast<double>(gradRanks);
   const double mb = static_cast<double>(m);
   double sumComputeFwdBwd = 0;
   std::vector<double> stageTime(static_cast<std::size_t>(pp));
@@ -408,6 +419,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
     StageReport& st = ev.stages[static_cast<std::size_t>(s)];
     st.stage = s;
     double fwd = 0, bwd = 0, rec = 0, tpc = 0, cpc = 0, epc = 0, commFwd = 0, saved = 0, working = 0, params = 0;
+    double expertParams = 0;
     for (std::int64_t c = s; c < chunks; c += pp) {
       const ChunkCost& cc = chunk[static_cast<std::size_t>(c)];
       fwd += cc.fwd;
@@ -420,6 +432,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
       saved += cc.savedPerMicroBatch;
       working = std::max(working, cc.workingSet);
       params += cc.params;
+      expertParams += cc.expertParams;
       st.layers += plan.stages[static_cast<std::size_t>(c)].layers;
       gemmFlopsPerMicroBatch += cc.gemmFlopsFwd;
       recomputeFlopsPerMicroBatch += cc.recomputeFlops;
@@ -431,12 +444,12 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
     // every collective pays the ring's (n-1) latency steps. Prefetching hides up to 80% behind compute
     // (the collectives compete with it for SMs and memory bandwidth).
     double zero3 = 0;
-    if (plan.zeroStage == 3 && par.dp > 1) {
+    if (plan.zeroStage == 3 && gradRanks > 1) {
       const double layersHere = std::max<double>(1.0, static_cast<double>(st.layers));
       const double perLayer = params / layersHere;
       const double gathers = 2.0 + (rec > 0 ? 1.0 : 0.0);
-      const double gather = collectiveSeconds(Collective::kAllGather, perLayer * weightBytes, dpGroup);
-      const double scatter = collectiveSeconds(Collective::kReduceScatter, perLayer * gradBytes, dpGroup);
+      const double gather = collectiveSeconds(Collective::kAllGather, perLayer * weightBytes, gradGroup);
+      const double scatter = collectiveSeconds(Collective::kReduceScatter, perLayer * gradBytes, gradGroup);
       const double comm = layersHere * (gathers * gather + scatter);
       const double cover = plan.execution.overlapParamGather ? 0.8 * (fwd + bwd + rec) : 0.0;
       zero3 = std::max(0.1 * comm, comm - cover);
@@ -445,7 +458,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
     // Summing this micro-batch's gradients into the accumulated ones, after its backward: one pass over
     // the stage's local gradients (its shard under ZeRO >= 2) at HBM speed.
     const double accumulate =
-        params / (plan.zeroStage >= 2 ? dp : 1.0) * accumulateBytes / device.memoryBytesPerSecond;
+        params / (plan.zeroStage >= 2 ? shard : 1.0) * accumulateBytes / device.memoryBytesPerSecond;
     const double comm = tpc + cpc + epc;
     st.forwardSeconds = fwd + commFwd + p2pTime / 2 + zero3 / 3;
     st.backwardSeconds = bwd + rec + (comm - commFwd) + p2pTime / 2 + zero3 * 2 / 3 + accumulate;
@@ -466,9 +479,15 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
     MemoryBreakdown& mem = st.memory;
     const double offOpt = plan.offload.optimizerFraction;
     const double offParams = plan.offload.paramsFraction;
-    mem.weights = params * weightBytes / (plan.zeroStage >= 3 ? dp : 1.0) * (1.0 - offParams);
-    mem.gradients = params * gradMemoryBytes / (plan.zeroStage >= 2 ? dp : 1.0);
-    mem.optimizer = params * optimizerBytes / (plan.zeroStage >= 1 ? dp : 1.0) * (1.0 - offOpt);
+    // Expert parameters are replicated only across the expert-data-parallel ranks (dp x cp / ep), and
+    // ZeRO shards their states over those (Megatron-Core's expert data-parallel group).
+    const double expertShard = std::max(1.0, shard / static_cast<double>(par.ep));
+    auto sharded = [&](double bytesPerParam, bool on) {
+      return on ? ((params - expertParams) / shard + expertParams / expertShard) * bytesPerParam : params * bytesPerParam;
+    };
+    mem.weights = sharded(weightBytes, plan.zeroStage >= 3) * (1.0 - offParams);
+    mem.gradients = sharded(gradMemoryBytes, plan.zeroStage >= 2);
+    mem.optimizer = sharded(optimizerBytes, plan.zeroStage >= 1) * (1.0 - offOpt);
     double inFlight = 1;
     const double p = static_cast<double>(pp);
     const double stageIndex = static_cast<double>(s);
@@ -508,7 +527,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
         }
       }
     }
-    if (par.dp > 1) buffers += std::min(params * gradBytes, 2 * 40e6 * gradBytes);
+    if (gradRanks > 1) buffers += std::min(params * gradBytes, 2 * 40e6 * gradBytes);
     if (plan.zeroStage == 3) {
       double largestLayer = 0;
       for (const auto& lc : classCost) largestLayer = std::max(largestLayer, lc.paramsPerGpu);
@@ -521,18 +540,18 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
 
     // Data-parallel synchronisation and the optimizer step, after this stage's last backward.
     double dpExposed = 0;
-    if (par.dp > 1 && plan.zeroStage < 3) {
+    if (gradRanks > 1 && plan.zeroStage < 3) {
       const double lastBackward = bwd + rec;
       double reduce = 0, gather = 0;
       if (plan.zeroStage == 0 || (accumulation == GradAccumulation::kFp32Copy && plan.zeroStage == 1)) {
         // DeepSpeed's BF16 optimizer all-reduces its fp32 copies whole, under ZeRO-1 too, then each rank
         // updates its partition and the 16-bit weights are all-gathered.
         const double bytes = accumulation == GradAccumulation::kFp32Copy ? 4.0 : gradBytes;
-        reduce = collectiveSeconds(Collective::kAllReduce, params * bytes, dpGroup);
-        if (plan.zeroStage == 1) gather = collectiveSeconds(Collective::kAllGather, params * weightBytes, dpGroup);
+        reduce = collectiveSeconds(Collective::kAllReduce, params * bytes, gradGroup);
+        if (plan.zeroStage == 1) gather = collectiveSeconds(Collective::kAllGather, params * weightBytes, gradGroup);
       } else {
-        reduce = collectiveSeconds(Collective::kReduceScatter, params * gradBytes, dpGroup);
-        gather = collectiveSeconds(Collective::kAllGather, params * weightBytes, dpGroup);
+        reduce = collectiveSeconds(Collective::kReduceScatter, params * gradBytes, gradGroup);
+        gather = collectiveSeconds(Collective::kAllGather, params * weightBytes, gradGroup);
       }
       // Overlapped, at least 10% stays exposed (the last bucket), and the hidden part slows the backward
       // or forward it runs beside (overlapSlowdown).
@@ -546,7 +565,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
     }
     // The mixed-precision optimizer step at HBM speed (bytes per parameter: optimizerStepBytes); offloaded
     // states are updated by the host, their gradients and weights crossing PCIe.
-    const double localParams = params / (plan.zeroStage >= 1 ? dp : 1.0);
+    const double localParams = params / (plan.zeroStage >= 1 ? shard : 1.0);
     double optimizer = localParams * (1.0 - plan.offload.optimizerFraction) * optimizerStepBytes(plan.precision) /
                        device.memoryBytesPerSecond;
     if (I.calibration.optimizerMeasured) {

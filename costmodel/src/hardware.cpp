@@ -52,6 +52,14 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision) {
     d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.82;
     d.streamingProcessors = 132;
     d.sustainedClock = 0.88;  // ~1700-1750 of 1980 MHz boost at 700 W
+  } else if (contains(name, "B200") || contains(name, "B100") || contains(name, "B300")) {
+    // Blackwell (B200 SXM, GB200): 148 SMs; fifth-generation tensor cores.
+    d.gemmEfficiency = precision == DType::kFp8 ? 0.60 : 0.72;  // provisional: Hopper's (docs/costmodel.md)
+    d.flashFwdEfficiency = 0.55;
+    d.flashBwdEfficiency = 0.42;
+    d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.82;
+    d.streamingProcessors = 148;
+    d.sustainedClock = 0.90;
   } else if (contains(name, "4090") || contains(name, "RTX") || contains(name, "L40")) {
     d.gemmEfficiency = 0.85;  // fp32-accumulate tensor peak is the binding rate
     d.flashFwdEfficiency = 0.60;

@@ -394,6 +394,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
   }
   out.paramsPerGpu = (layer.params - layer.tpSplittableParams - layer.expertParams) + layer.tpSplittableParams / tp +
                      layer.expertParams / (tp * ep);
+  out.expertParamsPerGpu = layer.expertParams / (tp * ep);
   return out;
 }
 

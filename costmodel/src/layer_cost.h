@@ -92,6 +92,7 @@ struct LayerCost {
   double savedSelective = 0;  // selective recompute
   double savedInput = 0;      // full recompute: the layer input only
   double paramsPerGpu = 0;
+  double expertParamsPerGpu = 0;  // the routed experts' part of paramsPerGpu
   double gemmFlopsFwdPerGpu = 0;  // model FLOPs of the layer on one GPU
   double attnFlopsFwdPerGpu = 0;  // the attention-core part of it
   double opsFwd = 0, opsBwd = 0;  // ops the host issues per micro-batch (kernels and collectives)

@@ -101,6 +101,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadSpecCase{R"({"moe": {"num_experts": 4, "top_k": 6}})", "/moe/top_k", "between 1 and num_experts 4"},
                       BadSpecCase{R"({"moe": {"num_experts": 4, "top_k": 1, "layer_frequency": 99}})",
                                   "/moe/layer_frequency", "between 1 and num_layers"},
+                      BadSpecCase{R"({"moe": {"num_experts": 4, "top_k": 1, "first_dense_layers": 999}})",
+                                  "/moe/first_dense_layers", "from 0 to num_layers - 1"},
                       BadSpecCase{R"({"moe": {"num_experts": 4, "top_k": 1, "routers": 2}})", "/moe/routers",
                                   "unknown field"},
                       BadSpecCase{R"({"dropout": 1.5})", "/dropout", "must be in [0, 1)"},

@@ -415,6 +415,38 @@ TEST(Evaluator, MixtureOfExpertsPaysForAllToAll) {
   EXPECT_LT(ev.stages[0].paramsPerGpu, dense.stages[0].paramsPerGpu / 4);  // experts spread over 8 GPUs
 }
 
+TEST(Evaluator, ZeroShardsOverContextParallelRanksAndExpertStatesOverTheirOwnReplicas) {
+  // Context-parallel ranks hold the same weights: ZeRO-1 shards the optimizer over dp x cp (Megatron-Core's
+  // data-parallel group with context parallel), so cp 8 at dp 1 holds an eighth of the states.
+  Plan p = makePlan("llama2-7b", "dgx-a100-80gb", 8, 1, 1, 8);
+  p.parallel.dp = 1;
+  p.parallel.cp = 8;
+  p.globalBatchSize = 1;
+  p.seqLen = 32768;
+  p.zeroStage = 1;
+  auto evaluator = Evaluator::create(p.model, p.cluster, p.seqLen);
+  ASSERT_TRUE(evaluator) << evaluator.error().toString();
+  auto cp = evaluator->evaluate(p);
+  ASSERT_TRUE(cp) << cp.error().toString();
+  const double params = cp->stages[0].paramsPerGpu;
+  EXPECT_NEAR(cp->stages[0].memory.optimizer, params * 12 / 8, 1);
+  EXPECT_GT(cp->time.dpComm, 0);  // and the gradients are reduced across the cp ranks
+
+  // Mixtral with ep 8 inside dp 8: each GPU holds an eighth of the experts, and nobody else holds its
+  // experts, so their optimizer states are not sharded further; the dense part is sharded 8 ways.
+  Plan m = makePlan("mixtral-8x7b", "dgx-h100-x64", 8, 1, 1, 8);
+  m.parallel.ep = 8;
+  m.zeroStage = 1;
+  m.stages = uniformStages(32, 1, RecomputePolicy::kFull);
+  const auto ev = evaluateOrFail(m);
+  const double all = ev.stages[0].paramsPerGpu;
+  Plan dense = m;
+  dense.parallel.ep = 1;
+  const double allDense = evaluateOrFail(dense).stages[0].paramsPerGpu;
+  const double experts = (allDense - all) * 8.0 / 7.0;  // per GPU at ep 8: allDense - 7/8 of the experts
+  EXPECT_NEAR(ev.stages[0].memory.optimizer, ((all - experts / 8) / 8 + experts / 8) * 12, 1e-6 * all * 12);
+}
+
 TEST(Evaluator, SequenceLengthMustMatchTheEvaluator) {
   Plan p = makePlan("gpt2-small", "dgx-a100-80gb", 8, 1, 1, 8);
   auto evaluator = Evaluator::create(p.model, p.cluster, 1024);

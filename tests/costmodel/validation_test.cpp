@@ -524,5 +524,31 @@ TEST(Validation, FieldsUnderOtherNamesAreReadAsTheirCanonicalOnes) {
   EXPECT_EQ(p.globalBatchSize, 64);
   EXPECT_NEAR(*c->measuredStepSeconds, 0.9, 1e-12);
 }
+
+TEST(Validation, BlackwellRowsAndDeepSeekStyleExpertsAreRead) {
+  // A Megatron-Core MoE row on B200 as SimuMax publishes it: expert width apart from the dense FFN,
+  // the first layers dense ("([0]*1+[1]*3)"), SwiGLU/RMSNorm implied by the architecture's name.
+  Json row = unseenRow();
+  row["id"] = "unseen_b200_moe";
+  row["model"] = Json::parse(R"J({"name": "DeepSeek-V3 shape, 4 layers", "arch": "DeepSeek-V3 (MLA, DeepSeekMoE)",
+      "num_layers": 4, "hidden_size": 7168, "num_attention_heads": 128, "ffn_hidden_size": 18432,
+      "moe_ffn_hidden_size": 2048, "num_experts": 256, "top_k": 8, "vocab_size": 129280, "seq_len": 4096,
+      "moe_layer_freq": "([0]*1+[1]*3)"})J");
+  row["hardware"] = Json::parse(R"({"gpu": "B200 SXM", "gpu_memory_gb": 180, "gpus_per_node": 8, "num_gpus": 8})");
+  row["parallel"] = Json::parse(R"({"tp": 1, "pp": 1, "dp": 8, "ep": 8, "zero_stage": 1})");
+  row["training"] = Json::parse(R"({"precision": "bf16", "recompute": "none", "micro_batch_size": 1, "global_batch_size": 32})");
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  const ModelSpec& s = *c->plan.model.spec;
+  EXPECT_NE(c->plan.cluster.gpu.name.find("B200"), std::string::npos);
+  EXPECT_EQ(s.moe.expertFfnHiddenSize, 2048);
+  EXPECT_EQ(s.moe.firstDenseLayers, 1);
+  EXPECT_FALSE(s.moe.isMoeLayer(0));
+  EXPECT_TRUE(s.moe.isMoeLayer(1));
+  EXPECT_EQ(s.norm, NormKind::kRmsNorm);
+  auto o = validation::evaluateCase(*c);
+  ASSERT_TRUE(o) << o.error().toString();
+  EXPECT_GT(o->predictedStepSeconds, 0);
+}
 }  // namespace
 }  // namespace colo

@@ -29,9 +29,10 @@ struct MoeSpec {
   std::int64_t topK = 0;            ///< experts each token is routed to
   std::int64_t layerFrequency = 1;  ///< layer i is MoE when i % layerFrequency == layerFrequency - 1
   std::int64_t expertFfnHiddenSize = 0;  ///< 0: same as the model's ffn_hidden_size
+  std::int64_t firstDenseLayers = 0;  ///< the first layers stay dense (DeepSeek's first_k_dense_replace)
   [[nodiscard]] bool enabled() const { return numExperts > 0; }
   [[nodiscard]] bool isMoeLayer(std::int64_t layer) const {
-    return enabled() && layer % layerFrequency == layerFrequency - 1;
+    return enabled() && layer >= firstDenseLayers && layer % layerFrequency == layerFrequency - 1;
   }
   friend bool operator==(const MoeSpec&, const MoeSpec&) = default;
 };
