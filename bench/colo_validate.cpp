@@ -14,6 +14,45 @@
 #include "args.h"
 #include "text_table.h"
 #include "validation_harness.h"
+#include "validation_ranking.h"
+
+namespace {
+
+// Layouts of one model on one cluster, in colo's order against the measured order: every group when
+// there are few, else a summary per source.
+template <typename Median>
+void printRanking(const std::vector<colo::validation::GroupRanking>& groups, Median median) {
+  if (groups.empty()) return;
+  std::cout << "ranking of layouts (time per sample; groups of 3+ runs of one model on one cluster):\n";
+  std::map<std::string, std::vector<const colo::validation::GroupRanking*>> bySource;
+  for (const auto& g : groups) bySource[g.group.substr(0, g.group.find(' '))].push_back(&g);
+  auto line = [](const std::string& name, std::size_t runs, double tau, double slowdown, const std::string& extra) {
+    std::cout << "  " << name << ": Kendall's tau " << colo::formatFixed(tau, 2) << ", colo's fastest "
+              << (slowdown <= 1e-12 ? std::string("is the measured fastest")
+                                    : colo::formatFixed(100 * slowdown, 1) + "% slower than the measured fastest")
+              << " (" << runs << " runs" << extra << ")\n";
+  };
+  for (const auto& [source, members] : bySource) {
+    if (groups.size() <= 12) {
+      for (const auto* g : members) line(g->group, g->runs, g->kendallTau, g->pickSlowdown, "");
+      continue;
+    }
+    std::vector<double> taus, slowdowns;
+    std::size_t runs = 0, within = 0;
+    for (const auto* g : members) {
+      taus.push_back(g->kendallTau);
+      slowdowns.push_back(g->pickSlowdown);
+      runs += g->runs;
+      if (g->pickSlowdown <= 0.03) ++within;
+    }
+    std::cout << "  " << source << ": median Kendall's tau " << colo::formatFixed(median(taus), 2) << " over "
+              << members.size() << " groups (" << runs << " runs); colo's fastest within 3% of the measured fastest in "
+              << within << " of " << members.size() << ", median "
+              << colo::formatFixed(100 * median(slowdowns), 1) << "% slower\n";
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<colo::app::OptionSpec> specs{
@@ -70,12 +109,14 @@ int main(int argc, char** argv) {
     }
   }
   std::ostringstream layerLines;  // single-layer timings, forward and backward apart
+  std::vector<colo::validation::Outcome> outcomes;
   for (const auto& c : *cases) {
     auto o = colo::validation::evaluateCase(c);
     if (!o) {
       std::cerr << "colo-validate: error: " << folder << "/public_runs.json: " << c.id << ": " << o.error().toString() << "\n";
       return colo::exitCodeFor(o.error().code);
     }
+    outcomes.push_back(*o);
     const double e = std::fabs(o->stepError);
     errors.push_back(e);
     if (c.fullyPublished) fullErrors.push_back(e);
@@ -130,5 +171,6 @@ int main(int argc, char** argv) {
     std::cout << "memory |error|: mean " << colo::formatFixed(100 * mean(memoryErrors), 1) << "% over "
               << memoryErrors.size() << " runs\n";
   }
+  printRanking(colo::validation::rankLayouts(outcomes), median);
   return 0;
 }

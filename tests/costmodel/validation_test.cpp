@@ -17,6 +17,7 @@
 
 #include "core/test_support.h"
 #include "validation_harness.h"
+#include "validation_ranking.h"
 
 namespace colo {
 namespace {
@@ -549,6 +550,36 @@ TEST(Validation, BlackwellRowsAndDeepSeekStyleExpertsAreRead) {
   auto o = validation::evaluateCase(*c);
   ASSERT_TRUE(o) << o.error().toString();
   EXPECT_GT(o->predictedStepSeconds, 0);
+}
+
+TEST(Validation, LayoutsAreRankedAgainstTheMeasuredOrderPerModelAndCluster) {
+  EXPECT_DOUBLE_EQ(validation::kendallTau({1, 2, 3, 4}, {10, 20, 30, 40}), 1.0);
+  EXPECT_DOUBLE_EQ(validation::kendallTau({1, 2, 3, 4}, {40, 30, 20, 10}), -1.0);
+  EXPECT_DOUBLE_EQ(validation::kendallTau({1, 2, 3}, {1, 3, 2}), 1.0 / 3.0);  // 2 concordant, 1 discordant
+  EXPECT_DOUBLE_EQ(validation::kendallTau({1, 1}, {1, 2}), 0.0);             // only a tied pair
+
+  // Three layouts of one model on one cluster, and one run of another model (no group of its own).
+  auto base = validation::caseFromRow(unseenRow(), assumptionsFile());
+  ASSERT_TRUE(base) << base.error().toString();
+  std::vector<validation::Case> cases(4, *base);
+  cases[3].plan.model.spec->numLayers = 8;
+  const double predicted[] = {1.0, 2.0, 3.0, 1.0};
+  const double measured[] = {2.2, 2.0, 3.5, 1.0};  // colo's fastest (the first) is 10% slower than the second
+  std::vector<validation::Outcome> outcomes;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    cases[i].id = "unseen_" + std::to_string(i);
+    validation::Outcome o;
+    o.source = &cases[i];
+    o.predictedStepSeconds = predicted[i];
+    o.measuredSeconds = measured[i];
+    outcomes.push_back(o);
+  }
+  const auto groups = validation::rankLayouts(outcomes);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].runs, 3u);
+  EXPECT_EQ(groups[0].group.rfind("Some_benchmark h1536 L16", 0), 0u) << groups[0].group;
+  EXPECT_DOUBLE_EQ(groups[0].kendallTau, 1.0 / 3.0);
+  EXPECT_NEAR(groups[0].pickSlowdown, 0.1, 1e-12);
 }
 }  // namespace
 }  // namespace colo
