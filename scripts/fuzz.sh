@@ -3,6 +3,10 @@
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]   default 20; 9 targets, so about 3-4 minutes plus the build
 #
+# libFuzzer's random seed is fixed (COLO_FUZZ_SEED, default 1), so a finding in CI is the same finding
+# on a developer's machine from the same commit; set COLO_FUZZ_SEED=0 for a fresh random seed each run.
+# COLO_FUZZ_TARGETS="plan validation" fuzzes only those readers.
+#
 # Installs clang-16 and libc++ 16 when missing (only those), builds the targets in build-fuzz/ with
 # AddressSanitizer and UndefinedBehaviorSanitizer, runs each on a copy of its seed corpus (data/ and
 # tests/fuzz_regressions/) for the given time, and exits non-zero on any crash, hang (an input slower
@@ -11,6 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-20}"
 jobs="${COLO_FUZZ_JOBS:-2}"
+seed="${COLO_FUZZ_SEED:-1}"
+targets=(${COLO_FUZZ_TARGETS:-model hf_config op_graph cluster plan cost_db runs_db token_data validation})
 
 packages=(clang-16 libc++-16-dev libc++abi-16-dev libclang-rt-16-dev cmake ninja-build nlohmann-json3-dev
           libboost-graph-dev libsqlite3-dev sqlite3)
@@ -71,13 +77,13 @@ for reader in tests/fuzz_regressions/*/; do
 done
 
 status=0
-for target in model hf_config op_graph cluster plan cost_db runs_db token_data validation; do
+for target in "${targets[@]}"; do
   corpus="$build/corpus/$target"
   findings="$build/findings/$target"
   mkdir -p "$corpus" "$findings"
   echo "fuzz: $target for ${seconds}s" >&2
   if ! "$build/fuzz_$target" "$corpus" "$seeds/$target" -max_total_time="$seconds" -timeout=10 \
-      -rss_limit_mb=2048 -max_len=65536 -artifact_prefix="$findings/" -print_final_stats=1 \
+      -rss_limit_mb=2048 -max_len=65536 -artifact_prefix="$findings/" -print_final_stats=1 -seed="$seed" \
       >"$build/$target.log" 2>&1; then
     echo "fuzz: $target FAILED; the input is in $findings/, the log in $build/$target.log:" >&2
     grep -E "ERROR|SUMMARY|fuzz:|Test unit written" "$build/$target.log" | head -20 >&2 || true

@@ -17,6 +17,11 @@ struct DeviceModel {
   double flashFwdEfficiency = 0;   ///< share of peak a fused attention forward reaches
   double flashBwdEfficiency = 0;   ///< share of peak a fused attention backward reaches
   double memoryBytesPerSecond = 0; ///< achievable device-memory bandwidth
+  /// The host issues kernels to a separate device, which can run ahead of it or wait for it (false on a
+  /// CPU, whose per-op cost is already its kernel floor). Kept between 8-byte members on purpose: a
+  /// trailing bool leaves tail padding, where libc++ 16's std::expected keeps its has-value flag and a
+  /// copy of the value overwrites it (LLVM issue 70494; found by the fuzz build).
+  bool hostIssued = true;
   std::int64_t streamingProcessors = 0;  ///< SMs: GEMM tiles fill waves of this many
   double kernelFloorSeconds = 0;   ///< the least time any kernel takes (launch and tail)
   double contextBytes = 0;         ///< CUDA context, cuBLAS workspaces: memory outside the allocator
@@ -25,9 +30,6 @@ struct DeviceModel {
   /// Compute running beside an overlapped collective is this much slower (the collective's kernels
   /// hold SMs and memory bandwidth): a hidden collective of duration C still costs overlapSlowdown * C.
   double overlapSlowdown = 0;
-  /// The host issues kernels to a separate device, which can run ahead of it or wait for it (false on a
-  /// CPU, whose per-op cost is already its kernel floor).
-  bool hostIssued = true;
 };
 
 /// The device model of `gpu` training in `precision`. GPUs are recognised by name (V100, A100, H100,
