@@ -899,7 +899,14 @@ Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions) {
     std::smatch m;
     if (!recomputeLayers && std::regex_search(recomputeText, m, count)) recomputeLayers = std::stoll(m[1]);
   }
-  if (recomputeText.rfind("full", 0) != 0 && recomputeText.rfind("selective", 0) != 0 && recomputeText.rfind("none", 0) != 0) {
+  // torchtitan's per-op selective activation checkpointing (mode "selective", selective_ac_option "op").
+  if (has(recomputeText, "per-op") || has(recomputeText, "op sac") || has(recomputeText, "op-level") ||
+      has(recomputeText, "selective_ac_option op") || has(recomputeText, "selective op") ||
+      has(recomputeText, "(op)")) {
+    recomputeText = "op";
+  }
+  if (recomputeText.rfind("full", 0) != 0 && recomputeText.rfind("selective", 0) != 0 && recomputeText.rfind("none", 0) != 0 &&
+      recomputeText != "op") {
     // --recompute-activations is Megatron's selective recompute; checkpointing by any name is full.
     if (has(recomputeText, "selective") || has(recomputeText, "recompute-activations")) recomputeText = "selective";
     else if (has(recomputeText, "full") || has(recomputeText, "checkpoint") || has(recomputeText, "recompute-granularity") ||
@@ -910,9 +917,12 @@ Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions) {
       recomputeText = "none";
   }
   const bool recomputeOpen = recomputeText.rfind("full", 0) != 0 && recomputeText.rfind("selective", 0) != 0 &&
-                             recomputeText.rfind("none", 0) != 0 && !set.pick("recompute").is_string();
+                             recomputeText.rfind("none", 0) != 0 && recomputeText != "op" &&
+                             !set.pick("recompute").is_string();
   RecomputePolicy policy = RecomputePolicy::kNone;
-  if (recomputeText.rfind("full", 0) == 0) {
+  if (recomputeText == "op") {
+    policy = RecomputePolicy::kOp;
+  } else if (recomputeText.rfind("full", 0) == 0) {
     policy = RecomputePolicy::kFull;
   } else if (recomputeText.rfind("selective", 0) == 0) {
     policy = RecomputePolicy::kSelective;

@@ -35,7 +35,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"gbs", "G", "global batch size, samples per step (required)"},
       {"seq-len", "S", "tokens per sample (default: the model's)"},
       {"zero", "Z", "ZeRO stage 0-3 (default 0; 1 = distributed optimizer)"},
-      {"recompute", "R", "activation recompute: none (default), selective, full"},
+      {"recompute", "R", "activation recompute: none (default), selective, full, op (per-op, as torchtitan)"},
       {"recompute-layers", "N", "recompute only the first N layers of each pipeline chunk"},
       {"stages", "L1,L2,..", "layers of each pipeline chunk (default: even split)"},
       {"schedule", "S", "gpipe, 1f1b (default; interleaved when --vpp > 1), interleaved, zb"},
@@ -361,7 +361,7 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
   if (!args) return reportError(args.error(), err);
   if (args->has("help")) {
     out << "usage: colo-plan evaluate --model M --cluster C [--gpus N] --tp T --pp P --dp D [--cp C] [--ep E]\n"
-           "         [--vpp V] [--sp] --mbs B --gbs G [--seq-len S] [--zero 0|1|2|3] [--recompute none|selective|full]\n"
+           "         [--vpp V] [--sp] --mbs B --gbs G [--seq-len S] [--zero 0|1|2|3] [--recompute none|selective|full|op]\n"
            "         [--schedule gpipe|1f1b|interleaved|zb] [--precision bf16|fp16|fp8|fp32] [--json]\n"
            "       colo-plan evaluate --plan plan.json [--json]\n\n"
            "Predicts the step time and per-GPU memory of one plan, with where the time and memory go.\n\n"

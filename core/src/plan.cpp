@@ -24,6 +24,7 @@ std::string toString(RecomputePolicy value) {
     case RecomputePolicy::kNone: return "none";
     case RecomputePolicy::kSelective: return "selective";
     case RecomputePolicy::kFull: return "full";
+    case RecomputePolicy::kOp: return "op";
   }
   return "none";
 }
@@ -57,10 +58,11 @@ Result<Schedule> parseSchedule(const std::string& name) {
 }
 
 Result<RecomputePolicy> parseRecompute(const std::string& name) {
-  for (const RecomputePolicy p : {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
+  for (const RecomputePolicy p :
+       {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull, RecomputePolicy::kOp}) {
     if (toString(p) == name) return p;
   }
-  return fail(Error::badInput("unknown recompute policy \"" + name + "\" (expected one of: none, selective, full)"));
+  return fail(Error::badInput("unknown recompute policy \"" + name + "\" (expected one of: none, selective, full, op)"));
 }
 
 std::int64_t Plan::numMicroBatches() const {

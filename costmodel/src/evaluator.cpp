@@ -328,6 +328,12 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
           cc.recomputeFlops += lc.attnFlopsFwdPerGpu;
         }
         saved = lc.savedSelective;
+      } else if (recomputes && sp.recompute == RecomputePolicy::kOp) {
+        // Per-op: the backward first re-runs what was not kept, rebuilding the layer's activations.
+        cc.recompute += lc.recomputeOpFwd;
+        cc.recomputeFlops += lc.recomputeOpFlops;
+        saved = lc.savedOp;
+        cc.workingSet = std::max(cc.workingSet, 2.0 * lc.savedFull - lc.savedOp);
       }
       cc.savedPerMicroBatch += saved * byteScale;
     }

@@ -54,7 +54,9 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision) {
     d.sustainedClock = 0.88;  // ~1700-1750 of 1980 MHz boost at 700 W
   } else if (contains(name, "B200") || contains(name, "B100") || contains(name, "B300")) {
     // Blackwell (B200 SXM, GB200): 148 SMs; fifth-generation tensor cores.
-    d.gemmEfficiency = precision == DType::kFp8 ? 0.60 : 0.72;  // provisional: Hopper's (docs/costmodel.md)
+    // bf16: torch.matmul on B200 reaches 1.41-1.45 of 2.25 PFLOP/s on 4096^3-8192^3 (pytorch/ao PR 2427's
+    // bench_matmul table, June 2025); fp8 provisional (Hopper's share).
+    d.gemmEfficiency = precision == DType::kFp8 ? 0.60 : 0.64;
     d.flashFwdEfficiency = 0.55;
     d.flashBwdEfficiency = 0.42;
     d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.82;

@@ -185,6 +185,24 @@ double gemmSeconds(double m, double n, double k, double count, std::int64_t dtyp
   return std::max({compute, memory, device.kernelFloorSeconds});
 }
 
+namespace {
+
+// The separate matrix products a GEMM of colo's graph stands for, as shares of its output width: the
+// builder fuses q, k and v into "qkv" and gate and up into "gate_up" (core/src/op_graph_builder.cpp);
+// eager frameworks run them as separate products, which is what per-op recompute counts.
+std::vector<double> productShares(const OpTemplate& op, const LayerConfig& c) {
+  auto endsWith = [&](const std::string& suffix) {
+    return op.name.size() >= suffix.size() && op.name.compare(op.name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  const double n = static_cast<double>(op.n);
+  const double kv = static_cast<double>(c.kvWidth);
+  if (endsWith("qkv") && kv > 0 && n > 2 * kv) return {(n - 2 * kv) / n, kv / n, kv / n};
+  if (endsWith("gate_up")) return {0.5, 0.5};
+  return {1.0};
+}
+
+}  // namespace
+
 LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const DeviceModel& device,
                     const GroupPlacement& tpGroup, const GroupPlacement& cpGroup, const GroupPlacement& epGroup,
                     LookupCounts* counts, std::vector<OpCost>* opCosts) {
@@ -212,6 +230,11 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
 
   double attnSaved = 0;
   double quadraticSaved = 0;
+  // Per-op selective recompute keeps the output of every other matrix product, counted in the order
+  // the layer runs them (the 1st, 3rd, ...); a fused projection counts as the GEMMs eager frameworks
+  // run apart (QKV as q, k and v; gate_up as gate and up).
+  std::int64_t products = 0;
+  double opKeptOutputs = 0;
   const OpTemplate* scores = nullptr;
   const OpTemplate* previous = nullptr;
   for (const auto& op : layer.ops) {
@@ -283,6 +306,18 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
                                 op.kind == OpKind::kBatchedMatMul) ? 2 : 1;
     if (opCosts) opCosts->push_back({op.name, toString(op.kind), fwd, bwd});
     previous = &op;
+    if ((op.kind == OpKind::kMatMul || op.kind == OpKind::kGroupedMatMul) && !fused) {
+      double kept = 0;
+      for (const double share : productShares(op, c)) kept += (++products % 2 == 1) ? share : 0.0;
+      if (const auto g = scaledGemm(op, c)) {
+        const double split = op.shard == Shard::kRow ? seqSplit : 1.0;  // reduce-scattered under SP
+        opKeptOutputs += kept * g->m * g->n * g->count * static_cast<double>(c.activationBytes) / split;
+        out.recomputeOpFlops += (1.0 - kept) * 2.0 * g->m * g->n * g->k * g->count;
+      }
+      out.recomputeOpFwd += (1.0 - kept) * fwd;
+    } else if (!op.attentionCore) {
+      out.recomputeOpFwd += fwd;  // norms, rotary, activations, residuals: cheap, recomputed
+    }
     if (op.attentionCore) out.attnCoreFwd += fwd;
 
     // Saved activations: a linear saves its input (full width unless SP splits it); everything
@@ -336,6 +371,11 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
   }
   out.savedInput = b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.hidden) *
                    static_cast<double>(c.activationBytes) / seqSplit;
+  // The attention kernel's saved tensors stay (torchtitan's save list holds SDPA; unfused, the core's).
+  const double attentionKept = (c.flash && scores)
+                                   ? (layer.attentionOutputPerSample + layer.lsePerSample) * tokenScale / tp
+                                   : attnSaved;
+  out.savedOp = std::min(out.savedFull, out.savedInput + attentionKept + opKeptOutputs);
 
   // Tensor-parallel collectives on the full activation: all-reduce after each row-parallel linear
   // (forward) and on the input gradient of each column-parallel one (backward); sequence parallelism

@@ -91,6 +91,9 @@ struct LayerCost {
   double savedFull = 0;       // no recompute
   double savedSelective = 0;  // selective recompute
   double savedInput = 0;      // full recompute: the layer input only
+  double savedOp = 0;         // per-op selective recompute (torchtitan's "op" policy)
+  double recomputeOpFwd = 0;  // the forward kernels that policy runs again before the backward
+  double recomputeOpFlops = 0;  // the model FLOPs of the products it runs again
   double paramsPerGpu = 0;
   double expertParamsPerGpu = 0;  // the routed experts' part of paramsPerGpu
   double gemmFlopsFwdPerGpu = 0;  // model FLOPs of the layer on one GPU

@@ -122,6 +122,12 @@ Result<void> checkExecutable(const Plan& plan, int world, const std::string& bac
   if (plan.schedule == Schedule::kZeroBubble) return bad("schedule zb: the executor runs gpipe, 1f1b and interleaved");
   if (plan.zeroStage > 1) return bad("zero_stage = " + std::to_string(plan.zeroStage) + ": the executor implements ZeRO 0 and 1 (distributed optimizer)");
   if (plan.offload.optimizerFraction > 0 || plan.offload.paramsFraction > 0) return bad("offload: the executor keeps every state on the device");
+  for (std::size_t s = 0; s < plan.stages.size(); ++s) {
+    if (plan.stages[s].recompute == RecomputePolicy::kOp && plan.stages[s].recomputeLayers > 0) {
+      return bad("stages[" + std::to_string(s) + "].recompute = op: per-op selective recompute is not implemented by the "
+                 "executor (it runs none, selective and full)");
+    }
+  }
   if (m.numAttentionHeads % p.tp != 0 || m.kvHeads() % p.tp != 0) {
     return bad("model " + m.name + ": " + std::to_string(m.numAttentionHeads) + " heads and " + std::to_string(m.kvHeads()) +
                " key/value heads must divide by tp = " + std::to_string(p.tp));

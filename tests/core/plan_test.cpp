@@ -147,6 +147,25 @@ TEST(Plan, EditedEmbeddedModelIsDetected) {
   EXPECT_EQ(r.error().path, "/provenance/model_hash");
 }
 
+TEST(Plan, EveryRecomputePolicyRoundTrips) {
+  for (const RecomputePolicy policy :
+       {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull, RecomputePolicy::kOp}) {
+    Plan p = megatronPlan();
+    for (auto& st : p.stages) {
+      st.recompute = policy;
+      st.recomputeLayers = policy == RecomputePolicy::kNone ? 0 : st.layers;
+    }
+    auto back = planFromJson(planToJson(p), "plan.json");
+    ASSERT_TRUE(back) << back.error().toString();
+    EXPECT_EQ(back->stages, p.stages) << toString(policy);
+  }
+  Json doc = planToJson(megatronPlan());
+  doc["stages"][0]["recompute"] = "sometimes";
+  auto bad = planFromJson(doc, "plan.json");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().toString().find("none, selective, full, op"), std::string::npos) << bad.error().toString();
+}
+
 TEST(Plan, BadFieldsInsideTheFileNameTheirPath) {
   Json doc = planToJson(megatronPlan());
   doc["model"]["hidden_size"] = -1;

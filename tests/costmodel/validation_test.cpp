@@ -244,6 +244,13 @@ TEST(Validation, RowsWrittenOtherwiseStillReadRight) {
   ASSERT_TRUE(c) << c.error().toString();
   EXPECT_EQ(c->plan.stages.front().recompute, RecomputePolicy::kSelective);
   EXPECT_EQ(c->plan.zeroStage, 2);
+  for (const char* text : {"selective, per-op SAC", "selective (op)", "op-level selective AC", "selective_ac_option op"}) {
+    Json opRow = row;
+    opRow["training"]["recompute"] = text;
+    auto o = validation::caseFromRow(opRow, assumptions);
+    ASSERT_TRUE(o) << o.error().toString();
+    EXPECT_EQ(o->plan.stages.front().recompute, RecomputePolicy::kOp) << text;
+  }
   const double B = 64, s = 2048, l = 16, h = 1536, V = 51200;
   const double flops = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
   EXPECT_NEAR(*c->measuredStepSeconds, flops / (0.40 * 125e12 * 16), 1e-9);  // V100 fp16 peak, 16 GPUs

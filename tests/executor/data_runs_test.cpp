@@ -205,6 +205,10 @@ TEST(CheckExecutable, NamesWhatTheExecutorCannotRun) {
   Plan zero3 = tinyPlan("tiny-gpt", 1, 1, 2);
   zero3.zeroStage = 3;
   EXPECT_NE(checkExecutable(zero3, 2, "gloo").error().message.find("zero_stage = 3"), std::string::npos);
+  Plan perOp = tinyPlan("tiny-gpt", 1, 2, 1);
+  perOp.stages[1].recompute = RecomputePolicy::kOp;
+  perOp.stages[1].recomputeLayers = perOp.stages[1].layers;
+  EXPECT_NE(checkExecutable(perOp, 2, "gloo").error().message.find("stages[1].recompute = op"), std::string::npos);
   Plan heads = tinyPlan("tiny-llama", 4, 1, 1);  // 2 key/value heads
   EXPECT_NE(checkExecutable(heads, 4, "gloo").error().message.find("key/value heads"), std::string::npos);
   EXPECT_NE(checkExecutable(tinyPlan("tiny-gpt", 1, 1, 1), 1, "mpi").error().message.find("--backend"), std::string::npos);

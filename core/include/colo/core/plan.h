@@ -17,7 +17,12 @@
 namespace colo {
 
 enum class Schedule { kGpipe, kOneFOneB, kInterleaved, kZeroBubble };
-enum class RecomputePolicy { kNone, kSelective, kFull };
+/// What a recomputed layer keeps between its forward and backward (docs/costmodel.md, "Recompute").
+/// kSelective: Megatron's (drops the attention core's quadratic activations; nothing under
+/// FlashAttention). kOp: torchtitan's per-op selective checkpointing (selective_ac_option "op"): keeps
+/// the layer input, the attention kernel's output and every other matrix product, recomputes the rest.
+/// kFull: keeps the layer input only.
+enum class RecomputePolicy { kNone, kSelective, kFull, kOp };
 enum class OffloadTarget { kCpu, kNvme };
 /// How the gradients of successive micro-batches are summed before the data-parallel reduction: the
 /// framework decides, and it costs a pass over every local parameter per micro-batch unless fused.
