@@ -15,6 +15,7 @@
 #include "text_table.h"
 #include "validation_harness.h"
 #include "validation_ranking.h"
+#include "validation_residuals.h"
 
 namespace {
 
@@ -52,20 +53,47 @@ void printRanking(const std::vector<colo::validation::GroupRanking>& groups, Med
   }
 }
 
+// --residuals FILE [DIR...]: the residual table of the development sets (default: data/validation's
+// published and vtrain_single folders), written atomically.
+int writeResiduals(const std::string& file, std::vector<std::string> folders) {
+  if (folders.empty()) {
+    const std::string root = colo::dataDirectory() + "/validation";
+    folders = {root + "/published", root + "/vtrain_single"};
+  }
+  auto table = colo::validation::residualsOfFolders(folders);
+  if (!table) {
+    std::cerr << "colo-validate: error: " << table.error().toString() << "\n";
+    return colo::exitCodeFor(table.error().code);
+  }
+  if (auto written = colo::writeJsonFileAtomic(file, table->toJson()); !written) {
+    std::cerr << "colo-validate: error: " << written.error().toString() << "\n";
+    return colo::exitCodeFor(written.error().code);
+  }
+  std::size_t memory = 0;
+  for (const auto& r : table->rows()) memory += r.memoryError ? 1 : 0;
+  std::cout << "wrote " << file << ": " << table->rows().size() << " runs (" << memory << " with memory) from";
+  for (const auto& f : folders) std::cout << " " << f;
+  std::cout << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<colo::app::OptionSpec> specs{
       {"plans", "DIR", "also write each evaluated run's plan as DIR/<id>.json (colo-plan evaluate --plan F --explain)"},
+      {"residuals", "FILE", "instead, write the error bands' residual table of the DATA_DIRs (default: published, vtrain_single)"},
       {"help", "", "show this help"}};
   auto args = colo::app::Args::parse(std::vector<std::string>(argv + 1, argv + argc), specs);
   if (!args) {
     std::cerr << "colo-validate: error: " << args.error().toString() << "\n";
     return 2;
   }
+  if (const auto file = args->value("residuals"); file && !args->has("help")) return writeResiduals(*file, args->positional());
   if (args->has("help") || args->positional().size() > 1) {
     (args->has("help") ? std::cout : std::cerr)
-        << "usage: colo-validate [DATA_DIR] [--plans DIR]\n\n"
+        << "usage: colo-validate [DATA_DIR] [--plans DIR]\n"
+           "       colo-validate --residuals FILE [DATA_DIR...]\n\n"
            "Predicted against measured step time and memory for the published runs in DATA_DIR (default: the\n"
            "shipped data/validation): DATA_DIR/public_runs.json holds the rows, DATA_DIR/assumptions.json (optional)\n"
            "what each row leaves unsaid. The schema: data/validation/README.md. Exit 2 when no row can be evaluated.\n\n"

@@ -11,6 +11,7 @@
 #include "colo/core/units.h"
 #include "colo/core/version.h"
 #include "colo/costmodel/evaluator.h"
+#include "colo/costmodel/error_band.h"
 #include "colo/costmodel/timeline.h"
 #include "commands.h"
 #include "text_table.h"
@@ -320,12 +321,20 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev) 
               ? ""
               : ", grad accumulation " + toString(plan.execution.gradAccumulation))
       << "\n";
-  out << "step      " << seconds(ev.stepSeconds) << "  |  " << formatCount(ev.tokensPerSecond) << " tokens/s  |  "
+  const costmodel::PredictionBands bands = costmodel::bandsOf(plan, ev);
+  out << "step      " << seconds(ev.stepSeconds) << (bands.time ? " (" + bands.time->describe() + ")" : "") << "  |  "
+      << formatCount(ev.tokensPerSecond) << " tokens/s  |  "
       << formatFixed(ev.modelTflopsPerGpu, 1) << " model TFLOP/s/GPU (MFU " << formatFixed(100 * ev.mfu, 1) << "%), "
       << formatFixed(ev.hardwareTflopsPerGpu, 1) << " hardware  |  bubble " << formatFixed(100 * ev.bubbleFraction, 1)
       << "%\n";
-  out << "memory    peak " << formatBytes(ev.peakMemoryBytes) << " of " << formatBytes(ev.gpuMemoryBytes) << " per GPU: "
-      << (ev.fits ? "fits" : "DOES NOT FIT") << "\n";
+  out << "memory    peak " << formatBytes(ev.peakMemoryBytes)
+      << (bands.memory ? " (" + bands.memory->describe() + ")" : "") << " of " << formatBytes(ev.gpuMemoryBytes)
+      << " per GPU: " << (ev.fits ? "fits" : "DOES NOT FIT");
+  if (bands.memoryAtRisk(ev)) {
+    out << ", AT RISK: at the top of its error band the peak is "
+        << formatBytes(ev.peakMemoryBytes * (1 + bands.memory->high));
+  }
+  out << "\n";
   const auto& t = ev.time;
   TextTable time({"where the step goes", "seconds", "share"}, {false, true, true});
   const std::pair<const char*, double> parts[] = {
@@ -434,6 +443,7 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
   }
   if (args->has("json")) {
     Json j = evaluation->toJson();
+    j["error_band"] = costmodel::bandsToJson(costmodel::bandsOf(plan, *evaluation), *evaluation);
     if (args->has("ops")) {
       j["ops"] = Json::array();
       for (const auto& o : ops) {

@@ -6,6 +6,7 @@
 #include "inputs.h"
 #include "colo/core/library.h"
 #include "colo/core/units.h"
+#include "colo/costmodel/error_band.h"
 #include "colo/planner/baseline.h"
 #include "colo/planner/search.h"
 #include "commands.h"
@@ -145,9 +146,9 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
         << " costed (" << st.evaluated << " evaluations), " << st.feasible << " fit; " << formatFixed(st.seconds, 3)
         << " s (" << formatCount(static_cast<double>(st.generated) / std::max(st.seconds, 1e-9)) << " candidates/s)\n";
     auto table = [&](const std::vector<planner::Candidate>& list, bool ranked) {
-      TextTable t({"#", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "stages", "step", "tokens/s",
-                   "MFU", "peak mem", "why"},
-                  {true, true, true, true, true, true, true, true, true, false, false, true, true, true, true, false});
+      TextTable t({"#", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "stages", "step", "likely",
+                   "tokens/s", "MFU", "peak mem", "why"},
+                  {true, true, true, true, true, true, true, true, true, false, false, true, false, true, true, true, false});
       int i = 0;
       std::map<std::string, std::pair<int, const planner::Candidate*>> shown;  // visible columns -> first row
       int rowNumber = 0;
@@ -157,16 +158,22 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
         const std::string stages = planner::stagesSummary(p);
         std::string rec = planner::recomputeSummary(p);
         if (p.offload.optimizerFraction > 0) rec += " +offload";
+        // The likely range of the measured step around the prediction (validated runs most like it), and
+        // a fit that the top of the memory band would break.
+        const costmodel::PredictionBands bands = costmodel::bandsOf(p, c.evaluation);
+        const std::string likely = bands.time ? bands.time->describe().substr(0, bands.time->describe().find(',')) : "-";
+        std::string memory = formatBytes(c.evaluation.peakMemoryBytes);
+        if (bands.memoryAtRisk(c.evaluation)) memory += " AT RISK";
         std::vector<std::string> cells{
             ranked ? std::to_string(++i) : "-", std::to_string(p.parallel.tp), std::to_string(p.parallel.pp),
             std::to_string(p.parallel.dp), std::to_string(p.parallel.cp), std::to_string(p.parallel.ep),
             std::to_string(p.parallel.virtualStages), std::to_string(p.microBatchSize), std::to_string(p.zeroStage), rec,
-            stages, formatFixed(c.evaluation.stepSeconds, 3) + " s", formatCount(c.evaluation.tokensPerSecond),
-            formatFixed(100 * c.evaluation.mfu, 1) + "%", formatBytes(c.evaluation.peakMemoryBytes), row(c)};
+            stages, formatFixed(c.evaluation.stepSeconds, 3) + " s", likely, formatCount(c.evaluation.tokensPerSecond),
+            formatFixed(100 * c.evaluation.mfu, 1) + "%", memory, row(c)};
         // Settings no column shows (rank layout, schedule, sequence parallelism) can make two rows read
         // alike: the later one says what sets it apart.
         std::string visible;
-        for (std::size_t k = 1; k + 5 < cells.size(); ++k) visible += cells[k] + "|";  // tp .. stages
+        for (std::size_t k = 1; k + 6 < cells.size(); ++k) visible += cells[k] + "|";  // tp .. stages
         if (const auto seen = shown.find(visible); seen != shown.end()) {
           cells.back() += std::string("; unlike ") + (ranked ? "#" : "row ") + std::to_string(seen->second.first) + ": " +
                           planner::planDifferences(seen->second.second->plan, p);

@@ -10,6 +10,7 @@
 #include "colo/core/units.h"
 #include "colo/core/version.h"
 #include "colo/costmodel/collectives.h"
+#include "colo/costmodel/error_band.h"
 #include "colo/planner/baseline.h"
 #include "colo/planner/partition.h"
 
@@ -522,11 +523,14 @@ Json SearchResult::toJson() const {
                 {"mfu", c.evaluation.mfu},
                 {"peak_memory_bytes", c.evaluation.peakMemoryBytes},
                 {"fits", c.fits},
+                {"error_band", costmodel::bandsToJson(costmodel::bandsOf(p, c.evaluation), c.evaluation)},
                 {"reason", c.reason}};
   };
   Json out;
   if (!top.empty()) {
     Json best = top.front().evaluation.toJson();
+    best["error_band"] = costmodel::bandsToJson(costmodel::bandsOf(top.front().plan, top.front().evaluation),
+                                                top.front().evaluation);
     best["plan"] = planToJson(top.front().plan);
     out["best"] = best;
   } else {

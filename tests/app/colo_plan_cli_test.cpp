@@ -56,6 +56,25 @@ TEST(ColoPlanCli, EvaluateOpsListsEveryOpsCompute) {
   EXPECT_NEAR(forward, j["stages"][0]["forward_s"].get<double>(), 1e-12);
 }
 
+TEST(ColoPlanCli, PredictionsCarryTheErrorBandOfSimilarValidatedRuns) {
+  // GPT-3 175B on 1,024 A100: the step time's likely range from the validated runs most like it, in
+  // the text, the JSON and every search row.
+  const std::string plan = "--model gpt3-175b --cluster dgx-a100-80gb-x128 --tp 8 --pp 16 --vpp 3 --sp --mbs 1 --gbs 1536 --zero 1";
+  const auto text = run("evaluate " + plan);
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_TRUE(std::regex_search(text.out, std::regex(R"(step +[0-9.]+ s \([-+][0-9]+%\.\.[-+][0-9]+%, 20 similar validated runs\))")))
+      << text.out;
+  const auto json = run("evaluate " + plan + " --json");
+  ASSERT_EQ(json.exitCode, 0) << json.err;
+  const Json band = Json::parse(json.out)["error_band"];
+  EXPECT_EQ(band["step"]["runs"].get<int>(), 20);
+  EXPECT_LT(band["step"]["low"].get<double>(), band["step"]["high"].get<double>());
+  EXPECT_FALSE(band["memory_at_risk"].get<bool>());
+  const auto search = run("search --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536 --top 3 --json");
+  ASSERT_EQ(search.exitCode, 0) << search.err;
+  for (const auto& c : Json::parse(search.out)["candidates"]) EXPECT_EQ(c["error_band"]["step"]["runs"].get<int>(), 20);
+}
+
 TEST(ColoPlanCli, ExplainNamesTheOptimizerTrafficOfThePlansPrecision) {
   for (const auto& [precision, expected] : {std::pair<std::string, std::string>{"fp16", "54 bytes per parameter (fp16"},
                                             {"bf16", "42 bytes per parameter (bf16"},

@@ -11,12 +11,15 @@ void CandidatesModel::setResult(const planner::SearchResult& result) {
   beginResetModel();
   m_rows = result.top;
   for (const auto& r : result.rejected) m_rows.push_back(r);
+  m_bands.clear();
+  for (const auto& r : m_rows) m_bands.push_back(costmodel::bandsOf(r.plan, r.evaluation));
   endResetModel();
 }
 
 void CandidatesModel::clear() {
   beginResetModel();
   m_rows.clear();
+  m_bands.clear();
   endResetModel();
 }
 
@@ -25,8 +28,9 @@ int CandidatesModel::columnCount(const QModelIndex& parent) const { return paren
 
 QVariant CandidatesModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* names[kColumns] = {"#",    "tp",        "pp",        "dp",   "cp",      "vpp",  "mbs",       "ZeRO",
-                                        "schedule", "recompute", "step time", "tokens/s", "MFU", "peak memory", "fits"};
+  static const char* names[kColumns] = {"#",         "tp",        "pp",       "dp",     "cp",  "vpp",
+                                        "mbs",       "ZeRO",      "schedule", "recompute", "step time", "likely",
+                                        "tokens/s",  "MFU",       "peak memory", "fits"};
   return section >= 0 && section < kColumns ? QString(names[section]) : QVariant();
 }
 
@@ -35,7 +39,17 @@ QVariant CandidatesModel::data(const QModelIndex& index, int role) const {
   const planner::Candidate& c = m_rows[static_cast<std::size_t>(index.row())];
   const Plan& p = c.plan;
   const auto& e = c.evaluation;
-  if (role == Qt::ToolTipRole) return QString::fromStdString(c.reason);
+  const costmodel::PredictionBands& bands = m_bands[static_cast<std::size_t>(index.row())];
+  if (role == Qt::ToolTipRole) {
+    if (index.column() == kLikely || index.column() == kFits) {
+      std::string tip = "the measured value lies in this range of the prediction for the middle 80% of the validated runs most like this plan";
+      if (bands.time) tip += "\nstep: " + bands.time->describe();
+      if (bands.memory) tip += "\nmemory: " + bands.memory->describe();
+      if (bands.memoryAtRisk(e)) tip += "\nat the top of the memory band the peak exceeds the GPU";
+      return QString::fromStdString(tip);
+    }
+    return QString::fromStdString(c.reason);
+  }
   if (role == Qt::TextAlignmentRole) {
     return index.column() == kSchedule || index.column() == kRecompute ? QVariant(Qt::AlignLeft | Qt::AlignVCenter)
                                                                       : QVariant(Qt::AlignRight | Qt::AlignVCenter);
@@ -54,10 +68,16 @@ QVariant CandidatesModel::data(const QModelIndex& index, int role) const {
     case kSchedule: return QString::fromStdString(toString(p.schedule));
     case kRecompute: return QString::fromStdString(planner::recomputeSummary(p));
     case kStep: return sort ? QVariant(e.stepSeconds) : QVariant(QString::fromStdString(formatFixed(e.stepSeconds, 3) + " s"));
+    case kLikely:
+      if (!bands.time) return sort ? QVariant(0.0) : QVariant(QStringLiteral("-"));
+      return sort ? QVariant(bands.time->high)
+                  : QVariant(QString::fromStdString(bands.time->describe().substr(0, bands.time->describe().find(','))));
     case kTokens: return sort ? QVariant(e.tokensPerSecond) : QVariant(QString::fromStdString(formatCount(e.tokensPerSecond)));
     case kMfu: return sort ? QVariant(e.mfu) : QVariant(QString::fromStdString(formatFixed(100 * e.mfu, 1) + "%"));
     case kMemory: return sort ? QVariant(e.peakMemoryBytes) : QVariant(QString::fromStdString(formatBytes(e.peakMemoryBytes)));
-    case kFits: return sort ? QVariant(c.fits ? 1 : 0) : QVariant(c.fits ? QStringLiteral("yes") : QStringLiteral("no"));
+    case kFits:
+      if (sort) return QVariant(c.fits ? 1 : 0);
+      return c.fits ? (bands.memoryAtRisk(e) ? QStringLiteral("at risk") : QStringLiteral("yes")) : QStringLiteral("no");
     default: return {};
   }
 }

@@ -424,8 +424,11 @@ void MainWindow::onSearchFinished() {
   if (!r.feasible()) {
     showError(q("No plan fits: " + r.infeasibleReason));
   } else {
-    text += q("\nbest: " + formatFixed(r.top.front().evaluation.stepSeconds, 3) + " s per step, " +
-              formatFixed(100 * r.top.front().evaluation.mfu, 1) + "% MFU — " + r.top.front().reason);
+    const auto& best = r.top.front();
+    const costmodel::PredictionBands bands = costmodel::bandsOf(best.plan, best.evaluation);
+    text += q("\nbest: " + formatFixed(best.evaluation.stepSeconds, 3) + " s per step" +
+              (bands.time ? " (" + bands.time->describe() + ")" : "") + ", " + formatFixed(100 * best.evaluation.mfu, 1) +
+              "% MFU — " + best.reason);
   }
   m_summary->setText(text);
   m_progress->setValue(1000);
@@ -473,9 +476,17 @@ QString MainWindow::comparisonMarkdown() const {
   md += row("ZeRO", std::to_string(c.plan.zeroStage), std::to_string(base->plan.zeroStage));
   md += row("recompute", planner::recomputeSummary(c.plan), planner::recomputeSummary(base->plan));
   md += row("step time", formatFixed(a.stepSeconds, 3) + " s", formatFixed(b.stepSeconds, 3) + " s");
+  const costmodel::PredictionBands bandsA = costmodel::bandsOf(c.plan, a);
+  const costmodel::PredictionBands bandsB = costmodel::bandsOf(base->plan, b);
+  auto band = [](const std::optional<costmodel::ErrorBand>& e) { return e ? e->describe() : std::string("no similar validated run"); };
+  md += row("likely measured step", band(bandsA.time), band(bandsB.time));
   md += row("MFU", formatFixed(100 * a.mfu, 1) + "%", formatFixed(100 * b.mfu, 1) + "%");
   md += row("peak memory per GPU", formatBytes(a.peakMemoryBytes), formatBytes(b.peakMemoryBytes));
-  md += row("fits", a.fits ? "yes" : "no", b.fits ? "yes" : "no");
+  md += row("likely measured memory", band(bandsA.memory), band(bandsB.memory));
+  auto fits = [](const costmodel::Evaluation& e, const costmodel::PredictionBands& bands) {
+    return std::string(e.fits ? (bands.memoryAtRisk(e) ? "at risk (inside its memory error band)" : "yes") : "no");
+  };
+  md += row("fits", fits(a, bandsA), fits(b, bandsB));
   md += q("\nSpeed-up over the baseline: " + formatFixed(b.stepSeconds / std::max(1e-12, a.stepSeconds), 2) + "x.\n\n");
   md += q("Differences (baseline -> selected): " + planner::planDifferences(base->plan, c.plan) + "\n\nBaseline rules: " + base->rules + "\n");
   return md;

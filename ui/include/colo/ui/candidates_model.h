@@ -1,13 +1,15 @@
 #pragma once
 /// \file
-/// The candidates table: one row per costed plan (degrees, schedule, recompute, ZeRO, step time, MFU,
-/// memory, fits), sortable by the numbers behind the text and filterable by text and "fits only".
+/// The candidates table: one row per costed plan (degrees, schedule, recompute, ZeRO, step time and the
+/// likely range of the measured one, MFU, memory, fits or "at risk"), sortable by the numbers behind the
+/// text and filterable by text and "fits only".
 
 #include <QAbstractTableModel>
 #include <QSortFilterProxyModel>
 
 #include <vector>
 
+#include "colo/costmodel/error_band.h"
 #include "colo/planner/search.h"
 
 namespace colo::ui {
@@ -15,7 +17,9 @@ namespace colo::ui {
 class CandidatesModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { kRank, kTp, kPp, kDp, kCp, kVpp, kMbs, kZero, kSchedule, kRecompute, kStep, kTokens, kMfu, kMemory, kFits, kColumns };
+  enum Column {
+    kRank, kTp, kPp, kDp, kCp, kVpp, kMbs, kZero, kSchedule, kRecompute, kStep, kLikely, kTokens, kMfu, kMemory, kFits, kColumns
+  };
   /// The role that sorts: the number behind a cell (seconds, bytes, ...).
   static constexpr int kSortRole = Qt::UserRole + 1;
 
@@ -33,6 +37,7 @@ class CandidatesModel : public QAbstractTableModel {
 
  private:
   std::vector<planner::Candidate> m_rows;
+  std::vector<costmodel::PredictionBands> m_bands;  // per row, from the validated runs most like it
 };
 
 /// Text filter over every column, and optionally only the plans that fit.
