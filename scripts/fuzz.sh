@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes every colo reader with libFuzzer (see fuzz/README.md).
 #
-#   scripts/fuzz.sh [SECONDS_PER_TARGET]   default 20; 9 targets, so about 3-4 minutes plus the build
+#   scripts/fuzz.sh [SECONDS_PER_TARGET]   default 20; 10 targets, so about 4 minutes plus the build
 #
 # libFuzzer's random seed is fixed (COLO_FUZZ_SEED, default 1), so a finding in CI is the same finding
 # on a developer's machine from the same commit; set COLO_FUZZ_SEED=0 for a fresh random seed each run.
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-20}"
 jobs="${COLO_FUZZ_JOBS:-2}"
 seed="${COLO_FUZZ_SEED:-1}"
-targets=(${COLO_FUZZ_TARGETS:-model hf_config op_graph cluster plan cost_db runs_db token_data validation})
+targets=(${COLO_FUZZ_TARGETS:-model hf_config op_graph cluster plan cost_db runs_db token_data validation residuals})
 
 packages=(clang-16 libc++-16-dev libc++abi-16-dev libclang-rt-16-dev cmake ninja-build nlohmann-json3-dev
           libboost-graph-dev libsqlite3-dev sqlite3)
@@ -42,7 +42,7 @@ cmake --build "$build" -j "$jobs"
 # regression input kept for the reader.
 seeds="$build/seeds"
 rm -rf "$seeds"
-mkdir -p "$seeds"/{model,hf_config,op_graph,cluster,plan,cost_db,runs_db,token_data,validation}
+mkdir -p "$seeds"/{model,hf_config,op_graph,cluster,plan,cost_db,runs_db,token_data,validation,residuals}
 cp data/models/*.json data/opgraphs/*.json "$seeds/model/"
 for d in data/hf/*/; do cp "$d/config.json" "$seeds/hf_config/$(basename "$d").json"; done
 cp data/opgraphs/*.json "$seeds/op_graph/"
@@ -54,6 +54,13 @@ import json, sys
 rows = json.load(open("data/validation/public_runs.json"))
 for i, row in enumerate(rows):
     json.dump([row], open(f"{sys.argv[1]}/row{i}.json", "w"))
+PY
+# The residual table is larger than -max_len: its first runs, a small table of the same shape.
+python3 - "$seeds/residuals" <<'PY'
+import json, sys
+table = json.load(open("data/validation/residuals.json"))
+for n in (3, 40):
+    json.dump(dict(table, runs=table["runs"][:n]), open(f"{sys.argv[1]}/first{n}.json", "w"))
 PY
 sqlite3 "$seeds/cost_db/costs.sqlite" < tests/fuzz_regressions/seeds/cost_db.sql
 sqlite3 "$seeds/runs_db/runs.sqlite" < tests/fuzz_regressions/seeds/runs_db.sql

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "layer_cost.h"
+#include "stage_cost.h"
 
 namespace colo::costmodel {
 
@@ -246,17 +247,62 @@ std::vector<Evaluator::KernelShape> Evaluator::kernelShapes(const Plan& plan) co
 
 namespace {
 
-struct ChunkCost {
-  double fwd = 0, bwd = 0, recompute = 0;
-  double tp = 0, cp = 0, ep = 0;  // exposed comm, both directions
-  double commFwd = 0;             // the forward-direction part of tp + cp + ep
-  double savedPerMicroBatch = 0;  // activations one micro-batch leaves in this chunk
-  double workingSet = 0;          // recompute working set (one layer's full activations and their gradients)
-  double params = 0;
-  double expertParams = 0;  // the routed experts' part of params
-  double gemmFlopsFwd = 0;
-  double recomputeFlops = 0;
-};
+// Closed-form pipeline time: the slowest stage paces the steady state; the others add fill and drain,
+// shortened by virtual stages (interleaving) or by deferring weight gradients (zero bubble). Then the
+// tail (data-parallel sync and optimizer; stage s finishes its last backward roughly the backward time
+// of the stages before it earlier than stage 0), and the breakdown on the critical path: the slowest
+// stage's per-micro-batch parts times m, the fill and drain as bubble, the tail split into its
+// data-parallel and optimizer parts.
+void closeSchedule(const Plan& plan, const std::vector<detail::StageWork>& work,
+                   const std::vector<detail::StageTime>& times, Evaluation& ev) {
+  const double mb = static_cast<double>(plan.numMicroBatches());
+  const double v = static_cast<double>(plan.parallel.virtualStages);
+  std::size_t slowest = 0;
+  double sum = 0;
+  for (std::size_t s = 0; s < times.size(); ++s) {
+    sum += times[s].total;
+    if (times[s].total > times[slowest].total) slowest = s;
+  }
+  const double tMax = times[slowest].total;
+  const double fill = sum - tMax;
+  double pipeline = mb * tMax + fill;
+  if (plan.schedule == Schedule::kInterleaved) pipeline = mb * tMax + fill / v;
+  if (plan.schedule == Schedule::kZeroBubble) pipeline = mb * tMax + fill / 3.0;
+  double tail = 0;
+  std::size_t tailStage = 0;
+  double slack = 0;
+  for (std::size_t s = 0; s < ev.stages.size(); ++s) {
+    const StageReport& st = ev.stages[s];
+    const double t = std::max(0.0, st.dpExposedSeconds + st.optimizerSeconds - slack);
+    if (t > tail) {
+      tail = t;
+      tailStage = s;
+    }
+    slack += st.backwardSeconds / v;
+  }
+  ev.pipelineSeconds = pipeline;
+  ev.stepSeconds = pipeline + tail;
+
+  const detail::StageWork& w = work[slowest];
+  const detail::StageTime& t = times[slowest];
+  TimeBreakdown& tb = ev.time;
+  tb.compute = mb * (w.fwd + w.bwd);
+  tb.recompute = mb * w.rec;
+  tb.tpComm = mb * w.tp;
+  tb.cpComm = mb * w.cp;
+  tb.epComm = mb * w.ep;
+  tb.ppComm = mb * t.p2p;
+  tb.dpComm = mb * t.zero3;
+  tb.gradAccum = mb * t.accumulate;
+  tb.bubble = pipeline - mb * tMax;
+  if (tail > 0) {
+    const StageReport& st = ev.stages[tailStage];
+    const double parts = st.dpExposedSeconds + st.optimizerSeconds;
+    tb.dpComm += parts > 0 ? tail * st.dpExposedSeconds / parts : 0.0;
+    tb.optimizer = parts > 0 ? tail * st.optimizerSeconds / parts : 0.0;
+  }
+  ev.bubbleFraction = ev.stepSeconds > 0 ? tb.bubble / ev.stepSeconds : 0.0;
+}
 
 }  // namespace
 
@@ -266,14 +312,13 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   auto checkedDevice = I.deviceFor(plan);
   if (!checkedDevice) return fail(checkedDevice.error());
   const DeviceModel device = *checkedDevice;
-  const auto& par = plan.parallel;
+  const Parallelism& par = plan.parallel;
   const std::int64_t pp = par.pp;
   const std::int64_t v = par.virtualStages;
-  const std::int64_t chunks = pp * v;
   const std::int64_t m = plan.numMicroBatches();
-  if (chunks < 1 || static_cast<std::int64_t>(plan.stages.size()) != chunks || m < 1) {
+  if (pp * v < 1 || static_cast<std::int64_t>(plan.stages.size()) != pp * v || m < 1) {
     return fail(Error::badInput("plan has " + std::to_string(plan.stages.size()) + " stages for pp*virtual_stages " +
-                                std::to_string(chunks) + " and " + std::to_string(m) + " micro-batches (validatePlan first)"));
+                                std::to_string(pp * v) + " and " + std::to_string(m) + " micro-batches (validatePlan first)"));
   }
   const double dt = static_cast<double>(activationBytesOf(plan.precision));
   const double byteScale = dt / static_cast<double>(T.dtypeBytes);
@@ -281,105 +326,22 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   LayerConfig cfg = I.configFor(plan);
   if (!device.hostIssued) cfg.hostSecondsPerOp = 0;
   detail::LookupCounts counts;
+  const detail::Groups groups = detail::placeGroups(I.cluster, par);
+  detail::CostedLayers layers;
+  layers.classes.reserve(T.classes.size());
+  for (const auto& cls : T.classes) layers.classes.push_back(costLayer(cls, cfg, device, groups.tp, groups.cp, groups.ep, &counts));
+  layers.embedding = costLayer(T.embedding, cfg, device, groups.tp, groups.cp, groups.ep, &counts);
+  layers.head = costLayer(T.head, cfg, device, groups.tp, groups.cp, groups.ep, &counts);
+  const std::vector<detail::ChunkCost> chunks = detail::costChunks(plan, T, layers, cfg, byteScale);
+  const double hop = detail::pipelineHopSeconds(plan, T, groups, I.cluster, dt);
+  const detail::StateBytes bytes = detail::stateBytesOf(plan);
+  const detail::StageMemoryInputs memoryInputs{&T, &layers, byteScale,
+                                               device.contextBytes + detail::communicatorMemory(groups, device)};
+  detail::OptimizerInputs optimizerInputs;
+  optimizerInputs.measuredAdam = I.calibration.optimizerMeasured ? &I.optimizerTable : nullptr;
+  optimizerInputs.pcieBytesPerSecond = I.cluster.pcieBytesPerSecond;
+  optimizerInputs.tiedParams = T.tiedHead ? T.tiedParams : 0.0;
 
-  const GroupPlacement tpGroup = placeGroup(I.cluster, par, Dim::kTp);
-  const GroupPlacement cpGroup = placeGroup(I.cluster, par, Dim::kCp);
-  const GroupPlacement dpGroup = placeGroup(I.cluster, par, Dim::kDp);
-  Parallelism folded = par;  // dp x cp as one group, placed where dp and cp sit in the rank order
-  folded.dp = par.dp * par.cp;
-  folded.cp = 1;
-  const GroupPlacement gradGroup = placeGroup(I.cluster, folded, Dim::kDp);
-  const GroupPlacement epGroup = placeGroup(I.cluster, par, Dim::kExpert);
-  const GroupPlacement ppGroup = placeGroup(I.cluster, par, Dim::kPp);
-
-  std::vector<LayerCost> classCost;
-  classCost.reserve(T.classes.size());
-  for (const auto& cls : T.classes) classCost.push_back(costLayer(cls, cfg, device, tpGroup, cpGroup, epGroup, &counts));
-  const LayerCost embed = costLayer(T.embedding, cfg, device, tpGroup, cpGroup, epGroup, &counts);
-  const LayerCost head = costLayer(T.head, cfg, device, tpGroup, cpGroup, epGroup, &counts);
-
-  // Chunks: consecutive layers, chunk c on physical stage c % pp.
-  std::vector<ChunkCost> chunk(static_cast<std::size_t>(chunks));
-  std::int64_t layer = 0;
-  for (std::int64_t c = 0; c < chunks; ++c) {
-    const StagePlan& sp = plan.stages[static_cast<std::size_t>(c)];
-    ChunkCost& cc = chunk[static_cast<std::size_t>(c)];
-    for (std::int64_t i = 0; i < sp.layers; ++i, ++layer) {
-      const LayerCost& lc = classCost[T.layerClass[static_cast<std::size_t>(layer)]];
-      const bool recomputes = i < sp.recomputeLayers;
-      cc.fwd += lc.fwd;
-      cc.bwd += lc.bwd;
-      cc.tp += lc.tpCommFwd + lc.tpCommBwd;
-      cc.cp += lc.cpCommFwd + lc.cpCommBwd;
-      cc.ep += lc.epCommFwd + lc.epCommBwd;
-      cc.commFwd += lc.tpCommFwd + lc.cpCommFwd + lc.epCommFwd;
-      cc.params += lc.paramsPerGpu;
-      cc.expertParams += lc.expertParamsPerGpu;
-      cc.gemmFlopsFwd += lc.gemmFlopsFwdPerGpu;
-      double saved = lc.savedFull;
-      if (recomputes && sp.recompute == RecomputePolicy::kFull) {
-        cc.recompute += lc.fwd + lc.tpCommFwd + lc.cpCommFwd + lc.epCommFwd;
-        cc.recomputeFlops += lc.gemmFlopsFwdPerGpu;
-        saved = lc.savedInput;
-        cc.workingSet = std::max(cc.workingSet, 2.0 * lc.savedFull);
-      } else if (recomputes && sp.recompute == RecomputePolicy::kSelective) {
-        if (!cfg.flash) {
-          cc.recompute += lc.attnCoreFwd;
-          cc.recomputeFlops += lc.attnFlopsFwdPerGpu;
-        }
-        saved = lc.savedSelective;
-      } else if (recomputes && sp.recompute == RecomputePolicy::kOp) {
-        // Per-op: the backward first re-runs what was not kept, rebuilding the layer's activations.
-        cc.recompute += lc.recomputeOpFwd;
-        cc.recomputeFlops += lc.recomputeOpFlops;
-        saved = lc.savedOp;
-        cc.workingSet = std::max(cc.workingSet, 2.0 * lc.savedFull - lc.savedOp);
-      }
-      cc.savedPerMicroBatch += saved * byteScale;
-    }
-    cc.workingSet *= byteScale;
-  }
-  {
-    ChunkCost& first = chunk.front();
-    first.fwd += embed.fwd;
-    first.bwd += embed.bwd;
-    first.tp += embed.tpCommFwd + embed.tpCommBwd;
-    first.commFwd += embed.tpCommFwd;
-    first.params += embed.paramsPerGpu;
-    first.savedPerMicroBatch += embed.savedFull * byteScale;
-    ChunkCost& last = chunk.back();
-    last.fwd += head.fwd;
-    last.bwd += head.bwd;
-    last.tp += head.tpCommFwd + head.tpCommBwd;
-    last.commFwd += head.tpCommFwd;
-    last.params += head.paramsPerGpu;
-    last.gemmFlopsFwd += head.gemmFlopsFwdPerGpu;
-    last.savedPerMicroBatch += head.savedFull * byteScale;
-    // The tied output layer keeps its own copy of the embedding on the last stage.
-    if (T.tiedHead && pp > 1) last.params += T.tiedParams / static_cast<double>(par.tp);
-  }
-
-  // Pipeline send/recv of one boundary activation (Megatron's scatter/gather sends 1/tp of it).
-  double p2p = 0;
-  if (pp > 1) {
-    const double bytes = static_cast<double>(plan.microBatchSize) * (static_cast<double>(T.seqLen) / static_cast<double>(par.cp)) *
-                         static_cast<double>(T.hidden) * dt / static_cast<double>(par.tp);
-    GroupPlacement pair = ppGroup;
-    pair.size = 2;
-    if (ppGroup.stride < I.cluster.gpusPerNode) pair.outer = nullptr;  // neighbours share a node
-    if (!pair.inner && !pair.outer) pair.inner = &I.cluster.links.front();
-    p2p = collectiveSeconds(Collective::kSendRecv, bytes, pair);
-  }
-
-  // Outside the allocator on every stage: the CUDA context (mem.context) and the NCCL buffers of every
-  // communicator a rank uses.
-  double communicators = 0;
-  for (const GroupPlacement* g : {&tpGroup, &cpGroup, &dpGroup, &epGroup, &ppGroup}) {
-    const LinkLevel* link = g->inner ? g->inner : g->outer;
-    if (link) communicators += communicatorBytes(device, g->size, link->kind, g->crossesNodes());
-  }
-
-  // Physical stages.
   Evaluation ev;
   ev.microBatches = m;
   ev.gemmExact = counts.exact;
@@ -394,275 +356,36 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   }
   ev.gpuMemoryBytes = I.cluster.gpu.memoryBytes;
   ev.stages.resize(static_cast<std::size_t>(pp));
-  const double weightBytes = plan.precision == DType::kFp32 ? 4.0 : 2.0;
-  // bf16: gradients accumulate in fp32 (Megatron's main_grad). fp16: 16-bit gradients, plus the fp32
-  // copies the mixed-precision optimizer makes of them for the step (memory only).
-  const double gradBytes = plan.precision == DType::kFp16 ? 2.0 : 4.0;
-  // Accumulating in the 16-bit .grad (autograd) or beside it (DeepSpeed's fp32 copies) keeps both.
-  const GradAccumulation accumulation = plan.execution.gradAccumulation;
-  const bool sixteenBitGrads = plan.precision == DType::kFp16 || (plan.precision != DType::kFp32 &&
-                                                                  (accumulation == GradAccumulation::kAutograd ||
-                                                                   accumulation == GradAccumulation::kFp32Copy));
-  const double gradMemoryBytes = sixteenBitGrads ? 6.0 : gradBytes;
-  const double accumulateBytes = gradAccumulationBytes(accumulation, plan.precision, static_cast<double>(m));
-  const double optimizerBytes = plan.precision == DType::kFp32 ? 8.0 : 12.0;
-  const double dp = static_cast<double>(par.dp);
-  // Gradients are reduced, and ZeRO shards states, over the data-parallel replicas and the
-  // context-parallel ranks together: CP ranks hold the same weights and each computes part of their
-  // gradient (Megatron-Core's data-parallel group "with context parallel", torchtitan's dp_shard_cp mesh).
-  const std::int64_t gradRanks = par.dp * par.cp;
-  const double shard = static_cast<double>(gradRanks);
-  const double mb = static_cast<double>(m);
-  double sumComputeFwdBwd = 0;
-  std::vector<double> stageTime(static_cast<std::size_t>(pp));
-  std::vector<double> stageCompute(static_cast<std::size_t>(pp)), stageRecompute(static_cast<std::size_t>(pp)),
-      stageTp(static_cast<std::size_t>(pp)), stageCp(static_cast<std::size_t>(pp)), stageEp(static_cast<std::size_t>(pp)),
-      stagePp(static_cast<std::size_t>(pp)), stageZero3(static_cast<std::size_t>(pp)),
-      stageAccumulate(static_cast<std::size_t>(pp));
-  double gemmFlopsPerMicroBatch = 0;
+  std::vector<detail::StageWork> work(static_cast<std::size_t>(pp));
+  std::vector<detail::StageTime> times(static_cast<std::size_t>(pp));
   double recomputeFlopsPerMicroBatch = 0;
   for (std::int64_t s = 0; s < pp; ++s) {
-    StageReport& st = ev.stages[static_cast<std::size_t>(s)];
+    const auto i = static_cast<std::size_t>(s);
+    const detail::StageWork& w = work[i] = detail::sumStage(chunks, plan, s);
+    const detail::StageTime& t = times[i] = detail::timeStage(plan, w, groups, device, bytes, hop);
+    recomputeFlopsPerMicroBatch += w.recomputeFlops;
+    StageReport& st = ev.stages[i];
     st.stage = s;
-    double fwd = 0, bwd = 0, rec = 0, tpc = 0, cpc = 0, epc = 0, commFwd = 0, saved = 0, working = 0, params = 0;
-    double expertParams = 0;
-    for (std::int64_t c = s; c < chunks; c += pp) {
-      const ChunkCost& cc = chunk[static_cast<std::size_t>(c)];
-      fwd += cc.fwd;
-      bwd += cc.bwd;
-      rec += cc.recompute;
-      tpc += cc.tp;
-      cpc += cc.cp;
-      epc += cc.ep;
-      commFwd += cc.commFwd;
-      saved += cc.savedPerMicroBatch;
-      working = std::max(working, cc.workingSet);
-      params += cc.params;
-      expertParams += cc.expertParams;
-      st.layers += plan.stages[static_cast<std::size_t>(c)].layers;
-      gemmFlopsPerMicroBatch += cc.gemmFlopsFwd;
-      recomputeFlopsPerMicroBatch += cc.recomputeFlops;
-    }
-    const double p2pTime = pp > 1 ? 2.0 * static_cast<double>(v) * p2p : 0.0;
-
-    // ZeRO-3 gathers every layer's weights before its forward, again before a recomputed forward and
-    // before its backward, and reduce-scatters its gradients, each micro-batch, one layer at a time:
-    // every collective pays the ring's (n-1) latency steps. Prefetching hides up to 80% behind compute
-    // (the collectives compete with it for SMs and memory bandwidth).
-    double zero3 = 0;
-    if (plan.zeroStage == 3 && gradRanks > 1) {
-      const double layersHere = std::max<double>(1.0, static_cast<double>(st.layers));
-      const double perLayer = params / layersHere;
-      const double gathers = 2.0 + (rec > 0 ? 1.0 : 0.0);
-      const double gather = collectiveSeconds(Collective::kAllGather, perLayer * weightBytes, gradGroup);
-      const double scatter = collectiveSeconds(Collective::kReduceScatter, perLayer * gradBytes, gradGroup);
-      const double comm = layersHere * (gathers * gather + scatter);
-      const double cover = plan.execution.overlapParamGather ? 0.8 * (fwd + bwd + rec) : 0.0;
-      zero3 = std::max(0.1 * comm, comm - cover);
-      zero3 += device.overlapSlowdown * (comm - zero3);  // the hidden part slows the compute it overlaps
-    }
-    // Summing this micro-batch's gradients into the accumulated ones, after its backward: one pass over
-    // the stage's local gradients (its shard under ZeRO >= 2) at HBM speed.
-    const double accumulate =
-        params / (plan.zeroStage >= 2 ? shard : 1.0) * accumulateBytes / device.memoryBytesPerSecond;
-    const double comm = tpc + cpc + epc;
-    st.forwardSeconds = fwd + commFwd + p2pTime / 2 + zero3 / 3;
-    st.backwardSeconds = bwd + rec + (comm - commFwd) + p2pTime / 2 + zero3 * 2 / 3 + accumulate;
-    st.recomputeSeconds = rec;
-    st.paramsPerGpu = params;
-    stageTime[static_cast<std::size_t>(s)] = fwd + bwd + rec + tpc + cpc + epc + p2pTime + zero3 + accumulate;
-    stageAccumulate[static_cast<std::size_t>(s)] = accumulate;
-    stageCompute[static_cast<std::size_t>(s)] = fwd + bwd;
-    stageRecompute[static_cast<std::size_t>(s)] = rec;
-    stageTp[static_cast<std::size_t>(s)] = tpc;
-    stageCp[static_cast<std::size_t>(s)] = cpc;
-    stageEp[static_cast<std::size_t>(s)] = epc;
-    stagePp[static_cast<std::size_t>(s)] = p2pTime;
-    stageZero3[static_cast<std::size_t>(s)] = zero3;
-    sumComputeFwdBwd += stageTime[static_cast<std::size_t>(s)];
-
-    // Memory.
-    MemoryBreakdown& mem = st.memory;
-    const double offOpt = plan.offload.optimizerFraction;
-    const double offParams = plan.offload.paramsFraction;
-    // Expert parameters are replicated only across the expert-data-parallel ranks (dp x cp / ep), and
-    // ZeRO shards their states over those (Megatron-Core's expert data-parallel group).
-    const double expertShard = std::max(1.0, shard / static_cast<double>(par.ep));
-    auto sharded = [&](double bytesPerParam, bool on) {
-      return on ? ((params - expertParams) / shard + expertParams / expertShard) * bytesPerParam : params * bytesPerParam;
-    };
-    mem.weights = sharded(weightBytes, plan.zeroStage >= 3) * (1.0 - offParams);
-    mem.gradients = sharded(gradMemoryBytes, plan.zeroStage >= 2);
-    mem.optimizer = sharded(optimizerBytes, plan.zeroStage >= 1) * (1.0 - offOpt);
-    double inFlight = 1;
-    const double p = static_cast<double>(pp);
-    const double stageIndex = static_cast<double>(s);
-    switch (plan.schedule) {
-      case Schedule::kGpipe:
-        inFlight = mb;
-        break;
-      case Schedule::kOneFOneB:
-      case Schedule::kZeroBubble:
-        inFlight = std::min(mb, p - stageIndex);
-        break;
-      case Schedule::kInterleaved: {
-        // Chunk-micro-batches in flight at the end of warm-up, each one chunk (1/v of the stage) deep.
-        const double warm = (p - stageIndex - 1) * 2 + (static_cast<double>(v) - 1) * p + 1;
-        inFlight = std::min(mb * static_cast<double>(v), warm) / static_cast<double>(v);
-        break;
-      }
-    }
-    st.inFlightMicroBatches = inFlight;
-    // The head's saved tensors (the final norm's input, the fp32 logits the loss keeps for its backward)
-    // belong to the last virtual stage, whose backward follows its forward at once under 1F1B,
-    // interleaving and zero bubble: one micro-batch holds them. GPipe keeps every micro-batch's.
-    const double headActivations =
-        (s == pp - 1 && plan.schedule != Schedule::kGpipe) ? head.savedFull * byteScale : 0.0;
-    mem.activations = (saved - headActivations) * inFlight + headActivations + working;
-    // Buffers: sequence-parallel gathers, the logits' 16-bit copy and gradient beside their fp32 upcast,
-    // data-parallel gradient buckets, ZeRO-3 gathered layers.
-    double buffers = 0;
-    const double fullActivation = static_cast<double>(plan.microBatchSize) * static_cast<double>(T.seqLen) /
-                                  static_cast<double>(par.cp) * static_cast<double>(T.hidden) * dt;
-    if (par.tp > 1) buffers += 2 * fullActivation;
-    if (s == pp - 1) {
-      for (const auto& op : T.head.ops) {
-        if (op.kind == OpKind::kCrossEntropy) {
-          buffers += op.savedBytes / 4.0 * dt * 2 * static_cast<double>(plan.microBatchSize) /
-                     static_cast<double>(par.cp) / static_cast<double>(par.tp);
-        }
-      }
-    }
-    if (gradRanks > 1) buffers += std::min(params * gradBytes, 2 * 40e6 * gradBytes);
-    if (plan.zeroStage == 3) {
-      double largestLayer = 0;
-      for (const auto& lc : classCost) largestLayer = std::max(largestLayer, lc.paramsPerGpu);
-      buffers += 2 * largestLayer * weightBytes;
-    }
-    mem.buffers = buffers;
-    mem.allocator = 0.08 * (mem.activations + mem.buffers);
-    mem.context = device.contextBytes + communicators;
-    ev.peakMemoryBytes = std::max(ev.peakMemoryBytes, mem.total());
-
-    // Data-parallel synchronisation and the optimizer step, after this stage's last backward.
-    double dpExposed = 0;
-    if (gradRanks > 1 && plan.zeroStage < 3) {
-      const double lastBackward = bwd + rec;
-      double reduce = 0, gather = 0;
-      if (plan.zeroStage == 0 || (accumulation == GradAccumulation::kFp32Copy && plan.zeroStage == 1)) {
-        // DeepSpeed's BF16 optimizer all-reduces its fp32 copies whole, under ZeRO-1 too, then each rank
-        // updates its partition and the 16-bit weights are all-gathered.
-        const double bytes = accumulation == GradAccumulation::kFp32Copy ? 4.0 : gradBytes;
-        reduce = collectiveSeconds(Collective::kAllReduce, params * bytes, gradGroup);
-        if (plan.zeroStage == 1) gather = collectiveSeconds(Collective::kAllGather, params * weightBytes, gradGroup);
-      } else {
-        reduce = collectiveSeconds(Collective::kReduceScatter, params * gradBytes, gradGroup);
-        gather = collectiveSeconds(Collective::kAllGather, params * weightBytes, gradGroup);
-      }
-      // Overlapped, at least 10% stays exposed (the last bucket), and the hidden part slows the backward
-      // or forward it runs beside (overlapSlowdown).
-      auto exposedOf = [&](double collective, bool overlapped, double cover) {
-        if (!overlapped) return collective;
-        const double exposed = std::max(0.1 * collective, collective - 0.9 * cover);
-        return exposed + device.overlapSlowdown * (collective - exposed);
-      };
-      dpExposed = exposedOf(reduce, plan.execution.overlapGradReduce, lastBackward) +
-                  exposedOf(gather, plan.execution.overlapParamGather, fwd);
-    }
-    // The mixed-precision optimizer step at HBM speed (bytes per parameter: optimizerStepBytes); offloaded
-    // states are updated by the host, their gradients and weights crossing PCIe.
-    const double localParams = params / (plan.zeroStage >= 1 ? shard : 1.0);
-    double optimizer = localParams * (1.0 - plan.offload.optimizerFraction) * optimizerStepBytes(plan.precision) /
-                       device.memoryBytesPerSecond;
-    if (I.calibration.optimizerMeasured) {
-      // The measured AdamW step over fp32 master weights (linear in the parameter count).
-      if (const auto t = I.optimizerTable.lookupStreaming("adam_step.fwd", localParams * (1.0 - plan.offload.optimizerFraction))) {
-        optimizer = t->first;
-      }
-    }
-    if (plan.offload.optimizerFraction > 0) {
-      const double offParamsCount = localParams * plan.offload.optimizerFraction;
-      const double host = offParamsCount / device.cpuAdamParamsPerSecond;
-      const double pcie = offParamsCount * (gradBytes + weightBytes) / I.cluster.pcieBytesPerSecond;
-      optimizer += host + pcie;
-    }
-    // A tied embedding lives on the first and the last stage: their word-embedding gradients are
-    // all-reduced between the two after the backward, before the optimizer (Megatron's embedding group,
-    // DeepSpeed's ReduceTiedGrads), on the critical path.
-    if (T.tiedHead && pp > 1 && (s == 0 || s == pp - 1)) {
-      GroupPlacement ends = ppGroup;
-      ends.size = 2;
-      ends.perNode = ppGroup.crossesNodes() ? 1 : 2;
-      if (ppGroup.crossesNodes()) ends.inner = nullptr;
-      const double bytes = accumulation == GradAccumulation::kFp32Copy ? 4.0 : gradBytes;
-      dpExposed += collectiveSeconds(Collective::kAllReduce, T.tiedParams / static_cast<double>(par.tp) * bytes, ends);
-    }
-    st.dpExposedSeconds = dpExposed;
-    st.optimizerSeconds = optimizer;
+    st.layers = w.layers;
+    st.forwardSeconds = t.forward;
+    st.backwardSeconds = t.backward;
+    st.recomputeSeconds = w.rec;
+    st.paramsPerGpu = w.params;
+    st.memory = detail::stageMemory(plan, w, s, bytes, memoryInputs, &st.inFlightMicroBatches);
+    ev.peakMemoryBytes = std::max(ev.peakMemoryBytes, st.memory.total());
+    const detail::StageTail tail = detail::stageTail(plan, w, s, groups, device, bytes, optimizerInputs);
+    st.dpExposedSeconds = tail.dataParallel;
+    st.optimizerSeconds = tail.optimizer;
   }
-
-  // Closed-form pipeline time: the slowest stage paces the steady state; the others add fill and
-  // drain, shortened by virtual stages (interleaving) or by deferring weight gradients (zero bubble).
-  const double tMax = *std::max_element(stageTime.begin(), stageTime.end());
-  const std::size_t slowest = static_cast<std::size_t>(std::max_element(stageTime.begin(), stageTime.end()) - stageTime.begin());
-  const double fill = sumComputeFwdBwd - tMax;
-  double pipeline = 0;
-  switch (plan.schedule) {
-    case Schedule::kGpipe:
-    case Schedule::kOneFOneB:
-      pipeline = mb * tMax + fill;
-      break;
-    case Schedule::kInterleaved:
-      pipeline = mb * tMax + fill / static_cast<double>(v);
-      break;
-    case Schedule::kZeroBubble:
-      pipeline = mb * tMax + fill / 3.0;
-      break;
-  }
-  // The tail: data-parallel sync and optimizer. Stage s finishes its last backward roughly the
-  // backward time of the stages before it earlier than stage 0.
-  double tail = 0;
-  std::size_t tailStage = 0;
-  double slack = 0;
-  for (std::size_t s = 0; s < ev.stages.size(); ++s) {
-    const StageReport& st = ev.stages[s];
-    const double t = std::max(0.0, st.dpExposedSeconds + st.optimizerSeconds - slack);
-    if (t > tail) {
-      tail = t;
-      tailStage = s;
-    }
-    slack += st.backwardSeconds / static_cast<double>(v);
-  }
-  ev.pipelineSeconds = pipeline;
-  ev.stepSeconds = pipeline + tail;
-
-  // Breakdown on the critical path: the slowest stage's per-micro-batch parts times m, the fill/drain
-  // as bubble, the tail split into its data-parallel and optimizer parts.
-  TimeBreakdown& tb = ev.time;
-  tb.compute = mb * stageCompute[slowest];
-  tb.recompute = mb * stageRecompute[slowest];
-  tb.tpComm = mb * stageTp[slowest];
-  tb.cpComm = mb * stageCp[slowest];
-  tb.epComm = mb * stageEp[slowest];
-  tb.ppComm = mb * stagePp[slowest];
-  tb.dpComm = mb * stageZero3[slowest];
-  tb.gradAccum = mb * stageAccumulate[slowest];
-  tb.bubble = pipeline - mb * tMax;
-  if (tail > 0) {
-    const StageReport& st = ev.stages[tailStage];
-    const double parts = st.dpExposedSeconds + st.optimizerSeconds;
-    tb.dpComm += parts > 0 ? tail * st.dpExposedSeconds / parts : 0.0;
-    tb.optimizer = parts > 0 ? tail * st.optimizerSeconds / parts : 0.0;
-  }
-  ev.bubbleFraction = ev.stepSeconds > 0 ? tb.bubble / ev.stepSeconds : 0.0;
+  closeSchedule(plan, work, times, ev);
 
   const double gpus = static_cast<double>(I.cluster.totalGpus());
   const double samples = static_cast<double>(plan.globalBatchSize);
   const double modelFlops = samples * T.modelFlopsPerSample;
   // Recompute FLOPs: what one replica re-runs per micro-batch, over all its micro-batches and replicas.
   const double replicaShare = static_cast<double>(par.tp * par.cp);  // GPUs sharing a chunk's work
-  const double hardwareFlops = modelFlops + recomputeFlopsPerMicroBatch * replicaShare * mb * dp;
-  (void)gemmFlopsPerMicroBatch;
+  const double hardwareFlops =
+      modelFlops + recomputeFlopsPerMicroBatch * replicaShare * static_cast<double>(m) * static_cast<double>(par.dp);
   ev.tokensPerSecond = samples * static_cast<double>(T.seqLen) / ev.stepSeconds;
   ev.modelTflopsPerGpu = modelFlops / ev.stepSeconds / gpus / 1e12;
   ev.hardwareTflopsPerGpu = hardwareFlops / ev.stepSeconds / gpus / 1e12;

@@ -1,0 +1,234 @@
+// Chunks, stages and their time per micro-batch, and the data-parallel and optimizer tail
+// (docs/costmodel.md, "Communication" and "Step time").
+#include "stage_cost.h"
+
+#include <algorithm>
+
+namespace colo::costmodel::detail {
+
+Groups placeGroups(const ClusterSpec& cluster, const Parallelism& par) {
+  Groups g;
+  g.tp = placeGroup(cluster, par, Dim::kTp);
+  g.cp = placeGroup(cluster, par, Dim::kCp);
+  g.dp = placeGroup(cluster, par, Dim::kDp);
+  g.ep = placeGroup(cluster, par, Dim::kExpert);
+  g.pp = placeGroup(cluster, par, Dim::kPp);
+  Parallelism folded = par;
+  folded.dp = par.dp * par.cp;
+  folded.cp = 1;
+  g.grad = placeGroup(cluster, folded, Dim::kDp);
+  return g;
+}
+
+double communicatorMemory(const Groups& groups, const DeviceModel& device) {
+  double bytes = 0;
+  for (const GroupPlacement* g : {&groups.tp, &groups.cp, &groups.dp, &groups.ep, &groups.pp}) {
+    const LinkLevel* link = g->inner ? g->inner : g->outer;
+    if (link) bytes += communicatorBytes(device, g->size, link->kind, g->crossesNodes());
+  }
+  return bytes;
+}
+
+double pipelineHopSeconds(const Plan& plan, const ModelTemplates& T, const Groups& groups, const ClusterSpec& cluster,
+                          double activationBytes) {
+  if (plan.parallel.pp <= 1) return 0.0;
+  const double bytes = static_cast<double>(plan.microBatchSize) *
+                       (static_cast<double>(T.seqLen) / static_cast<double>(plan.parallel.cp)) *
+                       static_cast<double>(T.hidden) * activationBytes / static_cast<double>(plan.parallel.tp);
+  GroupPlacement pair = groups.pp;
+  pair.size = 2;
+  if (groups.pp.stride < cluster.gpusPerNode) pair.outer = nullptr;  // neighbours share a node
+  if (!pair.inner && !pair.outer) pair.inner = &cluster.links.front();
+  return collectiveSeconds(Collective::kSendRecv, bytes, pair);
+}
+
+std::vector<ChunkCost> costChunks(const Plan& plan, const ModelTemplates& T, const CostedLayers& layers,
+                                  const LayerConfig& config, double byteScale) {
+  std::vector<ChunkCost> chunks(plan.stages.size());
+  std::size_t layer = 0;
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    const StagePlan& sp = plan.stages[c];
+    ChunkCost& cc = chunks[c];
+    for (std::int64_t i = 0; i < sp.layers; ++i, ++layer) {
+      const LayerCost& lc = layers.classes[T.layerClass[layer]];
+      const bool recomputes = i < sp.recomputeLayers;
+      cc.fwd += lc.fwd;
+      cc.bwd += lc.bwd;
+      cc.tp += lc.tpCommFwd + lc.tpCommBwd;
+      cc.cp += lc.cpCommFwd + lc.cpCommBwd;
+      cc.ep += lc.epCommFwd + lc.epCommBwd;
+      cc.commFwd += lc.tpCommFwd + lc.cpCommFwd + lc.epCommFwd;
+      cc.params += lc.paramsPerGpu;
+      cc.expertParams += lc.expertParamsPerGpu;
+      cc.gemmFlopsFwd += lc.gemmFlopsFwdPerGpu;
+      double saved = lc.savedFull;
+      if (recomputes && sp.recompute == RecomputePolicy::kFull) {
+        cc.recompute += lc.fwd + lc.tpCommFwd + lc.cpCommFwd + lc.epCommFwd;
+        cc.recomputeFlops += lc.gemmFlopsFwdPerGpu;
+        saved = lc.savedInput;
+        cc.workingSet = std::max(cc.workingSet, 2.0 * lc.savedFull);
+      } else if (recomputes && sp.recompute == RecomputePolicy::kSelective) {
+        if (!config.flash) {
+          cc.recompute += lc.attnCoreFwd;
+          cc.recomputeFlops += lc.attnFlopsFwdPerGpu;
+        }
+        saved = lc.savedSelective;
+      } else if (recomputes && sp.recompute == RecomputePolicy::kOp) {
+        // Per-op: the backward first re-runs what was not kept, rebuilding the layer's activations.
+        cc.recompute += lc.recomputeOpFwd;
+        cc.recomputeFlops += lc.recomputeOpFlops;
+        saved = lc.savedOp;
+        cc.workingSet = std::max(cc.workingSet, 2.0 * lc.savedFull - lc.savedOp);
+      }
+      cc.savedPerMicroBatch += saved * byteScale;
+    }
+    cc.workingSet *= byteScale;
+  }
+  ChunkCost& first = chunks.front();
+  first.fwd += layers.embedding.fwd;
+  first.bwd += layers.embedding.bwd;
+  first.tp += layers.embedding.tpCommFwd + layers.embedding.tpCommBwd;
+  first.commFwd += layers.embedding.tpCommFwd;
+  first.params += layers.embedding.paramsPerGpu;
+  first.savedPerMicroBatch += layers.embedding.savedFull * byteScale;
+  ChunkCost& last = chunks.back();
+  last.fwd += layers.head.fwd;
+  last.bwd += layers.head.bwd;
+  last.tp += layers.head.tpCommFwd + layers.head.tpCommBwd;
+  last.commFwd += layers.head.tpCommFwd;
+  last.params += layers.head.paramsPerGpu;
+  last.gemmFlopsFwd += layers.head.gemmFlopsFwdPerGpu;
+  last.savedPerMicroBatch += layers.head.savedFull * byteScale;
+  // The tied output layer keeps its own copy of the embedding on the last stage.
+  if (T.tiedHead && plan.parallel.pp > 1) last.params += T.tiedParams / static_cast<double>(plan.parallel.tp);
+  return chunks;
+}
+
+StageWork sumStage(const std::vector<ChunkCost>& chunks, const Plan& plan, std::int64_t stage) {
+  StageWork w;
+  const auto pp = static_cast<std::size_t>(plan.parallel.pp);
+  for (std::size_t c = static_cast<std::size_t>(stage); c < chunks.size(); c += pp) {
+    const ChunkCost& cc = chunks[c];
+    w.fwd += cc.fwd;
+    w.bwd += cc.bwd;
+    w.rec += cc.recompute;
+    w.tp += cc.tp;
+    w.cp += cc.cp;
+    w.ep += cc.ep;
+    w.commFwd += cc.commFwd;
+    w.saved += cc.savedPerMicroBatch;
+    w.working = std::max(w.working, cc.workingSet);
+    w.params += cc.params;
+    w.expertParams += cc.expertParams;
+    w.layers += plan.stages[c].layers;
+    w.gemmFlops += cc.gemmFlopsFwd;
+    w.recomputeFlops += cc.recomputeFlops;
+  }
+  return w;
+}
+
+StateBytes stateBytesOf(const Plan& plan) {
+  StateBytes b;
+  b.weight = plan.precision == DType::kFp32 ? 4.0 : 2.0;
+  // bf16: gradients accumulate in fp32 (Megatron's main_grad). fp16: 16-bit gradients, plus the fp32
+  // copies the mixed-precision optimizer makes of them for the step (memory only).
+  b.gradient = plan.precision == DType::kFp16 ? 2.0 : 4.0;
+  // Accumulating in the 16-bit .grad (autograd) or beside it (DeepSpeed's fp32 copies) keeps both.
+  const GradAccumulation accumulation = plan.execution.gradAccumulation;
+  const bool sixteenBitGrads = plan.precision == DType::kFp16 ||
+                               (plan.precision != DType::kFp32 &&
+                                (accumulation == GradAccumulation::kAutograd || accumulation == GradAccumulation::kFp32Copy));
+  b.gradientMemory = sixteenBitGrads ? 6.0 : b.gradient;
+  b.accumulate = gradAccumulationBytes(accumulation, plan.precision, static_cast<double>(plan.numMicroBatches()));
+  b.optimizer = plan.precision == DType::kFp32 ? 8.0 : 12.0;
+  return b;
+}
+
+StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, const DeviceModel& device,
+                    const StateBytes& bytes, double pipelineHop) {
+  StageTime t;
+  const std::int64_t gradRanks = plan.parallel.dp * plan.parallel.cp;
+  t.p2p = plan.parallel.pp > 1 ? 2.0 * static_cast<double>(plan.parallel.virtualStages) * pipelineHop : 0.0;
+  // ZeRO-3 gathers every layer's weights before its forward, again before a recomputed forward and
+  // before its backward, and reduce-scatters its gradients, each micro-batch, one layer at a time:
+  // every collective pays the ring's (n-1) latency steps. Prefetching hides up to 80% behind compute
+  // (the collectives compete with it for SMs and memory bandwidth).
+  if (plan.zeroStage == 3 && gradRanks > 1) {
+    const double layersHere = std::max<double>(1.0, static_cast<double>(w.layers));
+    const double perLayer = w.params / layersHere;
+    const double gathers = 2.0 + (w.rec > 0 ? 1.0 : 0.0);
+    const double gather = collectiveSeconds(Collective::kAllGather, perLayer * bytes.weight, groups.grad);
+    const double scatter = collectiveSeconds(Collective::kReduceScatter, perLayer * bytes.gradient, groups.grad);
+    const double comm = layersHere * (gathers * gather + scatter);
+    const double cover = plan.execution.overlapParamGather ? 0.8 * (w.fwd + w.bwd + w.rec) : 0.0;
+    t.zero3 = std::max(0.1 * comm, comm - cover);
+    t.zero3 += device.overlapSlowdown * (comm - t.zero3);  // the hidden part slows the compute it overlaps
+  }
+  // Summing this micro-batch's gradients into the accumulated ones, after its backward: one pass over
+  // the stage's local gradients (its shard under ZeRO >= 2) at HBM speed.
+  const double shard = plan.zeroStage >= 2 ? static_cast<double>(gradRanks) : 1.0;
+  t.accumulate = w.params / shard * bytes.accumulate / device.memoryBytesPerSecond;
+  const double comm = w.tp + w.cp + w.ep;
+  t.forward = w.fwd + w.commFwd + t.p2p / 2 + t.zero3 / 3;
+  t.backward = w.bwd + w.rec + (comm - w.commFwd) + t.p2p / 2 + t.zero3 * 2 / 3 + t.accumulate;
+  t.total = w.fwd + w.bwd + w.rec + comm + t.p2p + t.zero3 + t.accumulate;
+  return t;
+}
+
+StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, const Groups& groups,
+                    const DeviceModel& device, const StateBytes& bytes, const OptimizerInputs& in) {
+  StageTail tail;
+  const auto& par = plan.parallel;
+  const std::int64_t gradRanks = par.dp * par.cp;
+  const GradAccumulation accumulation = plan.execution.gradAccumulation;
+  if (gradRanks > 1 && plan.zeroStage < 3) {
+    double reduce = 0, gather = 0;
+    if (plan.zeroStage == 0 || (accumulation == GradAccumulation::kFp32Copy && plan.zeroStage == 1)) {
+      // DeepSpeed's BF16 optimizer all-reduces its fp32 copies whole, under ZeRO-1 too, then each rank
+      // updates its partition and the 16-bit weights are all-gathered.
+      const double b = accumulation == GradAccumulation::kFp32Copy ? 4.0 : bytes.gradient;
+      reduce = collectiveSeconds(Collective::kAllReduce, w.params * b, groups.grad);
+      if (plan.zeroStage == 1) gather = collectiveSeconds(Collective::kAllGather, w.params * bytes.weight, groups.grad);
+    } else {
+      reduce = collectiveSeconds(Collective::kReduceScatter, w.params * bytes.gradient, groups.grad);
+      gather = collectiveSeconds(Collective::kAllGather, w.params * bytes.weight, groups.grad);
+    }
+    // Overlapped, at least 10% stays exposed (the last bucket), and the hidden part slows the backward
+    // or forward it runs beside (overlapSlowdown).
+    auto exposedOf = [&](double collective, bool overlapped, double cover) {
+      if (!overlapped) return collective;
+      const double exposed = std::max(0.1 * collective, collective - 0.9 * cover);
+      return exposed + device.overlapSlowdown * (collective - exposed);
+    };
+    tail.dataParallel = exposedOf(reduce, plan.execution.overlapGradReduce, w.bwd + w.rec) +
+                        exposedOf(gather, plan.execution.overlapParamGather, w.fwd);
+  }
+  // The mixed-precision optimizer step at HBM speed (bytes per parameter: optimizerStepBytes); offloaded
+  // states are updated by the host, their gradients and weights crossing PCIe.
+  const double localParams = w.params / (plan.zeroStage >= 1 ? static_cast<double>(gradRanks) : 1.0);
+  const double onDevice = localParams * (1.0 - plan.offload.optimizerFraction);
+  tail.optimizer = onDevice * optimizerStepBytes(plan.precision) / device.memoryBytesPerSecond;
+  if (in.measuredAdam) {
+    // The measured AdamW step over fp32 master weights (linear in the parameter count).
+    if (const auto t = in.measuredAdam->lookupStreaming("adam_step.fwd", onDevice)) tail.optimizer = t->first;
+  }
+  if (plan.offload.optimizerFraction > 0) {
+    const double offParams = localParams * plan.offload.optimizerFraction;
+    tail.optimizer += offParams / device.cpuAdamParamsPerSecond +
+                      offParams * (bytes.gradient + bytes.weight) / in.pcieBytesPerSecond;
+  }
+  // A tied embedding lives on the first and the last stage: their word-embedding gradients are
+  // all-reduced between the two after the backward, before the optimizer (Megatron's embedding group,
+  // DeepSpeed's ReduceTiedGrads), on the critical path.
+  if (in.tiedParams > 0 && par.pp > 1 && (stage == 0 || stage == par.pp - 1)) {
+    GroupPlacement ends = groups.pp;
+    ends.size = 2;
+    ends.perNode = groups.pp.crossesNodes() ? 1 : 2;
+    if (groups.pp.crossesNodes()) ends.inner = nullptr;
+    const double b = accumulation == GradAccumulation::kFp32Copy ? 4.0 : bytes.gradient;
+    tail.dataParallel += collectiveSeconds(Collective::kAllReduce, in.tiedParams / static_cast<double>(par.tp) * b, ends);
+  }
+  return tail;
+}
+
+}  // namespace colo::costmodel::detail

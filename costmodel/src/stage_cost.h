@@ -1,0 +1,115 @@
+#pragma once
+// Private: the mechanisms `Evaluator::evaluate` composes, one place each (docs/costmodel.md): the
+// communication groups of a plan, the per-micro-batch cost of its model chunks and physical stages, the
+// bytes each parameter keeps and moves, a stage's time per micro-batch (with ZeRO-3's gathers and the
+// gradient accumulation), its memory by kind, and its data-parallel and optimizer tail.
+
+#include <cstdint>
+#include <vector>
+
+#include "colo/core/plan.h"
+#include "colo/costmodel/collectives.h"
+#include "colo/costmodel/evaluator.h"
+#include "colo/costmodel/hardware.h"
+#include "layer_cost.h"
+
+namespace colo::costmodel::detail {
+
+/// The plan's communication groups placed on the cluster's link levels.
+struct Groups {
+  GroupPlacement tp, cp, dp, ep, pp;
+  /// dp x cp as one group, placed where dp and cp sit in the rank order: the ranks that hold the same
+  /// weights, over which gradients are reduced and ZeRO shards.
+  GroupPlacement grad;
+};
+[[nodiscard]] Groups placeGroups(const ClusterSpec& cluster, const Parallelism& parallel);
+
+/// Device memory NCCL keeps for every communicator of more than one rank (outside the allocator).
+[[nodiscard]] double communicatorMemory(const Groups& groups, const DeviceModel& device);
+
+/// One pipeline send/recv of a boundary activation (Megatron's scatter/gather sends 1/tp of it).
+[[nodiscard]] double pipelineHopSeconds(const Plan& plan, const ModelTemplates& T, const Groups& groups,
+                                        const ClusterSpec& cluster, double activationBytes);
+
+/// One model chunk (consecutive layers of a virtual stage), per micro-batch.
+struct ChunkCost {
+  double fwd = 0, bwd = 0, recompute = 0;
+  double tp = 0, cp = 0, ep = 0;  // exposed comm, both directions
+  double commFwd = 0;             // the forward-direction part of tp + cp + ep
+  double savedPerMicroBatch = 0;  // activations one micro-batch leaves in this chunk
+  double workingSet = 0;          // recompute working set (one layer's full activations and their gradients)
+  double params = 0;
+  double expertParams = 0;  // the routed experts' part of params
+  double gemmFlopsFwd = 0;
+  double recomputeFlops = 0;
+};
+
+/// The costed layers of a model: one cost per layer class, the embedding and the head.
+struct CostedLayers {
+  std::vector<LayerCost> classes;
+  LayerCost embedding;
+  LayerCost head;
+};
+
+/// Each chunk of `plan.stages` with its layers' compute, communication, saved activations under the
+/// chunk's recompute policy, and parameters; the embedding on the first chunk, the head on the last.
+[[nodiscard]] std::vector<ChunkCost> costChunks(const Plan& plan, const ModelTemplates& T, const CostedLayers& layers,
+                                                const LayerConfig& config, double byteScale);
+
+/// The chunks of physical stage `stage` (c = stage, stage + pp, ...) summed.
+struct StageWork {
+  double fwd = 0, bwd = 0, rec = 0, tp = 0, cp = 0, ep = 0, commFwd = 0;
+  double saved = 0;    // activations per micro-batch
+  double working = 0;  // the largest recompute working set
+  double params = 0, expertParams = 0;
+  double gemmFlops = 0, recomputeFlops = 0;
+  std::int64_t layers = 0;
+};
+[[nodiscard]] StageWork sumStage(const std::vector<ChunkCost>& chunks, const Plan& plan, std::int64_t stage);
+
+/// Bytes per parameter the precision and the framework's gradient accumulation imply.
+struct StateBytes {
+  double weight = 2;        // the training copy (fp32: 4)
+  double gradient = 4;      // what is reduced: fp32 main_grad under bf16, 16-bit under fp16
+  double gradientMemory = 4;  // what is kept (16-bit .grad beside fp32 copies: 6)
+  double optimizer = 12;    // fp32 master, Adam m and v (fp32 training: 8)
+  double accumulate = 0;    // HBM traffic of summing one micro-batch's gradients
+};
+[[nodiscard]] StateBytes stateBytesOf(const Plan& plan);
+
+/// A stage's time per micro-batch and its parts.
+struct StageTime {
+  double forward = 0, backward = 0;  // per micro-batch, with their share of communication
+  double total = 0;                  // forward + backward + everything exposed, per micro-batch
+  double p2p = 0, zero3 = 0, accumulate = 0;
+};
+/// ZeRO-3's per-layer gathers and reduce-scatters (prefetched behind compute), the gradient
+/// accumulation pass and the pipeline hops, added to the stage's work.
+[[nodiscard]] StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, const DeviceModel& device,
+                                  const StateBytes& bytes, double pipelineHop);
+
+/// Per-GPU memory of a physical stage by kind (docs/costmodel.md, "Memory").
+struct StageMemoryInputs {
+  const ModelTemplates* templates = nullptr;
+  const CostedLayers* layers = nullptr;
+  double byteScale = 1;        // the plan's activation bytes / the templates'
+  double contextBytes = 0;     // the CUDA context and every communicator's buffers
+};
+[[nodiscard]] MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t stage,
+                                          const StateBytes& bytes, const StageMemoryInputs& in, double* inFlight);
+
+/// The data-parallel synchronisation (gradient reduction, parameter gather, the tied embedding's
+/// all-reduce) exposed after a stage's last backward, and its optimizer step.
+struct StageTail {
+  double dataParallel = 0;
+  double optimizer = 0;
+};
+struct OptimizerInputs {
+  const KernelTable* measuredAdam = nullptr;  // measured adam_step kernels, when the database has them
+  double pcieBytesPerSecond = 0;
+  double tiedParams = 0;                      // the tied embedding's parameters (0: not tied)
+};
+[[nodiscard]] StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, const Groups& groups,
+                                  const DeviceModel& device, const StateBytes& bytes, const OptimizerInputs& in);
+
+}  // namespace colo::costmodel::detail

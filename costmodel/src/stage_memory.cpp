@@ -1,0 +1,85 @@
+// Per-GPU memory of a pipeline stage by kind (docs/costmodel.md, "Memory").
+#include <algorithm>
+
+#include "stage_cost.h"
+
+namespace colo::costmodel::detail {
+namespace {
+
+// Micro-batches whose activations a stage holds at the worst moment of the schedule.
+double microBatchesInFlight(const Plan& plan, std::int64_t stage) {
+  const double mb = static_cast<double>(plan.numMicroBatches());
+  const double p = static_cast<double>(plan.parallel.pp);
+  const double v = static_cast<double>(plan.parallel.virtualStages);
+  const double s = static_cast<double>(stage);
+  switch (plan.schedule) {
+    case Schedule::kGpipe:
+      return mb;
+    case Schedule::kOneFOneB:
+    case Schedule::kZeroBubble:
+      return std::min(mb, p - s);
+    case Schedule::kInterleaved: {
+      // Chunk-micro-batches in flight at the end of warm-up, each one chunk (1/v of the stage) deep.
+      const double warm = (p - s - 1) * 2 + (v - 1) * p + 1;
+      return std::min(mb * v, warm) / v;
+    }
+  }
+  return 1;
+}
+
+}  // namespace
+
+MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t stage, const StateBytes& bytes,
+                            const StageMemoryInputs& in, double* inFlightOut) {
+  const ModelTemplates& T = *in.templates;
+  const auto& par = plan.parallel;
+  const bool last = stage == par.pp - 1;
+  MemoryBreakdown mem;
+  // Model states. Expert parameters are replicated only across the expert-data-parallel ranks
+  // (dp x cp / ep), and ZeRO shards their states over those (Megatron-Core's expert data-parallel group).
+  const double shard = static_cast<double>(par.dp * par.cp);
+  const double expertShard = std::max(1.0, shard / static_cast<double>(par.ep));
+  auto sharded = [&](double bytesPerParam, bool on) {
+    return on ? ((w.params - w.expertParams) / shard + w.expertParams / expertShard) * bytesPerParam : w.params * bytesPerParam;
+  };
+  mem.weights = sharded(bytes.weight, plan.zeroStage >= 3) * (1.0 - plan.offload.paramsFraction);
+  mem.gradients = sharded(bytes.gradientMemory, plan.zeroStage >= 2);
+  mem.optimizer = sharded(bytes.optimizer, plan.zeroStage >= 1) * (1.0 - plan.offload.optimizerFraction);
+
+  // Activations. The head's saved tensors (the final norm's input, the fp32 logits the loss keeps for
+  // its backward) belong to the last virtual stage, whose backward follows its forward at once under
+  // 1F1B, interleaving and zero bubble: one micro-batch holds them. GPipe keeps every micro-batch's.
+  const double inFlight = microBatchesInFlight(plan, stage);
+  if (inFlightOut) *inFlightOut = inFlight;
+  const double headActivations =
+      (last && plan.schedule != Schedule::kGpipe) ? in.layers->head.savedFull * in.byteScale : 0.0;
+  mem.activations = (w.saved - headActivations) * inFlight + headActivations + w.working;
+
+  // Buffers: sequence-parallel gathers, the logits' 16-bit copy and gradient beside their fp32 upcast,
+  // data-parallel gradient buckets, ZeRO-3 gathered layers.
+  const double dt = in.byteScale * static_cast<double>(T.dtypeBytes);
+  const double mbs = static_cast<double>(plan.microBatchSize);
+  const double fullActivation =
+      mbs * static_cast<double>(T.seqLen) / static_cast<double>(par.cp) * static_cast<double>(T.hidden) * dt;
+  double buffers = 0;
+  if (par.tp > 1) buffers += 2 * fullActivation;
+  if (last) {
+    for (const auto& op : T.head.ops) {
+      if (op.kind == OpKind::kCrossEntropy) {
+        buffers += op.savedBytes / 4.0 * dt * 2 * mbs / static_cast<double>(par.cp) / static_cast<double>(par.tp);
+      }
+    }
+  }
+  if (par.dp * par.cp > 1) buffers += std::min(w.params * bytes.gradient, 2 * 40e6 * bytes.gradient);
+  if (plan.zeroStage == 3) {
+    double largestLayer = 0;
+    for (const auto& lc : in.layers->classes) largestLayer = std::max(largestLayer, lc.paramsPerGpu);
+    buffers += 2 * largestLayer * bytes.weight;
+  }
+  mem.buffers = buffers;
+  mem.allocator = 0.08 * (mem.activations + mem.buffers);
+  mem.context = in.contextBytes;
+  return mem;
+}
+
+}  // namespace colo::costmodel::detail
