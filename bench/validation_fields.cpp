@@ -1,0 +1,267 @@
+// A row's hardware and model, read into a library cluster and a model spec (data/validation/README.md).
+#include <algorithm>
+#include <cmath>
+#include <regex>
+
+#include "colo/core/library.h"
+#include "colo/core/limits.h"
+#include "colo/core/model.h"
+#include "validation_rows_detail.h"
+
+namespace colo::validation::detail {
+
+// ---- hardware ---------------------------------------------------------------------------------------
+
+// The library cluster whose GPU (and node design) a row's `hardware.gpu` names, and the one whose GPU
+// specification matches it best (memory size, PCIe vs SXM).
+struct ClusterChoice {
+  std::string cluster;
+  std::string gpuFrom;
+};
+
+std::optional<ClusterChoice> clusterForGpu(const std::string& gpuText, double memoryGb) {
+  const std::string g = lower(gpuText);
+  if (has(g, "v100")) return ClusterChoice{"dgx1-v100-x4", "dgx1-v100-x4"};
+  if (has(g, "a100") || has(g, "a800")) {  // A800: the export A100 (400 GB/s NVLink)
+    if (has(g, "pcie")) return ClusterChoice{"dgx-a100-80gb-x128", "a100-pcie-8x"};
+    const bool small = has(g, "40gb") || (memoryGb > 0 && memoryGb <= 48);
+    return ClusterChoice{"dgx-a100-80gb-x128", small ? "dgx-a100-40gb" : "dgx-a100-80gb-x128"};
+  }
+  if (has(g, "gb200")) return ClusterChoice{"gb200-nvl72-x8", "gb200-nvl72-x8"};  // before B200: GB200 names it
+  if (has(g, "b200")) return ClusterChoice{"dgx-b200-x64", "dgx-b200-x64"};
+  if (has(g, "h200") || has(g, "gh200")) return ClusterChoice{"hgx-h200-x16", "hgx-h200-x16"};  // GH200: HBM3e like H200
+  if (has(g, "4090")) return ClusterChoice{"rtx4090-8x", "rtx4090-8x"};
+  if (has(g, "h100") || has(g, "h800")) return ClusterChoice{"dgx-h100-x64", "dgx-h100-x64"};
+  return std::nullopt;
+}
+
+struct Network {
+  double bytesPerSecondPerGpu = 0;
+  LinkKind kind = LinkKind::kInfiniBand;
+};
+
+// Per-GPU network bandwidth from a row's `hardware.inter_node` text, e.g. "8x Mellanox 200 Gb/s HDR
+// InfiniBand per node", "1x InfiniBand EDR 100 Gb/s per node", "Omni-Path (OPA), 4 links per node",
+// "InfiniBand NDR presumed". Link rates: a number in Gb/s, else the named generation (FDR 56, EDR and
+// Omni-Path 100, HDR 200, NDR 400 Gb/s). Several links, or "per node", are shared by the node's GPUs;
+// a single unqualified link is one per GPU (DGX SuperPOD rail design).
+std::optional<Network> parseNetwork(const std::string& raw, std::int64_t gpusPerNode) {
+  const std::string t = lower(raw);
+  if (t.empty()) return std::nullopt;
+  double gbits = 0;
+  std::smatch m;
+  static const std::regex rate(R"((\d+(?:\.\d+)?)\s*gb(?:it)?(?:/|p)s)");
+  static const std::regex terabits(R"((\d+(?:\.\d+)?)\s*tb(?:it)?(?:/|p)s)");  // "3.2 Tb/s per node"
+  static const std::regex shortRate(R"((\d+)\s*g(?:be)?\b)");                  // "400G NDR", "100GbE"
+  if (std::regex_search(t, m, rate)) gbits = std::stod(m[1]);
+  else if (std::regex_search(t, m, terabits)) gbits = std::stod(m[1]) * 1000.0;
+  else if (std::regex_search(t, m, shortRate)) gbits = std::stod(m[1]);
+  else if (has(t, "ndr")) gbits = 400;
+  else if (has(t, "hdr")) gbits = 200;
+  else if (has(t, "edr") || has(t, "omni-path") || has(t, "opa")) gbits = 100;
+  else if (has(t, "fdr")) gbits = 56;
+  if (gbits <= 0) return std::nullopt;
+  double count = 0;
+  static const std::regex times(R"((\d+)\s*x(?![a-z]))");  // "8x HDR", "8 x 200", "8x400G"
+  static const std::regex links(R"((\d+)\s*(?:links|nics|hcas|ports|adapters|rails))");
+  if (std::regex_search(t, m, times)) count = std::stod(m[1]);
+  else if (std::regex_search(t, m, links)) count = std::stod(m[1]);
+  const bool perNode = has(t, "per node") || count > 1;
+  if (count <= 0) count = 1;
+  Network n;
+  const double bytes = count * gbits * 1e9 / 8.0;
+  n.bytesPerSecondPerGpu = perNode ? bytes / static_cast<double>(std::max<std::int64_t>(1, gpusPerNode)) : bytes;
+  if (has(t, "roce")) n.kind = LinkKind::kRoce;
+  else if (has(t, "ethernet") || has(t, "gbe")) n.kind = LinkKind::kEthernet;
+  return n;
+}
+
+Result<ClusterSpec> clusterOf(const Json& hw, const Settings& set, const std::string& id, bool* assumed) {
+  const double memoryGb = number(hw, "gpu_memory_gb").value_or(0);
+  std::string clusterName;
+  std::string gpuFrom;
+  if (set.run.contains("cluster")) {
+    clusterName = gpuFrom = set.run["cluster"].get<std::string>();
+  } else if (auto choice = clusterForGpu(text(hw, "gpu"), memoryGb)) {
+    clusterName = choice->cluster;
+    gpuFrom = choice->gpuFrom;
+  } else {
+    return fail(rowError(id, "hardware.gpu", "'" + text(hw, "gpu") + "' matches no GPU of the cluster library (V100, A100, H100, H200, B200, GB200)"));
+  }
+  auto load = [&](const std::string& name) -> Result<ClusterSpec> {
+    auto file = resolveLibraryFile(LibraryKind::kClusters, name);
+    if (!file) return fail(file.error());
+    return loadCluster(*file);
+  };
+  auto cluster = load(clusterName);
+  if (!cluster) {
+    if (set.run.contains("cluster")) return fail(rowError(id, "cluster (assumptions)", cluster.error().toString()));
+    return fail(cluster.error());
+  }
+  if (gpuFrom != clusterName) {
+    auto other = load(gpuFrom);
+    if (!other) return fail(other.error());
+    cluster->gpu = other->gpu;
+  }
+  if (memoryGb > 0) cluster->gpu.memoryBytes = memoryGb * 1024.0 * 1024.0 * 1024.0;
+  if (set.run.contains("gpu_memory_GiB")) cluster->gpu.memoryBytes = set.run["gpu_memory_GiB"].get<double>() * 1024 * 1024 * 1024;
+  const auto gpn = number(hw, "gpus_per_node");
+  if (gpn && *gpn >= 1 && static_cast<std::int64_t>(*gpn) != cluster->gpusPerNode) {
+    cluster->gpusPerNode = static_cast<std::int64_t>(*gpn);
+    for (auto& l : cluster->links) {
+      if (!isNetwork(l.kind)) l.spanGpus = std::min(l.spanGpus, cluster->gpusPerNode);
+    }
+  }
+  if (cluster->links.size() > 1) {
+    LinkLevel& net = cluster->links.back();
+    if (set.run.contains("network_GBps")) {
+      net.bytesPerSecond = set.run["network_GBps"].get<double>() * 1e9;
+    } else if (auto n = parseNetwork(text(hw, "inter_node"), cluster->gpusPerNode)) {
+      net.bytesPerSecond = n->bytesPerSecondPerGpu;
+      net.kind = n->kind;
+    } else if (number(hw, "num_gpus").value_or(1) > static_cast<double>(cluster->gpusPerNode)) {
+      *assumed = true;  // the network is the library cluster's
+    }
+  }
+  const auto gpus = number(hw, "num_gpus");
+  if (!gpus || *gpus < 1) return fail(rowError(id, "hardware.num_gpus", "missing or not positive"));
+  if (*gpus > static_cast<double>(limits::kMaxGpus)) {
+    return fail(rowError(id, "hardware.num_gpus", "must be at most " + std::to_string(limits::kMaxGpus) + ", got " +
+                                                      std::to_string(*gpus)));
+  }
+  auto scaled = scaleCluster(*cluster, static_cast<std::int64_t>(*gpus));
+  if (!scaled) return fail(rowError(id, "hardware.num_gpus", scaled.error().message));
+  return *scaled;
+}
+
+// ---- model ------------------------------------------------------------------------------------------
+
+// Letters and digits of a name, lowercased: "LLaMA-2 13B" and "llama2-13b" both give "llama213b".
+std::string nameKey(const std::string& name) {
+  std::string k;
+  for (const auto& w : keyWords(name)) k += w;
+  return k;
+}
+
+// The library model a row names ("Llama 2 13B", "GPT-3 175B", "Mixtral 8x7B"), for a row that gives its
+// model by name rather than by its shape.
+std::optional<ModelSpec> libraryModelNamed(const std::string& name) {
+  const std::string key = nameKey(name);
+  if (key.empty()) return std::nullopt;
+  for (const auto& entry : libraryEntries(LibraryKind::kModels)) {
+    if (nameKey(entry) != key) continue;
+    auto file = resolveLibraryFile(LibraryKind::kModels, entry);
+    if (!file) return std::nullopt;
+    auto model = loadModel(*file);
+    if (!model || !model->spec) return std::nullopt;
+    return *model->spec;
+  }
+  return std::nullopt;
+}
+
+Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, bool* assumed) {
+  // A row that names a library model instead of giving its shape: that model, with whatever the row
+  // does give (sequence length, vocabulary) on top.
+  if (!number(m, "num_layers") || !number(m, "hidden_size") || !number(m, "num_attention_heads")) {
+    if (auto named = libraryModelNamed(text(m, "name"))) {
+      ModelSpec s = *named;
+      if (auto v = number(m, "seq_len"); v && *v >= 1) s.seqLen = static_cast<std::int64_t>(*v);
+      if (auto v = number(m, "vocab_size"); v && *v >= 1) s.vocabSize = static_cast<std::int64_t>(*v);
+      if (s.maxPositionEmbeddings > 0 && s.seqLen > s.maxPositionEmbeddings && s.positionEmbedding != PositionEmbedding::kLearned) {
+        s.maxPositionEmbeddings = s.seqLen;
+      }
+      *assumed = true;
+      if (auto valid = validateModelSpec(s, id); !valid) return fail(valid.error());
+      return s;
+    }
+  }
+  const std::string arch = lower(text(m, "arch") + " " + text(m, "name"));
+  // colo's graphs are decoder-only or encoder-only: an encoder-decoder is costed as a decoder of its
+  // layers, an assumption the table marks.
+  if (has(arch, "encoder-decoder") || has(arch, "t5") || has(arch, "bart")) *assumed = true;
+  const bool bloom = has(arch, "alibi") || has(arch, "bloom");
+  const bool llama = !bloom && (has(arch, "llama") || has(arch, "swiglu") || has(arch, "rmsnorm") || has(arch, "rope") ||
+                                has(arch, "rotary") || has(arch, "mistral") || has(arch, "qwen") || has(arch, "deepseek"));
+  auto preset = familyPreset(bloom ? "bloom" : llama ? "llama" : "gpt");
+  if (!preset) return fail(preset.error());
+  ModelSpec s = *preset;
+  s.name = text(m, "name").empty() ? id : text(m, "name");
+  auto need = [&](const char* key) -> Result<std::int64_t> {
+    const auto v = number(m, key);
+    if (!v || *v < 1) return fail(rowError(id, std::string("model.") + key, "missing or not positive"));
+    return static_cast<std::int64_t>(*v);
+  };
+  for (auto [key, field] : {std::pair{"num_layers", &s.numLayers}, std::pair{"hidden_size", &s.hiddenSize},
+                            std::pair{"num_attention_heads", &s.numAttentionHeads}, std::pair{"seq_len", &s.seqLen}}) {
+    auto v = need(key);
+    if (!v) return fail(v.error());
+    *field = *v;
+  }
+  for (const char* key : {"num_query_groups", "num_key_value_heads", "num_kv_heads"}) {
+    if (auto g = number(m, key)) s.numKvHeads = static_cast<std::int64_t>(*g);
+  }
+  if (auto f = number(m, "ffn_hidden_size")) {
+    s.ffnHiddenSize = static_cast<std::int64_t>(*f);
+  } else if (llama) {  // LLaMA's rule: 2/3 of 4h, rounded up to a multiple of 256
+    s.ffnHiddenSize = (8 * s.hiddenSize / 3 + 255) / 256 * 256;
+    *assumed = true;
+  } else {
+    s.ffnHiddenSize = 4 * s.hiddenSize;
+  }
+  if (auto e = number(m, "num_experts"); e && *e > 1) {
+    s.moe.numExperts = static_cast<std::int64_t>(*e);
+    s.moe.topK = static_cast<std::int64_t>(number(m, "top_k").value_or(number(m, "moe_top_k").value_or(2)));
+    // Expert width (Megatron's --moe-ffn-hidden-size, Hugging Face's moe_intermediate_size) when the
+    // dense layers' differs.
+    for (const char* key : {"moe_ffn_hidden_size", "moe_intermediate_size", "expert_ffn_hidden_size"}) {
+      if (auto w = number(m, key); w && *w >= 1) s.moe.expertFfnHiddenSize = static_cast<std::int64_t>(*w);
+    }
+    // Leading dense layers: Megatron's --moe-layer-freq "([0]*k+[1]*n)", Hugging Face's first_k_dense_replace.
+    if (auto k = number(m, "first_k_dense_replace"); k && *k >= 0) s.moe.firstDenseLayers = static_cast<std::int64_t>(*k);
+    static const std::regex leadingDense(R"(\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\])");
+    std::smatch dense;
+    const std::string freq = text(m, "moe_layer_freq");
+    if (std::regex_search(freq, dense, leadingDense)) s.moe.firstDenseLayers = std::stoll(dense[1]);
+  }
+  if (auto v = number(m, "vocab_size")) {
+    s.vocabSize = static_cast<std::int64_t>(*v);
+  } else if (layerOnly) {  // a single-layer measurement: no embedding table worth costing, no head
+    s.vocabSize = 1;
+    s.lmHead = false;
+  } else {
+    s.vocabSize = 51200;  // Megatron's padded GPT-2 vocabulary
+    *assumed = true;
+  }
+  if (!bloom && !llama) s.maxPositionEmbeddings = s.seqLen;
+  s.dropout = (bloom || llama) ? 0.0 : 0.1;
+  if (auto valid = validateModelSpec(s, id); !valid) return fail(valid.error());
+  return s;
+}
+
+// Layers over pipeline chunks: even when they divide; else the embedding and the head count as a layer
+// each (DeepSpeed's 'type:transformer|embedding' partition, Llama 3's one layer fewer on the first and
+// last stage), shared evenly, the remainder to the middle chunks.
+std::vector<StagePlan> balancedStages(std::int64_t layers, std::int64_t chunks) {
+  if (layers % chunks == 0) return uniformStages(layers, chunks, RecomputePolicy::kNone);
+  auto spread = [&](std::int64_t units, std::int64_t trim) {
+    std::vector<std::int64_t> n(static_cast<std::size_t>(chunks), units / chunks);
+    for (std::int64_t r = 0; r < units % chunks; ++r) {
+      n[static_cast<std::size_t>(chunks > 2 ? 1 + r % (chunks - 2) : r % chunks)] += 1;
+    }
+    n.front() -= trim;
+    n.back() -= trim;
+    return n;
+  };
+  auto n = spread(layers + 2, 1);
+  if (*std::min_element(n.begin(), n.end()) < 1) n = spread(layers, 0);
+  std::vector<StagePlan> stages;
+  for (const auto count : n) {
+    StagePlan st;
+    st.layers = count;
+    stages.push_back(st);
+  }
+  return stages;
+}
+
+
+}  // namespace colo::validation::detail

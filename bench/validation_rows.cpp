@@ -1,0 +1,632 @@
+// Published rows to colo plans (data/validation/README.md, "Reading a row colo has never seen").
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <regex>
+
+#include "colo/core/library.h"
+#include "colo/core/limits.h"
+#include "colo/core/model.h"
+#include "colo/costmodel/evaluator.h"
+#include "validation_harness.h"
+#include "validation_rows_detail.h"
+
+namespace colo::validation {
+
+using namespace detail;
+
+namespace {
+
+// ---- measurement ------------------------------------------------------------------------------------
+
+// FLOPs per iteration under the convention a row's TFLOP/s uses (docs: VALIDATION.md).
+double conventionFlops(const std::string& convention, const ModelSpec& s, double samples) {
+  const std::string c = lower(convention);
+  const double B = samples, S = static_cast<double>(s.seqLen), L = static_cast<double>(s.numLayers);
+  const double h = static_cast<double>(s.hiddenSize), V = static_cast<double>(s.vocabSize);
+  if (has(c, "96")) return 96.0 * B * S * L * h * h * (1.0 + S / (6.0 * h) + V / (16.0 * L * h));
+  if (has(c, "s/3h") || has(c, "s/(3h)")) return 72.0 * B * S * L * h * h * (1.0 + S / (3.0 * h) + V / (12.0 * L * h));  // Korthikanti HFU, selective
+  if (has(c, "6n") || has(c, "palm")) {
+    const double n = static_cast<double>(countParameters(s).total - countParameters(s).embedding);
+    const double tokens = B * S;
+    return tokens * (6.0 * n + 12.0 * L * h * S);
+  }
+  // Megatron-Core: 12·B·s·l·h²·[(1 + g/a + s/h)·(q/h) + (ffn/h)·gated + V/(2lh)], q = a·head_dim.
+  const double a = static_cast<double>(s.numAttentionHeads), g = static_cast<double>(s.kvHeads());
+  const double q = a * static_cast<double>(s.headSize());
+  const double gated = s.gatedMlp() ? 1.5 : 1.0;
+  return 12.0 * B * S * L * h * h *
+         ((1.0 + g / a + S / h) * (q / h) + (static_cast<double>(s.ffnHiddenSize) / h) * gated + V / (2.0 * L * h));
+}
+
+
+// Other names sources and frameworks use for the fields the harness reads (Megatron's argument names,
+// Hugging Face config names, short forms): each is read as its canonical field when that is absent.
+Json withCanonicalNames(const Json& row) {
+  static const std::vector<std::pair<const char*, std::vector<std::pair<const char*, std::vector<const char*>>>>> aliases{
+      {"model",
+       {{"num_layers", {"n_layers", "n_layer", "num_hidden_layers", "layers"}},
+        {"hidden_size", {"d_model", "n_embd", "hidden", "hidden_dim"}},
+        {"num_attention_heads", {"n_heads", "n_head", "num_heads", "heads", "attention_heads"}},
+        {"ffn_hidden_size", {"intermediate_size", "ffn_hidden", "d_ff", "ffn_size", "ffn_dim"}},
+        {"seq_len", {"seq_length", "sequence_length", "max_seq_len", "context_length", "seqlen"}},
+        {"vocab_size", {"vocab", "padded_vocab_size"}},
+        {"num_key_value_heads", {"n_kv_heads", "kv_heads"}}}},
+      {"parallel",
+       {{"tp", {"tensor_parallel", "tensor_parallel_size", "tensor_model_parallel_size", "tp_size"}},
+        {"pp", {"pipeline_parallel", "pipeline_parallel_size", "pipeline_model_parallel_size", "pp_size"}},
+        {"dp", {"data_parallel", "data_parallel_size", "dp_size"}},
+        {"cp", {"context_parallel", "context_parallel_size", "cp_size"}},
+        {"ep", {"expert_parallel", "expert_parallel_size", "expert_model_parallel_size", "ep_size"}},
+        {"virtual_pipeline_stages", {"virtual_pipeline_model_parallel_size", "vpp", "virtual_stages"}},
+        {"zero_stage", {"zero", "zero_optimization_stage"}},
+        {"sequence_parallel", {"sp"}}}},
+      {"training",
+       {{"micro_batch_size", {"mbs", "micro_batch", "train_micro_batch_size_per_gpu"}},
+        {"global_batch_size", {"gbs", "global_batch", "train_batch_size"}}}},
+      {"hardware", {{"num_gpus", {"gpus", "n_gpus", "world_size", "total_gpus"}}}}};
+  Json out = row;
+  for (const auto& [part, fields] : aliases) {
+    if (!out.contains(part) || !out[part].is_object()) continue;
+    Json& j = out[part];
+    for (const auto& [canonical, names] : fields) {
+      if (j.contains(canonical) && !j[canonical].is_null()) continue;
+      for (const char* name : names) {
+        if (j.contains(name) && (j[name].is_number() || j[name].is_boolean())) {
+          j[canonical] = j[name];
+          break;
+        }
+      }
+    }
+  }
+  // Megatron's --num-layers-per-virtual-pipeline-stage gives the chunks per stage through the layers.
+  if (out.contains("parallel") && out["parallel"].is_object() && out.contains("model") && out["model"].is_object()) {
+    Json& par = out["parallel"];
+    const auto perChunk = number(par, "num_layers_per_virtual_pipeline_stage");
+    const auto layers = number(out["model"], "num_layers");
+    const double pp = number(par, "pp").value_or(1);
+    if (perChunk && layers && *perChunk >= 1 && (!par.contains("virtual_pipeline_stages") || par["virtual_pipeline_stages"].is_null())) {
+      const double v = *layers / (pp * *perChunk);
+      if (v >= 1 && v <= static_cast<double>(limits::kMaxLayers) && v == std::floor(v)) par["virtual_pipeline_stages"] = static_cast<std::int64_t>(v);
+    }
+    // The distributed optimizer is ZeRO-1.
+    if ((!par.contains("zero_stage") || par["zero_stage"].is_null()) &&
+        ((par.contains("distributed_optimizer") && par["distributed_optimizer"].is_boolean() && par["distributed_optimizer"].get<bool>()) ||
+         has(lower(text(par, "overlap") + " " + text(par, "optimizer")), "distributed"))) {
+      par["zero_stage"] = 1;
+    }
+  }
+  return out;
+}
+
+Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions);
+
+
+}  // namespace
+
+Result<Case> caseFromRow(const Json& rawRow, const Json& assumptions) {
+  if (auto valid = checkAssumptions(assumptions, "assumptions.json"); !valid) return fail(valid.error());
+  try {
+    return caseFromRowChecked(rawRow, assumptions);
+  } catch (const std::exception& e) {
+    // A value of a type no check above foresaw (nlohmann's type errors, std::stod out of range on a
+    // 400-digit rate): the row's fault, never a crash.
+    const std::string id = rawRow.is_object() && rawRow.contains("id") && rawRow["id"].is_string()
+                               ? rawRow["id"].get<std::string>()
+                               : std::string("?");
+    return fail(rowError(id, "row", std::string("unexpected value: ") + e.what()));
+  }
+}
+
+namespace {
+
+// The row's parts are objects, and every figure the harness reads is a number (or null: not published)
+// within limits.h's bounds: "8" or [8] is a typo that would otherwise silently fall back to a default.
+Result<void> checkRowShape(const Json& row, const std::string& id) {
+  for (const char* part : {"model", "hardware", "parallel", "training", "measured"}) {
+    if (!row.contains(part) || !row[part].is_object()) return fail(rowError(id, part, "missing or not an object"));
+  }
+  static const std::vector<std::pair<const char*, std::vector<const char*>>> numeric{
+      {"model", {"num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "num_key_value_heads", "num_kv_heads",
+                 "ffn_hidden_size", "seq_len", "vocab_size", "num_experts", "top_k"}},
+      {"hardware", {"gpu_memory_gb", "gpus_per_node", "num_gpus"}},
+      {"parallel", {"tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "zero_stage"}},
+      {"training", {"micro_batch_size", "global_batch_size", "global_batch_tokens", "recompute_num_layers", "recompute_layers"}},
+      {"measured", {"layer_forward_ms", "layer_backward_ms", "iteration_time_s", "iteration_time_ms", "step_time_s", "step_time_ms",
+                    "samples_per_s", "sequences_per_s", "tokens_per_s", "tokens_per_s_per_gpu", "tflops_per_gpu",
+                    "iteration_time_sec", "step_time_sec", "seconds_per_iteration", "time_per_iteration_s",
+                    "time_per_iteration_ms", "mfu_pct", "mfu"}}};
+  for (const auto& [part, keys] : numeric) {
+    for (const char* key : keys) {
+      const Json& j = row[part];
+      if (j.contains(key) && !j[key].is_null() && !j[key].is_number()) {
+        return fail(rowError(id, std::string(part) + "." + key, "expected a number, got " + j[key].dump()));
+      }
+    }
+  }
+  for (const auto& [key, value] : row["measured"].items()) {
+    if ((memoryKeyUnit(key) > 0 || classifyMeasure(key).measure != Measure::kNone) && !value.is_null() &&
+        !value.is_number()) {
+      return fail(rowError(id, "measured." + key, "expected a number, got " + value.dump()));
+    }
+  }
+  return checkRowRanges(row, id);
+}
+
+// The settings the row leaves open: the run's own entry in assumptions.json, the first framework whose
+// keywords the row's citation, architecture, schedule, precision or framework mention, the defaults.
+Settings settingsFor(const Json& row, const Json& assumptions, const std::string& id, const std::string& citation) {
+  const Json& par = row["parallel"];
+  const Json& tr = row["training"];
+  Settings set;
+  if (assumptions.contains("defaults")) set.defaults = assumptions["defaults"];
+  if (assumptions.contains("runs") && assumptions["runs"].contains(id)) set.run = assumptions["runs"][id];
+  const std::string haystack = lower(citation + " " + text(row["model"], "arch") + " " + text(par, "schedule") + " " +
+                                     text(tr, "precision") + " " + text(par, "framework") + " " + text(tr, "framework"));
+  if (assumptions.contains("frameworks")) {
+    for (const Json& f : assumptions["frameworks"]) {
+      bool match = false;
+      for (const auto& k : f["match"]) match = match || has(haystack, lower(k.get<std::string>()).c_str());
+      if (match) {
+        set.framework = f["settings"];
+        break;
+      }
+    }
+  }
+  return set;
+}
+
+// The row's hardware with its GPU count: as stated, else nodes x GPUs per node, else the product of
+// its parallel degrees.
+Json hardwareWithGpuCount(const Json& hw, const Json& par) {
+  Json hardware = hw;
+  if (!number(hw, "num_gpus")) {
+    const auto nodes = number(hw, "num_nodes") ? number(hw, "num_nodes") : number(hw, "nodes");
+    const auto perNode = number(hw, "gpus_per_node");
+    if (nodes && perNode && *nodes >= 1 && *perNode >= 1) {
+      hardware["num_gpus"] = *nodes * *perNode;
+    } else if (auto dp = number(par, "dp"); dp && *dp >= 1) {
+      double product = *dp;
+      for (const char* key : {"tp", "pp", "cp"}) product *= std::max(1.0, number(par, key).value_or(1.0));
+      hardware["num_gpus"] = product;
+    }
+  }
+  return hardware;
+}
+
+// Degrees (a dp that disagrees with the GPUs gives way to them), sequence parallelism, schedule and
+// virtual stages. Returns whether the virtual stages are left open (interleaved without a count).
+bool readParallel(const Json& par, const Settings& set, Plan& p, bool* assumed) {
+  auto degree = [&](const char* key) { return static_cast<std::int64_t>(number(par, key).value_or(1)); };
+  p.parallel.tp = degree("tp");
+  p.parallel.pp = degree("pp");
+  p.parallel.cp = degree("cp");
+  p.parallel.ep = degree("ep");
+  const std::int64_t gpus = p.cluster.totalGpus();
+  const std::int64_t model = std::max<std::int64_t>(1, p.parallel.tp * p.parallel.pp * p.parallel.cp);
+  if (auto dp = number(par, "dp")) {
+    p.parallel.dp = static_cast<std::int64_t>(*dp);
+    // A data-parallel degree that disagrees with the GPUs (a source counting context parallelism into
+    // it, say) gives way to the GPUs over the model-parallel degrees when they divide.
+    if (model <= gpus && p.parallel.dp * model != gpus && gpus % model == 0) {
+      p.parallel.dp = gpus / model;
+      *assumed = true;
+    }
+  } else {
+    p.parallel.dp = gpus / model;
+  }
+  const Json sp = par.contains("sequence_parallel") && par["sequence_parallel"].is_boolean() ? par["sequence_parallel"]
+                                                                                             : set.pick("sequence_parallel");
+  p.parallel.sequenceParallel = sp.is_boolean() && sp.get<bool>() && p.parallel.tp > 1;
+  const std::string schedule =
+      lower(text(par, "schedule") + " " + (set.pick("schedule").is_string() ? set.pick("schedule").get<std::string>() : ""));
+  Json vpp = number(par, "virtual_pipeline_stages") ? par["virtual_pipeline_stages"] : set.pick("virtual_stages");
+  p.parallel.virtualStages = vpp.is_number() ? vpp.get<std::int64_t>() : 1;
+  const bool vppOpen = p.parallel.pp > 1 && has(schedule, "interleaved") && !vpp.is_number() && !set.run.contains("stages");
+  p.schedule = p.parallel.virtualStages > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;
+  if (has(schedule, "gpipe")) p.schedule = Schedule::kGpipe;
+  if (has(schedule, "zero bubble") || has(schedule, "zero-bubble")) p.schedule = Schedule::kZeroBubble;
+
+  return vppOpen;
+}
+
+// Micro and global batch (a micro-batch the batch does not divide shrinks to one that does), and the
+// ZeRO stage (FSDP's sharding strategies read as ZeRO stages).
+void readBatchAndZero(const Json& tr, const Json& par, const Settings& set, std::int64_t seqLen, Plan& p, bool* assumed) {
+  Json mbs = number(tr, "micro_batch_size") ? tr["micro_batch_size"] : set.pick("micro_batch_size");
+  if (!number(tr, "micro_batch_size")) *assumed = true;
+  p.microBatchSize = mbs.is_number() ? mbs.get<std::int64_t>() : 1;
+  if (auto gbs = number(tr, "global_batch_size")) {
+    p.globalBatchSize = static_cast<std::int64_t>(*gbs);
+  } else if (auto tokens = number(tr, "global_batch_tokens")) {
+    p.globalBatchSize = static_cast<std::int64_t>(std::llround(*tokens / static_cast<double>(seqLen)));
+  } else {
+    p.globalBatchSize = p.microBatchSize * p.parallel.dp;
+  }
+  // A framework without gradient accumulation runs each replica's whole batch as one micro-batch.
+  const Json noAccumulation = set.pick("no_grad_accumulation");
+  if (!number(tr, "micro_batch_size") && noAccumulation.is_boolean() && noAccumulation.get<bool>() &&
+      p.parallel.dp > 0 && p.parallel.pp == 1 && p.globalBatchSize % p.parallel.dp == 0) {
+    p.microBatchSize = std::max<std::int64_t>(1, p.globalBatchSize / p.parallel.dp);
+  }
+  p.seqLen = seqLen;
+  // A global batch the micro-batch and data parallelism do not divide: the largest micro-batch below the
+  // stated one that does (frameworks refuse the rest).
+  if (p.parallel.dp > 0 && p.globalBatchSize % (p.microBatchSize * p.parallel.dp) != 0) {
+    std::int64_t b = p.microBatchSize;
+    while (b > 1 && p.globalBatchSize % (b * p.parallel.dp) != 0) --b;
+    if (p.globalBatchSize % (b * p.parallel.dp) == 0) {
+      p.microBatchSize = b;
+      *assumed = true;
+    }
+  }
+  // PyTorch FSDP sharding strategies: FULL_SHARD / HYBRID_SHARD = ZeRO-3, SHARD_GRAD_OP = ZeRO-2.
+  Json fsdpZero = nullptr;
+  const std::string fsdp = lower(text(par, "fsdp") + " " + text(par, "sharding_strategy") + " " + text(par, "sharding"));
+  if (has(fsdp, "shard_grad_op")) fsdpZero = 2;
+  else if (has(fsdp, "full_shard") || has(fsdp, "hybrid_shard") || (par.contains("fsdp") && par["fsdp"].is_boolean() && par["fsdp"].get<bool>())) fsdpZero = 3;
+  const Json zero = number(par, "zero_stage") ? par["zero_stage"] : !fsdpZero.is_null() ? fsdpZero : set.pick("zero_stage");
+  if (!number(par, "zero_stage") && p.parallel.dp > 1) *assumed = *assumed || set.run.contains("zero_stage");
+  p.zeroStage = zero.is_number() ? zero.get<int>() : 0;
+
+}
+
+// What the row says of recompute.
+struct RecomputeReading {
+  RecomputePolicy policy = RecomputePolicy::kNone;
+  std::optional<std::int64_t> layers;  // Megatron's --recompute-num-layers N
+  bool open = false;                   // nothing said: the cheapest policy that fits is chosen
+};
+
+// "recompute": a policy name, free text ("full (--checkpoint-activations)", "activation checkpointing":
+// full, as Megatron's flag was; "per-op SAC": torchtitan's per-op policy), a boolean, else assumed.
+Result<RecomputeReading> readRecompute(const Json& tr, const Settings& set, const std::string& id, bool* assumed) {
+  std::string recomputeText = lower(text(tr, "recompute"));
+  if (tr.contains("recompute") && tr["recompute"].is_boolean()) recomputeText = tr["recompute"].get<bool>() ? "full" : "none";
+  // Megatron's --recompute-num-layers N (or a recompute_num_layers figure): full recompute of N layers
+  // per chunk.
+  std::optional<std::int64_t> recomputeLayers;
+  for (const char* key : {"recompute_num_layers", "recompute_layers", "checkpoint_num_layers"}) {
+    if (auto n = number(tr, key); n && *n >= 0 && !recomputeLayers) recomputeLayers = static_cast<std::int64_t>(*n);
+  }
+  {
+    static const std::regex count(R"(recompute[-_ ]num[-_ ]layers[= :]*(\d+))");
+    std::smatch m;
+    if (!recomputeLayers && std::regex_search(recomputeText, m, count)) recomputeLayers = std::stoll(m[1]);
+  }
+  // torchtitan's per-op selective activation checkpointing (mode "selective", selective_ac_option "op").
+  if (has(recomputeText, "per-op") || has(recomputeText, "op sac") || has(recomputeText, "op-level") ||
+      has(recomputeText, "selective_ac_option op") || has(recomputeText, "selective op") ||
+      has(recomputeText, "(op)")) {
+    recomputeText = "op";
+  }
+  if (recomputeText.rfind("full", 0) != 0 && recomputeText.rfind("selective", 0) != 0 && recomputeText.rfind("none", 0) != 0 &&
+      recomputeText != "op") {
+    // --recompute-activations is Megatron's selective recompute; checkpointing by any name is full.
+    if (has(recomputeText, "selective") || has(recomputeText, "recompute-activations")) recomputeText = "selective";
+    else if (has(recomputeText, "full") || has(recomputeText, "checkpoint") || has(recomputeText, "recompute-granularity") ||
+             recomputeText == "true" || recomputeText == "yes" || recomputeText == "on")
+      recomputeText = "full";
+    else if (recomputeText == "no" || recomputeText == "false" || recomputeText == "off" ||
+             has(recomputeText, "no recomput") || has(recomputeText, "disabled"))
+      recomputeText = "none";
+  }
+  const bool recomputeOpen = recomputeText.rfind("full", 0) != 0 && recomputeText.rfind("selective", 0) != 0 &&
+                             recomputeText.rfind("none", 0) != 0 && recomputeText != "op" &&
+                             !set.pick("recompute").is_string();
+  RecomputePolicy policy = RecomputePolicy::kNone;
+  if (recomputeText == "op") {
+    policy = RecomputePolicy::kOp;
+  } else if (recomputeText.rfind("full", 0) == 0) {
+    policy = RecomputePolicy::kFull;
+  } else if (recomputeText.rfind("selective", 0) == 0) {
+    policy = RecomputePolicy::kSelective;
+  } else if (recomputeText.rfind("none", 0) != 0 && set.pick("recompute").is_string()) {
+    auto parsed = parseRecompute(set.pick("recompute").get<std::string>());
+    if (!parsed) return fail(rowError(id, "recompute (assumptions)", parsed.error().message));
+    policy = *parsed;
+    *assumed = true;
+  }
+  return RecomputeReading{policy, recomputeLayers, recomputeOpen};
+}
+
+// The layers of each chunk (from the run's assumptions entry, else balanced) and their recompute.
+Result<void> assignStages(const Settings& set, const ModelSpec& spec, const RecomputeReading& r, const std::string& id,
+                          Plan& p, bool* assumed) {
+  const std::int64_t chunks = p.parallel.pp * p.parallel.virtualStages;
+  if (set.run.contains("stages")) {
+    std::int64_t held = 0;
+    for (const auto& n : set.run["stages"]) {
+      StagePlan st;
+      st.layers = n.get<std::int64_t>();
+      held += st.layers;
+      p.stages.push_back(st);
+    }
+    if (held != spec.numLayers) {
+      return fail(rowError(id, "stages (assumptions)", "hold " + std::to_string(held) + " layers but the model has " +
+                                                             std::to_string(spec.numLayers)));
+    }
+  } else {
+    if (spec.numLayers < chunks) {
+      return fail(rowError(id, "model.num_layers", std::to_string(spec.numLayers) + " layers for pp x virtual stages = " +
+                                                         std::to_string(chunks)));
+    }
+    p.stages = balancedStages(spec.numLayers, chunks);
+    if (spec.numLayers % chunks != 0) *assumed = true;
+  }
+  for (auto& st : p.stages) {
+    st.recompute = r.policy;
+    st.recomputeLayers = r.policy == RecomputePolicy::kNone ? 0 : st.layers;
+    if (r.policy == RecomputePolicy::kFull && r.layers) st.recomputeLayers = std::min(*r.layers, st.layers);
+  }
+  return {};
+}
+
+// Precision (its spellings; "16-bit" or unstated: what the GPU runs fastest) and the execution switches
+// (attention kernel, overlaps, host time per op, gradient accumulation) the row and assumptions give.
+Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Settings& set, const std::string& id, Plan& p) {
+  const std::string precisionText = lower(text(tr, "precision"));
+  const bool volta = has(lower(p.cluster.gpu.name), "v100");
+  if (set.pick("precision").is_string()) {
+    auto parsed = parseDType(set.pick("precision").get<std::string>());
+    if (!parsed) return fail(rowError(id, "precision (assumptions)", parsed.error().message));
+    p.precision = *parsed;
+  } else if (has(precisionText, "fp8") || has(precisionText, "float8") || has(precisionText, "e4m3")) {
+    p.precision = DType::kFp8;
+  } else if (has(precisionText, "bf16") || has(precisionText, "bfloat16")) {
+    p.precision = DType::kBf16;
+  } else if (has(precisionText, "fp16") || has(precisionText, "float16") || has(precisionText, "half")) {
+    p.precision = DType::kFp16;
+  } else if (has(precisionText, "tf32")) {
+    p.precision = DType::kTf32;
+  } else if (has(precisionText, "fp32") || has(precisionText, "float32") || has(precisionText, "single")) {
+    p.precision = DType::kFp32;
+  } else {
+    p.precision = volta ? DType::kFp16 : DType::kBf16;  // "16-bit" or not stated: what the GPU runs fastest
+  }
+  if (!p.cluster.gpu.hasPeak(p.precision)) p.precision = DType::kFp16;
+  auto flag = [&](const char* key) { return set.pick(key).is_boolean() && set.pick(key).get<bool>(); };
+  p.execution.flashAttention = set.pick("attention").is_string() && set.pick("attention").get<std::string>() == "flash";
+  // Overlaps the row states (Megatron's flags in `parallel.overlap`) win over assumed ones.
+  const std::string overlap = lower(text(par, "overlap"));
+  p.execution.overlapGradReduce = flag("overlap_grad_reduce") || has(overlap, "overlap-grad-reduce");
+  p.execution.overlapParamGather = flag("overlap_param_gather") || has(overlap, "overlap-param-gather");
+  p.execution.tpCommOverlap = flag("tp_comm_overlap") || has(overlap, "tp-comm-overlap");
+  if (set.pick("host_us_per_op").is_number()) p.execution.hostMicrosecondsPerOp = set.pick("host_us_per_op").get<double>();
+  // How micro-batch gradients are summed: one mode, or one per precision ({"bf16": ..., "fp16": ...}),
+  // as DeepSpeed's BF16 and FP16 optimizers differ.
+  if (Json mode = set.pick("grad_accumulation"); !mode.is_null()) {
+    if (mode.is_object()) mode = mode.contains(toString(p.precision)) ? mode[toString(p.precision)] : Json();
+    if (mode.is_string()) {
+      auto parsed = parseGradAccumulation(mode.get<std::string>());
+      if (!parsed) return fail(rowError(id, "grad_accumulation (assumptions)", parsed.error().message));
+      p.execution.gradAccumulation = *parsed;
+    } else if (!mode.is_null()) {
+      return fail(rowError(id, "grad_accumulation (assumptions)", "expected a mode or an object of modes by precision, got " + mode.dump()));
+    }
+  }
+  return {};
+}
+
+// Knobs the row and the assumptions leave open that decide whether the run fits: the run happened, so
+// it fitted. Recompute: none, else selective, else full, the first with which the plan fits; the
+// interleaved schedule's virtual stages (1 to 8 chunks per stage): the fastest that fits, as a
+// published benchmark run is tuned.
+Result<void> chooseOpenKnobs(const RecomputeReading& r, bool vppOpen, const ModelSpec& spec, const std::string& id, Plan& p) {
+  if (r.open || vppOpen) {
+    // (policy, layers recomputed per chunk; 0: all of them)
+    std::vector<std::pair<RecomputePolicy, std::int64_t>> policies{{r.policy, 0}};
+    if (r.open) {
+      policies = {{RecomputePolicy::kNone, 0}, {RecomputePolicy::kSelective, 0}};
+      // Megatron's --recompute-num-layers: full recompute of the first k layers of every chunk.
+      for (std::int64_t k = 1; k <= spec.numLayers / p.parallel.pp; ++k) policies.emplace_back(RecomputePolicy::kFull, k);
+    }
+    std::vector<std::int64_t> chunkCounts{p.parallel.virtualStages};
+    if (vppOpen) {
+      chunkCounts.clear();
+      for (std::int64_t v = 1; v <= 8 && p.parallel.pp * v <= spec.numLayers; ++v) chunkCounts.push_back(v);
+    }
+    // Candidates differ only in schedule and recompute: one evaluator (model, cluster, sequence) serves all.
+    auto evaluator = costmodel::Evaluator::create(p.model, p.cluster, p.seqLen);
+    if (!evaluator) return fail(rowError(id, "model", evaluator.error().message));
+    std::optional<Plan> best;
+    double bestSeconds = 0;
+    for (std::size_t i = 0; i < policies.size(); ++i) {
+      const auto [candidatePolicy, recomputeCount] = policies[i];
+      for (const std::int64_t v : chunkCounts) {
+        Plan q = p;
+        q.parallel.virtualStages = v;
+        if (vppOpen) {
+          q.schedule = v > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;
+          q.stages = balancedStages(spec.numLayers, p.parallel.pp * v);
+        }
+        for (auto& st : q.stages) {
+          st.recompute = candidatePolicy;
+          st.recomputeLayers = candidatePolicy == RecomputePolicy::kNone ? 0
+                               : recomputeCount > 0                    ? std::min(recomputeCount, st.layers)
+                                                                       : st.layers;
+        }
+        if (!validatePlan(q, id)) continue;
+        auto ev = evaluator->evaluate(q);
+        if (!ev || !ev->fits) continue;
+        if (!best || ev->stepSeconds < bestSeconds) {
+          best = std::move(q);
+          bestSeconds = ev->stepSeconds;
+        }
+      }
+      // The cheapest policy that fits wins; partial full recompute counts as one policy (fastest k).
+      const bool nextIsMorePartialRecompute = i + 1 < policies.size() && policies[i + 1].second > 0 && recomputeCount > 0;
+      if (best && !nextIsMorePartialRecompute) break;
+    }
+    if (best) p = std::move(*best);
+  }
+  return {};
+}
+
+// The step time: measured, else derived by the source, else from a throughput, else from TFLOP/s under
+// the row's FLOP convention, else MFU against the peak the source used; and the memory figure.
+Result<void> readMeasured(const Json& row, const ModelSpec& spec, Case& c) {
+  const Plan& p = c.plan;
+  const Json empty = Json::object();
+  const Json& me = row["measured"];
+  const Json& de = row.contains("derived") && row["derived"].is_object() ? row["derived"] : empty;
+  const double gpus = static_cast<double>(p.cluster.totalGpus());
+  const double samples = static_cast<double>(p.globalBatchSize);
+  const double tokens = samples * static_cast<double>(spec.seqLen);
+  if (auto f = number(me, "layer_forward_ms")) {
+    c.measuredForwardSeconds = *f / 1e3;
+    const auto b = number(me, "layer_backward_ms");
+    if (!b) return fail(rowError(c.id, "measured.layer_backward_ms", "missing beside layer_forward_ms"));
+    c.measuredBackwardSeconds = *b / 1e3;
+    c.measuredStepSeconds = *c.measuredForwardSeconds + *c.measuredBackwardSeconds;
+  } else {
+    // In order: a step time (measured, then derived by the source), a throughput, TFLOP/s under the
+    // row's FLOP convention, MFU against the peak the source used.
+    const double flops = conventionFlops(text(row, "flop_convention"), spec, samples);
+    const double peakOfPrecision = [&] {
+      const auto peak = p.cluster.gpu.peakFlopsPerSecond.find(p.precision);
+      double peakFlops = peak != p.cluster.gpu.peakFlopsPerSecond.end() ? peak->second : 0.0;
+      if (auto used = number(row, "peak_tflops_per_gpu_used_by_source")) peakFlops = *used * 1e12;
+      return peakFlops;
+    }();
+    const double gpuCount = gpus;
+    auto stepFrom = [&](Measure measure, const Json& j) -> std::optional<double> {
+      for (const auto& [key, value] : j.items()) {
+        const MeasureKey k = classifyMeasure(key);
+        if (k.measure != measure || !value.is_number() || value.get<double>() <= 0) continue;
+        const double v = value.get<double>() * k.scale;
+        const double jobRate = k.perGpu ? v * gpuCount : v;
+        switch (measure) {
+          case Measure::kStepSeconds: return v;
+          case Measure::kStepsPerSecond: return 1.0 / v;
+          case Measure::kSamplesPerSecond: return samples / jobRate;
+          case Measure::kTokensPerSecond: return tokens / jobRate;
+          case Measure::kTflops: {
+            // Without "gpu" in the name a TFLOP/s figure is per GPU when it is below the GPU's peak
+            // (sources say "TFLOP/s" for per-GPU figures), else the job's aggregate.
+            const bool perGpu = !k.aggregate && (k.perGpu || peakOfPrecision <= 0 || v * 1e12 <= 1.5 * peakOfPrecision);
+            return flops / (v * 1e12 * (perGpu ? gpuCount : 1.0));
+          }
+          case Measure::kMfu: {
+            const double mfu = v > 1.0 ? v / 100.0 : v;
+            if (peakOfPrecision <= 0) return std::nullopt;
+            return flops / (mfu * peakOfPrecision * gpuCount);
+          }
+          case Measure::kNone: break;
+        }
+      }
+      return std::nullopt;
+    };
+    for (const Measure measure : {Measure::kStepSeconds, Measure::kStepsPerSecond, Measure::kSamplesPerSecond,
+                                  Measure::kTokensPerSecond}) {
+      for (const Json* j : {&me, &de}) {
+        if (!c.measuredStepSeconds) c.measuredStepSeconds = stepFrom(measure, *j);
+      }
+    }
+    for (const Measure measure : {Measure::kTflops, Measure::kMfu}) {
+      if (!c.measuredStepSeconds) c.measuredStepSeconds = stepFrom(measure, me);
+    }
+    if (!c.measuredStepSeconds) {
+      return fail(rowError(c.id, "measured", "no iteration time, throughput or TFLOP/s to compare with"));
+    }
+  }
+  if (auto memory = measuredMemory(me)) {
+    c.measuredMemoryBytes = memory->bytes;
+    c.memoryMeasure = memory->measure;
+    c.memoryKey = memory->key;
+  }
+  return {};
+}
+
+Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions) {
+  Case c;
+  if (!rawRow.is_object() || !rawRow.contains("id") || !rawRow["id"].is_string()) {
+    return fail(Error::badInput("a row without a string 'id'"));
+  }
+  const Json row = withCanonicalNames(rawRow);
+  c.id = row["id"].get<std::string>();
+  const Json empty = Json::object();
+  const Json& source = row.contains("source") && row["source"].is_object() ? row["source"] : empty;
+  c.citation = text(source, "citation") + ", " + text(source, "location");
+  if (auto shape = checkRowShape(row, c.id); !shape) return fail(shape.error());
+  const Json& par = row["parallel"];
+  const Json& tr = row["training"];
+  const Settings set = settingsFor(row, assumptions, c.id, c.citation);
+
+  bool assumed = false;
+  c.layerOnly = number(row["measured"], "layer_forward_ms").has_value();
+  auto spec = modelOf(row["model"], c.id, c.layerOnly, &assumed);
+  if (!spec) return fail(spec.error());
+  Plan& p = c.plan;
+  p.model.source = ModelSource::kSpec;
+  p.model.spec = *spec;
+  auto cluster = clusterOf(hardwareWithGpuCount(row["hardware"], par), set, c.id, &assumed);
+  if (!cluster) return fail(cluster.error());
+  p.cluster = *cluster;
+  const bool vppOpen = readParallel(par, set, p, &assumed);
+  readBatchAndZero(tr, par, set, spec->seqLen, p, &assumed);
+  auto recompute = readRecompute(tr, set, c.id, &assumed);
+  if (!recompute) return fail(recompute.error());
+  if (auto st = assignStages(set, *spec, *recompute, c.id, p, &assumed); !st) return fail(st.error());
+  if (auto ex = readPrecisionAndExecution(tr, par, set, c.id, p); !ex) return fail(ex.error());
+  if (recompute->open || vppOpen) {
+    if (auto chosen = chooseOpenKnobs(*recompute, vppOpen, *spec, c.id, p); !chosen) return fail(chosen.error());
+    assumed = true;
+  }
+  c.fullyPublished = !assumed && !set.run.contains("micro_batch_size") && !set.run.contains("virtual_stages") &&
+                     !set.run.contains("zero_stage") && !set.run.contains("recompute");
+  if (auto measured = readMeasured(row, *spec, c); !measured) return fail(measured.error());
+  if (auto valid = validatePlan(p, c.id); !valid) return fail(valid.error());
+  return c;
+}
+
+}  // namespace
+
+Result<std::vector<Case>> loadCases(const std::string& folder, std::vector<Skipped>* skipped) {
+  auto runs = readJsonFile(folder + "/public_runs.json");
+  if (!runs) return fail(runs.error());
+  if (!runs->is_array()) {
+    return fail(Error::badInput("expected an array of runs, got " + describeJsonValue(*runs), folder + "/public_runs.json"));
+  }
+  Json assumptions = Json::object();
+  // A folder without its own assumptions (a new set of rows) uses the repository's framework entries
+  // and defaults; a folder's assumptions.json that is present but broken is an error.
+  std::string file = folder + "/assumptions.json";
+  if (!std::filesystem::exists(file)) file = dataDirectory() + "/validation/assumptions.json";
+  if (std::filesystem::exists(file)) {
+    auto doc = readJsonFile(file);
+    if (!doc) return fail(doc.error());
+    if (auto valid = checkAssumptions(*doc, file); !valid) return fail(valid.error());
+    assumptions = *doc;
+  }
+  const std::string runsFile = folder + "/public_runs.json";
+  std::vector<Case> cases;
+  for (std::size_t i = 0; i < runs->size(); ++i) {
+    const Json& row = (*runs)[i];
+    auto c = caseFromRow(row, assumptions);
+    if (c) {
+      cases.push_back(std::move(*c));
+      continue;
+    }
+    // Name the file and the row beside what the row's check said (its id, field and value).
+    const std::string said = c.error().toString();
+    const auto id = row.is_object() ? row.find("id") : row.end();
+    const std::string name = row.is_object() && id != row.end() && id->is_string() ? id->get<std::string>() : "?";
+    // A setting taken from assumptions.json that does not fit the row is that file's entry's fault too;
+    // so is any inconsistency of a plan that the run's own entry helped make (e.g. its virtual_stages
+    // with the row's pp), which the plan's checks report without knowing where each setting came from.
+    const auto runsEntry = assumptions.find("runs");
+    const bool ownEntry = runsEntry != assumptions.end() && runsEntry->is_object() && runsEntry->contains(name);
+    const bool fromAssumptions = ownEntry || said.find("(assumptions)") != std::string::npos;
+    const std::string where = runsFile + ", row /" + std::to_string(i) +
+                              (fromAssumptions ? "; " + file + " /runs/" + pointerSegment(name) : std::string());
+    if (skipped) {
+      skipped->push_back({name, said + " (" + where + ")"});
+    } else {
+      return fail(Error{c.error().code, runsFile, "/" + std::to_string(i), said + (fromAssumptions ? " (" + where + ")" : "")});
+    }
+  }
+  return cases;
+}
+
+}  // namespace colo::validation
