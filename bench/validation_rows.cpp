@@ -260,10 +260,18 @@ void readBatchAndZero(const Json& tr, const Json& par, const Settings& set, std:
       *assumed = true;
     }
   }
-  // PyTorch FSDP sharding strategies: FULL_SHARD / HYBRID_SHARD = ZeRO-3, SHARD_GRAD_OP = ZeRO-2.
+  // PyTorch FSDP sharding strategies: FULL_SHARD / HYBRID_SHARD = ZeRO-3, SHARD_GRAD_OP = ZeRO-2, and so
+  // is parameters not resharded after forward (FSDP2's reshard_after_forward=False), in any text of the
+  // row's parallel section that speaks of sharding.
   Json fsdpZero = nullptr;
-  const std::string fsdp = lower(text(par, "fsdp") + " " + text(par, "sharding_strategy") + " " + text(par, "sharding"));
-  if (has(fsdp, "shard_grad_op")) fsdpZero = 2;
+  std::string fsdp = lower(text(par, "fsdp"));
+  for (const auto& [key, value] : par.items()) {
+    if (value.is_string() && has(lower(key), "shard")) fsdp += " " + lower(value.get<std::string>());
+  }
+  if (has(fsdp, "shard_grad_op") || has(fsdp, "not resharded after forward") || has(fsdp, "reshard_after_forward=false") ||
+      has(fsdp, "reshard_after_forward: false")) {
+    fsdpZero = 2;
+  }
   else if (has(fsdp, "full_shard") || has(fsdp, "hybrid_shard") || (par.contains("fsdp") && par["fsdp"].is_boolean() && par["fsdp"].get<bool>())) fsdpZero = 3;
   const Json zero = number(par, "zero_stage") ? par["zero_stage"] : !fsdpZero.is_null() ? fsdpZero : set.pick("zero_stage");
   if (!number(par, "zero_stage") && p.parallel.dp > 1) *assumed = *assumed || set.run.contains("zero_stage");

@@ -232,11 +232,6 @@ Result<void> validatePlan(const Plan& plan, const std::string& file) {
 
   // Memory management.
   if (plan.zeroStage < 0 || plan.zeroStage > 3) return bad("/zero_stage", "must be 0, 1, 2 or 3, got " + str(plan.zeroStage));
-  if (p.pp > 1 && plan.zeroStage > 1) {
-    return bad("/zero_stage", "zero_stage " + str(plan.zeroStage) + " with pp " + str(p.pp) +
-                                  ": ZeRO-2/3 shard the gradients that pipeline micro-batches accumulate, so pipeline "
-                                  "engines (e.g. DeepSpeed's) accept only zero_stage 0 or 1 with pp > 1");
-  }
   const auto& o = plan.offload;
   if (!(o.optimizerFraction >= 0 && o.optimizerFraction <= 1)) {
     return bad("/offload/optimizer_fraction", "must be between 0 and 1, got " + std::to_string(o.optimizerFraction));

@@ -292,7 +292,7 @@ void closeSchedule(const Plan& plan, const std::vector<detail::StageWork>& work,
   tb.cpComm = mb * w.cp;
   tb.epComm = mb * w.ep;
   tb.ppComm = mb * t.p2p;
-  tb.dpComm = mb * t.zero3;
+  tb.dpComm = mb * t.sharding;
   tb.gradAccum = mb * t.accumulate;
   tb.bubble = pipeline - mb * tMax;
   if (tail > 0) {

@@ -127,6 +127,10 @@ StageWork sumStage(const std::vector<ChunkCost>& chunks, const Plan& plan, std::
   return w;
 }
 
+bool gradientsSharded(const Plan& plan) {
+  return plan.zeroStage == 2 || (plan.zeroStage == 3 && plan.parallel.pp == 1);
+}
+
 StateBytes stateBytesOf(const Plan& plan) {
   StateBytes b;
   b.weight = plan.precision == DType::kFp32 ? 4.0 : 2.0;
@@ -153,25 +157,41 @@ StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, 
   // before its backward, and reduce-scatters its gradients, each micro-batch, one layer at a time:
   // every collective pays the ring's (n-1) latency steps. Prefetching hides up to 80% behind compute
   // (the collectives compete with it for SMs and memory bandwidth).
+  // With pipeline parallelism (FSDP2 under torch.distributed.pipelining, as torchtitan and Llama 3 run
+  // it) a stage's layers are gathered once per step and kept until its last backward, and their
+  // gradients accumulate unsharded and are reduce-scattered once, after the last micro-batch (the tail).
   if (plan.zeroStage == 3 && gradRanks > 1) {
+    const bool pipelined = plan.parallel.pp > 1;
     const double layersHere = std::max<double>(1.0, static_cast<double>(w.layers));
     const double perLayer = w.params / layersHere;
-    const double gathers = 2.0 + (w.rec > 0 ? 1.0 : 0.0);
+    const double gathers = pipelined ? 1.0 / static_cast<double>(plan.numMicroBatches()) : 2.0 + (w.rec > 0 ? 1.0 : 0.0);
     const double gather = collectiveSeconds(Collective::kAllGather, perLayer * bytes.weight, groups.grad);
-    const double scatter = collectiveSeconds(Collective::kReduceScatter, perLayer * bytes.gradient, groups.grad);
+    const double scatter =
+        pipelined ? 0.0 : collectiveSeconds(Collective::kReduceScatter, perLayer * bytes.gradient, groups.grad);
     const double comm = layersHere * (gathers * gather + scatter);
     const double cover = plan.execution.overlapParamGather ? 0.8 * (w.fwd + w.bwd + w.rec) : 0.0;
-    t.zero3 = std::max(0.1 * comm, comm - cover);
-    t.zero3 += device.overlapSlowdown * (comm - t.zero3);  // the hidden part slows the compute it overlaps
+    t.sharding = std::max(0.1 * comm, comm - cover);
+    t.sharding += device.overlapSlowdown * (comm - t.sharding);  // the hidden part slows the compute it overlaps
+  }
+  // ZeRO-2 under pipeline parallelism reduce-scatters each micro-batch's gradients into the shard during
+  // its backward (overlapped like the data-parallel reduction).
+  if (plan.zeroStage == 2 && plan.parallel.pp > 1 && gradRanks > 1) {
+    const double scatter = collectiveSeconds(Collective::kReduceScatter, w.params * bytes.gradient, groups.grad);
+    double exposed = scatter;
+    if (plan.execution.overlapGradReduce) {
+      exposed = std::max(0.1 * scatter, scatter - 0.9 * (w.bwd + w.rec));
+      exposed += device.overlapSlowdown * (scatter - exposed);
+    }
+    t.sharding += exposed;
   }
   // Summing this micro-batch's gradients into the accumulated ones, after its backward: one pass over
   // the stage's local gradients (its shard under ZeRO >= 2) at HBM speed.
-  const double shard = plan.zeroStage >= 2 ? static_cast<double>(gradRanks) : 1.0;
+  const double shard = gradientsSharded(plan) ? static_cast<double>(gradRanks) : 1.0;
   t.accumulate = w.params / shard * bytes.accumulate / device.memoryBytesPerSecond;
   const double comm = w.tp + w.cp + w.ep;
-  t.forward = w.fwd + w.commFwd + t.p2p / 2 + t.zero3 / 3;
-  t.backward = w.bwd + w.rec + (comm - w.commFwd) + t.p2p / 2 + t.zero3 * 2 / 3 + t.accumulate;
-  t.total = w.fwd + w.bwd + w.rec + comm + t.p2p + t.zero3 + t.accumulate;
+  t.forward = w.fwd + w.commFwd + t.p2p / 2 + t.sharding / 3;
+  t.backward = w.bwd + w.rec + (comm - w.commFwd) + t.p2p / 2 + t.sharding * 2 / 3 + t.accumulate;
+  t.total = w.fwd + w.bwd + w.rec + comm + t.p2p + t.sharding + t.accumulate;
   return t;
 }
 
@@ -181,7 +201,7 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
   const auto& par = plan.parallel;
   const std::int64_t gradRanks = par.dp * par.cp;
   const GradAccumulation accumulation = plan.execution.gradAccumulation;
-  if (gradRanks > 1 && plan.zeroStage < 3) {
+  if (gradRanks > 1 && (plan.zeroStage < 3 || par.pp > 1)) {
     double reduce = 0, gather = 0;
     if (plan.zeroStage == 0 || (accumulation == GradAccumulation::kFp32Copy && plan.zeroStage == 1)) {
       // DeepSpeed's BF16 optimizer all-reduces its fp32 copies whole, under ZeRO-1 too, then each rank
@@ -190,8 +210,12 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
       reduce = collectiveSeconds(Collective::kAllReduce, w.params * b, groups.grad);
       if (plan.zeroStage == 1) gather = collectiveSeconds(Collective::kAllGather, w.params * bytes.weight, groups.grad);
     } else {
-      reduce = collectiveSeconds(Collective::kReduceScatter, w.params * bytes.gradient, groups.grad);
-      gather = collectiveSeconds(Collective::kAllGather, w.params * bytes.weight, groups.grad);
+      // Under pipeline parallelism ZeRO-2 reduced every micro-batch already (timeStage).
+      if (!(plan.zeroStage == 2 && par.pp > 1)) {
+        reduce = collectiveSeconds(Collective::kReduceScatter, w.params * bytes.gradient, groups.grad);
+      }
+      // ZeRO-3's next step gathers each layer before use (timeStage); ZeRO-1/2 gather the updated shards.
+      if (plan.zeroStage < 3) gather = collectiveSeconds(Collective::kAllGather, w.params * bytes.weight, groups.grad);
     }
     // Overlapped, at least 10% stays exposed (the last bucket), and the hidden part slows the backward
     // or forward it runs beside (overlapSlowdown).

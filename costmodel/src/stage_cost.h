@@ -77,11 +77,20 @@ struct StateBytes {
 };
 [[nodiscard]] StateBytes stateBytesOf(const Plan& plan);
 
+/// Whether ZeRO keeps only a shard of the gradients through the step: ZeRO-2/3 without pipeline
+/// parallelism, and ZeRO-2 with it (each micro-batch's gradients reduce-scattered into the shard, as
+/// Llama 3's FSDP ran). ZeRO-3 under pipeline parallelism accumulates unsharded gradients that are
+/// reduce-scattered once, after the stage's last backward (PyTorch pipelining with FSDP2: no gradient
+/// sync before the last micro-batch), so the peak holds them whole.
+[[nodiscard]] bool gradientsSharded(const Plan& plan);
+
 /// A stage's time per micro-batch and its parts.
 struct StageTime {
   double forward = 0, backward = 0;  // per micro-batch, with their share of communication
   double total = 0;                  // forward + backward + everything exposed, per micro-batch
-  double p2p = 0, zero3 = 0, accumulate = 0;
+  double p2p = 0;
+  double sharding = 0;    // ZeRO's collectives inside the step (ZeRO-3 gathers, ZeRO-2 pipeline reduce-scatters), exposed
+  double accumulate = 0;
 };
 /// ZeRO-3's per-layer gathers and reduce-scatters (prefetched behind compute), the gradient
 /// accumulation pass and the pipeline hops, added to the stage's work.

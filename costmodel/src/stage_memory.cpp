@@ -43,7 +43,10 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
     return on ? ((w.params - w.expertParams) / shard + w.expertParams / expertShard) * bytesPerParam : w.params * bytesPerParam;
   };
   mem.weights = sharded(bytes.weight, plan.zeroStage >= 3) * (1.0 - plan.offload.paramsFraction);
-  mem.gradients = sharded(bytes.gradientMemory, plan.zeroStage >= 2);
+  // ZeRO-3 under pipeline parallelism keeps the stage's gathered layers from its first forward to its
+  // last backward (no reshard between micro-batches): the whole stage unsharded beside its shards.
+  if (plan.zeroStage >= 3 && par.pp > 1) mem.weights += w.params * bytes.weight;
+  mem.gradients = sharded(bytes.gradientMemory, gradientsSharded(plan));
   mem.optimizer = sharded(bytes.optimizer, plan.zeroStage >= 1) * (1.0 - plan.offload.optimizerFraction);
 
   // Activations. The head's saved tensors (the final norm's input, the fp32 logits the loss keeps for
@@ -71,7 +74,7 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
     }
   }
   if (par.dp * par.cp > 1) buffers += std::min(w.params * bytes.gradient, 2 * 40e6 * bytes.gradient);
-  if (plan.zeroStage == 3) {
+  if (plan.zeroStage == 3 && par.pp == 1) {
     double largestLayer = 0;
     for (const auto& lc : in.layers->classes) largestLayer = std::max(largestLayer, lc.paramsPerGpu);
     buffers += 2 * largestLayer * bytes.weight;

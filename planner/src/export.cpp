@@ -186,6 +186,11 @@ Result<std::string> exportPlan(const Plan& plan, ExportFormat format, const std:
       }
       return megatron(plan);
     case ExportFormat::kDeepSpeed:
+      if (plan.parallel.pp > 1 && plan.zeroStage > 1) {
+        return fail(Error::badInput("zero_stage " + std::to_string(plan.zeroStage) + " with pp " + std::to_string(plan.parallel.pp) +
+                                    ": DeepSpeed's pipeline engine accepts ZeRO 0 or 1 only (FSDP2 with pipelining, as "
+                                    "torchtitan runs it, has no DeepSpeed config)"));
+      }
       return deepspeed(plan);
     case ExportFormat::kColossalAi:
       return colossalai(plan);

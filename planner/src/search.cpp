@@ -234,7 +234,12 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                   if (gbs % (mbs * dp) != 0) { prune("global batch not divisible by mbs*dp"); continue; }
                   const std::int64_t m = gbs / (mbs * dp);
                   if (vpp > 1 && m % pp != 0) { prune("interleaving needs micro-batches divisible by pp"); continue; }
-                  if (pp > 1 && zero > 1) { prune("ZeRO-2/3 with pipeline parallelism"); continue; }
+                  // Valid and costed (FSDP2 under PyTorch pipelining), but only such pipelines run it:
+                  // colo-run, Megatron-LM and DeepSpeed do not. Searched when asked for (--fix zero=2|3).
+                  if (pp > 1 && zero > 1 && !options.fixed.contains("zero")) {
+                    prune("ZeRO-2/3 with pipeline parallelism (FSDP2 pipelines only; --fix zero=3 searches it)");
+                    continue;
+                  }
                   // Dominance: with one data-parallel rank ZeRO shards nothing; otherwise ZeRO-1 (with
                   // pp) and ZeRO-2 (without) cost the same time as ZeRO-0 and hold less memory.
                   // A ZeRO stage the user fixed is kept (an engine may not run the dominating one).

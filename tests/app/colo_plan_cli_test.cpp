@@ -240,7 +240,7 @@ TEST(ColoPlanEvaluate, InconsistentDegreesAreBadInputWithTheReason) {
       {"--tp 8 --pp 5 --gbs 1536", "tp*pp*cp = 40 does not divide the cluster's 1024 GPUs"},
       {"--tp 8 --pp 16 --gbs 1537", "--gbs: global batch 1537 is not divisible by micro_batch_size*dp"},
       {"--tp 8 --pp 16 --gbs 1536 --recompute sometimes", "--recompute: unknown recompute policy \"sometimes\""},
-      {"--tp 8 --pp 16 --gbs 1536 --zero 3", "--zero: zero_stage 3 with pp 16"},
+      {"--tp 8 --pp 16 --gbs 1536 --zero 4", "--zero: expected 0, 1, 2 or 3, got \"4\""},
       {"--tp 8 --pp 16 --vpp 3 --gbs 1544", "--gbs"},
       {"--tp 8 --pp 16", "missing --gbs"},
       {"--tp 8 --pp 16 --gbs 1536 --precision fp8", "--precision: A100-SXM4-80GB has no fp8 peak"},

@@ -98,7 +98,7 @@ TEST(Plan, EveryConsistencyRuleNamesFieldAndValues) {
       {"vpp needs interleaved", [](Plan& p) { p.schedule = Schedule::kOneFOneB; }, "/schedule", "needs the \"interleaved\" schedule"},
       {"interleaved micro-batches", [](Plan& p) { p.globalBatchSize = 8 * 24; }, "/batch/global_batch_size",
        "multiple of pp 16"},
-      {"zero with pp", [](Plan& p) { p.zeroStage = 3; }, "/zero_stage", "only zero_stage 0 or 1 with pp > 1"},
+      {"zero stage", [](Plan& p) { p.zeroStage = 4; }, "/zero_stage", "must be 0, 1, 2 or 3, got 4"},
       {"param offload", [](Plan& p) { p.offload.paramsFraction = 0.5; }, "/offload/params_fraction", "needs zero_stage 3"},
       {"optimizer offload", [](Plan& p) { p.zeroStage = 0; p.offload.optimizerFraction = 1; },
        "/offload/optimizer_fraction", "needs zero_stage >= 1"},

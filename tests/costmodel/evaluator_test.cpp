@@ -380,6 +380,29 @@ TEST(Evaluator, MegatronLayoutBeatsZero3At175BOn1536Gpus) {
   EXPECT_GT(z.time.dpComm, m.time.dpComm);
 }
 
+TEST(Evaluator, Zero3UnderPipelineParallelismGathersOncePerStepAndKeepsGradientsWhole) {
+  // FSDP2 under PyTorch pipelining (torchtitan, Llama 3): a stage's layers are gathered at its first
+  // forward and kept to its last backward; gradients accumulate unsharded and are reduce-scattered once.
+  Plan p = makePlan("llama2-7b", "dgx-a100-80gb-x16", 16, 1, 2, 64, 1);
+  p.zeroStage = 1;
+  const Evaluation z1 = evaluateOrFail(p);
+  p.zeroStage = 3;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const Evaluation z3 = evaluateOrFail(p);
+  const StageReport& a = z1.stages[0];
+  const StageReport& b = z3.stages[0];
+  const double dp = 8;
+  EXPECT_NEAR(b.memory.weights, a.memory.weights * (1 + 1 / dp), 1);  // shards + the gathered stage
+  EXPECT_NEAR(b.memory.gradients, a.memory.gradients, 1);              // whole, as under ZeRO-1
+  EXPECT_NEAR(b.memory.optimizer, a.memory.optimizer, 1);
+  // Without pipelining, ZeRO-3 gathers every layer in each micro-batch's forward and backward.
+  Plan flat = makePlan("llama2-7b", "dgx-a100-80gb-x16", 16, 1, 1, 64, 1);
+  flat.zeroStage = 3;
+  const Evaluation f = evaluateOrFail(flat);
+  EXPECT_LT(f.stages[0].memory.gradients, b.memory.gradients / 4);
+  EXPECT_LT(z3.time.dpComm, f.time.dpComm);
+}
+
 TEST(Evaluator, MoreMicroBatchesShrinkTheBubbleAndInterleavingShrinksItMore) {
   Plan few = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 128);
   Plan many = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 1536);

@@ -90,6 +90,12 @@ TEST(Export, EveryFormatCarriesThePlansSettings) {
   EXPECT_EQ(j["train_batch_size"], 512);
   EXPECT_EQ(j["gradient_accumulation_steps"], 32);
   EXPECT_EQ(j["zero_optimization"]["stage"], 1);
+  Plan fsdp = p;  // FSDP2 with pipelining: valid, but no DeepSpeed pipeline config expresses it
+  fsdp.zeroStage = 3;
+  ASSERT_TRUE(validatePlan(fsdp));
+  const auto refused = exportPlan(fsdp, ExportFormat::kDeepSpeed, "plan.json");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("zero_stage 3 with pp 4"), std::string::npos) << refused.error().message;
   const auto cai = exportPlan(p, ExportFormat::kColossalAi, "plan.json");
   ASSERT_TRUE(cai);
   EXPECT_NE(cai->find("tp_size=8"), std::string::npos);
