@@ -53,6 +53,29 @@ void printRanking(const std::vector<colo::validation::GroupRanking>& groups, Med
   }
 }
 
+// --calibrate: for the runs of each GPU (3 or more), each run predicted by a calibration fitted on the
+// others (colo-profile calibrate), against the uncalibrated prediction.
+template <typename Median>
+void printCalibration(const std::vector<colo::validation::Case>& cases, Median median) {
+  std::map<std::string, std::vector<colo::costmodel::RunObservation>> byGpu;
+  for (const auto& c : cases) {
+    if (auto o = colo::validation::observationOf(c)) byGpu[c.plan.cluster.gpu.name].push_back(*o);
+  }
+  std::cout << "calibration from these runs (each run predicted by scales fitted on the other runs of its GPU):\n";
+  for (const auto& [gpu, runs] : byGpu) {
+    if (runs.size() < 3) continue;
+    const auto cv = colo::costmodel::leaveOneOut(runs);
+    auto all = colo::costmodel::fitRunCalibration(runs, gpu);
+    std::cout << "  " << gpu << ": step |error| median " << colo::formatFixed(100 * median(cv.before), 1) << "% -> "
+              << colo::formatFixed(100 * median(cv.after), 1) << "% over " << cv.after.size() << " runs";
+    if (all) {
+      std::cout << " (all runs: compute x" << colo::formatFixed(all->computeScale, 2) << ", the rest x"
+                << colo::formatFixed(all->otherScale, 2) << ", memory x" << colo::formatFixed(all->memoryScale, 2) << ")";
+    }
+    std::cout << "\n";
+  }
+}
+
 // --residuals FILE [DIR...]: the residual table of the development sets (default: data/validation's
 // published and vtrain_single folders), written atomically.
 int writeResiduals(const std::string& file, std::vector<std::string> folders) {
@@ -83,6 +106,7 @@ int main(int argc, char** argv) {
   const std::vector<colo::app::OptionSpec> specs{
       {"plans", "DIR", "also write each evaluated run's plan as DIR/<id>.json (colo-plan evaluate --plan F --explain)"},
       {"residuals", "FILE", "instead, write the error bands' residual table of the DATA_DIRs (default: published, vtrain_single)"},
+      {"calibrate", "", "also fit a calibration on the runs of each GPU and show the error before and after on the runs it did not see"},
       {"help", "", "show this help"}};
   auto args = colo::app::Args::parse(std::vector<std::string>(argv + 1, argv + argc), specs);
   if (!args) {
@@ -92,7 +116,7 @@ int main(int argc, char** argv) {
   if (const auto file = args->value("residuals"); file && !args->has("help")) return writeResiduals(*file, args->positional());
   if (args->has("help") || args->positional().size() > 1) {
     (args->has("help") ? std::cout : std::cerr)
-        << "usage: colo-validate [DATA_DIR] [--plans DIR]\n"
+        << "usage: colo-validate [DATA_DIR | RUNS.json | RUNS.csv] [--plans DIR] [--calibrate]\n"
            "       colo-validate --residuals FILE [DATA_DIR...]\n\n"
            "Predicted against measured step time and memory for the published runs in DATA_DIR (default: the\n"
            "shipped data/validation): DATA_DIR/public_runs.json holds the rows, DATA_DIR/assumptions.json (optional)\n"
@@ -103,7 +127,7 @@ int main(int argc, char** argv) {
   const std::string folder = args->positional().empty() ? colo::dataDirectory() + "/validation" : args->positional().front();
   const std::string plansDir = args->value("plans", "");
   std::vector<colo::validation::Skipped> skipped;
-  auto cases = colo::validation::loadCases(folder, &skipped);
+  auto cases = colo::validation::loadRuns(folder, &skipped);
   if (!cases) {
     std::cerr << "colo-validate: error: " << cases.error().toString() << "\n";
     return 2;
@@ -200,5 +224,6 @@ int main(int argc, char** argv) {
               << memoryErrors.size() << " runs\n";
   }
   printRanking(colo::validation::rankLayouts(outcomes), median);
+  if (args->has("calibrate")) printCalibration(*cases, median);
   return 0;
 }

@@ -50,4 +50,16 @@ Result<Outcome> evaluateCase(const Case& c) {
 }
 
 
+Result<costmodel::RunObservation> observationOf(const Case& c) {
+  if (c.layerOnly) return fail(Error::badInput(c.id + ": a single-layer timing is no step to calibrate on"));
+  auto outcome = evaluateCase(c);
+  if (!outcome) return fail(outcome.error());
+  auto ev = costmodel::evaluatePlan(c.plan);
+  if (!ev) return fail(ev.error());
+  costmodel::RunObservation o = costmodel::observe(c.id, *ev, outcome->measuredSeconds);
+  o.predictedMemoryBytes = outcome->predictedMemoryBytes;
+  o.measuredMemoryBytes = c.measuredMemoryBytes;
+  return o;
+}
+
 }  // namespace colo::validation

@@ -9,6 +9,7 @@
 #include "colo/core/error.h"
 #include "colo/core/json.h"
 #include "colo/core/plan.h"
+#include "colo/costmodel/run_calibration.h"
 
 namespace colo::validation {
 
@@ -60,6 +61,21 @@ struct Skipped {
 /// `skipped`, a row that cannot be evaluated is recorded there and the others still load; without it,
 /// the first bad row is the error. Errors: kBadInput.
 [[nodiscard]] Result<std::vector<Case>> loadCases(const std::string& folder, std::vector<Skipped>* skipped = nullptr);
+
+/// The runs of `path`: a folder (as loadCases), a JSON array of rows, or a CSV of the user's own jobs
+/// (rowsFromCsv). A file's folder may hold its assumptions.json; else the shipped one applies.
+[[nodiscard]] Result<std::vector<Case>> loadRuns(const std::string& path, std::vector<Skipped>* skipped = nullptr);
+
+/// A CSV of the user's jobs as validation rows. Header line, then one job a line; columns (any order):
+/// model (a library name), gpu (as nvidia-smi names it, e.g. "H100 SXM 80GB"), gpus, tp, pp, dp, mbs,
+/// gbs, seq_len, step_time_s required; cp, ep, vpp, zero, recompute, precision, gpus_per_node,
+/// framework, peak_memory_gib, memory_kind (device | reserved | allocated), id optional. Errors:
+/// kBadInput naming the file, line and column.
+[[nodiscard]] Result<Json> rowsFromCsv(const std::string& file);
+
+/// The case as a calibration observation: its predicted compute and other parts, the measured step, and
+/// memory of the kind the row measured. Errors: kBadInput for a single-layer timing, else as evaluateCase.
+[[nodiscard]] Result<costmodel::RunObservation> observationOf(const Case& c);
 
 /// Evaluates one case. Errors: whatever validatePlan or the evaluator report.
 [[nodiscard]] Result<Outcome> evaluateCase(const Case& c);

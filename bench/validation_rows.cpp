@@ -590,11 +590,14 @@ Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions) {
 
 }  // namespace
 
-Result<std::vector<Case>> loadCases(const std::string& folder, std::vector<Skipped>* skipped) {
-  auto runs = readJsonFile(folder + "/public_runs.json");
-  if (!runs) return fail(runs.error());
+namespace {
+
+// The rows of `runsFile` (an array) as cases, with the assumptions of `folder` (else the shipped ones).
+Result<std::vector<Case>> casesOfRows(const Json& rows, const std::string& runsFile, const std::string& folder,
+                                      std::vector<Skipped>* skipped) {
+  const Json* runs = &rows;
   if (!runs->is_array()) {
-    return fail(Error::badInput("expected an array of runs, got " + describeJsonValue(*runs), folder + "/public_runs.json"));
+    return fail(Error::badInput("expected an array of runs, got " + describeJsonValue(*runs), runsFile));
   }
   Json assumptions = Json::object();
   // A folder without its own assumptions (a new set of rows) uses the repository's framework entries
@@ -607,7 +610,6 @@ Result<std::vector<Case>> loadCases(const std::string& folder, std::vector<Skipp
     if (auto valid = checkAssumptions(*doc, file); !valid) return fail(valid.error());
     assumptions = *doc;
   }
-  const std::string runsFile = folder + "/public_runs.json";
   std::vector<Case> cases;
   for (std::size_t i = 0; i < runs->size(); ++i) {
     const Json& row = (*runs)[i];
@@ -635,6 +637,28 @@ Result<std::vector<Case>> loadCases(const std::string& folder, std::vector<Skipp
     }
   }
   return cases;
+}
+
+}  // namespace
+
+Result<std::vector<Case>> loadCases(const std::string& folder, std::vector<Skipped>* skipped) {
+  const std::string runsFile = folder + "/public_runs.json";
+  auto runs = readJsonFile(runsFile);
+  if (!runs) return fail(runs.error());
+  return casesOfRows(*runs, runsFile, folder, skipped);
+}
+
+Result<std::vector<Case>> loadRuns(const std::string& path, std::vector<Skipped>* skipped) {
+  if (std::filesystem::is_directory(path)) return loadCases(path, skipped);
+  const std::string folder = std::filesystem::path(path).parent_path().string();
+  if (path.size() >= 4 && lower(path.substr(path.size() - 4)) == ".csv") {
+    auto rows = rowsFromCsv(path);
+    if (!rows) return fail(rows.error());
+    return casesOfRows(*rows, path, folder.empty() ? "." : folder, skipped);
+  }
+  auto rows = readJsonFile(path);
+  if (!rows) return fail(rows.error());
+  return casesOfRows(*rows, path, folder.empty() ? "." : folder, skipped);
 }
 
 }  // namespace colo::validation

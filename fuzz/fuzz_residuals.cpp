@@ -1,6 +1,7 @@
 // colo.residuals/1 documents (data/validation/residuals.json, read for the error bands), then the bands
-// of a plan-like set of features.
+// of a plan-like set of features; and the same bytes as a colo.calibration/1 (--calibration FILE).
 #include "colo/costmodel/error_band.h"
+#include "colo/costmodel/run_calibration.h"
 #include "fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -9,6 +10,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!json) {
     colo::fuzz::requireNamedUserError(json.error(), file);
     return 0;
+  }
+  if (auto calibration = colo::costmodel::RunCalibration::fromJson(*json, file); !calibration) {
+    colo::fuzz::requireNamedUserError(calibration.error(), file);
   }
   auto table = colo::costmodel::ResidualTable::fromJson(*json, file);
   if (!table) {

@@ -1,6 +1,7 @@
 // colo-validate's inputs: the input is a public_runs.json (an array of published runs) read with the
 // repository's assumptions.json, or, when it is a colo.validation-assumptions document, an
-// assumptions.json read with the repository's runs. Every case that loads is evaluated.
+// assumptions.json read with the repository's runs; the same bytes are also read as a CSV of a user's
+// jobs (colo-validate RUNS.csv, colo-profile calibrate). Every case that loads is evaluated.
 #include "fuzz_support.h"
 #include "validation_harness.h"
 
@@ -34,5 +35,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   }
   for (const auto& c : *cases) (void)colo::validation::evaluateCase(c);
+  const auto csv = dir / "runs.csv";
+  colo::fuzz::writeFile(csv, data, size);
+  auto jobs = colo::validation::loadRuns(csv.string(), &skipped);
+  if (!jobs) {
+    colo::fuzz::requireNamedUserError(jobs.error(), csv.string());
+    return 0;
+  }
+  for (const auto& c : *jobs) (void)colo::validation::observationOf(c);
   return 0;
 }

@@ -48,7 +48,7 @@ for d in data/hf/*/; do cp "$d/config.json" "$seeds/hf_config/$(basename "$d").j
 cp data/opgraphs/*.json "$seeds/op_graph/"
 cp data/clusters/*.json "$seeds/cluster/"
 cp data/plans/*.json "$seeds/plan/"
-cp data/validation/public_runs.json data/validation/assumptions.json "$seeds/validation/"
+cp data/validation/public_runs.json data/validation/assumptions.json data/examples/nemo-h100-runs.csv "$seeds/validation/"
 python3 - "$seeds/validation" <<'PY'
 import json, sys
 rows = json.load(open("data/validation/public_runs.json"))

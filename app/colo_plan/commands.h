@@ -2,6 +2,7 @@
 // The subcommands of colo-plan. Each takes its arguments (after the subcommand name) and returns
 // the process exit code: 0 ok, 2 bad input (one line on stderr), 1 internal error.
 
+#include "colo/costmodel/run_calibration.h"
 #include <ostream>
 #include <string>
 #include <vector>
@@ -36,5 +37,9 @@ int runList(const std::vector<std::string>& argv, std::ostream& out, std::ostrea
 
 /// Prints `error` as one line on `err` and returns its exit code.
 int reportError(const Error& error, std::ostream& err);
+
+/// The --calibration FILE of evaluate and search (colo-profile calibrate), which must have been fitted on
+/// the cluster's GPU. Errors: kBadInput/kIo naming the file.
+[[nodiscard]] Result<costmodel::RunCalibration> loadCalibration(const std::string& file, const ClusterSpec& cluster);
 
 }  // namespace colo::app

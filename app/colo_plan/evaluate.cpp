@@ -48,6 +48,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"grad-accumulation", "MODE", "how micro-batch gradients are summed: fused (default), main_grad, autograd, fp32_copy"},
       {"host-us-per-op", "US", "host time the framework takes to issue one op (default 60, eager PyTorch; 0 = CUDA graphs)"},
       {"offload-optimizer", "F", "fraction of optimizer states on the host (ZeRO >= 1)"},
+      {"calibration", "FILE", "scales fitted on your own runs of this cluster (colo-profile calibrate)"},
       {"offload-params", "F", "fraction of parameters on the host (ZeRO 3)"},
       {"rank-order", "ORDER", "placement, innermost first (default tp-cp-dp-pp)"},
       {"costdb", "DB", "SQLite cost database (colo-profile): measured GEMMs, kernels, collectives, copies before the analytic model"},
@@ -305,7 +306,7 @@ std::string renderSources(const Plan& plan, const costmodel::Evaluation& e) {
   return o.str();
 }
 
-std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev) {
+std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, const costmodel::RunCalibration* calibration) {
   std::ostringstream out;
   const auto& p = plan.parallel;
   out << "plan      " << plan.model.name() << " on " << clusterLabel(plan.cluster) << ": tp " << p.tp << " pp " << p.pp << " dp " << p.dp;
@@ -321,8 +322,14 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev) 
               ? ""
               : ", grad accumulation " + toString(plan.execution.gradAccumulation))
       << "\n";
-  const costmodel::PredictionBands bands = costmodel::bandsOf(plan, ev);
-  out << "step      " << seconds(ev.stepSeconds) << (bands.time ? " (" + bands.time->describe() + ")" : "") << "  |  "
+  // A calibrated prediction has no band from the development runs: it says what it was calibrated on.
+  const costmodel::PredictionBands bands = calibration ? costmodel::PredictionBands{} : costmodel::bandsOf(plan, ev);
+  std::string note = bands.time ? " (" + bands.time->describe() + ")" : "";
+  if (calibration) {
+    note = " (calibrated on " + std::to_string(calibration->runs) + " of your runs: compute x" +
+           formatFixed(calibration->computeScale, 2) + ", the rest x" + formatFixed(calibration->otherScale, 2) + ")";
+  }
+  out << "step      " << seconds(ev.stepSeconds) << note << "  |  "
       << formatCount(ev.tokensPerSecond) << " tokens/s  |  "
       << formatFixed(ev.modelTflopsPerGpu, 1) << " model TFLOP/s/GPU (MFU " << formatFixed(100 * ev.mfu, 1) << "%), "
       << formatFixed(ev.hardwareTflopsPerGpu, 1) << " hardware  |  bubble " << formatFixed(100 * ev.bubbleFraction, 1)
@@ -391,7 +398,7 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
     for (const auto& spec : evaluateOptions()) {
       const bool output = spec.name == "plan" || spec.name == "json" || spec.name == "out" || spec.name == "simulate" ||
                           spec.name == "timeline" || spec.name == "costdb" || spec.name == "explain" ||
-                          spec.name == "ops";
+                          spec.name == "ops" || spec.name == "calibration";
       if (!output && args->has(spec.name)) {
         return reportError(Error::badInput("--" + spec.name + " cannot be combined with --plan (edit the plan file instead)"), err);
       }
@@ -407,6 +414,13 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
   }
   auto evaluation = costmodel::evaluatePlan(plan, costDb ? &*costDb : nullptr);
   if (!evaluation) return reportError(toOptionError(evaluation.error()), err);
+  std::optional<costmodel::RunCalibration> calibration;
+  if (const auto file = args->value("calibration")) {
+    auto loaded = loadCalibration(*file, plan.cluster);
+    if (!loaded) return reportError(loaded.error(), err);
+    calibration = *loaded;
+    calibration->apply(*evaluation);
+  }
 
   if (const auto outFile = args->value("out")) {
     const Json j = evaluation->toJson();
@@ -443,7 +457,11 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
   }
   if (args->has("json")) {
     Json j = evaluation->toJson();
-    j["error_band"] = costmodel::bandsToJson(costmodel::bandsOf(plan, *evaluation), *evaluation);
+    if (calibration) {
+      j["calibration_runs"] = calibration->toJson();
+    } else {
+      j["error_band"] = costmodel::bandsToJson(costmodel::bandsOf(plan, *evaluation), *evaluation);
+    }
     if (args->has("ops")) {
       j["ops"] = Json::array();
       for (const auto& o : ops) {
@@ -457,7 +475,7 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
     }
     out << j.dump(2) << "\n";
   } else {
-    out << renderEvaluation(plan, *evaluation);
+    out << renderEvaluation(plan, *evaluation, calibration ? &*calibration : nullptr);
     if (costDb && !args->has("explain")) {
       out << "costdb    " << costDb->path() << ": GEMM shapes timed " << evaluation->gemmExact << " exactly, "
           << evaluation->gemmInterpolated << " from the nearest measured shape, " << evaluation->gemmRoofline

@@ -67,4 +67,14 @@ std::string publishedRunsOf(const Plan& plan) {
   return out.str();
 }
 
+Result<costmodel::RunCalibration> loadCalibration(const std::string& file, const ClusterSpec& cluster) {
+  auto calibration = costmodel::RunCalibration::load(file);
+  if (!calibration) return fail(calibration.error());
+  if (calibration->gpu != cluster.gpu.name) {
+    return fail(Error::badInput("fitted on runs of " + calibration->gpu + ", but the plan's GPU is " + cluster.gpu.name,
+                                file, "/gpu"));
+  }
+  return calibration;
+}
+
 }  // namespace colo::app

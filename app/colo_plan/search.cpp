@@ -30,6 +30,7 @@ const std::vector<OptionSpec>& searchOptions() {
       {"zero-bubble", "", "also consider the zero-bubble (ZB-H1) schedule"},
       {"no-offload", "", "never offload optimizer states to the host"},
       {"costdb", "DB", "SQLite cost database of measured GEMMs"},
+      {"calibration", "FILE", "scales fitted on your own runs of this cluster (colo-profile calibrate)"},
       {"out", "FILE", "write the best plan as a self-contained colo.plan/1 file"},
       {"json", "", "print one JSON object"},
       {"explain", "", "also print pruning by rule and the Pareto front"},
@@ -117,6 +118,14 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
     options.costDb = &*costDb;
   }
 
+  std::optional<costmodel::RunCalibration> calibration;
+  if (const auto file = args->value("calibration")) {
+    auto loaded = loadCalibration(*file, cluster);
+    if (!loaded) return reportError(loaded.error(), err);
+    calibration = *loaded;
+    options.calibration = &*calibration;
+  }
+
   StderrProgress progress;
   auto result = planner::search(model, cluster, options, args->has("quiet") || args->has("json") ? nullptr : &progress);
   if (!result) return reportError(result.error(), err);
@@ -160,8 +169,11 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
         if (p.offload.optimizerFraction > 0) rec += " +offload";
         // The likely range of the measured step around the prediction (validated runs most like it), and
         // a fit that the top of the memory band would break.
-        const costmodel::PredictionBands bands = costmodel::bandsOf(p, c.evaluation);
-        const std::string likely = bands.time ? bands.time->describe().substr(0, bands.time->describe().find(',')) : "-";
+        const costmodel::PredictionBands bands =
+            calibration ? costmodel::PredictionBands{} : costmodel::bandsOf(p, c.evaluation);
+        const std::string likely = calibration  ? "calibrated"
+                                   : bands.time ? bands.time->describe().substr(0, bands.time->describe().find(','))
+                                                : "-";
         std::string memory = formatBytes(c.evaluation.peakMemoryBytes);
         if (bands.memoryAtRisk(c.evaluation)) memory += " AT RISK";
         std::vector<std::string> cells{

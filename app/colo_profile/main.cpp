@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "args.h"
+#include "calibrate.h"
 #include "colo/core/library.h"
 #include "colo/core/units.h"
 #include "colo/core/version.h"
@@ -382,6 +383,7 @@ int main(int argc, char** argv) {
     }
     if (!args.empty() && args[0] == "merge") return merge({args.begin() + 1, args.end()});
     if (!args.empty() && args[0] == "check") return check({args.begin() + 1, args.end()});
+    if (!args.empty() && args[0] == "calibrate") return colo::app::calibrate({args.begin() + 1, args.end()});
     if (!args.empty() && args[0] == "collectives") return collectives({args.begin() + 1, args.end()});
     return profile(args);
   } catch (const std::exception& e) {

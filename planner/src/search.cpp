@@ -282,7 +282,9 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
   all.reserve(survivors.size());
   auto evaluate = [&](const Plan& p) {
     ++st.evaluated;
-    return evaluator->evaluate(p);
+    auto ev = evaluator->evaluate(p);
+    if (ev && options.calibration) options.calibration->apply(*ev);
+    return ev;
   };
   for (std::size_t i = 0; i < survivors.size(); ++i) {
     if (cancel && cancel->cancelled()) break;

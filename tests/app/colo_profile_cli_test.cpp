@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <sys/wait.h>
 
@@ -89,6 +90,42 @@ TEST_F(ColoProfileCli, ForeignFilesAreRefusedUntouched) {
   ss << in.rdbuf();
   EXPECT_EQ(ss.str(), std::string(1000, 'q'));
   EXPECT_EQ(profile("--model tiny-gpt --db x.sqlite --tp 0").exitCode, 2);
+}
+
+TEST_F(ColoProfileCli, CalibrateFitsTheUsersRunsAndEvaluateAppliesIt) {
+  // The shipped example: seven NeMo runs on DGX H100. Each run predicted by scales fitted on the other
+  // six must come closer to its measurement than uncalibrated colo does.
+  test::ScratchDir dir;
+  const std::string out = dir.path("h100.json");
+  const auto fitted = profile("calibrate --runs " + test::dataFile("examples/nemo-h100-runs.csv") + " --out " + out);
+  ASSERT_EQ(fitted.exitCode, 0) << fitted.err;
+  EXPECT_NE(fitted.out.find("calibration of H100-SXM5-80GB from 7 runs"), std::string::npos) << fitted.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(fitted.out, m, std::regex(R"(median ([0-9.]+)% -> ([0-9.]+)%)"))) << fitted.out;
+  EXPECT_LT(std::stod(m[2]), std::stod(m[1]));
+  auto cal = readJsonFile(out);
+  ASSERT_TRUE(cal) << cal.error().toString();
+  EXPECT_EQ((*cal)["format"], "colo.calibration/1");
+  EXPECT_EQ((*cal)["runs"], 7);
+  const std::string plan = "evaluate --model llama3-8b --cluster dgx-h100 --gpus 8 --cp 2 --gbs 128 --seq-len 8192 --zero 1 --precision fp8";
+  const auto plain = test::runProgram("colo-plan", plan + " --json");
+  const auto calibrated = test::runProgram("colo-plan", plan + " --json --calibration " + out);
+  ASSERT_EQ(plain.exitCode, 0) << plain.err;
+  ASSERT_EQ(calibrated.exitCode, 0) << calibrated.err;
+  const double before = Json::parse(plain.out)["step_time_s"].get<double>();
+  const double after = Json::parse(calibrated.out)["step_time_s"].get<double>();
+  EXPECT_NEAR(after / before, (*cal)["compute_scale"].get<double>(), 0.35);  // one scale or two, close to it
+  EXPECT_NE(after, before);
+  // The calibration belongs to its GPU: an A100 plan refuses it, naming the file and field.
+  const auto wrong = test::runProgram("colo-plan", "evaluate --model llama3-8b --cluster dgx-a100-80gb --gpus 8 --gbs 16 --calibration " + out);
+  EXPECT_EQ(wrong.exitCode, 2);
+  EXPECT_NE(wrong.err.find(out + ": /gpu: fitted on runs of H100-SXM5-80GB"), std::string::npos) << wrong.err;
+  // A CSV without a required column is refused by line and column.
+  const std::string csv = dir.path("bad.csv");
+  std::ofstream(csv) << "model,gpu,gpus,tp,pp,dp,mbs,gbs,seq_len\nllama3-8b,H100,8,1,1,8,1,8,8192\n";
+  const auto bad = profile("calibrate --runs " + csv);
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find(csv + ": line 1, column step_time_s: missing from the header"), std::string::npos) << bad.err;
 }
 
 }  // namespace

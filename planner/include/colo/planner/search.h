@@ -17,6 +17,7 @@
 #include "colo/core/plan.h"
 #include "colo/core/progress.h"
 #include "colo/costmodel/cost_db.h"
+#include "colo/costmodel/run_calibration.h"
 #include "colo/costmodel/evaluator.h"
 
 namespace colo::planner {
@@ -38,6 +39,9 @@ struct SearchOptions {
   bool allowZeroBubble = false;       ///< consider the zb schedule (not all frameworks run it)
   bool allowOffload = true;           ///< consider optimizer offload when nothing else fits
   const costmodel::CostDatabase* costDb = nullptr;
+  /// Scales fitted on the user's own runs of this cluster (colo-profile calibrate), applied to every
+  /// candidate before it is ranked and checked against memory.
+  const costmodel::RunCalibration* calibration = nullptr;
 };
 
 /// One costed configuration.
