@@ -84,21 +84,19 @@ std::vector<ChunkCost> costChunks(const Plan& plan, const ModelTemplates& T, con
     }
     cc.workingSet *= byteScale;
   }
-  ChunkCost& first = chunks.front();
-  first.fwd += layers.embedding.fwd;
-  first.bwd += layers.embedding.bwd;
-  first.tp += layers.embedding.tpCommFwd + layers.embedding.tpCommBwd;
-  first.commFwd += layers.embedding.tpCommFwd;
-  first.params += layers.embedding.paramsPerGpu;
-  first.savedPerMicroBatch += layers.embedding.savedFull * byteScale;
+  // The embedding joins the first chunk, the head the last (its GEMM is model FLOPs; the lookup is not).
+  auto join = [&](ChunkCost& cc, const LayerCost& block) {
+    cc.fwd += block.fwd;
+    cc.bwd += block.bwd;
+    cc.tp += block.tpCommFwd + block.tpCommBwd;
+    cc.commFwd += block.tpCommFwd;
+    cc.params += block.paramsPerGpu;
+    cc.savedPerMicroBatch += block.savedFull * byteScale;
+  };
+  join(chunks.front(), layers.embedding);
   ChunkCost& last = chunks.back();
-  last.fwd += layers.head.fwd;
-  last.bwd += layers.head.bwd;
-  last.tp += layers.head.tpCommFwd + layers.head.tpCommBwd;
-  last.commFwd += layers.head.tpCommFwd;
-  last.params += layers.head.paramsPerGpu;
+  join(last, layers.head);
   last.gemmFlopsFwd += layers.head.gemmFlopsFwdPerGpu;
-  last.savedPerMicroBatch += layers.head.savedFull * byteScale;
   // The tied output layer keeps its own copy of the embedding on the last stage.
   if (T.tiedHead && plan.parallel.pp > 1) last.params += T.tiedParams / static_cast<double>(plan.parallel.tp);
   return chunks;
