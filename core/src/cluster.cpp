@@ -1,5 +1,9 @@
 #include "colo/core/cluster.h"
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
 #include "colo/core/limits.h"
 #include "json_reader.h"
 
@@ -228,6 +232,19 @@ Result<ClusterSpec> clusterFromJson(const Json& document, const std::string& fil
   return cluster;
 }
 
+namespace {
+
+// A figure converted back to the file's unit, to 12 significant digits: 6.4 us read as 6.4e-6 s writes
+// back as 6.4, not 6.3999999999999995, so a cluster (and the plan's hash of it) survives a round trip.
+double tidy(double value) {
+  if (!std::isfinite(value) || value == 0) return value;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.12g", value);
+  return std::strtod(text, nullptr);
+}
+
+}  // namespace
+
 Json clusterToJson(const ClusterSpec& c) {
   Json j;
   j["format"] = "colo.cluster/1";
@@ -236,24 +253,24 @@ Json clusterToJson(const ClusterSpec& c) {
   j["nodes"] = c.nodes;
   j["gpus_per_node"] = c.gpusPerNode;
   Json peaks = Json::object();
-  for (const auto& [dtype, flops] : c.gpu.peakFlopsPerSecond) peaks[toString(dtype)] = flops / 1e12;
+  for (const auto& [dtype, flops] : c.gpu.peakFlopsPerSecond) peaks[toString(dtype)] = tidy(flops / 1e12);
   j["gpu"] = {{"name", c.gpu.name},
-              {"memory_GiB", c.gpu.memoryBytes / kGiB},
+              {"memory_GiB", tidy(c.gpu.memoryBytes / kGiB)},
               {"peak_TFLOPs", peaks},
-              {"hbm_bandwidth_GBps", c.gpu.hbmBytesPerSecond / kGB}};
+              {"hbm_bandwidth_GBps", tidy(c.gpu.hbmBytesPerSecond / kGB)}};
   Json links = Json::array();
   for (const auto& l : c.links) {
     links.push_back({{"name", l.name},
                      {"kind", toString(l.kind)},
                      {"span_gpus", l.spanGpus},
-                     {"bandwidth_GBps", l.bytesPerSecond / kGB},
-                     {"latency_us", l.latencySeconds * 1e6}});
+                     {"bandwidth_GBps", tidy(l.bytesPerSecond / kGB)},
+                     {"latency_us", tidy(l.latencySeconds * 1e6)}});
   }
   j["links"] = links;
-  j["host_memory_GiB"] = c.hostMemoryBytes / kGiB;
-  j["pcie_bandwidth_GBps"] = c.pcieBytesPerSecond / kGB;
-  j["nvme_bandwidth_GBps"] = c.nvmeBytesPerSecond / kGB;
-  j["nvme_capacity_GiB"] = c.nvmeCapacityBytes / kGiB;
+  j["host_memory_GiB"] = tidy(c.hostMemoryBytes / kGiB);
+  j["pcie_bandwidth_GBps"] = tidy(c.pcieBytesPerSecond / kGB);
+  j["nvme_bandwidth_GBps"] = tidy(c.nvmeBytesPerSecond / kGB);
+  j["nvme_capacity_GiB"] = tidy(c.nvmeCapacityBytes / kGiB);
   return j;
 }
 
