@@ -1,9 +1,11 @@
 #include "layer_cost.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <sstream>
+#include <string_view>
 
 namespace colo::costmodel::detail {
 namespace {
@@ -190,15 +192,18 @@ namespace {
 // The separate matrix products a GEMM of colo's graph stands for, as shares of its output width: the
 // builder fuses q, k and v into "qkv" and gate and up into "gate_up" (core/src/op_graph_builder.cpp);
 // eager frameworks run them as separate products, which is what per-op recompute counts.
-std::vector<double> productShares(const OpTemplate& op, const LayerConfig& c) {
-  auto endsWith = [&](const std::string& suffix) {
-    return op.name.size() >= suffix.size() && op.name.compare(op.name.size() - suffix.size(), suffix.size(), suffix) == 0;
-  };
+// (On the evaluator's hot path: no allocation.)
+struct ProductShares {
+  std::array<double, 3> share{1.0, 0.0, 0.0};
+  std::size_t count = 1;
+};
+ProductShares productShares(const OpTemplate& op, const LayerConfig& c) {
+  auto endsWith = [&](std::string_view suffix) { return std::string_view(op.name).ends_with(suffix); };
   const double n = static_cast<double>(op.n);
   const double kv = static_cast<double>(c.kvWidth);
-  if (endsWith("qkv") && kv > 0 && n > 2 * kv) return {(n - 2 * kv) / n, kv / n, kv / n};
-  if (endsWith("gate_up")) return {0.5, 0.5};
-  return {1.0};
+  if (endsWith("qkv") && kv > 0 && n > 2 * kv) return {{(n - 2 * kv) / n, kv / n, kv / n}, 3};
+  if (endsWith("gate_up")) return {{0.5, 0.5, 0.0}, 2};
+  return {};
 }
 
 }  // namespace
@@ -308,7 +313,8 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     previous = &op;
     if ((op.kind == OpKind::kMatMul || op.kind == OpKind::kGroupedMatMul) && !fused) {
       double kept = 0;
-      for (const double share : productShares(op, c)) kept += (++products % 2 == 1) ? share : 0.0;
+      const ProductShares parts = productShares(op, c);
+      for (std::size_t i = 0; i < parts.count; ++i) kept += (++products % 2 == 1) ? parts.share[i] : 0.0;
       if (const auto g = scaledGemm(op, c)) {
         const double split = op.shard == Shard::kRow ? seqSplit : 1.0;  // reduce-scattered under SP
         opKeptOutputs += kept * g->m * g->n * g->count * static_cast<double>(c.activationBytes) / split;
