@@ -72,7 +72,9 @@ TEST(ColoPlanCli, PredictionsCarryTheErrorBandOfSimilarValidatedRuns) {
   EXPECT_FALSE(band["memory_at_risk"].get<bool>());
   const auto search = run("search --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536 --top 3 --json");
   ASSERT_EQ(search.exitCode, 0) << search.err;
-  for (const auto& c : Json::parse(search.out)["candidates"]) EXPECT_EQ(c["error_band"]["step"]["runs"].get<int>(), 20);
+  const Json result = Json::parse(search.out);  // kept alive: the loop below walks into it
+  ASSERT_FALSE(result["candidates"].empty());
+  for (const auto& c : result["candidates"]) EXPECT_EQ(c["error_band"]["step"]["runs"].get<int>(), 20);
 }
 
 TEST(ColoPlanCli, ExplainNamesTheOptimizerTrafficOfThePlansPrecision) {
