@@ -218,8 +218,10 @@ bool readParallel(const Json& par, const Settings& set, Plan& p, bool* assumed) 
   const Json sp = par.contains("sequence_parallel") && par["sequence_parallel"].is_boolean() ? par["sequence_parallel"]
                                                                                              : set.pick("sequence_parallel");
   p.parallel.sequenceParallel = sp.is_boolean() && sp.get<bool>() && p.parallel.tp > 1;
-  const std::string schedule =
-      lower(text(par, "schedule") + " " + (set.pick("schedule").is_string() ? set.pick("schedule").get<std::string>() : ""));
+  // The row's own schedule wins over its framework's usual one; "non-interleaved" is plain 1F1B.
+  std::string schedule = lower(text(par, "schedule"));
+  if (schedule.empty() && set.pick("schedule").is_string()) schedule = lower(set.pick("schedule").get<std::string>());
+  if (has(schedule, "non-interleaved") || has(schedule, "non interleaved")) schedule = "1f1b";
   Json vpp = number(par, "virtual_pipeline_stages") ? par["virtual_pipeline_stages"] : set.pick("virtual_stages");
   p.parallel.virtualStages = vpp.is_number() ? vpp.get<std::int64_t>() : 1;
   const bool vppOpen = p.parallel.pp > 1 && has(schedule, "interleaved") && !vpp.is_number() && !set.run.contains("stages");

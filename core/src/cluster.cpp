@@ -125,6 +125,10 @@ Result<void> validateCluster(const ClusterSpec& c, const std::string& file) {
     }
     if (l.bytesPerSecond <= 0) return bad(at + "/bandwidth_GBps", "must be positive");
     if (l.latencySeconds < 0) return bad(at + "/latency_us", "must not be negative");
+    if (l.efficiency < 0 || l.efficiency > 1) {
+      return bad(at + "/efficiency", "must be a share of the bandwidth in (0, 1], got " + std::to_string(l.efficiency));
+    }
+    if (l.launchSeconds < 0) return bad(at + "/launch_us", "must not be negative");
     if (i > 0 && l.bytesPerSecond > c.links[i - 1].bytesPerSecond * 1.0001) {
       // Not impossible in principle, but in every real system an outer level is slower: almost
       // always a unit mistake (Gb/s written as GB/s).
@@ -217,6 +221,8 @@ Result<ClusterSpec> clusterFromJson(const Json& document, const std::string& fil
       if (level.spanGpus == 0) level.spanGpus = c.totalGpus();
       level.bytesPerSecond = l.positiveNumber("bandwidth_GBps") * kGB;
       level.latencySeconds = l.nonNegativeNumber("latency_us") * 1e-6;
+      if (l.has("efficiency")) level.efficiency = l.positiveNumber("efficiency");
+      level.launchSeconds = l.nonNegativeNumber("launch_us", 0.0) * 1e-6;
       l.rejectUnknownKeys();
       c.links.push_back(level);
     }
@@ -260,11 +266,15 @@ Json clusterToJson(const ClusterSpec& c) {
               {"hbm_bandwidth_GBps", tidy(c.gpu.hbmBytesPerSecond / kGB)}};
   Json links = Json::array();
   for (const auto& l : c.links) {
-    links.push_back({{"name", l.name},
-                     {"kind", toString(l.kind)},
-                     {"span_gpus", l.spanGpus},
-                     {"bandwidth_GBps", tidy(l.bytesPerSecond / kGB)},
-                     {"latency_us", tidy(l.latencySeconds * 1e6)}});
+    Json level = {{"name", l.name},
+                  {"kind", toString(l.kind)},
+                  {"span_gpus", l.spanGpus},
+                  {"bandwidth_GBps", tidy(l.bytesPerSecond / kGB)},
+                  {"latency_us", tidy(l.latencySeconds * 1e6)}};
+    // Written only when measured, so a cluster without them keeps its hash.
+    if (l.efficiency > 0) level["efficiency"] = tidy(l.efficiency);
+    if (l.launchSeconds > 0) level["launch_us"] = tidy(l.launchSeconds * 1e6);
+    links.push_back(std::move(level));
   }
   j["links"] = links;
   j["host_memory_GiB"] = tidy(c.hostMemoryBytes / kGiB);

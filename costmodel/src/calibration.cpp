@@ -94,10 +94,12 @@ std::vector<LinkFit> applyLinkFits(ClusterSpec& cluster, const std::vector<LinkF
   for (auto& level : cluster.links) {
     for (const auto& f : fits) {
       if (f.level != level.name) continue;
-      // collectiveSeconds() multiplies the datasheet rate by the link kind's efficiency; the fit is
-      // already an achieved rate.
-      level.bytesPerSecond = f.bytesPerSecond / linkEfficiency(level.kind);
+      // The fit is already an achieved rate with its own per-step latency: efficiency 1, no separate
+      // launch term.
+      level.bytesPerSecond = f.bytesPerSecond;
+      level.efficiency = 1.0;
       level.latencySeconds = f.latencySeconds;
+      level.launchSeconds = 0;
       applied.push_back(f);
     }
   }

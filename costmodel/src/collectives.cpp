@@ -52,7 +52,7 @@ double collectiveSeconds(Collective kind, double bytes, const GroupPlacement& g)
   const LinkLevel* slowest = g.outer ? g.outer : g.inner;
   if (!slowest) return 0.0;
   auto rate = [&](const LinkLevel* level) {
-    double r = level->bytesPerSecond * linkEfficiency(level->kind);
+    double r = level->bytesPerSecond * (level->efficiency > 0 ? level->efficiency : linkEfficiency(level->kind));
     // DGX-1's hybrid cube mesh gives each V100 six NVLinks: four to GPUs of its own quad, two to the
     // other quad. A group of up to four GPUs (one quad) can use four of them, a pair two.
     if (level->kind == LinkKind::kHybridCubeMesh && level == g.inner) {
@@ -67,12 +67,14 @@ double collectiveSeconds(Collective kind, double bytes, const GroupPlacement& g)
   if (g.outer && g.inner) bandwidth = std::min(rate(g.inner), rate(g.outer) * static_cast<double>(g.perNode));
   const double n = static_cast<double>(g.size);
   const double latency = g.outer ? g.outer->latencySeconds : g.inner->latencySeconds;
+  // One collective's fixed cost (launch, channel setup) on the level that paces it.
+  const double launch = slowest->launchSeconds;
   switch (kind) {
     case Collective::kAllReduce:
-      return 2.0 * (n - 1) / n * bytes / bandwidth + 2.0 * (n - 1) * latency;
+      return launch + 2.0 * (n - 1) / n * bytes / bandwidth + 2.0 * (n - 1) * latency;
     case Collective::kReduceScatter:
     case Collective::kAllGather:
-      return (n - 1) / n * bytes / bandwidth + (n - 1) * latency;
+      return launch + (n - 1) / n * bytes / bandwidth + (n - 1) * latency;
     case Collective::kAllToAll: {
       // Every member sends (n-1)/n of its buffer; across nodes, the share leaving the node goes over
       // the network at the member's own rate.
@@ -81,10 +83,10 @@ double collectiveSeconds(Collective kind, double bytes, const GroupPlacement& g)
       double t = 0;
       if (g.inner && onNode > 0) t = std::max(t, onNode * bytes / rate(g.inner));
       if (g.outer && offNode > 0) t = std::max(t, offNode * bytes / rate(g.outer));
-      return t + (n - 1) * latency;
+      return launch + t + (n - 1) * latency;
     }
     case Collective::kSendRecv:
-      return bytes / rate(slowest) + latency;
+      return bytes / rate(slowest) + latency;  // point to point: no collective launch
   }
   return 0.0;
 }

@@ -56,10 +56,10 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision) {
     // Blackwell (B200 SXM, GB200): 148 SMs; fifth-generation tensor cores.
     // bf16: torch.matmul on B200 reaches 1.41-1.45 of 2.25 PFLOP/s on 4096^3-8192^3 (pytorch/ao PR 2427's
     // bench_matmul table, June 2025); fp8 provisional (Hopper's share).
-    d.gemmEfficiency = precision == DType::kFp8 ? 0.60 : 0.64;
+    d.gemmEfficiency = precision == DType::kFp8 ? 0.60 : 0.542;
     d.flashFwdEfficiency = 0.55;
     d.flashBwdEfficiency = 0.42;
-    d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.82;
+    d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.666;
     d.streamingProcessors = 148;
     d.sustainedClock = 0.90;
   } else if (contains(name, "4090") || contains(name, "RTX") || contains(name, "L40")) {

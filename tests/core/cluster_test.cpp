@@ -115,7 +115,26 @@ INSTANTIATE_TEST_SUITE_P(
         BadClusterCase{R"({"links": [{"name": "ib", "kind": "token_ring", "bandwidth_GBps": 25, "latency_us": 5}]})",
                        "/links/0/kind", "unknown value \"token_ring\""},
         BadClusterCase{R"({"links": []})", "/links", "at least one link level"},
-        BadClusterCase{R"({"pcie_bandwidth_GBps": "fast"})", "/pcie_bandwidth_GBps", "must be a number"}));
+        BadClusterCase{R"({"pcie_bandwidth_GBps": "fast"})", "/pcie_bandwidth_GBps", "must be a number"},
+        BadClusterCase{R"({"links": [{"name": "nvlink", "kind": "nvswitch", "span_gpus": 8, "bandwidth_GBps": 300, "latency_us": 2, "efficiency": 78},
+                                     {"name": "ib", "kind": "infiniband", "bandwidth_GBps": 25, "latency_us": 5}]})",
+                       "/links/0/efficiency", "share of the bandwidth in (0, 1], got 78"},
+        BadClusterCase{R"({"links": [{"name": "nvlink", "kind": "nvswitch", "span_gpus": 8, "bandwidth_GBps": 300, "latency_us": 2},
+                                     {"name": "ib", "kind": "infiniband", "bandwidth_GBps": 25, "latency_us": 5, "launch_us": -3}]})",
+                       "/links/1/launch_us", "negative"}));
+
+TEST(Cluster, MeasuredCollectiveFiguresAreOptionalAndRoundTrip) {
+  const ClusterSpec a100 = library("dgx-a100-80gb");
+  EXPECT_EQ(a100.links[0].efficiency, 0.0);  // not measured: the link kind's default applies
+  EXPECT_EQ(a100.links[0].launchSeconds, 0.0);
+  EXPECT_FALSE(clusterToJson(a100)["links"][0].contains("efficiency"));  // an unmeasured file keeps its hash
+  const ClusterSpec b200 = library("dgx-b200");
+  EXPECT_DOUBLE_EQ(b200.links[0].efficiency, 0.7);
+  EXPECT_NEAR(b200.links[0].launchSeconds, 23.6e-6, 1e-15);
+  auto back = clusterFromJson(clusterToJson(b200), "rt.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_EQ(*back, b200);
+}
 
 TEST(Cluster, PrecisionNames) {
   EXPECT_EQ(*parseDType("bf16"), DType::kBf16);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "colo/costmodel/collectives.h"
+#include "colo/costmodel/hardware.h"
 #include "core/test_support.h"
 
 namespace colo::costmodel {
@@ -546,6 +547,25 @@ TEST(Collectives, RingAllReduceReproducesNcclTestsOnADgxA100) {
   ASSERT_GT(errors.size(), 7000u);
   std::nth_element(errors.begin(), errors.begin() + errors.size() / 2, errors.end());
   EXPECT_LT(errors[errors.size() / 2], 0.06);
+}
+
+TEST(Collectives, MeasuredLinkFiguresReplaceTheDefaults) {
+  // A link level with its own measured bus-bandwidth share and per-collective launch cost (the library's
+  // DGX B200, from a published NCCL sweep on 8 B200s) uses them instead of the link kind's defaults.
+  const ClusterSpec c = test::loadClusterOrFail(test::dataFile("clusters/dgx-b200.json"));
+  Parallelism p;
+  p.tp = 8;
+  const auto g = placeGroup(c, p, Dim::kTp);
+  const double bytes = 64.0 * 1024 * 1024;
+  EXPECT_NEAR(collectiveSeconds(Collective::kAllGather, bytes, g), 23.6e-6 + 7.0 / 8 * bytes / (900e9 * 0.7) + 7 * 7.6e-6, 1e-12);
+  EXPECT_NEAR(collectiveSeconds(Collective::kAllReduce, bytes, g), 23.6e-6 + 2 * 7.0 / 8 * bytes / (900e9 * 0.7) + 14 * 7.6e-6, 1e-12);
+  // The launch is paid once per collective, not per step, and not by point-to-point sends.
+  EXPECT_NEAR(collectiveSeconds(Collective::kSendRecv, bytes, g), bytes / (900e9 * 0.7) + 7.6e-6, 1e-12);
+  ClusterSpec plain = c;
+  plain.links[0].efficiency = 0;
+  plain.links[0].launchSeconds = 0;
+  EXPECT_NEAR(collectiveSeconds(Collective::kAllGather, bytes, placeGroup(plain, p, Dim::kTp)),
+              7.0 / 8 * bytes / (900e9 * linkEfficiency(LinkKind::kNvSwitch)) + 7 * 7.6e-6, 1e-12);
 }
 
 TEST(Collectives, RingAllReduceFollowsTheBandwidthTerm) {

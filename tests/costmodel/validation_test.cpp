@@ -222,6 +222,24 @@ TEST(Validation, OpenRecomputeAndVirtualStagesAreTheCheapestThatFit) {
   }
 }
 
+TEST(Validation, TheRowsOwnScheduleBeatsItsFrameworksUsualOne) {
+  // A Megatron-LM run of a Llama 3 model: the 'llama 3' framework entry (Meta's interleaved schedule)
+  // matches the architecture, but the row states its schedule, and "non-interleaved" is plain 1F1B.
+  Json row = unseenRow();
+  row["model"]["arch"] = "Llama 3 (RMSNorm, SwiGLU, RoPE, GQA)";
+  row["parallel"] = Json::parse(R"({"tp": 1, "pp": 2, "dp": 4, "schedule": "1F1B (non-interleaved), no P2P overlap"})");
+  row["training"] = Json::parse(R"({"precision": "bf16", "recompute": "none", "micro_batch_size": 1, "global_batch_size": 16})");
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_EQ(c->plan.schedule, Schedule::kOneFOneB);
+  EXPECT_EQ(c->plan.parallel.virtualStages, 1);
+  // Without a stated schedule the framework's interleaved one stands (its chunk count left open).
+  row["parallel"].erase("schedule");
+  auto open = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(open) << open.error().toString();
+  EXPECT_EQ(open->plan.schedule, Schedule::kInterleaved);
+}
+
 TEST(Validation, RowsWrittenOtherwiseStillReadRight) {
   const Json assumptions = assumptionsFile();
   // Recompute as a boolean or as free text; FSDP's sharding strategy; MFU alone; another time key.

@@ -46,7 +46,13 @@ struct LinkLevel {
   LinkKind kind = LinkKind::kNvSwitch;
   std::int64_t spanGpus = 0;      ///< GPUs joined by this level (0 in a file: the whole cluster)
   double bytesPerSecond = 0;      ///< per GPU, per direction
-  double latencySeconds = 0;      ///< one message, end to end
+  double latencySeconds = 0;      ///< one message, end to end (a collective pays it per algorithm step)
+  /// Measured share of `bytesPerSecond` that NCCL's collectives reach on this level (nccl-tests bus
+  /// bandwidth over the nominal rate); 0: the documented default of the link kind.
+  double efficiency = 0;
+  /// Fixed cost of one collective on this level whatever its size or group (kernel launch, channel and
+  /// proxy setup), on top of the per-step latency; measured with nccl-tests-style sweeps.
+  double launchSeconds = 0;
   friend bool operator==(const LinkLevel&, const LinkLevel&) = default;
 };
 
