@@ -222,6 +222,25 @@ Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, 
     std::smatch dense;
     const std::string freq = text(m, "moe_layer_freq");
     if (std::regex_search(freq, dense, leadingDense)) s.moe.firstDenseLayers = std::stoll(dense[1]);
+    // Shared experts: their total inner size (Hugging Face's shared_expert_intermediate_size, Megatron's
+    // --moe-shared-expert-intermediate-size), or DeepSeek's count of expert-sized ones.
+    for (const char* key : {"shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"}) {
+      if (auto w = number(m, key); w && *w >= 1) s.moe.sharedExpertFfnHiddenSize = static_cast<std::int64_t>(*w);
+    }
+    if (auto n = number(m, "n_shared_experts"); n && *n >= 1 && s.moe.sharedExpertFfnHiddenSize == 0) {
+      s.moe.sharedExpertFfnHiddenSize = static_cast<std::int64_t>(*n) * s.expertFfnSize();
+    }
+  }
+  // Multi-head latent attention (DeepSeek-V2/V3): Hugging Face's qk_nope/qk_rope head dims, Megatron's
+  // --qk-head-dim (the part without rotary) and --qk-pos-emb-head-dim.
+  if (auto kv = number(m, "kv_lora_rank"); kv && *kv >= 1) {
+    s.mla.kvLoraRank = static_cast<std::int64_t>(*kv);
+    s.mla.qLoraRank = static_cast<std::int64_t>(number(m, "q_lora_rank").value_or(0));
+    s.mla.qkNopeHeadDim = static_cast<std::int64_t>(number(m, "qk_nope_head_dim").value_or(number(m, "qk_head_dim").value_or(128)));
+    s.mla.qkRopeHeadDim =
+        static_cast<std::int64_t>(number(m, "qk_rope_head_dim").value_or(number(m, "qk_pos_emb_head_dim").value_or(64)));
+    s.mla.vHeadDim = static_cast<std::int64_t>(number(m, "v_head_dim").value_or(128));
+    s.numKvHeads = 0;
   }
   if (auto v = number(m, "vocab_size")) {
     s.vocabSize = static_cast<std::int64_t>(*v);

@@ -84,13 +84,22 @@ std::string describeModel(const Model& model) {
   std::string text = toString(s.architecture) + ", " + std::to_string(s.numLayers) + " layers, hidden " +
                      std::to_string(s.hiddenSize) + ", " + std::to_string(s.numAttentionHeads) + " heads";
   if (s.kvHeads() != s.numAttentionHeads) text += " (" + std::to_string(s.kvHeads()) + " kv)";
-  text += ", head dim " + std::to_string(s.headSize()) + ", ffn " + std::to_string(s.ffnHiddenSize);
+  if (s.mla.enabled()) {
+    text += ", latent attention (q rank " + std::to_string(s.mla.qLoraRank) + ", kv rank " + std::to_string(s.mla.kvLoraRank) +
+            ", qk head dim " + std::to_string(s.mla.qkHeadDim()) + ", v head dim " + std::to_string(s.mla.vHeadDim) + ")";
+  } else {
+    text += ", head dim " + std::to_string(s.headSize());
+  }
+  text += ", ffn " + std::to_string(s.ffnHiddenSize);
   if (s.input == InputKind::kTokens) text += ", vocab " + std::to_string(s.vocabSize);
   text += "\n          " + toString(s.positionEmbedding) + " positions, " + toString(s.norm) + ", " + toString(s.activation);
   if (s.input == InputKind::kTokens && s.lmHead) text += s.tieWordEmbeddings ? ", tied embeddings" : ", untied embeddings";
   if (s.moe.enabled()) {
     text += ", " + std::to_string(s.moe.numExperts) + " experts top-" + std::to_string(s.moe.topK);
     if (s.moe.layerFrequency > 1) text += " every " + std::to_string(s.moe.layerFrequency) + " layers";
+    if (s.moe.firstDenseLayers > 0) text += " after " + std::to_string(s.moe.firstDenseLayers) + " dense layers";
+    if (s.moe.expertFfnHiddenSize > 0) text += ", expert ffn " + std::to_string(s.moe.expertFfnHiddenSize);
+    if (s.moe.sharedExpertFfnHiddenSize > 0) text += ", shared experts ffn " + std::to_string(s.moe.sharedExpertFfnHiddenSize);
   }
   if (s.slidingWindow > 0) text += ", sliding window " + std::to_string(s.slidingWindow);
   if (s.input == InputKind::kImagePatches) {

@@ -90,7 +90,7 @@ ModelSpec llamaLike(const JsonReader& r, const std::string& type) {
   s.maxPositionEmbeddings = r.positiveInteger("max_position_embeddings", 4096);
   s.activation = gatedActivation(r);
   s.tieWordEmbeddings = r.boolean("tie_word_embeddings", false);
-  if (type == "qwen2") {
+  if (type == "qwen2" || type == "qwen2_moe") {
     s.qkvBias = true;  // Qwen2 always has q/k/v biases and no output bias
     if (r.boolean("use_sliding_window", false)) s.slidingWindow = r.positiveInteger("sliding_window", 4096);
   } else {
@@ -101,6 +101,59 @@ ModelSpec llamaLike(const JsonReader& r, const std::string& type) {
   if (type == "mixtral") {
     s.moe.numExperts = r.positiveInteger("num_local_experts", 8);
     s.moe.topK = r.positiveInteger("num_experts_per_tok", 2);
+  }
+  s.dropout = r.fraction("attention_dropout", 0.0);
+  return s;
+}
+
+// Qwen's MoE layers: layer i is MoE when (i + 1) % decoder_sparse_step == 0 and i is not in
+// mlp_only_layers (colo represents leading dense layers only).
+void qwenMoe(const JsonReader& r, ModelSpec& s, bool sharedExpert) {
+  s.moe.numExperts = r.positiveInteger("num_experts");
+  s.moe.topK = r.positiveInteger("num_experts_per_tok");
+  s.moe.expertFfnHiddenSize = r.positiveInteger("moe_intermediate_size");
+  s.moe.layerFrequency = r.positiveInteger("decoder_sparse_step", 1);
+  if (sharedExpert) s.moe.sharedExpertFfnHiddenSize = r.nonNegativeInteger("shared_expert_intermediate_size", 0);
+  if (r.has("mlp_only_layers")) {
+    const Json& dense = r.json().at("mlp_only_layers");
+    if (!dense.is_array()) r.fail("mlp_only_layers", "expected a list of layer indices, got " + dense.dump());
+    for (std::size_t i = 0; i < dense.size(); ++i) {
+      if (!dense[i].is_number_integer() || dense[i].get<std::int64_t>() != static_cast<std::int64_t>(i)) {
+        r.fail("mlp_only_layers", "colo models leading dense layers only (0, 1, ...), got " + dense.dump());
+      }
+    }
+    s.moe.firstDenseLayers = static_cast<std::int64_t>(dense.size());
+  }
+}
+
+// DeepSeek-V2/V3: multi-head latent attention, routed plus shared experts after the first dense layers.
+ModelSpec deepseek(const JsonReader& r, const std::string& type) {
+  ModelSpec s = preset(type);
+  s.hiddenSize = r.positiveInteger("hidden_size");
+  s.numLayers = r.positiveInteger("num_hidden_layers");
+  s.numAttentionHeads = r.positiveInteger("num_attention_heads");
+  s.ffnHiddenSize = r.positiveInteger("intermediate_size");
+  s.vocabSize = r.positiveInteger("vocab_size");
+  s.maxPositionEmbeddings = r.positiveInteger("max_position_embeddings", 4096);
+  s.activation = gatedActivation(r);
+  s.tieWordEmbeddings = r.boolean("tie_word_embeddings", false);
+  s.qkvBias = s.attentionOutputBias = r.boolean("attention_bias", false);
+  s.mla.qLoraRank = r.nonNegativeInteger("q_lora_rank", 0);  // null in the Lite models: one plain projection
+  s.mla.kvLoraRank = r.positiveInteger("kv_lora_rank");
+  s.mla.qkNopeHeadDim = r.positiveInteger("qk_nope_head_dim");
+  s.mla.qkRopeHeadDim = r.nonNegativeInteger("qk_rope_head_dim", 0);
+  s.mla.vHeadDim = r.positiveInteger("v_head_dim");
+  if (r.has("n_routed_experts")) {
+    s.moe.numExperts = r.positiveInteger("n_routed_experts");
+    s.moe.topK = r.positiveInteger("num_experts_per_tok");
+    s.moe.expertFfnHiddenSize = r.positiveInteger("moe_intermediate_size");
+    s.moe.firstDenseLayers = r.nonNegativeInteger("first_k_dense_replace", 0);
+    // DeepSeek's rule is layer % moe_layer_freq == 0 after the dense ones; every released model uses 1.
+    if (const auto freq = r.positiveInteger("moe_layer_freq", 1); freq != 1) {
+      r.fail("moe_layer_freq", "colo models every layer after first_k_dense_replace as MoE (moe_layer_freq 1), got " +
+                                   std::to_string(freq));
+    }
+    s.moe.sharedExpertFfnHiddenSize = r.nonNegativeInteger("n_shared_experts", 0) * s.moe.expertFfnHiddenSize;
   }
   s.dropout = r.fraction("attention_dropout", 0.0);
   return s;
@@ -179,8 +232,9 @@ ModelSpec vit(const JsonReader& r) {
 }  // namespace
 
 const std::vector<std::string>& supportedHfModelTypes() {
-  static const std::vector<std::string> types{"gpt2", "gpt_neox", "llama", "mistral", "mixtral",
-                                              "qwen2", "opt",      "bloom", "bert",    "vit"};
+  static const std::vector<std::string> types{"gpt2",      "gpt_neox", "llama",       "mistral",     "mixtral",
+                                              "qwen2",     "qwen2_moe", "qwen3",      "qwen3_moe",   "deepseek_v2",
+                                              "deepseek_v3", "opt",     "bloom",       "bert",        "vit"};
   return types;
 }
 
@@ -193,8 +247,13 @@ Result<ModelSpec> modelSpecFromHfConfig(const Json& config, const std::string& f
       s = gpt2(r);
     } else if (type == "gpt_neox") {
       s = gptNeox(r);
-    } else if (type == "llama" || type == "mistral" || type == "mixtral" || type == "qwen2") {
+    } else if (type == "llama" || type == "mistral" || type == "mixtral" || type == "qwen2" || type == "qwen3") {
       s = llamaLike(r, type);
+    } else if (type == "qwen2_moe" || type == "qwen3_moe") {
+      s = llamaLike(r, type);
+      qwenMoe(r, s, type == "qwen2_moe");
+    } else if (type == "deepseek_v2" || type == "deepseek_v3") {
+      s = deepseek(r, type);
     } else if (type == "opt") {
       s = opt(r);
     } else if (type == "bloom") {

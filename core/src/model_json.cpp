@@ -44,11 +44,12 @@ Result<ModelSpec> familyPreset(const std::string& family) {
     }
     return s;
   }
-  if (family == "llama" || family == "mistral" || family == "mixtral" || family == "qwen2") {
+  if (family == "llama" || family == "mistral" || family == "mixtral" || family == "qwen2" || family == "qwen2_moe" ||
+      family == "qwen3" || family == "qwen3_moe" || family == "deepseek_v2" || family == "deepseek_v3") {
     s.positionEmbedding = PositionEmbedding::kRope;
     s.norm = NormKind::kRmsNorm;
     s.activation = Activation::kSwiGlu;
-    s.qkvBias = family == "qwen2";
+    s.qkvBias = family == "qwen2" || family == "qwen2_moe";
     s.attentionOutputBias = false;
     s.mlpBias = false;
     s.tieWordEmbeddings = false;
@@ -78,7 +79,7 @@ Result<ModelSpec> familyPreset(const std::string& family) {
   }
   return fail(Error::badInput("unknown family \"" + family +
                               "\" (expected one of: gpt, llama, mixtral, bert, vit, gpt2, gpt_neox, mistral, "
-                              "qwen2, opt, bloom)"));
+                              "qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, opt, bloom)"));
 }
 
 Result<ModelSpec> modelSpecFromJson(const Json& document, const std::string& file) {
@@ -130,9 +131,21 @@ Result<ModelSpec> modelSpecFromJson(const Json& document, const std::string& fil
       s.moe.layerFrequency = m.positiveInteger("layer_frequency", 1);
       s.moe.expertFfnHiddenSize = m.nonNegativeInteger("expert_ffn_hidden_size", 0);
       s.moe.firstDenseLayers = m.nonNegativeInteger("first_dense_layers", 0);
+      s.moe.sharedExpertFfnHiddenSize = m.nonNegativeInteger("shared_expert_ffn_hidden_size", 0);
       m.rejectUnknownKeys();
     } else {
       r.accept({"moe"});
+    }
+    if (r.has("mla")) {
+      const JsonReader m = r.object("mla");
+      s.mla.qLoraRank = m.nonNegativeInteger("q_lora_rank", 0);
+      s.mla.kvLoraRank = m.positiveInteger("kv_lora_rank");
+      s.mla.qkNopeHeadDim = m.nonNegativeInteger("qk_nope_head_dim", 0);
+      s.mla.qkRopeHeadDim = m.nonNegativeInteger("qk_rope_head_dim", 0);
+      s.mla.vHeadDim = m.positiveInteger("v_head_dim");
+      m.rejectUnknownKeys();
+    } else {
+      r.accept({"mla"});
     }
     if (r.has("image")) {
       const JsonReader im = r.object("image");
@@ -192,6 +205,15 @@ Json modelSpecToJson(const ModelSpec& s) {
                 {"layer_frequency", s.moe.layerFrequency},
                 {"expert_ffn_hidden_size", s.moe.expertFfnHiddenSize},
                 {"first_dense_layers", s.moe.firstDenseLayers}};
+    // Written only when present, so a model without shared experts keeps its hash.
+    if (s.moe.sharedExpertFfnHiddenSize > 0) j["moe"]["shared_expert_ffn_hidden_size"] = s.moe.sharedExpertFfnHiddenSize;
+  }
+  if (s.mla.enabled()) {
+    j["mla"] = {{"q_lora_rank", s.mla.qLoraRank},
+                {"kv_lora_rank", s.mla.kvLoraRank},
+                {"qk_nope_head_dim", s.mla.qkNopeHeadDim},
+                {"qk_rope_head_dim", s.mla.qkRopeHeadDim},
+                {"v_head_dim", s.mla.vHeadDim}};
   }
   if (s.input == InputKind::kImagePatches) {
     j["image"] = {{"image_size", s.image.imageSize},

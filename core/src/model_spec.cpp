@@ -1,6 +1,8 @@
 #include "colo/core/model_spec.h"
 
+#include <string>
 #include <tuple>
+#include <utility>
 
 #include "colo/core/limits.h"
 
@@ -17,12 +19,54 @@ std::int64_t mlpParams(const ModelSpec& s, std::int64_t ffn) {
 
 std::int64_t attentionParams(const ModelSpec& s) {
   const std::int64_t h = s.hiddenSize;
+  if (s.mla.enabled()) {
+    const MlaSpec& m = s.mla;
+    const std::int64_t a = s.numAttentionHeads;
+    const std::int64_t qWidth = a * m.qkHeadDim();
+    std::int64_t p = 0;
+    if (m.qLoraRank > 0) {
+      p += h * m.qLoraRank + normParams(s.norm, m.qLoraRank) + m.qLoraRank * qWidth + (s.qkvBias ? m.qLoraRank : 0);
+    } else {
+      p += h * qWidth + (s.qkvBias ? qWidth : 0);
+    }
+    p += h * (m.kvLoraRank + m.qkRopeHeadDim) + (s.qkvBias ? m.kvLoraRank + m.qkRopeHeadDim : 0);
+    p += normParams(s.norm, m.kvLoraRank) + m.kvLoraRank * a * (m.qkNopeHeadDim + m.vHeadDim);
+    p += a * m.vHeadDim * h + (s.attentionOutputBias ? h : 0);
+    return p;
+  }
   const std::int64_t qWidth = s.numAttentionHeads * s.headSize();
   const std::int64_t kvWidth = s.kvHeads() * s.headSize();
   std::int64_t p = h * (qWidth + 2 * kvWidth) + qWidth * h;
   if (s.qkvBias) p += qWidth + 2 * kvWidth;
   if (s.attentionOutputBias) p += h;
   return p;
+}
+
+template <typename Bad>
+Result<void> validateMla(const ModelSpec& s, const Bad& bad) {
+  const MlaSpec& m = s.mla;
+  for (const auto& [value, field] : {std::pair{m.qLoraRank, "q_lora_rank"}, std::pair{m.kvLoraRank, "kv_lora_rank"},
+                                     std::pair{m.qkNopeHeadDim, "qk_nope_head_dim"},
+                                     std::pair{m.qkRopeHeadDim, "qk_rope_head_dim"}, std::pair{m.vHeadDim, "v_head_dim"}}) {
+    if (value < 0) return bad(std::string("/mla/") + field, "must not be negative, got " + std::to_string(value));
+  }
+  if (!m.enabled()) {
+    if (m.qLoraRank > 0 || m.qkNopeHeadDim > 0 || m.qkRopeHeadDim > 0 || m.vHeadDim > 0) {
+      return bad("/mla/kv_lora_rank", "multi-head latent attention needs a positive kv_lora_rank, got 0");
+    }
+    return {};
+  }
+  if (m.qkHeadDim() <= 0) return bad("/mla/qk_nope_head_dim", "qk_nope_head_dim + qk_rope_head_dim must be positive");
+  if (m.vHeadDim <= 0) return bad("/mla/v_head_dim", "must be a positive integer, got " + std::to_string(m.vHeadDim));
+  if (s.numKvHeads > 0 && s.numKvHeads != s.numAttentionHeads) {
+    return bad("/num_kv_heads", "multi-head latent attention gives every head its own keys and values: num_kv_heads must be "
+                                "0 or num_attention_heads " + std::to_string(s.numAttentionHeads) + ", got " +
+                                std::to_string(s.numKvHeads));
+  }
+  if (s.positionEmbedding != PositionEmbedding::kRope && m.qkRopeHeadDim > 0) {
+    return bad("/mla/qk_rope_head_dim", "needs rotary position embeddings (position_embedding \"rope\")");
+  }
+  return {};
 }
 
 }  // namespace
@@ -63,6 +107,7 @@ ParamCount countParameters(const ModelSpec& s) {
     if (s.moe.isMoeLayer(layer)) {
       const std::int64_t expert = mlpParams(s, expertFfn);
       total += h * s.moe.numExperts + s.moe.numExperts * expert;  // router (no bias) + experts
+      if (s.moe.sharedExpertFfnHiddenSize > 0) total += mlpParams(s, s.moe.sharedExpertFfnHiddenSize);
       inactive += (s.moe.numExperts - s.moe.topK) * expert;
     } else {
       total += mlpParams(s, s.ffnHiddenSize);
@@ -115,6 +160,12 @@ Result<void> validateModelSpec(const ModelSpec& s, const std::string& file) {
         std::tuple{s.moe.layerFrequency, "moe/layer_frequency", limits::kMaxLayers},
         std::tuple{s.moe.expertFfnHiddenSize, "moe/expert_ffn_hidden_size", limits::kMaxWidth},
         std::tuple{s.moe.firstDenseLayers, "moe/first_dense_layers", limits::kMaxLayers},
+        std::tuple{s.moe.sharedExpertFfnHiddenSize, "moe/shared_expert_ffn_hidden_size", limits::kMaxWidth},
+        std::tuple{s.mla.qLoraRank, "mla/q_lora_rank", limits::kMaxWidth},
+        std::tuple{s.mla.kvLoraRank, "mla/kv_lora_rank", limits::kMaxWidth},
+        std::tuple{s.mla.qkNopeHeadDim, "mla/qk_nope_head_dim", limits::kMaxWidth},
+        std::tuple{s.mla.qkRopeHeadDim, "mla/qk_rope_head_dim", limits::kMaxWidth},
+        std::tuple{s.mla.vHeadDim, "mla/v_head_dim", limits::kMaxWidth},
         std::tuple{s.image.imageSize, "image/image_size", limits::kMaxImageSize},
         std::tuple{s.image.patchSize, "image/patch_size", limits::kMaxImageSize},
         std::tuple{s.image.numChannels, "image/num_channels", limits::kMaxChannels},
@@ -188,7 +239,12 @@ Result<void> validateModelSpec(const ModelSpec& s, const std::string& file) {
     if (s.moe.expertFfnHiddenSize < 0) {
       return bad("/moe/expert_ffn_hidden_size", "must not be negative, got " + std::to_string(s.moe.expertFfnHiddenSize));
     }
+    if (s.moe.sharedExpertFfnHiddenSize < 0) {
+      return bad("/moe/shared_expert_ffn_hidden_size",
+                 "must not be negative, got " + std::to_string(s.moe.sharedExpertFfnHiddenSize));
+    }
   }
+  if (auto r = validateMla(s, bad); !r) return r;
   // The bounds above keep this count inside 64 bits; this one keeps everything that scales with it sane.
   if (const auto params = countParameters(s).total; params > limits::kMaxParameters) {
     return bad("", "the model has " + std::to_string(params) + " parameters, more than the " +

@@ -3,6 +3,7 @@
 // with dropout they sum to s*b*h*(34 + 5*a*s/h) bytes at 16 bits. docs/formats.md states how this is
 // generalised to gated MLPs, grouped-query attention, no dropout and MoE.
 #include <algorithm>
+#include <optional>
 
 #include "colo/core/op_graph.h"
 
@@ -164,24 +165,12 @@ class Builder {
     dropout("dropout", m_tokens * h, Shard::kSequence);
   }
 
-  void attention() {
-    m_block = "attention";
-    const std::int64_t h = m_spec.hiddenSize;
+  // Q.K^T over `qkWidth` per head, then the probabilities times V over `vWidth` per head; `qkSaved` and
+  // `vSaved` are what the two products keep for backward (Q and K; V).
+  void attentionCore(std::int64_t qkWidth, std::int64_t vWidth, std::int64_t qkSaved, std::int64_t vSaved) {
     const std::int64_t a = m_spec.numAttentionHeads;
-    const std::int64_t g = m_spec.kvHeads();
-    const std::int64_t d = m_spec.headSize();
-    const std::int64_t qWidth = a * d;
-    const std::int64_t kvWidth = g * d;
     const std::int64_t keys = m_spec.slidingWindow > 0 ? std::min(m_s, m_spec.slidingWindow) : m_s;
     const std::int64_t scores = m_b * a * m_s * keys;
-
-    const std::int64_t qkvParams = h * (qWidth + 2 * kvWidth) + (m_spec.qkvBias ? qWidth + 2 * kvWidth : 0);
-    matmul("attn.qkv", m_tokens, qWidth + 2 * kvWidth, h, qkvParams, Shard::kColumn);
-    if (m_spec.positionEmbedding == PositionEmbedding::kRope) {
-      const auto rotated = static_cast<std::int64_t>(static_cast<double>(m_tokens * (qWidth + kvWidth)) * m_spec.rotaryFraction);
-      // Linear in q and k: backward needs only the cos/sin tables, nothing saved per token.
-      elementwise("attn.rotary", OpKind::kRotary, Shard::kHeads, rotated, 3.0, 0);
-    }
     auto bmm = [&](const std::string& leaf, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t saved) {
       Op op;
       op.name = name(leaf);
@@ -198,13 +187,71 @@ class Builder {
       op.causal = m_spec.causal();
       chain(std::move(op));
     };
-    // Q and K (K is narrower under grouped-query attention).
-    bmm("attn.scores", m_s, keys, d, m_tokens * (qWidth + kvWidth) * m_dt);
+    bmm("attn.scores", m_s, keys, qkWidth, qkSaved);
     elementwise("attn.softmax", OpKind::kSoftmax, Shard::kHeads, scores, 5.0, scores * m_dt);
     const bool hasDropout = m_spec.dropout > 0.0;
     if (hasDropout) elementwise("attn.dropout", OpKind::kDropout, Shard::kHeads, scores, 2.0, scores);
     // The probabilities (the dropout output; without dropout, the softmax output already saved) and V.
-    bmm("attn.context", m_s, d, keys, (hasDropout ? scores * m_dt : 0) + m_tokens * kvWidth * m_dt);
+    bmm("attn.context", m_s, vWidth, keys, (hasDropout ? scores * m_dt : 0) + vSaved);
+  }
+
+  // DeepSeek's multi-head latent attention: queries through a low-rank pair (or one projection), keys
+  // and values up-projected per head from one latent; the down projections are replicated across
+  // tensor-parallel ranks, the up projections split by heads.
+  void latentAttention() {
+    const MlaSpec& mla = m_spec.mla;
+    const std::int64_t h = m_spec.hiddenSize;
+    const std::int64_t a = m_spec.numAttentionHeads;
+    const std::int64_t qWidth = a * mla.qkHeadDim();
+    const std::int64_t vWidth = a * mla.vHeadDim;
+    const bool bias = m_spec.qkvBias;
+    const std::size_t input = *m_cursor;
+    if (mla.qLoraRank > 0) {
+      matmul("attn.q_down", m_tokens, mla.qLoraRank, h, h * mla.qLoraRank + (bias ? mla.qLoraRank : 0), Shard::kReplicated);
+      norm("attn.q_norm", mla.qLoraRank);
+      matmul("attn.q_up", m_tokens, qWidth, mla.qLoraRank, mla.qLoraRank * qWidth, Shard::kHeads);
+    } else {
+      matmul("attn.q", m_tokens, qWidth, h, h * qWidth + (bias ? qWidth : 0), Shard::kHeads);
+    }
+    const std::size_t query = *m_cursor;
+    m_cursor = input;
+    const std::int64_t latent = mla.kvLoraRank + mla.qkRopeHeadDim;
+    matmul("attn.kv_down", m_tokens, latent, h, h * latent + (bias ? latent : 0), Shard::kReplicated);
+    norm("attn.kv_norm", mla.kvLoraRank);
+    matmul("attn.kv_up", m_tokens, a * (mla.qkNopeHeadDim + mla.vHeadDim), mla.kvLoraRank,
+           mla.kvLoraRank * a * (mla.qkNopeHeadDim + mla.vHeadDim), Shard::kHeads);
+    m_graph.addEdge(query, *m_cursor);
+    if (mla.qkRopeHeadDim > 0) {
+      // Each head's query rotary part and the one shared rotary key.
+      elementwise("attn.rotary", OpKind::kRotary, Shard::kHeads, m_tokens * (a + 1) * mla.qkRopeHeadDim, 3.0, 0);
+    }
+    attentionCore(mla.qkHeadDim(), mla.vHeadDim, 2 * m_tokens * qWidth * m_dt, m_tokens * vWidth * m_dt);
+    matmul("attn.out", m_tokens, h, vWidth, vWidth * h + (m_spec.attentionOutputBias ? h : 0), Shard::kRow);
+    dropout("attn.out_dropout", m_tokens * h, Shard::kSequence);
+  }
+
+  void attention() {
+    m_block = "attention";
+    if (m_spec.mla.enabled()) {
+      latentAttention();
+      return;
+    }
+    const std::int64_t h = m_spec.hiddenSize;
+    const std::int64_t a = m_spec.numAttentionHeads;
+    const std::int64_t g = m_spec.kvHeads();
+    const std::int64_t d = m_spec.headSize();
+    const std::int64_t qWidth = a * d;
+    const std::int64_t kvWidth = g * d;
+
+    const std::int64_t qkvParams = h * (qWidth + 2 * kvWidth) + (m_spec.qkvBias ? qWidth + 2 * kvWidth : 0);
+    matmul("attn.qkv", m_tokens, qWidth + 2 * kvWidth, h, qkvParams, Shard::kColumn);
+    if (m_spec.positionEmbedding == PositionEmbedding::kRope) {
+      const auto rotated = static_cast<std::int64_t>(static_cast<double>(m_tokens * (qWidth + kvWidth)) * m_spec.rotaryFraction);
+      // Linear in q and k: backward needs only the cos/sin tables, nothing saved per token.
+      elementwise("attn.rotary", OpKind::kRotary, Shard::kHeads, rotated, 3.0, 0);
+    }
+    // Q and K (K is narrower under grouped-query attention), then V.
+    attentionCore(d, d, m_tokens * (qWidth + kvWidth) * m_dt, m_tokens * kvWidth * m_dt);
     matmul("attn.out", m_tokens, h, qWidth, qWidth * h + (m_spec.attentionOutputBias ? h : 0), Shard::kRow);
     dropout("attn.out_dropout", m_tokens * h, Shard::kSequence);
   }
@@ -278,7 +325,27 @@ class Builder {
                   routed * ffn * m_dt);
     }
     grouped("moe.experts.down", h, ffn, ffn * h + (bias ? h : 0), {});
-    // Weighted sum of each token's k expert outputs.
+    const std::size_t routedOut = *m_cursor;
+    std::optional<std::size_t> shared;
+    if (m_spec.moe.sharedExpertFfnHiddenSize > 0) {
+      // Shared experts: one dense MLP every token runs beside its routed experts, split like the
+      // dense MLP by tensor parallelism and replicated across expert-parallel ranks.
+      m_cursor = input;
+      const std::int64_t sf = m_spec.moe.sharedExpertFfnHiddenSize;
+      if (gated) {
+        matmul("moe.shared.gate_up", m_tokens, 2 * sf, h, 2 * h * sf + (bias ? 2 * sf : 0), Shard::kColumn);
+        elementwise("moe.shared." + toString(m_spec.activation), OpKind::kGatedActivation, Shard::kInner, m_tokens * sf,
+                    6.0, 2 * m_tokens * sf * m_dt, 0, 2);
+      } else {
+        matmul("moe.shared.up", m_tokens, sf, h, h * sf + (bias ? sf : 0), Shard::kColumn);
+        elementwise("moe.shared." + toString(m_spec.activation), OpKind::kActivation, Shard::kInner, m_tokens * sf, 8.0,
+                    m_tokens * sf * m_dt);
+      }
+      matmul("moe.shared.down", m_tokens, h, sf, sf * h + (bias ? h : 0), Shard::kRow);
+      shared = *m_cursor;
+      m_cursor = routedOut;
+    }
+    // Weighted sum of each token's k expert outputs (and the shared experts' output).
     Op combine;
     combine.name = name("moe.combine");
     combine.kind = OpKind::kElementwise;
@@ -289,7 +356,8 @@ class Builder {
     combine.bytesRead = routed * h * m_dt;
     combine.bytesWritten = m_tokens * h * m_dt;
     combine.savedBytes = routed * h * m_dt;  // expert outputs, for the gradient of the routing weights
-    chain(std::move(combine), {routing});
+    const std::size_t combined = chain(std::move(combine), {routing});
+    if (shared) m_graph.addEdge(*shared, combined);
   }
 
   void residual(const std::string& leaf, std::size_t skip) {

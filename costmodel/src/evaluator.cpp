@@ -149,7 +149,7 @@ Result<Evaluator> Evaluator::create(const Model& model, const ClusterSpec& clust
   bool tied = false;
   if (model.spec) {
     topK = std::max<std::int64_t>(1, model.spec->moe.topK);
-    kvWidth = model.spec->kvHeads() * model.spec->headSize();
+    kvWidth = model.spec->valueWidth();
     tied = model.spec->tieWordEmbeddings && model.spec->lmHead;
     impl->numExperts = model.spec->moe.numExperts;
   }

@@ -134,7 +134,8 @@ std::optional<ScaledGemm> scaledGemm(const OpTemplate& op, const LayerConfig& c)
     case OpKind::kMatMul: {
       double n = static_cast<double>(op.n);
       double k = static_cast<double>(op.k);
-      if (op.shard == Shard::kColumn || op.shard == Shard::kVocab) n /= tp;
+      // Split by output columns: column-parallel linears, the vocabulary and per-head projections.
+      if (op.shard == Shard::kColumn || op.shard == Shard::kVocab || op.shard == Shard::kHeads) n /= tp;
       if (op.shard == Shard::kRow) k /= tp;
       return ScaledGemm{std::max(1.0, static_cast<double>(op.m) * tokenScale), n, k, 1};
     }
@@ -241,6 +242,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
   std::int64_t products = 0;
   double opKeptOutputs = 0;
   const OpTemplate* scores = nullptr;
+  const OpTemplate* context = nullptr;
   const OpTemplate* previous = nullptr;
   for (const auto& op : layer.ops) {
     // Compute.
@@ -255,6 +257,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         const double flops = 2 * g.value_or(ScaledGemm{0, 0, 0, 0}).m * (g ? g->n * g->k * g->count : 0);
         if (op.kind == OpKind::kBatchedMatMul) {
           if (!scores) scores = &op;
+          else if (!context) context = &op;
           const double full = 2 * static_cast<double>(op.batch) * b / tp * static_cast<double>(op.m) / cp *
                               static_cast<double>(op.n) * static_cast<double>(op.k);
           out.gemmFlopsFwdPerGpu += full;
@@ -356,8 +359,11 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
   // FlashAttention: one fused kernel each way; a causal mask lets it skip half the blocks.
   if (c.flash && scores) {
     const double count = static_cast<double>(scores->batch) * b / tp;
-    const double flops = 2.0 * 2.0 * count * (static_cast<double>(scores->m) / cp) * static_cast<double>(scores->n) *
-                         static_cast<double>(scores->k);
+    // Q.K^T over the query/key width, then P.V over the value width (the same width but for latent
+    // attention, whose values are narrower).
+    const double valueWidth = static_cast<double>(context ? context->n : scores->k);
+    const double flops = 2.0 * count * (static_cast<double>(scores->m) / cp) * static_cast<double>(scores->n) *
+                         (static_cast<double>(scores->k) + valueWidth);
     const double work = scores->causal ? 0.5 * flops : flops;
     const double rate = device.peakFlopsPerSecond * device.sustainedClock;
     const double fwd = std::max(floor, work / (rate * device.flashFwdEfficiency));

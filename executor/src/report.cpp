@@ -108,6 +108,7 @@ Result<void> checkExecutable(const Plan& plan, int world, const std::string& bac
     return bad("model " + m.name + ": the executor trains decoder language models (GPT- and LLaMA-style)");
   }
   if (m.moe.enabled()) return bad("model " + m.name + ": mixture-of-experts layers are not implemented by the executor");
+  if (m.mla.enabled()) return bad("model " + m.name + ": multi-head latent attention is not implemented by the executor");
   if (m.positionEmbedding == PositionEmbedding::kAlibi) return bad("model " + m.name + ": ALiBi positions are not implemented by the executor");
   if (m.slidingWindow > 0) return bad("model " + m.name + ": sliding-window attention is not implemented by the executor");
   if (m.embeddingNorm || m.pooler || m.typeVocabSize > 0 || m.embeddingSize > 0 || !m.lmHead) {

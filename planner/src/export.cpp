@@ -52,7 +52,25 @@ std::string megatron(const Plan& p) {
   if (!s.tieWordEmbeddings) a << "--untie-embeddings-and-output-weights \\\n";
   if (!s.qkvBias && !s.mlpBias) a << "--disable-bias-linear \\\n";
   if (s.dropout == 0) a << "--attention-dropout 0.0 \\\n--hidden-dropout 0.0 \\\n";
-  if (s.moe.enabled()) a << "--num-experts " << s.moe.numExperts << " \\\n--moe-router-topk " << s.moe.topK << " \\\n";
+  if (s.moe.enabled()) {
+    a << "--num-experts " << s.moe.numExperts << " \\\n--moe-router-topk " << s.moe.topK << " \\\n";
+    if (s.moe.expertFfnHiddenSize > 0) a << "--moe-ffn-hidden-size " << s.moe.expertFfnHiddenSize << " \\\n";
+    if (s.moe.sharedExpertFfnHiddenSize > 0) {
+      a << "--moe-shared-expert-intermediate-size " << s.moe.sharedExpertFfnHiddenSize << " \\\n";
+    }
+    if (s.moe.firstDenseLayers > 0 || s.moe.layerFrequency > 1) {
+      // Megatron's per-layer pattern: 1 marks an MoE layer.
+      std::string pattern = "[";
+      for (std::int64_t l = 0; l < s.numLayers; ++l) pattern += std::string(l ? "," : "") + (s.moe.isMoeLayer(l) ? "1" : "0");
+      a << "--moe-layer-freq \"" << pattern << "]\" \\\n";
+    }
+  }
+  if (s.mla.enabled()) {
+    a << "--multi-latent-attention \\\n";
+    if (s.mla.qLoraRank > 0) a << "--q-lora-rank " << s.mla.qLoraRank << " \\\n";
+    a << "--kv-lora-rank " << s.mla.kvLoraRank << " \\\n--qk-head-dim " << s.mla.qkNopeHeadDim
+      << " \\\n--qk-pos-emb-head-dim " << s.mla.qkRopeHeadDim << " \\\n--v-head-dim " << s.mla.vHeadDim << " \\\n";
+  }
   a << (p.precision == DType::kFp16 ? "--fp16" : p.precision == DType::kFp32 ? "" : "--bf16") << " \\\n";
   if (p.precision == DType::kFp8) a << "--fp8-format hybrid \\\n";
   if (p.execution.flashAttention) a << "--use-flash-attn \\\n";

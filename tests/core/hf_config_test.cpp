@@ -81,6 +81,62 @@ TEST(HfConfig, KeysAreMappedPerModelType) {
   EXPECT_EQ(vit.image.numClasses, 1000);  // from id2label
 }
 
+TEST(HfConfig, TheModelsOf2025MapToTheirPublishedCounts) {
+  // Published totals (and activated parameters): DeepSeek-V3 671B (37B), DeepSeek-V2-Lite 15.7B (2.4B
+  // without embeddings), Qwen3-30B-A3B 30.5B (3.3B), Qwen3-8B 8.2B. transformers also counts Qwen3's
+  // per-head query/key norms (2 x 128 per layer), which colo leaves out.
+  const ModelSpec v3 = hf("deepseek-v3");
+  EXPECT_EQ(v3.family, "deepseek_v3");
+  EXPECT_EQ(v3.mla.qLoraRank, 1536);
+  EXPECT_EQ(v3.mla.kvLoraRank, 512);
+  EXPECT_EQ(v3.mla.qkHeadDim(), 192);
+  EXPECT_EQ(v3.mla.vHeadDim, 128);
+  EXPECT_EQ(v3.moe.numExperts, 256);
+  EXPECT_EQ(v3.moe.topK, 8);
+  EXPECT_EQ(v3.moe.firstDenseLayers, 3);
+  EXPECT_EQ(v3.moe.sharedExpertFfnHiddenSize, 2048);  // n_shared_experts x moe_intermediate_size
+  EXPECT_NEAR(static_cast<double>(countParameters(v3).total), 671e9, 0.002 * 671e9);
+  EXPECT_NEAR(static_cast<double>(countParameters(v3).active), 37e9, 0.02 * 37e9);
+  EXPECT_EQ(countParameters(v3).total,
+            countParameters(*test::loadModelOrFail(test::dataFile("models/deepseek-v3.json")).spec).total);
+
+  const ModelSpec lite = hf("deepseek-v2-lite");
+  EXPECT_EQ(lite.mla.qLoraRank, 0);  // "q_lora_rank": null
+  EXPECT_EQ(lite.moe.sharedExpertFfnHiddenSize, 2 * 1408);
+  const ParamCount liteCount = countParameters(lite);
+  EXPECT_NEAR(static_cast<double>(liteCount.total), 15.7e9, 0.005 * 15.7e9);
+  EXPECT_NEAR(static_cast<double>(liteCount.active - liteCount.embedding), 2.4e9, 0.03 * 2.4e9);
+
+  const ModelSpec a3b = hf("qwen3-30b-a3b");
+  EXPECT_EQ(a3b.moe.numExperts, 128);
+  EXPECT_EQ(a3b.moe.expertFfnHiddenSize, 768);
+  EXPECT_EQ(a3b.moe.sharedExpertFfnHiddenSize, 0);
+  EXPECT_EQ(a3b.headSize(), 128);  // head_dim, not hidden / heads = 64
+  EXPECT_NEAR(static_cast<double>(countParameters(a3b).total), 30.5e9, 0.005 * 30.5e9);
+  EXPECT_NEAR(static_cast<double>(countParameters(a3b).active), 3.3e9, 0.03 * 3.3e9);
+  EXPECT_NEAR(static_cast<double>(countParameters(hf("qwen3-8b")).total), 8.2e9, 0.005 * 8.2e9);
+
+  // Qwen2-MoE: a shared expert of its own size, q/k/v biases; only leading dense layers are modelled.
+  Json qwen2moe = test::loadJson(test::dataFile("hf/qwen3-30b-a3b/config.json"));
+  qwen2moe["model_type"] = "qwen2_moe";
+  qwen2moe["shared_expert_intermediate_size"] = 5632;
+  qwen2moe["mlp_only_layers"] = Json::parse("[0, 1]");
+  auto q2 = modelSpecFromHfConfig(qwen2moe, "qwen2moe/config.json");
+  ASSERT_TRUE(q2) << q2.error().toString();
+  EXPECT_TRUE(q2->qkvBias);
+  EXPECT_EQ(q2->moe.sharedExpertFfnHiddenSize, 5632);
+  EXPECT_EQ(q2->moe.firstDenseLayers, 2);
+  qwen2moe["mlp_only_layers"] = Json::parse("[5]");
+  auto scattered = modelSpecFromHfConfig(qwen2moe, "qwen2moe/config.json");
+  ASSERT_FALSE(scattered);
+  EXPECT_EQ(scattered.error().path, "/mlp_only_layers");
+  Json freq = test::loadJson(test::dataFile("hf/deepseek-v3/config.json"));
+  freq["moe_layer_freq"] = 2;
+  auto badFreq = modelSpecFromHfConfig(freq, "v3/config.json");
+  ASSERT_FALSE(badFreq);
+  EXPECT_EQ(badFreq.error().path, "/moe_layer_freq");
+}
+
 TEST(HfConfig, TieWordEmbeddingsOverridesTheDefault) {
   Json config = test::loadJson(test::dataFile("hf/llama-2-7b/config.json"));
   config["tie_word_embeddings"] = true;

@@ -36,6 +36,9 @@ TEST(ModelSpec, LibraryMatchesPublishedParameterCounts) {
       {"llama3-8b", 8.03e9, 8.03e9},       {"llama3-70b", 70.55e9, 70.55e9},    {"llama3-405b", 405.85e9, 405.85e9},
       {"vit-large", 304.3e6, 304.3e6},     {"gpt3-1.3b", 1.3e9, 1.3e9, 0.04},   {"gpt3-2.7b", 2.7e9, 2.7e9, 0.02},
       {"gpt3-6.7b", 6.7e9, 6.7e9, 0.01},   {"gpt3-13b", 13e9, 13e9, 0.04},      {"bert-large", 336.2e6, 336.2e6},
+      // DeepSeek-V3 report: 671B total, 37B activated (quoted to two digits); Qwen3 report: 30.5B total,
+      // 3.3B activated; 8.2B.
+      {"deepseek-v3", 671e9, 37e9, 0.02},  {"qwen3-30b-a3b", 30.5e9, 3.3e9, 0.02}, {"qwen3-8b", 8.2e9, 8.2e9, 0.01},
   };
   for (const auto& row : rows) {
     const ParamCount count = countParameters(libraryModel(row.name));
@@ -108,7 +111,18 @@ INSTANTIATE_TEST_SUITE_P(
                       BadSpecCase{R"({"dropout": 1.5})", "/dropout", "must be in [0, 1)"},
                       BadSpecCase{R"({"vocab_size": 0})", "/vocab_size", "positive"},
                       BadSpecCase{R"({"family": "vit"})", "/image", "missing required field \"image\""},
-                      BadSpecCase{R"({"name": ""})", "/name", "must not be empty"}));
+                      BadSpecCase{R"({"name": ""})", "/name", "must not be empty"},
+                      BadSpecCase{R"({"moe": {"num_experts": 4, "top_k": 1, "shared_expert_ffn_hidden_size": -1}})",
+                                  "/moe/shared_expert_ffn_hidden_size", "-1"},
+                      BadSpecCase{R"({"position_embedding": "rope", "mla": {"kv_lora_rank": 64, "v_head_dim": 0}})",
+                                  "/mla/v_head_dim", "positive"},
+                      BadSpecCase{R"({"position_embedding": "rope", "num_kv_heads": 4,
+                                      "mla": {"kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}})",
+                                  "/num_kv_heads", "every head its own keys and values"},
+                      BadSpecCase{R"({"mla": {"kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}})",
+                                  "/mla/qk_rope_head_dim", "rotary"},
+                      BadSpecCase{R"({"position_embedding": "rope", "mla": {"kv_lora_rank": 64, "v_head_dim": 32, "q_rank": 8}})",
+                                  "/mla/q_rank", "unknown field"}));
 
 TEST(ModelSpec, MissingFieldIsNamed) {
   Json doc = test::loadJson(test::dataFile("models/llama2-7b.json"));

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -86,6 +87,38 @@ TEST(OpGraph, MoeLayersRouteTopKTokens) {
   const double perToken = g.totals().gemmFlopsFwd / s;
   const double embedding = 32000.0 * 4096;  // lookups cost no FLOPs
   EXPECT_NEAR(perToken, 2 * (12'879'925'248.0 - embedding) + attentionCore, 1e6);
+}
+
+TEST(OpGraph, LatentAttentionAndSharedExpertsHaveTheirOwnProducts) {
+  // DeepSeek-V3: queries through a 1536-rank pair, keys and values from a 512-rank latent, attention at
+  // 192-wide queries and keys and 128-wide values; every MoE layer also runs a shared expert.
+  const ModelSpec spec = libraryModel("deepseek-v3");
+  const OpGraph g = build(spec, 4096, 1);
+  std::map<std::string, const Op*> ops;
+  for (const auto id : g.layerOps(3)) ops[g.op(id).name.substr(g.op(id).name.find('.', 7) + 1)] = &g.op(id);
+  ASSERT_TRUE(ops.count("attn.q_down") && ops.count("attn.q_up") && ops.count("attn.kv_down") && ops.count("attn.kv_up"));
+  EXPECT_EQ(ops["attn.q_down"]->shard, Shard::kReplicated);  // duplicated on every tensor-parallel rank
+  EXPECT_EQ(ops["attn.q_up"]->shard, Shard::kHeads);
+  EXPECT_EQ(ops["attn.q_up"]->dim("n"), 128 * 192);
+  EXPECT_EQ(ops["attn.kv_down"]->dim("n"), 512 + 64);  // the latent and the shared rotary key
+  EXPECT_EQ(ops["attn.kv_up"]->dim("n"), 128 * (128 + 128));
+  EXPECT_EQ(ops["attn.scores"]->dim("k"), 192);
+  EXPECT_EQ(ops["attn.context"]->dim("n"), 128);
+  EXPECT_EQ(ops["attn.out"]->dim("k"), 128 * 128);
+  ASSERT_TRUE(ops.count("moe.shared.gate_up") && ops.count("moe.shared.down"));
+  EXPECT_EQ(ops["moe.shared.gate_up"]->dim("n"), 2 * 2048);
+  EXPECT_EQ(ops["moe.shared.down"]->shard, Shard::kRow);
+  // Shared experts are active for every token: the active count includes them.
+  EXPECT_EQ(g.totals().activeParams, countParameters(spec).active);
+  for (const auto id : g.layerOps(0)) EXPECT_EQ(g.op(id).name.find("moe."), std::string::npos);  // first 3 dense
+  // A model without a query down-projection (DeepSeek-V2-Lite) has one plain query projection.
+  ModelSpec lite = spec;
+  lite.mla.qLoraRank = 0;
+  const OpGraph gl = build(lite, 1024, 1);
+  bool plainQuery = false;
+  for (const auto id : gl.layerOps(3)) plainQuery = plainQuery || gl.op(id).name.ends_with(".attn.q");
+  EXPECT_TRUE(plainQuery);
+  EXPECT_EQ(gl.totals().params, countParameters(lite).total);
 }
 
 TEST(OpGraph, SlidingWindowBoundsAttention) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -468,6 +469,44 @@ TEST(Evaluator, MixtureOfExpertsPaysForAllToAll) {
   const auto dense = evaluateOrFail(noEp);
   EXPECT_EQ(dense.time.epComm, 0);
   EXPECT_LT(ev.stages[0].paramsPerGpu, dense.stages[0].paramsPerGpu / 4);  // experts spread over 8 GPUs
+}
+
+TEST(Evaluator, LatentAttentionSplitsItsUpProjectionsAndAttendsAtItsOwnWidths) {
+  // DeepSeek-V3 (4 layers: 3 dense + 1 MoE) on one B200 node: the up projections split by heads under
+  // tensor parallelism while the down projections are replicated; the fused attention kernel works
+  // at 192-wide queries and keys but 128-wide values.
+  Plan p = makePlan("deepseek-v3", "dgx-b200", 8, 1, 1, 8);
+  ModelSpec small = *p.model.spec;
+  small.numLayers = 4;
+  p.model.spec = small;
+  p.stages = uniformStages(4, 1, RecomputePolicy::kNone);
+  p.parallel.ep = 8;
+  auto opTimes = [](const Plan& plan) {
+    auto ops = opTimesOf(plan);
+    EXPECT_TRUE(ops) << (ops ? "" : ops.error().toString());
+    std::map<std::string, double> t;
+    if (ops) {
+      for (const auto& o : *ops) t[o.op] += static_cast<double>(o.count) * o.forwardSeconds;
+    }
+    return t;
+  };
+  const auto tp1 = opTimes(p);
+  Plan tp2 = p;
+  tp2.parallel.tp = 2;
+  tp2.parallel.dp = 4;
+  tp2.parallel.ep = 4;
+  const auto half = opTimes(tp2);
+  EXPECT_NEAR(half.at("attn.q_up") / tp1.at("attn.q_up"), 0.5, 0.1);
+  EXPECT_NEAR(half.at("attn.kv_down") / tp1.at("attn.kv_down"), 1.0, 0.01);  // replicated
+  // Flash attention forward: causal half of 2 * b * a * s^2 * (192 + 128) FLOPs.
+  const auto device = deviceModel(p.cluster.gpu, DType::kBf16);
+  const double s = static_cast<double>(p.seqLen);
+  const double work = 0.5 * 2.0 * 128 * s * s * (192 + 128);
+  EXPECT_NEAR(tp1.at("attn.flash") / 4, work / (device.peakFlopsPerSecond * device.sustainedClock * device.flashFwdEfficiency),
+              1e-9);
+  const auto ev = evaluateOrFail(p);
+  EXPECT_TRUE(ev.fits);
+  EXPECT_GT(ev.time.epComm, 0);
 }
 
 TEST(Evaluator, ZeroShardsOverContextParallelRanksAndExpertStatesOverTheirOwnReplicas) {

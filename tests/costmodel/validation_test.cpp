@@ -559,7 +559,8 @@ TEST(Validation, BlackwellRowsAndDeepSeekStyleExpertsAreRead) {
   row["model"] = Json::parse(R"J({"name": "DeepSeek-V3 shape, 4 layers", "arch": "DeepSeek-V3 (MLA, DeepSeekMoE)",
       "num_layers": 4, "hidden_size": 7168, "num_attention_heads": 128, "ffn_hidden_size": 18432,
       "moe_ffn_hidden_size": 2048, "num_experts": 256, "top_k": 8, "vocab_size": 129280, "seq_len": 4096,
-      "moe_layer_freq": "([0]*1+[1]*3)"})J");
+      "moe_layer_freq": "([0]*1+[1]*3)", "shared_expert_intermediate_size": 2048, "q_lora_rank": 1536,
+      "kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128})J");
   row["hardware"] = Json::parse(R"({"gpu": "B200 SXM", "gpu_memory_gb": 180, "gpus_per_node": 8, "num_gpus": 8})");
   row["parallel"] = Json::parse(R"({"tp": 1, "pp": 1, "dp": 8, "ep": 8, "zero_stage": 1})");
   row["training"] = Json::parse(R"({"precision": "bf16", "recompute": "none", "micro_batch_size": 1, "global_batch_size": 32})");
@@ -572,6 +573,13 @@ TEST(Validation, BlackwellRowsAndDeepSeekStyleExpertsAreRead) {
   EXPECT_FALSE(s.moe.isMoeLayer(0));
   EXPECT_TRUE(s.moe.isMoeLayer(1));
   EXPECT_EQ(s.norm, NormKind::kRmsNorm);
+  // Megatron's names for latent attention (--qk-head-dim is the part without rotary) and shared experts.
+  EXPECT_EQ(s.moe.sharedExpertFfnHiddenSize, 2048);
+  EXPECT_EQ(s.mla.qLoraRank, 1536);
+  EXPECT_EQ(s.mla.kvLoraRank, 512);
+  EXPECT_EQ(s.mla.qkNopeHeadDim, 128);
+  EXPECT_EQ(s.mla.qkRopeHeadDim, 64);
+  EXPECT_EQ(s.mla.vHeadDim, 128);
   auto o = validation::evaluateCase(*c);
   ASSERT_TRUE(o) << o.error().toString();
   EXPECT_GT(o->predictedStepSeconds, 0);

@@ -209,6 +209,12 @@ TEST(CheckExecutable, NamesWhatTheExecutorCannotRun) {
   perOp.stages[1].recompute = RecomputePolicy::kOp;
   perOp.stages[1].recomputeLayers = perOp.stages[1].layers;
   EXPECT_NE(checkExecutable(perOp, 2, "gloo").error().message.find("stages[1].recompute = op"), std::string::npos);
+  Plan latent = tinyPlan("tiny-llama", 1, 1, 1);
+  ModelSpec mla = *latent.model.spec;
+  mla.numKvHeads = 0;
+  mla.mla = MlaSpec{0, 64, 16, 16, 32};
+  latent.model.spec = mla;
+  EXPECT_NE(checkExecutable(latent, 1, "gloo").error().message.find("multi-head latent attention"), std::string::npos);
   Plan heads = tinyPlan("tiny-llama", 4, 1, 1);  // 2 key/value heads
   EXPECT_NE(checkExecutable(heads, 4, "gloo").error().message.find("key/value heads"), std::string::npos);
   EXPECT_NE(checkExecutable(tinyPlan("tiny-gpt", 1, 1, 1), 1, "mpi").error().message.find("--backend"), std::string::npos);

@@ -52,6 +52,33 @@ TEST(Baseline, DifferencesNameEachChangedSetting) {
   EXPECT_EQ(planDifferences(a, a), "identical");
 }
 
+TEST(Export, MegatronArgumentsCarryLatentAttentionAndSharedExperts) {
+  Plan p;
+  p.name = "dsv3";
+  p.model = test::loadModelOrFail(test::dataFile("models/deepseek-v3.json"));
+  ModelSpec small = *p.model.spec;
+  small.numLayers = 5;
+  p.model.spec = small;
+  p.cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-b200.json"));
+  p.parallel.dp = 8;
+  p.parallel.ep = 8;
+  p.microBatchSize = 1;
+  p.globalBatchSize = 64;
+  p.seqLen = 4096;
+  p.zeroStage = 1;
+  p.stages = uniformStages(5, 1, RecomputePolicy::kNone);
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const auto megatron = exportPlan(p, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(megatron) << megatron.error().toString();
+  for (const char* flag : {"--multi-latent-attention", "--q-lora-rank 1536", "--kv-lora-rank 512", "--qk-head-dim 128",
+                           "--qk-pos-emb-head-dim 64", "--v-head-dim 128", "--num-experts 256", "--moe-router-topk 8",
+                           "--moe-ffn-hidden-size 2048", "--moe-shared-expert-intermediate-size 2048",
+                           "--moe-layer-freq \"[0,0,0,1,1]\"", "--expert-model-parallel-size 8"}) {
+    EXPECT_NE(megatron->find(flag), std::string::npos) << flag << "\n" << *megatron;
+  }
+  EXPECT_EQ(megatron->find("--group-query-attention"), std::string::npos);
+}
+
 TEST(Export, EveryFormatCarriesThePlansSettings) {
   Plan p;
   p.name = "llama";

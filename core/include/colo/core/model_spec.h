@@ -30,11 +30,30 @@ struct MoeSpec {
   std::int64_t layerFrequency = 1;  ///< layer i is MoE when i % layerFrequency == layerFrequency - 1
   std::int64_t expertFfnHiddenSize = 0;  ///< 0: same as the model's ffn_hidden_size
   std::int64_t firstDenseLayers = 0;  ///< the first layers stay dense (DeepSeek's first_k_dense_replace)
+  /// Inner size of the shared experts' MLP that every token also runs beside its routed experts
+  /// (DeepSeek: n_shared_experts x moe_intermediate_size; Qwen2-MoE: shared_expert_intermediate_size);
+  /// 0: no shared experts.
+  std::int64_t sharedExpertFfnHiddenSize = 0;
   [[nodiscard]] bool enabled() const { return numExperts > 0; }
   [[nodiscard]] bool isMoeLayer(std::int64_t layer) const {
     return enabled() && layer >= firstDenseLayers && layer % layerFrequency == layerFrequency - 1;
   }
   friend bool operator==(const MoeSpec&, const MoeSpec&) = default;
+};
+
+/// Multi-head latent attention (DeepSeek-V2/V3): queries through an optional low-rank down/up pair,
+/// keys and values up-projected per head from one shared latent of `kvLoraRank` (plus a shared rotary
+/// key of `qkRopeHeadDim`); every head then attends with queries and keys of qkNopeHeadDim +
+/// qkRopeHeadDim and values of vHeadDim.
+struct MlaSpec {
+  std::int64_t qLoraRank = 0;      ///< rank of the query down-projection (0: one plain query projection)
+  std::int64_t kvLoraRank = 0;     ///< rank of the shared key/value latent (0: no MLA)
+  std::int64_t qkNopeHeadDim = 0;  ///< per-head query/key width without rotary embedding
+  std::int64_t qkRopeHeadDim = 0;  ///< per-head query/key width with rotary embedding (the key's is shared)
+  std::int64_t vHeadDim = 0;       ///< per-head value width
+  [[nodiscard]] bool enabled() const { return kvLoraRank > 0; }
+  [[nodiscard]] std::int64_t qkHeadDim() const { return qkNopeHeadDim + qkRopeHeadDim; }
+  friend bool operator==(const MlaSpec&, const MlaSpec&) = default;
 };
 
 /// ViT input: an image cut into patches, plus a class token.
@@ -82,6 +101,7 @@ struct ModelSpec {
   double dropout = 0.0;               ///< hidden/attention dropout probability used in training
 
   MoeSpec moe;
+  MlaSpec mla;                        ///< multi-head latent attention instead of q/k/v projections
   ImageSpec image;                    ///< used when input == kImagePatches
 
   std::int64_t seqLen = 0;            ///< default training sequence length; 0: maxPositionEmbeddings
@@ -95,6 +115,10 @@ struct ModelSpec {
   }
   [[nodiscard]] bool gatedMlp() const { return activation == Activation::kSwiGlu || activation == Activation::kGeGlu; }
   [[nodiscard]] bool causal() const { return architecture == Architecture::kDecoder; }
+  /// Width of all heads' values (what attention saves for V and the output projection reads).
+  [[nodiscard]] std::int64_t valueWidth() const {
+    return mla.enabled() ? numAttentionHeads * mla.vHeadDim : kvHeads() * headSize();
+  }
   /// The training sequence length: seqLen, else the context size; for ViT, patches + class token.
   [[nodiscard]] std::int64_t defaultSeqLen() const;
 
