@@ -124,13 +124,14 @@ Result<void> checkSettings(const Json& settings, const std::string& file, const 
   for (const auto& [key, value] : settings.items()) {
     const std::string where = at + "/" + key;
     auto bad = [&](const std::string& why) { return fail(Error::badInput(why + ", got " + describeJsonValue(value), file, where)); };
-    if (key == "cluster" || key == "precision" || key == "recompute" || key == "schedule" || key == "attention") {
+    if (key == "cluster" || key == "precision" || key == "recompute" || key == "schedule" || key == "attention" ||
+        key == "selective_recompute") {
       if (!value.is_string()) return bad("must be a string");
       // A value the harness parses is checked here, so that its error names this file, not every row.
       const std::string& name = value.get_ref<const std::string&>();
       if (key == "precision") {
         if (auto parsed = parseDType(name); !parsed) return fail(Error::badInput(parsed.error().message, file, where));
-      } else if (key == "recompute") {
+      } else if (key == "recompute" || key == "selective_recompute") {
         if (auto parsed = parseRecompute(name); !parsed) return fail(Error::badInput(parsed.error().message, file, where));
       }
     } else if (key == "sequence_parallel" || key == "overlap_grad_reduce" || key == "overlap_param_gather" ||

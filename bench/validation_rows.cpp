@@ -331,6 +331,12 @@ Result<RecomputeReading> readRecompute(const Json& tr, const Settings& set, cons
     policy = RecomputePolicy::kFull;
   } else if (recomputeText.rfind("selective", 0) == 0) {
     policy = RecomputePolicy::kSelective;
+    // What the framework's "selective" is (torchtitan's: per-op checkpointing).
+    if (set.pick("selective_recompute").is_string()) {
+      auto parsed = parseRecompute(set.pick("selective_recompute").get<std::string>());
+      if (!parsed) return fail(rowError(id, "selective_recompute (assumptions)", parsed.error().message));
+      policy = *parsed;
+    }
   } else if (recomputeText.rfind("none", 0) != 0 && set.pick("recompute").is_string()) {
     auto parsed = parseRecompute(set.pick("recompute").get<std::string>());
     if (!parsed) return fail(rowError(id, "recompute (assumptions)", parsed.error().message));

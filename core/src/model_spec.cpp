@@ -1,5 +1,6 @@
 #include "colo/core/model_spec.h"
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -58,6 +59,11 @@ Result<void> validateMla(const ModelSpec& s, const Bad& bad) {
   }
   if (m.qkHeadDim() <= 0) return bad("/mla/qk_nope_head_dim", "qk_nope_head_dim + qk_rope_head_dim must be positive");
   if (m.vHeadDim <= 0) return bad("/mla/v_head_dim", "must be a positive integer, got " + std::to_string(m.vHeadDim));
+  // As for plain attention: all heads' widths stay within 4 x the widest width (and products in 64 bits).
+  if (s.numAttentionHeads * (m.qkNopeHeadDim + std::max(m.qkRopeHeadDim, m.vHeadDim)) > 4 * limits::kMaxWidth) {
+    return bad("/mla/qk_nope_head_dim", "num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim or v_head_dim) is more than " +
+                                            std::to_string(4 * limits::kMaxWidth));
+  }
   if (s.numKvHeads > 0 && s.numKvHeads != s.numAttentionHeads) {
     return bad("/num_kv_heads", "multi-head latent attention gives every head its own keys and values: num_kv_heads must be "
                                 "0 or num_attention_heads " + std::to_string(s.numAttentionHeads) + ", got " +

@@ -489,7 +489,10 @@ Result<OpGraph> buildOpGraph(const ModelSpec& spec, const GraphOptions& options)
                                   static_cast<double>(spec.vocabSize),
                                   2.0 * static_cast<double>(std::max(spec.ffnHiddenSize, spec.expertFfnSize())) *
                                       static_cast<double>(std::max<std::int64_t>(1, spec.moe.topK)),
-                                  static_cast<double>(spec.hiddenSize) * 4});
+                                  static_cast<double>(spec.hiddenSize) * 4,
+                                  2.0 * static_cast<double>(spec.moe.sharedExpertFfnHiddenSize),
+                                  static_cast<double>(spec.numAttentionHeads) *
+                                      static_cast<double>(spec.mla.qkHeadDim() + spec.mla.vHeadDim)});
   if (tokens * widest * static_cast<double>(options.dtypeBytes) * 4 > 9.0e18) {
     return fail(Error::badInput("batch " + std::to_string(options.batch) + " x sequence " + std::to_string(seqLen) +
                                 " is too large to describe (tensors beyond 2^61 bytes)"));

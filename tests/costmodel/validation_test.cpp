@@ -240,6 +240,26 @@ TEST(Validation, TheRowsOwnScheduleBeatsItsFrameworksUsualOne) {
   EXPECT_EQ(open->plan.schedule, Schedule::kInterleaved);
 }
 
+TEST(Validation, TorchtitansSelectiveCheckpointingIsPerOp) {
+  // torchtitan's activation_checkpoint mode "selective" defaults to per-op checkpointing; Megatron's
+  // "selective" is its attention-core recompute. A torchtitan row saying only "selective" is per-op.
+  Json row = unseenRow();
+  row["source"]["citation"] = "pytorch/torchtitan docs/performance.md";
+  row["model"]["arch"] = "Llama 3 (RMSNorm, SwiGLU, RoPE, GQA)";
+  row["parallel"] = Json::parse(R"({"tp": 1, "pp": 1, "dp": 8})");
+  row["training"] = Json::parse(R"({"precision": "bf16", "recompute": "Selective activation checkpointing",
+                                    "micro_batch_size": 2, "global_batch_size": 16})");
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_EQ(c->plan.stages.front().recompute, RecomputePolicy::kOp);
+  EXPECT_EQ(c->plan.zeroStage, 3);  // FSDP2
+  EXPECT_TRUE(c->plan.execution.flashAttention);
+  row["source"]["citation"] = "NVIDIA Megatron-Core performance table";
+  auto megatron = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(megatron) << megatron.error().toString();
+  EXPECT_EQ(megatron->plan.stages.front().recompute, RecomputePolicy::kSelective);
+}
+
 TEST(Validation, RowsWrittenOtherwiseStillReadRight) {
   const Json assumptions = assumptionsFile();
   // Recompute as a boolean or as free text; FSDP's sharding strategy; MFU alone; another time key.
