@@ -80,9 +80,22 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision) {
     d.commChannelBytes = 0;  // Gloo: host memory
     d.overlapSlowdown = 0;   // Gloo's threads run beside compute; not modelled on CPU
     d.hostIssued = false;
+    d.attentionPeakFlopsPerSecond = d.peakFlopsPerSecond;
+    d.attentionGemmEfficiency = d.gemmEfficiency;
     return d;
   }
   if (precision == DType::kFp32) d.gemmEfficiency = 0.90;  // FMA pipes, not tensor cores: easier to saturate
+  d.attentionPeakFlopsPerSecond = d.peakFlopsPerSecond;
+  d.attentionGemmEfficiency = d.gemmEfficiency;
+  if (precision == DType::kFp8) {
+    // fp8 recipes cast the linear layers' inputs only; attention stays at 16 bits.
+    const DType sixteen = gpu.peakFlopsPerSecond.count(DType::kBf16) ? DType::kBf16 : DType::kFp16;
+    if (gpu.peakFlopsPerSecond.count(sixteen)) {
+      const DeviceModel half = deviceModel(gpu, sixteen);
+      d.attentionPeakFlopsPerSecond = half.peakFlopsPerSecond;
+      d.attentionGemmEfficiency = half.gemmEfficiency;
+    }
+  }
   return d;
 }
 

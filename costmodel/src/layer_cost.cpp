@@ -213,17 +213,22 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
                     const GroupPlacement& tpGroup, const GroupPlacement& cpGroup, const GroupPlacement& epGroup,
                     LookupCounts* counts, std::vector<OpCost>* opCosts) {
   LayerCost out;
+  // Attention's products keep 16 bits under fp8 (hardware.h).
+  DeviceModel attentionDevice = device;
+  attentionDevice.peakFlopsPerSecond = device.attentionPeakFlopsPerSecond;
+  attentionDevice.gemmEfficiency = device.attentionGemmEfficiency;
   // A measured time when the cost database has this shape or a near one, else the roofline.
-  auto gemm = [&](double m, double n, double k, double count) {
+  auto gemmOn = [&](const DeviceModel& dev, double m, double n, double k, double count) {
+    const std::int64_t bytes = &dev == &attentionDevice ? c.activationBytes : c.dtypeBytes;
     if (c.measured && !c.measured->empty()) {
-      auto roofline = [&](double mm, double nn, double kk) { return gemmSeconds(mm, nn, kk, 1, c.dtypeBytes, device); };
+      auto roofline = [&](double mm, double nn, double kk) { return gemmSeconds(mm, nn, kk, 1, bytes, dev); };
       if (auto hit = c.measured->lookup(m, n, k, roofline)) {
         if (counts) ++(hit->second == LookupSource::kExact ? counts->exact : counts->interpolated);
         return hit->first * count;
       }
     }
     if (counts) ++counts->roofline;
-    return gemmSeconds(m, n, k, count, c.dtypeBytes, device) * c.gemmScale;
+    return gemmSeconds(m, n, k, count, bytes, dev) * c.gemmScale;
   };
   const double b = static_cast<double>(c.microBatch);
   const double tp = static_cast<double>(c.tp);
@@ -266,10 +271,11 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
           out.gemmFlopsFwdPerGpu += flops;
         }
         if (!g) break;
-        fwd = gemm(g->m, g->n, g->k, g->count);
+        const DeviceModel& dev = op.kind == OpKind::kBatchedMatMul ? attentionDevice : device;
+        fwd = gemmOn(dev, g->m, g->n, g->k, g->count);
         // Backward: the input gradient [m, n] x [n, k] and the weight gradient [k, m] x [m, n], each at
         // its own shape (measured where the database has it, else the roofline).
-        bwd = gemm(g->m, g->k, g->n, g->count) + gemm(g->k, g->n, g->m, g->count);
+        bwd = gemmOn(dev, g->m, g->k, g->n, g->count) + gemmOn(dev, g->k, g->n, g->m, g->count);
         break;
       }
       default: {
@@ -365,7 +371,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     const double flops = 2.0 * count * (static_cast<double>(scores->m) / cp) * static_cast<double>(scores->n) *
                          (static_cast<double>(scores->k) + valueWidth);
     const double work = scores->causal ? 0.5 * flops : flops;
-    const double rate = device.peakFlopsPerSecond * device.sustainedClock;
+    const double rate = device.attentionPeakFlopsPerSecond * device.sustainedClock;
     const double fwd = std::max(floor, work / (rate * device.flashFwdEfficiency));
     const double bwd = std::max(floor, 2.5 * work / (rate * device.flashBwdEfficiency));
     out.fwd += fwd;

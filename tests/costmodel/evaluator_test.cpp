@@ -133,6 +133,26 @@ TEST(Evaluator, Fp8SpeedsUpGemmsButKeepsActivationsSixteenBit) {
   EXPECT_NEAR(fp8.time.tpComm, bf16.time.tpComm, 1e-12);
   EXPECT_NEAR(fp8.stages[0].memory.activations, bf16.stages[0].memory.activations, 1);
   EXPECT_LT(fp8.time.compute, 0.8 * bf16.time.compute);
+  // The attention kernel is not an fp8 kernel (Transformer Engine's fp8_dpa is off by default;
+  // torchtitan's float8 converts linear layers only): it takes as long as at bf16, fused or not.
+  for (const bool flash : {true, false}) {
+    p.execution.flashAttention = flash;
+    p.precision = DType::kBf16;
+    auto ops16 = opTimesOf(p);
+    p.precision = DType::kFp8;
+    auto ops8 = opTimesOf(p);
+    ASSERT_TRUE(ops16 && ops8);
+    ASSERT_EQ(ops16->size(), ops8->size());
+    for (std::size_t i = 0; i < ops8->size(); ++i) {
+      const auto& a = (*ops16)[i];
+      const auto& b = (*ops8)[i];
+      if (b.kind == "flash_attention" || b.kind == "bmm") {
+        EXPECT_NEAR(b.forwardSeconds, a.forwardSeconds, 1e-12) << b.op;
+      } else if (b.op == "attn.qkv") {
+        EXPECT_LT(b.forwardSeconds, 0.9 * a.forwardSeconds);
+      }
+    }
+  }
 }
 
 TEST(Evaluator, TiedEmbeddingGradientsAreAllReducedBetweenTheFirstAndLastStage) {

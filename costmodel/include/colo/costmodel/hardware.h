@@ -13,6 +13,10 @@ namespace colo::costmodel {
 struct DeviceModel {
   double peakFlopsPerSecond = 0;   ///< dense peak of the training precision
   double gemmEfficiency = 0;       ///< share of peak a large, well-shaped GEMM reaches (at boost clock)
+  /// Attention's own products run at 16 bits under fp8 training (Transformer Engine's fp8_dpa and
+  /// torchtitan's float8 converters leave them alone): their peak and GEMM share. Same as above otherwise.
+  double attentionPeakFlopsPerSecond = 0;
+  double attentionGemmEfficiency = 0;
   double sustainedClock = 1;       ///< share of the boost clock held under sustained tensor-core load
   double flashFwdEfficiency = 0;   ///< share of peak a fused attention forward reaches
   double flashBwdEfficiency = 0;   ///< share of peak a fused attention backward reaches
