@@ -407,7 +407,10 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
   const std::string overlap = lower(text(par, "overlap"));
   p.execution.overlapGradReduce = flag("overlap_grad_reduce") || has(overlap, "overlap-grad-reduce");
   p.execution.overlapParamGather = flag("overlap_param_gather") || has(overlap, "overlap-param-gather");
-  p.execution.tpCommOverlap = flag("tp_comm_overlap") || has(overlap, "tp-comm-overlap");
+  // torchtitan's async TP (and a row saying so) overlaps tensor-parallel collectives with the matmuls.
+  const bool asyncTp = (par.contains("async_tp") && par["async_tp"].is_boolean() && par["async_tp"].get<bool>()) ||
+                       has(overlap, "async tp") || has(overlap, "async-tp");
+  p.execution.tpCommOverlap = flag("tp_comm_overlap") || has(overlap, "tp-comm-overlap") || asyncTp;
   if (set.pick("host_us_per_op").is_number()) p.execution.hostMicrosecondsPerOp = set.pick("host_us_per_op").get<double>();
   // How micro-batch gradients are summed: one mode, or one per precision ({"bf16": ..., "fp16": ...}),
   // as DeepSpeed's BF16 and FP16 optimizers differ.

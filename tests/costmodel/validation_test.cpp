@@ -260,6 +260,20 @@ TEST(Validation, TorchtitansSelectiveCheckpointingIsPerOp) {
   EXPECT_EQ(megatron->plan.stages.front().recompute, RecomputePolicy::kSelective);
 }
 
+TEST(Validation, AsyncTensorParallelismOverlapsItsCollectives) {
+  Json row = unseenRow();
+  row["source"]["citation"] = "pytorch/torchtitan benchmarks";
+  row["parallel"] = Json::parse(R"({"tp": 8, "pp": 1, "dp": 1, "async_tp": false})");
+  row["training"] = Json::parse(R"({"precision": "bf16", "recompute": "none", "micro_batch_size": 1, "global_batch_size": 8})");
+  auto vanilla = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(vanilla) << vanilla.error().toString();
+  EXPECT_FALSE(vanilla->plan.execution.tpCommOverlap);
+  row["parallel"]["async_tp"] = true;
+  auto overlapped = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(overlapped) << overlapped.error().toString();
+  EXPECT_TRUE(overlapped->plan.execution.tpCommOverlap);
+}
+
 TEST(Validation, RowsWrittenOtherwiseStillReadRight) {
   const Json assumptions = assumptionsFile();
   // Recompute as a boolean or as free text; FSDP's sharding strategy; MFU alone; another time key.
