@@ -100,6 +100,93 @@ int writeResiduals(const std::string& file, std::vector<std::string> folders) {
   return 0;
 }
 
+double medianOf(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+double meanOf(const std::vector<double>& v) {
+  double s = 0;
+  for (const double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+}
+
+int writePlans(const std::vector<colo::validation::Case>& cases, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  for (const auto& c : cases) {
+    const std::string file = dir + "/" + c.id + ".json";
+    std::ofstream out(file);
+    out << colo::planToJson(c.plan).dump(2) << "\n";
+    if (!out) {
+      std::cerr << "colo-validate: error: " << file << ": cannot write\n";
+      return 2;
+    }
+  }
+  return 0;
+}
+
+// The table of runs and the errors it sums up: per source, fully published, and memory by what each
+// figure counts.
+struct Report {
+  colo::app::TextTable table{{"run", "measured", "predicted", "error", "memory meas.", "memory pred.", "error"},
+                             {false, true, true, true, true, true, true}};
+  std::ostringstream layerLines;  // single-layer timings, forward and backward apart
+  std::vector<double> errors;
+  std::vector<double> fullErrors;
+  std::vector<double> memoryErrors;
+  std::map<std::string, std::vector<double>> memoryByFigure;  // what the figure counts -> |errors|
+  std::map<std::string, std::vector<double>> bySource;
+
+  void add(const colo::validation::Case& c, const colo::validation::Outcome& o) {
+    const double e = std::fabs(o.stepError);
+    errors.push_back(e);
+    if (c.fullyPublished) fullErrors.push_back(e);
+    bySource[c.id.substr(0, c.id.find('_'))].push_back(e);
+    std::string memMeasured = "-", memPredicted = "-", memError = "-";
+    if (o.memoryError) {
+      // What the figure counts: the device (nvidia-smi), the allocator's reserved or its live tensors.
+      const char* what = c.memoryMeasure == colo::validation::MemoryMeasure::kAllocated  ? "alloc"
+                         : c.memoryMeasure == colo::validation::MemoryMeasure::kReserved ? "resv"
+                                                                                          : "smi";
+      memMeasured = colo::formatBytes(*c.measuredMemoryBytes) + " " + what;
+      memPredicted = colo::formatBytes(*o.predictedMemoryBytes);
+      memError = colo::formatFixed(100 * *o.memoryError, 1) + "%";
+      memoryErrors.push_back(std::fabs(*o.memoryError));
+      memoryByFigure[what].push_back(std::fabs(*o.memoryError));
+    }
+    if (o.reservedError) memoryByFigure["resv"].push_back(std::fabs(*o.reservedError));
+    if (o.predictedForwardSeconds && c.measuredForwardSeconds && c.measuredBackwardSeconds) {
+      layerLines << "  " << c.id << ": forward " << colo::formatFixed(1e3 * *o.predictedForwardSeconds, 2) << " ms (measured "
+                 << colo::formatFixed(1e3 * *c.measuredForwardSeconds, 2) << "), backward "
+                 << colo::formatFixed(1e3 * *o.predictedBackwardSeconds, 2) << " ms (measured "
+                 << colo::formatFixed(1e3 * *c.measuredBackwardSeconds, 2) << ")\n";
+    }
+    table.addRow({c.id + (c.fullyPublished ? "" : " *"), colo::formatFixed(o.measuredSeconds, 4) + " s",
+                  colo::formatFixed(o.predictedStepSeconds, 4) + " s", colo::formatFixed(100 * o.stepError, 1) + "%",
+                  memMeasured, memPredicted, memError});
+  }
+
+  void printSummary() const {
+    std::cout << "step time |error|: median " << colo::formatFixed(100 * medianOf(errors), 1) << "%, mean "
+              << colo::formatFixed(100 * meanOf(errors), 1) << "% over " << errors.size() << " runs; median "
+              << colo::formatFixed(100 * medianOf(fullErrors), 1) << "% over the " << fullErrors.size()
+              << " fully published\n";
+    for (const auto& [source, v] : bySource) {
+      std::cout << "  " << source << ": median " << colo::formatFixed(100 * medianOf(v), 1) << "%, mean "
+                << colo::formatFixed(100 * meanOf(v), 1) << "% (" << v.size() << ")\n";
+    }
+    if (memoryErrors.empty()) return;
+    std::cout << "memory |error|: mean " << colo::formatFixed(100 * meanOf(memoryErrors), 1) << "% over "
+              << memoryErrors.size() << " runs\n";
+    // Every figure a run gives, by what it counts (a run giving allocated and reserved counts in both).
+    for (const auto& [figure, v] : memoryByFigure) {
+      std::cout << "  " << figure << ": mean " << colo::formatFixed(100 * meanOf(v), 1) << "% (" << v.size() << ")\n";
+    }
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -141,26 +228,10 @@ int main(int argc, char** argv) {
     std::cerr << "colo-validate: error: " << folder << "/public_runs.json: no row could be evaluated\n";
     return 2;
   }
-  colo::app::TextTable table({"run", "measured", "predicted", "error", "memory meas.", "memory pred.", "error"},
-                             {false, true, true, true, true, true, true});
-  std::vector<double> errors;
-  std::vector<double> fullErrors;
-  std::vector<double> memoryErrors;
-  std::map<std::string, std::vector<double>> bySource;
   if (!plansDir.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(plansDir, ec);
-    for (const auto& c : *cases) {
-      const std::string file = plansDir + "/" + c.id + ".json";
-      std::ofstream out(file);
-      out << colo::planToJson(c.plan).dump(2) << "\n";
-      if (!out) {
-        std::cerr << "colo-validate: error: " << file << ": cannot write\n";
-        return 2;
-      }
-    }
+    if (const int rc = writePlans(*cases, plansDir); rc != 0) return rc;
   }
-  std::ostringstream layerLines;  // single-layer timings, forward and backward apart
+  Report report;
   std::vector<colo::validation::Outcome> outcomes;
   for (const auto& c : *cases) {
     auto o = colo::validation::evaluateCase(c);
@@ -169,61 +240,17 @@ int main(int argc, char** argv) {
       return colo::exitCodeFor(o.error().code);
     }
     outcomes.push_back(*o);
-    const double e = std::fabs(o->stepError);
-    errors.push_back(e);
-    if (c.fullyPublished) fullErrors.push_back(e);
-    bySource[c.id.substr(0, c.id.find('_'))].push_back(e);
-    std::string memMeasured = "-", memPredicted = "-", memError = "-";
-    if (o->memoryError) {
-      // What the figure counts: the device (nvidia-smi), the allocator's reserved or its live tensors.
-      const char* what = c.memoryMeasure == colo::validation::MemoryMeasure::kAllocated  ? " alloc"
-                         : c.memoryMeasure == colo::validation::MemoryMeasure::kReserved ? " resv"
-                                                                                          : " smi";
-      memMeasured = colo::formatBytes(*c.measuredMemoryBytes) + what;
-      memPredicted = colo::formatBytes(*o->predictedMemoryBytes);
-      memError = colo::formatFixed(100 * *o->memoryError, 1) + "%";
-      memoryErrors.push_back(std::fabs(*o->memoryError));
-    }
-    if (o->predictedForwardSeconds && c.measuredForwardSeconds && c.measuredBackwardSeconds) {
-      layerLines << "  " << c.id << ": forward " << colo::formatFixed(1e3 * *o->predictedForwardSeconds, 2) << " ms (measured "
-                 << colo::formatFixed(1e3 * *c.measuredForwardSeconds, 2) << "), backward "
-                 << colo::formatFixed(1e3 * *o->predictedBackwardSeconds, 2) << " ms (measured "
-                 << colo::formatFixed(1e3 * *c.measuredBackwardSeconds, 2) << ")\n";
-    }
-    table.addRow({c.id + (c.fullyPublished ? "" : " *"), colo::formatFixed(o->measuredSeconds, 4) + " s",
-                  colo::formatFixed(o->predictedStepSeconds, 4) + " s", colo::formatFixed(100 * o->stepError, 1) + "%",
-                  memMeasured, memPredicted, memError});
+    report.add(c, *o);
   }
-  std::cout << table.render();
-  auto median = [](std::vector<double> v) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-  };
-  auto mean = [](const std::vector<double>& v) {
-    double s = 0;
-    for (const double x : v) s += x;
-    return v.empty() ? 0.0 : s / static_cast<double>(v.size());
-  };
-  if (!layerLines.str().empty()) std::cout << "\nlayer timings, forward and backward:\n" << layerLines.str();
+  std::cout << report.table.render();
+  if (!report.layerLines.str().empty()) std::cout << "\nlayer timings, forward and backward:\n" << report.layerLines.str();
   std::cout << "\n* configuration partly assumed (assumptions.json, or inferred from the row)\n"
             << "memory: smi = device memory in use (nvidia-smi), resv = allocator reserved, alloc = peak live tensors;\n"
             << "        the prediction leaves out what the figure does not count\n";
   for (const auto& s : skipped) std::cout << skippedLine(s) << "\n";
   std::cout << "\n";
-  std::cout << "step time |error|: median " << colo::formatFixed(100 * median(errors), 1) << "%, mean "
-            << colo::formatFixed(100 * mean(errors), 1) << "% over " << errors.size() << " runs; median "
-            << colo::formatFixed(100 * median(fullErrors), 1) << "% over the " << fullErrors.size()
-            << " fully published\n";
-  for (const auto& [source, v] : bySource) {
-    std::cout << "  " << source << ": median " << colo::formatFixed(100 * median(v), 1) << "%, mean "
-              << colo::formatFixed(100 * mean(v), 1) << "% (" << v.size() << ")\n";
-  }
-  if (!memoryErrors.empty()) {
-    std::cout << "memory |error|: mean " << colo::formatFixed(100 * mean(memoryErrors), 1) << "% over "
-              << memoryErrors.size() << " runs\n";
-  }
-  printRanking(colo::validation::rankLayouts(outcomes), median);
-  if (args->has("calibrate")) printCalibration(*cases, median);
+  report.printSummary();
+  printRanking(colo::validation::rankLayouts(outcomes), medianOf);
+  if (args->has("calibrate")) printCalibration(*cases, medianOf);
   return 0;
 }

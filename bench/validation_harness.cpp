@@ -33,20 +33,27 @@ Result<Outcome> evaluateCase(const Case& c) {
   o.measuredSeconds = c.measuredStepSeconds.value_or(0);
   o.stepError = o.measuredSeconds > 0 ? (o.predictedStepSeconds - o.measuredSeconds) / o.measuredSeconds : 0;
   if (c.measuredMemoryBytes) {
-    // Compare like with like: the allocator's figures leave out what lives outside it (the CUDA
-    // context, cuBLAS and NCCL buffers), and live tensors also leave out its fragmentation.
-    double predicted = 0;
-    for (const auto& st : ev->stages) {
-      const auto& m = st.memory;
-      double here = m.total();
-      if (c.memoryMeasure != MemoryMeasure::kDevice) here -= m.context;
-      if (c.memoryMeasure == MemoryMeasure::kAllocated) here -= m.allocator;
-      predicted = std::max(predicted, here);
-    }
-    o.predictedMemoryBytes = predicted;
-    o.memoryError = (predicted - *c.measuredMemoryBytes) / *c.measuredMemoryBytes;
+    // Compare like with like (predictedMemory).
+    o.predictedMemoryBytes = predictedMemory(*ev, c.memoryMeasure);
+    o.memoryError = (*o.predictedMemoryBytes - *c.measuredMemoryBytes) / *c.measuredMemoryBytes;
+  }
+  if (c.measuredReservedBytes) {
+    o.predictedReservedBytes = predictedMemory(*ev, MemoryMeasure::kReserved);
+    o.reservedError = (*o.predictedReservedBytes - *c.measuredReservedBytes) / *c.measuredReservedBytes;
   }
   return o;
+}
+
+double predictedMemory(const costmodel::Evaluation& ev, MemoryMeasure measure) {
+  double predicted = 0;
+  for (const auto& st : ev.stages) {
+    const auto& m = st.memory;
+    double here = m.total();
+    if (measure != MemoryMeasure::kDevice) here -= m.context;
+    if (measure == MemoryMeasure::kAllocated) here -= m.allocator;
+    predicted = std::max(predicted, here);
+  }
+  return predicted;
 }
 
 

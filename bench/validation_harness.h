@@ -9,6 +9,7 @@
 #include "colo/core/error.h"
 #include "colo/core/json.h"
 #include "colo/core/plan.h"
+#include "colo/costmodel/evaluator.h"
 #include "colo/costmodel/run_calibration.h"
 
 namespace colo::validation {
@@ -30,6 +31,7 @@ struct Case {
   std::optional<double> measuredMemoryBytes;
   MemoryMeasure memoryMeasure = MemoryMeasure::kDevice;
   std::string memoryKey;                   // the `measured` key the figure came from
+  std::optional<double> measuredReservedBytes;  // a reserved figure beside an allocated one
   bool fullyPublished = true;              // false when assumptions filled gaps in the configuration
 };
 
@@ -42,7 +44,13 @@ struct Outcome {
   double stepError = 0;                  // relative, signed: (predicted - measured) / measured
   std::optional<double> predictedMemoryBytes;
   std::optional<double> memoryError;
+  std::optional<double> predictedReservedBytes;  // when the row also gives a reserved figure
+  std::optional<double> reservedError;
 };
+
+/// The largest stage's memory as `measure` counts it (the allocator's figures leave out the CUDA
+/// context and NCCL buffers; live tensors also leave out the allocator's fragmentation).
+[[nodiscard]] double predictedMemory(const costmodel::Evaluation& ev, MemoryMeasure measure);
 
 /// A row that could not be turned into a plan, and why (file, field, value).
 struct Skipped {

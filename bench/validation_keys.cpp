@@ -125,9 +125,11 @@ double memoryKeyUnit(const std::string& key) {
 }
 
 
-// The most specific figure a row gives: allocated, then reserved, then the device's.
-std::optional<MeasuredMemory> measuredMemory(const Json& measured) {
-  std::optional<MeasuredMemory> best;
+namespace {
+
+// Every memory figure of a row's `measured`, with what it counts.
+std::vector<MeasuredMemory> memoryFigures(const Json& measured) {
+  std::vector<MeasuredMemory> figures;
   for (const auto& [key, value] : measured.items()) {
     const double unit = memoryKeyUnit(key);
     if (unit <= 0 || !value.is_number() || value.get<double>() <= 0) continue;
@@ -135,11 +137,27 @@ std::optional<MeasuredMemory> measuredMemory(const Json& measured) {
     const MemoryMeasure measure = has(k, "alloc")      ? MemoryMeasure::kAllocated
                                   : has(k, "reserved") ? MemoryMeasure::kReserved
                                                        : MemoryMeasure::kDevice;
-    if (!best || static_cast<int>(measure) > static_cast<int>(best->measure)) {
-      best = MeasuredMemory{value.get<double>() * unit, measure, key};
-    }
+    figures.push_back(MeasuredMemory{value.get<double>() * unit, measure, key});
+  }
+  return figures;
+}
+
+}  // namespace
+
+// The most specific figure a row gives: allocated, then reserved, then the device's.
+std::optional<MeasuredMemory> measuredMemory(const Json& measured) {
+  std::optional<MeasuredMemory> best;
+  for (const auto& f : memoryFigures(measured)) {
+    if (!best || static_cast<int>(f.measure) > static_cast<int>(best->measure)) best = f;
   }
   return best;
+}
+
+std::optional<MeasuredMemory> measuredMemoryOfKind(const Json& measured, MemoryMeasure kind) {
+  for (const auto& f : memoryFigures(measured)) {
+    if (f.measure == kind) return f;
+  }
+  return std::nullopt;
 }
 
 }  // namespace colo::validation::detail

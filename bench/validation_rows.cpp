@@ -553,6 +553,9 @@ Result<void> readMeasured(const Json& row, const ModelSpec& spec, Case& c) {
     c.measuredMemoryBytes = memory->bytes;
     c.memoryMeasure = memory->measure;
     c.memoryKey = memory->key;
+    if (memory->measure == MemoryMeasure::kAllocated) {
+      if (auto reserved = measuredMemoryOfKind(me, MemoryMeasure::kReserved)) c.measuredReservedBytes = reserved->bytes;
+    }
   }
   return {};
 }

@@ -59,6 +59,8 @@ struct MeasuredMemory {
 
 /// The most specific memory figure a row's `measured` gives: allocated, then reserved, then the device's.
 [[nodiscard]] std::optional<MeasuredMemory> measuredMemory(const Json& measured);
+/// The figure of one kind, if the row gives it.
+[[nodiscard]] std::optional<MeasuredMemory> measuredMemoryOfKind(const Json& measured, MemoryMeasure kind);
 
 
 // The settings a row leaves open come from, in order: the run's own entry in assumptions.json, the

@@ -34,6 +34,7 @@ TEST(ColoValidateCli, UnseenRowsAreEvaluatedAndBadOnesNamed) {
   EXPECT_NE(r.out.find("0.6000 s"), std::string::npos) << r.out;  // the measured iteration
   EXPECT_NE(r.out.find("skipped tpu_row: hardware.gpu: 'TPU v4'"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("over 1 runs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  smi: mean"), std::string::npos) << r.out;  // memory by what its figure counts
   ASSERT_TRUE(std::filesystem::exists(dir.path("plans/v100_tp2.json")));
   const auto e = test::runProgram("colo-plan", "evaluate --plan " + dir.path("plans/v100_tp2.json") + " --json");
   ASSERT_EQ(e.exitCode, 0) << e.err;

@@ -351,6 +351,12 @@ TEST(Validation, AMemoryFigureIsComparedWithWhatItMeasured) {
   EXPECT_NEAR(*od->predictedMemoryBytes, ev->peakMemoryBytes, 1);
   EXPECT_NEAR(*orr->predictedMemoryBytes, m.total() - m.context, 1);
   EXPECT_NEAR(*oa->predictedMemoryBytes, m.total() - m.context - m.allocator, 1);
+  // A run giving both allocated and reserved is judged on both.
+  ASSERT_TRUE(allocated->measuredReservedBytes);
+  EXPECT_NEAR(*allocated->measuredReservedBytes, 8.0 * 1024 * 1024 * 1024, 1);
+  ASSERT_TRUE(oa->reservedError && oa->predictedReservedBytes);
+  EXPECT_NEAR(*oa->predictedReservedBytes, m.total() - m.context, 1);
+  EXPECT_FALSE(orr->reservedError);  // reserved is already its main figure
 
   row["measured"]["memory_per_gpu_gib"] = "12";  // a typo is named, not skipped silently
   auto bad = validation::caseFromRow(row, assumptionsFile());
