@@ -11,9 +11,97 @@
 #include "colo/core/units.h"
 #include "colo/costmodel/run_calibration.h"
 #include "validation_harness.h"
+#ifdef COLO_HAVE_EXECUTOR
+#include <fstream>
+
+#include "colo/core/plan.h"
+#include "colo/executor/runs_db.h"
+#endif
 
 namespace colo::app {
 namespace {
+
+// One measured run against colo's prediction for it, and the GPU it ran on.
+struct Observed {
+  std::string gpu;
+  costmodel::RunObservation observation;
+};
+
+// A SQLite file (a colo-run runs database, when its meta says so).
+bool isSqliteFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[16] = {};
+  in.read(head, sizeof head);
+  return in.gcount() == 16 && std::string(head, 15) == "SQLite format 3";
+}
+
+// The runs colo-run recorded (`--runs-db`): each run's plan evaluated here against the step time and
+// tensor memory it measured. Runs recorded before the plan was stored (schema version 1) are skipped.
+Result<std::vector<Observed>> observedInRunsDatabase(const std::string& path) {
+#ifdef COLO_HAVE_EXECUTOR
+  auto db = executor::RunsDatabase::open(path);
+  if (!db) return fail(db.error());
+  std::vector<Observed> out;
+  for (const auto& rec : db->runs()) {
+    const std::string id = "run " + std::to_string(rec.id) + " (" + rec.result.planName + ")";
+    if (rec.plan.empty()) {
+      std::cerr << "colo-profile: skipped " << id << ": recorded without its plan (before runs database version 2)\n";
+      continue;
+    }
+    Json document;
+    try {
+      document = Json::parse(rec.plan);
+    } catch (const std::exception&) {
+      std::cerr << "colo-profile: skipped " << id << ": runs.plan is not JSON\n";
+      continue;
+    }
+    auto plan = planFromJson(document, path + ": runs.plan of " + id);
+    if (!plan) {
+      std::cerr << "colo-profile: skipped " << id << ": " << plan.error().toString() << "\n";
+      continue;
+    }
+    auto ev = costmodel::evaluatePlan(*plan);
+    if (!ev) {
+      std::cerr << "colo-profile: skipped " << id << ": " << ev.error().toString() << "\n";
+      continue;
+    }
+    costmodel::RunObservation o = costmodel::observe(id, *ev, rec.result.stepTimeSeconds);
+    if (rec.result.tensorMemoryBytes > 0) {
+      // What training added to the process (colo-run's tensor memory) against the tensors colo predicts.
+      double predicted = 0;
+      for (const auto& st : ev->stages) {
+        const auto& m = st.memory;
+        predicted = std::max(predicted, m.weights + m.gradients + m.optimizer + m.activations + m.buffers);
+      }
+      o.predictedMemoryBytes = predicted;
+      o.measuredMemoryBytes = rec.result.tensorMemoryBytes;
+    }
+    out.push_back({plan->cluster.gpu.name, o});
+  }
+  return out;
+#else
+  return fail(Error::badInput("this colo-profile was built without the executor (LibTorch with c10d): it cannot read a "
+                              "runs database; give a CSV of the runs instead", path));
+#endif
+}
+
+// The runs of a CSV, a JSON array of validation rows or a folder (validation::loadRuns).
+Result<std::vector<Observed>> observedInRows(const std::string& path) {
+  std::vector<validation::Skipped> skipped;
+  auto cases = validation::loadRuns(path, &skipped);
+  if (!cases) return fail(cases.error());
+  for (const auto& s : skipped) std::cerr << "colo-profile: skipped " << s.reason << "\n";
+  std::vector<Observed> out;
+  for (const auto& c : *cases) {
+    auto o = validation::observationOf(c);
+    if (!o) {
+      std::cerr << "colo-profile: skipped " << c.id << ": " << o.error().toString() << "\n";
+      continue;
+    }
+    out.push_back({c.plan.cluster.gpu.name, *o});
+  }
+  return out;
+}
 
 int fail2(const Error& e) {
   std::cerr << "colo-profile: error: " << e.toString() << "\n";
@@ -30,7 +118,7 @@ double medianOf(std::vector<double> v) {
 
 int calibrate(const std::vector<std::string>& argv) {
   const std::vector<OptionSpec> specs{
-      {"runs", "PATH", "your runs: a CSV (columns in docs/costmodel.md), a JSON array of validation rows, or a folder"},
+      {"runs", "PATH", "your runs: colo-run's runs database (--runs-db), a CSV (columns in docs/costmodel.md), a JSON array of validation rows, or a folder"},
       {"gpu", "NAME", "use only the runs on this GPU (when the runs span several)"},
       {"out", "FILE", "where to write the calibration (default calibration.json)"},
       {"help", "", "show this help"}};
@@ -47,24 +135,17 @@ int calibrate(const std::vector<std::string>& argv) {
   }
   const auto runsPath = args->value("runs");
   if (!runsPath) return fail2(Error::badInput("missing --runs PATH (a CSV of your jobs, see --help)"));
-  std::vector<validation::Skipped> skipped;
-  auto cases = validation::loadRuns(*runsPath, &skipped);
-  if (!cases) return fail2(cases.error());
-  for (const auto& s : skipped) std::cerr << "colo-profile: skipped " << s.reason << "\n";
+  auto observed = isSqliteFile(*runsPath) ? observedInRunsDatabase(*runsPath) : observedInRows(*runsPath);
+  if (!observed) return fail2(observed.error());
   std::set<std::string> gpus;
   std::vector<costmodel::RunObservation> runs;
   const std::string only = args->value("gpu", "");
   std::string gpu;
-  for (const auto& c : *cases) {
-    if (!only.empty() && c.plan.cluster.gpu.name.find(only) == std::string::npos) continue;
-    auto o = validation::observationOf(c);
-    if (!o) {
-      std::cerr << "colo-profile: skipped " << c.id << ": " << o.error().toString() << "\n";
-      continue;
-    }
-    gpus.insert(c.plan.cluster.gpu.name);
-    gpu = c.plan.cluster.gpu.name;
-    runs.push_back(*o);
+  for (const auto& o : *observed) {
+    if (!only.empty() && o.gpu.find(only) == std::string::npos) continue;
+    gpus.insert(o.gpu);
+    gpu = o.gpu;
+    runs.push_back(o.observation);
   }
   if (gpus.size() > 1) {
     std::string names;

@@ -206,7 +206,8 @@ int rankMain(const app::Args& args, executor::RunOptions options) {
   if (const auto db = args.value("runs-db")) {
     auto runs = executor::RunsDatabase::open(*db);
     if (!runs) return report(runs.error());
-    if (auto added = runs->add(*result); !added) return report(added.error());
+    // The plan goes with the run, so that `colo-profile calibrate --runs` can fit the cost model on it.
+    if (auto added = runs->add(*result, planToJson(options.plan).dump()); !added) return report(added.error());
   }
   if (const char* file = std::getenv("COLO_RUN_RESULT"); file && *file) {
     if (auto wrote = writeJsonFileAtomic(file, result->toJson()); !wrote) return report(wrote.error());

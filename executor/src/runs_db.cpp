@@ -18,14 +18,15 @@ CREATE TABLE runs(
   first_step INTEGER NOT NULL, tokens_per_step INTEGER NOT NULL,
   step_time_s REAL NOT NULL, tokens_per_s REAL NOT NULL, peak_memory_bytes REAL NOT NULL,
   predicted_step_time_s REAL NOT NULL, predicted_peak_memory_bytes REAL NOT NULL,
-  compute_s REAL NOT NULL, wall_s REAL NOT NULL, checkpoint TEXT NOT NULL DEFAULT ''
+  compute_s REAL NOT NULL, wall_s REAL NOT NULL, checkpoint TEXT NOT NULL DEFAULT '',
+  plan TEXT NOT NULL DEFAULT '', tensor_memory_bytes REAL NOT NULL DEFAULT 0
 );
 CREATE TABLE steps(
   run_id INTEGER NOT NULL REFERENCES runs(id),
   step INTEGER NOT NULL, loss REAL NOT NULL, seconds REAL NOT NULL, grad_norm REAL NOT NULL,
   PRIMARY KEY (run_id, step)
 );
-INSERT INTO meta VALUES ('format', 'colo.runs'), ('schema_version', '1');
+INSERT INTO meta VALUES ('format', 'colo.runs'), ('schema_version', '2');
 )sql";
 
 bool exec(sqlite3* db, const std::string& sql, std::string* why = nullptr) {
@@ -104,12 +105,27 @@ constexpr ColumnRule kRules[] = {
     {"steps", "grad_norm", "typeof(grad_norm) IN ('real', 'integer')", "a number"},
 };
 
+// Columns of schema version 2.
+constexpr ColumnRule kRulesV2[] = {
+    {"runs", "plan", "typeof(plan) = 'text' AND length(plan) <= 67108864", "text of at most 64 MiB"},
+    {"runs", "tensor_memory_bytes", COLO_AMOUNT("tensor_memory_bytes"), "a finite number from 0 to 1e18"},
+};
+
+// Version 1 -> 2: the plan and tensor memory of each run (empty and 0 for the runs already there).
+constexpr const char* kMigrateV1 = R"sql(
+ALTER TABLE runs ADD COLUMN plan TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN tensor_memory_bytes REAL NOT NULL DEFAULT 0;
+UPDATE meta SET value = '2' WHERE key = 'schema_version';
+)sql";
+
 #undef COLO_TEXT
 #undef COLO_COUNT
 #undef COLO_AMOUNT
 
-Result<void> checkContents(sqlite3* db, const std::string& path) {
-  for (const auto& rule : kRules) {
+Result<void> checkContents(sqlite3* db, const std::string& path, int version) {
+  std::vector<ColumnRule> rules(std::begin(kRules), std::end(kRules));
+  if (version >= 2) rules.insert(rules.end(), std::begin(kRulesV2), std::end(kRulesV2));
+  for (const auto& rule : rules) {
     const std::string where = std::string(rule.table) + "." + rule.column;
     const std::string sql = std::string("SELECT rowid, quote(") + rule.column + ") FROM " + rule.table + " WHERE NOT (" +
                             rule.valid + ") OR " + rule.column + " IS NULL LIMIT 1";
@@ -142,6 +158,7 @@ struct RunsDatabase::Impl {
   sqlite3* db = nullptr;
   std::string path;
   bool writable = false;
+  int version = RunsDatabase::kSchemaVersion;  // of the file (a new one is written at the current)
   ~Impl() {
     if (db) sqlite3_close(db);
   }
@@ -172,17 +189,19 @@ Result<RunsDatabase> RunsDatabase::open(const std::string& path) {
   }
   sqlite3_finalize(st);
   if (format != "colo.runs") return fail(Error::badInput("not a colo runs database (meta.format is not colo.runs)", path));
-  if (version != "1") {
-    return fail(Error::badInput("must be 1, got '" + version.substr(0, 40) + "'", path, "meta.schema_version"));
+  if (version != "1" && version != "2") {
+    return fail(Error::badInput("must be 1 or 2, got '" + version.substr(0, 40) + "'", path, "meta.schema_version"));
   }
-  if (auto valid = checkContents(impl->db, path); !valid) return fail(valid.error());
+  impl->version = version == "1" ? 1 : 2;
+  if (auto valid = checkContents(impl->db, path, impl->version); !valid) return fail(valid.error());
   return RunsDatabase(std::move(impl));
 }
 
 namespace {
 
-// Reopens for writing on the first add(): creates the file and its schema when missing.
-Result<void> makeWritable(sqlite3*& db, const std::string& path) {
+// Reopens for writing on the first add(): creates the file and its schema when missing, and brings a
+// version-1 file to version 2 in one transaction.
+Result<void> makeWritable(sqlite3*& db, const std::string& path, int& version) {
   std::error_code ec;
   const bool exists = std::filesystem::exists(path, ec);
   if (db) sqlite3_close(db);
@@ -196,14 +215,21 @@ Result<void> makeWritable(sqlite3*& db, const std::string& path) {
   if (!exists && !exec(db, std::string("BEGIN;") + kSchema + "COMMIT;", &why)) {
     return fail(Error::io("cannot write the schema: " + why, path));
   }
+  if (exists && version == 1) {
+    if (!exec(db, std::string("BEGIN IMMEDIATE;") + kMigrateV1 + "COMMIT;", &why)) {
+      exec(db, "ROLLBACK");
+      return fail(Error::io("cannot bring the runs database to schema version 2: " + why, path));
+    }
+  }
+  version = RunsDatabase::kSchemaVersion;
   return {};
 }
 
 }  // namespace
 
-Result<std::int64_t> RunsDatabase::add(const RunResult& r) {
+Result<std::int64_t> RunsDatabase::add(const RunResult& r, const std::string& plan) {
   if (!m_impl->writable) {
-    if (auto opened = makeWritable(m_impl->db, m_impl->path); !opened) return fail(opened.error());
+    if (auto opened = makeWritable(m_impl->db, m_impl->path, m_impl->version); !opened) return fail(opened.error());
     m_impl->writable = true;
   }
   sqlite3* db = m_impl->db;
@@ -217,8 +243,8 @@ Result<std::int64_t> RunsDatabase::add(const RunResult& r) {
   if (sqlite3_prepare_v2(db,
                          "INSERT INTO runs(plan_name, plan_hash, model, device, backend, world, tp, pp, dp, vpp, first_step, "
                          "tokens_per_step, step_time_s, tokens_per_s, peak_memory_bytes, predicted_step_time_s, "
-                         "predicted_peak_memory_bytes, compute_s, wall_s, checkpoint) VALUES "
-                         "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                         "predicted_peak_memory_bytes, compute_s, wall_s, checkpoint, plan, tensor_memory_bytes) VALUES "
+                         "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                          -1, &st, nullptr) != SQLITE_OK) {
     return failure("cannot prepare");
   }
@@ -232,6 +258,8 @@ Result<std::int64_t> RunsDatabase::add(const RunResult& r) {
     sqlite3_bind_double(st, i++, v);
   }
   sqlite3_bind_text(st, i++, r.checkpoint.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, i++, plan.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_double(st, i++, r.tensorMemoryBytes);
   if (sqlite3_step(st) != SQLITE_DONE) {
     sqlite3_finalize(st);
     return failure("cannot add the run");
@@ -263,11 +291,12 @@ std::vector<RunRecord> RunsDatabase::runs() const {
   std::vector<RunRecord> out;
   if (!m_impl->db) return out;
   sqlite3_stmt* st = nullptr;
-  if (sqlite3_prepare_v2(m_impl->db,
-                         "SELECT id, started_at, plan_name, plan_hash, model, device, backend, world, tp, pp, dp, vpp, "
-                         "first_step, tokens_per_step, step_time_s, tokens_per_s, peak_memory_bytes, predicted_step_time_s, "
-                         "predicted_peak_memory_bytes, compute_s, wall_s, checkpoint FROM runs ORDER BY id",
-                         -1, &st, nullptr) != SQLITE_OK) {
+  const std::string sql =
+      std::string("SELECT id, started_at, plan_name, plan_hash, model, device, backend, world, tp, pp, dp, vpp, "
+                  "first_step, tokens_per_step, step_time_s, tokens_per_s, peak_memory_bytes, predicted_step_time_s, "
+                  "predicted_peak_memory_bytes, compute_s, wall_s, checkpoint") +
+      (m_impl->version >= 2 ? ", plan, tensor_memory_bytes" : "") + " FROM runs ORDER BY id";
+  if (sqlite3_prepare_v2(m_impl->db, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
     return out;
   }
   while (sqlite3_step(st) == SQLITE_ROW) {
@@ -295,6 +324,10 @@ std::vector<RunRecord> RunsDatabase::runs() const {
     r.computeSeconds = sqlite3_column_double(st, 19);
     r.wallSeconds = sqlite3_column_double(st, 20);
     r.checkpoint = text(st, 21);
+    if (m_impl->version >= 2) {
+      rec.plan = text(st, 22);
+      r.tensorMemoryBytes = sqlite3_column_double(st, 23);
+    }
     out.push_back(std::move(rec));
   }
   sqlite3_finalize(st);

@@ -160,6 +160,15 @@ TEST_F(ColoRun, RecordsRunsAndComparesWithABaseline) {
   EXPECT_EQ(j[1]["parallel"]["dp"], 2);
   EXPECT_EQ(j[0]["losses"].size(), 3u);
   EXPECT_GT(j[0]["predicted_step_time_s"].get<double>(), 0);
+  // The recorded runs carry their plans: the cost model calibrates on this machine's own runs.
+  const std::string calibration = m_dir.path("calibration.json");
+  auto cal = test::runProgram("colo-profile", "calibrate --runs " + runs + " --out " + calibration);
+  ASSERT_EQ(cal.exitCode, 0) << cal.err << cal.out;
+  EXPECT_NE(cal.out.find("from 2 runs (2 with memory)"), std::string::npos) << cal.out;
+  const Json fitted = test::loadJson(calibration);
+  EXPECT_GT(fitted["compute_scale"].get<double>(), 0);
+  auto calibrated = test::runProgram("colo-plan", "evaluate --plan " + a + " --calibration " + calibration + " --json");
+  ASSERT_EQ(calibrated.exitCode, 0) << calibrated.err;
   // The Megatron-style baseline made by the planner's rules for the same model and cluster.
   auto megatron = test::runProgram("colo-run", a + " --data " + data() + " --threads 1 --steps 2 --quiet --json --compare megatron");
   ASSERT_EQ(megatron.exitCode, 0) << megatron.err;

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include "colo/executor/data.h"
 #include "colo/executor/executor.h"
@@ -141,6 +142,65 @@ TEST(RunsDatabase, RecordsRunsAndStepsAndRefusesForeignFiles) {
   std::ifstream in(foreign);
   std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(content, std::string(3000, 'x'));
+}
+
+TEST(RunsDatabase, KeepsEachRunsPlanAndBringsAVersionOneFileForwardInOneTransaction) {
+  test::ScratchDir dir;
+  const auto file = dir.path("v1.sqlite");
+  // A file as schema version 1 wrote it: no plan, no tensor memory.
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(file.c_str(), &db), SQLITE_OK);
+    const char* v1 = R"sql(
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE runs(
+  id INTEGER PRIMARY KEY,
+  started_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
+  plan_name TEXT NOT NULL, plan_hash TEXT NOT NULL, model TEXT NOT NULL, device TEXT NOT NULL, backend TEXT NOT NULL,
+  world INTEGER NOT NULL, tp INTEGER NOT NULL, pp INTEGER NOT NULL, dp INTEGER NOT NULL, vpp INTEGER NOT NULL,
+  first_step INTEGER NOT NULL, tokens_per_step INTEGER NOT NULL,
+  step_time_s REAL NOT NULL, tokens_per_s REAL NOT NULL, peak_memory_bytes REAL NOT NULL,
+  predicted_step_time_s REAL NOT NULL, predicted_peak_memory_bytes REAL NOT NULL,
+  compute_s REAL NOT NULL, wall_s REAL NOT NULL, checkpoint TEXT NOT NULL DEFAULT '');
+CREATE TABLE steps(run_id INTEGER NOT NULL REFERENCES runs(id), step INTEGER NOT NULL, loss REAL NOT NULL,
+  seconds REAL NOT NULL, grad_norm REAL NOT NULL, PRIMARY KEY (run_id, step));
+INSERT INTO meta VALUES ('format', 'colo.runs'), ('schema_version', '1');
+INSERT INTO runs(plan_name, plan_hash, model, device, backend, world, tp, pp, dp, vpp, first_step, tokens_per_step,
+  step_time_s, tokens_per_s, peak_memory_bytes, predicted_step_time_s, predicted_peak_memory_bytes, compute_s, wall_s)
+  VALUES ('old', 'h', 'tiny-gpt', 'cpu', 'gloo', 2, 2, 1, 1, 1, 0, 512, 0.3, 1700, 1e9, 0.2, 9e8, 0.5, 1.0);
+)sql";
+    ASSERT_EQ(sqlite3_exec(db, v1, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(db);
+    sqlite3_close(db);
+  }
+  {
+    auto db = RunsDatabase::open(file);
+    ASSERT_TRUE(db) << db.error().toString();
+    auto runs = db->runs();
+    ASSERT_EQ(runs.size(), 1u);
+    EXPECT_EQ(runs[0].result.planName, "old");
+    EXPECT_TRUE(runs[0].plan.empty());
+    RunResult next = sampleRun();
+    next.tensorMemoryBytes = 5e8;
+    auto id = db->add(next, R"({"format": "colo.plan/1"})");  // migrates, then adds
+    ASSERT_TRUE(id) << id.error().toString();
+    EXPECT_EQ(*id, 2);
+  }
+  auto db = RunsDatabase::open(file);
+  ASSERT_TRUE(db) << db.error().toString();
+  const auto runs = db->runs();
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].result.planName, "old");  // kept
+  EXPECT_TRUE(runs[0].plan.empty());
+  EXPECT_EQ(runs[1].plan, R"({"format": "colo.plan/1"})");
+  EXPECT_DOUBLE_EQ(runs[1].result.tensorMemoryBytes, 5e8);
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(file.c_str(), &raw), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(raw, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &st, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "2");
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
 }
 
 TEST(RunResult, JsonRoundTripAndTables) {
