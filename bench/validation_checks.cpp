@@ -71,6 +71,7 @@ const IntegerField kRowIntegers[] = {
     {"parallel", "dp", 1, limits::kMaxGpus},
     {"parallel", "cp", 1, limits::kMaxGpus},
     {"parallel", "ep", 1, limits::kMaxGpus},
+    {"parallel", "etp", 1, limits::kMaxGpus},
     {"parallel", "virtual_pipeline_stages", 1, limits::kMaxLayers},
     {"parallel", "num_layers_per_virtual_pipeline_stage", 1, limits::kMaxLayers},
     {"parallel", "zero_stage", 0, 3},

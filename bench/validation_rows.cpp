@@ -58,6 +58,7 @@ Json withCanonicalNames(const Json& row) {
         {"dp", {"data_parallel", "data_parallel_size", "dp_size"}},
         {"cp", {"context_parallel", "context_parallel_size", "cp_size"}},
         {"ep", {"expert_parallel", "expert_parallel_size", "expert_model_parallel_size", "ep_size"}},
+        {"etp", {"expert_tp", "expert_tensor_parallel_size", "expert_tensor_parallel", "etp_size"}},
         {"virtual_pipeline_stages", {"virtual_pipeline_model_parallel_size", "vpp", "virtual_stages"}},
         {"zero_stage", {"zero", "zero_optimization_stage"}},
         {"sequence_parallel", {"sp"}}}},
@@ -202,6 +203,8 @@ bool readParallel(const Json& par, const Settings& set, Plan& p, bool* assumed) 
   p.parallel.pp = degree("pp");
   p.parallel.cp = degree("cp");
   p.parallel.ep = degree("ep");
+  // Expert tensor parallelism (Megatron-Core's --expert-tensor-parallel-size; absent: tp).
+  if (auto etp = number(par, "etp"); etp && *etp >= 1) p.parallel.etp = static_cast<std::int64_t>(*etp);
   const std::int64_t gpus = p.cluster.totalGpus();
   const std::int64_t model = std::max<std::int64_t>(1, p.parallel.tp * p.parallel.pp * p.parallel.cp);
   if (auto dp = number(par, "dp")) {

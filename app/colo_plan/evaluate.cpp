@@ -30,6 +30,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"dp", "D", "data-parallel degree (default: GPUs / (tp*pp*cp))"},
       {"cp", "C", "context-parallel degree (default 1)"},
       {"ep", "E", "expert-parallel degree, MoE only (default 1)"},
+      {"etp", "T", "tensor-parallel degree of the expert layers (default: tp); ep may then exceed dp*cp (MoE parallel folding)"},
       {"vpp", "V", "virtual pipeline stages per rank (interleaved schedule)"},
       {"sp", "", "Megatron sequence parallelism (needs tp > 1)"},
       {"mbs", "B", "micro-batch size, samples (default 1)"},
@@ -131,6 +132,11 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   plan.parallel.pp = *pp;
   plan.parallel.cp = *cp;
   plan.parallel.ep = *ep;
+  if (args.has("etp")) {
+    auto etp = integer("etp", 1);
+    if (!etp) return fail(etp.error());
+    plan.parallel.etp = *etp;
+  }
   plan.parallel.virtualStages = *vpp;
   plan.parallel.sequenceParallel = args.has("sp");
   const std::int64_t gpus = plan.cluster.totalGpus();
@@ -312,6 +318,7 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, 
   out << "plan      " << plan.model.name() << " on " << clusterLabel(plan.cluster) << ": tp " << p.tp << " pp " << p.pp << " dp " << p.dp;
   if (p.cp > 1) out << " cp " << p.cp;
   if (p.ep > 1) out << " ep " << p.ep;
+  if (p.etp > 0) out << " expert-tp " << p.etp;
   if (p.virtualStages > 1) out << " vpp " << p.virtualStages;
   if (p.sequenceParallel) out << " +sp";
   out << ", " << toString(plan.schedule) << ", mbs " << plan.microBatchSize << " x " << ev.microBatches
@@ -376,7 +383,7 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
   auto args = Args::parse(argv, evaluateOptions());
   if (!args) return reportError(args.error(), err);
   if (args->has("help")) {
-    out << "usage: colo-plan evaluate --model M --cluster C [--gpus N] --tp T --pp P --dp D [--cp C] [--ep E]\n"
+    out << "usage: colo-plan evaluate --model M --cluster C [--gpus N] --tp T --pp P --dp D [--cp C] [--ep E] [--etp T]\n"
            "         [--vpp V] [--sp] --mbs B --gbs G [--seq-len S] [--zero 0|1|2|3] [--recompute none|selective|full|op]\n"
            "         [--schedule gpipe|1f1b|interleaved|zb] [--precision bf16|fp16|fp8|fp32] [--json]\n"
            "       colo-plan evaluate --plan plan.json [--json]\n\n"

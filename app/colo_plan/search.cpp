@@ -178,7 +178,8 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
         if (bands.memoryAtRisk(c.evaluation)) memory += " AT RISK";
         std::vector<std::string> cells{
             ranked ? std::to_string(++i) : "-", std::to_string(p.parallel.tp), std::to_string(p.parallel.pp),
-            std::to_string(p.parallel.dp), std::to_string(p.parallel.cp), std::to_string(p.parallel.ep),
+            std::to_string(p.parallel.dp), std::to_string(p.parallel.cp),
+            std::to_string(p.parallel.ep) + (p.parallel.etp > 0 ? " (etp " + std::to_string(p.parallel.etp) + ")" : ""),
             std::to_string(p.parallel.virtualStages), std::to_string(p.microBatchSize), std::to_string(p.zeroStage), rec,
             stages, formatFixed(c.evaluation.stepSeconds, 3) + " s", likely, formatCount(c.evaluation.tokensPerSecond),
             formatFixed(100 * c.evaluation.mfu, 1) + "%", memory, row(c)};

@@ -143,10 +143,17 @@ Result<void> validatePlan(const Plan& plan, const std::string& file) {
   }
   if (p.sequenceParallel && p.tp == 1) return bad("/parallel/sequence_parallel", "needs tp > 1, got tp 1");
   const bool moe = plan.model.spec && plan.model.spec->moe.enabled();
-  if (p.ep > 1) {
+  if (p.etp < 0 || p.etp > limits::kMaxGpus) {
+    return bad("/parallel/expert_tp", "must be from 1 to " + str(limits::kMaxGpus) + " (0 or absent: tp), got " + str(p.etp));
+  }
+  if (p.etp > 0 && !moe) return bad("/parallel/expert_tp", "expert tensor parallelism needs a mixture-of-experts model");
+  if (p.ep > 1 || p.etp > 0) {
     if (!moe) return bad("/parallel/ep", "expert parallelism needs a mixture-of-experts model, got ep " + str(p.ep));
-    if ((p.dp * p.cp) % p.ep != 0) {
-      return bad("/parallel/ep", "ep " + str(p.ep) + " must divide dp*cp " + str(p.dp * p.cp));
+    // The expert layers' etp x ep x edp mesh folds over the stage's tp x cp x dp ranks.
+    if ((p.tp * p.cp * p.dp) % (p.expertTp() * p.ep) != 0) {
+      return bad("/parallel/ep", "expert_tp*ep = " + str(p.expertTp()) + "*" + str(p.ep) + " must divide tp*cp*dp = " +
+                                     str(p.tp * p.cp * p.dp) + " (with expert_tp = tp, the default: ep must divide dp*cp " +
+                                     str(p.dp * p.cp) + ")");
     }
     if (plan.model.spec->moe.numExperts % p.ep != 0) {
       return bad("/parallel/ep", "num_experts " + str(plan.model.spec->moe.numExperts) + " is not divisible by ep " +

@@ -56,6 +56,7 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
     p.parallel.pp = par.boundedInteger("pp", 1, kMaxGpus, 1);
     p.parallel.cp = par.boundedInteger("cp", 1, kMaxGpus, 1);
     p.parallel.ep = par.boundedInteger("ep", 1, kMaxGpus, 1);
+    p.parallel.etp = par.has("expert_tp") ? par.boundedInteger("expert_tp", 1, kMaxGpus) : 0;
     p.parallel.sequenceParallel = par.boolean("sequence_parallel", false);
     p.parallel.virtualStages = par.boundedInteger("virtual_stages", 1, limits::kMaxLayers, 1);
     if (par.has("rank_order")) {
@@ -219,6 +220,7 @@ Json planToJson(const Plan& p) {
                    {"sequence_parallel", p.parallel.sequenceParallel},
                    {"virtual_stages", p.parallel.virtualStages},
                    {"rank_order", order}};
+  if (p.parallel.etp > 0) j["parallel"]["expert_tp"] = p.parallel.etp;  // only when set: older plans keep their hash
   j["schedule"] = toString(p.schedule);
   j["batch"] = {{"micro_batch_size", p.microBatchSize},
                 {"global_batch_size", p.globalBatchSize},

@@ -26,6 +26,9 @@ GroupPlacement placeGroup(const ClusterSpec& cluster, const Parallelism& paralle
   }
   GroupPlacement g;
   g.size = dim == Dim::kExpert ? parallel.ep : degree(parallel, name);
+  // The expert layers' mesh is expert_tp-ep-edp over the stage's ranks, innermost first (Megatron-Core's
+  // expert rank generator): an expert-parallel group's members are expert_tp ranks apart.
+  if (dim == Dim::kExpert) stride = parallel.expertTp();
   g.stride = stride;
   if (g.size <= 1) return g;
   const std::int64_t gpn = cluster.gpusPerNode;

@@ -30,6 +30,7 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   cfg.tp = plan.parallel.tp;
   cfg.cp = plan.parallel.cp;
   cfg.ep = plan.parallel.ep;
+  cfg.etp = plan.parallel.expertTp();
   cfg.sequenceParallel = plan.parallel.sequenceParallel;
   cfg.flash = plan.execution.flashAttention;
   cfg.tpCommOverlap = plan.execution.tpCommOverlap;

@@ -141,10 +141,14 @@ std::optional<ScaledGemm> scaledGemm(const OpTemplate& op, const LayerConfig& c)
     }
     case OpKind::kGroupedMatMul: {
       const double localExperts = std::max(1.0, static_cast<double>(op.groups) / ep);
-      const double rows = static_cast<double>(op.m) * tokenScale;  // balanced routing: T*topK rows per GPU
+      // Balanced routing: the T*topK rows of a tensor-parallel group's tokens, shared by its expert_tp
+      // ranks: each of tp/expert_tp expert-TP groups routes its own share (Megatron runs MoE under tp
+      // with sequence parallelism, each rank holding T/tp tokens).
+      const double etp = static_cast<double>(c.etp);
+      const double rows = static_cast<double>(op.m) * tokenScale * etp / tp;
       double n = static_cast<double>(op.n);
       double k = static_cast<double>(op.k);
-      if (n >= k) n /= tp; else k /= tp;  // the ffn dimension is split by tensor parallelism
+      if (n >= k) n /= etp; else k /= etp;  // the ffn dimension is split by the experts' tensor parallelism
       return ScaledGemm{std::max(1.0, rows / localExperts), n, k, localExperts};
     }
     case OpKind::kBatchedMatMul:
@@ -352,8 +356,10 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         savedSplit = tp;
         break;
       case Shard::kReplicated:
-      case Shard::kExpert:
         savedSplit = 1.0;
+        break;
+      case Shard::kExpert:  // each expert-TP group keeps its own tokens' share (see scaledGemm)
+        savedSplit = tp / static_cast<double>(c.etp);
         break;
     }
     const double saved = op.savedBytes * tokenScale / savedSplit;
@@ -451,8 +457,8 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     }
   }
   out.paramsPerGpu = (layer.params - layer.tpSplittableParams - layer.expertParams) + layer.tpSplittableParams / tp +
-                     layer.expertParams / (tp * ep);
-  out.expertParamsPerGpu = layer.expertParams / (tp * ep);
+                     layer.expertParams / (static_cast<double>(c.etp) * ep);
+  out.expertParamsPerGpu = layer.expertParams / (static_cast<double>(c.etp) * ep);
   return out;
 }
 

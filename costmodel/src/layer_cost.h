@@ -50,6 +50,7 @@ struct LayerTemplate {
 struct LayerConfig {
   std::int64_t microBatch = 1;
   std::int64_t tp = 1, cp = 1, ep = 1;
+  std::int64_t etp = 1;  // tensor parallelism of the expert layers (the plan's expertTp())
   bool sequenceParallel = false;
   bool flash = true;
   bool tpCommOverlap = false;

@@ -36,9 +36,10 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   const bool last = stage == par.pp - 1;
   MemoryBreakdown mem;
   // Model states. Expert parameters are replicated only across the expert-data-parallel ranks
-  // (dp x cp / ep), and ZeRO shards their states over those (Megatron-Core's expert data-parallel group).
+  // (tp x cp x dp / (expert_tp x ep); dp x cp / ep with expert_tp = tp), and ZeRO shards their states
+  // over those (Megatron-Core's expert data-parallel group).
   const double shard = static_cast<double>(par.dp * par.cp);
-  const double expertShard = std::max(1.0, shard / static_cast<double>(par.ep));
+  const double expertShard = std::max<double>(1.0, static_cast<double>(par.expertDp()));
   auto sharded = [&](double bytesPerParam, bool on) {
     return on ? ((w.params - w.expertParams) / shard + w.expertParams / expertShard) * bytesPerParam : w.params * bytesPerParam;
   };

@@ -30,6 +30,7 @@ std::string megatron(const Plan& p) {
   a << "--tensor-model-parallel-size " << q.tp << " \\\n--pipeline-model-parallel-size " << q.pp << " \\\n";
   if (q.cp > 1) a << "--context-parallel-size " << q.cp << " \\\n";
   if (q.ep > 1) a << "--expert-model-parallel-size " << q.ep << " \\\n";
+  if (q.etp > 0) a << "--expert-tensor-parallel-size " << q.etp << " \\\n";
   if (q.virtualStages > 1) a << "--num-layers-per-virtual-pipeline-stage " << p.stages.front().layers << " \\\n";
   if (q.sequenceParallel) a << "--sequence-parallel \\\n";
   if (q.pp > 1 && q.virtualStages == 1) {

@@ -17,7 +17,7 @@
 namespace colo::planner {
 namespace {
 
-const std::vector<std::string> kFixedKeys = {"tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero"};
+const std::vector<std::string> kFixedKeys = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero"};
 
 std::vector<std::int64_t> divisorsUpTo(std::int64_t n, std::int64_t limit) {
   std::vector<std::int64_t> out;
@@ -31,7 +31,8 @@ struct Config {
   std::int64_t tp, cp, pp, dp, ep, mbs, vpp;
   int zero;
   Schedule schedule;
-  int layout;  // index into kLayouts
+  int layout;            // index into kLayouts
+  std::int64_t etp = 0;  // expert tensor parallelism (0: tp)
 };
 
 // Rank layouts, innermost first: Megatron's (data-parallel groups inside pipeline groups) and the one
@@ -43,6 +44,7 @@ std::string describe(const Plan& p) {
   std::string s = "tp" + std::to_string(q.tp) + " pp" + std::to_string(q.pp) + " dp" + std::to_string(q.dp);
   if (q.cp > 1) s += " cp" + std::to_string(q.cp);
   if (q.ep > 1) s += " ep" + std::to_string(q.ep);
+  if (q.etp > 0) s += " etp" + std::to_string(q.etp);
   if (q.virtualStages > 1) s += " vpp" + std::to_string(q.virtualStages);
   s += " mbs" + std::to_string(p.microBatchSize) + " zero" + std::to_string(p.zeroStage);
   if (q.rankOrder != kLayouts.front()) {
@@ -99,7 +101,7 @@ Result<std::map<std::string, std::int64_t>> parseFixed(const std::string& text) 
     if (eq == std::string::npos) return fail(Error::badInput("--fix: expected key=value, got \"" + item + "\""));
     const std::string key = item.substr(0, eq);
     if (std::find(kFixedKeys.begin(), kFixedKeys.end(), key) == kFixedKeys.end()) {
-      return fail(Error::badInput("--fix: unknown setting \"" + key + "\" (one of tp, pp, dp, cp, ep, vpp, mbs, zero)"));
+      return fail(Error::badInput("--fix: unknown setting \"" + key + "\" (one of tp, pp, dp, cp, ep, etp, vpp, mbs, zero)"));
     }
     const std::string value = item.substr(eq + 1);
     char* end = nullptr;
@@ -199,6 +201,8 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
     for (const auto cp : cpList) {
       for (const auto pp : ppList) {
         for (const auto ep : epList) {
+         // Expert tensor parallelism: tp's (0) or, for a MoE model under tp, 1 (MoE parallel folding).
+         for (const std::int64_t etp : {std::int64_t{0}, std::int64_t{1}}) {
           for (const auto mbs : mbsList) {
             for (const auto vpp : vppList) {
               for (int zero = 0; zero <= 3; ++zero) {
@@ -209,7 +213,7 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                   const std::int64_t dp = gpus % modelParallel == 0 ? gpus / modelParallel : 0;
                   const Config c{tp, cp, pp, dp, ep, mbs, vpp, zero,
                                  vpp > 1 ? Schedule::kInterleaved : zb ? Schedule::kZeroBubble : Schedule::kOneFOneB,
-                                 layout};
+                                 layout, etp};
                   if ((fixedOr("tp") && *fixedOr("tp") != tp) || (fixedOr("cp") && *fixedOr("cp") != cp) ||
                       (fixedOr("pp") && *fixedOr("pp") != pp) || (fixedOr("ep") && *fixedOr("ep") != ep) ||
                       (fixedOr("mbs") && *fixedOr("mbs") != mbs) || (fixedOr("vpp") && *fixedOr("vpp") != vpp) ||
@@ -218,6 +222,8 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                     continue;
                   }
                   if (dp == 0) { prune("tp*cp*pp does not divide the GPUs"); continue; }
+                  if (etp > 0 && (experts == 0 || tp == 1)) { prune("expert tensor parallelism: only for MoE under tp"); continue; }
+                  if (fixedOr("etp") && *fixedOr("etp") != (etp > 0 ? etp : tp)) { prune("fixed by --fix"); continue; }
                   if (zb && (vpp > 1 || pp == 1 || !options.allowZeroBubble)) { prune("schedule not applicable"); continue; }
                   if (layout > 0 && (pp == 1 || dp == 1)) { prune("rank layout: nothing to reorder"); continue; }
                   if (heads > 0 && (heads % tp != 0 || (kvHeads > 0 && kvHeads % tp != 0))) {
@@ -230,7 +236,10 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                   }
                   if (vpp > 1 && (pp == 1 || layers % (pp * vpp) != 0)) { prune("virtual stages need pp > 1 and layers divisible by pp*vpp"); continue; }
                   if (layers < pp) { prune("more stages than layers"); continue; }
-                  if (ep > 1 && ((dp * cp) % ep != 0)) { prune("ep does not divide dp*cp"); continue; }
+                  if (ep > 1 && ((tp * cp * dp) % ((etp > 0 ? etp : tp) * ep) != 0)) {
+                    prune("expert_tp*ep does not divide tp*cp*dp");
+                    continue;
+                  }
                   if (gbs % (mbs * dp) != 0) { prune("global batch not divisible by mbs*dp"); continue; }
                   const std::int64_t m = gbs / (mbs * dp);
                   if (vpp > 1 && m % pp != 0) { prune("interleaving needs micro-batches divisible by pp"); continue; }
@@ -264,6 +273,7 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
               }
             }
           }
+         }
         }
       }
     }
@@ -298,6 +308,7 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
     p.parallel.pp = c.pp;
     p.parallel.dp = c.dp;
     p.parallel.ep = c.ep;
+    p.parallel.etp = c.etp;
     p.parallel.sequenceParallel = c.tp > 1;  // dominance: SP never costs time and saves memory
     p.parallel.virtualStages = c.vpp;
     p.parallel.rankOrder = kLayouts[static_cast<std::size_t>(c.layout)];
@@ -512,6 +523,7 @@ Json SearchResult::toJson() const {
                 {"dp", p.parallel.dp},
                 {"cp", p.parallel.cp},
                 {"ep", p.parallel.ep},
+                {"expert_tp", p.parallel.expertTp()},
                 {"vpp", p.parallel.virtualStages},
                 {"sequence_parallel", p.parallel.sequenceParallel},
                 {"mbs", p.microBatchSize},

@@ -104,6 +104,7 @@ TEST(Plan, EveryConsistencyRuleNamesFieldAndValues) {
        "/offload/optimizer_fraction", "needs zero_stage >= 1"},
       {"precision", [](Plan& p) { p.precision = DType::kFp8; }, "/precision", "has no fp8 peak"},
       {"expert parallel", [](Plan& p) { p.parallel.ep = 2; }, "/parallel/ep", "needs a mixture-of-experts model"},
+      {"expert tensor parallel", [](Plan& p) { p.parallel.etp = 2; }, "/parallel/expert_tp", "needs a mixture-of-experts model"},
       {"context parallel", [](Plan& p) { p.parallel.cp = 2; p.parallel.dp = 4; p.seqLen = 2046; p.globalBatchSize = 64 * 4; },
        "/parallel/cp", "divisible by 2*cp"},
       {"sequence too long", [](Plan& p) { p.seqLen = 4096; }, "/batch/seq_len", "exceeds the learned position table"},
@@ -119,6 +120,39 @@ TEST(Plan, EveryConsistencyRuleNamesFieldAndValues) {
     EXPECT_EQ(r.error().path, c.path) << c.what << ": " << r.error().toString();
     EXPECT_NE(r.error().message.find(c.fragment), std::string::npos) << c.what << ": " << r.error().toString();
   }
+}
+
+TEST(Plan, ExpertParallelismFoldsOverTensorParallelRanksWhenTheExpertsHaveTheirOwnTp) {
+  // Megatron-Core's MoE parallel folding: the expert layers' expert_tp x ep x edp mesh covers the
+  // stage's tp x cp x dp ranks, so with expert_tp 1 under tp 2, ep may be twice dp*cp.
+  Plan p;
+  p.model = test::loadModelOrFail(test::dataFile("models/mixtral-8x7b.json"));
+  p.cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 16);
+  p.parallel.tp = 2;
+  p.parallel.pp = 2;
+  p.parallel.dp = 4;
+  p.parallel.ep = 8;
+  p.microBatchSize = 1;
+  p.globalBatchSize = 64;
+  p.seqLen = 4096;
+  p.zeroStage = 1;
+  p.stages = uniformStages(32, 2, RecomputePolicy::kNone);
+  auto folded = validatePlan(p);
+  ASSERT_FALSE(folded);  // expert_tp = tp: ep 8 does not divide dp*cp 4
+  EXPECT_EQ(folded.error().path, "/parallel/ep");
+  EXPECT_NE(folded.error().message.find("ep must divide dp*cp 4"), std::string::npos) << folded.error().message;
+  p.parallel.etp = 1;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  EXPECT_EQ(p.parallel.expertTp(), 1);
+  EXPECT_EQ(p.parallel.expertDp(), 1);  // tp*cp*dp / (expert_tp*ep) = 8 / 8
+  const Json j = planToJson(p);
+  EXPECT_EQ(j["parallel"]["expert_tp"], 1);
+  auto back = planFromJson(j, "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_EQ(back->parallel.etp, 1);
+  p.parallel.etp = 0;  // absent from the file: tp, and older plans keep their form
+  p.parallel.ep = 4;
+  EXPECT_FALSE(planToJson(p)["parallel"].contains("expert_tp"));
 }
 
 TEST(Plan, KvHeadsMustSplitAcrossTensorParallelRanks) {

@@ -529,6 +529,41 @@ TEST(Evaluator, LatentAttentionSplitsItsUpProjectionsAndAttendsAtItsOwnWidths) {
   EXPECT_GT(ev.time.epComm, 0);
 }
 
+TEST(Evaluator, ExpertsWithTheirOwnTensorParallelismHoldWholeExpertsOverMoreRanks) {
+  // Mixtral, tp 2 pp 2 dp 4 on 16 H100s. Experts split by tp (expert_tp 2, ep 4) against whole experts
+  // spread over twice the ranks (expert_tp 1, ep 8): the same expert parameters per GPU, each expert
+  // GEMM twice as wide per GPU over half the local experts, and the all-to-all among ranks one apart
+  // (inside a node) instead of two.
+  Plan p = makePlan("mixtral-8x7b", "dgx-h100-x64", 16, 2, 2, 64);
+  p.parallel.sequenceParallel = true;
+  p.zeroStage = 1;
+  p.parallel.ep = 4;
+  const auto split = evaluateOrFail(p);
+  Plan folded = p;
+  folded.parallel.ep = 8;
+  folded.parallel.etp = 1;
+  const auto whole = evaluateOrFail(folded);
+  EXPECT_NEAR(whole.stages[0].paramsPerGpu, split.stages[0].paramsPerGpu, 1e-6 * split.stages[0].paramsPerGpu);
+  const auto g = placeGroup(folded.cluster, folded.parallel, Dim::kExpert);
+  EXPECT_EQ(g.size, 8);
+  EXPECT_EQ(g.stride, 1);
+  EXPECT_EQ(placeGroup(p.cluster, p.parallel, Dim::kExpert).stride, 2);
+  auto ops = [](const Plan& plan) {
+    double t = 0;
+    auto times = opTimesOf(plan);
+    EXPECT_TRUE(times);
+    if (times) {
+      for (const auto& o : *times) {
+        if (o.kind == "grouped_matmul") t += static_cast<double>(o.count) * o.forwardSeconds;
+      }
+    }
+    return t;
+  };
+  EXPECT_NEAR(ops(folded) / ops(p), 1.0, 0.2);  // the same expert FLOPs per GPU, arranged otherwise
+  // Optimizer states of experts shard over the expert data-parallel ranks: 16/(2*4)/2 = 1 vs 8/(1*8) = 1.
+  EXPECT_NEAR(whole.stages[0].memory.optimizer, split.stages[0].memory.optimizer, 0.01 * split.stages[0].memory.optimizer);
+}
+
 TEST(Evaluator, ZeroShardsOverContextParallelRanksAndExpertStatesOverTheirOwnReplicas) {
   // Context-parallel ranks hold the same weights: ZeRO-1 shards the optimizer over dp x cp (Megatron-Core's
   // data-parallel group with context parallel), so cp 8 at dp 1 holds an eighth of the states.

@@ -1,4 +1,5 @@
 #include "colo/planner/search.h"
+#include "colo/planner/export.h"
 
 #include <gtest/gtest.h>
 
@@ -117,6 +118,28 @@ TEST(Search, FixedSettingsAreRespected) {
   EXPECT_FALSE(parseFixed("tp=8,pipeline=2"));
   EXPECT_FALSE(parseFixed("zero=5"));
   EXPECT_EQ(parseFixed("tp=8,zero=1")->at("zero"), 1);
+}
+
+TEST(Search, ProposesExpertParallelismFoldedOverTensorParallelRanks) {
+  // Mixtral on 16 H100s with tp 2 and pp 2 leaves dp 4: ep 8 needs the experts' own tensor parallelism
+  // at 1, which the search proposes (and the Megatron export carries).
+  const auto s = setup("mixtral-8x7b", "dgx-h100-x64", 16);
+  SearchOptions o;
+  o.globalBatchSize = 64;
+  o.fixed = {{"tp", 2}, {"pp", 2}, {"ep", 8}};
+  auto r = search(s.model, s.cluster, o);
+  ASSERT_TRUE(r && r->feasible()) << (r ? r->infeasibleReason : r.error().toString());
+  for (const auto& c : r->top) {
+    EXPECT_EQ(c.plan.parallel.ep, 8);
+    EXPECT_EQ(c.plan.parallel.expertTp(), 1);
+    ASSERT_TRUE(validatePlan(c.plan)) << validatePlan(c.plan).error().toString();
+  }
+  const auto megatron = exportPlan(r->top.front().plan, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(megatron);
+  EXPECT_NE(megatron->find("--expert-tensor-parallel-size 1"), std::string::npos) << *megatron;
+  o.fixed = {{"tp", 2}, {"pp", 2}, {"ep", 8}, {"etp", 2}};
+  auto none = search(s.model, s.cluster, o);
+  EXPECT_TRUE(!none || !none->feasible());
 }
 
 TEST(Search, TightMemoryTurnsOnRecomputeThenOffload) {

@@ -49,6 +49,13 @@ struct Parallelism {
   std::int64_t pp = 1;
   std::int64_t cp = 1;   ///< context parallel: the sequence split across GPUs for attention
   std::int64_t ep = 1;   ///< expert parallel (MoE only)
+  /// Tensor parallelism of the expert layers (Megatron-Core's --expert-tensor-parallel-size); 0: tp, its
+  /// default. The expert layers fold their own etp x ep x edp mesh over the tp x cp x dp ranks of a
+  /// stage ("MoE parallel folding"), so ep may exceed dp*cp when etp < tp.
+  std::int64_t etp = 0;
+  [[nodiscard]] std::int64_t expertTp() const { return etp > 0 ? etp : tp; }
+  /// Ranks of a stage holding the same experts: tp*cp*dp / (etp*ep).
+  [[nodiscard]] std::int64_t expertDp() const { return tp * cp * dp / (expertTp() * ep); }
   bool sequenceParallel = false;  ///< Megatron SP: norms/dropout split along the sequence (needs tp > 1)
   std::int64_t virtualStages = 1; ///< model chunks per pipeline rank (interleaved schedule)
   /// Placement of the dimensions on ranks, innermost (fastest-varying, closest GPUs) first.
