@@ -24,19 +24,21 @@ struct Case {
   std::string id;
   std::string citation;
   Plan plan;
-  bool layerOnly = false;                  // a single-layer timing (forward and backward)
   std::optional<double> measuredStepSeconds;
   std::optional<double> measuredForwardSeconds;
   std::optional<double> measuredBackwardSeconds;
   std::optional<double> measuredMemoryBytes;
-  MemoryMeasure memoryMeasure = MemoryMeasure::kDevice;
-  std::string memoryKey;                   // the `measured` key the figure came from
   std::optional<double> measuredReservedBytes;  // a reserved figure beside an allocated one
+  MemoryMeasure memoryMeasure = MemoryMeasure::kDevice;
+  bool layerOnly = false;                  // a single-layer timing (forward and backward)
   bool fullyPublished = true;              // false when assumptions filled gaps in the configuration
+  /// The `measured` key the figure came from. Last on purpose: a string leaves no tail padding, where
+  /// libc++ 16's std::expected (Result<Case>) keeps its has-value flag and a copy of the value would
+  /// overwrite it (LLVM issue 70494; found by the fuzz build).
+  std::string memoryKey;
 };
 
 struct Outcome {
-  const Case* source = nullptr;
   double predictedStepSeconds = 0;       // step, or forward + backward for a layer
   std::optional<double> predictedForwardSeconds;   // a layer timing: its forward
   std::optional<double> predictedBackwardSeconds;  // a layer timing: its backward (with any recompute)
@@ -46,6 +48,9 @@ struct Outcome {
   std::optional<double> memoryError;
   std::optional<double> predictedReservedBytes;  // when the row also gives a reserved figure
   std::optional<double> reservedError;
+  /// Last on purpose: an 8-byte member leaves no tail padding, where libc++ 16's std::expected
+  /// (Result<Outcome>) keeps its has-value flag and a copy of the value would overwrite it (LLVM 70494).
+  const Case* source = nullptr;
 };
 
 /// The largest stage's memory as `measure` counts it (the allocator's figures leave out the CUDA

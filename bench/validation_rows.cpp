@@ -414,6 +414,10 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
   const bool asyncTp = (par.contains("async_tp") && par["async_tp"].is_boolean() && par["async_tp"].get<bool>()) ||
                        has(overlap, "async tp") || has(overlap, "async-tp");
   p.execution.tpCommOverlap = flag("tp_comm_overlap") || has(overlap, "tp-comm-overlap") || asyncTp;
+  // Megatron's --cp-comm-type as the row states it (p2p, Megatron's default, otherwise).
+  const std::string cpComm = lower(text(par, "cp_comm_type"));
+  if (has(cpComm, "a2a") || has(cpComm, "all_to_all") || has(cpComm, "ulysses")) p.execution.cpCommType = CpCommType::kAllToAll;
+  else if (has(cpComm, "all_gather") || has(cpComm, "allgather")) p.execution.cpCommType = CpCommType::kAllGather;
   if (set.pick("host_us_per_op").is_number()) p.execution.hostMicrosecondsPerOp = set.pick("host_us_per_op").get<double>();
   // How micro-batch gradients are summed: one mode, or one per precision ({"bf16": ..., "fp16": ...}),
   // as DeepSpeed's BF16 and FP16 optimizers differ.

@@ -31,6 +31,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"cp", "C", "context-parallel degree (default 1)"},
       {"ep", "E", "expert-parallel degree, MoE only (default 1)"},
       {"etp", "T", "tensor-parallel degree of the expert layers (default: tp); ep may then exceed dp*cp (MoE parallel folding)"},
+      {"cp-comm-type", "T", "context-parallel exchange: p2p (ring, default), all_gather or a2a (Megatron's --cp-comm-type)"},
       {"vpp", "V", "virtual pipeline stages per rank (interleaved schedule)"},
       {"sp", "", "Megatron sequence parallelism (needs tp > 1)"},
       {"mbs", "B", "micro-batch size, samples (default 1)"},
@@ -188,6 +189,11 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   plan.execution.overlapGradReduce = !args.has("no-overlap-grad-reduce");
   plan.execution.overlapParamGather = !args.has("no-overlap-param-gather");
   plan.execution.tpCommOverlap = args.has("tp-comm-overlap");
+  if (auto cpComm = args.value("cp-comm-type")) {
+    auto parsed = parseCpCommType(*cpComm);
+    if (!parsed) return fail(Error::badInput("--cp-comm-type: " + parsed.error().message));
+    plan.execution.cpCommType = *parsed;
+  }
   auto accumulation = parseGradAccumulation(args.value("grad-accumulation", "fused"));
   if (!accumulation) return fail(Error::badInput("--grad-accumulation: " + accumulation.error().message));
   plan.execution.gradAccumulation = *accumulation;

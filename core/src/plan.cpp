@@ -31,6 +31,25 @@ std::string toString(RecomputePolicy value) {
 
 std::string toString(OffloadTarget value) { return value == OffloadTarget::kCpu ? "cpu" : "nvme"; }
 
+std::string toString(CpCommType value) {
+  switch (value) {
+    case CpCommType::kP2p:
+      return "p2p";
+    case CpCommType::kAllGather:
+      return "all_gather";
+    case CpCommType::kAllToAll:
+      return "a2a";
+  }
+  return "p2p";
+}
+
+Result<CpCommType> parseCpCommType(const std::string& name) {
+  if (name == "p2p") return CpCommType::kP2p;
+  if (name == "all_gather" || name == "allgather") return CpCommType::kAllGather;
+  if (name == "a2a" || name == "all_to_all" || name == "alltoall") return CpCommType::kAllToAll;
+  return fail(Error::badInput("unknown context-parallel exchange \"" + name + "\" (expected p2p, all_gather or a2a)"));
+}
+
 std::string toString(GradAccumulation value) {
   switch (value) {
     case GradAccumulation::kFused: return "fused";
@@ -142,6 +161,13 @@ Result<void> validatePlan(const Plan& plan, const std::string& file) {
                                    " (Megatron shards key/value groups across tensor-parallel ranks)");
   }
   if (p.sequenceParallel && p.tp == 1) return bad("/parallel/sequence_parallel", "needs tp > 1, got tp 1");
+  // All-to-all context parallelism re-splits each tensor-parallel rank's heads over the cp ranks.
+  if (p.cp > 1 && plan.execution.cpCommType == CpCommType::kAllToAll && heads > 0 &&
+      ((heads / p.tp) % p.cp != 0 || (kvHeads > 0 && (kvHeads / p.tp) % p.cp != 0))) {
+    return bad("/execution/cp_comm_type", "a2a splits each tensor-parallel rank's heads over cp " + str(p.cp) + ": " +
+                                              str(heads / p.tp) + " heads and " + str(kvHeads / p.tp) +
+                                              " key/value heads per rank must divide by it (use p2p or all_gather)");
+  }
   const bool moe = plan.model.spec && plan.model.spec->moe.enabled();
   if (p.etp < 0 || p.etp > limits::kMaxGpus) {
     return bad("/parallel/expert_tp", "must be from 1 to " + str(limits::kMaxGpus) + " (0 or absent: tp), got " + str(p.etp));

@@ -129,6 +129,7 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
       p.execution.overlapGradReduce = e.boolean("overlap_grad_reduce", true);
       p.execution.overlapParamGather = e.boolean("overlap_param_gather", true);
       p.execution.tpCommOverlap = e.boolean("tp_comm_overlap", false);
+      if (auto cp = parseCpCommType(e.choice("cp_comm_type", {"p2p", "all_gather", "a2a"}, "p2p"))) p.execution.cpCommType = *cp;
       const std::string accumulation =
           e.choice("grad_accumulation", {"fused", "main_grad", "autograd", "fp32_copy"}, "fused");
       if (auto g = parseGradAccumulation(accumulation)) p.execution.gradAccumulation = *g;
@@ -241,6 +242,8 @@ Json planToJson(const Plan& p) {
                     {"tp_comm_overlap", p.execution.tpCommOverlap},
                     {"grad_accumulation", toString(p.execution.gradAccumulation)},
                     {"host_us_per_op", p.execution.hostMicrosecondsPerOp}};
+  // Written only when not the default, so that older plans keep their hash.
+  if (p.execution.cpCommType != CpCommType::kP2p) j["execution"]["cp_comm_type"] = toString(p.execution.cpCommType);
   Json pred = Json::object();
   const auto& pr = p.predictions;
   auto put = [&](const char* key, const std::optional<double>& v) {

@@ -31,6 +31,7 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   cfg.cp = plan.parallel.cp;
   cfg.ep = plan.parallel.ep;
   cfg.etp = plan.parallel.expertTp();
+  cfg.cpCommType = plan.execution.cpCommType;
   cfg.sequenceParallel = plan.parallel.sequenceParallel;
   cfg.flash = plan.execution.flashAttention;
   cfg.tpCommOverlap = plan.execution.tpCommOverlap;
@@ -40,6 +41,7 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   cfg.activationBytes = activationBytesOf(plan.precision);
   cfg.topK = T.topK;
   cfg.kvWidth = T.kvWidth;
+  cfg.qWidth = T.qWidth > 0 ? T.qWidth : T.hidden;
   cfg.hostSecondsPerOp = plan.execution.hostMicrosecondsPerOp * 1e-6;
   return cfg;
 }
@@ -155,6 +157,10 @@ Result<Evaluator> Evaluator::create(const Model& model, const ClusterSpec& clust
     impl->numExperts = model.spec->moe.numExperts;
   }
   impl->templates = detail::digest(*graph, topK, kvWidth, tied);
+  if (model.spec) {
+    const ModelSpec& s = *model.spec;
+    impl->templates.qWidth = s.numAttentionHeads * (s.mla.enabled() ? s.mla.qkHeadDim() : s.headSize());
+  }
   impl->numLayers = graph->info().numLayers;
   return Evaluator(std::move(impl));
 }

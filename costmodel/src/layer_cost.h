@@ -51,6 +51,7 @@ struct LayerConfig {
   std::int64_t microBatch = 1;
   std::int64_t tp = 1, cp = 1, ep = 1;
   std::int64_t etp = 1;  // tensor parallelism of the expert layers (the plan's expertTp())
+  CpCommType cpCommType = CpCommType::kP2p;
   bool sequenceParallel = false;
   bool flash = true;
   bool tpCommOverlap = false;
@@ -60,6 +61,7 @@ struct LayerConfig {
   std::int64_t activationBytes = 2;  // activations, their communication and memory (16-bit under fp8)
   std::int64_t topK = 1;
   std::int64_t kvWidth = 0;       // kv heads x head dim
+  std::int64_t qWidth = 0;        // query heads x head dim (the context-parallel all-to-alls)
   const GemmTable* measured = nullptr;  // measured GEMM times, consulted before the roofline
   const KernelTable* kernels = nullptr; // measured non-GEMM kernel times
   double gemmScale = 1.0;               // measured / roofline on this device, for GEMMs not measured
@@ -124,6 +126,7 @@ struct ModelTemplates {
   std::int64_t hidden = 0;
   std::int64_t dtypeBytes = 2;
   std::int64_t kvWidth = 0;
+  std::int64_t qWidth = 0;
   std::int64_t topK = 1;
 };
 

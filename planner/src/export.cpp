@@ -29,6 +29,7 @@ std::string megatron(const Plan& p) {
   const auto& q = p.parallel;
   a << "--tensor-model-parallel-size " << q.tp << " \\\n--pipeline-model-parallel-size " << q.pp << " \\\n";
   if (q.cp > 1) a << "--context-parallel-size " << q.cp << " \\\n";
+  if (q.cp > 1 && p.execution.cpCommType != CpCommType::kP2p) a << "--cp-comm-type " << toString(p.execution.cpCommType) << " \\\n";
   if (q.ep > 1) a << "--expert-model-parallel-size " << q.ep << " \\\n";
   if (q.etp > 0) a << "--expert-tensor-parallel-size " << q.etp << " \\\n";
   if (q.virtualStages > 1) a << "--num-layers-per-virtual-pipeline-stage " << p.stages.front().layers << " \\\n";

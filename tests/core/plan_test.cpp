@@ -155,6 +155,22 @@ TEST(Plan, ExpertParallelismFoldsOverTensorParallelRanksWhenTheExpertsHaveTheirO
   EXPECT_FALSE(planToJson(p)["parallel"].contains("expert_tp"));
 }
 
+TEST(Plan, TheContextParallelExchangeIsWrittenOnlyWhenNotTheDefault) {
+  Plan p = megatronPlan();
+  EXPECT_FALSE(planToJson(p)["execution"].contains("cp_comm_type"));
+  p.execution.cpCommType = CpCommType::kAllToAll;
+  const Json j = planToJson(p);
+  EXPECT_EQ(j["execution"]["cp_comm_type"], "a2a");
+  auto back = planFromJson(j, "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_EQ(back->execution.cpCommType, CpCommType::kAllToAll);
+  Json bad = j;
+  bad["execution"]["cp_comm_type"] = "ring";
+  auto refused = planFromJson(bad, "p.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/cp_comm_type");
+}
+
 TEST(Plan, KvHeadsMustSplitAcrossTensorParallelRanks) {
   Plan p = megatronPlan();
   p.model = test::loadModelOrFail(test::dataFile("models/llama2-70b.json"));

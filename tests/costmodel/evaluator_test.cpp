@@ -564,6 +564,47 @@ TEST(Evaluator, ExpertsWithTheirOwnTensorParallelismHoldWholeExpertsOverMoreRank
   EXPECT_NEAR(whole.stages[0].memory.optimizer, split.stages[0].memory.optimizer, 0.01 * split.stages[0].memory.optimizer);
 }
 
+TEST(Evaluator, ContextParallelExchangesFollowTheirCommunicationType) {
+  // Llama 2 7B at 32K tokens, cp 4 inside one H100 node. p2p rings K and V under the attention; a2a moves
+  // Q, K, V and the output (and their gradients) by all-to-all, not overlapped; all_gather gathers K and
+  // V and reduce-scatters their gradients.
+  Plan p = makePlan("llama2-7b", "dgx-h100", 8, 1, 1, 2);
+  p.parallel.cp = 4;
+  p.parallel.dp = 2;
+  p.seqLen = 32768;
+  const auto ring = evaluateOrFail(p);
+  Plan a2a = p;
+  a2a.execution.cpCommType = CpCommType::kAllToAll;
+  ASSERT_TRUE(validatePlan(a2a)) << validatePlan(a2a).error().toString();
+  const auto ulysses = evaluateOrFail(a2a);
+  Plan gather = p;
+  gather.execution.cpCommType = CpCommType::kAllGather;
+  const auto gathered = evaluateOrFail(gather);
+  EXPECT_GT(ulysses.time.cpComm, 0);
+  EXPECT_GT(gathered.time.cpComm, 0);
+  EXPECT_NE(ulysses.time.cpComm, ring.time.cpComm);
+  // One layer's a2a traffic: tokens s/cp of q (4096 wide) + k + v (4096 each, no GQA), then the output.
+  const auto g = placeGroup(p.cluster, p.parallel, Dim::kCp);
+  const double tokens = 32768.0 / 4;
+  const double perLayer = 2 * (collectiveSeconds(Collective::kAllToAll, tokens * 3 * 4096 * 2, g) +
+                               collectiveSeconds(Collective::kAllToAll, tokens * 4096 * 2, g));
+  EXPECT_NEAR(ulysses.time.cpComm, perLayer * 32, 0.01 * perLayer * 32);  // 32 layers, one micro-batch
+  // a2a needs each rank's heads to divide over cp.
+  Plan odd = a2a;
+  odd.parallel.cp = 8;
+  odd.parallel.dp = 1;
+  odd.parallel.tp = 1;
+  odd.globalBatchSize = 1;
+  ASSERT_TRUE(validatePlan(odd));  // 32 heads over 8
+  ModelSpec fewHeads = *odd.model.spec;
+  fewHeads.numAttentionHeads = 12;
+  fewHeads.headDim = 4096 / 32;
+  odd.model.spec = fewHeads;
+  auto refused = validatePlan(odd);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/cp_comm_type");
+}
+
 TEST(Evaluator, ZeroShardsOverContextParallelRanksAndExpertStatesOverTheirOwnReplicas) {
   // Context-parallel ranks hold the same weights: ZeRO-1 shards the optimizer over dp x cp (Megatron-Core's
   // data-parallel group with context parallel), so cp 8 at dp 1 holds an eighth of the states.

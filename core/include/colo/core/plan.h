@@ -37,6 +37,14 @@ enum class GradAccumulation {
 [[nodiscard]] std::string toString(RecomputePolicy value);  ///< none, selective, full
 [[nodiscard]] std::string toString(OffloadTarget value);    ///< cpu, nvme
 [[nodiscard]] std::string toString(GradAccumulation value); ///< fused, main_grad, autograd, fp32_copy
+
+/// How context-parallel ranks exchange keys and values (Megatron-Core's --cp-comm-type, Transformer
+/// Engine's cp_comm_type): a ring of point-to-point sends overlapped with the attention of the chunk in
+/// hand, one all-gather of K and V, or all-to-alls that re-split Q, K, V and the output from sequence
+/// chunks to heads (DeepSpeed-Ulysses style).
+enum class CpCommType { kP2p, kAllGather, kAllToAll };
+[[nodiscard]] std::string toString(CpCommType value);  ///< p2p, all_gather, a2a
+[[nodiscard]] Result<CpCommType> parseCpCommType(const std::string& name);
 [[nodiscard]] Result<GradAccumulation> parseGradAccumulation(const std::string& name);
 [[nodiscard]] Result<Schedule> parseSchedule(const std::string& name);
 [[nodiscard]] Result<RecomputePolicy> parseRecompute(const std::string& name);
@@ -88,6 +96,7 @@ struct Execution {
   bool overlapGradReduce = true;  ///< data-parallel gradient reduction overlapped with backward
   bool overlapParamGather = true; ///< ZeRO parameter all-gather overlapped with forward (prefetch)
   bool tpCommOverlap = false;     ///< tensor-parallel collectives overlapped with GEMMs (userbuffers)
+  CpCommType cpCommType = CpCommType::kP2p;  ///< context-parallel exchange (Megatron's default: p2p)
   GradAccumulation gradAccumulation = GradAccumulation::kFused;
   /// Host time the framework spends issuing one op (Python module code, dispatcher, autograd, launch):
   /// a layer whose kernels finish faster than the host issues them waits for the host. 0: the host

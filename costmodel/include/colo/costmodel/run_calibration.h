@@ -20,12 +20,14 @@ namespace colo::costmodel {
 
 /// One measured run against its prediction.
 struct RunObservation {
-  std::string id;
   double predictedComputeSeconds = 0;  ///< compute + recompute of the predicted step
   double predictedOtherSeconds = 0;    ///< the rest of the predicted step
   double measuredStepSeconds = 0;
   std::optional<double> predictedMemoryBytes;  ///< of the kind the measurement counts
   std::optional<double> measuredMemoryBytes;
+  /// Last on purpose: a string leaves no tail padding, where libc++ 16's std::expected
+  /// (Result<RunObservation>) keeps its has-value flag (LLVM 70494).
+  std::string id;
 };
 
 /// The observation of `evaluation` against a measured step (and memory of the same kind).
