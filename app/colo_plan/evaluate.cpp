@@ -47,6 +47,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"no-overlap-grad-reduce", "", "do not overlap data-parallel gradient reduction with backward"},
       {"no-overlap-param-gather", "", "do not overlap ZeRO parameter gathers with forward"},
       {"tp-comm-overlap", "", "overlap tensor-parallel collectives with GEMMs"},
+      {"fp32-params", "", "parameters kept in fp32 as the optimizer's master, 16-bit only while in use (PyTorch FSDP, torchtitan)"},
       {"grad-accumulation", "MODE", "how micro-batch gradients are summed: fused (default), main_grad, autograd, fp32_copy"},
       {"host-us-per-op", "US", "host time the framework takes to issue one op (default 60, eager PyTorch; 0 = CUDA graphs)"},
       {"offload-optimizer", "F", "fraction of optimizer states on the host (ZeRO >= 1)"},
@@ -189,6 +190,7 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   plan.execution.overlapGradReduce = !args.has("no-overlap-grad-reduce");
   plan.execution.overlapParamGather = !args.has("no-overlap-param-gather");
   plan.execution.tpCommOverlap = args.has("tp-comm-overlap");
+  plan.execution.fp32Params = args.has("fp32-params");
   if (auto cpComm = args.value("cp-comm-type")) {
     auto parsed = parseCpCommType(*cpComm);
     if (!parsed) return fail(Error::badInput("--cp-comm-type: " + parsed.error().message));
@@ -297,9 +299,10 @@ std::string renderSources(const Plan& plan, const costmodel::Evaluation& e) {
   t.addRow({"other kernels", std::to_string(e.kernelsMeasured) + " measured, " + std::to_string(e.kernelsRoofline) +
                                  " by memory bandwidth" + (plan.execution.flashAttention ? "; attention core: fused-kernel roofline" : "")});
   t.addRow({"optimizer step", c.optimizerMeasured ? "measured AdamW step (adam_step), linear in parameters"
-                                                  : formatFixed(costmodel::optimizerStepBytes(plan.precision), 0) +
+                                                  : formatFixed(costmodel::optimizerStepBytes(plan.precision, plan.execution.fp32Params), 0) +
                                                         " bytes per parameter (" + toString(plan.precision) +
-                                                        " mixed-precision Adam) over memory bandwidth"});
+                                                        (plan.execution.fp32Params ? " Adam on fp32 parameters)" : " mixed-precision Adam)") +
+                                                        " over memory bandwidth"});
   for (const auto& level : plan.cluster.links) {
     std::string source = "datasheet bandwidth x link efficiency, datasheet latency";
     for (const auto& f : c.links) {
@@ -334,7 +337,7 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, 
       << (plan.execution.gradAccumulation == GradAccumulation::kFused
               ? ""
               : ", grad accumulation " + toString(plan.execution.gradAccumulation))
-      << "\n";
+      << (plan.execution.fp32Params && plan.precision != DType::kFp32 ? ", fp32 params" : "") << "\n";
   // A calibrated prediction has no band from the development runs: it says what it was calibrated on.
   const costmodel::PredictionBands bands = calibration ? costmodel::PredictionBands{} : costmodel::bandsOf(plan, ev);
   std::string note = bands.time ? " (" + bands.time->describe() + ")" : "";

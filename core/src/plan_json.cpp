@@ -133,6 +133,7 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
       const std::string accumulation =
           e.choice("grad_accumulation", {"fused", "main_grad", "autograd", "fp32_copy"}, "fused");
       if (auto g = parseGradAccumulation(accumulation)) p.execution.gradAccumulation = *g;
+      p.execution.fp32Params = e.boolean("fp32_params", false);
       if (e.has("host_us_per_op")) {
         const double us = e.number("host_us_per_op");
         if (!(us >= 0 && us <= 1e6)) e.fail("host_us_per_op", "must be between 0 and 1e6 microseconds");
@@ -244,6 +245,7 @@ Json planToJson(const Plan& p) {
                     {"host_us_per_op", p.execution.hostMicrosecondsPerOp}};
   // Written only when not the default, so that older plans keep their hash.
   if (p.execution.cpCommType != CpCommType::kP2p) j["execution"]["cp_comm_type"] = toString(p.execution.cpCommType);
+  if (p.execution.fp32Params) j["execution"]["fp32_params"] = true;
   Json pred = Json::object();
   const auto& pr = p.predictions;
   auto put = [&](const char* key, const std::optional<double>& v) {

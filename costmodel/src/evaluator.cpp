@@ -55,7 +55,12 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
 // (2 + 4 B), unscales them checking for inf/nan in place (8 B), zeroes 16-bit grads (2 B) and copies
 // the master weights back to the 16-bit model (4 + 2 B): 54 B. bf16 accumulates into fp32 main
 // gradients during backward, so no copy or unscale: 4 + 28 + 6 + 4 (zeroing) = 42 B. fp32: 36 B.
-double optimizerStepBytes(DType precision) {
+// fp32 parameters that are their own master (PyTorch FSDP's mixed precision): no 16-bit copy to
+// write back, 36 B, as fp32 training (fp16 unscales the fp32 gradient in place first: + 8 B).
+double optimizerStepBytes(DType precision, bool fp32Params) {
+  if (fp32Params && precision != DType::kFp32 && precision != DType::kTf32) {
+    return precision == DType::kFp16 ? 44.0 : 36.0;
+  }
   switch (precision) {
     case DType::kFp16:
       return 54.0;

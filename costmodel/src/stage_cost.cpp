@@ -131,18 +131,25 @@ bool gradientsSharded(const Plan& plan) {
 
 StateBytes stateBytesOf(const Plan& plan) {
   StateBytes b;
-  b.weight = plan.precision == DType::kFp32 ? 4.0 : 2.0;
+  const bool fp32 = plan.precision == DType::kFp32;
+  // PyTorch FSDP's mixed precision (and torch.amp) keeps the parameter itself in fp32 as the
+  // optimizer's master; the 16-bit copy exists only while a layer is gathered or in use.
+  const bool fp32Params = !fp32 && plan.execution.fp32Params;
+  b.weight = fp32 || fp32Params ? 4.0 : 2.0;
+  b.gathered = fp32 ? 4.0 : 2.0;
   // bf16: gradients accumulate in fp32 (Megatron's main_grad). fp16: 16-bit gradients, plus the fp32
   // copies the mixed-precision optimizer makes of them for the step (memory only).
   b.gradient = plan.precision == DType::kFp16 ? 2.0 : 4.0;
   // Accumulating in the 16-bit .grad (autograd) or beside it (DeepSpeed's fp32 copies) keeps both.
+  // With fp32 parameters the kept gradient is the fp32 .grad of the (sharded) parameter: the 16-bit
+  // gradient is cast for the reduction (FSDP's reduce_dtype) and freed.
   const GradAccumulation accumulation = plan.execution.gradAccumulation;
-  const bool sixteenBitGrads = plan.precision == DType::kFp16 ||
-                               (plan.precision != DType::kFp32 &&
-                                (accumulation == GradAccumulation::kAutograd || accumulation == GradAccumulation::kFp32Copy));
-  b.gradientMemory = sixteenBitGrads ? 6.0 : b.gradient;
+  const bool sixteenBitGrads = !fp32Params && (plan.precision == DType::kFp16 ||
+                                               (!fp32 && (accumulation == GradAccumulation::kAutograd ||
+                                                          accumulation == GradAccumulation::kFp32Copy)));
+  b.gradientMemory = sixteenBitGrads ? 6.0 : (fp32Params ? 4.0 : b.gradient);
   b.accumulate = gradAccumulationBytes(accumulation, plan.precision, static_cast<double>(plan.numMicroBatches()));
-  b.optimizer = plan.precision == DType::kFp32 ? 8.0 : 12.0;
+  b.optimizer = fp32 || fp32Params ? 8.0 : 12.0;
   return b;
 }
 
@@ -163,7 +170,7 @@ StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, 
     const double layersHere = std::max<double>(1.0, static_cast<double>(w.layers));
     const double perLayer = w.params / layersHere;
     const double gathers = pipelined ? 1.0 / static_cast<double>(plan.numMicroBatches()) : 2.0 + (w.rec > 0 ? 1.0 : 0.0);
-    const double gather = collectiveSeconds(Collective::kAllGather, perLayer * bytes.weight, groups.grad);
+    const double gather = collectiveSeconds(Collective::kAllGather, perLayer * bytes.gathered, groups.grad);
     const double scatter =
         pipelined ? 0.0 : collectiveSeconds(Collective::kReduceScatter, perLayer * bytes.gradient, groups.grad);
     const double comm = layersHere * (gathers * gather + scatter);
@@ -206,14 +213,14 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
       // updates its partition and the 16-bit weights are all-gathered.
       const double b = accumulation == GradAccumulation::kFp32Copy ? 4.0 : bytes.gradient;
       reduce = collectiveSeconds(Collective::kAllReduce, w.params * b, groups.grad);
-      if (plan.zeroStage == 1) gather = collectiveSeconds(Collective::kAllGather, w.params * bytes.weight, groups.grad);
+      if (plan.zeroStage == 1) gather = collectiveSeconds(Collective::kAllGather, w.params * bytes.gathered, groups.grad);
     } else {
       // Under pipeline parallelism ZeRO-2 reduced every micro-batch already (timeStage).
       if (!(plan.zeroStage == 2 && par.pp > 1)) {
         reduce = collectiveSeconds(Collective::kReduceScatter, w.params * bytes.gradient, groups.grad);
       }
       // ZeRO-3's next step gathers each layer before use (timeStage); ZeRO-1/2 gather the updated shards.
-      if (plan.zeroStage < 3) gather = collectiveSeconds(Collective::kAllGather, w.params * bytes.weight, groups.grad);
+      if (plan.zeroStage < 3) gather = collectiveSeconds(Collective::kAllGather, w.params * bytes.gathered, groups.grad);
     }
     // Overlapped, at least 10% stays exposed (the last bucket), and the hidden part slows the backward
     // or forward it runs beside (overlapSlowdown).
@@ -229,7 +236,7 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
   // states are updated by the host, their gradients and weights crossing PCIe.
   const double localParams = w.params / (plan.zeroStage >= 1 ? static_cast<double>(gradRanks) : 1.0);
   const double onDevice = localParams * (1.0 - plan.offload.optimizerFraction);
-  tail.optimizer = onDevice * optimizerStepBytes(plan.precision) / device.memoryBytesPerSecond;
+  tail.optimizer = onDevice * optimizerStepBytes(plan.precision, plan.execution.fp32Params) / device.memoryBytesPerSecond;
   if (in.measuredAdam) {
     // The measured AdamW step over fp32 master weights (linear in the parameter count).
     if (const auto t = in.measuredAdam->lookupStreaming("adam_step.fwd", onDevice)) tail.optimizer = t->first;

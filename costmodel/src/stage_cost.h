@@ -69,10 +69,11 @@ struct StageWork {
 
 /// Bytes per parameter the precision and the framework's gradient accumulation imply.
 struct StateBytes {
-  double weight = 2;        // the training copy (fp32: 4)
+  double weight = 2;        // the stored parameter (fp32 training or execution.fp32_params: 4)
+  double gathered = 2;      // a gathered or in-use copy, what all-gathers move (fp32 training: 4)
   double gradient = 4;      // what is reduced: fp32 main_grad under bf16, 16-bit under fp16
   double gradientMemory = 4;  // what is kept (16-bit .grad beside fp32 copies: 6)
-  double optimizer = 12;    // fp32 master, Adam m and v (fp32 training: 8)
+  double optimizer = 12;    // fp32 master, Adam m and v (fp32 training or fp32_params: 8)
   double accumulate = 0;    // HBM traffic of summing one micro-batch's gradients
 };
 [[nodiscard]] StateBytes stateBytesOf(const Plan& plan);

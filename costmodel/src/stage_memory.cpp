@@ -46,7 +46,12 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   mem.weights = sharded(bytes.weight, plan.zeroStage >= 3) * (1.0 - plan.offload.paramsFraction);
   // ZeRO-3 under pipeline parallelism keeps the stage's gathered layers from its first forward to its
   // last backward (no reshard between micro-batches): the whole stage unsharded beside its shards.
-  if (plan.zeroStage >= 3 && par.pp > 1) mem.weights += w.params * bytes.weight;
+  if (plan.zeroStage >= 3 && par.pp > 1) mem.weights += w.params * bytes.gathered;
+  // fp32 parameters under ZeRO-2 are FSDP's SHARD_GRAD_OP: the fp32 parameters are sharded too, and the
+  // 16-bit copies gathered for the forward stay until the backward.
+  if (plan.zeroStage == 2 && plan.execution.fp32Params && bytes.weight > bytes.gathered) {
+    mem.weights = sharded(bytes.weight, true) * (1.0 - plan.offload.paramsFraction) + w.params * bytes.gathered;
+  }
   mem.gradients = sharded(bytes.gradientMemory, gradientsSharded(plan));
   mem.optimizer = sharded(bytes.optimizer, plan.zeroStage >= 1) * (1.0 - plan.offload.optimizerFraction);
 
@@ -78,7 +83,7 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   if (plan.zeroStage == 3 && par.pp == 1) {
     double largestLayer = 0;
     for (const auto& lc : in.layers->classes) largestLayer = std::max(largestLayer, lc.paramsPerGpu);
-    buffers += 2 * largestLayer * bytes.weight;
+    buffers += 2 * largestLayer * bytes.gathered;
   }
   mem.buffers = buffers;
   mem.allocator = 0.08 * (mem.activations + mem.buffers);

@@ -123,6 +123,10 @@ Result<void> checkExecutable(const Plan& plan, int world, const std::string& bac
   if (plan.schedule == Schedule::kZeroBubble) return bad("schedule zb: the executor runs gpipe, 1f1b and interleaved");
   if (plan.zeroStage > 1) return bad("zero_stage = " + std::to_string(plan.zeroStage) + ": the executor implements ZeRO 0 and 1 (distributed optimizer)");
   if (plan.offload.optimizerFraction > 0 || plan.offload.paramsFraction > 0) return bad("offload: the executor keeps every state on the device");
+  if (plan.execution.fp32Params && plan.precision != DType::kFp32) {
+    return bad("execution.fp32_params: the executor keeps 16-bit weights beside fp32 master copies (Megatron's layout), not "
+               "fp32 parameters as FSDP does");
+  }
   for (std::size_t s = 0; s < plan.stages.size(); ++s) {
     if (plan.stages[s].recompute == RecomputePolicy::kOp && plan.stages[s].recomputeLayers > 0) {
       return bad("stages[" + std::to_string(s) + "].recompute = op: per-op selective recompute is not implemented by the "

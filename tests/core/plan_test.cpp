@@ -171,6 +171,22 @@ TEST(Plan, TheContextParallelExchangeIsWrittenOnlyWhenNotTheDefault) {
   EXPECT_EQ(refused.error().path, "/execution/cp_comm_type");
 }
 
+TEST(Plan, Fp32ParametersAreWrittenOnlyWhenSet) {
+  Plan p = megatronPlan();
+  EXPECT_FALSE(planToJson(p)["execution"].contains("fp32_params"));
+  p.execution.fp32Params = true;
+  const Json j = planToJson(p);
+  EXPECT_EQ(j["execution"]["fp32_params"], true);
+  auto back = planFromJson(j, "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_TRUE(back->execution.fp32Params);
+  Json bad = j;
+  bad["execution"]["fp32_params"] = "yes";
+  auto refused = planFromJson(bad, "p.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/fp32_params");
+}
+
 TEST(Plan, KvHeadsMustSplitAcrossTensorParallelRanks) {
   Plan p = megatronPlan();
   p.model = test::loadModelOrFail(test::dataFile("models/llama2-70b.json"));

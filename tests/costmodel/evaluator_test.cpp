@@ -428,6 +428,32 @@ TEST(Evaluator, Zero3UnderPipelineParallelismGathersOncePerStepAndKeepsGradients
   EXPECT_LT(z3.time.dpComm, f.time.dpComm);
 }
 
+TEST(Evaluator, Fp32ParametersAreTheirOwnMasterAsFsdpKeepsThem) {
+  // PyTorch FSDP's mixed precision: the sharded fp32 parameter is what the optimizer updates, so a
+  // ZeRO-3 rank holds 4 (parameter) + 4 (fp32 gradient) + 8 (Adam) = 16 B per parameter shard, not
+  // Megatron's 2 + 6 + 12 = 20 B with a 16-bit .grad under autograd accumulation.
+  Plan p = makePlan("llama2-7b", "dgx-a100-80gb", 8, 1, 1, 64, 1);
+  p.zeroStage = 3;
+  p.execution.gradAccumulation = GradAccumulation::kAutograd;
+  const Evaluation separate = evaluateOrFail(p);
+  p.execution.fp32Params = true;
+  const Evaluation own = evaluateOrFail(p);
+  const MemoryBreakdown& a = separate.stages[0].memory;
+  const MemoryBreakdown& b = own.stages[0].memory;
+  EXPECT_NEAR(b.weights, a.weights * 2, 1);            // 4 B instead of 2 B per parameter shard
+  EXPECT_NEAR(b.gradients, a.gradients * 4 / 6, 1);    // the fp32 gradient only
+  EXPECT_NEAR(b.optimizer, a.optimizer * 8 / 12, 1);   // no separate master copy
+  EXPECT_NEAR(b.weights + b.gradients + b.optimizer, (a.weights + a.gradients + a.optimizer) * 16 / 20, 1);
+  // The gathers still move 16-bit weights, and the step no longer writes a 16-bit copy back.
+  EXPECT_NEAR(own.time.dpComm, separate.time.dpComm, 1e-9 + 1e-6 * separate.time.dpComm);
+  EXPECT_LT(own.time.optimizer, separate.time.optimizer);
+  // fp32 training ignores the setting.
+  p.precision = DType::kFp32;
+  const Evaluation fp32 = evaluateOrFail(p);
+  p.execution.fp32Params = false;
+  EXPECT_DOUBLE_EQ(evaluateOrFail(p).peakMemoryBytes, fp32.peakMemoryBytes);
+}
+
 TEST(Evaluator, MoreMicroBatchesShrinkTheBubbleAndInterleavingShrinksItMore) {
   Plan few = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 128);
   Plan many = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 1536);

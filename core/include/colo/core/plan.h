@@ -98,6 +98,11 @@ struct Execution {
   bool tpCommOverlap = false;     ///< tensor-parallel collectives overlapped with GEMMs (userbuffers)
   CpCommType cpCommType = CpCommType::kP2p;  ///< context-parallel exchange (Megatron's default: p2p)
   GradAccumulation gradAccumulation = GradAccumulation::kFused;
+  /// The parameters are kept in fp32 and are the optimizer's master weights; 16-bit copies exist only
+  /// while a layer is gathered or in use (PyTorch FSDP/FSDP2's mixed-precision policy, torch.amp).
+  /// false: 16-bit training weights beside fp32 master copies inside the optimizer (Megatron,
+  /// DeepSpeed). Ignored in fp32 training. See docs/costmodel.md, "Memory".
+  bool fp32Params = false;
   /// Host time the framework spends issuing one op (Python module code, dispatcher, autograd, launch):
   /// a layer whose kernels finish faster than the host issues them waits for the host. 0: the host
   /// keeps ahead (CUDA graphs). See docs/costmodel.md, "Host floor".

@@ -177,7 +177,7 @@ class Evaluator {
 [[nodiscard]] double gradAccumulationBytes(GradAccumulation mode, DType precision, double microBatches);
 
 /// HBM traffic of one mixed-precision optimizer step per local parameter (fp16 54 B, bf16 42 B,
-/// fp32 36 B; docs/costmodel.md), used when the cost database has no measured AdamW step.
-[[nodiscard]] double optimizerStepBytes(DType precision);
+/// fp32 and fp32 parameters 36 B; docs/costmodel.md), used when the cost database has no measured AdamW step.
+[[nodiscard]] double optimizerStepBytes(DType precision, bool fp32Params = false);
 
 }  // namespace colo::costmodel
