@@ -101,7 +101,17 @@ std::string describeModel(const Model& model) {
     if (s.moe.expertFfnHiddenSize > 0) text += ", expert ffn " + std::to_string(s.moe.expertFfnHiddenSize);
     if (s.moe.sharedExpertFfnHiddenSize > 0) text += ", shared experts ffn " + std::to_string(s.moe.sharedExpertFfnHiddenSize);
   }
-  if (s.slidingWindow > 0) text += ", sliding window " + std::to_string(s.slidingWindow);
+  if (s.slidingWindow > 0 || s.attentionChunkSize > 0) {
+    text += s.slidingWindow > 0 ? ", sliding window " + std::to_string(s.slidingWindow)
+                                : ", chunked attention " + std::to_string(s.attentionChunkSize);
+    if (s.globalAttentionEvery > 0) {
+      text += " on " + std::to_string(s.globalAttentionEvery - 1) + " of every " + std::to_string(s.globalAttentionEvery) +
+              " layers (the rest full)";
+    }
+  }
+  if (s.qkNorm) text += ", qk-norm";
+  if (s.sandwichNorm) text += ", post-norms";
+  if (s.attentionSinks) text += ", attention sinks";
   if (s.input == InputKind::kImagePatches) {
     text += ", " + std::to_string(s.image.imageSize) + "px images in " + std::to_string(s.image.patchSize) + "px patches";
   }
@@ -164,6 +174,7 @@ Result<Json> buildInspectReport(const Model& model, const std::optional<ClusterS
   report["params"] = params;
   report["active_params"] = active;
   report["embedding_params"] = embedding;
+  if (model.spec && model.spec->visionTowerParams > 0) report["vision_tower_params"] = model.spec->visionTowerParams;
   report["num_layers"] = info.numLayers;
   report["hidden_size"] = info.hiddenSize;
   report["seq_len"] = info.seqLen;
@@ -256,6 +267,11 @@ std::string renderInspectReport(const Json& r) {
     out << ", of which embeddings " << formatCount(num(r["embedding_params"]));
   }
   out << "\n";
+  if (r.contains("vision_tower_params")) {
+    const auto vision = r["vision_tower_params"].get<std::int64_t>();
+    out << "          vision tower " << formatCount(static_cast<double>(vision)) << " (" << vision
+        << ") counted apart, not planned: " << formatCount(static_cast<double>(params + vision)) << " with it\n";
+  }
   out << "FLOPs     per token: forward " << formatFlops(num(r["flops_per_token_fwd"])) << ", training "
       << formatFlops(num(r["flops_per_token_train"])) << " (model FLOPs)\n";
   out << "          with full recompute " << formatFlops(num(r["flops_per_token_train_full_recompute"]))

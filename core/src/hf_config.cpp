@@ -1,7 +1,11 @@
 #include "colo/core/hf_config.h"
 
+#include <algorithm>
 #include <filesystem>
 
+#include "colo/core/limits.h"
+
+#include "hf_families.h"
 #include "json_reader.h"
 
 namespace colo {
@@ -234,7 +238,9 @@ ModelSpec vit(const JsonReader& r) {
 const std::vector<std::string>& supportedHfModelTypes() {
   static const std::vector<std::string> types{"gpt2",      "gpt_neox", "llama",       "mistral",     "mixtral",
                                               "qwen2",     "qwen2_moe", "qwen3",      "qwen3_moe",   "deepseek_v2",
-                                              "deepseek_v3", "opt",     "bloom",       "bert",        "vit"};
+                                              "deepseek_v3", "phi3",    "gemma2",      "gemma3",      "gemma3_text",
+                                              "gpt_oss",   "llama4",   "llama4_text", "opt",        "bloom",
+                                              "bert",      "vit"};
   return types;
 }
 
@@ -254,6 +260,18 @@ Result<ModelSpec> modelSpecFromHfConfig(const Json& config, const std::string& f
       qwenMoe(r, s, type == "qwen2_moe");
     } else if (type == "deepseek_v2" || type == "deepseek_v3") {
       s = deepseek(r, type);
+    } else if (type == "phi3") {
+      s = detail::readPhi3(r);
+    } else if (type == "gemma2" || type == "gemma3_text") {
+      s = detail::readGemma(r, type);
+    } else if (type == "gpt_oss") {
+      s = detail::readGptOss(r);
+    } else if (type == "llama4_text") {
+      s = detail::readLlama4Text(r);
+    } else if (type == "gemma3" || type == "llama4") {
+      // Multimodal wrappers: a text-only config of the same family has no text_config.
+      s = r.has("text_config") ? detail::readMultimodal(r, type)
+                               : (type == "gemma3" ? detail::readGemma(r, "gemma3_text") : detail::readLlama4Text(r));
     } else if (type == "opt") {
       s = opt(r);
     } else if (type == "bloom") {
@@ -267,6 +285,9 @@ Result<ModelSpec> modelSpecFromHfConfig(const Json& config, const std::string& f
       for (const auto& t : supportedHfModelTypes()) list += (list.empty() ? "" : ", ") + t;
       r.fail("model_type", "unsupported model_type \"" + type + "\" (supported: " + list + ")");
     }
+    // A rotary model's max_position_embeddings is only its context limit (Llama 4: 10M tokens); colo
+    // plans sequences up to its own limit.
+    if (s.positionEmbedding != PositionEmbedding::kLearned) s.maxPositionEmbeddings = std::min(s.maxPositionEmbeddings, limits::kMaxSeqLen);
     s.name = modelName(r, file);
     s.source = "Hugging Face config " + file;
     return s;

@@ -45,7 +45,8 @@ Result<ModelSpec> familyPreset(const std::string& family) {
     return s;
   }
   if (family == "llama" || family == "mistral" || family == "mixtral" || family == "qwen2" || family == "qwen2_moe" ||
-      family == "qwen3" || family == "qwen3_moe" || family == "deepseek_v2" || family == "deepseek_v3") {
+      family == "qwen3" || family == "qwen3_moe" || family == "deepseek_v2" || family == "deepseek_v3" ||
+      family == "phi3" || family == "llama4" || family == "gemma2" || family == "gemma3" || family == "gpt_oss") {
     s.positionEmbedding = PositionEmbedding::kRope;
     s.norm = NormKind::kRmsNorm;
     s.activation = Activation::kSwiGlu;
@@ -57,6 +58,18 @@ Result<ModelSpec> familyPreset(const std::string& family) {
     if (family == "mixtral") {
       s.moe.numExperts = 8;
       s.moe.topK = 2;
+    }
+    // Qwen3 and Gemma 3 normalise each head's queries and keys; Gemma adds norms after attention and
+    // the MLP, gates with GeLU and ties its embeddings; GPT-OSS has biases everywhere and sink logits.
+    s.qkNorm = family == "qwen3" || family == "qwen3_moe" || family == "gemma3";
+    if (family == "gemma2" || family == "gemma3") {
+      s.activation = Activation::kGeGlu;
+      s.sandwichNorm = true;
+      s.tieWordEmbeddings = true;
+    }
+    if (family == "gpt_oss") {
+      s.qkvBias = s.attentionOutputBias = s.mlpBias = true;
+      s.attentionSinks = true;
     }
     return s;
   }
@@ -79,7 +92,8 @@ Result<ModelSpec> familyPreset(const std::string& family) {
   }
   return fail(Error::badInput("unknown family \"" + family +
                               "\" (expected one of: gpt, llama, mixtral, bert, vit, gpt2, gpt_neox, mistral, "
-                              "qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, opt, bloom)"));
+                              "qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2, deepseek_v3, phi3, llama4, gemma2, "
+                              "gemma3, gpt_oss, opt, bloom)"));
 }
 
 Result<ModelSpec> modelSpecFromJson(const Json& document, const std::string& file) {
@@ -108,6 +122,12 @@ Result<ModelSpec> modelSpecFromJson(const Json& document, const std::string& fil
     s.embeddingSize = r.nonNegativeInteger("embedding_size", 0);
     s.typeVocabSize = r.nonNegativeInteger("type_vocab_size", s.typeVocabSize);
     s.slidingWindow = r.nonNegativeInteger("sliding_window", 0);
+    s.attentionChunkSize = r.nonNegativeInteger("attention_chunk_size", 0);
+    s.globalAttentionEvery = r.nonNegativeInteger("global_attention_every", 0);
+    s.qkNorm = r.boolean("qk_norm", s.qkNorm);
+    s.sandwichNorm = r.boolean("sandwich_norm", s.sandwichNorm);
+    s.attentionSinks = r.boolean("attention_sinks", s.attentionSinks);
+    s.visionTowerParams = r.nonNegativeInteger("vision_tower_params", 0);
     s.positionEmbedding =
         parsePosition(r.choice("position_embedding", {"learned", "rope", "alibi", "none"}, toString(s.positionEmbedding)));
     s.rotaryFraction = r.positiveNumber("rotary_fraction", s.rotaryFraction);
@@ -199,6 +219,13 @@ Json modelSpecToJson(const ModelSpec& s) {
   j["pooler"] = s.pooler;
   j["dropout"] = s.dropout;
   j["seq_len"] = s.seqLen;
+  // Written only when set, so that older models keep their hash.
+  if (s.attentionChunkSize > 0) j["attention_chunk_size"] = s.attentionChunkSize;
+  if (s.globalAttentionEvery > 0) j["global_attention_every"] = s.globalAttentionEvery;
+  if (s.qkNorm) j["qk_norm"] = true;
+  if (s.sandwichNorm) j["sandwich_norm"] = true;
+  if (s.attentionSinks) j["attention_sinks"] = true;
+  if (s.visionTowerParams > 0) j["vision_tower_params"] = s.visionTowerParams;
   if (s.moe.enabled()) {
     j["moe"] = {{"num_experts", s.moe.numExperts},
                 {"top_k", s.moe.topK},

@@ -40,6 +40,8 @@ std::int64_t attentionParams(const ModelSpec& s) {
   std::int64_t p = h * (qWidth + 2 * kvWidth) + qWidth * h;
   if (s.qkvBias) p += qWidth + 2 * kvWidth;
   if (s.attentionOutputBias) p += h;
+  if (s.qkNorm) p += 2 * normParams(s.norm, s.headSize());  // one weight over head_dim for q, one for k
+  if (s.attentionSinks) p += s.numAttentionHeads;
   return p;
 }
 
@@ -109,10 +111,11 @@ ParamCount countParameters(const ModelSpec& s) {
   std::int64_t inactive = 0;
   const std::int64_t expertFfn = s.expertFfnSize();
   for (std::int64_t layer = 0; layer < s.numLayers; ++layer) {
-    total += 2 * normParams(s.norm, h) + attentionParams(s);
+    total += (s.sandwichNorm ? 4 : 2) * normParams(s.norm, h) + attentionParams(s);
     if (s.moe.isMoeLayer(layer)) {
       const std::int64_t expert = mlpParams(s, expertFfn);
-      total += h * s.moe.numExperts + s.moe.numExperts * expert;  // router (no bias) + experts
+      // The router has a bias when the MLPs do (GPT-OSS).
+      total += h * s.moe.numExperts + (s.mlpBias ? s.moe.numExperts : 0) + s.moe.numExperts * expert;
       if (s.moe.sharedExpertFfnHiddenSize > 0) total += mlpParams(s, s.moe.sharedExpertFfnHiddenSize);
       inactive += (s.moe.numExperts - s.moe.topK) * expert;
     } else {
@@ -133,6 +136,7 @@ ParamCount countParameters(const ModelSpec& s) {
   }
   count.total = total;
   count.active = total - inactive;
+  count.vision = s.visionTowerParams;
   return count;
 }
 
@@ -161,6 +165,9 @@ Result<void> validateModelSpec(const ModelSpec& s, const std::string& file) {
         std::tuple{s.embeddingSize, "embedding_size", limits::kMaxWidth},
         std::tuple{s.typeVocabSize, "type_vocab_size", limits::kMaxVocab},
         std::tuple{s.slidingWindow, "sliding_window", limits::kMaxSeqLen}, std::tuple{s.seqLen, "seq_len", limits::kMaxSeqLen},
+        std::tuple{s.attentionChunkSize, "attention_chunk_size", limits::kMaxSeqLen},
+        std::tuple{s.globalAttentionEvery, "global_attention_every", limits::kMaxLayers},
+        std::tuple{s.visionTowerParams, "vision_tower_params", limits::kMaxParameters},
         std::tuple{s.moe.numExperts, "moe/num_experts", limits::kMaxExperts},
         std::tuple{s.moe.topK, "moe/top_k", limits::kMaxExperts},
         std::tuple{s.moe.layerFrequency, "moe/layer_frequency", limits::kMaxLayers},
@@ -222,6 +229,23 @@ Result<void> validateModelSpec(const ModelSpec& s, const std::string& file) {
   if (s.embeddingSize < 0) return bad("/embedding_size", "must not be negative, got " + std::to_string(s.embeddingSize));
   if (s.typeVocabSize < 0) return bad("/type_vocab_size", "must not be negative, got " + std::to_string(s.typeVocabSize));
   if (s.slidingWindow < 0) return bad("/sliding_window", "must not be negative, got " + std::to_string(s.slidingWindow));
+  if (s.attentionChunkSize < 0) {
+    return bad("/attention_chunk_size", "must not be negative, got " + std::to_string(s.attentionChunkSize));
+  }
+  if (s.slidingWindow > 0 && s.attentionChunkSize > 0) {
+    return bad("/attention_chunk_size", "a layer attends either a sliding window or its chunk: set sliding_window or "
+                                        "attention_chunk_size, not both");
+  }
+  if (s.globalAttentionEvery < 0) {
+    return bad("/global_attention_every", "must not be negative, got " + std::to_string(s.globalAttentionEvery));
+  }
+  if (s.globalAttentionEvery > 0 && s.slidingWindow == 0 && s.attentionChunkSize == 0) {
+    return bad("/global_attention_every", "needs local attention (sliding_window or attention_chunk_size), got " +
+                                              std::to_string(s.globalAttentionEvery) + " without either");
+  }
+  if (s.visionTowerParams < 0) {
+    return bad("/vision_tower_params", "must not be negative, got " + std::to_string(s.visionTowerParams));
+  }
   if (!(s.rotaryFraction > 0.0 && s.rotaryFraction <= 1.0)) {
     return bad("/rotary_fraction", "must be in (0, 1], got " + std::to_string(s.rotaryFraction));
   }

@@ -169,7 +169,13 @@ class Builder {
   // `vSaved` are what the two products keep for backward (Q and K; V).
   void attentionCore(std::int64_t qkWidth, std::int64_t vWidth, std::int64_t qkSaved, std::int64_t vSaved) {
     const std::int64_t a = m_spec.numAttentionHeads;
-    const std::int64_t keys = m_spec.slidingWindow > 0 ? std::min(m_s, m_spec.slidingWindow) : m_s;
+    // A local layer's query sees the last `window` keys, or the keys of its own chunk; a chunk of c
+    // causal keys costs what a causal sequence of c does, a window of w keys s*w - w*(w-1)/2 pairs
+    // (the "window" dim tells the cost model which).
+    const bool local = m_spec.localAttention(m_layer);
+    const std::int64_t span = m_spec.slidingWindow > 0 ? m_spec.slidingWindow : m_spec.attentionChunkSize;
+    const std::int64_t keys = local ? std::min(m_s, span) : m_s;
+    const bool windowed = local && m_spec.slidingWindow > 0 && keys < m_s;
     const std::int64_t scores = m_b * a * m_s * keys;
     auto bmm = [&](const std::string& leaf, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t saved) {
       Op op;
@@ -177,6 +183,7 @@ class Builder {
       op.kind = OpKind::kBatchedMatMul;
       op.shard = Shard::kHeads;
       op.dims = {{"batch", m_b * a}, {"m", m}, {"n", n}, {"k", k}};
+      if (windowed) op.dims.emplace_back("window", keys);
       const double f = 2.0 * static_cast<double>(m_b * a) * static_cast<double>(m) * static_cast<double>(n) *
                        static_cast<double>(k);
       op.flopsFwd = f;
@@ -188,7 +195,9 @@ class Builder {
       chain(std::move(op));
     };
     bmm("attn.scores", m_s, keys, qkWidth, qkSaved);
-    elementwise("attn.softmax", OpKind::kSoftmax, Shard::kHeads, scores, 5.0, scores * m_dt);
+    // GPT-OSS's sinks: one learned logit per head joins each row's softmax (a parameter per head).
+    elementwise("attn.softmax", OpKind::kSoftmax, Shard::kHeads, scores, 5.0, scores * m_dt,
+                m_spec.attentionSinks ? a : 0);
     const bool hasDropout = m_spec.dropout > 0.0;
     if (hasDropout) elementwise("attn.dropout", OpKind::kDropout, Shard::kHeads, scores, 2.0, scores);
     // The probabilities (the dropout output; without dropout, the softmax output already saved) and V.
@@ -245,6 +254,15 @@ class Builder {
 
     const std::int64_t qkvParams = h * (qWidth + 2 * kvWidth) + (m_spec.qkvBias ? qWidth + 2 * kvWidth : 0);
     matmul("attn.qkv", m_tokens, qWidth + 2 * kvWidth, h, qkvParams, Shard::kColumn);
+    if (m_spec.qkNorm) {
+      // Qwen3 and Gemma 3 normalise each head's query and key over head_dim (one weight each); the
+      // norm saves its input.
+      const bool layerNorm = m_spec.norm == NormKind::kLayerNorm;
+      const OpKind kind = layerNorm ? OpKind::kLayerNorm : OpKind::kRmsNorm;
+      const std::int64_t params = layerNorm ? 2 * d : d;
+      elementwise("attn.qk_norm", kind, Shard::kHeads, m_tokens * (qWidth + kvWidth), layerNorm ? 8.0 : 5.0,
+                  m_tokens * (qWidth + kvWidth) * m_dt, 2 * params);
+    }
     if (m_spec.positionEmbedding == PositionEmbedding::kRope) {
       const auto rotated = static_cast<std::int64_t>(static_cast<double>(m_tokens * (qWidth + kvWidth)) * m_spec.rotaryFraction);
       // Linear in q and k: backward needs only the cos/sin tables, nothing saved per token.
@@ -284,7 +302,7 @@ class Builder {
     const bool bias = m_spec.mlpBias;
 
     const std::size_t input = *m_cursor;
-    matmul("moe.router", m_tokens, experts, h, h * experts, Shard::kReplicated);
+    matmul("moe.router", m_tokens, experts, h, h * experts + (bias ? experts : 0), Shard::kReplicated);
     Op topk;
     topk.name = name("moe.topk");
     topk.kind = OpKind::kTopK;
@@ -382,6 +400,7 @@ class Builder {
     norm("attn_norm", m_spec.hiddenSize);
     attention();
     m_block = "attention";
+    if (m_spec.sandwichNorm) norm("attn_post_norm", m_spec.hiddenSize);
     residual("attn_residual", layerInput);
     const std::size_t mlpInput = *m_cursor;
     m_block = "norm";
@@ -392,6 +411,10 @@ class Builder {
       denseMlp(m_spec.ffnHiddenSize);
     }
     dropout("mlp.dropout", m_tokens * m_spec.hiddenSize, Shard::kSequence);
+    if (m_spec.sandwichNorm) {
+      m_block = "norm";
+      norm("mlp_post_norm", m_spec.hiddenSize);
+    }
     residual("mlp_residual", mlpInput);
   }
 

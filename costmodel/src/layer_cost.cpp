@@ -46,6 +46,7 @@ LayerTemplate makeTemplate(const OpGraph& graph, std::int64_t layer, std::int64_
     o.savedBytes = static_cast<double>(op.savedBytes);
     o.params = static_cast<double>(op.params);
     o.causal = op.causal;
+    o.window = op.dim("window", 0);
     switch (op.kind) {
       case OpKind::kActivation:
       case OpKind::kGatedActivation:
@@ -376,7 +377,13 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     const double valueWidth = static_cast<double>(context ? context->n : scores->k);
     const double flops = 2.0 * count * (static_cast<double>(scores->m) / cp) * static_cast<double>(scores->n) *
                          (static_cast<double>(scores->k) + valueWidth);
-    const double work = scores->causal ? 0.5 * flops : flops;
+    // The share of query-key pairs a causal mask leaves: half of a full (or chunked) sequence, and
+    // s*w - w*(w-1)/2 of the s*w pairs a sliding window of w keys spans.
+    const double m = static_cast<double>(scores->m);
+    const double density = !scores->causal       ? 1.0
+                           : scores->window > 0 ? 1.0 - (static_cast<double>(scores->window) - 1.0) / (2.0 * m)
+                                                : 0.5;
+    const double work = density * flops;
     const double rate = device.attentionPeakFlopsPerSecond * device.sustainedClock;
     const double fwd = std::max(floor, work / (rate * device.flashFwdEfficiency));
     const double bwd = std::max(floor, 2.5 * work / (rate * device.flashBwdEfficiency));

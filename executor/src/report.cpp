@@ -110,7 +110,12 @@ Result<void> checkExecutable(const Plan& plan, int world, const std::string& bac
   if (m.moe.enabled()) return bad("model " + m.name + ": mixture-of-experts layers are not implemented by the executor");
   if (m.mla.enabled()) return bad("model " + m.name + ": multi-head latent attention is not implemented by the executor");
   if (m.positionEmbedding == PositionEmbedding::kAlibi) return bad("model " + m.name + ": ALiBi positions are not implemented by the executor");
-  if (m.slidingWindow > 0) return bad("model " + m.name + ": sliding-window attention is not implemented by the executor");
+  if (m.slidingWindow > 0 || m.attentionChunkSize > 0) {
+    return bad("model " + m.name + ": sliding-window and chunked attention are not implemented by the executor");
+  }
+  if (m.qkNorm || m.sandwichNorm || m.attentionSinks) {
+    return bad("model " + m.name + ": query/key norms, post-norms and attention sinks are not implemented by the executor");
+  }
   if (m.embeddingNorm || m.pooler || m.typeVocabSize > 0 || m.embeddingSize > 0 || !m.lmHead) {
     return bad("model " + m.name + ": embedding norms, poolers, token types and projected embeddings are not implemented by the executor");
   }

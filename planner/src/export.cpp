@@ -53,6 +53,14 @@ std::string megatron(const Plan& p) {
   if (s.positionEmbedding == PositionEmbedding::kRope) a << "--position-embedding-type rope \\\n";
   if (!s.tieWordEmbeddings) a << "--untie-embeddings-and-output-weights \\\n";
   if (!s.qkvBias && !s.mlpBias) a << "--disable-bias-linear \\\n";
+  // Megatron-Core's sliding window: (window, 0) keys; --window-attn-skip-freq N makes every Nth layer
+  // full attention, colo's global_attention_every. Per-head query/key norms; GPT-OSS's sinks.
+  if (s.slidingWindow > 0) {
+    a << "--window-size " << s.slidingWindow << ",0 \\\n";
+    if (s.globalAttentionEvery > 0) a << "--window-attn-skip-freq " << s.globalAttentionEvery << " \\\n";
+  }
+  if (s.qkNorm) a << "--qk-layernorm \\\n";
+  if (s.attentionSinks) a << "--softmax-type learnable \\\n";
   if (s.dropout == 0) a << "--attention-dropout 0.0 \\\n--hidden-dropout 0.0 \\\n";
   if (s.moe.enabled()) {
     a << "--num-experts " << s.moe.numExperts << " \\\n--moe-router-topk " << s.moe.topK << " \\\n";

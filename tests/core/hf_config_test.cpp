@@ -137,6 +137,93 @@ TEST(HfConfig, TheModelsOf2025MapToTheirPublishedCounts) {
   EXPECT_EQ(badFreq.error().path, "/moe_layer_freq");
 }
 
+TEST(HfConfig, TheFamiliesOf2025And2026MapToTheirPublishedCounts) {
+  // Gemma 2 report, Table 2 (9B: 917,962,752 embedding + 8,324,201,984 non-embedding, its vocabulary
+  // padded to 256,128 rows; the config has 256,000).
+  const ModelSpec gemma2 = hf("gemma-2-9b");
+  EXPECT_EQ(gemma2.family, "gemma2");
+  EXPECT_EQ(gemma2.slidingWindow, 4096);
+  EXPECT_EQ(gemma2.globalAttentionEvery, 2);
+  EXPECT_TRUE(gemma2.sandwichNorm);
+  EXPECT_FALSE(gemma2.qkNorm);
+  EXPECT_EQ(gemma2.headSize(), 256);
+  EXPECT_EQ(countParameters(gemma2).total, 917'962'752 + 8'324'201'984 - 128 * 3584);
+
+  // Gemma 3 27B: the multimodal wrapper; text_config planned, the SigLIP tower counted apart.
+  const ModelSpec gemma3 = hf("gemma-3-27b");
+  EXPECT_EQ(gemma3.family, "gemma3");
+  EXPECT_EQ(gemma3.numLayers, 62);
+  EXPECT_EQ(gemma3.vocabSize, 262208);  // the Gemma3TextConfig default; text_config leaves it out
+  EXPECT_EQ(gemma3.slidingWindow, 1024);
+  EXPECT_EQ(gemma3.globalAttentionEvery, 6);
+  EXPECT_TRUE(gemma3.qkNorm);
+  EXPECT_TRUE(gemma3.tieWordEmbeddings);
+  EXPECT_EQ(countParameters(gemma3).total,
+            countParameters(*test::loadModelOrFail(test::dataFile("models/gemma-3-27b.json")).spec).total);
+  EXPECT_EQ(gemma3.visionTowerParams, countParameters(*test::loadModelOrFail(test::dataFile("models/gemma-3-27b.json")).spec).vision);
+
+  // GPT-OSS: 117B / 21B total (model card); alternating sliding and full layers from layer_types.
+  const ModelSpec oss = hf("gpt-oss-120b");
+  EXPECT_EQ(oss.moe.numExperts, 128);
+  EXPECT_EQ(oss.moe.topK, 4);
+  EXPECT_EQ(oss.slidingWindow, 128);
+  EXPECT_EQ(oss.globalAttentionEvery, 2);
+  EXPECT_TRUE(oss.attentionSinks);
+  EXPECT_TRUE(oss.mlpBias);
+  EXPECT_EQ(countParameters(oss).total, countParameters(*test::loadModelOrFail(test::dataFile("models/gpt-oss-120b.json")).spec).total);
+  EXPECT_NEAR(static_cast<double>(countParameters(hf("gpt-oss-20b")).total), 20.91e9, 0.005 * 20.91e9);
+
+  // Llama 4 Scout: 109B with vision, 17B active; chunked attention, a NoPE full layer every fourth.
+  const ModelSpec scout = hf("llama-4-scout-17b-16e");
+  EXPECT_EQ(scout.attentionChunkSize, 8192);
+  EXPECT_EQ(scout.globalAttentionEvery, 4);
+  EXPECT_EQ(scout.moe.sharedExpertFfnHiddenSize, 8192);
+  EXPECT_EQ(scout.ffnHiddenSize, 16384);  // intermediate_size_mlp (the dense layers Maverick interleaves)
+  const ParamCount scoutCount = countParameters(scout);
+  EXPECT_NEAR(static_cast<double>(scoutCount.total + scoutCount.vision), 109e9, 0.01 * 109e9);
+  EXPECT_NEAR(static_cast<double>(scoutCount.active), 17e9, 0.02 * 17e9);
+  EXPECT_EQ(scoutCount.total, countParameters(*test::loadModelOrFail(test::dataFile("models/llama4-scout.json")).spec).total);
+
+  // Phi-3-mini 3.8B with its 2047-token window on every layer; Qwen3-235B-A22B; Mixtral 8x22B.
+  const ModelSpec phi = hf("phi-3-mini-4k");
+  EXPECT_EQ(phi.slidingWindow, 2047);
+  EXPECT_EQ(phi.globalAttentionEvery, 0);
+  EXPECT_NEAR(static_cast<double>(countParameters(phi).total), 3.82e9, 0.005 * 3.82e9);
+  EXPECT_NEAR(static_cast<double>(countParameters(hf("qwen3-235b-a22b")).total), 235e9, 0.005 * 235e9);
+  EXPECT_NEAR(static_cast<double>(countParameters(hf("qwen3-235b-a22b")).active), 22e9, 0.01 * 22e9);
+  EXPECT_NEAR(static_cast<double>(countParameters(hf("mixtral-8x22b")).total), 141e9, 0.005 * 141e9);
+}
+
+TEST(HfConfig, LayerPatternsColoCannotRepresentAreNamed) {
+  Json oss = test::loadJson(test::dataFile("hf/gpt-oss-120b/config.json"));
+  oss["layer_types"][3] = "sliding_attention";  // no longer one full layer per period
+  auto irregular = modelSpecFromHfConfig(oss, "oss/config.json");
+  ASSERT_FALSE(irregular);
+  EXPECT_EQ(irregular.error().path, "/layer_types");
+  oss["layer_types"] = Json::array({"full_attention"});  // one entry for 36 layers
+  auto short_ = modelSpecFromHfConfig(oss, "oss/config.json");
+  ASSERT_FALSE(short_);
+  EXPECT_EQ(short_.error().path, "/layer_types");
+  // Every layer full: plain attention, no window.
+  oss["layer_types"] = Json::array();
+  for (int i = 0; i < 36; ++i) oss["layer_types"].push_back("full_attention");
+  auto full = modelSpecFromHfConfig(oss, "oss/config.json");
+  ASSERT_TRUE(full) << full.error().toString();
+  EXPECT_EQ(full->slidingWindow, 0);
+  // Llama 4's explicit no_rope_layers (1: chunked RoPE layer, 0: NoPE full layer) and a bad one.
+  Json scout = test::loadJson(test::dataFile("hf/llama-4-scout-17b-16e/config.json"));
+  Json flags = Json::array();
+  for (int i = 0; i < 48; ++i) flags.push_back(i % 4 == 3 ? 0 : 1);
+  scout["text_config"]["no_rope_layers"] = flags;
+  auto listed = modelSpecFromHfConfig(scout, "scout/config.json");
+  ASSERT_TRUE(listed) << listed.error().toString();
+  EXPECT_EQ(listed->globalAttentionEvery, 4);
+  scout["text_config"]["no_rope_layers"][0] = 2;
+  auto bad = modelSpecFromHfConfig(scout, "scout/config.json");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().path, "/text_config/no_rope_layers");
+}
+
 TEST(HfConfig, TieWordEmbeddingsOverridesTheDefault) {
   Json config = test::loadJson(test::dataFile("hf/llama-2-7b/config.json"));
   config["tie_word_embeddings"] = true;

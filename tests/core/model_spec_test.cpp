@@ -39,12 +39,47 @@ TEST(ModelSpec, LibraryMatchesPublishedParameterCounts) {
       // DeepSeek-V3 report: 671B total, 37B activated (quoted to two digits); Qwen3 report: 30.5B total,
       // 3.3B activated; 8.2B.
       {"deepseek-v3", 671e9, 37e9, 0.02},  {"qwen3-30b-a3b", 30.5e9, 3.3e9, 0.02}, {"qwen3-8b", 8.2e9, 8.2e9, 0.01},
+      // Qwen3 report: 235B, 22B activated; Mistral: 141B, 39B active; Phi-3 report: 3.8B; Gemma 3
+      // report, Table 1: 1,416M embedding + 25,600M non-embedding (the text model). GPT-OSS and Llama 4
+      // are checked with their vision tower and embeddings below.
+      {"qwen3-235b-a22b", 235e9, 22e9, 0.01}, {"mixtral-8x22b", 141e9, 39e9, 0.01}, {"phi3-mini", 3.8e9, 3.8e9, 0.01},
+      {"gemma-3-27b", 27.016e9, 27.016e9, 0.002},
   };
   for (const auto& row : rows) {
     const ParamCount count = countParameters(libraryModel(row.name));
     EXPECT_LT(relativeError(static_cast<double>(count.total), row.total), row.tolerance) << row.name << " " << count.total;
     EXPECT_LT(relativeError(static_cast<double>(count.active), row.active), row.tolerance) << row.name << " " << count.active;
   }
+}
+
+TEST(ModelSpec, TheModelsOf2025CountAsPublished) {
+  // OpenAI's model card: 117B total, 5.1B active (the active count leaves the input embedding out,
+  // which a token only looks up).
+  const ParamCount oss = countParameters(libraryModel("gpt-oss-120b"));
+  EXPECT_LT(relativeError(static_cast<double>(oss.total), 116.83e9), 0.001) << oss.total;
+  EXPECT_LT(relativeError(static_cast<double>(oss.active - oss.embedding), 5.13e9), 0.01) << oss.active;
+  // Meta's Llama 4 card: 109B total with the vision encoder, 17B active.
+  const ParamCount scout = countParameters(libraryModel("llama4-scout"));
+  EXPECT_GT(scout.vision, 0);
+  EXPECT_LT(relativeError(static_cast<double>(scout.total + scout.vision), 109e9), 0.01) << scout.total + scout.vision;
+  EXPECT_LT(relativeError(static_cast<double>(scout.active), 17e9), 0.02) << scout.active;
+  // Gemma 3 report, Table 1: a 417M vision encoder (colo adds the 6M projector).
+  EXPECT_LT(relativeError(static_cast<double>(countParameters(libraryModel("gemma-3-27b")).vision), 417e6), 0.02);
+}
+
+TEST(ModelSpec, LocalAttentionFollowsItsLayerPattern) {
+  ModelSpec gemma = libraryModel("gemma-3-27b");
+  EXPECT_TRUE(gemma.localAttention(0));
+  EXPECT_TRUE(gemma.localAttention(4));
+  EXPECT_FALSE(gemma.localAttention(5));  // every sixth layer attends the whole sequence
+  EXPECT_TRUE(gemma.localAttention(6));
+  gemma.globalAttentionEvery = 0;         // Mistral: every layer slides
+  EXPECT_TRUE(gemma.localAttention(5));
+  gemma.slidingWindow = 0;
+  EXPECT_FALSE(gemma.localAttention(0));
+  const ModelSpec scout = libraryModel("llama4-scout");
+  EXPECT_TRUE(scout.localAttention(2));
+  EXPECT_FALSE(scout.localAttention(3));
 }
 
 TEST(ModelSpec, ExactCountsOfWellKnownModels) {
@@ -122,7 +157,13 @@ INSTANTIATE_TEST_SUITE_P(
                       BadSpecCase{R"({"mla": {"kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32}})",
                                   "/mla/qk_rope_head_dim", "rotary"},
                       BadSpecCase{R"({"position_embedding": "rope", "mla": {"kv_lora_rank": 64, "v_head_dim": 32, "q_rank": 8}})",
-                                  "/mla/q_rank", "unknown field"}));
+                                  "/mla/q_rank", "unknown field"},
+                      BadSpecCase{R"({"sliding_window": 512, "attention_chunk_size": 1024})", "/attention_chunk_size",
+                                  "not both"},
+                      BadSpecCase{R"({"global_attention_every": 4})", "/global_attention_every", "needs local attention"},
+                      BadSpecCase{R"({"attention_chunk_size": -8})", "/attention_chunk_size", "-8"},
+                      BadSpecCase{R"({"vision_tower_params": -1})", "/vision_tower_params", "-1"},
+                      BadSpecCase{R"({"qk_norm": "yes"})", "/qk_norm", "true or false"}));
 
 TEST(ModelSpec, MissingFieldIsNamed) {
   Json doc = test::loadJson(test::dataFile("models/llama2-7b.json"));

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <stdexcept>
 
 #include <gtest/gtest.h>
 
@@ -130,6 +131,34 @@ TEST(OpGraph, SlidingWindowBoundsAttention) {
       EXPECT_EQ(g.op(id).dim("n"), 1024);
     }
   }
+}
+
+TEST(OpGraph, LocalLayersAttendTheirWindowOrChunkAndGlobalLayersTheSequence) {
+  const OpGraph gemma = build(libraryModel("gemma-3-27b"), 32768, 1);
+  auto scores = [](const OpGraph& g, std::int64_t layer) -> const Op& {
+    for (const auto id : g.layerOps(layer)) {
+      if (g.op(id).name.ends_with("attn.scores")) return g.op(id);
+    }
+    throw std::runtime_error("no attn.scores");
+  };
+  EXPECT_EQ(scores(gemma, 0).dim("n"), 1024);
+  EXPECT_EQ(scores(gemma, 0).dim("window"), 1024);  // a sliding window, costed as a band
+  EXPECT_EQ(scores(gemma, 5).dim("n"), 32768);
+  EXPECT_EQ(scores(gemma, 5).dim("window", 0), 0);
+  // Llama 4: chunks of 8192 keys (a causal block each: no window), a full layer every fourth.
+  const OpGraph scout = build(libraryModel("llama4-scout"), 32768, 1);
+  EXPECT_EQ(scores(scout, 0).dim("n"), 8192);
+  EXPECT_EQ(scores(scout, 0).dim("window", 0), 0);
+  EXPECT_EQ(scores(scout, 3).dim("n"), 32768);
+  // Gemma's extra norms and per-head query/key norms, GPT-OSS's sinks and router bias are parameters
+  // of the graph (ParametersSumToTheClosedFormForEveryModel checks the totals).
+  bool qkNorm = false, postNorm = false;
+  for (const auto id : gemma.layerOps(0)) {
+    qkNorm |= gemma.op(id).name.ends_with("attn.qk_norm");
+    postNorm |= gemma.op(id).name.ends_with("mlp_post_norm");
+  }
+  EXPECT_TRUE(qkNorm);
+  EXPECT_TRUE(postNorm);
 }
 
 TEST(OpGraph, EdgesFormADagInLayerOrder) {

@@ -454,6 +454,33 @@ TEST(Evaluator, Fp32ParametersAreTheirOwnMasterAsFsdpKeepsThem) {
   EXPECT_DOUBLE_EQ(evaluateOrFail(p).peakMemoryBytes, fp32.peakMemoryBytes);
 }
 
+TEST(Evaluator, SlidingWindowLayersPayTheirBandOfTheCausalMask) {
+  // Gemma 3 at 32K tokens: 52 layers slide a 1024-key window, 10 attend everything. A causal window
+  // spans s*w - w*(w-1)/2 query-key pairs, full causal attention s*s/2, so the fused kernel of a local
+  // layer costs w*(1 - (w-1)/(2s)) / (s/2) of a global one's.
+  Plan p = makePlan("gemma-3-27b", "dgx-h100", 8, 8, 1, 8);
+  p.seqLen = 32768;
+  const auto ops = opTimesOf(p);
+  ASSERT_TRUE(ops) << ops.error().toString();
+  double local = 0, global = 0;
+  std::int64_t localLayers = 0, globalLayers = 0;
+  for (const auto& o : *ops) {
+    if (o.kind != "flash_attention") continue;
+    if (o.count == 52) { local = o.forwardSeconds; localLayers = o.count; }
+    if (o.count == 10) { global = o.forwardSeconds; globalLayers = o.count; }
+  }
+  ASSERT_EQ(localLayers, 52);
+  ASSERT_EQ(globalLayers, 10);
+  const double s = 32768, w = 1024;
+  EXPECT_NEAR(local / global, w * (1 - (w - 1) / (2 * s)) / (s / 2), 1e-9);
+  // The whole step: a fifth cheaper than if every layer attended the sequence (the MLPs dominate).
+  Plan full = p;
+  full.model.spec->slidingWindow = 0;
+  full.model.spec->globalAttentionEvery = 0;
+  const auto fullOps = opTimesOf(full);
+  EXPECT_LT(evaluateOrFail(p).stepSeconds, 0.85 * evaluateOrFail(full).stepSeconds);  // 15.7 s against 19.5 s
+}
+
 TEST(Evaluator, MoreMicroBatchesShrinkTheBubbleAndInterleavingShrinksItMore) {
   Plan few = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 128);
   Plan many = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 1536);

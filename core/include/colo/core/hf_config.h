@@ -1,7 +1,9 @@
 #pragma once
 /// \file
-/// Reads a Hugging Face `config.json` as-is into a ModelSpec. Supported `model_type`s: gpt2,
-/// gpt_neox, llama, mistral, mixtral, qwen2, opt, bloom, bert, vit. Keys are mapped per type (e.g.
+/// Reads a Hugging Face `config.json` as-is into a ModelSpec. Supported `model_type`s:
+/// supportedHfModelTypes() (GPT-2, GPT-NeoX, LLaMA, Mistral, Mixtral, Qwen2/3 and their MoE, DeepSeek
+/// V2/V3, Phi-3, Gemma 2/3, GPT-OSS, Llama 4, OPT, BLOOM, BERT, ViT); multimodal wrappers (gemma3,
+/// llama4) plan their `text_config` and count the `vision_config` tower apart. Keys are mapped per type (e.g.
 /// `n_embd`/`hidden_size`, `n_layer`/`num_hidden_layers`, `num_key_value_heads`,
 /// `intermediate_size`, `tie_word_embeddings`) with the defaults of the transformers library's config
 /// classes where a key is absent; unknown keys are ignored (HF configs carry many).

@@ -84,7 +84,17 @@ struct ModelSpec {
   std::int64_t maxPositionEmbeddings = 0;  ///< table size of learned positions; context limit otherwise
   std::int64_t embeddingSize = 0;     ///< OPT's word_embed_proj_dim; 0 means hiddenSize
   std::int64_t typeVocabSize = 0;     ///< BERT token types (segment embeddings); 0 for none
-  std::int64_t slidingWindow = 0;     ///< attention window (Mistral); 0 means full attention
+  std::int64_t slidingWindow = 0;     ///< attention window (Mistral, Gemma, GPT-OSS); 0 means full attention
+  /// Chunked local attention (Llama 4): a query sees only the keys of its own chunk; 0: none.
+  std::int64_t attentionChunkSize = 0;
+  /// With a window or chunks: layer i attends the whole sequence when i % N == N - 1 (Gemma 2: 2,
+  /// Gemma 3: 6, Llama 4: 4, GPT-OSS: 2); 0: every layer is local (Mistral).
+  std::int64_t globalAttentionEvery = 0;
+  bool qkNorm = false;                ///< per-head RMSNorm of queries and keys (Qwen3, Gemma 3)
+  bool sandwichNorm = false;          ///< a norm after attention and after the MLP too (Gemma 2/3)
+  bool attentionSinks = false;        ///< a learned sink logit per head in the softmax (GPT-OSS)
+  /// A multimodal model's vision encoder and projector, counted apart: colo plans the text model.
+  std::int64_t visionTowerParams = 0;
 
   PositionEmbedding positionEmbedding = PositionEmbedding::kLearned;
   double rotaryFraction = 1.0;        ///< GPT-NeoX rotary_pct: share of head_dim that is rotated
@@ -119,6 +129,11 @@ struct ModelSpec {
   [[nodiscard]] std::int64_t valueWidth() const {
     return mla.enabled() ? numAttentionHeads * mla.vHeadDim : kvHeads() * headSize();
   }
+  /// Whether a layer's attention is local (a sliding window or chunks) rather than over the sequence.
+  [[nodiscard]] bool localAttention(std::int64_t layer) const {
+    if (slidingWindow <= 0 && attentionChunkSize <= 0) return false;
+    return globalAttentionEvery <= 0 || layer % globalAttentionEvery != globalAttentionEvery - 1;
+  }
   /// The training sequence length: seqLen, else the context size; for ViT, patches + class token.
   [[nodiscard]] std::int64_t defaultSeqLen() const;
 
@@ -131,6 +146,7 @@ struct ParamCount {
   std::int64_t total = 0;   ///< every parameter
   std::int64_t active = 0;  ///< parameters touched by one token (MoE: top_k experts, not all)
   std::int64_t embedding = 0;  ///< input embeddings (tokens, positions, types, patches)
+  std::int64_t vision = 0;     ///< a multimodal model's vision tower, not in total (ModelSpec::visionTowerParams)
 };
 
 /// Checks a spec for inconsistencies (heads not dividing hidden, kv heads not dividing heads, top_k
