@@ -1,5 +1,6 @@
 #include "commands.h"
 
+#include <cstdlib>
 #include <iostream>
 
 #include "args.h"
@@ -188,6 +189,36 @@ int runList(const std::vector<std::string>& argv, std::ostream& out, std::ostrea
     }
   }
   return 0;
+}
+
+std::vector<OptionSpec> budgetOptions() {
+  return {{"train-tokens", "N", "tokens to train on (300B, 1.5T, 3e11): adds days, GPU-hours (and dollars) per plan"},
+          {"price-per-gpu-hour", "USD", "price of one GPU-hour, for dollars per plan (needs --train-tokens)"},
+          {"deadline-days", "D", "the run must finish within D days (needs --train-tokens)"}};
+}
+
+Result<planner::TrainingBudget> budgetOption(const Args& args) {
+  planner::TrainingBudget b;
+  if (const auto tokens = args.value("train-tokens")) {
+    auto parsed = planner::parseTokenCount(*tokens);
+    if (!parsed) return fail(Error::badInput("--train-tokens: " + parsed.error().message));
+    b.trainTokens = *parsed;
+  }
+  auto positive = [&](const char* name, double* into) -> Result<void> {
+    const auto text = args.value(name);
+    if (!text) return {};
+    if (!b.enabled()) return fail(Error::badInput(std::string("--") + name + " needs --train-tokens (how many tokens the run trains on)"));
+    char* end = nullptr;
+    const double v = std::strtod(text->c_str(), &end);
+    if (end == text->c_str() || *end != '\0' || !(v > 0) || v > 1e9) {
+      return fail(Error::badInput(std::string("--") + name + ": expected a positive number, got \"" + *text + "\""));
+    }
+    *into = v;
+    return {};
+  };
+  if (auto r = positive("price-per-gpu-hour", &b.pricePerGpuHour); !r) return fail(r.error());
+  if (auto r = positive("deadline-days", &b.deadlineDays); !r) return fail(r.error());
+  return b;
 }
 
 }  // namespace colo::app

@@ -11,6 +11,7 @@
 #include "colo/core/cluster.h"
 #include "colo/core/error.h"
 #include "colo/core/plan.h"
+#include "colo/planner/budget.h"
 
 namespace colo::app {
 
@@ -41,5 +42,11 @@ int reportError(const Error& error, std::ostream& err);
 /// The --calibration FILE of evaluate and search (colo-profile calibrate), which must have been fitted on
 /// the cluster's GPU. Errors: kBadInput/kIo naming the file.
 [[nodiscard]] Result<costmodel::RunCalibration> loadCalibration(const std::string& file, const ClusterSpec& cluster);
+
+/// The training-budget options evaluate, search and compare share (--train-tokens, --price-per-gpu-hour,
+/// --deadline-days), for their option lists.
+[[nodiscard]] std::vector<OptionSpec> budgetOptions();
+/// Reads them; a price or deadline without --train-tokens is an error naming the option.
+[[nodiscard]] Result<planner::TrainingBudget> budgetOption(const Args& args);
 
 }  // namespace colo::app

@@ -20,7 +20,8 @@ namespace colo::app {
 namespace {
 
 const std::vector<OptionSpec>& evaluateOptions() {
-  static const std::vector<OptionSpec> specs{
+  static const std::vector<OptionSpec> specs = [] {
+    std::vector<OptionSpec> own{
       {"plan", "FILE", "evaluate a saved colo.plan/1 file (the other plan options are then not allowed)"},
       {"model", "M", "model: library name or file (colo.model/1, HF config.json, colo.opgraph/1)"},
       {"cluster", "C", "cluster: library name or colo.cluster/1 file"},
@@ -62,7 +63,10 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"out", "FILE", "write the plan with its predictions as a colo.plan/1 file"},
       {"json", "", "print one JSON object"},
       {"help", "", "show this help"},
-  };
+    };
+    for (auto& o : budgetOptions()) own.push_back(std::move(o));
+    return own;
+  }();
   return specs;
 }
 
@@ -414,7 +418,8 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
     for (const auto& spec : evaluateOptions()) {
       const bool output = spec.name == "plan" || spec.name == "json" || spec.name == "out" || spec.name == "simulate" ||
                           spec.name == "timeline" || spec.name == "costdb" || spec.name == "explain" ||
-                          spec.name == "ops" || spec.name == "calibration";
+                          spec.name == "ops" || spec.name == "calibration" || spec.name == "train-tokens" ||
+                          spec.name == "price-per-gpu-hour" || spec.name == "deadline-days";
       if (!output && args->has(spec.name)) {
         return reportError(Error::badInput("--" + spec.name + " cannot be combined with --plan (edit the plan file instead)"), err);
       }
@@ -428,6 +433,8 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
     plan = std::move(*built);
     if (auto valid = validatePlan(plan); !valid) return reportError(toOptionError(valid.error()), err);
   }
+  auto budget = budgetOption(*args);
+  if (!budget) return reportError(budget.error(), err);
   auto evaluation = costmodel::evaluatePlan(plan, costDb ? &*costDb : nullptr);
   if (!evaluation) return reportError(toOptionError(evaluation.error()), err);
   std::optional<costmodel::RunCalibration> calibration;
@@ -485,6 +492,7 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
                             {"forward_s", o.forwardSeconds}, {"backward_s", o.backwardSeconds}});
       }
     }
+    if (budget->enabled()) j["training"] = planner::trainingCost(plan, *evaluation, *budget).toJson();
     if (timeline) {
       j["simulated"] = {{"pipeline_s", timeline->makespanSeconds}, {"bubble_fraction", timeline->bubbleFraction},
                         {"events", timeline->events.size()}};
@@ -492,6 +500,12 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
     out << j.dump(2) << "\n";
   } else {
     out << renderEvaluation(plan, *evaluation, calibration ? &*calibration : nullptr);
+    if (budget->enabled()) {
+      const auto cost = planner::trainingCost(plan, *evaluation, *budget);
+      out << "training  " << formatCount(budget->trainTokens) << " tokens on " << plan.cluster.totalGpus() << " GPUs"
+          << (budget->pricePerGpuHour > 0 ? " at $" + formatFixed(budget->pricePerGpuHour, 2) + "/GPU-hour" : "") << ": "
+          << formatCount(cost.steps) << " steps, " << cost.describe(*budget) << "\n";
+    }
     if (costDb && !args->has("explain")) {
       out << "costdb    " << costDb->path() << ": GEMM shapes timed " << evaluation->gemmExact << " exactly, "
           << evaluation->gemmInterpolated << " from the nearest measured shape, " << evaluation->gemmRoofline

@@ -29,7 +29,7 @@ Json side(const Plan& p, const costmodel::Evaluation& e, const std::string& rule
 }  // namespace
 
 int runCompare(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
-  const std::vector<OptionSpec> specs{
+  std::vector<OptionSpec> specs{
       {"model", "M", "model: library name or file"},
       {"cluster", "C", "cluster: library name or file"},
       {"gpus", "N", "scale the cluster to N GPUs"},
@@ -40,6 +40,7 @@ int runCompare(const std::vector<std::string>& argv, std::ostream& out, std::ost
       {"precision", "P", "bf16, fp16, fp8, fp32 (default: bf16, or fp16 on GPUs without bf16)"},
       {"json", "", "print one JSON object"},
       {"help", "", "show this help"}};
+  for (auto& o : budgetOptions()) specs.push_back(std::move(o));
   auto args = Args::parse(argv, specs);
   if (!args) return reportError(args.error(), err);
   if (args->has("help")) {
@@ -63,6 +64,8 @@ int runCompare(const std::vector<std::string>& argv, std::ostream& out, std::ost
   if (const auto f = args->value("max-memory-fraction")) fraction = std::strtod(f->c_str(), nullptr);
   if (!(fraction > 0 && fraction <= 1)) return reportError(Error::badInput("--max-memory-fraction: must be in (0, 1]"), err);
 
+  auto budget = budgetOption(*args);
+  if (!budget) return reportError(budget.error(), err);
   auto& [model, cluster] = *mc;
   auto baseline = planner::baselinePlan(*baselineKind, model, cluster, *gbs, *seq, *precision, fraction);
   if (!baseline) return reportError(baseline.error(), err);
@@ -79,11 +82,15 @@ int runCompare(const std::vector<std::string>& argv, std::ostream& out, std::ost
     Json j;
     j["baseline"] = side(baseline->plan, baseline->evaluation, baseline->rules);
     j["baseline"]["name"] = planner::toString(*baselineKind);
+    if (budget->enabled()) {
+      j["baseline"]["training"] = planner::trainingCost(baseline->plan, baseline->evaluation, *budget).toJson();
+    }
     if (found->feasible()) {
       const auto& best = found->top.front();
       j["colo"] = side(best.plan, best.evaluation, "colo-plan search (fastest that fits)");
       j["differences"] = planner::planDifferences(baseline->plan, best.plan);
       j["speedup"] = baseline->evaluation.stepSeconds / best.evaluation.stepSeconds;
+      if (budget->enabled()) j["colo"]["training"] = planner::trainingCost(best.plan, best.evaluation, *budget).toJson();
     } else {
       j["colo"] = nullptr;
       j["infeasible_reason"] = found->infeasibleReason;
@@ -98,6 +105,7 @@ int runCompare(const std::vector<std::string>& argv, std::ostream& out, std::ost
   const auto* best = have ? &found->top.front() : nullptr;
   auto conf = [](const Plan& p) {
     return "tp" + std::to_string(p.parallel.tp) + " pp" + std::to_string(p.parallel.pp) + " dp" + std::to_string(p.parallel.dp) +
+           (p.parallel.cp > 1 ? " cp" + std::to_string(p.parallel.cp) : "") + (p.parallel.ep > 1 ? " ep" + std::to_string(p.parallel.ep) : "") +
            (p.parallel.virtualStages > 1 ? " vpp" + std::to_string(p.parallel.virtualStages) : "") + " mbs" +
            std::to_string(p.microBatchSize) + " zero" + std::to_string(p.zeroStage);
   };
@@ -108,6 +116,14 @@ int runCompare(const std::vector<std::string>& argv, std::ostream& out, std::ost
   col("peak memory", formatBytes(b.peakMemoryBytes), have ? formatBytes(best->evaluation.peakMemoryBytes) : "-");
   col("fits", b.fits ? "yes" : "NO", have ? "yes" : "-");
   col("bubble", formatFixed(100 * b.bubbleFraction, 1) + "%", have ? formatFixed(100 * best->evaluation.bubbleFraction, 1) + "%" : "-");
+  if (budget->enabled()) {
+    const auto cb = planner::trainingCost(baseline->plan, b, *budget);
+    const auto cc = have ? planner::trainingCost(best->plan, best->evaluation, *budget) : planner::TrainingCost{};
+    col("days to train", formatFixed(cb.days, 1), have ? formatFixed(cc.days, 1) : "-");
+    col("GPU-hours", formatCount(cb.gpuHours), have ? formatCount(cc.gpuHours) : "-");
+    if (budget->pricePerGpuHour > 0) col("cost", planner::formatDollars(cb.dollars), have ? planner::formatDollars(cc.dollars) : "-");
+    if (budget->deadlineDays > 0) col("meets deadline", cb.meetsDeadline ? "yes" : "NO", have ? (cc.meetsDeadline ? "yes" : "NO") : "-");
+  }
   out << model.name() << " on " << clusterLabel(cluster) << ", gbs " << *gbs << "\n"
       << t.render("  ");
   out << "baseline: " << baseline->rules << "\n";

@@ -1,6 +1,10 @@
 // colo-plan search: the fastest plans that fit, with reasons, the Pareto front and the search's own figures.
+#include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
+#include <sstream>
 
 #include "args.h"
 #include "inputs.h"
@@ -8,6 +12,7 @@
 #include "colo/core/units.h"
 #include "colo/costmodel/error_band.h"
 #include "colo/planner/baseline.h"
+#include "colo/planner/budget.h"
 #include "colo/planner/search.h"
 #include "commands.h"
 #include "text_table.h"
@@ -16,10 +21,12 @@ namespace colo::app {
 namespace {
 
 const std::vector<OptionSpec>& searchOptions() {
-  static const std::vector<OptionSpec> specs{
+  static const std::vector<OptionSpec> specs = [] {
+    std::vector<OptionSpec> own{
       {"model", "M", "model: library name or file"},
       {"cluster", "C", "cluster: library name or file"},
-      {"gpus", "N", "scale the cluster to N GPUs"},
+      {"gpus", "N", "scale the cluster to N GPUs; N1,N2,.. searches each size and ranks them together"},
+      {"objective", "O", "rank by time (default: step time) or cost (GPU-hours, dollars with a price)"},
       {"gbs", "G", "global batch size, samples per step (required)"},
       {"seq-len", "S", "tokens per sample (default: the model's)"},
       {"top", "K", "how many plans to list (default 10)"},
@@ -37,7 +44,10 @@ const std::vector<OptionSpec>& searchOptions() {
       {"fail-if-infeasible", "", "exit 3 when no plan fits"},
       {"quiet", "", "no progress on stderr"},
       {"help", "", "show this help"},
-  };
+    };
+    for (auto& o : budgetOptions()) own.push_back(std::move(o));
+    return own;
+  }();
   return specs;
 }
 
@@ -54,7 +64,167 @@ class StderrProgress : public ProgressSink {
   int m_last = -1;
 };
 
-std::string row(const planner::Candidate& c) { return c.reason; }
+// What one search needs beyond the options: the database and calibration it was given.
+struct SearchInputs {
+  planner::SearchOptions options;
+  std::optional<costmodel::CostDatabase> costDb;
+  std::optional<costmodel::RunCalibration> calibration;
+  planner::TrainingBudget budget;
+  planner::Objective objective = planner::Objective::kTime;
+};
+
+Result<void> readSearchInputs(const Args& args, const Model& model, const ClusterSpec& cluster, SearchInputs& in) {
+  planner::SearchOptions& options = in.options;
+  auto gbs = args.positiveInteger("gbs", 0);
+  if (!gbs) return fail(gbs.error());
+  options.globalBatchSize = *gbs;
+  auto seq = args.positiveInteger("seq-len", 0);
+  if (!seq) return fail(seq.error());
+  options.seqLen = *seq > 0 ? *seq : model.defaultSeqLen();
+  auto top = args.positiveInteger("top", 10);
+  if (!top) return fail(top.error());
+  options.topK = static_cast<std::size_t>(*top);
+  if (const auto fix = args.value("fix")) {
+    auto fixed = planner::parseFixed(*fix);
+    if (!fixed) return fail(fixed.error());
+    options.fixed = *fixed;
+  }
+  if (const auto f = args.value("max-memory-fraction")) {
+    char* end = nullptr;
+    options.maxMemoryFraction = std::strtod(f->c_str(), &end);
+    if (end == f->c_str() || *end != '\0') {
+      return fail(Error::badInput("--max-memory-fraction: expected a number in (0, 1], got \"" + *f + "\""));
+    }
+  }
+  auto precision = precisionOption(args, &cluster);
+  if (!precision) return fail(precision.error());
+  options.precision = *precision;
+  const std::string attention = args.value("attention", "flash");
+  if (attention != "flash" && attention != "unfused") {
+    return fail(Error::badInput("--attention: expected flash or unfused, got \"" + attention + "\""));
+  }
+  options.flashAttention = attention == "flash";
+  options.allowZeroBubble = args.has("zero-bubble");
+  options.allowOffload = !args.has("no-offload");
+  if (const auto db = args.value("costdb")) {
+    auto opened = costmodel::CostDatabase::open(*db);
+    if (!opened) return fail(opened.error());
+    in.costDb = std::move(*opened);
+  }
+  if (const auto file = args.value("calibration")) {
+    auto loaded = loadCalibration(*file, cluster);
+    if (!loaded) return fail(loaded.error());
+    in.calibration = *loaded;
+  }
+  auto budget = budgetOption(args);
+  if (!budget) return fail(budget.error());
+  in.budget = *budget;
+  auto objective = planner::parseObjective(args.value("objective", "time"));
+  if (!objective) return fail(objective.error());
+  in.objective = *objective;
+  return {};
+}
+
+// The ranked table: one row a plan, with days, GPU-hours and dollars under a budget and the GPU count
+// when several cluster sizes were searched.
+std::string renderCandidates(const std::vector<planner::Candidate>& list, bool ranked, const SearchInputs& in, bool showGpus) {
+  std::vector<std::string> head{"#", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "stages", "step", "likely",
+                                "tokens/s", "MFU", "peak mem"};
+  std::vector<bool> right{true, true, true, true, true, true, true, true, true, false, false, true, false, true, true, true};
+  if (showGpus) {
+    head.insert(head.begin() + 1, "gpus");
+    right.insert(right.begin() + 1, true);
+  }
+  const bool budget = in.budget.enabled();
+  const bool price = in.budget.pricePerGpuHour > 0;
+  if (budget) {
+    for (const char* h : {"days", "GPU-h"}) {
+      head.emplace_back(h);
+      right.push_back(true);
+    }
+    if (price) {
+      head.emplace_back("cost");
+      right.push_back(true);
+    }
+  }
+  head.emplace_back("why");
+  right.push_back(false);
+  TextTable t(head, right);
+  const std::size_t firstHidden = showGpus ? 2 : 1;  // tp .. stages identify a row
+  int i = 0;
+  std::map<std::string, std::pair<int, const planner::Candidate*>> shown;  // visible columns -> first row
+  int rowNumber = 0;
+  for (const auto& c : list) {
+    ++rowNumber;
+    const auto& p = c.plan;
+    std::string rec = planner::recomputeSummary(p);
+    if (p.offload.optimizerFraction > 0) rec += " +offload";
+    // The likely range of the measured step around the prediction (validated runs most like it), and a
+    // fit that the top of the memory band would break.
+    const costmodel::PredictionBands bands = in.calibration ? costmodel::PredictionBands{} : costmodel::bandsOf(p, c.evaluation);
+    const std::string likely = in.calibration ? "calibrated"
+                               : bands.time   ? bands.time->describe().substr(0, bands.time->describe().find(','))
+                                              : "-";
+    std::string memory = formatBytes(c.evaluation.peakMemoryBytes);
+    if (bands.memoryAtRisk(c.evaluation)) memory += " AT RISK";
+    std::vector<std::string> cells{ranked ? std::to_string(++i) : "-", std::to_string(p.parallel.tp), std::to_string(p.parallel.pp),
+                                   std::to_string(p.parallel.dp), std::to_string(p.parallel.cp),
+                                   std::to_string(p.parallel.ep) + (p.parallel.etp > 0 ? " (etp " + std::to_string(p.parallel.etp) + ")" : ""),
+                                   std::to_string(p.parallel.virtualStages), std::to_string(p.microBatchSize),
+                                   std::to_string(p.zeroStage), rec, planner::stagesSummary(p),
+                                   formatFixed(c.evaluation.stepSeconds, 3) + " s", likely,
+                                   formatCount(c.evaluation.tokensPerSecond), formatFixed(100 * c.evaluation.mfu, 1) + "%", memory};
+    if (showGpus) cells.insert(cells.begin() + 1, std::to_string(p.cluster.totalGpus()));
+    std::string visible;
+    for (std::size_t k = firstHidden; k < firstHidden + 10; ++k) visible += cells[k] + "|";
+    if (budget) {
+      const auto cost = planner::trainingCost(p, c.evaluation, in.budget);
+      cells.push_back(formatFixed(cost.days, cost.days < 10 ? 2 : 1) + (cost.meetsDeadline ? "" : " LATE"));
+      cells.push_back(formatCount(cost.gpuHours));
+      if (price) cells.push_back(planner::formatDollars(cost.dollars));
+    }
+    // Settings no column shows (rank layout, schedule, sequence parallelism) can make two rows read
+    // alike: the later one says what sets it apart.
+    std::string why = c.reason;
+    if (const auto seen = shown.find(visible); seen != shown.end()) {
+      why += std::string("; unlike ") + (ranked ? "#" : "row ") + std::to_string(seen->second.first) + ": " +
+             planner::planDifferences(seen->second.second->plan, p);
+    } else {
+      shown.emplace(visible, std::pair{rowNumber, &c});
+    }
+    cells.push_back(why);
+    t.addRow(cells);
+  }
+  return t.render("  ");
+}
+
+std::string searchHeader(const Model& model, const ClusterSpec& cluster, const SearchInputs& in, const planner::SearchResult& r,
+                         bool precisionGiven) {
+  const auto& st = r.stats;
+  std::int64_t pruned = 0;
+  for (const auto& [rule, count] : st.pruned) pruned += count;
+  std::ostringstream out;
+  out << "search    " << model.name() << " on " << clusterLabel(cluster) << ", gbs " << in.options.globalBatchSize << " x "
+      << in.options.seqLen << " tokens, " << toString(in.options.precision)
+      << (precisionGiven || cluster.gpu.hasPeak(DType::kBf16) ? "" : " (this GPU has no bf16)") << ", memory budget "
+      << formatFixed(100 * in.options.maxMemoryFraction, 0) << "% of " << formatBytes(cluster.gpu.memoryBytes) << "\n";
+  out << "          " << st.generated << " configurations generated, " << pruned << " pruned, " << st.costed << " costed ("
+      << st.evaluated << " evaluations), " << st.feasible << " fit; " << formatFixed(st.seconds, 3) << " s ("
+      << formatCount(static_cast<double>(st.generated) / std::max(st.seconds, 1e-9)) << " candidates/s)\n";
+  return out.str();
+}
+
+// Orders plans found on one or several cluster sizes by the objective: wall-clock time (step time: the
+// global batch is the same everywhere) or cost (GPU-seconds per step, as GPU-hours and dollars are);
+// with a deadline, plans that miss it come last.
+void rankByObjective(std::vector<planner::Candidate>& list, const SearchInputs& in) {
+  auto key = [&](const planner::Candidate& c) {
+    const double gpus = static_cast<double>(c.plan.cluster.totalGpus());
+    const bool late = in.budget.enabled() && !planner::trainingCost(c.plan, c.evaluation, in.budget).meetsDeadline;
+    return std::pair{late, in.objective == planner::Objective::kCost ? c.evaluation.stepSeconds * gpus : c.evaluation.stepSeconds};
+  };
+  std::stable_sort(list.begin(), list.end(), [&](const auto& a, const auto& b) { return key(a) < key(b); });
+}
 
 }  // namespace
 
@@ -62,10 +232,12 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   auto args = Args::parse(argv, searchOptions());
   if (!args) return reportError(args.error(), err);
   if (args->has("help")) {
-    out << "usage: colo-plan search --model M --cluster C [--gpus N] --gbs G [--seq-len S] [--top K] [--fix tp=8,..]\n"
+    out << "usage: colo-plan search --model M --cluster C [--gpus N|N1,N2,..] --gbs G [--seq-len S] [--top K] [--fix tp=8,..]\n"
+           "         [--train-tokens T [--price-per-gpu-hour USD] [--deadline-days D]] [--objective time|cost]\n"
            "         [--max-memory-fraction F] [--costdb DB] [--out plan.json] [--json] [--explain] [--fail-if-infeasible]\n\n"
            "Finds the fastest plans that fit: degrees, micro-batch, virtual stages, ZeRO, offload, per-stage layers and\n"
-           "recompute, ranked by predicted step time, with the reason for each.\n\n"
+           "recompute, ranked by predicted step time (or, with --objective cost, by GPU-hours), with the reason for each.\n"
+           "Several --gpus sizes are searched each and ranked together; --train-tokens adds days, GPU-hours and dollars.\n\n"
         << describeOptions(searchOptions());
     return 0;
   }
@@ -73,145 +245,93 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   if (!args->has("gbs") && args->has("model") && args->has("cluster")) {
     return reportError(Error::badInput("missing --gbs (global batch size, samples per step)"), err);
   }
-  auto inputs = loadModelAndCluster(*args);
+  // Several cluster sizes: load the cluster as given and scale it to each.
+  std::vector<std::int64_t> sizes;
+  if (const auto gpus = args->value("gpus"); gpus && gpus->find(',') != std::string::npos) {
+    auto parsed = planner::parseGpuCounts(*gpus);
+    if (!parsed) return reportError(parsed.error(), err);
+    sizes = *parsed;
+  }
+  auto inputs = loadModelAndCluster(*args, /*applyGpus=*/sizes.empty());
   if (!inputs) return reportError(inputs.error(), err);
   if (!args->has("gbs")) return reportError(Error::badInput("missing --gbs (global batch size, samples per step)"), err);
   const Model& model = inputs->first;
-  const ClusterSpec& cluster = inputs->second;
-  planner::SearchOptions options;
-  auto gbs = args->positiveInteger("gbs", 0);
-  if (!gbs) return reportError(gbs.error(), err);
-  options.globalBatchSize = *gbs;
-  auto seq = args->positiveInteger("seq-len", 0);
-  if (!seq) return reportError(seq.error(), err);
-  options.seqLen = *seq;
-  auto top = args->positiveInteger("top", 10);
-  if (!top) return reportError(top.error(), err);
-  options.topK = static_cast<std::size_t>(*top);
-  if (const auto fix = args->value("fix")) {
-    auto fixed = planner::parseFixed(*fix);
-    if (!fixed) return reportError(fixed.error(), err);
-    options.fixed = *fixed;
+  std::vector<ClusterSpec> clusters;
+  if (sizes.empty()) clusters.push_back(inputs->second);
+  for (const auto n : sizes) {
+    auto scaled = scaleCluster(inputs->second, n);
+    if (!scaled) return reportError(Error::badInput("--gpus " + std::to_string(n) + ": " + scaled.error().message), err);
+    clusters.push_back(std::move(*scaled));
   }
-  if (const auto f = args->value("max-memory-fraction")) {
-    char* end = nullptr;
-    options.maxMemoryFraction = std::strtod(f->c_str(), &end);
-    if (end == f->c_str() || *end != '\0') {
-      return reportError(Error::badInput("--max-memory-fraction: expected a number in (0, 1], got \"" + *f + "\""), err);
-    }
-  }
-  auto precision = precisionOption(*args, &cluster);
-  if (!precision) return reportError(precision.error(), err);
-  options.precision = *precision;
-  const std::string attention = args->value("attention", "flash");
-  if (attention != "flash" && attention != "unfused") {
-    return reportError(Error::badInput("--attention: expected flash or unfused, got \"" + attention + "\""), err);
-  }
-  options.flashAttention = attention == "flash";
-  options.allowZeroBubble = args->has("zero-bubble");
-  options.allowOffload = !args->has("no-offload");
-  std::optional<costmodel::CostDatabase> costDb;
-  if (const auto db = args->value("costdb")) {
-    auto opened = costmodel::CostDatabase::open(*db);
-    if (!opened) return reportError(opened.error(), err);
-    costDb = std::move(*opened);
-    options.costDb = &*costDb;
-  }
-
-  std::optional<costmodel::RunCalibration> calibration;
-  if (const auto file = args->value("calibration")) {
-    auto loaded = loadCalibration(*file, cluster);
-    if (!loaded) return reportError(loaded.error(), err);
-    calibration = *loaded;
-    options.calibration = &*calibration;
-  }
+  SearchInputs in;
+  if (auto read = readSearchInputs(*args, model, clusters.front(), in); !read) return reportError(read.error(), err);
+  in.options.costDb = in.costDb ? &*in.costDb : nullptr;
+  in.options.calibration = in.calibration ? &*in.calibration : nullptr;
 
   StderrProgress progress;
-  auto result = planner::search(model, cluster, options, args->has("quiet") || args->has("json") ? nullptr : &progress);
-  if (!result) return reportError(result.error(), err);
+  const bool quiet = args->has("quiet") || args->has("json");
+  std::vector<planner::SearchResult> results;
+  std::vector<planner::Candidate> ranked;
+  for (const auto& cluster : clusters) {
+    auto result = planner::search(model, cluster, in.options, quiet ? nullptr : &progress);
+    if (!result) return reportError(result.error(), err);
+    for (const auto& c : result->top) ranked.push_back(c);
+    results.push_back(std::move(*result));
+  }
+  rankByObjective(ranked, in);
+  if (ranked.size() > in.options.topK) ranked.resize(in.options.topK);
+  const bool feasible = !ranked.empty();
 
   std::string command = "colo-plan search";
   for (const auto& a : argv) command += " " + a;
-  if (result->feasible()) {
-    planner::annotate(result->top.front().plan, result->top.front().evaluation, command, costDb ? costDb->hash() : "");
+  if (feasible) {
+    planner::annotate(ranked.front().plan, ranked.front().evaluation, command, in.costDb ? in.costDb->hash() : "");
     if (const auto file = args->value("out")) {
-      if (auto written = writeJsonFileAtomic(*file, planToJson(result->top.front().plan)); !written) {
-        return reportError(written.error(), err);
-      }
+      if (auto written = writeJsonFileAtomic(*file, planToJson(ranked.front().plan)); !written) return reportError(written.error(), err);
     }
   }
-  const auto& st = result->stats;
-  std::int64_t pruned = 0;
-  for (const auto& [rule, count] : st.pruned) pruned += count;
   if (args->has("json")) {
-    out << result->toJson().dump(2) << "\n";
-  } else {
-    out << "search    " << model.name() << " on " << clusterLabel(cluster) << ", gbs "
-        << options.globalBatchSize << " x " << (options.seqLen > 0 ? options.seqLen : model.defaultSeqLen())
-        << " tokens, " << toString(options.precision)
-        << (args->has("precision") || cluster.gpu.hasPeak(DType::kBf16) ? "" : " (this GPU has no bf16)") << ", memory budget " << formatFixed(100 * options.maxMemoryFraction, 0) << "% of "
-        << formatBytes(cluster.gpu.memoryBytes) << "\n";
-    out << "          " << st.generated << " configurations generated, " << pruned << " pruned, " << st.costed
-        << " costed (" << st.evaluated << " evaluations), " << st.feasible << " fit; " << formatFixed(st.seconds, 3)
-        << " s (" << formatCount(static_cast<double>(st.generated) / std::max(st.seconds, 1e-9)) << " candidates/s)\n";
-    auto table = [&](const std::vector<planner::Candidate>& list, bool ranked) {
-      TextTable t({"#", "tp", "pp", "dp", "cp", "ep", "vpp", "mbs", "zero", "recompute", "stages", "step", "likely",
-                   "tokens/s", "MFU", "peak mem", "why"},
-                  {true, true, true, true, true, true, true, true, true, false, false, true, false, true, true, true, false});
-      int i = 0;
-      std::map<std::string, std::pair<int, const planner::Candidate*>> shown;  // visible columns -> first row
-      int rowNumber = 0;
-      for (const auto& c : list) {
-        ++rowNumber;
-        const auto& p = c.plan;
-        const std::string stages = planner::stagesSummary(p);
-        std::string rec = planner::recomputeSummary(p);
-        if (p.offload.optimizerFraction > 0) rec += " +offload";
-        // The likely range of the measured step around the prediction (validated runs most like it), and
-        // a fit that the top of the memory band would break.
-        const costmodel::PredictionBands bands =
-            calibration ? costmodel::PredictionBands{} : costmodel::bandsOf(p, c.evaluation);
-        const std::string likely = calibration  ? "calibrated"
-                                   : bands.time ? bands.time->describe().substr(0, bands.time->describe().find(','))
-                                                : "-";
-        std::string memory = formatBytes(c.evaluation.peakMemoryBytes);
-        if (bands.memoryAtRisk(c.evaluation)) memory += " AT RISK";
-        std::vector<std::string> cells{
-            ranked ? std::to_string(++i) : "-", std::to_string(p.parallel.tp), std::to_string(p.parallel.pp),
-            std::to_string(p.parallel.dp), std::to_string(p.parallel.cp),
-            std::to_string(p.parallel.ep) + (p.parallel.etp > 0 ? " (etp " + std::to_string(p.parallel.etp) + ")" : ""),
-            std::to_string(p.parallel.virtualStages), std::to_string(p.microBatchSize), std::to_string(p.zeroStage), rec,
-            stages, formatFixed(c.evaluation.stepSeconds, 3) + " s", likely, formatCount(c.evaluation.tokensPerSecond),
-            formatFixed(100 * c.evaluation.mfu, 1) + "%", memory, row(c)};
-        // Settings no column shows (rank layout, schedule, sequence parallelism) can make two rows read
-        // alike: the later one says what sets it apart.
-        std::string visible;
-        for (std::size_t k = 1; k + 6 < cells.size(); ++k) visible += cells[k] + "|";  // tp .. stages
-        if (const auto seen = shown.find(visible); seen != shown.end()) {
-          cells.back() += std::string("; unlike ") + (ranked ? "#" : "row ") + std::to_string(seen->second.first) + ": " +
-                          planner::planDifferences(seen->second.second->plan, p);
-        } else {
-          shown.emplace(visible, std::pair{rowNumber, &c});
-        }
-        t.addRow(cells);
+    Json j = results.size() == 1 ? results.front().toJson() : Json::object();
+    if (results.size() > 1) {
+      j["searches"] = Json::array();
+      for (const auto& r : results) j["searches"].push_back(r.toJson());
+    }
+    j["objective"] = in.objective == planner::Objective::kCost ? "cost" : "time";
+    if (in.budget.enabled() || results.size() > 1) {
+      j["ranked"] = Json::array();
+      for (const auto& c : ranked) {
+        Json row{{"gpus", c.plan.cluster.totalGpus()}, {"plan", planToJson(c.plan)}, {"step_time_s", c.evaluation.stepSeconds}};
+        if (in.budget.enabled()) row["training"] = planner::trainingCost(c.plan, c.evaluation, in.budget).toJson();
+        j["ranked"].push_back(row);
       }
-      return t.render("  ");
-    };
-    if (result->feasible()) {
-      out << "best plans (fastest first)\n" << table(result->top, true);
+    }
+    out << j.dump(2) << "\n";
+  } else {
+    for (std::size_t k = 0; k < results.size(); ++k) out << searchHeader(model, clusters[k], in, results[k], args->has("precision"));
+    if (feasible) {
+      if (in.budget.enabled()) {
+        out << "training  " << formatCount(in.budget.trainTokens) << " tokens"
+            << (in.budget.pricePerGpuHour > 0 ? " at $" + formatFixed(in.budget.pricePerGpuHour, 2) + "/GPU-hour" : "")
+            << (in.budget.deadlineDays > 0 ? ", deadline " + formatFixed(in.budget.deadlineDays, 1) + " days (LATE: a plan that misses it, ranked last)" : "")
+            << "\n";
+      }
+      out << (in.objective == planner::Objective::kCost ? "best plans (cheapest first: GPU-hours)\n" : "best plans (fastest first)\n")
+          << renderCandidates(ranked, true, in, clusters.size() > 1);
       if (const auto file = args->value("out")) out << "wrote the best plan to " << *file << "\n";
     } else {
-      out << "NO FEASIBLE PLAN: " << result->infeasibleReason << "\n";
+      for (const auto& r : results) out << "NO FEASIBLE PLAN: " << r.infeasibleReason << "\n";
     }
     if (args->has("explain")) {
-      out << "pruned by rule\n";
-      for (const auto& [rule, count] : st.pruned) out << "  " << count << "  " << rule << "\n";
-      if (!result->pareto.empty()) out << "Pareto front (step time vs peak memory)\n" << table(result->pareto, false);
-      if (!result->rejected.empty()) out << "closest that do not fit\n" << table(result->rejected, false);
+      for (const auto& r : results) {
+        out << "pruned by rule\n";
+        for (const auto& [rule, count] : r.stats.pruned) out << "  " << count << "  " << rule << "\n";
+        if (!r.pareto.empty()) out << "Pareto front (step time vs peak memory)\n" << renderCandidates(r.pareto, false, in, false);
+        if (!r.rejected.empty()) out << "closest that do not fit\n" << renderCandidates(r.rejected, false, in, false);
+      }
     }
   }
-  if (!result->feasible() && args->has("fail-if-infeasible")) {
-    if (args->has("json")) err << "colo-plan: no feasible plan: " << result->infeasibleReason << "\n";
+  if (!feasible && args->has("fail-if-infeasible")) {
+    if (args->has("json")) err << "colo-plan: no feasible plan: " << results.front().infeasibleReason << "\n";
     return 3;
   }
   return 0;

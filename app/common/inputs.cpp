@@ -4,7 +4,7 @@
 
 namespace colo::app {
 
-Result<std::pair<Model, ClusterSpec>> loadModelAndCluster(const Args& args) {
+Result<std::pair<Model, ClusterSpec>> loadModelAndCluster(const Args& args, bool applyGpus) {
   const auto modelName = args.value("model");
   const auto clusterName = args.value("cluster");
   if (!modelName) return fail(Error::badInput("missing --model (a library name or a file)"));
@@ -17,7 +17,7 @@ Result<std::pair<Model, ClusterSpec>> loadModelAndCluster(const Args& args) {
   if (!clusterFile) return fail(clusterFile.error());
   auto cluster = loadCluster(*clusterFile);
   if (!cluster) return fail(cluster.error());
-  if (args.has("gpus")) {
+  if (applyGpus && args.has("gpus")) {
     auto gpus = args.positiveInteger("gpus", 0);
     if (!gpus) return fail(gpus.error());
     auto scaled = scaleCluster(*cluster, *gpus);

@@ -9,8 +9,9 @@
 
 namespace colo::app {
 
-/// Loads --model and --cluster (library names or files) and applies --gpus. Errors: kBadInput for a
-/// missing option, plus whatever loading reports (file, field, value).
-[[nodiscard]] Result<std::pair<Model, ClusterSpec>> loadModelAndCluster(const Args& args);
+/// Loads --model and --cluster (library names or files) and applies --gpus (unless `applyGpus` is false:
+/// a caller that reads several sizes scales the cluster itself). Errors: kBadInput for a missing option,
+/// plus whatever loading reports (file, field, value).
+[[nodiscard]] Result<std::pair<Model, ClusterSpec>> loadModelAndCluster(const Args& args, bool applyGpus = true);
 
 }  // namespace colo::app

@@ -248,6 +248,8 @@ Result<ModelSpec> modelSpecFromHfConfig(const Json& config, const std::string& f
   auto spec = detail::catchLoad(file, [&]() -> ModelSpec {
     const JsonReader r(config, file);
     const std::string type = r.string("model_type");
+    const Json noText = Json::object();
+    const JsonReader textReader = r.has("text_config") ? r.object("text_config") : JsonReader(noText, file);
     ModelSpec s;
     if (type == "gpt2") {
       s = gpt2(r);
@@ -284,6 +286,12 @@ Result<ModelSpec> modelSpecFromHfConfig(const Json& config, const std::string& f
       std::string list;
       for (const auto& t : supportedHfModelTypes()) list += (list.empty() ? "" : ", ") + t;
       r.fail("model_type", "unsupported model_type \"" + type + "\" (supported: " + list + ")");
+    }
+    // The rotary base, else the config class's default (the family preset: 10000, Mixtral and Gemma 3
+    // 1e6, GPT-OSS 150000, Llama 4 500000); Gemma 3's local layers use rope_local_base_freq.
+    const JsonReader& text = r.has("text_config") ? textReader : r;
+    if (s.positionEmbedding == PositionEmbedding::kRope) {
+      s.ropeTheta = text.positiveNumber(type == "gpt_neox" ? "rotary_emb_base" : "rope_theta", s.ropeTheta);
     }
     // A rotary model's max_position_embeddings is only its context limit (Llama 4: 10M tokens); colo
     // plans sequences up to its own limit.

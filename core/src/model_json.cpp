@@ -71,6 +71,10 @@ Result<ModelSpec> familyPreset(const std::string& family) {
       s.qkvBias = s.attentionOutputBias = s.mlpBias = true;
       s.attentionSinks = true;
     }
+    // The rotary base of each transformers config class (rope_theta's default).
+    if (family == "mixtral" || family == "gemma3") s.ropeTheta = 1e6;
+    if (family == "gpt_oss") s.ropeTheta = 150000;
+    if (family == "llama4") s.ropeTheta = 500000;
     return s;
   }
   if (family == "bert") {
@@ -131,6 +135,7 @@ Result<ModelSpec> modelSpecFromJson(const Json& document, const std::string& fil
     s.positionEmbedding =
         parsePosition(r.choice("position_embedding", {"learned", "rope", "alibi", "none"}, toString(s.positionEmbedding)));
     s.rotaryFraction = r.positiveNumber("rotary_fraction", s.rotaryFraction);
+    s.ropeTheta = r.positiveNumber("rope_theta", s.ropeTheta);
     s.norm = r.choice("norm", {"layernorm", "rmsnorm"}, toString(s.norm)) == "layernorm" ? NormKind::kLayerNorm
                                                                                           : NormKind::kRmsNorm;
     s.activation = parseActivation(r.choice("activation", {"gelu", "relu", "silu", "swiglu", "geglu"}, toString(s.activation)));
@@ -220,6 +225,7 @@ Json modelSpecToJson(const ModelSpec& s) {
   j["dropout"] = s.dropout;
   j["seq_len"] = s.seqLen;
   // Written only when set, so that older models keep their hash.
+  if (auto preset = familyPreset(s.family); !preset || s.ropeTheta != preset->ropeTheta) j["rope_theta"] = s.ropeTheta;
   if (s.attentionChunkSize > 0) j["attention_chunk_size"] = s.attentionChunkSize;
   if (s.globalAttentionEvery > 0) j["global_attention_every"] = s.globalAttentionEvery;
   if (s.qkNorm) j["qk_norm"] = true;

@@ -249,6 +249,9 @@ Result<void> validateModelSpec(const ModelSpec& s, const std::string& file) {
   if (!(s.rotaryFraction > 0.0 && s.rotaryFraction <= 1.0)) {
     return bad("/rotary_fraction", "must be in (0, 1], got " + std::to_string(s.rotaryFraction));
   }
+  if (!(s.ropeTheta > 0.0 && s.ropeTheta <= 1e12)) {
+    return bad("/rope_theta", "must be in (0, 1e12], got " + std::to_string(s.ropeTheta));
+  }
   if (!(s.dropout >= 0.0 && s.dropout < 1.0)) {
     return bad("/dropout", "must be in [0, 1), got " + std::to_string(s.dropout));
   }

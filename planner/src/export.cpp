@@ -7,6 +7,14 @@
 namespace colo::planner {
 namespace {
 
+// A number as a command line takes it: 500000, 0.25, 1e+06 -> 1000000.
+std::string formatNumber(double v) {
+  std::ostringstream o;
+  if (v == static_cast<double>(static_cast<std::int64_t>(v))) o << static_cast<std::int64_t>(v);
+  else o << v;
+  return o.str();
+}
+
 struct RecomputeSummary {
   RecomputePolicy policy = RecomputePolicy::kNone;
   std::int64_t maxLayersPerChunk = 0;
@@ -50,7 +58,10 @@ std::string megatron(const Plan& p) {
   if (s.headDim > 0) a << "--kv-channels " << s.headDim << " \\\n";
   if (s.norm == NormKind::kRmsNorm) a << "--normalization RMSNorm \\\n";
   if (s.activation == Activation::kSwiGlu) a << "--swiglu \\\n";
-  if (s.positionEmbedding == PositionEmbedding::kRope) a << "--position-embedding-type rope \\\n";
+  if (s.positionEmbedding == PositionEmbedding::kRope) {
+    a << "--position-embedding-type rope \\\n--rotary-base " << formatNumber(s.ropeTheta) << " \\\n";
+    if (s.rotaryFraction < 1.0) a << "--rotary-percent " << formatNumber(s.rotaryFraction) << " \\\n";
+  }
   if (!s.tieWordEmbeddings) a << "--untie-embeddings-and-output-weights \\\n";
   if (!s.qkvBias && !s.mlpBias) a << "--disable-bias-linear \\\n";
   // Megatron-Core's sliding window: (window, 0) keys; --window-attn-skip-freq N makes every Nth layer

@@ -1,5 +1,6 @@
 // End-to-end tests of the colo-plan program: run the built binary as a user would and check its exit
 // code, stdout and stderr.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -357,6 +358,50 @@ TEST(ColoPlanSearch, InfeasibleExitsThreeWhenAskedWithTheBindingConstraint) {
 
 namespace colo {
 namespace {
+
+TEST(ColoPlanSearch, TrainingBudgetRanksClusterSizesByTimeOrCost) {
+  // Llama 3 70B for 1.5T tokens on 128, 256 and 512 H100s: by time the largest cluster wins; by cost the
+  // cheapest GPU-hours do, unless a deadline rules them out.
+  const std::string common = "search --model llama3-70b --cluster dgx-h100-x64 --gpus 128,256,512 --gbs 512 "
+                             "--train-tokens 1.5T --price-per-gpu-hour 2.5 --top 3 --json";
+  auto best = [](const std::string& out) {
+    const Json j = Json::parse(out);
+    return std::pair{j["ranked"][0]["gpus"].get<int>(), j["ranked"][0]["training"]};
+  };
+  const auto time = run(common);
+  ASSERT_EQ(time.exitCode, 0) << time.err;
+  EXPECT_EQ(Json::parse(time.out)["searches"].size(), 3u);
+  EXPECT_EQ(best(time.out).first, 512);
+  const auto cost = run(common + " --objective cost");
+  ASSERT_EQ(cost.exitCode, 0) << cost.err;
+  const auto [cheapGpus, cheap] = best(cost.out);
+  EXPECT_LT(cheapGpus, 512);
+  EXPECT_LT(cheap["gpu_hours"].get<double>(), best(time.out).second["gpu_hours"].get<double>());
+  EXPECT_NEAR(cheap["dollars"].get<double>(), 2.5 * cheap["gpu_hours"].get<double>(), 1e-6 * cheap["dollars"].get<double>());
+  const auto deadline = run(common + " --objective cost --deadline-days 40");
+  ASSERT_EQ(deadline.exitCode, 0) << deadline.err;
+  EXPECT_EQ(best(deadline.out).first, 512);  // the only size that trains 1.5T tokens in 40 days
+  EXPECT_TRUE(best(deadline.out).second["meets_deadline"].get<bool>());
+  // The table shows the budget's columns and the GPU count.
+  const auto text = run("search --model llama3-70b --cluster dgx-h100-x64 --gpus 256,512 --gbs 512 --train-tokens 1.5T "
+                        "--price-per-gpu-hour 2 --objective cost --quiet");
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  for (const char* part : {"gpus", "days", "GPU-h", "cost", "cheapest first", "training  1.5T tokens at $2.00/GPU-hour"}) {
+    EXPECT_NE(text.out.find(part), std::string::npos) << part << "\n" << text.out;
+  }
+  // evaluate and compare print the same figures; a price without tokens is refused.
+  const auto ev = run("evaluate --model llama3-70b --cluster dgx-h100-x64 --tp 8 --pp 4 --gbs 512 --train-tokens 1.5T --json");
+  ASSERT_EQ(ev.exitCode, 0) << ev.err;
+  EXPECT_NEAR(Json::parse(ev.out)["training"]["steps"].get<double>(), std::ceil(1.5e12 / (512.0 * 8192)), 0.5);
+  const auto cmp = run("compare --model llama3-70b --cluster dgx-h100-x64 --gbs 512 --train-tokens 15T --price-per-gpu-hour 2");
+  ASSERT_EQ(cmp.exitCode, 0) << cmp.err;
+  EXPECT_NE(cmp.out.find("days to train"), std::string::npos) << cmp.out;
+  const auto bad = run("evaluate --model llama3-70b --cluster dgx-h100-x64 --tp 8 --gbs 512 --price-per-gpu-hour 2");
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find("--price-per-gpu-hour needs --train-tokens"), std::string::npos) << bad.err;
+  EXPECT_EQ(run("search --model llama3-70b --cluster dgx-h100-x64 --gpus 256,x --gbs 512").exitCode, 2);
+  EXPECT_EQ(run("search --model llama3-70b --cluster dgx-h100-x64 --gbs 512 --objective money").exitCode, 2);
+}
 
 TEST(ColoPlanTools, CompareCheckAndExportEndToEnd) {
   const auto cmp = run("compare --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536 --json");

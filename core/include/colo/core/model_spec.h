@@ -98,6 +98,7 @@ struct ModelSpec {
 
   PositionEmbedding positionEmbedding = PositionEmbedding::kLearned;
   double rotaryFraction = 1.0;        ///< GPT-NeoX rotary_pct: share of head_dim that is rotated
+  double ropeTheta = 10000.0;         ///< rotary base (HF rope_theta; Llama 3: 500000; Megatron --rotary-base)
   NormKind norm = NormKind::kLayerNorm;
   Activation activation = Activation::kGelu;
   bool qkvBias = true;                ///< bias on the query/key/value projections
