@@ -9,6 +9,7 @@
 #include "colo/core/units.h"
 #include "colo/planner/baseline.h"
 #include "colo/planner/export.h"
+#include "colo/planner/export_check.h"
 #include "colo/planner/search.h"
 #include "commands.h"
 #include "text_table.h"
@@ -221,6 +222,20 @@ int runExport(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   if (!plan) return reportError(plan.error(), err);
   auto text = planner::exportPlan(*plan, *format, *file);
   if (!text) return reportError(text.error(), err);
+  // Megatron-LM's arguments and DeepSpeed's config are checked against the tools' schemas
+  // (data/export-schemas/) before they are written: an export the tool would refuse is not written.
+  if (*format == planner::ExportFormat::kMegatron || *format == planner::ExportFormat::kDeepSpeed) {
+    const bool megatron = *format == planner::ExportFormat::kMegatron;
+    auto schema = planner::loadExportSchema(megatron ? "megatron-lm" : "deepspeed");
+    if (!schema) return reportError(schema.error(), err);
+    const auto problems = megatron ? planner::checkMegatronArguments(*text, *schema, plan->cluster.totalGpus())
+                                   : planner::checkDeepSpeedConfig(Json::parse(*text), *schema, *plan);
+    if (!problems.empty()) {
+      std::string why;
+      for (const auto& pr : problems) why += (why.empty() ? "" : "; ") + pr.rule + ": " + pr.message;
+      return reportError(Error::badInput(std::string(megatron ? "Megatron-LM" : "DeepSpeed") + " would refuse this export (" + why + ")", *file), err);
+    }
+  }
   if (const auto target = args->value("out")) {
     std::ofstream f(*target, std::ios::binary | std::ios::trunc);
     if (!(f << *text)) return reportError(Error::io("cannot write", *target), err);

@@ -7,6 +7,12 @@
 namespace colo::planner {
 namespace {
 
+std::string planStagesText(const Plan& p) {
+  std::string out;
+  for (const auto& st : p.stages) out += (out.empty() ? "" : ",") + std::to_string(st.layers);
+  return out;
+}
+
 // A number as a command line takes it: 500000, 0.25, 1e+06 -> 1000000.
 std::string formatNumber(double v) {
   std::ostringstream o;
@@ -75,6 +81,8 @@ std::string megatron(const Plan& p) {
   if (s.dropout == 0) a << "--attention-dropout 0.0 \\\n--hidden-dropout 0.0 \\\n";
   if (s.moe.enabled()) {
     a << "--num-experts " << s.moe.numExperts << " \\\n--moe-router-topk " << s.moe.topK << " \\\n";
+    // Top-1 routing with softmax scores is refused unless the softmax comes before the selection.
+    if (s.moe.topK == 1) a << "--moe-router-pre-softmax \\\n";
     if (s.moe.expertFfnHiddenSize > 0) a << "--moe-ffn-hidden-size " << s.moe.expertFfnHiddenSize << " \\\n";
     if (s.moe.sharedExpertFfnHiddenSize > 0) {
       a << "--moe-shared-expert-intermediate-size " << s.moe.sharedExpertFfnHiddenSize << " \\\n";
@@ -92,9 +100,11 @@ std::string megatron(const Plan& p) {
     a << "--kv-lora-rank " << s.mla.kvLoraRank << " \\\n--qk-head-dim " << s.mla.qkNopeHeadDim
       << " \\\n--qk-pos-emb-head-dim " << s.mla.qkRopeHeadDim << " \\\n--v-head-dim " << s.mla.vHeadDim << " \\\n";
   }
-  a << (p.precision == DType::kFp16 ? "--fp16" : p.precision == DType::kFp32 ? "" : "--bf16") << " \\\n";
+  if (p.precision == DType::kFp16) a << "--fp16 \\\n";
+  if (p.precision == DType::kBf16 || p.precision == DType::kFp8) a << "--bf16 \\\n";
   if (p.precision == DType::kFp8) a << "--fp8-format hybrid \\\n";
-  if (p.execution.flashAttention) a << "--use-flash-attn \\\n";
+  // --use-flash-attn is still parsed but nothing reads it; the backend is chosen by --attention-backend.
+  a << "--attention-backend " << (p.execution.flashAttention ? "flash" : "unfused") << " \\\n";
   const auto r = summarize(p);
   if (r.policy == RecomputePolicy::kSelective) a << "--recompute-activations \\\n";
   if (r.policy == RecomputePolicy::kFull) {
@@ -103,14 +113,29 @@ std::string megatron(const Plan& p) {
   }
   if (p.zeroStage >= 1) a << "--use-distributed-optimizer \\\n";
   if (p.execution.overlapGradReduce && q.dp > 1) a << "--overlap-grad-reduce \\\n";
-  if (p.execution.overlapParamGather && p.zeroStage >= 1 && q.dp > 1) a << "--overlap-param-gather \\\n";
+  if (p.execution.overlapParamGather && p.execution.overlapGradReduce && p.zeroStage >= 1 && q.dp > 1) {
+    a << "--overlap-param-gather \\\n";
+  }
+  if (p.offload.optimizerFraction > 0 && p.zeroStage >= 1) {
+    a << "--optimizer-cpu-offload \\\n--use-precision-aware-optimizer \\\n--optimizer-offload-fraction "
+      << formatNumber(p.offload.optimizerFraction) << " \\\n";
+  }
   if (p.execution.tpCommOverlap && q.tp > 1) a << "--tp-comm-overlap \\\n";
   if (p.execution.gradAccumulation != GradAccumulation::kFused) a << "--no-gradient-accumulation-fusion \\\n";
+  // What pretrain_gpt.py needs to start and a plan does not say: placeholders the shell refuses to run
+  // without (${NAME:?why} stops with the message while NAME is unset).
+  a << "--train-iters \"${TRAIN_ITERS:?set TRAIN_ITERS: optimizer steps to train}\" \\\n"
+    << "--lr \"${LR:?set LR: the peak learning rate}\" \\\n"
+    << "--tokenizer-type HuggingFaceTokenizer \\\n"
+    << "--tokenizer-model \"${TOKENIZER_MODEL:?set TOKENIZER_MODEL: a Hugging Face tokenizer name or path}\" \\\n"
+    << "--data-path \"${DATA_PATH:?set DATA_PATH: the prefix of a Megatron indexed dataset}\" \\\n";
   std::string text = a.str();
   text.erase(text.find_last_of('\\') - 1);  // no continuation after the last argument
-  std::string header = "# Megatron-LM pretrain_gpt.py arguments for " + p.name + "\n";
+  std::string header = "# Megatron-LM pretrain_gpt.py arguments for " + p.name +
+                       " (checked against data/export-schemas/megatron-lm.json)\n"
+                       "# set TRAIN_ITERS, LR, TOKENIZER_MODEL and DATA_PATH before launching: the plan does not say them\n";
   if (p.zeroStage > 1) header += "# note: Megatron-LM shards optimizer states only (ZeRO-1); the plan's ZeRO-" + std::to_string(p.zeroStage) + " has no Megatron flag\n";
-  if (p.offload.optimizerFraction > 0) header += "# note: optimizer offload: --optimizer-cpu-offload --optimizer-offload-fraction " + std::to_string(p.offload.optimizerFraction) + "\n";
+
   if (!r.uniform) header += "# note: colo recomputes a different number of layers per stage; Megatron takes one count (the largest)\n";
   return header + text + "\n";
 }
@@ -136,9 +161,12 @@ std::string deepspeed(const Plan& p) {
                                      {"number_checkpoints", r.maxLayersPerChunk},
                                      {"contiguous_memory_optimization", false}};
   }
-  j["pipeline"] = {{"stages", p.parallel.pp}, {"partition", "parameters"}};
-  j["comment"] = "tensor parallel " + std::to_string(p.parallel.tp) + " and pipeline " + std::to_string(p.parallel.pp) +
-                 " are set in Megatron-DeepSpeed's arguments (--tensor-model-parallel-size, --pipeline-model-parallel-size)";
+  // Stages and their partition come from Megatron-DeepSpeed's PipelineModule (its arguments), not this file.
+  std::string comment = "tensor parallel " + std::to_string(p.parallel.tp) + " and pipeline " + std::to_string(p.parallel.pp) +
+                        " are set in Megatron-DeepSpeed's arguments (--tensor-model-parallel-size, --pipeline-model-parallel-size";
+  if (p.parallel.cp > 1) comment += ", --ds-sequence-parallel-size " + std::to_string(p.parallel.cp);
+  if (p.parallel.pp == 1) comment += ", --no-pipeline-parallel";
+  j["comment"] = comment + ")";
   return j.dump(2) + "\n";
 }
 
@@ -223,8 +251,33 @@ Result<std::string> exportPlan(const Plan& plan, ExportFormat format, const std:
       if (!plan.model.spec) {
         return fail(Error::badInput("a Megatron-LM export needs the model's architecture; this plan holds a raw op graph"));
       }
+      // Megatron-LM splits layers evenly except on the first and last stage.
+      if (plan.parallel.virtualStages == 1 && plan.stages.size() > 2) {
+        for (std::size_t s = 2; s + 1 < plan.stages.size(); ++s) {
+          if (plan.stages[s].layers != plan.stages[1].layers) {
+            return fail(Error::badInput("stages: Megatron-LM takes uneven layer counts on the first and last pipeline stage "
+                                        "only, and this plan's middle stages hold " + planStagesText(plan) +
+                                        " layers; re-plan with --stages (first, equal middle stages, last)"));
+          }
+        }
+      }
       return megatron(plan);
     case ExportFormat::kDeepSpeed:
+      if (plan.parallel.virtualStages > 1) {
+        return fail(Error::badInput("parallel.virtual_stages " + std::to_string(plan.parallel.virtualStages) +
+                                    ": DeepSpeed's pipeline engine runs one contiguous range of layers per stage (no "
+                                    "interleaved schedule); export to Megatron-LM, or plan with --vpp 1"));
+      }
+      if (plan.parallel.cp > 1 && (plan.parallel.tp > 1 || plan.parallel.pp > 1)) {
+        return fail(Error::badInput("parallel.cp " + std::to_string(plan.parallel.cp) + " with tp " + std::to_string(plan.parallel.tp) +
+                                    " and pp " + std::to_string(plan.parallel.pp) +
+                                    ": Megatron-DeepSpeed's sequence parallelism (Ulysses) runs with tp 1 and pp 1 only"));
+      }
+      if (plan.offload.optimizerFraction > 0 && plan.offload.optimizerFraction < 1 && plan.zeroStage != 3) {
+        return fail(Error::badInput("offload.optimizer_fraction " + std::to_string(plan.offload.optimizerFraction) +
+                                    " with zero_stage " + std::to_string(plan.zeroStage) +
+                                    ": DeepSpeed offloads a fraction of the optimizer (offload_optimizer.ratio) under ZeRO-3 only"));
+      }
       if (plan.parallel.pp > 1 && plan.zeroStage > 1) {
         return fail(Error::badInput("zero_stage " + std::to_string(plan.zeroStage) + " with pp " + std::to_string(plan.parallel.pp) +
                                     ": DeepSpeed's pipeline engine accepts ZeRO 0 or 1 only (FSDP2 with pipelining, as "

@@ -1,8 +1,11 @@
 #include "colo/planner/baseline.h"
 
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include "colo/planner/export.h"
+#include "colo/planner/export_check.h"
 #include "core/test_support.h"
 
 namespace colo::planner {
@@ -134,6 +137,138 @@ TEST(Export, EveryFormatCarriesThePlansSettings) {
   EXPECT_NE(slurm->find("--nproc-per-node 8"), std::string::npos);
   EXPECT_NE(slurm->find("colo-run \"plan.json\""), std::string::npos);
   EXPECT_FALSE(parseExportFormat("fairscale"));
+}
+
+// Every export of a representative set of plans passes the tools' own schemas (argument types and
+// choices, required arguments, validate_args's rules; DeepSpeed's keys and batch rules), and the checker
+// catches what the tools would refuse.
+Plan exportPlanOf(const std::string& model, const std::string& cluster, std::int64_t gpus, std::int64_t tp, std::int64_t pp,
+                  std::int64_t cp, std::int64_t ep, std::int64_t vpp, std::int64_t gbs, RecomputePolicy recompute) {
+  Plan p;
+  p.name = model;
+  p.model = test::loadModelOrFail(test::dataFile("models/" + model + ".json"));
+  auto c = scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/" + cluster + ".json")), gpus);
+  EXPECT_TRUE(c);
+  p.cluster = *c;
+  p.parallel.tp = tp;
+  p.parallel.pp = pp;
+  p.parallel.cp = cp;
+  p.parallel.ep = ep;
+  p.parallel.dp = gpus / (tp * pp * cp);
+  p.parallel.virtualStages = vpp;
+  p.parallel.sequenceParallel = tp > 1;
+  if (vpp > 1) p.schedule = Schedule::kInterleaved;
+  p.microBatchSize = 1;
+  p.globalBatchSize = gbs;
+  p.seqLen = p.model.defaultSeqLen();
+  p.zeroStage = 1;
+  p.stages = uniformStages(p.model.numLayers(), pp * vpp, recompute);
+  return p;
+}
+
+TEST(Export, EveryExportPassesTheToolsSchemas) {
+  auto megatronSchema = loadExportSchema("megatron-lm");
+  ASSERT_TRUE(megatronSchema) << megatronSchema.error().toString();
+  auto deepspeedSchema = loadExportSchema("deepspeed");
+  ASSERT_TRUE(deepspeedSchema) << deepspeedSchema.error().toString();
+  EXPECT_EQ((*megatronSchema)["source"]["repository"], "github.com/NVIDIA/Megatron-LM");
+  const std::vector<Plan> plans{
+      exportPlanOf("llama3-8b", "dgx-h100", 8, 2, 2, 1, 1, 2, 64, RecomputePolicy::kNone),
+      exportPlanOf("llama3-70b", "dgx-h100-x64", 64, 8, 1, 2, 1, 1, 64, RecomputePolicy::kSelective),
+      exportPlanOf("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 1, 1, 1, 1536, RecomputePolicy::kFull),
+      exportPlanOf("mixtral-8x7b", "dgx-h100-x64", 64, 2, 2, 1, 8, 1, 256, RecomputePolicy::kNone),
+      exportPlanOf("gemma-3-27b", "dgx-h100-x64", 64, 8, 2, 1, 1, 1, 64, RecomputePolicy::kFull),
+      exportPlanOf("gpt-oss-120b", "dgx-h100-x64", 64, 1, 1, 1, 8, 1, 256, RecomputePolicy::kFull),
+      exportPlanOf("llama4-scout", "dgx-h100-x64", 64, 4, 1, 1, 8, 1, 256, RecomputePolicy::kFull),
+      [] {  // 61 layers: 5 on the first stage, 8 on each of the others (Megatron's uneven first stage)
+        Plan p = exportPlanOf("deepseek-v3", "dgx-h100-x64", 512, 1, 8, 1, 64, 1, 1024, RecomputePolicy::kFull);
+        p.stages = {{5, RecomputePolicy::kFull, 5}};
+        for (int s = 0; s < 7; ++s) p.stages.push_back({8, RecomputePolicy::kFull, 8});
+        return p;
+      }(),
+      exportPlanOf("qwen3-30b-a3b", "dgx-h100-x64", 64, 1, 1, 2, 8, 1, 128, RecomputePolicy::kSelective),
+  };
+  for (const auto& p : plans) {
+    ASSERT_TRUE(validatePlan(p)) << p.name << ": " << validatePlan(p).error().toString();
+    const auto megatron = exportPlan(p, ExportFormat::kMegatron, "plan.json");
+    ASSERT_TRUE(megatron) << p.name;
+    for (const auto& problem : checkMegatronArguments(*megatron, *megatronSchema, p.cluster.totalGpus())) {
+      ADD_FAILURE() << p.name << " megatron " << problem.rule << ": " << problem.message << "\n" << *megatron;
+    }
+    const auto ds = exportPlan(p, ExportFormat::kDeepSpeed, "plan.json");
+    if (!ds) continue;  // refused with a reason (interleaving, Ulysses with tp or pp); checked below
+    for (const auto& problem : checkDeepSpeedConfig(Json::parse(*ds), *deepspeedSchema, p)) {
+      ADD_FAILURE() << p.name << " deepspeed " << problem.rule << ": " << problem.message << "\n" << *ds;
+    }
+  }
+  // Llama 3's rotary base, Gemma's window pattern and QK-norm reach Megatron.
+  EXPECT_NE(exportPlan(plans[0], ExportFormat::kMegatron, "p")->find("--rotary-base 500000"), std::string::npos);
+  const auto gemma = *exportPlan(plans[4], ExportFormat::kMegatron, "p");
+  for (const char* flag : {"--window-size 1024,0", "--window-attn-skip-freq 6", "--qk-layernorm"}) {
+    EXPECT_NE(gemma.find(flag), std::string::npos) << flag;
+  }
+  // A split Megatron cannot express is refused, naming the stages.
+  Plan uneven = plans[7];
+  uneven.stages = uniformStages(61, 8, RecomputePolicy::kFull);
+  if (uneven.stages[1].layers == uneven.stages[2].layers && uneven.stages[2].layers == uneven.stages[6].layers) {
+    uneven.stages[1].layers += 1;
+    uneven.stages[2].layers -= 1;
+    uneven.stages[1].recomputeLayers = uneven.stages[1].layers;
+    uneven.stages[2].recomputeLayers = uneven.stages[2].layers;
+  }
+  const auto refusedSplit = exportPlan(uneven, ExportFormat::kMegatron, "p");
+  ASSERT_FALSE(refusedSplit);
+  EXPECT_NE(refusedSplit.error().message.find("first and last pipeline stage"), std::string::npos);
+  // DeepSpeed refuses what its engine cannot run, naming the plan's field.
+  const auto interleaved = exportPlan(plans[0], ExportFormat::kDeepSpeed, "p");
+  ASSERT_FALSE(interleaved);
+  EXPECT_NE(interleaved.error().message.find("parallel.virtual_stages"), std::string::npos);
+  const auto ulysses = exportPlan(plans[1], ExportFormat::kDeepSpeed, "p");
+  ASSERT_FALSE(ulysses);
+  EXPECT_NE(ulysses.error().message.find("tp 1 and pp 1"), std::string::npos);
+  Plan cpOnly = exportPlanOf("llama3-8b", "dgx-h100", 8, 1, 1, 2, 1, 1, 64, RecomputePolicy::kNone);
+  const auto cpConfig = exportPlan(cpOnly, ExportFormat::kDeepSpeed, "p");
+  ASSERT_TRUE(cpConfig) << cpConfig.error().toString();
+  EXPECT_TRUE(checkDeepSpeedConfig(Json::parse(*cpConfig), *deepspeedSchema, cpOnly).empty()) << *cpConfig;
+  EXPECT_EQ(Json::parse(*cpConfig)["gradient_accumulation_steps"], 16);  // 64 / (1 x dp 4): sp ranks excluded
+}
+
+TEST(Export, TheCheckerCatchesWhatTheToolsRefuse) {
+  const Json megatronSchema = *loadExportSchema("megatron-lm");
+  const Plan p = exportPlanOf("llama3-8b", "dgx-h100", 8, 2, 2, 1, 1, 1, 64, RecomputePolicy::kNone);
+  const std::string good = *exportPlan(p, ExportFormat::kMegatron, "p");
+  ASSERT_TRUE(checkMegatronArguments(good, megatronSchema, 8).empty());
+  auto rules = [&](const std::string& text, std::int64_t world = 8) {
+    std::set<std::string> out;
+    for (const auto& problem : checkMegatronArguments(text, megatronSchema, world)) out.insert(problem.rule);
+    return out;
+  };
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string t = good;
+    const auto at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return t.replace(at, from.size(), to);
+  };
+  EXPECT_TRUE(rules(replaced("--global-batch-size 64", "--global-batch-size 63")).contains("gbs_div"));
+  EXPECT_TRUE(rules(replaced("--lr \"${LR:?set LR: the peak learning rate}\" \\\n", "")).contains("req_lr"));
+  EXPECT_TRUE(rules(replaced("--normalization RMSNorm", "--normalization BatchNorm")).contains("argparse"));
+  EXPECT_TRUE(rules(replaced("--swiglu", "--swiglu-gate")).contains("argparse"));
+  EXPECT_TRUE(rules(replaced("--num-layers 32", "--num-layers 31")).contains("pp_layers_div"));
+  EXPECT_TRUE(rules(replaced("--num-query-groups 8", "--num-query-groups 3")).contains("groups_vs_tp"));
+  EXPECT_TRUE(rules(replaced("--tokenizer-type HuggingFaceTokenizer", "--tokenizer-type GPT2BPETokenizer")).contains("req_tokenizer"));
+  EXPECT_TRUE(rules(replaced("--use-distributed-optimizer", "--no-gradient-accumulation-fusion")).contains("opg_needs_distopt"));
+  EXPECT_TRUE(rules(good, 10).contains("world_div_model"));  // 10 processes are not a multiple of tp x pp = 4
+  EXPECT_TRUE(rules(good, 12).contains("gbs_div"));          // 12: dp 3 does not divide the global batch 64
+  // DeepSpeed: a config whose batch numbers disagree with the data-parallel size, a key it does not know.
+  const Json dsSchema = *loadExportSchema("deepspeed");
+  Json ds = Json::parse(*exportPlan(p, ExportFormat::kDeepSpeed, "p"));
+  ASSERT_TRUE(checkDeepSpeedConfig(ds, dsSchema, p).empty());
+  ds["gradient_accumulation_steps"] = 7;
+  ds["zero_optimization"]["stages"] = 1;
+  std::set<std::string> dsRules;
+  for (const auto& problem : checkDeepSpeedConfig(ds, dsSchema, p)) dsRules.insert(problem.rule);
+  EXPECT_TRUE(dsRules.contains("batch_identity"));
+  EXPECT_TRUE(dsRules.contains("zero_extra_forbid"));
 }
 
 }  // namespace

@@ -1,0 +1,312 @@
+// Checks exports against the tools' schemas in data/export-schemas/ (export_check.h). Each check
+// names the schema rule it enforces; the rule texts, sources and versions live in the data files.
+#include "colo/planner/export_check.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <regex>
+
+#include "colo/core/library.h"
+
+namespace colo::planner {
+namespace {
+
+bool isPlaceholder(const std::string& v) { return v.rfind("${", 0) == 0; }
+
+std::optional<std::int64_t> integerOf(const std::string& v) {
+  if (v.empty()) return std::nullopt;
+  char* end = nullptr;
+  const long long n = std::strtoll(v.c_str(), &end, 10);
+  if (*end != '\0') return std::nullopt;
+  return n;
+}
+
+bool isNumber(const std::string& v) {
+  if (v.empty()) return false;
+  char* end = nullptr;
+  (void)std::strtod(v.c_str(), &end);
+  return *end == '\0';
+}
+
+// The type check of one argument's values against its schema entry; empty when they fit.
+std::string typeProblem(const std::string& flag, const std::vector<std::string>& values, const Json& entry) {
+  const std::string type = entry.value("type", "str");
+  if (type == "flag") return values.empty() ? "" : flag + " takes no value, got \"" + values.front() + "\"";
+  if (values.empty()) return flag + " needs a value";
+  if (type != "list" && values.size() > 1) return flag + " takes one value, got " + std::to_string(values.size());
+  for (const auto& v : values) {
+    if (isPlaceholder(v)) continue;  // the user fills it
+    if (type == "int" && !integerOf(v)) return flag + " expects an integer, got \"" + v + "\"";
+    if (type == "float" && !isNumber(v)) return flag + " expects a number, got \"" + v + "\"";
+    if (type == "tuple" && !std::regex_match(v, std::regex(R"(-?\d+,-?\d+)"))) {
+      return flag + " expects two comma-separated integers, got \"" + v + "\"";
+    }
+    if (type == "freq" && !integerOf(v) && !std::regex_match(v, std::regex(R"(\[[0-9, *+()\[\]]*\])"))) {
+      return flag + " expects an integer or a Python list expression, got \"" + v + "\"";
+    }
+    if (entry.contains("choices") && entry["choices"].is_array()) {
+      bool ok = false;
+      for (const auto& c : entry["choices"]) ok |= (c.is_string() ? c.get<std::string>() : c.dump()) == v;
+      if (!ok) return flag + ": \"" + v + "\" is not one of " + entry["choices"].dump();
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+Result<Json> loadExportSchema(const std::string& name) {
+  const std::string file = (std::filesystem::path(dataDirectory()) / "export-schemas" / (name + ".json")).string();
+  auto j = readJsonFile(file);
+  if (!j) return fail(j.error());
+  if (!j->is_object() || j->value("format", "") != "colo.export-schema/1") {
+    return fail(Error::badInput("not a colo.export-schema/1 file", file, "/format"));
+  }
+  return j;
+}
+
+const std::vector<std::string>* ParsedArguments::find(const std::string& flag) const {
+  for (const auto& [f, v] : flags) {
+    if (f == flag) return &v;
+  }
+  return nullptr;
+}
+
+Result<ParsedArguments> parseArgumentList(const std::string& text) {
+  // Drop comment lines, join continuations, then split as a shell does (quotes group, `${...}` stays).
+  std::string joined;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(start, end - start);
+    start = end + 1;
+    const auto first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] == '#') continue;
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    if (!line.empty() && line.back() == '\\') line.pop_back();
+    joined += line + " ";
+  }
+  std::vector<std::string> tokens;
+  std::string current;
+  bool inToken = false;
+  char quote = 0;
+  for (const char c : joined) {
+    if (quote) {
+      if (c == quote) quote = 0;
+      else current += c;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+      inToken = true;
+    } else if (std::isspace(static_cast<unsigned char>(c))) {
+      if (inToken) tokens.push_back(current);
+      current.clear();
+      inToken = false;
+    } else {
+      current += c;
+      inToken = true;
+    }
+  }
+  if (quote) return fail(Error::badInput("unterminated quote in the argument list"));
+  if (inToken) tokens.push_back(current);
+  ParsedArguments out;
+  for (const auto& t : tokens) {
+    if (t.rfind("--", 0) == 0) {
+      out.flags.push_back({t, {}});
+    } else if (out.flags.empty()) {
+      return fail(Error::badInput("argument list starts with a value, not a flag: \"" + t + "\""));
+    } else {
+      out.flags.back().second.push_back(t);
+    }
+  }
+  return out;
+}
+
+std::vector<ExportProblem> checkMegatronArguments(const std::string& text, const Json& schema, std::int64_t worldSize) {
+  std::vector<ExportProblem> problems;
+  auto problem = [&](const std::string& rule, const std::string& message) { problems.push_back({rule, message}); };
+  auto parsed = parseArgumentList(text);
+  if (!parsed) return {{"syntax", parsed.error().message}};
+  const ParsedArguments& a = *parsed;
+  const Json& arguments = schema.at("arguments");
+  // Every argument known, of its type, among its choices; none given twice.
+  std::map<std::string, int> seen;
+  for (const auto& [flag, values] : a.flags) {
+    if (++seen[flag] == 2) problem("argparse", flag + " is given twice");
+    if (!arguments.contains(flag)) {
+      problem("argparse", "unknown argument " + flag);
+      continue;
+    }
+    if (auto why = typeProblem(flag, values, arguments[flag]); !why.empty()) problem("argparse", why);
+  }
+  // What pretrain_gpt.py needs to start.
+  for (const auto& [flag, entry] : arguments.items()) {
+    if (entry.value("required", false) && !a.has(flag)) problem(flag == "--lr" ? "req_lr" : "req_core", "missing " + flag);
+  }
+  for (const char* group : {"--train-iters", "--data-path"}) {
+    const Json& entry = arguments.at(group);
+    bool any = false;
+    for (const auto& alt : entry.at("required_one_of")) {
+      std::string name = "--" + alt.get<std::string>();
+      if (name.ends_with("..")) name.resize(name.size() - 2);
+      for (const auto& [flag, values] : a.flags) any |= flag.rfind(name, 0) == 0;
+    }
+    if (!any) problem(group == std::string("--train-iters") ? "req_train_len" : "req_data", "missing one of " + entry["required_one_of"].dump());
+  }
+  const auto* tokenizer = a.find("--tokenizer-type");
+  const std::string tokenizerType = tokenizer && !tokenizer->empty() ? tokenizer->front() : "GPT2BPETokenizer";
+  if (tokenizerType == "GPT2BPETokenizer" && !(a.has("--vocab-file") && a.has("--merge-file"))) {
+    problem("req_tokenizer", "the default GPT2BPETokenizer needs --vocab-file and --merge-file");
+  } else if (tokenizerType == "NullTokenizer" && !a.has("--vocab-size")) {
+    problem("req_tokenizer", "NullTokenizer needs --vocab-size");
+  } else if (tokenizerType != "GPT2BPETokenizer" && tokenizerType != "NullTokenizer" && !a.has("--tokenizer-model")) {
+    problem("req_tokenizer", tokenizerType + " needs --tokenizer-model");
+  }
+
+  // validate_args's arithmetic.
+  auto num = [&](const char* flag, std::int64_t fallback) -> std::int64_t {
+    const auto* v = a.find(flag);
+    if (!v || v->empty()) return fallback;
+    return integerOf(v->front()).value_or(fallback);
+  };
+  const std::int64_t tp = num("--tensor-model-parallel-size", 1), pp = num("--pipeline-model-parallel-size", 1);
+  const std::int64_t cp = num("--context-parallel-size", 1), ep = num("--expert-model-parallel-size", 1);
+  const std::int64_t etp = num("--expert-tensor-parallel-size", tp);
+  const std::int64_t layers = num("--num-layers", 0), heads = num("--num-attention-heads", 0);
+  const std::int64_t hidden = num("--hidden-size", 0), seq = num("--seq-length", 0);
+  const std::int64_t mbs = num("--micro-batch-size", 1), gbs = num("--global-batch-size", 0);
+  if (tp < 1 || pp < 1 || cp < 1 || ep < 1 || etp < 1) {
+    problem("world_div_model", "parallel sizes must be positive");
+    return problems;
+  }
+  if (worldSize % (tp * pp * cp) != 0) {
+    problem("world_div_model", "world size " + std::to_string(worldSize) + " is not divisible by tp*pp*cp = " + std::to_string(tp * pp * cp));
+    return problems;
+  }
+  const std::int64_t dp = worldSize / (tp * pp * cp);
+  if (gbs > 0 && gbs % (mbs * dp) != 0) {
+    problem("gbs_div", "global batch " + std::to_string(gbs) + " is not divisible by micro-batch x data-parallel = " +
+                           std::to_string(mbs) + " x " + std::to_string(dp));
+  }
+  const std::int64_t first = num("--decoder-first-pipeline-num-layers", 0), last = num("--decoder-last-pipeline-num-layers", 0);
+  const std::int64_t perVirtual = num("--num-layers-per-virtual-pipeline-stage", 0);
+  if (perVirtual > 0) {
+    if (first > 0 || last > 0) problem("vpp_layers_per_stage", "virtual stages cannot be combined with first/last-stage layer counts");
+    if (pp < 2) problem("vpp_pp_size", "virtual pipeline stages need pp > 1");
+    if (layers % pp != 0 || (layers / pp) % perVirtual != 0) {
+      problem("vpp_layers_per_stage", "num_layers/pp = " + std::to_string(layers) + "/" + std::to_string(pp) +
+                                          " must be a multiple of --num-layers-per-virtual-pipeline-stage " + std::to_string(perVirtual));
+    }
+  } else if (first > 0 || last > 0) {
+    const std::int64_t stagesLeft = pp - (first > 0 ? 1 : 0) - (last > 0 ? 1 : 0);
+    const std::int64_t layersLeft = layers - first - last;
+    if (layersLeft < 0 || (layersLeft > 0) != (stagesLeft > 0) || (stagesLeft > 0 && layersLeft % stagesLeft != 0)) {
+      problem("uneven_pp", "the " + std::to_string(layersLeft) + " layers left after the first/last stages do not split over " +
+                               std::to_string(stagesLeft) + " stages");
+    }
+  } else if (layers % pp != 0) {
+    problem("pp_layers_div", "num_layers " + std::to_string(layers) + " is not divisible by pp " + std::to_string(pp));
+  }
+  if (heads > 0 && heads % tp != 0) problem("heads_div_tp", "num_attention_heads " + std::to_string(heads) + " % tp " + std::to_string(tp));
+  if (a.has("--num-query-groups")) {
+    const std::int64_t groups = num("--num-query-groups", 1);
+    if (!a.has("--group-query-attention")) problem("gqa_flag_needed", "--num-query-groups has no effect without --group-query-attention");
+    if (groups % tp != 0 && tp % groups != 0) problem("groups_vs_tp", "num_query_groups " + std::to_string(groups) + " and tp " + std::to_string(tp));
+  }
+  if (!a.has("--kv-channels") && heads > 0 && hidden % heads != 0) problem("hidden_div_heads", "hidden_size % num_attention_heads != 0 without --kv-channels");
+  if (a.has("--multi-latent-attention") && a.has("--group-query-attention")) problem("mla_vs_gqa", "MLA with GQA");
+  if (num("--max-position-embeddings", seq) < seq) problem("seq_len_max_pos", "--max-position-embeddings below --seq-length");
+  if (cp > 1 && seq % (2 * cp) != 0) problem("cp_seq_div", "seq_length " + std::to_string(seq) + " % (2 x cp " + std::to_string(cp) + ")");
+  if (a.has("--tp-comm-overlap") && !a.has("--sequence-parallel")) problem("tp_overlap_needs_sp", "--tp-comm-overlap without --sequence-parallel");
+  if (a.has("--sequence-parallel") && tp == 1) problem("sp_auto_disable", "--sequence-parallel with tp 1 is switched off");
+  if (ep > 1 || a.has("--num-experts")) {
+    const std::int64_t experts = num("--num-experts", 0);
+    if (experts <= 0) problem("ep_needs_experts", "expert parallelism without --num-experts");
+    else if (experts % ep != 0) problem("experts_div_ep", "num_experts " + std::to_string(experts) + " % ep " + std::to_string(ep));
+    if (worldSize % (etp * ep * pp) != 0) problem("expert_grid", "world % (expert tp x ep x pp) != 0");
+    if (num("--moe-router-topk", 2) == 1 && !a.has("--moe-router-pre-softmax")) problem("moe_topk1", "top-1 routing with softmax scores needs --moe-router-pre-softmax");
+  }
+  if (const auto* freq = a.find("--moe-layer-freq"); freq && !freq->empty() && freq->front().front() == '[') {
+    const auto entries = static_cast<std::int64_t>(std::count(freq->front().begin(), freq->front().end(), ',')) + 1;
+    if (entries != layers) problem("moe_layer_freq_len", "--moe-layer-freq lists " + std::to_string(entries) + " layers of " + std::to_string(layers));
+  }
+  if (a.has("--overlap-param-gather") && !(a.has("--use-distributed-optimizer") && a.has("--overlap-grad-reduce"))) {
+    problem("opg_needs_distopt", "--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce");
+  }
+  if (a.has("--optimizer-cpu-offload") && !a.has("--use-precision-aware-optimizer")) {
+    problem("cpu_offload_chain", "--optimizer-cpu-offload needs --use-precision-aware-optimizer");
+  }
+  const auto* granularity = a.find("--recompute-granularity");
+  if (granularity && !granularity->empty() && granularity->front() == "full" &&
+      !(a.has("--recompute-method") && a.has("--recompute-num-layers"))) {
+    problem("recompute_full", "full recompute needs --recompute-method and --recompute-num-layers");
+  }
+  if (((granularity && !granularity->empty() && granularity->front() == "selective") || a.has("--recompute-activations")) &&
+      (a.has("--recompute-method") || a.has("--recompute-num-layers"))) {
+    problem("recompute_selective", "selective recompute takes no --recompute-method or --recompute-num-layers");
+  }
+  if (a.has("--fp16") && a.has("--bf16")) problem("fp16_xor_bf16", "--fp16 with --bf16");
+  return problems;
+}
+
+std::vector<ExportProblem> checkDeepSpeedConfig(const Json& config, const Json& schema, const Plan& plan) {
+  std::vector<ExportProblem> problems;
+  auto problem = [&](const std::string& rule, const std::string& message) { problems.push_back({rule, message}); };
+  const Json& keys = schema.at("keys");
+  for (const auto& [key, value] : config.items()) {
+    if (key == "comment") continue;  // DeepSpeed ignores top-level keys it does not know; colo's note
+    if (!keys.contains(key)) {
+      problem("unknown_key", "unknown key \"" + key + "\"");
+      continue;
+    }
+    // Sections that reject unknown keys (pydantic extra=forbid).
+    const Json& entry = keys[key];
+    if (entry.value("strict_keys", false) && value.is_object() && entry.contains("keys")) {
+      for (const auto& [sub, subValue] : value.items()) {
+        if (!entry["keys"].contains(sub)) {
+          problem("zero_extra_forbid", key + "." + sub + " is not a key DeepSpeed accepts");
+        } else if (entry["keys"][sub].value("strict_keys", false) && subValue.is_object()) {
+          for (const auto& [leaf, unused] : subValue.items()) {
+            if (!entry["keys"][sub].contains("keys") || !entry["keys"][sub]["keys"].contains(leaf)) {
+              problem("zero_extra_forbid", key + "." + sub + "." + leaf + " is not a key DeepSpeed accepts");
+            }
+          }
+        }
+      }
+    }
+  }
+  // The batch identity with Megatron-DeepSpeed's data-parallel size (the sequence-parallel ranks excluded).
+  const std::int64_t tb = config.value("train_batch_size", 0), micro = config.value("train_micro_batch_size_per_gpu", 0);
+  const std::int64_t gas = config.value("gradient_accumulation_steps", 0);
+  const auto& q = plan.parallel;
+  const std::int64_t world = plan.cluster.totalGpus();
+  const std::int64_t sp = q.cp;
+  if (world % (q.tp * q.pp * sp) != 0) {
+    problem("mds_sp_dp", "world % (tp x pp x sequence-parallel) != 0");
+  } else {
+    const std::int64_t dp = world / (q.tp * q.pp * sp);
+    if (tb <= 0 || micro <= 0 || gas <= 0) problem("batch_positive", "batch sizes must be positive");
+    else if (tb != micro * gas * dp) {
+      problem("batch_identity", "train_batch_size " + std::to_string(tb) + " != micro " + std::to_string(micro) + " x steps " +
+                                    std::to_string(gas) + " x data-parallel " + std::to_string(dp));
+    }
+  }
+  const int stage = config.contains("zero_optimization") ? config["zero_optimization"].value("stage", 0) : 0;
+  if (q.pp > 1 && stage >= 2) problem("pipe_zero", "DeepSpeed's pipeline engine takes ZeRO stage 0 or 1");
+  if (q.virtualStages > 1) problem("pipe_no_interleave", "DeepSpeed's pipeline engine has no virtual stages");
+  if (sp > 1 && (q.tp > 1 || q.pp > 1)) problem("mds_sp_constraints", "Megatron-DeepSpeed's sequence parallelism needs tp 1 and pp 1");
+  if (config.contains("zero_optimization") && config["zero_optimization"].contains("offload_optimizer")) {
+    const Json& off = config["zero_optimization"]["offload_optimizer"];
+    if (off.value("ratio", 1.0) < 1.0 && stage != 3) problem("partial_offload_stage3", "offload_optimizer.ratio below 1 needs ZeRO stage 3");
+  }
+  if (config.contains("fp16") && config.contains("bf16") && config["fp16"].value("enabled", false) && config["bf16"].value("enabled", false)) {
+    problem("fp16_bf16_exclusive", "fp16 and bf16 both enabled");
+  }
+  return problems;
+}
+
+}  // namespace colo::planner
