@@ -22,6 +22,7 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
 int runCompare(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 int runCheck(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 int runExport(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
+int runImport(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 int runList(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 
 /// --precision, or without it the cluster's default (bf16 where the GPU has it, else fp16; bf16 with no

@@ -19,6 +19,7 @@ void usage(std::ostream& out) {
          "  compare    colo's best plan beside a Megatron-style, ZeRO-3 or DDP baseline\n"
          "  check      fail (exit 4) when a saved plan misses an MFU, memory or step-time bound\n"
          "  export     a plan as Megatron-LM arguments, DeepSpeed JSON, Colossal-AI code, torchrun/SLURM script\n"
+         "  import     the job you run (Megatron-LM arguments, DeepSpeed config, Colossal-AI plugin, torchtitan TOML) as a plan\n"
          "  validate   check model, cluster and plan files\n"
          "  list       show the shipped model and cluster libraries\n\n"
          "`colo-plan <command> --help` shows a command's options. Version "
@@ -45,9 +46,10 @@ int main(int argc, char** argv) {
     if (args[0] == "compare") return colo::app::runCompare(rest, std::cout, std::cerr);
     if (args[0] == "check") return colo::app::runCheck(rest, std::cout, std::cerr);
     if (args[0] == "export") return colo::app::runExport(rest, std::cout, std::cerr);
+    if (args[0] == "import") return colo::app::runImport(rest, std::cout, std::cerr);
     if (args[0] == "validate") return colo::app::runValidate(rest, std::cout, std::cerr);
     if (args[0] == "list") return colo::app::runList(rest, std::cout, std::cerr);
-    std::cerr << "colo-plan: error: unknown command \"" << args[0] << "\" (commands: search, evaluate, compare, check, export, inspect, validate, list)\n";
+    std::cerr << "colo-plan: error: unknown command \"" << args[0] << "\" (commands: search, evaluate, compare, check, export, import, inspect, validate, list)\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "colo-plan: internal error: " << e.what() << "\n";

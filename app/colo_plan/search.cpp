@@ -27,6 +27,7 @@ const std::vector<OptionSpec>& searchOptions() {
       {"cluster", "C", "cluster: library name or file"},
       {"gpus", "N", "scale the cluster to N GPUs; N1,N2,.. searches each size and ranks them together"},
       {"objective", "O", "rank by time (default: step time) or cost (GPU-hours, dollars with a price)"},
+      {"from-plan", "FILE", "start from a saved or imported plan: its model, cluster, batch and precision, and show how much faster colo's best is"},
       {"gbs", "G", "global batch size, samples per step (required)"},
       {"seq-len", "S", "tokens per sample (default: the model's)"},
       {"top", "K", "how many plans to list (default 10)"},
@@ -73,12 +74,13 @@ struct SearchInputs {
   planner::Objective objective = planner::Objective::kTime;
 };
 
-Result<void> readSearchInputs(const Args& args, const Model& model, const ClusterSpec& cluster, SearchInputs& in) {
+Result<void> readSearchInputs(const Args& args, const Model& model, const ClusterSpec& cluster, SearchInputs& in,
+                              const Plan* from) {
   planner::SearchOptions& options = in.options;
-  auto gbs = args.positiveInteger("gbs", 0);
+  auto gbs = args.positiveInteger("gbs", from ? from->globalBatchSize : 0);
   if (!gbs) return fail(gbs.error());
   options.globalBatchSize = *gbs;
-  auto seq = args.positiveInteger("seq-len", 0);
+  auto seq = args.positiveInteger("seq-len", from ? from->seqLen : 0);
   if (!seq) return fail(seq.error());
   options.seqLen = *seq > 0 ? *seq : model.defaultSeqLen();
   auto top = args.positiveInteger("top", 10);
@@ -98,7 +100,7 @@ Result<void> readSearchInputs(const Args& args, const Model& model, const Cluste
   }
   auto precision = precisionOption(args, &cluster);
   if (!precision) return fail(precision.error());
-  options.precision = *precision;
+  options.precision = from && !args.has("precision") ? from->precision : *precision;
   const std::string attention = args.value("attention", "flash");
   if (attention != "flash" && attention != "unfused") {
     return fail(Error::badInput("--attention: expected flash or unfused, got \"" + attention + "\""));
@@ -226,6 +228,24 @@ void rankByObjective(std::vector<planner::Candidate>& list, const SearchInputs& 
   std::stable_sort(list.begin(), list.end(), [&](const auto& a, const auto& b) { return key(a) < key(b); });
 }
 
+// How the user's plan compares with colo's best.
+std::string fromPlanLine(const Plan& from, const planner::Candidate& best, const SearchInputs& in) {
+  auto evaluated = costmodel::evaluatePlan(from, in.costDb ? &*in.costDb : nullptr);
+  if (!evaluated) return "your plan: " + evaluated.error().message + "\n";
+  std::ostringstream out;
+  const auto& e = *evaluated;
+  out << "your plan " << from.name << ": " << formatFixed(e.stepSeconds, 3) << " s a step, peak " << formatBytes(e.peakMemoryBytes)
+      << (e.fits ? "" : " (DOES NOT FIT)") << "; colo's best (#1) is " << formatFixed(e.stepSeconds / best.evaluation.stepSeconds, 2)
+      << "x as fast";
+  if (in.budget.enabled()) {
+    const auto mine = planner::trainingCost(from, e, in.budget);
+    const auto theirs = planner::trainingCost(best.plan, best.evaluation, in.budget);
+    out << ": " << mine.describe(in.budget) << " -> " << theirs.describe(in.budget);
+  }
+  out << "; what differs: " << planner::planDifferences(from, best.plan) << "\n";
+  return out.str();
+}
+
 }  // namespace
 
 int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
@@ -242,7 +262,17 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
     return 0;
   }
   if (!args->positional().empty()) return reportError(Error::badInput("unexpected argument \"" + args->positional().front() + "\""), err);
-  if (!args->has("gbs") && args->has("model") && args->has("cluster")) {
+  // --from-plan: the job the user runs (a saved or imported plan) sets the model, cluster and batch.
+  std::optional<Plan> from;
+  if (const auto file = args->value("from-plan")) {
+    for (const char* given : {"model", "cluster"}) {
+      if (args->has(given)) return reportError(Error::badInput(std::string("--") + given + " cannot be combined with --from-plan (the plan names it)"), err);
+    }
+    auto loaded = loadPlan(*file);
+    if (!loaded) return reportError(loaded.error(), err);
+    from = std::move(*loaded);
+  }
+  if (!from && !args->has("gbs") && args->has("model") && args->has("cluster")) {
     return reportError(Error::badInput("missing --gbs (global batch size, samples per step)"), err);
   }
   // Several cluster sizes: load the cluster as given and scale it to each.
@@ -252,9 +282,15 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
     if (!parsed) return reportError(parsed.error(), err);
     sizes = *parsed;
   }
-  auto inputs = loadModelAndCluster(*args, /*applyGpus=*/sizes.empty());
+  auto inputs = from ? Result<std::pair<Model, ClusterSpec>>(std::pair{from->model, from->cluster})
+                     : loadModelAndCluster(*args, /*applyGpus=*/sizes.empty());
   if (!inputs) return reportError(inputs.error(), err);
-  if (!args->has("gbs")) return reportError(Error::badInput("missing --gbs (global batch size, samples per step)"), err);
+  if (from && sizes.empty() && args->has("gpus")) {
+    auto gpus = args->positiveInteger("gpus", 0);
+    if (!gpus) return reportError(gpus.error(), err);
+    sizes.push_back(*gpus);
+  }
+  if (!from && !args->has("gbs")) return reportError(Error::badInput("missing --gbs (global batch size, samples per step)"), err);
   const Model& model = inputs->first;
   std::vector<ClusterSpec> clusters;
   if (sizes.empty()) clusters.push_back(inputs->second);
@@ -264,7 +300,9 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
     clusters.push_back(std::move(*scaled));
   }
   SearchInputs in;
-  if (auto read = readSearchInputs(*args, model, clusters.front(), in); !read) return reportError(read.error(), err);
+  if (auto read = readSearchInputs(*args, model, clusters.front(), in, from ? &*from : nullptr); !read) {
+    return reportError(read.error(), err);
+  }
   in.options.costDb = in.costDb ? &*in.costDb : nullptr;
   in.options.calibration = in.calibration ? &*in.calibration : nullptr;
 
@@ -317,6 +355,7 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
       }
       out << (in.objective == planner::Objective::kCost ? "best plans (cheapest first: GPU-hours)\n" : "best plans (fastest first)\n")
           << renderCandidates(ranked, true, in, clusters.size() > 1);
+      if (from) out << fromPlanLine(*from, ranked.front(), in);
       if (const auto file = args->value("out")) out << "wrote the best plan to " << *file << "\n";
     } else {
       for (const auto& r : results) out << "NO FEASIBLE PLAN: " << r.infeasibleReason << "\n";

@@ -403,6 +403,37 @@ TEST(ColoPlanSearch, TrainingBudgetRanksClusterSizesByTimeOrCost) {
   EXPECT_EQ(run("search --model llama3-70b --cluster dgx-h100-x64 --gbs 512 --objective money").exitCode, 2);
 }
 
+TEST(ColoPlanTools, ImportTheJobYouRunThenSearchFromIt) {
+  // Export a plan as Megatron-LM arguments, import them as a user's launch would be, then ask search
+  // what would be faster; and a torchtitan TOML.
+  test::ScratchDir dir;
+  const std::string plan = dir.path("plan.json"), args = dir.path("args.txt"), imported = dir.path("imported.json");
+  ASSERT_EQ(run("evaluate --model llama3-70b --cluster dgx-h100-x64 --gpus 64 --tp 8 --pp 2 --sp --gbs 128 --zero 1 "
+                "--recompute selective --out " + plan).exitCode, 0);
+  ASSERT_EQ(run("export --plan " + plan + " --format megatron --out " + args).exitCode, 0);
+  const auto im = run("import --format megatron --launch " + args + " --cluster dgx-h100-x64 --gpus 64 --model llama3-70b --out " + imported);
+  ASSERT_EQ(im.exitCode, 0) << im.err;
+  EXPECT_NE(im.out.find("tp 8 pp 2 dp 4 +sp"), std::string::npos) << im.out;
+  const Json a = test::loadJson(plan), b = test::loadJson(imported);
+  EXPECT_EQ(a["parallel"], b["parallel"]);
+  EXPECT_EQ(a["stages"], b["stages"]);
+  EXPECT_EQ(run("evaluate --plan " + plan + " --json").out.substr(0, 60), run("evaluate --plan " + imported + " --json").out.substr(0, 60));
+  const auto better = run("search --from-plan " + imported + " --quiet --top 3");
+  ASSERT_EQ(better.exitCode, 0) << better.err;
+  EXPECT_NE(better.out.find("your plan llama3-70b"), std::string::npos) << better.out;
+  EXPECT_NE(better.out.find("x as fast"), std::string::npos) << better.out;
+  const auto toml = run("import --format torchtitan --launch " + test::dataFile("examples/torchtitan-llama3-8b.toml") + " --cluster dgx-h100");
+  ASSERT_EQ(toml.exitCode, 0) << toml.err;
+  EXPECT_EQ(Json::parse(toml.out)["zero_stage"], 3);
+  // What is missing or wrong is named.
+  const auto noCluster = run("import --format megatron --launch " + args);
+  EXPECT_EQ(noCluster.exitCode, 2);
+  EXPECT_NE(noCluster.err.find("--cluster"), std::string::npos);
+  const auto wrongSize = run("import --format megatron --launch " + args + " --cluster dgx-h100-x64 --gpus 24 --model llama3-70b");
+  EXPECT_EQ(wrongSize.exitCode, 2);
+  EXPECT_NE(wrongSize.err.find("not a multiple of tp x pp x cp"), std::string::npos) << wrongSize.err;
+}
+
 TEST(ColoPlanTools, CompareCheckAndExportEndToEnd) {
   const auto cmp = run("compare --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536 --json");
   ASSERT_EQ(cmp.exitCode, 0) << cmp.err;

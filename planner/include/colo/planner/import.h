@@ -1,0 +1,44 @@
+#pragma once
+/// \file
+/// The job a user already runs, read into a colo plan on a given cluster, so that evaluate, compare and
+/// search answer "what does my current job cost, and what would be faster" (`colo-plan import`). Each
+/// reader takes what the launch states and refuses, naming the setting, what colo cannot represent.
+/// Export then import gives back the same plan (tests/planner/import_test.cpp).
+
+#include <optional>
+#include <string>
+
+#include "colo/core/cluster.h"
+#include "colo/core/error.h"
+#include "colo/core/json.h"
+#include "colo/core/model.h"
+#include "colo/core/plan.h"
+
+namespace colo::planner {
+
+enum class ImportFormat { kMegatron, kDeepSpeed, kColossalAi, kTorchtitan };
+[[nodiscard]] Result<ImportFormat> parseImportFormat(const std::string& name);  ///< megatron, deepspeed, colossalai, torchtitan
+
+/// What the launch does not say and the user gives on the command line.
+struct ImportContext {
+  ClusterSpec cluster;                ///< the GPUs the job runs on (world size = its GPU count)
+  std::optional<Model> model;         ///< required unless the launch states the whole architecture
+  std::int64_t globalBatchSize = 0;   ///< when the launch does not state it (Colossal-AI)
+  std::int64_t seqLen = 0;            ///< likewise
+};
+
+/// Megatron-LM (or Megatron-DeepSpeed) pretrain_gpt.py arguments: an argument list or a launch script
+/// (everything before the first `--flag` is ignored). Without a model, the architecture comes from the
+/// arguments and the vocabulary from --vocab-size/--padded-vocab-size.
+[[nodiscard]] Result<Plan> importMegatron(const std::string& arguments, const ImportContext& context);
+/// A DeepSpeed config (batch, ZeRO stage, offload, precision) with Megatron-DeepSpeed's arguments
+/// (model shape, tp, pp, --ds-sequence-parallel-size).
+[[nodiscard]] Result<Plan> importDeepSpeed(const Json& config, const std::string& arguments, const ImportContext& context);
+/// A Colossal-AI `HybridParallelPlugin(...)` call (Python source); needs the model, and the global batch
+/// and sequence unless a `# micro-batch M, global batch G, sequence S` line states them.
+[[nodiscard]] Result<Plan> importColossalAi(const std::string& source, const ImportContext& context);
+/// A torchtitan job TOML ([model], [parallelism], [training], [activation_checkpoint], [float8]...);
+/// needs the model unless [model] names a library one (llama3 8B/70B/405B).
+[[nodiscard]] Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& context);
+
+}  // namespace colo::planner

@@ -1,0 +1,581 @@
+// The launches users run today, read into colo plans (import.h). Each reader maps the settings its
+// tool documents onto the plan's fields and refuses, naming the setting, what it cannot represent.
+#include "colo/planner/import.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "colo/core/library.h"
+#include "colo/planner/export_check.h"
+
+namespace colo::planner {
+namespace {
+
+// ---- Argument lists (Megatron-LM, Megatron-DeepSpeed) ---------------------------------------------
+
+// The argument list of a launch: comment lines dropped, everything before the first --flag (the
+// launcher and script) ignored.
+Result<ParsedArguments> launchArguments(const std::string& text) {
+  std::string kept;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const auto first = line.find_first_not_of(" \t");
+    if (first != std::string::npos && line[first] == '#') continue;
+    kept += line + "\n";
+  }
+  std::size_t at = 0;
+  while ((at = kept.find("--", at)) != std::string::npos) {
+    if (at == 0 || std::isspace(static_cast<unsigned char>(kept[at - 1])) || kept[at - 1] == '"') break;
+    at += 2;
+  }
+  if (at == std::string::npos) return fail(Error::badInput("no --arguments found in the launch"));
+  return parseArgumentList(kept.substr(at));
+}
+
+struct Reader {
+  const ParsedArguments& args;
+  std::string what;  // "Megatron-LM argument" for messages
+
+  [[nodiscard]] bool has(const std::string& flag) const { return args.has(flag); }
+  [[nodiscard]] std::optional<std::string> text(const std::string& flag) const {
+    const auto* v = args.find(flag);
+    if (!v || v->empty()) return std::nullopt;
+    return v->front();
+  }
+  Result<std::int64_t> integer(const std::string& flag, std::int64_t fallback) const {
+    const auto v = text(flag);
+    if (!v) return fallback;
+    char* end = nullptr;
+    const long long n = std::strtoll(v->c_str(), &end, 10);
+    if (v->empty() || *end != '\0' || n < 0) {
+      return fail(Error::badInput(flag + ": expected a non-negative integer, got \"" + *v +
+                                  "\" (expand the launch's shell variables first)"));
+    }
+    return static_cast<std::int64_t>(n);
+  }
+  Result<double> number(const std::string& flag, double fallback) const {
+    const auto v = text(flag);
+    if (!v) return fallback;
+    char* end = nullptr;
+    const double x = std::strtod(v->c_str(), &end);
+    if (v->empty() || *end != '\0') return fail(Error::badInput(flag + ": expected a number, got \"" + *v + "\""));
+    return x;
+  }
+};
+
+#define COLO_TRY(var, expr)            \
+  auto var##_r = (expr);               \
+  if (!var##_r) return fail(var##_r.error()); \
+  const auto var = *var##_r
+
+// The architecture stated by Megatron's arguments (when no model is given).
+Result<ModelSpec> megatronModel(const Reader& r) {
+  const bool llama = r.has("--swiglu") && r.text("--normalization") == "RMSNorm";
+  auto preset = familyPreset(llama ? "llama" : "gpt");
+  ModelSpec s = *preset;
+  s.name = "imported";
+  s.source = "imported from Megatron-LM arguments";
+  COLO_TRY(layers, r.integer("--num-layers", 0));
+  COLO_TRY(hidden, r.integer("--hidden-size", 0));
+  COLO_TRY(heads, r.integer("--num-attention-heads", 0));
+  if (layers == 0 || hidden == 0 || heads == 0) {
+    return fail(Error::badInput("the arguments do not state the model (--num-layers, --hidden-size, --num-attention-heads): pass --model"));
+  }
+  s.numLayers = layers;
+  s.hiddenSize = hidden;
+  s.numAttentionHeads = heads;
+  COLO_TRY(ffn, r.integer("--ffn-hidden-size", 4 * hidden));
+  s.ffnHiddenSize = ffn;
+  if (r.has("--group-query-attention")) {
+    COLO_TRY(groups, r.integer("--num-query-groups", heads));
+    s.numKvHeads = groups;
+  }
+  COLO_TRY(kvChannels, r.integer("--kv-channels", 0));
+  s.headDim = kvChannels;
+  COLO_TRY(vocab, r.integer("--vocab-size", 0));
+  COLO_TRY(padded, r.integer("--padded-vocab-size", vocab));
+  if (padded == 0) {
+    return fail(Error::badInput("the arguments do not state the vocabulary (Megatron reads it from the tokenizer): pass --model, "
+                                "or add --vocab-size to the arguments"));
+  }
+  s.vocabSize = padded;
+  COLO_TRY(maxPos, r.integer("--max-position-embeddings", 0));
+  s.maxPositionEmbeddings = maxPos;
+  const std::string position = r.text("--position-embedding-type").value_or("learned_absolute");
+  s.positionEmbedding = position == "rope" ? PositionEmbedding::kRope : position == "none" ? PositionEmbedding::kNone
+                                                                                           : PositionEmbedding::kLearned;
+  COLO_TRY(base, r.number("--rotary-base", 10000));
+  s.ropeTheta = base;
+  COLO_TRY(percent, r.number("--rotary-percent", 1.0));
+  s.rotaryFraction = percent;
+  s.norm = r.text("--normalization") == "RMSNorm" ? NormKind::kRmsNorm : NormKind::kLayerNorm;
+  s.activation = r.has("--swiglu") ? Activation::kSwiGlu : Activation::kGelu;
+  const bool bias = !r.has("--disable-bias-linear");
+  s.qkvBias = s.attentionOutputBias = s.mlpBias = bias;
+  s.tieWordEmbeddings = !r.has("--untie-embeddings-and-output-weights");
+  COLO_TRY(dropout, r.number("--hidden-dropout", 0.1));
+  s.dropout = dropout;
+  s.qkNorm = r.has("--qk-layernorm");
+  s.attentionSinks = r.text("--softmax-type") == "learnable";
+  if (const auto window = r.text("--window-size")) {
+    s.slidingWindow = std::strtoll(window->c_str(), nullptr, 10);
+    COLO_TRY(every, r.integer("--window-attn-skip-freq", 0));
+    s.globalAttentionEvery = every;
+  }
+  if (r.has("--num-experts")) {
+    COLO_TRY(experts, r.integer("--num-experts", 0));
+    COLO_TRY(topk, r.integer("--moe-router-topk", 2));
+    COLO_TRY(expertFfn, r.integer("--moe-ffn-hidden-size", 0));
+    COLO_TRY(shared, r.integer("--moe-shared-expert-intermediate-size", 0));
+    s.moe.numExperts = experts;
+    s.moe.topK = topk;
+    s.moe.expertFfnHiddenSize = expertFfn;
+    s.moe.sharedExpertFfnHiddenSize = shared;
+    if (const auto freq = r.text("--moe-layer-freq"); freq && freq->front() == '[') {
+      // Leading dense layers, then every layer MoE (colo's first_dense_layers).
+      std::int64_t dense = 0;
+      for (const char c : *freq) {
+        if (c == '1') break;
+        if (c == '0') ++dense;
+      }
+      s.moe.firstDenseLayers = dense;
+    }
+  }
+  if (r.has("--multi-latent-attention")) {
+    COLO_TRY(q, r.integer("--q-lora-rank", 0));
+    COLO_TRY(kv, r.integer("--kv-lora-rank", 512));
+    COLO_TRY(qk, r.integer("--qk-head-dim", 128));
+    COLO_TRY(rope, r.integer("--qk-pos-emb-head-dim", 64));
+    COLO_TRY(v, r.integer("--v-head-dim", 128));
+    s.mla = MlaSpec{q, kv, qk, rope, v};
+    s.numKvHeads = 0;
+  }
+  if (auto valid = validateModelSpec(s, "the imported arguments"); !valid) return fail(valid.error());
+  return s;
+}
+
+// The stated model must be the one the arguments describe.
+Result<void> matchesModel(const Reader& r, const ModelSpec& s) {
+  for (const auto& [flag, value] : {std::pair{"--num-layers", s.numLayers}, std::pair{"--hidden-size", s.hiddenSize},
+                                    std::pair{"--num-attention-heads", s.numAttentionHeads},
+                                    std::pair{"--ffn-hidden-size", s.ffnHiddenSize},
+                                    std::pair{"--num-query-groups", s.kvHeads()}}) {
+    COLO_TRY(given, r.integer(flag, value));
+    if (given != value) {
+      return fail(Error::badInput(std::string(flag) + " " + std::to_string(given) + " does not match the model " + s.name +
+                                  " (" + std::to_string(value) + ")"));
+    }
+  }
+  return {};
+}
+
+// The plan's stages: Megatron's uneven first/last stage, else even; recompute as the arguments say.
+Result<std::vector<StagePlan>> megatronStages(const Reader& r, const Plan& p) {
+  const std::int64_t layers = p.model.numLayers();
+  const std::int64_t chunks = p.parallel.pp * p.parallel.virtualStages;
+  RecomputePolicy policy = RecomputePolicy::kNone;
+  const std::string granularity = r.text("--recompute-granularity").value_or(r.has("--recompute-activations") ? "selective" : "");
+  if (granularity == "selective") policy = RecomputePolicy::kSelective;
+  if (granularity == "full") policy = RecomputePolicy::kFull;
+  std::vector<StagePlan> stages = uniformStages(layers, chunks, policy);
+  COLO_TRY(first, r.integer("--decoder-first-pipeline-num-layers", 0));
+  COLO_TRY(last, r.integer("--decoder-last-pipeline-num-layers", 0));
+  if ((first > 0 || last > 0) && p.parallel.virtualStages == 1 && p.parallel.pp > 1) {
+    const std::int64_t middleStages = p.parallel.pp - (first > 0) - (last > 0);
+    const std::int64_t middleLayers = layers - first - last;
+    if (middleLayers < 0 || (middleStages > 0 && middleLayers % middleStages != 0)) {
+      return fail(Error::badInput("--decoder-first/last-pipeline-num-layers " + std::to_string(first) + "/" + std::to_string(last) +
+                                  " leave " + std::to_string(middleLayers) + " layers that do not split over " +
+                                  std::to_string(middleStages) + " stages"));
+    }
+    for (std::int64_t s = 0; s < p.parallel.pp; ++s) {
+      std::int64_t n = middleStages > 0 ? middleLayers / middleStages : 0;
+      if (s == 0 && first > 0) n = first;
+      if (s == p.parallel.pp - 1 && last > 0) n = last;
+      stages[static_cast<std::size_t>(s)].layers = n;
+    }
+  }
+  COLO_TRY(recomputeLayers, r.integer("--recompute-num-layers", 0));
+  for (auto& st : stages) {
+    st.recompute = policy;
+    st.recomputeLayers = policy == RecomputePolicy::kNone ? 0
+                         : policy == RecomputePolicy::kFull && recomputeLayers > 0 && r.text("--recompute-method") == "block"
+                             ? std::min(recomputeLayers, st.layers)
+                             : st.layers;
+  }
+  return stages;
+}
+
+}  // namespace
+
+Result<ImportFormat> parseImportFormat(const std::string& name) {
+  if (name == "megatron") return ImportFormat::kMegatron;
+  if (name == "deepspeed") return ImportFormat::kDeepSpeed;
+  if (name == "colossalai") return ImportFormat::kColossalAi;
+  if (name == "torchtitan") return ImportFormat::kTorchtitan;
+  return fail(Error::badInput("unknown import format \"" + name + "\" (expected megatron, deepspeed, colossalai or torchtitan)"));
+}
+
+Result<Plan> importMegatron(const std::string& arguments, const ImportContext& context) {
+  auto parsed = launchArguments(arguments);
+  if (!parsed) return fail(parsed.error());
+  const Reader r{*parsed, "Megatron-LM argument"};
+  Plan p;
+  p.cluster = context.cluster;
+  if (context.model) {
+    p.model = *context.model;
+    if (p.model.spec) {
+      if (auto ok = matchesModel(r, *p.model.spec); !ok) return fail(ok.error());
+    }
+  } else {
+    auto spec = megatronModel(r);
+    if (!spec) return fail(spec.error());
+    p.model.source = ModelSource::kSpec;
+    p.model.spec = *spec;
+  }
+  auto& q = p.parallel;
+  COLO_TRY(tp, r.integer("--tensor-model-parallel-size", 1));
+  COLO_TRY(pp, r.integer("--pipeline-model-parallel-size", 1));
+  COLO_TRY(cp, r.integer("--context-parallel-size", 1));
+  COLO_TRY(ep, r.integer("--expert-model-parallel-size", 1));
+  COLO_TRY(sp, r.integer("--ds-sequence-parallel-size", 1));  // Megatron-DeepSpeed's Ulysses
+  q.tp = std::max<std::int64_t>(1, tp);
+  q.pp = std::max<std::int64_t>(1, pp);
+  q.cp = std::max<std::int64_t>(1, std::max(cp, sp));
+  q.ep = std::max<std::int64_t>(1, ep);
+  if (sp > 1) p.execution.cpCommType = CpCommType::kAllToAll;
+  COLO_TRY(etp, r.integer("--expert-tensor-parallel-size", 0));
+  if (etp > 0 && etp != q.tp) q.etp = etp;
+  q.sequenceParallel = r.has("--sequence-parallel") && q.tp > 1;
+  const std::int64_t world = p.cluster.totalGpus();
+  if (world % (q.tp * q.pp * q.cp) != 0) {
+    return fail(Error::badInput("the cluster's " + std::to_string(world) + " GPUs are not a multiple of tp x pp x cp = " +
+                                std::to_string(q.tp * q.pp * q.cp) + " (--gpus sets the job's size)"));
+  }
+  q.dp = world / (q.tp * q.pp * q.cp);
+  const std::int64_t layers = p.model.numLayers();
+  COLO_TRY(perVirtual, r.integer("--num-layers-per-virtual-pipeline-stage", 0));
+  COLO_TRY(virtualStages, r.integer("--num-virtual-stages-per-pipeline-rank", 1));
+  q.virtualStages = perVirtual > 0 && layers % (q.pp * perVirtual) == 0 ? layers / (q.pp * perVirtual) : std::max<std::int64_t>(1, virtualStages);
+  p.schedule = q.virtualStages > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;
+  COLO_TRY(mbs, r.integer("--micro-batch-size", 1));
+  COLO_TRY(gbs, r.integer("--global-batch-size", mbs * q.dp));
+  COLO_TRY(seq, r.integer("--seq-length", p.model.defaultSeqLen()));
+  p.microBatchSize = std::max<std::int64_t>(1, mbs);
+  p.globalBatchSize = gbs;
+  p.seqLen = seq;
+  p.zeroStage = r.has("--use-distributed-optimizer") ? 1 : 0;
+  p.precision = r.has("--fp8-format") ? DType::kFp8 : r.has("--bf16") ? DType::kBf16 : r.has("--fp16") ? DType::kFp16 : DType::kFp32;
+  const std::string backend = r.text("--attention-backend").value_or("auto");
+  p.execution.flashAttention = backend != "unfused" && backend != "local";
+  p.execution.overlapGradReduce = r.has("--overlap-grad-reduce");
+  p.execution.overlapParamGather = r.has("--overlap-param-gather");
+  p.execution.tpCommOverlap = r.has("--tp-comm-overlap");
+  p.execution.gradAccumulation = r.has("--no-gradient-accumulation-fusion") ? GradAccumulation::kMainGrad : GradAccumulation::kFused;
+  if (const auto type = r.text("--cp-comm-type")) {
+    auto parsedType = parseCpCommType(*type);
+    if (!parsedType) return fail(Error::badInput("--cp-comm-type: " + parsedType.error().message));
+    p.execution.cpCommType = *parsedType;
+  }
+  if (r.has("--optimizer-cpu-offload")) {
+    COLO_TRY(fraction, r.number("--optimizer-offload-fraction", 1.0));
+    p.offload.optimizerFraction = fraction;
+  }
+  auto stages = megatronStages(r, p);
+  if (!stages) return fail(stages.error());
+  p.stages = *stages;
+  p.name = p.model.name() + " (imported from Megatron-LM arguments)";
+  if (auto valid = validatePlan(p); !valid) return fail(valid.error());
+  return p;
+}
+
+Result<Plan> importDeepSpeed(const Json& config, const std::string& arguments, const ImportContext& context) {
+  if (!config.is_object()) return fail(Error::badInput("a DeepSpeed config is a JSON object"));
+  auto plan = importMegatron(arguments, context);
+  if (!plan) return fail(plan.error());
+  Plan p = *plan;
+  auto integerKey = [&](const char* key, std::int64_t fallback) -> Result<std::int64_t> {
+    if (!config.contains(key)) return fallback;
+    if (!config[key].is_number_integer() || config[key].get<std::int64_t>() <= 0) {
+      return fail(Error::badInput(std::string(key) + ": expected a positive integer, got " + config[key].dump()));
+    }
+    return config[key].get<std::int64_t>();
+  };
+  COLO_TRY(micro, integerKey("train_micro_batch_size_per_gpu", p.microBatchSize));
+  COLO_TRY(batch, integerKey("train_batch_size", p.globalBatchSize));
+  COLO_TRY(steps, integerKey("gradient_accumulation_steps", batch / std::max<std::int64_t>(1, micro * p.parallel.dp)));
+  if (batch != micro * steps * p.parallel.dp) {
+    return fail(Error::badInput("train_batch_size " + std::to_string(batch) + " != train_micro_batch_size_per_gpu " + std::to_string(micro) +
+                                " x gradient_accumulation_steps " + std::to_string(steps) + " x data-parallel " +
+                                std::to_string(p.parallel.dp) + " (DeepSpeed's batch check)"));
+  }
+  p.microBatchSize = micro;
+  p.globalBatchSize = batch;
+  if (config.contains("zero_optimization")) {
+    const Json& z = config["zero_optimization"];
+    p.zeroStage = z.is_boolean() ? (z.get<bool>() ? 1 : 0) : z.value("stage", 0);
+    if (z.is_object() && z.contains("offload_optimizer") && z["offload_optimizer"].is_object()) {
+      p.offload.optimizerFraction = z["offload_optimizer"].value("ratio", 1.0);
+    }
+  }
+  const bool bf16 = config.contains("bf16") && config["bf16"].value("enabled", false);
+  const bool fp16 = config.contains("fp16") && config["fp16"].value("enabled", false);
+  p.precision = bf16 ? DType::kBf16 : fp16 ? DType::kFp16 : p.precision;
+  // DeepSpeed's BF16 optimizer sums micro-batch gradients into fp32 copies; with fp16 into the .grad.
+  p.execution.gradAccumulation = bf16 ? GradAccumulation::kFp32Copy : GradAccumulation::kAutograd;
+  p.execution.overlapGradReduce = config.contains("zero_optimization") && config["zero_optimization"].is_object() &&
+                                  config["zero_optimization"].value("overlap_comm", false);
+  p.name = p.model.name() + " (imported from a DeepSpeed config)";
+  if (auto valid = validatePlan(p); !valid) return fail(valid.error());
+  return p;
+}
+
+namespace {
+
+// ---- Python keyword arguments and TOML (the subsets these launches use) -------------------------
+
+std::map<std::string, std::string> keywordArguments(const std::string& call) {
+  std::map<std::string, std::string> out;
+  std::string body;
+  std::istringstream in(call);
+  for (std::string line; std::getline(in, line);) body += line.substr(0, line.find('#')) + "\n";
+  int depth = 0;
+  std::string current;
+  auto flush = [&] {
+    const auto eq = current.find('=');
+    if (eq != std::string::npos) {
+      auto trim = [](std::string s) {
+        s.erase(0, s.find_first_not_of(" \t\n"));
+        s.erase(s.find_last_not_of(" \t\n") + 1);
+        if (s.size() >= 2 && (s.front() == '"' || s.front() == '\'')) s = s.substr(1, s.size() - 2);
+        return s;
+      };
+      out[trim(current.substr(0, eq))] = trim(current.substr(eq + 1));
+    }
+    current.clear();
+  };
+  for (const char c : body) {
+    if (c == '(' || c == '[' || c == '{') ++depth;
+    if (c == ')' || c == ']' || c == '}') --depth;
+    if (c == ',' && depth == 0) flush();
+    else current += c;
+  }
+  flush();
+  return out;
+}
+
+// TOML tables of scalar keys: section.key -> value text (strings unquoted; arrays kept as written).
+Result<std::map<std::string, std::string>> tomlScalars(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::string section;
+  std::istringstream in(text);
+  int lineNumber = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++lineNumber;
+    bool quoted = false;
+    for (std::size_t i = 0; i < line.size(); ++i) {
+      if (line[i] == '"') quoted = !quoted;
+      if (line[i] == '#' && !quoted) {
+        line.resize(i);
+        break;
+      }
+    }
+    line.erase(0, line.find_first_not_of(" \t\r"));
+    line.erase(line.find_last_not_of(" \t\r") + 1);
+    if (line.empty()) continue;
+    if (line.front() == '[') {
+      if (line.back() != ']') return fail(Error::badInput("line " + std::to_string(lineNumber) + ": unclosed table header"));
+      section = line.substr(1, line.size() - 2);
+      continue;
+    }
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) return fail(Error::badInput("line " + std::to_string(lineNumber) + ": expected key = value"));
+    std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+    out[section.empty() ? key : section + "." + key] = value;
+  }
+  return out;
+}
+
+Result<std::int64_t> integerValue(const std::map<std::string, std::string>& kv, const std::string& key, std::int64_t fallback) {
+  const auto it = kv.find(key);
+  if (it == kv.end()) return fallback;
+  char* end = nullptr;
+  const long long n = std::strtoll(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end != '\0') return fail(Error::badInput(key + ": expected an integer, got \"" + it->second + "\""));
+  return static_cast<std::int64_t>(n);
+}
+
+Result<Plan> finish(Plan p, const std::string& origin) {
+  p.name = p.model.name() + " (imported from " + origin + ")";
+  if (auto valid = validatePlan(p); !valid) return fail(valid.error());
+  return p;
+}
+
+}  // namespace
+
+Result<Plan> importColossalAi(const std::string& source, const ImportContext& context) {
+  if (!context.model) return fail(Error::badInput("a Colossal-AI plugin does not name the model: pass --model"));
+  const auto open = source.find("HybridParallelPlugin(");
+  if (open == std::string::npos) return fail(Error::badInput("no HybridParallelPlugin(...) call found"));
+  std::size_t close = open + std::string("HybridParallelPlugin(").size();
+  for (int depth = 1; close < source.size() && depth > 0; ++close) {
+    if (source[close] == '(') ++depth;
+    if (source[close] == ')') --depth;
+  }
+  const auto kw = keywordArguments(source.substr(open + 21, close - open - 22));
+  Plan p;
+  p.model = *context.model;
+  p.cluster = context.cluster;
+  auto& q = p.parallel;
+  COLO_TRY(tp, integerValue(kw, "tp_size", 1));
+  COLO_TRY(pp, integerValue(kw, "pp_size", 1));
+  COLO_TRY(sp, integerValue(kw, "sp_size", 1));
+  COLO_TRY(ep, integerValue(kw, "ep_size", 1));
+  const std::string mode = kw.contains("sequence_parallelism_mode") ? kw.at("sequence_parallelism_mode") : "";
+  q.tp = tp;
+  q.pp = pp;
+  q.ep = ep;
+  // Ring attention and all-to-all modes split the sequence (colo's cp); split_gather is Megatron's SP.
+  if (sp > 1 && (mode == "ring_attn" || mode == "all_to_all" || mode == "ring")) {
+    q.cp = sp;
+    p.execution.cpCommType = mode == "all_to_all" ? CpCommType::kAllToAll : CpCommType::kP2p;
+  }
+  q.sequenceParallel = kw.contains("enable_sequence_parallelism") && kw.at("enable_sequence_parallelism") == "True" && tp > 1;
+  const std::int64_t world = p.cluster.totalGpus();
+  if (world % (q.tp * q.pp * q.cp) != 0) {
+    return fail(Error::badInput("the cluster's " + std::to_string(world) + " GPUs are not a multiple of tp_size x pp_size x sp_size"));
+  }
+  q.dp = world / (q.tp * q.pp * q.cp);
+  COLO_TRY(zero, integerValue(kw, "zero_stage", 0));
+  p.zeroStage = zero;
+  const std::string precision = kw.contains("precision") ? kw.at("precision") : "fp16";
+  auto dtype = parseDType(precision);
+  if (!dtype) return fail(Error::badInput("precision: " + dtype.error().message));
+  p.precision = *dtype;
+  p.execution.flashAttention = kw.contains("enable_flash_attention") && kw.at("enable_flash_attention") == "True";
+  if (kw.contains("cpu_offload") && kw.at("cpu_offload") == "True") p.offload.optimizerFraction = 1.0;
+  // The batch: colo's export writes "# micro-batch M, global batch G, sequence S"; else the context.
+  std::int64_t gbs = context.globalBatchSize, seq = context.seqLen, mbsComment = 0;
+  std::smatch m;
+  if (std::regex_search(source, m, std::regex(R"(#\s*micro-batch (\d+), global batch (\d+), sequence (\d+))"))) {
+    mbsComment = std::stoll(m[1]);
+    if (gbs == 0) gbs = std::stoll(m[2]);
+    if (seq == 0) seq = std::stoll(m[3]);
+  }
+  if (gbs == 0) return fail(Error::badInput("the plugin does not state the global batch: pass --gbs"));
+  p.globalBatchSize = gbs;
+  p.seqLen = seq > 0 ? seq : p.model.defaultSeqLen();
+  COLO_TRY(micro, integerValue(kw, "microbatch_size", mbsComment));
+  COLO_TRY(numMicro, integerValue(kw, "num_microbatches", 0));
+  p.microBatchSize = micro > 0 ? micro : numMicro > 0 ? gbs / (q.dp * numMicro) : 1;
+  const std::string style = kw.contains("pp_style") ? kw.at("pp_style") : "1f1b";
+  COLO_TRY(chunks, integerValue(kw, "num_model_chunks", 1));
+  q.virtualStages = style == "interleaved" ? chunks : 1;
+  p.schedule = style == "interleaved" ? Schedule::kInterleaved : style == "zbv" ? Schedule::kZeroBubble : Schedule::kOneFOneB;
+  RecomputePolicy policy = RecomputePolicy::kNone;
+  std::int64_t perStage = 0;
+  if (std::regex_search(source, m, std::regex(R"(gradient checkpointing: (\w+) on up to (\d+) layers)"))) {
+    auto parsed = parseRecompute(m[1]);
+    if (parsed) policy = *parsed;
+    perStage = std::stoll(m[2]);
+  } else if (source.find("gradient_checkpointing_enable()") != std::string::npos) {
+    policy = RecomputePolicy::kFull;  // Hugging Face checkpointing recomputes whole layers
+  }
+  p.stages = uniformStages(p.model.numLayers(), q.pp * q.virtualStages, policy);
+  for (auto& st : p.stages) st.recomputeLayers = policy == RecomputePolicy::kNone ? 0 : perStage > 0 ? std::min(perStage, st.layers) : st.layers;
+  return finish(p, "a Colossal-AI plugin");
+}
+
+Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& context) {
+  auto kv = tomlScalars(toml);
+  if (!kv) return fail(kv.error());
+  Plan p;
+  p.cluster = context.cluster;
+  if (context.model) {
+    p.model = *context.model;
+  } else {
+    // torchtitan's model name and flavor, for the library models colo ships.
+    const std::string name = kv->contains("model.name") ? kv->at("model.name") : "";
+    std::string flavor = kv->contains("model.flavor") ? kv->at("model.flavor") : "";
+    std::transform(flavor.begin(), flavor.end(), flavor.begin(), [](unsigned char c) { return std::tolower(c); });
+    const std::string library = name + "-" + flavor;
+    auto file = resolveLibraryFile(LibraryKind::kModels, library);
+    if (name.empty() || !file) {
+      return fail(Error::badInput("model.name \"" + name + "\", flavor \"" + flavor + "\" is not a colo library model: pass --model"));
+    }
+    auto model = loadModel(*file);
+    if (!model) return fail(model.error());
+    p.model = *model;
+  }
+  auto& q = p.parallel;
+  COLO_TRY(tp, integerValue(*kv, "parallelism.tensor_parallel_degree", 1));
+  COLO_TRY(pp, integerValue(*kv, "parallelism.pipeline_parallel_degree", 1));
+  COLO_TRY(cp, integerValue(*kv, "parallelism.context_parallel_degree", 1));
+  COLO_TRY(ep, integerValue(*kv, "parallelism.expert_parallel_degree", 1));
+  COLO_TRY(replicate, integerValue(*kv, "parallelism.data_parallel_replicate_degree", 1));
+  COLO_TRY(shard, integerValue(*kv, "parallelism.data_parallel_shard_degree", -1));
+  q.tp = tp;
+  q.pp = pp;
+  q.cp = cp;
+  q.ep = ep;
+  const std::int64_t world = p.cluster.totalGpus();
+  if (world % (tp * pp * cp * replicate) != 0) {
+    return fail(Error::badInput("parallelism: the cluster's " + std::to_string(world) + " GPUs are not a multiple of the degrees"));
+  }
+  const std::int64_t shardDegree = shard > 0 ? shard : world / (tp * pp * cp * replicate);
+  q.dp = replicate * shardDegree;
+  if (q.dp * tp * pp * cp != world) {
+    return fail(Error::badInput("parallelism: the degrees multiply to " + std::to_string(q.dp * tp * pp * cp) + ", the cluster has " +
+                                std::to_string(world) + " GPUs"));
+  }
+  q.sequenceParallel = tp > 1;  // torchtitan's TP plan runs the norms sequence-parallel
+  // FSDP2 (ZeRO-3 with fp32 sharded parameters); HSDP shards within replicas, which colo approximates
+  // by sharding over the whole data-parallel group.
+  p.zeroStage = shardDegree > 1 ? 3 : 0;
+  p.execution.fp32Params = true;
+  p.execution.gradAccumulation = GradAccumulation::kAutograd;
+  p.execution.tpCommOverlap = kv->contains("parallelism.enable_async_tensor_parallel") &&
+                              kv->at("parallelism.enable_async_tensor_parallel") == "true";
+  const std::string rotate = kv->contains("parallelism.context_parallel_rotate_method") ? kv->at("parallelism.context_parallel_rotate_method") : "allgather";
+  if (cp > 1) p.execution.cpCommType = rotate == "alltoall" ? CpCommType::kP2p : CpCommType::kAllGather;
+  COLO_TRY(local, integerValue(*kv, "training.local_batch_size", 0));
+  COLO_TRY(legacyLocal, integerValue(*kv, "training.batch_size", 8));
+  const std::int64_t localBatch = local > 0 ? local : legacyLocal;
+  COLO_TRY(global, integerValue(*kv, "training.global_batch_size", -1));
+  COLO_TRY(seq, integerValue(*kv, "training.seq_len", 2048));
+  COLO_TRY(ppMicro, integerValue(*kv, "parallelism.pipeline_parallel_microbatch_size", 1));
+  p.globalBatchSize = global > 0 ? global : localBatch * q.dp;
+  p.microBatchSize = pp > 1 ? ppMicro : localBatch;
+  p.seqLen = seq;
+  const std::string schedule = kv->contains("parallelism.pipeline_parallel_schedule") ? kv->at("parallelism.pipeline_parallel_schedule") : "1F1B";
+  p.schedule = schedule == "GPipe" ? Schedule::kGpipe
+               : schedule.find("ZeroBubble") != std::string::npos ? Schedule::kZeroBubble
+               : schedule == "Interleaved1F1B" ? Schedule::kInterleaved
+                                               : Schedule::kOneFOneB;
+  q.virtualStages = p.schedule == Schedule::kInterleaved ? 2 : 1;  // torchtitan's default: two stages per rank
+  const std::string converters = kv->contains("model.converters") ? kv->at("model.converters") : "";
+  p.precision = converters.find("float8") != std::string::npos ? DType::kFp8 : DType::kBf16;
+  const std::string mode = kv->contains("activation_checkpoint.mode") ? kv->at("activation_checkpoint.mode") : "selective";
+  const std::string option = kv->contains("activation_checkpoint.selective_ac_option") ? kv->at("activation_checkpoint.selective_ac_option") : "op";
+  RecomputePolicy policy = mode == "full" ? RecomputePolicy::kFull
+                           : mode == "none" ? RecomputePolicy::kNone
+                           : option == "op" ? RecomputePolicy::kOp
+                                            : RecomputePolicy::kFull;  // every N-th layer fully recomputed
+  p.stages = uniformStages(p.model.numLayers(), pp * q.virtualStages, policy);
+  if (mode == "selective" && option != "op") {
+    const std::int64_t every = std::max<std::int64_t>(1, std::strtoll(option.c_str(), nullptr, 10));
+    for (auto& st : p.stages) st.recomputeLayers = st.layers / every;
+  }
+  return finish(p, "a torchtitan TOML");
+}
+
+#undef COLO_TRY
+
+}  // namespace colo::planner

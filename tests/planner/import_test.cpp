@@ -1,0 +1,198 @@
+#include "colo/planner/import.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "colo/core/library.h"
+#include "colo/planner/export.h"
+#include "core/test_support.h"
+
+namespace colo::planner {
+namespace {
+
+Plan basePlan(const std::string& model, const std::string& cluster, std::int64_t gpus, std::int64_t tp, std::int64_t pp,
+              std::int64_t cp, std::int64_t ep, std::int64_t vpp, std::int64_t gbs, RecomputePolicy recompute) {
+  Plan p;
+  p.name = model;
+  p.model = test::loadModelOrFail(test::dataFile("models/" + model + ".json"));
+  auto c = scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/" + cluster + ".json")), gpus);
+  EXPECT_TRUE(c);
+  p.cluster = *c;
+  p.parallel.tp = tp;
+  p.parallel.pp = pp;
+  p.parallel.cp = cp;
+  p.parallel.ep = ep;
+  p.parallel.dp = gpus / (tp * pp * cp);
+  p.parallel.virtualStages = vpp;
+  p.parallel.sequenceParallel = tp > 1;
+  if (vpp > 1) p.schedule = Schedule::kInterleaved;
+  p.microBatchSize = 1;
+  p.globalBatchSize = gbs;
+  p.seqLen = p.model.defaultSeqLen();
+  p.zeroStage = 1;
+  p.stages = uniformStages(p.model.numLayers(), pp * vpp, recompute);
+  EXPECT_TRUE(validatePlan(p)) << model << ": " << validatePlan(p).error().toString();
+  return p;
+}
+
+// What an export carries and an import must give back.
+void expectSamePlan(const Plan& a, const Plan& b, const std::string& what, bool execution = true) {
+  SCOPED_TRACE(what);
+  EXPECT_EQ(a.parallel.tp, b.parallel.tp);
+  EXPECT_EQ(a.parallel.pp, b.parallel.pp);
+  EXPECT_EQ(a.parallel.dp, b.parallel.dp);
+  EXPECT_EQ(a.parallel.cp, b.parallel.cp);
+  EXPECT_EQ(a.parallel.ep, b.parallel.ep);
+  EXPECT_EQ(a.parallel.expertTp(), b.parallel.expertTp());
+  EXPECT_EQ(a.parallel.virtualStages, b.parallel.virtualStages);
+  EXPECT_EQ(a.parallel.sequenceParallel, b.parallel.sequenceParallel);
+  EXPECT_EQ(a.microBatchSize, b.microBatchSize);
+  EXPECT_EQ(a.globalBatchSize, b.globalBatchSize);
+  EXPECT_EQ(a.seqLen, b.seqLen);
+  EXPECT_EQ(a.zeroStage, b.zeroStage);
+  EXPECT_EQ(a.precision, b.precision);
+  EXPECT_EQ(a.schedule, b.schedule);
+  EXPECT_EQ(a.offload.optimizerFraction, b.offload.optimizerFraction);
+  ASSERT_EQ(a.stages.size(), b.stages.size());
+  for (std::size_t s = 0; s < a.stages.size(); ++s) {
+    EXPECT_EQ(a.stages[s].layers, b.stages[s].layers) << "stage " << s;
+    EXPECT_EQ(a.stages[s].recompute, b.stages[s].recompute) << "stage " << s;
+    EXPECT_EQ(a.stages[s].recomputeLayers, b.stages[s].recomputeLayers) << "stage " << s;
+  }
+  if (!execution) return;
+  EXPECT_EQ(a.execution.flashAttention, b.execution.flashAttention);
+  EXPECT_EQ(a.execution.tpCommOverlap, b.execution.tpCommOverlap);
+  EXPECT_EQ(a.execution.cpCommType, b.execution.cpCommType);
+  EXPECT_EQ(a.execution.gradAccumulation, b.execution.gradAccumulation);
+}
+
+std::vector<Plan> roundTripPlans() {
+  std::vector<Plan> plans{
+      basePlan("llama3-8b", "dgx-h100", 8, 2, 2, 1, 1, 2, 64, RecomputePolicy::kNone),
+      basePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 1, 1, 1, 1536, RecomputePolicy::kFull),
+      basePlan("mixtral-8x7b", "dgx-h100-x64", 64, 2, 2, 1, 8, 1, 256, RecomputePolicy::kSelective),
+      basePlan("llama3-70b", "dgx-h100-x64", 64, 8, 1, 2, 1, 1, 64, RecomputePolicy::kSelective),
+      basePlan("gemma-3-27b", "dgx-h100-x64", 64, 8, 2, 1, 1, 1, 64, RecomputePolicy::kFull),
+  };
+  // Uneven first and last stages, block recompute of some layers, all-gather CP, optimizer offload.
+  plans[1].stages = {{4, RecomputePolicy::kFull, 2}};
+  for (int s = 0; s < 14; ++s) plans[1].stages.push_back({6, RecomputePolicy::kFull, 2});
+  plans[1].stages.push_back({8, RecomputePolicy::kFull, 2});
+  plans[3].execution.cpCommType = CpCommType::kAllGather;
+  plans[4].offload.optimizerFraction = 0.5;
+  for (auto& p : plans) EXPECT_TRUE(validatePlan(p)) << p.name << ": " << validatePlan(p).error().toString();
+  return plans;
+}
+
+TEST(Import, MegatronExportThenImportGivesBackThePlan) {
+  for (const auto& p : roundTripPlans()) {
+    const auto args = exportPlan(p, ExportFormat::kMegatron, "plan.json");
+    ASSERT_TRUE(args) << p.name << ": " << args.error().toString();
+    ImportContext context{p.cluster, p.model, 0, 0};
+    auto back = importMegatron(*args, context);
+    ASSERT_TRUE(back) << p.name << ": " << back.error().toString() << "\n" << *args;
+    expectSamePlan(p, *back, p.name);
+  }
+}
+
+TEST(Import, MegatronArgumentsAloneStateTheArchitecture) {
+  // Without --model: the architecture from the arguments; the vocabulary from --vocab-size.
+  const Plan p = roundTripPlans()[0];
+  std::string args = "torchrun --nproc-per-node 8 pretrain_gpt.py \\\n" + *exportPlan(p, ExportFormat::kMegatron, "plan.json") +
+                     " \\\n--vocab-size 128256\n";
+  auto back = importMegatron(args, ImportContext{p.cluster, std::nullopt, 0, 0});
+  ASSERT_TRUE(back) << back.error().toString();
+  const ModelSpec& a = *p.model.spec;
+  const ModelSpec& b = *back->model.spec;
+  EXPECT_EQ(countParameters(a).total, countParameters(b).total);
+  EXPECT_EQ(b.kvHeads(), a.kvHeads());
+  EXPECT_EQ(b.ropeTheta, 500000);
+  EXPECT_EQ(b.activation, Activation::kSwiGlu);
+  EXPECT_FALSE(b.tieWordEmbeddings);
+  // Without a vocabulary it says what to pass; a model that differs from the arguments is named.
+  auto noVocab = importMegatron(*exportPlan(p, ExportFormat::kMegatron, "plan.json"), ImportContext{p.cluster, std::nullopt, 0, 0});
+  ASSERT_FALSE(noVocab);
+  EXPECT_NE(noVocab.error().message.find("--vocab-size"), std::string::npos);
+  auto wrong = importMegatron(args, ImportContext{p.cluster, test::loadModelOrFail(test::dataFile("models/llama2-7b.json")), 0, 0});
+  ASSERT_FALSE(wrong);
+  EXPECT_NE(wrong.error().message.find("does not match the model"), std::string::npos);
+  // Shell variables left in a launch are named.
+  auto unexpanded = importMegatron("--tensor-model-parallel-size $TP --num-layers 32", ImportContext{p.cluster, p.model, 0, 0});
+  ASSERT_FALSE(unexpanded);
+  EXPECT_NE(unexpanded.error().message.find("--tensor-model-parallel-size"), std::string::npos);
+}
+
+TEST(Import, DeepSpeedConfigWithItsArgumentsGivesBackThePlan) {
+  for (const auto& p : roundTripPlans()) {
+    const auto config = exportPlan(p, ExportFormat::kDeepSpeed, "plan.json");
+    if (!config) continue;  // interleaving, Ulysses with tp, partial offload below ZeRO-3: refused on export
+    const auto args = exportPlan(p, ExportFormat::kMegatron, "plan.json");
+    auto back = importDeepSpeed(Json::parse(*config), *args, ImportContext{p.cluster, p.model, 0, 0});
+    ASSERT_TRUE(back) << p.name << ": " << back.error().toString();
+    expectSamePlan(p, *back, p.name, /*execution=*/false);
+  }
+  // A config whose batch numbers disagree with the data-parallel size is refused with DeepSpeed's rule.
+  const Plan p = roundTripPlans()[2];
+  Json config = Json::parse(*exportPlan(p, ExportFormat::kDeepSpeed, "plan.json"));
+  config["gradient_accumulation_steps"] = 3;
+  auto bad = importDeepSpeed(config, *exportPlan(p, ExportFormat::kMegatron, "plan.json"), ImportContext{p.cluster, p.model, 0, 0});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("DeepSpeed's batch check"), std::string::npos);
+}
+
+TEST(Import, ColossalAiPluginGivesBackThePlan) {
+  for (const auto& p : roundTripPlans()) {
+    const auto source = exportPlan(p, ExportFormat::kColossalAi, "plan.json");
+    ASSERT_TRUE(source);
+    auto back = importColossalAi(*source, ImportContext{p.cluster, p.model, 0, 0});
+    ASSERT_TRUE(back) << p.name << ": " << back.error().toString() << "\n" << *source;
+    Plan expected = p;
+    // What the plugin cannot say: Megatron's uneven stages, block recompute counts per stage, CP's type.
+    expected.stages = uniformStages(p.model.numLayers(), p.parallel.pp * p.parallel.virtualStages, p.stages.front().recompute);
+    std::int64_t most = 0;
+    for (const auto& st : p.stages) most = std::max(most, st.recomputeLayers);
+    for (auto& st : expected.stages) st.recomputeLayers = p.stages.front().recompute == RecomputePolicy::kNone ? 0 : std::min(most, st.layers);
+    if (expected.offload.optimizerFraction > 0) expected.offload.optimizerFraction = 1.0;  // cpu_offload is all or nothing
+    expectSamePlan(expected, *back, p.name, /*execution=*/false);
+  }
+  auto noModel = importColossalAi("plugin = HybridParallelPlugin(tp_size=2)", ImportContext{roundTripPlans()[0].cluster, std::nullopt, 0, 0});
+  ASSERT_FALSE(noModel);
+  EXPECT_NE(noModel.error().message.find("--model"), std::string::npos);
+}
+
+TEST(Import, TorchtitanTomlReadsFsdpAndPerOpCheckpointing) {
+  std::ifstream in(test::dataFile("examples/torchtitan-llama3-8b.toml"));
+  std::stringstream text;
+  text << in.rdbuf();
+  auto cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-h100.json"));
+  auto p = importTorchtitan(text.str(), ImportContext{cluster, std::nullopt, 0, 0});
+  ASSERT_TRUE(p) << p.error().toString();
+  EXPECT_EQ(p->model.name(), "llama3-8b");  // [model] llama3 / 8B is the library's
+  EXPECT_EQ(p->parallel.dp, 8);              // data_parallel_shard_degree -1: every GPU
+  EXPECT_EQ(p->zeroStage, 3);                // FSDP2
+  EXPECT_TRUE(p->execution.fp32Params);
+  EXPECT_EQ(p->stages.front().recompute, RecomputePolicy::kOp);
+  EXPECT_EQ(p->globalBatchSize, 8);
+  EXPECT_EQ(p->seqLen, 8192);
+  // tp 2 with async TP and float8; degrees that do not multiply to the cluster are named.
+  std::string tp = text.str();
+  tp.replace(tp.find("tensor_parallel_degree = 1"), 26, "tensor_parallel_degree = 2\nenable_async_tensor_parallel = true");
+  tp.replace(tp.find("name = \"llama3\""), 15, "name = \"llama3\"\nconverters = [\"float8\"]");
+  auto async = importTorchtitan(tp, ImportContext{cluster, std::nullopt, 0, 0});
+  ASSERT_TRUE(async) << async.error().toString();
+  EXPECT_EQ(async->parallel.tp, 2);
+  EXPECT_EQ(async->parallel.dp, 4);
+  EXPECT_TRUE(async->execution.tpCommOverlap);
+  EXPECT_EQ(async->precision, DType::kFp8);
+  std::string bad = text.str();
+  bad.replace(bad.find("data_parallel_shard_degree = -1"), 31, "data_parallel_shard_degree = 3");
+  auto refused = importTorchtitan(bad, ImportContext{cluster, std::nullopt, 0, 0});
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("multiply to"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace colo::planner
