@@ -23,12 +23,15 @@ int main(int argc, char** argv) {
   QCommandLineOption gbs("gbs", "global batch size (samples)", "G");
   QCommandLineOption screenshot("screenshot", "search, select the best plan, save the window as PNG and exit", "FILE");
   QCommandLineOption tab("tab", "detail tab shown in the screenshot: 0 timeline, 1 memory, 2 mesh, 3 baseline, 4 run", "N");
-  parser.addOptions({model, cluster, gbs, screenshot, tab});
+  QCommandLineOption tokens("train-tokens", "tokens to train on (e.g. 1.5T): days, GPU-hours and cost per plan", "T");
+  QCommandLineOption price("price-per-gpu-hour", "dollars per GPU-hour, for the cost column", "USD");
+  parser.addOptions({model, cluster, gbs, screenshot, tab, tokens, price});
   parser.process(app);
 
   colo::ui::MainWindow window;
   window.resize(1500, 950);
   if (parser.isSet(gbs)) window.setGlobalBatch(parser.value(gbs).toInt());
+  if (parser.isSet(tokens)) window.setTrainingBudget(parser.value(tokens), parser.value(price).toDouble());
   bool ok = true;
   if (parser.isSet(model)) ok = window.openModel(parser.value(model)) && ok;
   if (parser.isSet(cluster)) ok = window.openCluster(parser.value(cluster)) && ok;

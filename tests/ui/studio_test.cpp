@@ -14,6 +14,7 @@
 #include <QTest>
 
 #include "colo/core/library.h"
+#include "colo/planner/budget.h"
 #include "colo/ui/candidates_model.h"
 #include "colo/ui/charts.h"
 #include "colo/ui/main_window.h"
@@ -66,6 +67,17 @@ class StudioTest : public QObject {
     }
     QVERIFY(w.comparisonMarkdown().contains("Megatron-style baseline"));
     QVERIFY(w.comparisonMarkdown().contains("likely measured step"));
+    // A training budget fills the days, GPU-hours and cost columns without a new search.
+    w.filter()->setFilterFixedString({});
+    QCOMPARE(w.filter()->data(w.filter()->index(0, CandidatesModel::kDays)).toString(), QString("-"));
+    w.setTrainingBudget("2T", 2.0);
+    const auto& best = w.candidates()->candidate(0);
+    const auto cost = colo::planner::trainingCost(best.plan, best.evaluation, w.candidates()->budget());
+    QVERIFY(cost.days > 0);
+    QCOMPARE(w.candidates()->data(w.candidates()->index(0, CandidatesModel::kGpuHours), CandidatesModel::kSortRole).toDouble(), cost.gpuHours);
+    QVERIFY(w.candidates()->data(w.candidates()->index(0, CandidatesModel::kCost), Qt::DisplayRole).toString().startsWith("$"));
+    w.setTrainingBudget("2 trillion", 2.0);  // not a count: the columns empty again
+    QCOMPARE(w.candidates()->data(w.candidates()->index(0, CandidatesModel::kDays), Qt::DisplayRole).toString(), QString("-"));
   }
 
   void cancelAndRestart() {

@@ -16,6 +16,11 @@ void CandidatesModel::setResult(const planner::SearchResult& result) {
   endResetModel();
 }
 
+void CandidatesModel::setBudget(const planner::TrainingBudget& budget) {
+  m_budget = budget;
+  if (!m_rows.empty()) emit dataChanged(index(0, kDays), index(rowCount() - 1, kCost));
+}
+
 void CandidatesModel::clear() {
   beginResetModel();
   m_rows.clear();
@@ -30,7 +35,8 @@ QVariant CandidatesModel::headerData(int section, Qt::Orientation orientation, i
   if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
   static const char* names[kColumns] = {"#",         "tp",        "pp",       "dp",     "cp",  "vpp",
                                         "mbs",       "ZeRO",      "schedule", "recompute", "step time", "likely",
-                                        "tokens/s",  "MFU",       "peak memory", "fits"};
+                                        "tokens/s",  "MFU",       "peak memory", "fits",
+                                        "days",      "GPU-hours", "cost"};
   return section >= 0 && section < kColumns ? QString(names[section]) : QVariant();
 }
 
@@ -78,6 +84,20 @@ QVariant CandidatesModel::data(const QModelIndex& index, int role) const {
     case kFits:
       if (sort) return QVariant(c.fits ? 1 : 0);
       return c.fits ? (bands.memoryAtRisk(e) ? QStringLiteral("at risk") : QStringLiteral("yes")) : QStringLiteral("no");
+    case kDays:
+    case kGpuHours:
+    case kCost: {
+      if (!m_budget.enabled() || (index.column() == kCost && m_budget.pricePerGpuHour <= 0)) {
+        return sort ? QVariant(0.0) : QVariant(QStringLiteral("-"));
+      }
+      const auto cost = planner::trainingCost(p, e, m_budget);
+      if (index.column() == kDays) {
+        return sort ? QVariant(cost.days)
+                    : QVariant(QString::fromStdString(formatFixed(cost.days, cost.days < 10 ? 2 : 1) + (cost.meetsDeadline ? "" : " LATE")));
+      }
+      if (index.column() == kGpuHours) return sort ? QVariant(cost.gpuHours) : QVariant(QString::fromStdString(formatCount(cost.gpuHours)));
+      return sort ? QVariant(cost.dollars) : QVariant(QString::fromStdString(planner::formatDollars(cost.dollars)));
+    }
     default: return {};
   }
 }

@@ -36,6 +36,7 @@
 #include "colo/core/units.h"
 #include "colo/costmodel/timeline.h"
 #include "colo/planner/baseline.h"
+#include "colo/planner/budget.h"
 #include "colo/ui/candidates_model.h"
 #include "colo/ui/charts.h"
 #include "colo/ui/run_panel.h"
@@ -116,6 +117,15 @@ void MainWindow::buildUi() {
   m_memoryFraction->setSingleStep(0.05);
   m_memoryFraction->setValue(0.95);
   form->addRow("Max memory fraction", m_memoryFraction);
+  m_trainTokens = new QLineEdit();
+  m_trainTokens->setPlaceholderText("e.g. 1.5T: adds days, GPU-hours, cost");
+  form->addRow("Train tokens", m_trainTokens);
+  m_price = new QDoubleSpinBox();
+  m_price->setRange(0, 1000);
+  m_price->setDecimals(2);
+  m_price->setPrefix("$");
+  m_price->setSpecialValueText("no price");
+  form->addRow("Price per GPU-hour", m_price);
   m_live = new QCheckBox("re-run the search when a constraint changes");
   m_live->setChecked(true);
   form->addRow(m_live);
@@ -216,6 +226,8 @@ void MainWindow::buildUi() {
   connect(m_cancel, &QPushButton::clicked, m_runner, &SearchRunner::cancel);
   for (auto* spin : {m_gbs, m_seq}) connect(spin, &QSpinBox::valueChanged, this, &MainWindow::constraintsChanged);
   connect(m_memoryFraction, &QDoubleSpinBox::valueChanged, this, &MainWindow::constraintsChanged);
+  connect(m_trainTokens, &QLineEdit::textChanged, this, &MainWindow::budgetChanged);
+  connect(m_price, &QDoubleSpinBox::valueChanged, this, &MainWindow::budgetChanged);
   for (auto* box : {m_fixTp, m_precision}) connect(box, &QComboBox::currentIndexChanged, this, &MainWindow::constraintsChanged);
   connect(m_filterText, &QLineEdit::textChanged, m_filter, &QSortFilterProxyModel::setFilterFixedString);
   connect(m_fitsOnly, &QCheckBox::toggled, m_filter, &CandidatesFilter::setFitsOnly);
@@ -373,6 +385,32 @@ void MainWindow::editCluster() {
 
 void MainWindow::setGlobalBatch(int samples) { m_gbs->setValue(samples); }
 
+void MainWindow::setTrainingBudget(const QString& tokens, double pricePerGpuHour) {
+  m_trainTokens->setText(tokens);
+  m_price->setValue(pricePerGpuHour);
+}
+
+// The budget only changes the days, GPU-hours and cost columns: no new search. A token count that does
+// not parse is shown in red with the reason.
+void MainWindow::budgetChanged() {
+  planner::TrainingBudget budget;
+  const std::string text = m_trainTokens->text().trimmed().toStdString();
+  if (!text.empty()) {
+    auto tokens = planner::parseTokenCount(text);
+    if (!tokens) {
+      m_trainTokens->setStyleSheet("border: 1px solid #c0392b;");
+      m_trainTokens->setToolTip(QString::fromStdString(tokens.error().message));
+      m_model->setBudget({});
+      return;
+    }
+    budget.trainTokens = *tokens;
+    budget.pricePerGpuHour = m_price->value();
+  }
+  m_trainTokens->setStyleSheet({});
+  m_trainTokens->setToolTip({});
+  m_model->setBudget(budget);
+}
+
 planner::SearchOptions MainWindow::options() const {
   planner::SearchOptions o;
   o.globalBatchSize = m_gbs->value();
@@ -429,6 +467,10 @@ void MainWindow::onSearchFinished() {
     text += q("\nbest: " + formatFixed(best.evaluation.stepSeconds, 3) + " s per step" +
               (bands.time ? " (" + bands.time->describe() + ")" : "") + ", " + formatFixed(100 * best.evaluation.mfu, 1) +
               "% MFU — " + best.reason);
+    if (m_model->budget().enabled()) {
+      const auto cost = planner::trainingCost(best.plan, best.evaluation, m_model->budget());
+      text += q("\n" + formatCount(m_model->budget().trainTokens) + " tokens: " + cost.describe(m_model->budget()));
+    }
   }
   m_summary->setText(text);
   m_progress->setValue(1000);

@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// The candidates table: one row per costed plan (degrees, schedule, recompute, ZeRO, step time and the
-/// likely range of the measured one, MFU, memory, fits or "at risk"), sortable by the numbers behind the
+/// likely range of the measured one, MFU, memory, fits or "at risk"; days, GPU-hours and cost under a
+/// training budget), sortable by the numbers behind the
 /// text and filterable by text and "fits only".
 
 #include <QAbstractTableModel>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "colo/costmodel/error_band.h"
+#include "colo/planner/budget.h"
 #include "colo/planner/search.h"
 
 namespace colo::ui {
@@ -18,7 +20,8 @@ class CandidatesModel : public QAbstractTableModel {
   Q_OBJECT
  public:
   enum Column {
-    kRank, kTp, kPp, kDp, kCp, kVpp, kMbs, kZero, kSchedule, kRecompute, kStep, kLikely, kTokens, kMfu, kMemory, kFits, kColumns
+    kRank, kTp, kPp, kDp, kCp, kVpp, kMbs, kZero, kSchedule, kRecompute, kStep, kLikely, kTokens, kMfu, kMemory, kFits,
+    kDays, kGpuHours, kCost, kColumns
   };
   /// The role that sorts: the number behind a cell (seconds, bytes, ...).
   static constexpr int kSortRole = Qt::UserRole + 1;
@@ -27,6 +30,9 @@ class CandidatesModel : public QAbstractTableModel {
   /// Replaces the rows: the fitting plans best first, then the closest that did not fit.
   void setResult(const planner::SearchResult& result);
   void clear();
+  /// The training budget the days, GPU-hours and cost columns are computed for ("-" without one).
+  void setBudget(const planner::TrainingBudget& budget);
+  [[nodiscard]] const planner::TrainingBudget& budget() const { return m_budget; }
   [[nodiscard]] const planner::Candidate& candidate(int row) const { return m_rows.at(static_cast<std::size_t>(row)); }
   [[nodiscard]] const std::vector<planner::Candidate>& candidates() const { return m_rows; }
 
@@ -38,6 +44,7 @@ class CandidatesModel : public QAbstractTableModel {
  private:
   std::vector<planner::Candidate> m_rows;
   std::vector<costmodel::PredictionBands> m_bands;  // per row, from the validated runs most like it
+  planner::TrainingBudget m_budget;
 };
 
 /// Text filter over every column, and optionally only the plans that fit.

@@ -58,6 +58,8 @@ class MainWindow : public QMainWindow {
   [[nodiscard]] int selected() const { return m_selected; }
   [[nodiscard]] RunPanel* runPanel() const { return m_run; }
   [[nodiscard]] ParetoChart* pareto() const { return m_pareto; }
+  /// The training budget fields (tokens such as "1.5T", dollars per GPU-hour).
+  void setTrainingBudget(const QString& tokens, double pricePerGpuHour);
   [[nodiscard]] TimelineView* timeline() const { return m_timeline; }
   /// The comparison of the selected plan with the Megatron-style baseline, as Markdown.
   [[nodiscard]] QString comparisonMarkdown() const;
@@ -78,6 +80,7 @@ class MainWindow : public QMainWindow {
   void showError(const QString& message);
   void clearError();
   void constraintsChanged();
+  void budgetChanged();
   void onSearchFinished();
   /// Selects (adding when new) the loaded entry in its picker, remembers the file, re-runs the search.
   void loaded(QComboBox* box, const QString& name, const QString& file, const QString& given);
@@ -105,6 +108,8 @@ class MainWindow : public QMainWindow {
   QComboBox* m_fixTp = nullptr;
   QComboBox* m_precision = nullptr;
   QDoubleSpinBox* m_memoryFraction = nullptr;
+  QLineEdit* m_trainTokens = nullptr;
+  QDoubleSpinBox* m_price = nullptr;
   QCheckBox* m_live = nullptr;
   QPushButton* m_search = nullptr;
   QPushButton* m_cancel = nullptr;
