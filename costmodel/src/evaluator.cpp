@@ -306,6 +306,7 @@ void closeSchedule(const Plan& plan, const std::vector<detail::StageWork>& work,
   tb.ppComm = mb * t.p2p;
   tb.dpComm = mb * t.sharding;
   tb.gradAccum = mb * t.accumulate;
+  tb.offload = mb * t.offload;
   tb.bubble = pipeline - mb * tMax;
   if (tail > 0) {
     const StageReport& st = ev.stages[tailStage];
@@ -522,6 +523,7 @@ Json Evaluation::toJson() const {
               {"dp_comm", time.dpComm},
               {"bubble", time.bubble},
               {"grad_accum", time.gradAccum},
+              {"offload", time.offload},
               {"optimizer", time.optimizer}}},
             {"memory_bytes", memory}}},
           {"stages", stagesJson}};

@@ -189,14 +189,26 @@ StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, 
     }
     t.sharding += exposed;
   }
+  // Offloaded parameters (ZeRO-3's offload_param, ZeRO-Infinity, Gemini's host chunks) live in host
+  // memory and cross PCIe before every use: each layer's 16-bit shard is fetched for the forward, for a
+  // recomputed forward and for the backward, and released after (DeepSpeed's per-layer fetch), every
+  // micro-batch (once per step when ZeRO-3 under pipelining keeps the stage gathered). Prefetching the
+  // next layer hides up to 80% behind compute, as for ZeRO-3's gathers.
+  if (plan.offload.paramsFraction > 0 && plan.cluster.pcieBytesPerSecond > 0) {
+    const bool pipelined = plan.zeroStage >= 3 && plan.parallel.pp > 1;
+    const double passes = pipelined ? 1.0 / static_cast<double>(plan.numMicroBatches()) : 2.0 + (w.rec > 0 ? 1.0 : 0.0);
+    const double shard = plan.zeroStage >= 3 ? static_cast<double>(gradRanks) : 1.0;
+    const double fetch = passes * w.params / shard * plan.offload.paramsFraction * bytes.gathered / plan.cluster.pcieBytesPerSecond;
+    t.offload = std::max(0.1 * fetch, fetch - 0.8 * (w.fwd + w.bwd + w.rec));
+  }
   // Summing this micro-batch's gradients into the accumulated ones, after its backward: one pass over
   // the stage's local gradients (its shard under ZeRO >= 2) at HBM speed.
   const double shard = gradientsSharded(plan) ? static_cast<double>(gradRanks) : 1.0;
   t.accumulate = w.params / shard * bytes.accumulate / device.memoryBytesPerSecond;
   const double comm = w.tp + w.cp + w.ep;
-  t.forward = w.fwd + w.commFwd + t.p2p / 2 + t.sharding / 3;
-  t.backward = w.bwd + w.rec + (comm - w.commFwd) + t.p2p / 2 + t.sharding * 2 / 3 + t.accumulate;
-  t.total = w.fwd + w.bwd + w.rec + comm + t.p2p + t.sharding + t.accumulate;
+  t.forward = w.fwd + w.commFwd + t.p2p / 2 + t.sharding / 3 + t.offload / 3;
+  t.backward = w.bwd + w.rec + (comm - w.commFwd) + t.p2p / 2 + t.sharding * 2 / 3 + t.offload * 2 / 3 + t.accumulate;
+  t.total = w.fwd + w.bwd + w.rec + comm + t.p2p + t.sharding + t.offload + t.accumulate;
   return t;
 }
 

@@ -91,6 +91,7 @@ struct StageTime {
   double total = 0;                  // forward + backward + everything exposed, per micro-batch
   double p2p = 0;
   double sharding = 0;    // ZeRO's collectives inside the step (ZeRO-3 gathers, ZeRO-2 pipeline reduce-scatters), exposed
+  double offload = 0;     // offloaded parameters fetched over PCIe before each use, exposed
   double accumulate = 0;
 };
 /// ZeRO-3's per-layer gathers and reduce-scatters (prefetched behind compute), the gradient

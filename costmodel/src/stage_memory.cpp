@@ -54,6 +54,10 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   }
   mem.gradients = sharded(bytes.gradientMemory, gradientsSharded(plan));
   mem.optimizer = sharded(bytes.optimizer, plan.zeroStage >= 1) * (1.0 - plan.offload.optimizerFraction);
+  // ZeRO-Offload (ZeRO >= 2) keeps the fp32 gradient partitions of the offloaded optimizer share in host
+  // memory: each bucket is copied out as it is reduced (DeepSpeed's offload_optimizer; the 16-bit bucket
+  // buffers stay, counted below).
+  if (plan.zeroStage >= 2 && gradientsSharded(plan)) mem.gradients *= 1.0 - plan.offload.optimizerFraction;
 
   // Activations. The head's saved tensors (the final norm's input, the fp32 logits the loss keeps for
   // its backward) belong to the last virtual stage, whose backward follows its forward at once under

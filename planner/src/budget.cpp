@@ -32,7 +32,9 @@ std::string formatDollars(double dollars) {
 
 std::string TrainingCost::describe(const TrainingBudget& budget) const {
   std::ostringstream o;
-  o << formatFixed(days, days < 10 ? 2 : 1) << " days, " << formatCount(gpuHours) << " GPU-hours";
+  o << formatFixed(days, days < 10 ? 2 : 1) << " days";
+  if (days >= 730) o << " (" << formatFixed(days / 365.25, 1) << " years)";
+  o << ", " << formatCount(gpuHours) << " GPU-hours";
   if (budget.pricePerGpuHour > 0) o << ", " << formatDollars(dollars);
   if (!meetsDeadline) o << ", MISSES the " << formatFixed(budget.deadlineDays, 1) << "-day deadline";
   return o.str();

@@ -253,14 +253,23 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                   // pp) and ZeRO-2 (without) cost the same time as ZeRO-0 and hold less memory.
                   // A ZeRO stage the user fixed is kept (an engine may not run the dominating one).
                   const bool zeroFixed = options.fixed.contains("zero");
-                  if (dp == 1 && zero > 0 && !zeroFixed) { prune("dominated: ZeRO with dp 1"); continue; }
+                  // ZeRO-3 on one data-parallel rank is kept where only offloading its parameters can fit
+                  // (ZeRO-Infinity on one GPU); otherwise it is ZeRO-0.
+                  const double replicaStates = params / static_cast<double>(tp * pp) * (weightBytes + gradBytes + optimizerBytes);
+                  const bool offloadOnly = zero == 3 && options.allowOffload && replicaStates > budget;
+                  if (dp == 1 && zero > 0 && !zeroFixed && !offloadOnly) { prune("dominated: ZeRO with dp 1"); continue; }
                   if (dp > 1 && pp > 1 && zero == 0 && !zeroFixed) { prune("dominated: ZeRO-0 by ZeRO-1"); continue; }
                   if (dp > 1 && pp == 1 && zero < 2 && !zeroFixed) { prune("dominated: ZeRO-0/1 by ZeRO-2"); continue; }
                   // Memory lower bound: the average stage's model states, before any activation.
                   const double perGpu = params / static_cast<double>(tp * pp);
                   const double d = static_cast<double>(dp);
-                  double states = perGpu * (weightBytes / (zero >= 3 ? d : 1.0) + gradBytes / (zero >= 2 ? d : 1.0));
-                  if (!options.allowOffload || zero == 0) states += perGpu * optimizerBytes / (zero >= 1 ? d : 1.0);
+                  // What offload may move to the host is not counted: the optimizer states (ZeRO >= 1), with
+                  // them the gradients (ZeRO >= 2, ZeRO-Offload) and the parameters (ZeRO-3).
+                  const bool offload = options.allowOffload;
+                  double states = 0;
+                  if (!(offload && zero >= 3)) states += perGpu * weightBytes / (zero >= 3 ? d : 1.0);
+                  if (!(offload && zero >= 2)) states += perGpu * gradBytes / (zero >= 2 ? d : 1.0);
+                  if (!(offload && zero >= 1)) states += perGpu * optimizerBytes / (zero >= 1 ? d : 1.0);
                   if (states < leastStates) {
                     leastStates = states;
                     leastStatesConfig = "tp" + std::to_string(tp) + " pp" + std::to_string(pp) + " dp" + std::to_string(dp) +

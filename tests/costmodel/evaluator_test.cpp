@@ -481,6 +481,30 @@ TEST(Evaluator, SlidingWindowLayersPayTheirBandOfTheCausalMask) {
   EXPECT_LT(evaluateOrFail(p).stepSeconds, 0.85 * evaluateOrFail(full).stepSeconds);  // 15.7 s against 19.5 s
 }
 
+TEST(Evaluator, OffloadedParametersCrossPcieBeforeEveryUse) {
+  // ZeRO-3 with every parameter and optimizer state on the host, one GPU: each micro-batch fetches the
+  // 16-bit weights for the forward, the recomputed forward and the backward; prefetch hides up to 80% of
+  // that behind compute. The fp32 gradients of the offloaded optimizer live on the host too.
+  Plan p = makePlan("gpt3-13b", "dgx-a100-80gb", 1, 1, 1, 16, 1);
+  p.zeroStage = 3;
+  setRecompute(p, RecomputePolicy::kFull);
+  const Evaluation resident = evaluateOrFail(p);
+  p.offload.optimizerFraction = 1.0;
+  p.offload.paramsFraction = 1.0;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const Evaluation off = evaluateOrFail(p);
+  EXPECT_EQ(resident.time.offload, 0);
+  const StageReport& st = off.stages[0];
+  EXPECT_EQ(st.memory.weights, 0);
+  EXPECT_EQ(st.memory.gradients, 0);
+  EXPECT_EQ(st.memory.optimizer, 0);
+  const double params = st.paramsPerGpu;
+  const double fetch = 3 * params * 2 / p.cluster.pcieBytesPerSecond;  // per micro-batch
+  const double compute = (off.time.compute + off.time.recompute) / 16;
+  EXPECT_NEAR(off.time.offload, 16 * std::max(0.1 * fetch, fetch - 0.8 * compute), 1e-6 * off.time.offload);
+  EXPECT_GT(off.stepSeconds, resident.stepSeconds);
+}
+
 TEST(Evaluator, MoreMicroBatchesShrinkTheBubbleAndInterleavingShrinksItMore) {
   Plan few = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 128);
   Plan many = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 1536);

@@ -157,6 +157,29 @@ TEST(Search, TightMemoryTurnsOnRecomputeThenOffload) {
   }
 }
 
+TEST(Search, OneGpuFitsGpt3OnlyByOffloadingEverything) {
+  // GPT-3 175B on one 80 GB A100: the model states (2.9 TiB) fit only in host memory. The memory bound
+  // must not prune what offload makes fit (it once answered "no plan fits"); the plan found is ZeRO-3
+  // with parameters, gradients and optimizer states on the host, and it pays PCIe for every fetch.
+  const auto s = setup("gpt3-175b", "dgx-a100-80gb", 1);
+  SearchOptions o;
+  o.globalBatchSize = 1536;
+  o.topK = 3;
+  auto r = search(s.model, s.cluster, o);
+  ASSERT_TRUE(r);
+  ASSERT_TRUE(r->feasible()) << r->infeasibleReason;
+  const Candidate& best = r->top.front();
+  EXPECT_EQ(best.plan.zeroStage, 3);
+  EXPECT_EQ(best.plan.offload.paramsFraction, 1.0);
+  EXPECT_EQ(best.plan.offload.optimizerFraction, 1.0);
+  EXPECT_GT(best.evaluation.time.offload, 0);
+  o.allowOffload = false;  // without offload nothing fits, and the reason says to allow it
+  auto none = search(s.model, s.cluster, o);
+  ASSERT_TRUE(none);
+  EXPECT_FALSE(none->feasible());
+  EXPECT_NE(none->infeasibleReason.find("offload"), std::string::npos) << none->infeasibleReason;
+}
+
 TEST(Search, ImpossibleBudgetsAreExplained) {
   const auto s = setup("llama3-405b", "dgx-h100", 8);  // 405B on one node
   SearchOptions o;

@@ -60,6 +60,7 @@ struct TimeBreakdown {
   double dpComm = 0;      ///< exposed data-parallel gradient/parameter collectives (and ZeRO-3 gathers)
   double bubble = 0;      ///< pipeline fill and drain
   double gradAccum = 0;   ///< summing each micro-batch's gradients into the accumulated ones (execution.grad_accumulation)
+  double offload = 0;     ///< exposed host-to-device copies of offloaded parameters (offload.params_fraction)
   double optimizer = 0;
 };
 
