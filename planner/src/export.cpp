@@ -1,5 +1,6 @@
 #include "colo/planner/export.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "colo/core/json.h"
@@ -7,9 +8,30 @@
 namespace colo::planner {
 namespace {
 
-std::string planStagesText(const Plan& p) {
+// Whether Megatron's plain flags say the plan's split: equal chunks with virtual stages, or equal middle
+// stages (uneven first and last through --decoder-first/last-pipeline-num-layers).
+bool flagsExpressSplit(const Plan& p) {
+  const auto& st = p.stages;
+  if (p.parallel.virtualStages > 1) {
+    return std::all_of(st.begin(), st.end(), [&](const StagePlan& c) { return c.layers == st.front().layers; });
+  }
+  for (std::size_t s = 2; s + 1 < st.size(); ++s) {
+    if (st[s].layers != st[1].layers) return false;
+  }
+  return true;
+}
+
+// Megatron-Core's --pipeline-model-parallel-layout: one "|"-separated entry per chunk, in colo's chunk
+// order (chunk c*pp + p on stage p, Megatron's round-robin), E the embedding, t*N N layers, L the loss.
+std::string megatronLayout(const Plan& p) {
   std::string out;
-  for (const auto& st : p.stages) out += (out.empty() ? "" : ",") + std::to_string(st.layers);
+  for (std::size_t c = 0; c < p.stages.size(); ++c) {
+    if (c > 0) out += "|";
+    if (c == 0) out += "E";
+    const auto n = p.stages[c].layers;
+    if (n > 0) out += n == 1 ? "t" : "t*" + std::to_string(n);
+    if (c + 1 == p.stages.size()) out += "L";
+  }
   return out;
 }
 
@@ -46,9 +68,11 @@ std::string megatron(const Plan& p) {
   if (q.cp > 1 && p.execution.cpCommType != CpCommType::kP2p) a << "--cp-comm-type " << toString(p.execution.cpCommType) << " \\\n";
   if (q.ep > 1) a << "--expert-model-parallel-size " << q.ep << " \\\n";
   if (q.etp > 0) a << "--expert-tensor-parallel-size " << q.etp << " \\\n";
-  if (q.virtualStages > 1) a << "--num-layers-per-virtual-pipeline-stage " << p.stages.front().layers << " \\\n";
+  const bool layout = !flagsExpressSplit(p);
+  if (layout) a << "--pipeline-model-parallel-layout \"" << megatronLayout(p) << "\" \\\n";
+  if (q.virtualStages > 1 && !layout) a << "--num-layers-per-virtual-pipeline-stage " << p.stages.front().layers << " \\\n";
   if (q.sequenceParallel) a << "--sequence-parallel \\\n";
-  if (q.pp > 1 && q.virtualStages == 1) {
+  if (q.pp > 1 && q.virtualStages == 1 && !layout) {
     const auto first = p.stages.front().layers;
     const auto last = p.stages.back().layers;
     const auto middle = p.stages[p.stages.size() / 2].layers;
@@ -250,16 +274,6 @@ Result<std::string> exportPlan(const Plan& plan, ExportFormat format, const std:
     case ExportFormat::kMegatron:
       if (!plan.model.spec) {
         return fail(Error::badInput("a Megatron-LM export needs the model's architecture; this plan holds a raw op graph"));
-      }
-      // Megatron-LM splits layers evenly except on the first and last stage.
-      if (plan.parallel.virtualStages == 1 && plan.stages.size() > 2) {
-        for (std::size_t s = 2; s + 1 < plan.stages.size(); ++s) {
-          if (plan.stages[s].layers != plan.stages[1].layers) {
-            return fail(Error::badInput("stages: Megatron-LM takes uneven layer counts on the first and last pipeline stage "
-                                        "only, and this plan's middle stages hold " + planStagesText(plan) +
-                                        " layers; re-plan with --stages (first, equal middle stages, last)"));
-          }
-        }
       }
       return megatron(plan);
     case ExportFormat::kDeepSpeed:

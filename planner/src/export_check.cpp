@@ -194,7 +194,24 @@ std::vector<ExportProblem> checkMegatronArguments(const std::string& text, const
   }
   const std::int64_t first = num("--decoder-first-pipeline-num-layers", 0), last = num("--decoder-last-pipeline-num-layers", 0);
   const std::int64_t perVirtual = num("--num-layers-per-virtual-pipeline-stage", 0);
-  if (perVirtual > 0) {
+  if (const auto* layout = a.find("--pipeline-model-parallel-layout"); layout && !layout->empty()) {
+    if (perVirtual > 0 || a.has("--num-virtual-stages-per-pipeline-rank")) {
+      problem("vpp_exclusive", "--pipeline-model-parallel-layout with another virtual-stage argument");
+    }
+    if (first > 0 || last > 0) problem("layout_vs_others", "--pipeline-model-parallel-layout with first/last-stage layer counts");
+    // Chunks and layers the layout names (t, t*N; groups "(...)*N" are not written by colo).
+    std::int64_t chunks = 1, counted = 0;
+    const std::string& text = layout->front();
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      if (text[i] == '|') ++chunks;
+      if (text[i] != 't') continue;
+      std::int64_t n = 1;
+      if (i + 1 < text.size() && text[i + 1] == '*') n = std::strtoll(text.c_str() + i + 2, nullptr, 10);
+      counted += n;
+    }
+    if (chunks % pp != 0) problem("layout_vs_others", "the layout's " + std::to_string(chunks) + " chunks are not a multiple of pp " + std::to_string(pp));
+    if (counted != layers) problem("layout_vs_others", "the layout places " + std::to_string(counted) + " layers of " + std::to_string(layers));
+  } else if (perVirtual > 0) {
     if (first > 0 || last > 0) problem("vpp_layers_per_stage", "virtual stages cannot be combined with first/last-stage layer counts");
     if (pp < 2) problem("vpp_pp_size", "virtual pipeline stages need pp > 1");
     if (layers % pp != 0 || (layers / pp) % perVirtual != 0) {

@@ -173,7 +173,45 @@ Result<void> matchesModel(const Reader& r, const ModelSpec& s) {
   return {};
 }
 
-// The plan's stages: Megatron's uneven first/last stage, else even; recompute as the arguments say.
+// Layers per chunk of a --pipeline-model-parallel-layout ("Et*9|t*10|...|t*9L"; E, L and m carry no
+// decoder layers). Groups "(...)*N" are expanded.
+Result<std::vector<std::int64_t>> layoutChunks(const std::string& layout) {
+  std::string flat;
+  // Expand "(x)*N" groups (innermost first).
+  flat = layout;
+  for (std::size_t open; (open = flat.rfind('(')) != std::string::npos;) {
+    const auto close = flat.find(')', open);
+    if (close == std::string::npos || close + 1 >= flat.size() || flat[close + 1] != '*') {
+      return fail(Error::badInput("--pipeline-model-parallel-layout: unbalanced group in \"" + layout + "\""));
+    }
+    char* end = nullptr;
+    const long long n = std::strtoll(flat.c_str() + close + 2, &end, 10);
+    if (n <= 0 || n > 100000) return fail(Error::badInput("--pipeline-model-parallel-layout: bad repeat in \"" + layout + "\""));
+    std::string body = flat.substr(open + 1, close - open - 1), repeated;
+    for (long long k = 0; k < n; ++k) repeated += body;
+    flat = flat.substr(0, open) + repeated + std::string(end);
+  }
+  std::vector<std::int64_t> chunks{0};
+  for (std::size_t i = 0; i < flat.size(); ++i) {
+    const char c = flat[i];
+    if (c == '|') {
+      if (i + 1 < flat.size()) chunks.push_back(0);  // a trailing "|" ends the last chunk
+    } else if (c == 't') {
+      std::int64_t n = 1;
+      if (i + 1 < flat.size() && flat[i + 1] == '*') {
+        char* end = nullptr;
+        n = std::strtoll(flat.c_str() + i + 2, &end, 10);
+        i = static_cast<std::size_t>(end - flat.c_str()) - 1;
+      }
+      chunks.back() += n;
+    } else if (c != 'E' && c != 'L' && c != 'm' && c != ' ') {
+      return fail(Error::badInput("--pipeline-model-parallel-layout: unknown item '" + std::string(1, c) + "' in \"" + layout + "\""));
+    }
+  }
+  return chunks;
+}
+
+// The plan's stages: a layout, Megatron's uneven first/last stage, else even; recompute as the arguments say.
 Result<std::vector<StagePlan>> megatronStages(const Reader& r, const Plan& p) {
   const std::int64_t layers = p.model.numLayers();
   const std::int64_t chunks = p.parallel.pp * p.parallel.virtualStages;
@@ -182,6 +220,14 @@ Result<std::vector<StagePlan>> megatronStages(const Reader& r, const Plan& p) {
   if (granularity == "selective") policy = RecomputePolicy::kSelective;
   if (granularity == "full") policy = RecomputePolicy::kFull;
   std::vector<StagePlan> stages = uniformStages(layers, chunks, policy);
+  if (const auto layout = r.text("--pipeline-model-parallel-layout")) {
+    COLO_TRY(perChunk, layoutChunks(*layout));
+    if (static_cast<std::int64_t>(perChunk.size()) != chunks) {
+      return fail(Error::badInput("--pipeline-model-parallel-layout has " + std::to_string(perChunk.size()) + " chunks, pp x virtual stages is " +
+                                  std::to_string(chunks)));
+    }
+    for (std::size_t c = 0; c < perChunk.size(); ++c) stages[c].layers = perChunk[c];
+  }
   COLO_TRY(first, r.integer("--decoder-first-pipeline-num-layers", 0));
   COLO_TRY(last, r.integer("--decoder-last-pipeline-num-layers", 0));
   if ((first > 0 || last > 0) && p.parallel.virtualStages == 1 && p.parallel.pp > 1) {
@@ -261,6 +307,15 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
   COLO_TRY(perVirtual, r.integer("--num-layers-per-virtual-pipeline-stage", 0));
   COLO_TRY(virtualStages, r.integer("--num-virtual-stages-per-pipeline-rank", 1));
   q.virtualStages = perVirtual > 0 && layers % (q.pp * perVirtual) == 0 ? layers / (q.pp * perVirtual) : std::max<std::int64_t>(1, virtualStages);
+  if (const auto layout = r.text("--pipeline-model-parallel-layout")) {
+    auto perChunk = layoutChunks(*layout);
+    if (!perChunk) return fail(perChunk.error());
+    const auto n = static_cast<std::int64_t>(perChunk->size());
+    if (n % q.pp != 0) {
+      return fail(Error::badInput("--pipeline-model-parallel-layout: " + std::to_string(n) + " chunks are not a multiple of pp " + std::to_string(q.pp)));
+    }
+    q.virtualStages = n / q.pp;
+  }
   p.schedule = q.virtualStages > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;
   COLO_TRY(mbs, r.integer("--micro-batch-size", 1));
   COLO_TRY(gbs, r.integer("--global-batch-size", mbs * q.dp));

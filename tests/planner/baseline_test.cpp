@@ -6,6 +6,7 @@
 
 #include "colo/planner/export.h"
 #include "colo/planner/export_check.h"
+#include "colo/planner/search.h"
 #include "core/test_support.h"
 
 namespace colo::planner {
@@ -207,18 +208,18 @@ TEST(Export, EveryExportPassesTheToolsSchemas) {
   for (const char* flag : {"--window-size 1024,0", "--window-attn-skip-freq 6", "--qk-layernorm"}) {
     EXPECT_NE(gemma.find(flag), std::string::npos) << flag;
   }
-  // A split Megatron cannot express is refused, naming the stages.
+  // A split the plain flags cannot say (unequal middle stages, as colo's balancing makes) goes out as
+  // Megatron-Core's --pipeline-model-parallel-layout, and passes the checks.
   Plan uneven = plans[7];
-  uneven.stages = uniformStages(61, 8, RecomputePolicy::kFull);
-  if (uneven.stages[1].layers == uneven.stages[2].layers && uneven.stages[2].layers == uneven.stages[6].layers) {
-    uneven.stages[1].layers += 1;
-    uneven.stages[2].layers -= 1;
-    uneven.stages[1].recomputeLayers = uneven.stages[1].layers;
-    uneven.stages[2].recomputeLayers = uneven.stages[2].layers;
-  }
-  const auto refusedSplit = exportPlan(uneven, ExportFormat::kMegatron, "p");
-  ASSERT_FALSE(refusedSplit);
-  EXPECT_NE(refusedSplit.error().message.find("first and last pipeline stage"), std::string::npos);
+  uneven.stages = {{8, RecomputePolicy::kFull, 8}, {7, RecomputePolicy::kFull, 7}, {8, RecomputePolicy::kFull, 8},
+                   {8, RecomputePolicy::kFull, 8}, {7, RecomputePolicy::kFull, 7}, {8, RecomputePolicy::kFull, 8},
+                   {8, RecomputePolicy::kFull, 8}, {7, RecomputePolicy::kFull, 7}};
+  ASSERT_TRUE(validatePlan(uneven)) << validatePlan(uneven).error().toString();
+  const auto layout = exportPlan(uneven, ExportFormat::kMegatron, "p");
+  ASSERT_TRUE(layout);
+  EXPECT_NE(layout->find("--pipeline-model-parallel-layout \"Et*8|t*7|t*8|t*8|t*7|t*8|t*8|t*7L\""), std::string::npos) << *layout;
+  EXPECT_EQ(layout->find("--decoder-first-pipeline-num-layers"), std::string::npos);
+  EXPECT_TRUE(checkMegatronArguments(*layout, *megatronSchema, uneven.cluster.totalGpus()).empty());
   // DeepSpeed refuses what its engine cannot run, naming the plan's field.
   const auto interleaved = exportPlan(plans[0], ExportFormat::kDeepSpeed, "p");
   ASSERT_FALSE(interleaved);
@@ -231,6 +232,43 @@ TEST(Export, EveryExportPassesTheToolsSchemas) {
   ASSERT_TRUE(cpConfig) << cpConfig.error().toString();
   EXPECT_TRUE(checkDeepSpeedConfig(Json::parse(*cpConfig), *deepspeedSchema, cpOnly).empty()) << *cpConfig;
   EXPECT_EQ(Json::parse(*cpConfig)["gradient_accumulation_steps"], 16);  // 64 / (1 x dp 4): sp ranks excluded
+}
+
+TEST(Export, TheBestPlanOfEveryNewFamilyPassesTheToolsChecks) {
+  // Search each 2025-26 library model on 512 H100s and export the best plan: Megatron-LM's arguments
+  // pass every check; DeepSpeed's config passes or is refused with the plan field it cannot express.
+  const Json megatronSchema = *loadExportSchema("megatron-lm");
+  const Json deepspeedSchema = *loadExportSchema("deepspeed");
+  auto cluster = scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 512);
+  ASSERT_TRUE(cluster);
+  for (const char* name : {"gemma-3-27b", "gpt-oss-120b", "llama4-scout", "phi3-mini", "qwen3-235b-a22b", "mixtral-8x22b",
+                           "deepseek-v3", "qwen3-30b-a3b", "qwen3-8b"}) {
+    SCOPED_TRACE(name);
+    const Model model = test::loadModelOrFail(test::dataFile(std::string("models/") + name + ".json"));
+    SearchOptions o;
+    o.globalBatchSize = 1024;
+    o.seqLen = 4096;
+    o.topK = 1;
+    auto found = search(model, *cluster, o);
+    ASSERT_TRUE(found);
+    ASSERT_TRUE(found->feasible()) << found->infeasibleReason;
+    const Plan& best = found->top.front().plan;
+    const auto megatron = exportPlan(best, ExportFormat::kMegatron, "plan.json");
+    ASSERT_TRUE(megatron) << megatron.error().toString();
+    for (const auto& problem : checkMegatronArguments(*megatron, megatronSchema, best.cluster.totalGpus())) {
+      ADD_FAILURE() << problem.rule << ": " << problem.message << "\n" << *megatron;
+    }
+    const auto ds = exportPlan(best, ExportFormat::kDeepSpeed, "plan.json");
+    if (!ds) {
+      EXPECT_TRUE(ds.error().message.find("parallel.") != std::string::npos || ds.error().message.find("zero_stage") != std::string::npos ||
+                  ds.error().message.find("offload") != std::string::npos)
+          << ds.error().message;
+      continue;
+    }
+    for (const auto& problem : checkDeepSpeedConfig(Json::parse(*ds), deepspeedSchema, best)) {
+      ADD_FAILURE() << problem.rule << ": " << problem.message << "\n" << *ds;
+    }
+  }
 }
 
 TEST(Export, TheCheckerCatchesWhatTheToolsRefuse) {

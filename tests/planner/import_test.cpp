@@ -82,6 +82,11 @@ std::vector<Plan> roundTripPlans() {
   for (int s = 0; s < 14; ++s) plans[1].stages.push_back({6, RecomputePolicy::kFull, 2});
   plans[1].stages.push_back({8, RecomputePolicy::kFull, 2});
   plans[3].execution.cpCommType = CpCommType::kAllGather;
+  // Unequal middle stages (colo's balancing): Megatron's --pipeline-model-parallel-layout.
+  Plan balanced = basePlan("llama3-70b", "dgx-h100-x64", 64, 8, 8, 1, 1, 1, 64, RecomputePolicy::kNone);
+  const std::int64_t split[] = {9, 10, 10, 10, 10, 11, 11, 9};
+  for (std::size_t st = 0; st < 8; ++st) balanced.stages[st].layers = split[st];
+  plans.push_back(balanced);
   plans[4].offload.optimizerFraction = 0.5;
   for (auto& p : plans) EXPECT_TRUE(validatePlan(p)) << p.name << ": " << validatePlan(p).error().toString();
   return plans;
