@@ -109,6 +109,7 @@ std::string describeModel(const Model& model) {
               " layers (the rest full)";
     }
   }
+  if (s.mtpLayers > 0) text += ", " + std::to_string(s.mtpLayers) + " multi-token prediction module" + (s.mtpLayers > 1 ? "s" : "");
   if (s.qkNorm) text += ", qk-norm";
   if (s.sandwichNorm) text += ", post-norms";
   if (s.attentionSinks) text += ", attention sinks";
@@ -175,6 +176,7 @@ Result<Json> buildInspectReport(const Model& model, const std::optional<ClusterS
   report["active_params"] = active;
   report["embedding_params"] = embedding;
   if (model.spec && model.spec->visionTowerParams > 0) report["vision_tower_params"] = model.spec->visionTowerParams;
+  if (model.spec && model.spec->mtpLayers > 0) report["mtp_params"] = countParameters(*model.spec).mtp;
   report["num_layers"] = info.numLayers;
   report["hidden_size"] = info.hiddenSize;
   report["seq_len"] = info.seqLen;
@@ -267,6 +269,10 @@ std::string renderInspectReport(const Json& r) {
     out << ", of which embeddings " << formatCount(num(r["embedding_params"]));
   }
   out << "\n";
+  if (r.contains("mtp_params")) {
+    out << "          of which multi-token prediction " << formatCount(num(r["mtp_params"])) << " (published counts leave it out: "
+        << formatCount(static_cast<double>(params) - num(r["mtp_params"])) << " without it)\n";
+  }
   if (r.contains("vision_tower_params")) {
     const auto vision = r["vision_tower_params"].get<std::int64_t>();
     out << "          vision tower " << formatCount(static_cast<double>(vision)) << " (" << vision

@@ -159,6 +159,7 @@ ModelSpec deepseek(const JsonReader& r, const std::string& type) {
     }
     s.moe.sharedExpertFfnHiddenSize = r.nonNegativeInteger("n_shared_experts", 0) * s.moe.expertFfnHiddenSize;
   }
+  s.mtpLayers = r.nonNegativeInteger("num_nextn_predict_layers", 0);
   s.dropout = r.fraction("attention_dropout", 0.0);
   return s;
 }

@@ -132,6 +132,7 @@ Result<ModelSpec> modelSpecFromJson(const Json& document, const std::string& fil
     s.sandwichNorm = r.boolean("sandwich_norm", s.sandwichNorm);
     s.attentionSinks = r.boolean("attention_sinks", s.attentionSinks);
     s.visionTowerParams = r.nonNegativeInteger("vision_tower_params", 0);
+    s.mtpLayers = r.nonNegativeInteger("mtp_layers", 0);
     s.positionEmbedding =
         parsePosition(r.choice("position_embedding", {"learned", "rope", "alibi", "none"}, toString(s.positionEmbedding)));
     s.rotaryFraction = r.positiveNumber("rotary_fraction", s.rotaryFraction);
@@ -232,6 +233,7 @@ Json modelSpecToJson(const ModelSpec& s) {
   if (s.sandwichNorm) j["sandwich_norm"] = true;
   if (s.attentionSinks) j["attention_sinks"] = true;
   if (s.visionTowerParams > 0) j["vision_tower_params"] = s.visionTowerParams;
+  if (s.mtpLayers > 0) j["mtp_layers"] = s.mtpLayers;
   if (s.moe.enabled()) {
     j["moe"] = {{"num_experts", s.moe.numExperts},
                 {"top_k", s.moe.topK},

@@ -107,20 +107,28 @@ ParamCount countParameters(const ModelSpec& s) {
   if (e != h) total += 2 * e * h;  // OPT project_in / project_out, no bias
   if (s.embeddingNorm) total += normParams(s.norm, h);
 
-  // Transformer layers.
+  // Transformer layers; a multi-token prediction module adds its two norms, its 2h x h projection, one
+  // layer like the last one and a final norm (the embedding and output head are shared).
   std::int64_t inactive = 0;
   const std::int64_t expertFfn = s.expertFfnSize();
-  for (std::int64_t layer = 0; layer < s.numLayers; ++layer) {
-    total += (s.sandwichNorm ? 4 : 2) * normParams(s.norm, h) + attentionParams(s);
+  auto layerParams = [&](std::int64_t layer) {
+    std::int64_t p = (s.sandwichNorm ? 4 : 2) * normParams(s.norm, h) + attentionParams(s);
     if (s.moe.isMoeLayer(layer)) {
       const std::int64_t expert = mlpParams(s, expertFfn);
       // The router has a bias when the MLPs do (GPT-OSS).
-      total += h * s.moe.numExperts + (s.mlpBias ? s.moe.numExperts : 0) + s.moe.numExperts * expert;
-      if (s.moe.sharedExpertFfnHiddenSize > 0) total += mlpParams(s, s.moe.sharedExpertFfnHiddenSize);
+      p += h * s.moe.numExperts + (s.mlpBias ? s.moe.numExperts : 0) + s.moe.numExperts * expert;
+      if (s.moe.sharedExpertFfnHiddenSize > 0) p += mlpParams(s, s.moe.sharedExpertFfnHiddenSize);
       inactive += (s.moe.numExperts - s.moe.topK) * expert;
     } else {
-      total += mlpParams(s, s.ffnHiddenSize);
+      p += mlpParams(s, s.ffnHiddenSize);
     }
+    return p;
+  };
+  for (std::int64_t layer = 0; layer < s.numLayers; ++layer) total += layerParams(layer);
+  for (std::int64_t m = 0; m < s.mtpLayers; ++m) {
+    const std::int64_t module = 3 * normParams(s.norm, h) + 2 * h * h + layerParams(s.numLayers - 1);
+    total += module;
+    count.mtp += module;
   }
   if (s.finalNorm) total += normParams(s.norm, h);
 
@@ -168,6 +176,7 @@ Result<void> validateModelSpec(const ModelSpec& s, const std::string& file) {
         std::tuple{s.attentionChunkSize, "attention_chunk_size", limits::kMaxSeqLen},
         std::tuple{s.globalAttentionEvery, "global_attention_every", limits::kMaxLayers},
         std::tuple{s.visionTowerParams, "vision_tower_params", limits::kMaxParameters},
+        std::tuple{s.mtpLayers, "mtp_layers", std::int64_t{8}},
         std::tuple{s.moe.numExperts, "moe/num_experts", limits::kMaxExperts},
         std::tuple{s.moe.topK, "moe/top_k", limits::kMaxExperts},
         std::tuple{s.moe.layerFrequency, "moe/layer_frequency", limits::kMaxLayers},
@@ -242,6 +251,10 @@ Result<void> validateModelSpec(const ModelSpec& s, const std::string& file) {
   if (s.globalAttentionEvery > 0 && s.slidingWindow == 0 && s.attentionChunkSize == 0) {
     return bad("/global_attention_every", "needs local attention (sliding_window or attention_chunk_size), got " +
                                               std::to_string(s.globalAttentionEvery) + " without either");
+  }
+  if (s.mtpLayers < 0) return bad("/mtp_layers", "must not be negative, got " + std::to_string(s.mtpLayers));
+  if (s.mtpLayers > 0 && (s.architecture != Architecture::kDecoder || s.input != InputKind::kTokens || !s.lmHead)) {
+    return bad("/mtp_layers", "multi-token prediction needs a decoder language model with an output head");
   }
   if (s.visionTowerParams < 0) {
     return bad("/vision_tower_params", "must not be negative, got " + std::to_string(s.visionTowerParams));

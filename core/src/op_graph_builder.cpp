@@ -49,7 +49,7 @@ class Builder {
 
   std::string name(const std::string& leaf) const {
     if (m_layer < 0) return "embed." + leaf;
-    if (m_layer >= m_spec.numLayers) return "head." + leaf;
+    if (m_layer >= m_spec.numLayers) return "head." + m_prefix + leaf;
     return "layers." + std::to_string(m_layer) + "." + leaf;
   }
 
@@ -395,6 +395,17 @@ class Builder {
   // the norms sit after the residual sums.
   void transformerLayer(std::int64_t layer) {
     m_layer = layer;
+    layerBody(layer);
+  }
+
+  // A multi-token prediction module's layer: built like layer `like`, named under the head.
+  void transformerLayerNamed(const std::string& prefix, std::int64_t like) {
+    m_prefix = prefix;
+    layerBody(like);
+    m_prefix.clear();
+  }
+
+  void layerBody(std::int64_t layer) {
     const std::size_t layerInput = *m_cursor;
     m_block = "norm";
     norm("attn_norm", m_spec.hiddenSize);
@@ -439,6 +450,7 @@ class Builder {
     m_layer = m_spec.numLayers;
     const std::int64_t h = m_spec.hiddenSize;
     const std::int64_t e = m_spec.embedSize();
+    const std::size_t lastHidden = *m_cursor;
     m_block = "norm";
     if (m_spec.finalNorm) norm("final_norm", h);
     m_block = "head";
@@ -469,6 +481,37 @@ class Builder {
     const std::size_t head = matmul("lm_head", m_tokens, v, e, headParams, Shard::kVocab);
     if (m_spec.tieWordEmbeddings && m_tokenEmbedding) m_graph.addEdge(*m_tokenEmbedding, head);  // shared weight
     crossEntropy(m_tokens, v, Shard::kVocab);
+    multiTokenPrediction(lastHidden, head);
+  }
+
+  // DeepSeek-V3's MTP modules, on the last pipeline stage with the head: the previous depth's hidden state
+  // and the next token's (shared) embedding, each normalised, projected from 2h to h, one transformer
+  // layer, a norm, the shared output head and its own loss.
+  void multiTokenPrediction(std::size_t hidden, std::size_t sharedHead) {
+    const std::int64_t h = m_spec.hiddenSize;
+    const std::int64_t v = m_spec.vocabSize;
+    std::size_t previous = hidden;
+    for (std::int64_t d = 0; d < m_spec.mtpLayers; ++d) {
+      m_layer = m_spec.numLayers;  // named "head.": the stage of the output head holds them
+      const std::string prefix = "mtp" + std::to_string(d) + ".";
+      m_cursor = previous;
+      m_block = "norm";
+      norm(prefix + "hnorm", h);
+      const std::size_t hidden = *m_cursor;
+      if (m_tokenEmbedding) m_cursor = *m_tokenEmbedding;
+      norm(prefix + "enorm", h);
+      m_graph.addEdge(hidden, *m_cursor);
+      m_block = "mtp";
+      matmul(prefix + "eh_proj", m_tokens, h, 2 * h, 2 * h * h, Shard::kReplicated);
+      transformerLayerNamed(prefix, m_spec.numLayers - 1);
+      previous = *m_cursor;
+      m_block = "norm";
+      norm(prefix + "final_norm", h);
+      m_block = "head";
+      const std::size_t logits = matmul(prefix + "lm_head", m_tokens, v, h, 0, Shard::kVocab);
+      m_graph.addEdge(sharedHead, logits);  // the output head's weight
+      crossEntropy(m_tokens, v, Shard::kVocab);
+    }
   }
 
   const ModelSpec& m_spec;
@@ -480,6 +523,7 @@ class Builder {
   std::optional<std::size_t> m_cursor;
   std::optional<std::size_t> m_tokenEmbedding;
   std::int64_t m_layer = -1;
+  std::string m_prefix;  // within the head: the multi-token prediction module an op belongs to
   std::string m_block;
 };
 

@@ -113,6 +113,7 @@ Result<void> checkExecutable(const Plan& plan, int world, const std::string& bac
   if (m.slidingWindow > 0 || m.attentionChunkSize > 0) {
     return bad("model " + m.name + ": sliding-window and chunked attention are not implemented by the executor");
   }
+  if (m.mtpLayers > 0) return bad("model " + m.name + ": multi-token prediction modules are not implemented by the executor");
   if (m.qkNorm || m.sandwichNorm || m.attentionSinks) {
     return bad("model " + m.name + ": query/key norms, post-norms and attention sinks are not implemented by the executor");
   }

@@ -118,6 +118,7 @@ std::string megatron(const Plan& p) {
       a << "--moe-layer-freq \"" << pattern << "]\" \\\n";
     }
   }
+  if (s.mtpLayers > 0) a << "--mtp-num-layers " << s.mtpLayers << " \\\n";
   if (s.mla.enabled()) {
     a << "--multi-latent-attention \\\n";
     if (s.mla.qLoraRank > 0) a << "--q-lora-rank " << s.mla.qLoraRank << " \\\n";

@@ -145,6 +145,8 @@ Result<ModelSpec> megatronModel(const Reader& r) {
       s.moe.firstDenseLayers = dense;
     }
   }
+  COLO_TRY(mtp, r.integer("--mtp-num-layers", 0));
+  s.mtpLayers = mtp;
   if (r.has("--multi-latent-attention")) {
     COLO_TRY(q, r.integer("--q-lora-rank", 0));
     COLO_TRY(kv, r.integer("--kv-lora-rank", 512));

@@ -95,9 +95,16 @@ TEST(HfConfig, TheModelsOf2025MapToTheirPublishedCounts) {
   EXPECT_EQ(v3.moe.topK, 8);
   EXPECT_EQ(v3.moe.firstDenseLayers, 3);
   EXPECT_EQ(v3.moe.sharedExpertFfnHiddenSize, 2048);  // n_shared_experts x moe_intermediate_size
-  EXPECT_NEAR(static_cast<double>(countParameters(v3).total), 671e9, 0.002 * 671e9);
-  EXPECT_NEAR(static_cast<double>(countParameters(v3).active), 37e9, 0.02 * 37e9);
-  EXPECT_EQ(countParameters(v3).total,
+  // The published 671B leave out the multi-token prediction module (num_nextn_predict_layers 1: one
+  // more MoE layer, its projection and norms; 685B on the model card with its own embedding and head).
+  EXPECT_EQ(v3.mtpLayers, 1);
+  const ParamCount v3Count = countParameters(v3);
+  EXPECT_NEAR(static_cast<double>(v3Count.mtp), 11.6e9, 0.01 * 11.6e9);
+  EXPECT_NEAR(static_cast<double>(v3Count.total - v3Count.mtp), 671e9, 0.002 * 671e9);
+  ModelSpec mainModel = v3;
+  mainModel.mtpLayers = 0;
+  EXPECT_NEAR(static_cast<double>(countParameters(mainModel).active), 37e9, 0.02 * 37e9);
+  EXPECT_EQ(v3Count.total - v3Count.mtp,
             countParameters(*test::loadModelOrFail(test::dataFile("models/deepseek-v3.json")).spec).total);
 
   const ModelSpec lite = hf("deepseek-v2-lite");

@@ -161,6 +161,25 @@ TEST(OpGraph, LocalLayersAttendTheirWindowOrChunkAndGlobalLayersTheSequence) {
   EXPECT_TRUE(postNorm);
 }
 
+TEST(OpGraph, MultiTokenPredictionAddsALayerAHeadAndALossAfterTheModel) {
+  ModelSpec spec = libraryModel("deepseek-v3");
+  spec.numLayers = 5;
+  const OpGraph plain = build(spec, 4096, 1);
+  spec.mtpLayers = 1;
+  const OpGraph mtp = build(spec, 4096, 1);
+  EXPECT_EQ(mtp.totals().params, countParameters(spec).total);
+  EXPECT_EQ(mtp.totals().activeParams, countParameters(spec).active);
+  // One MoE layer like the last, the 2h x h projection, and a second pass through the shared head.
+  const OpTotals layer = plain.layerTotals(4);
+  const double head = 2.0 * 4096 * 7168 * 129280;
+  const double projection = 2.0 * 4096 * 7168 * 2 * 7168;
+  EXPECT_NEAR(mtp.totals().gemmFlopsFwd - plain.totals().gemmFlopsFwd, layer.gemmFlopsFwd + head + projection,
+              1e-9 * mtp.totals().gemmFlopsFwd);
+  int losses = 0;
+  for (std::size_t v = 0; v < mtp.size(); ++v) losses += mtp.op(v).kind == OpKind::kCrossEntropy;
+  EXPECT_EQ(losses, 2);
+}
+
 TEST(OpGraph, EdgesFormADagInLayerOrder) {
   const OpGraph g = build(libraryModel("llama3-8b"));
   auto order = g.topologicalOrder();

@@ -95,6 +95,10 @@ struct ModelSpec {
   bool attentionSinks = false;        ///< a learned sink logit per head in the softmax (GPT-OSS)
   /// A multimodal model's vision encoder and projector, counted apart: colo plans the text model.
   std::int64_t visionTowerParams = 0;
+  /// Multi-token prediction modules trained beside the main model (DeepSeek-V3's num_nextn_predict_layers,
+  /// Megatron's --mtp-num-layers): each joins the last hidden state with the next token's embedding
+  /// through a 2h x h projection, runs one more transformer layer and the shared output head and loss.
+  std::int64_t mtpLayers = 0;
 
   PositionEmbedding positionEmbedding = PositionEmbedding::kLearned;
   double rotaryFraction = 1.0;        ///< GPT-NeoX rotary_pct: share of head_dim that is rotated
@@ -148,6 +152,7 @@ struct ParamCount {
   std::int64_t active = 0;  ///< parameters touched by one token (MoE: top_k experts, not all)
   std::int64_t embedding = 0;  ///< input embeddings (tokens, positions, types, patches)
   std::int64_t vision = 0;     ///< a multimodal model's vision tower, not in total (ModelSpec::visionTowerParams)
+  std::int64_t mtp = 0;        ///< of total, the multi-token prediction modules (published counts leave them out)
 };
 
 /// Checks a spec for inconsistencies (heads not dividing hidden, kv heads not dividing heads, top_k
