@@ -224,17 +224,12 @@ int runExport(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   if (!text) return reportError(text.error(), err);
   // Megatron-LM's arguments and DeepSpeed's config are checked against the tools' schemas
   // (data/export-schemas/) before they are written: an export the tool would refuse is not written.
-  if (*format == planner::ExportFormat::kMegatron || *format == planner::ExportFormat::kDeepSpeed) {
-    const bool megatron = *format == planner::ExportFormat::kMegatron;
-    auto schema = planner::loadExportSchema(megatron ? "megatron-lm" : "deepspeed");
-    if (!schema) return reportError(schema.error(), err);
-    const auto problems = megatron ? planner::checkMegatronArguments(*text, *schema, plan->cluster.totalGpus())
-                                   : planner::checkDeepSpeedConfig(Json::parse(*text), *schema, *plan);
-    if (!problems.empty()) {
-      std::string why;
-      for (const auto& pr : problems) why += (why.empty() ? "" : "; ") + pr.rule + ": " + pr.message;
-      return reportError(Error::badInput(std::string(megatron ? "Megatron-LM" : "DeepSpeed") + " would refuse this export (" + why + ")", *file), err);
-    }
+  auto problems = planner::checkExport(*plan, *format, *text);
+  if (!problems) return reportError(problems.error(), err);
+  if (!problems->empty()) {
+    std::string why;
+    for (const auto& pr : *problems) why += (why.empty() ? "" : "; ") + pr.rule + ": " + pr.message;
+    return reportError(Error::badInput("the tool would refuse this " + *formatName + " export (" + why + ")", *file), err);
   }
   if (const auto target = args->value("out")) {
     std::ofstream f(*target, std::ios::binary | std::ios::trunc);

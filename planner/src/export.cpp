@@ -199,20 +199,29 @@ std::string colossalai(const Plan& p) {
   std::ostringstream o;
   const auto& q = p.parallel;
   const auto r = summarize(p);
-  o << "# Colossal-AI HybridParallelPlugin for " << p.name << "\n"
+  // Expert parallelism exists only in the MoE plugin (HybridParallelPlugin takes no ep_size).
+  const std::string plugin = q.ep > 1 ? "MoeHybridParallelPlugin" : "HybridParallelPlugin";
+  o << "# Colossal-AI " << plugin << " for " << p.name << " (checked against data/export-schemas/colossalai.json)\n"
     << "from colossalai.booster import Booster\n"
-    << "from colossalai.booster.plugin import HybridParallelPlugin\n\n"
-    << "plugin = HybridParallelPlugin(\n"
+    << (q.ep > 1 ? "from colossalai.booster.plugin.moe_hybrid_parallel_plugin import MoeHybridParallelPlugin\n\n"
+                 : "from colossalai.booster.plugin import HybridParallelPlugin\n\n")
+    << "plugin = " << plugin << "(\n"
     << "    tp_size=" << q.tp << ",\n"
     << "    pp_size=" << q.pp << ",\n";
-  if (q.cp > 1) o << "    sp_size=" << q.cp << ",\n    sequence_parallelism_mode=\"ring_attn\",\n";
-  if (q.ep > 1) o << "    ep_size=" << q.ep << ",  # MoeHybridParallelPlugin\n";
-  o << "    enable_sequence_parallelism=" << (q.sequenceParallel || q.cp > 1 ? "True" : "False") << ",\n";
-  if (q.sequenceParallel && q.cp == 1) o << "    sequence_parallelism_mode=\"split_gather\",\n";
+  if (q.ep > 1) o << "    ep_size=" << q.ep << ",\n";
+  // Context parallelism is the ring-attention (or all-to-all) sequence mode over sp_size ranks;
+  // Megatron's sequence parallelism is split_gather over the tensor-parallel group.
+  const bool sequence = q.sequenceParallel || q.cp > 1;
+  o << "    enable_sequence_parallelism=" << (sequence ? "True" : "False") << ",\n";
+  if (q.cp > 1) {
+    o << "    sp_size=" << q.cp << ",\n    sequence_parallelism_mode=\""
+      << (p.execution.cpCommType == CpCommType::kAllToAll ? "all_to_all" : "ring_attn") << "\",\n";
+  } else if (q.sequenceParallel) {
+    o << "    sequence_parallelism_mode=\"split_gather\",\n";
+  }
   if (q.pp > 1) {
     o << "    num_microbatches=" << p.numMicroBatches() << ",\n";
     if (q.virtualStages > 1) o << "    pp_style=\"interleaved\",\n    num_model_chunks=" << q.virtualStages << ",\n";
-    if (p.schedule == Schedule::kZeroBubble) o << "    pp_style=\"zbv\",\n";
   } else {
     o << "    microbatch_size=" << p.microBatchSize << ",\n";
   }
@@ -299,8 +308,19 @@ Result<std::string> exportPlan(const Plan& plan, ExportFormat format, const std:
                                     "torchtitan runs it, has no DeepSpeed config)"));
       }
       return deepspeed(plan);
-    case ExportFormat::kColossalAi:
+    case ExportFormat::kColossalAi: {
+      // What the plugins' constructors refuse (data/export-schemas/colossalai.json).
+      const auto& q = plan.parallel;
+      auto refuse = [](const std::string& why) { return fail(Error::badInput(why)); };
+      if (plan.zeroStage > 2) return refuse("zero_stage 3: Colossal-AI's hybrid-parallel plugins take ZeRO 0-2 (GeminiPlugin shards parameters, without tp or pp)");
+      if (q.pp > 1 && plan.zeroStage > 1) return refuse("zero_stage 2 with pp " + std::to_string(q.pp) + ": the hybrid-parallel plugins take ZeRO 0 or 1 with pipeline parallelism");
+      if (plan.zeroStage > 0 && plan.precision == DType::kFp32) return refuse("zero_stage with fp32: the plugins' ZeRO needs fp16 or bf16");
+      if (plan.schedule == Schedule::kZeroBubble) return refuse("schedule zb: Colossal-AI's zero-bubble (zbv) is a V-schedule of two chunks per stage with its own scheduler nodes, not colo's ZB-H1");
+      if (q.ep > 1 && q.cp > 1) return refuse("parallel.cp " + std::to_string(q.cp) + " with ep: MoeHybridParallelPlugin does not run ring attention");
+      if (q.ep > 1 && q.dp % q.ep != 0) return refuse("parallel.ep " + std::to_string(q.ep) + ": MoeHybridParallelPlugin needs the data-parallel size " + std::to_string(q.dp) + " divisible by ep_size");
+      if (plan.offload.paramsFraction > 0) return refuse("offload.params_fraction: the hybrid-parallel plugins offload optimizer states only (cpu_offload)");
       return colossalai(plan);
+    }
     case ExportFormat::kTorchrun:
       return launcher(plan, false, planFile);
     case ExportFormat::kSlurm:

@@ -395,36 +395,6 @@ namespace {
 
 // ---- Python keyword arguments and TOML (the subsets these launches use) -------------------------
 
-std::map<std::string, std::string> keywordArguments(const std::string& call) {
-  std::map<std::string, std::string> out;
-  std::string body;
-  std::istringstream in(call);
-  for (std::string line; std::getline(in, line);) body += line.substr(0, line.find('#')) + "\n";
-  int depth = 0;
-  std::string current;
-  auto flush = [&] {
-    const auto eq = current.find('=');
-    if (eq != std::string::npos) {
-      auto trim = [](std::string s) {
-        s.erase(0, s.find_first_not_of(" \t\n"));
-        s.erase(s.find_last_not_of(" \t\n") + 1);
-        if (s.size() >= 2 && (s.front() == '"' || s.front() == '\'')) s = s.substr(1, s.size() - 2);
-        return s;
-      };
-      out[trim(current.substr(0, eq))] = trim(current.substr(eq + 1));
-    }
-    current.clear();
-  };
-  for (const char c : body) {
-    if (c == '(' || c == '[' || c == '{') ++depth;
-    if (c == ')' || c == ']' || c == '}') --depth;
-    if (c == ',' && depth == 0) flush();
-    else current += c;
-  }
-  flush();
-  return out;
-}
-
 // TOML tables of scalar keys: section.key -> value text (strings unquoted; arrays kept as written).
 Result<std::map<std::string, std::string>> tomlScalars(const std::string& text) {
   std::map<std::string, std::string> out;
@@ -486,7 +456,7 @@ Result<Plan> importColossalAi(const std::string& source, const ImportContext& co
     if (source[close] == '(') ++depth;
     if (source[close] == ')') --depth;
   }
-  const auto kw = keywordArguments(source.substr(open + 21, close - open - 22));
+  const auto kw = pythonKeywordArguments(source.substr(open + 21, close - open - 22));
   Plan p;
   p.model = *context.model;
   p.cluster = context.cluster;

@@ -197,9 +197,18 @@ TEST(Export, EveryExportPassesTheToolsSchemas) {
       ADD_FAILURE() << p.name << " megatron " << problem.rule << ": " << problem.message << "\n" << *megatron;
     }
     const auto ds = exportPlan(p, ExportFormat::kDeepSpeed, "plan.json");
-    if (!ds) continue;  // refused with a reason (interleaving, Ulysses with tp or pp); checked below
-    for (const auto& problem : checkDeepSpeedConfig(Json::parse(*ds), *deepspeedSchema, p)) {
-      ADD_FAILURE() << p.name << " deepspeed " << problem.rule << ": " << problem.message << "\n" << *ds;
+    if (ds) {  // else refused with a reason (interleaving, Ulysses with tp or pp); checked below
+      for (const auto& problem : checkDeepSpeedConfig(Json::parse(*ds), *deepspeedSchema, p)) {
+        ADD_FAILURE() << p.name << " deepspeed " << problem.rule << ": " << problem.message << "\n" << *ds;
+      }
+    }
+    // Colossal-AI's plugin signatures and constructor checks, torchrun's and sbatch's options.
+    for (const ExportFormat format : {ExportFormat::kColossalAi, ExportFormat::kTorchrun, ExportFormat::kSlurm}) {
+      const auto text = exportPlan(p, format, "plan.json");
+      if (!text) continue;  // refused naming the field (e.g. ZeRO-3 or zero bubble for Colossal-AI)
+      auto problems = checkExport(p, format, *text);
+      ASSERT_TRUE(problems) << problems.error().toString();
+      for (const auto& problem : *problems) ADD_FAILURE() << p.name << " " << problem.rule << ": " << problem.message << "\n" << *text;
     }
   }
   // Llama 3's rotary base, Gemma's window pattern and QK-norm reach Megatron.
@@ -268,6 +277,11 @@ TEST(Export, TheBestPlanOfEveryNewFamilyPassesTheToolsChecks) {
     for (const auto& problem : checkDeepSpeedConfig(Json::parse(*ds), deepspeedSchema, best)) {
       ADD_FAILURE() << problem.rule << ": " << problem.message << "\n" << *ds;
     }
+    for (const ExportFormat format : {ExportFormat::kColossalAi, ExportFormat::kTorchrun, ExportFormat::kSlurm}) {
+      const auto text = exportPlan(best, format, "plan.json");
+      if (!text) continue;
+      for (const auto& problem : *checkExport(best, format, *text)) ADD_FAILURE() << problem.rule << ": " << problem.message << "\n" << *text;
+    }
   }
 }
 
@@ -307,6 +321,33 @@ TEST(Export, TheCheckerCatchesWhatTheToolsRefuse) {
   for (const auto& problem : checkDeepSpeedConfig(ds, dsSchema, p)) dsRules.insert(problem.rule);
   EXPECT_TRUE(dsRules.contains("batch_identity"));
   EXPECT_TRUE(dsRules.contains("zero_extra_forbid"));
+  // Colossal-AI: ep_size is the MoE plugin's only; ZeRO-3 is not a hybrid-plugin stage. Launchers:
+  // options sbatch and torchrun do not have.
+  const Json caiSchema = *loadExportSchema("colossalai");
+  std::string cai = *exportPlan(p, ExportFormat::kColossalAi, "p");
+  ASSERT_TRUE(checkColossalAiPlugin(cai, caiSchema, 8).empty()) << cai;
+  auto caiRules = [&](const std::string& text) {
+    std::set<std::string> out;
+    for (const auto& problem : checkColossalAiPlugin(text, caiSchema, 8)) out.insert(problem.rule);
+    return out;
+  };
+  std::string withEp = cai;
+  withEp.replace(withEp.find("    pp_size=2,\n"), 14, "    pp_size=2,\n    ep_size=2,\n");
+  EXPECT_TRUE(caiRules(withEp).contains("no_ep_size")) << withEp;
+  std::string zero3 = cai;
+  zero3.replace(zero3.find("zero_stage=1"), 12, "zero_stage=3");
+  EXPECT_TRUE(caiRules(zero3).contains("zero_stage_range"));
+  const Json torchrunSchema = *loadExportSchema("torchrun");
+  const Json sbatchSchema = *loadExportSchema("sbatch");
+  std::string slurm = *exportPlan(p, ExportFormat::kSlurm, "p");
+  ASSERT_TRUE(checkLaunchScript(slurm, torchrunSchema, sbatchSchema).empty()) << slurm;
+  std::string badSlurm = slurm;
+  badSlurm.replace(badSlurm.find("#SBATCH --exclusive"), 19, "#SBATCH --gpus-per-nod=8");
+  badSlurm.replace(badSlurm.find("--nproc-per-node"), 16, "--nprocs-per-node");
+  const auto launchProblems = checkLaunchScript(badSlurm, torchrunSchema, sbatchSchema);
+  ASSERT_EQ(launchProblems.size(), 2u);
+  EXPECT_NE(launchProblems[0].message.find("--gpus-per-nod"), std::string::npos);
+  EXPECT_NE(launchProblems[1].message.find("--nprocs-per-node"), std::string::npos);
 }
 
 }  // namespace

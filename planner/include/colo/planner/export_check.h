@@ -4,15 +4,18 @@
 /// source and version in data/export-schemas/ (megatron-lm.json, deepspeed.json): every Megatron-LM
 /// argument known, of its type and among its choices, the arguments pretrain_gpt.py needs present,
 /// and validate_args's rules met; every DeepSpeed key known and DeepSpeed's batch and pipeline rules
-/// met. `colo-plan export --check` and the tests run it on every export.
+/// met; Colossal-AI's plugin parameters and constructor checks; torchrun's and sbatch's options.
+/// `colo-plan export` runs them before writing, and the tests run them on every export.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "colo/core/error.h"
 #include "colo/core/json.h"
 #include "colo/core/plan.h"
+#include "colo/planner/export.h"
 
 namespace colo::planner {
 
@@ -40,5 +43,22 @@ struct ParsedArguments {
 
 /// A DeepSpeed config for `plan` (the data-parallel size Megatron-DeepSpeed gives DeepSpeed).
 [[nodiscard]] std::vector<ExportProblem> checkDeepSpeedConfig(const Json& config, const Json& schema, const Plan& plan);
+
+/// Every check that applies to an export of `plan` in `format` (Megatron-LM, DeepSpeed, Colossal-AI,
+/// torchrun, SLURM), with the schemas loaded from data/export-schemas/. Errors: a schema that cannot be read.
+[[nodiscard]] Result<std::vector<ExportProblem>> checkExport(const Plan& plan, ExportFormat format, const std::string& text);
+
+/// The keyword arguments of a Python call's body (`tp_size=2, precision="bf16", ...`): comments dropped,
+/// strings unquoted, nested brackets kept whole.
+[[nodiscard]] std::map<std::string, std::string> pythonKeywordArguments(const std::string& callBody);
+
+/// A Colossal-AI HybridParallelPlugin / MoeHybridParallelPlugin call in Python source, for `worldSize`
+/// processes: parameters the plugin takes, their values, and its constructor's checks.
+[[nodiscard]] std::vector<ExportProblem> checkColossalAiPlugin(const std::string& source, const Json& schema,
+                                                               std::int64_t worldSize);
+
+/// A launch script's `#SBATCH` lines and its torchrun invocation, against sbatch's and torchrun's options.
+[[nodiscard]] std::vector<ExportProblem> checkLaunchScript(const std::string& script, const Json& torchrunSchema,
+                                                           const Json& sbatchSchema);
 
 }  // namespace colo::planner
