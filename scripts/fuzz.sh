@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-20}"
 jobs="${COLO_FUZZ_JOBS:-2}"
 seed="${COLO_FUZZ_SEED:-1}"
-targets=(${COLO_FUZZ_TARGETS:-model hf_config op_graph cluster plan cost_db runs_db token_data validation residuals})
+targets=(${COLO_FUZZ_TARGETS:-model hf_config op_graph cluster plan cost_db runs_db token_data validation residuals import})
 
 packages=(clang-16 libc++-16-dev libc++abi-16-dev libclang-rt-16-dev cmake ninja-build nlohmann-json3-dev
           libboost-graph-dev libsqlite3-dev sqlite3)
@@ -42,7 +42,7 @@ cmake --build "$build" -j "$jobs"
 # regression input kept for the reader.
 seeds="$build/seeds"
 rm -rf "$seeds"
-mkdir -p "$seeds"/{model,hf_config,op_graph,cluster,plan,cost_db,runs_db,token_data,validation,residuals}
+mkdir -p "$seeds"/{model,hf_config,op_graph,cluster,plan,cost_db,runs_db,token_data,validation,residuals,import}
 cp data/models/*.json data/opgraphs/*.json "$seeds/model/"
 for d in data/hf/*/; do cp "$d/config.json" "$seeds/hf_config/$(basename "$d").json"; done
 cp data/opgraphs/*.json "$seeds/op_graph/"

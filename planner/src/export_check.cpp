@@ -169,10 +169,16 @@ std::vector<ExportProblem> checkMegatronArguments(const std::string& text, const
   }
 
   // validate_args's arithmetic.
+  // Sizes beyond any cluster are refused before they are multiplied (products stay inside 64 bits).
   auto num = [&](const char* flag, std::int64_t fallback) -> std::int64_t {
     const auto* v = a.find(flag);
     if (!v || v->empty()) return fallback;
-    return integerOf(v->front()).value_or(fallback);
+    const auto n = integerOf(v->front()).value_or(fallback);
+    if (n < 0 || n > (std::int64_t{1} << 24)) {
+      problem("argparse", std::string(flag) + " " + v->front() + " is out of range");
+      return fallback;
+    }
+    return n;
   };
   const std::int64_t tp = num("--tensor-model-parallel-size", 1), pp = num("--pipeline-model-parallel-size", 1);
   const std::int64_t cp = num("--context-parallel-size", 1), ep = num("--expert-model-parallel-size", 1);
@@ -180,9 +186,12 @@ std::vector<ExportProblem> checkMegatronArguments(const std::string& text, const
   const std::int64_t layers = num("--num-layers", 0), heads = num("--num-attention-heads", 0);
   const std::int64_t hidden = num("--hidden-size", 0), seq = num("--seq-length", 0);
   const std::int64_t mbs = num("--micro-batch-size", 1), gbs = num("--global-batch-size", 0);
-  if (tp < 1 || pp < 1 || cp < 1 || ep < 1 || etp < 1) {
-    problem("world_div_model", "parallel sizes must be positive");
-    return problems;
+  constexpr std::int64_t kMaxDegree = 1 << 15;
+  for (const std::int64_t d : {tp, pp, cp, ep, etp}) {
+    if (d < 1 || d > kMaxDegree) {
+      problem("world_div_model", "parallel sizes must be from 1 to " + std::to_string(kMaxDegree));
+      return problems;
+    }
   }
   if (worldSize % (tp * pp * cp) != 0) {
     problem("world_div_model", "world size " + std::to_string(worldSize) + " is not divisible by tp*pp*cp = " + std::to_string(tp * pp * cp));
@@ -208,6 +217,10 @@ std::vector<ExportProblem> checkMegatronArguments(const std::string& text, const
       if (text[i] != 't') continue;
       std::int64_t n = 1;
       if (i + 1 < text.size() && text[i + 1] == '*') n = std::strtoll(text.c_str() + i + 2, nullptr, 10);
+      if (n < 0 || n > (std::int64_t{1} << 24)) {
+        problem("layout_vs_others", "a layout repeat of " + std::to_string(n) + " layers");
+        break;
+      }
       counted += n;
     }
     if (chunks % pp != 0) problem("layout_vs_others", "the layout's " + std::to_string(chunks) + " chunks are not a multiple of pp " + std::to_string(pp));
@@ -393,8 +406,8 @@ std::vector<ExportProblem> checkColossalAiPlugin(const std::string& source, cons
     if (!kw.contains(key)) return fallback;
     char* end = nullptr;
     const long long v = std::strtoll(kw.at(key).c_str(), &end, 10);
-    if (*end != '\0') {
-      problem("signature", key + " = " + kw.at(key) + " is not an integer");
+    if (*end != '\0' || kw.at(key).empty() || v < 0 || v > (1LL << 15)) {
+      problem("signature", key + " = " + kw.at(key) + " is not an integer from 0 to 32768");
       return fallback;
     }
     return static_cast<std::int64_t>(v);

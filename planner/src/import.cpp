@@ -15,6 +15,11 @@
 namespace colo::planner {
 namespace {
 
+// Bounds on what a launch may state, so that products of sizes stay inside 64 bits: parallel degrees
+// (each at most 32,768-way; four multiply to under 2^60) and every other count.
+constexpr std::int64_t kMaxDegree = 1 << 15;
+constexpr std::int64_t kMaxLaunchInteger = 1 << 24;
+
 // ---- Argument lists (Megatron-LM, Megatron-DeepSpeed) ---------------------------------------------
 
 // The argument list of a launch: comment lines dropped, everything before the first --flag (the
@@ -46,13 +51,13 @@ struct Reader {
     if (!v || v->empty()) return std::nullopt;
     return v->front();
   }
-  Result<std::int64_t> integer(const std::string& flag, std::int64_t fallback) const {
+  Result<std::int64_t> integer(const std::string& flag, std::int64_t fallback, std::int64_t maximum = kMaxLaunchInteger) const {
     const auto v = text(flag);
     if (!v) return fallback;
     char* end = nullptr;
     const long long n = std::strtoll(v->c_str(), &end, 10);
-    if (v->empty() || *end != '\0' || n < 0) {
-      return fail(Error::badInput(flag + ": expected a non-negative integer, got \"" + *v +
+    if (v->empty() || *end != '\0' || n < 0 || n > maximum) {
+      return fail(Error::badInput(flag + ": expected an integer from 0 to " + std::to_string(maximum) + ", got \"" + *v +
                                   "\" (expand the launch's shell variables first)"));
     }
     return static_cast<std::int64_t>(n);
@@ -190,6 +195,9 @@ Result<std::vector<std::int64_t>> layoutChunks(const std::string& layout) {
     const long long n = std::strtoll(flat.c_str() + close + 2, &end, 10);
     if (n <= 0 || n > 100000) return fail(Error::badInput("--pipeline-model-parallel-layout: bad repeat in \"" + layout + "\""));
     std::string body = flat.substr(open + 1, close - open - 1), repeated;
+    if (body.size() * static_cast<std::size_t>(n) > 100000) {
+      return fail(Error::badInput("--pipeline-model-parallel-layout: \"" + layout + "\" expands to more than 100,000 characters"));
+    }
     for (long long k = 0; k < n; ++k) repeated += body;
     flat = flat.substr(0, open) + repeated + std::string(end);
   }
@@ -204,6 +212,9 @@ Result<std::vector<std::int64_t>> layoutChunks(const std::string& layout) {
         char* end = nullptr;
         n = std::strtoll(flat.c_str() + i + 2, &end, 10);
         i = static_cast<std::size_t>(end - flat.c_str()) - 1;
+      }
+      if (n < 0 || n > kMaxLaunchInteger || chunks.back() > kMaxLaunchInteger) {
+        return fail(Error::badInput("--pipeline-model-parallel-layout: a repeat of " + std::to_string(n) + " layers in \"" + layout + "\""));
       }
       chunks.back() += n;
     } else if (c != 'E' && c != 'L' && c != 'm' && c != ' ') {
@@ -286,17 +297,17 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
     p.model.spec = *spec;
   }
   auto& q = p.parallel;
-  COLO_TRY(tp, r.integer("--tensor-model-parallel-size", 1));
-  COLO_TRY(pp, r.integer("--pipeline-model-parallel-size", 1));
-  COLO_TRY(cp, r.integer("--context-parallel-size", 1));
-  COLO_TRY(ep, r.integer("--expert-model-parallel-size", 1));
-  COLO_TRY(sp, r.integer("--ds-sequence-parallel-size", 1));  // Megatron-DeepSpeed's Ulysses
+  COLO_TRY(tp, r.integer("--tensor-model-parallel-size", 1, kMaxDegree));
+  COLO_TRY(pp, r.integer("--pipeline-model-parallel-size", 1, kMaxDegree));
+  COLO_TRY(cp, r.integer("--context-parallel-size", 1, kMaxDegree));
+  COLO_TRY(ep, r.integer("--expert-model-parallel-size", 1, kMaxDegree));
+  COLO_TRY(sp, r.integer("--ds-sequence-parallel-size", 1, kMaxDegree));  // Megatron-DeepSpeed's Ulysses
   q.tp = std::max<std::int64_t>(1, tp);
   q.pp = std::max<std::int64_t>(1, pp);
   q.cp = std::max<std::int64_t>(1, std::max(cp, sp));
   q.ep = std::max<std::int64_t>(1, ep);
   if (sp > 1) p.execution.cpCommType = CpCommType::kAllToAll;
-  COLO_TRY(etp, r.integer("--expert-tensor-parallel-size", 0));
+  COLO_TRY(etp, r.integer("--expert-tensor-parallel-size", 0, kMaxDegree));
   if (etp > 0 && etp != q.tp) q.etp = etp;
   q.sequenceParallel = r.has("--sequence-parallel") && q.tp > 1;
   const std::int64_t world = p.cluster.totalGpus();
@@ -307,7 +318,7 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
   q.dp = world / (q.tp * q.pp * q.cp);
   const std::int64_t layers = p.model.numLayers();
   COLO_TRY(perVirtual, r.integer("--num-layers-per-virtual-pipeline-stage", 0));
-  COLO_TRY(virtualStages, r.integer("--num-virtual-stages-per-pipeline-rank", 1));
+  COLO_TRY(virtualStages, r.integer("--num-virtual-stages-per-pipeline-rank", 1, kMaxDegree));
   q.virtualStages = perVirtual > 0 && layers % (q.pp * perVirtual) == 0 ? layers / (q.pp * perVirtual) : std::max<std::int64_t>(1, virtualStages);
   if (const auto layout = r.text("--pipeline-model-parallel-layout")) {
     auto perChunk = layoutChunks(*layout);
@@ -430,12 +441,16 @@ Result<std::map<std::string, std::string>> tomlScalars(const std::string& text) 
   return out;
 }
 
-Result<std::int64_t> integerValue(const std::map<std::string, std::string>& kv, const std::string& key, std::int64_t fallback) {
+Result<std::int64_t> integerValue(const std::map<std::string, std::string>& kv, const std::string& key, std::int64_t fallback,
+                                  std::int64_t minimum = 0, std::int64_t maximum = kMaxLaunchInteger) {
   const auto it = kv.find(key);
   if (it == kv.end()) return fallback;
   char* end = nullptr;
   const long long n = std::strtoll(it->second.c_str(), &end, 10);
-  if (it->second.empty() || *end != '\0') return fail(Error::badInput(key + ": expected an integer, got \"" + it->second + "\""));
+  if (it->second.empty() || *end != '\0' || n < minimum || n > maximum) {
+    return fail(Error::badInput(key + ": expected an integer from " + std::to_string(minimum) + " to " + std::to_string(maximum) +
+                                ", got \"" + it->second + "\""));
+  }
   return static_cast<std::int64_t>(n);
 }
 
@@ -461,10 +476,10 @@ Result<Plan> importColossalAi(const std::string& source, const ImportContext& co
   p.model = *context.model;
   p.cluster = context.cluster;
   auto& q = p.parallel;
-  COLO_TRY(tp, integerValue(kw, "tp_size", 1));
-  COLO_TRY(pp, integerValue(kw, "pp_size", 1));
-  COLO_TRY(sp, integerValue(kw, "sp_size", 1));
-  COLO_TRY(ep, integerValue(kw, "ep_size", 1));
+  COLO_TRY(tp, integerValue(kw, "tp_size", 1, 1, kMaxDegree));
+  COLO_TRY(pp, integerValue(kw, "pp_size", 1, 1, kMaxDegree));
+  COLO_TRY(sp, integerValue(kw, "sp_size", 1, 1, kMaxDegree));
+  COLO_TRY(ep, integerValue(kw, "ep_size", 1, 1, kMaxDegree));
   const std::string mode = kw.contains("sequence_parallelism_mode") ? kw.at("sequence_parallelism_mode") : "";
   q.tp = tp;
   q.pp = pp;
@@ -503,7 +518,7 @@ Result<Plan> importColossalAi(const std::string& source, const ImportContext& co
   COLO_TRY(numMicro, integerValue(kw, "num_microbatches", 0));
   p.microBatchSize = micro > 0 ? micro : numMicro > 0 ? gbs / (q.dp * numMicro) : 1;
   const std::string style = kw.contains("pp_style") ? kw.at("pp_style") : "1f1b";
-  COLO_TRY(chunks, integerValue(kw, "num_model_chunks", 1));
+  COLO_TRY(chunks, integerValue(kw, "num_model_chunks", 1, 1, kMaxDegree));
   q.virtualStages = style == "interleaved" ? chunks : 1;
   p.schedule = style == "interleaved" ? Schedule::kInterleaved : style == "zbv" ? Schedule::kZeroBubble : Schedule::kOneFOneB;
   RecomputePolicy policy = RecomputePolicy::kNone;
@@ -542,12 +557,12 @@ Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& cont
     p.model = *model;
   }
   auto& q = p.parallel;
-  COLO_TRY(tp, integerValue(*kv, "parallelism.tensor_parallel_degree", 1));
-  COLO_TRY(pp, integerValue(*kv, "parallelism.pipeline_parallel_degree", 1));
-  COLO_TRY(cp, integerValue(*kv, "parallelism.context_parallel_degree", 1));
-  COLO_TRY(ep, integerValue(*kv, "parallelism.expert_parallel_degree", 1));
-  COLO_TRY(replicate, integerValue(*kv, "parallelism.data_parallel_replicate_degree", 1));
-  COLO_TRY(shard, integerValue(*kv, "parallelism.data_parallel_shard_degree", -1));
+  COLO_TRY(tp, integerValue(*kv, "parallelism.tensor_parallel_degree", 1, 1, kMaxDegree));
+  COLO_TRY(pp, integerValue(*kv, "parallelism.pipeline_parallel_degree", 1, 1, kMaxDegree));
+  COLO_TRY(cp, integerValue(*kv, "parallelism.context_parallel_degree", 1, 1, kMaxDegree));
+  COLO_TRY(ep, integerValue(*kv, "parallelism.expert_parallel_degree", 1, 1, kMaxDegree));
+  COLO_TRY(replicate, integerValue(*kv, "parallelism.data_parallel_replicate_degree", 1, 1, kMaxDegree));
+  COLO_TRY(shard, integerValue(*kv, "parallelism.data_parallel_shard_degree", -1, -1, kMaxDegree));
   q.tp = tp;
   q.pp = pp;
   q.cp = cp;
@@ -557,11 +572,11 @@ Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& cont
     return fail(Error::badInput("parallelism: the cluster's " + std::to_string(world) + " GPUs are not a multiple of the degrees"));
   }
   const std::int64_t shardDegree = shard > 0 ? shard : world / (tp * pp * cp * replicate);
-  q.dp = replicate * shardDegree;
-  if (q.dp * tp * pp * cp != world) {
-    return fail(Error::badInput("parallelism: the degrees multiply to " + std::to_string(q.dp * tp * pp * cp) + ", the cluster has " +
-                                std::to_string(world) + " GPUs"));
+  if (shardDegree != world / (tp * pp * cp * replicate)) {
+    return fail(Error::badInput("parallelism: the degrees multiply to " + std::to_string(shardDegree) + " x " +
+                                std::to_string(tp * pp * cp * replicate) + ", the cluster has " + std::to_string(world) + " GPUs"));
   }
+  q.dp = replicate * shardDegree;
   q.sequenceParallel = tp > 1;  // torchtitan's TP plan runs the norms sequence-parallel
   // FSDP2 (ZeRO-3 with fp32 sharded parameters); HSDP shards within replicas, which colo approximates
   // by sharding over the whole data-parallel group.
@@ -575,7 +590,7 @@ Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& cont
   COLO_TRY(local, integerValue(*kv, "training.local_batch_size", 0));
   COLO_TRY(legacyLocal, integerValue(*kv, "training.batch_size", 8));
   const std::int64_t localBatch = local > 0 ? local : legacyLocal;
-  COLO_TRY(global, integerValue(*kv, "training.global_batch_size", -1));
+  COLO_TRY(global, integerValue(*kv, "training.global_batch_size", -1, -1));
   COLO_TRY(seq, integerValue(*kv, "training.seq_len", 2048));
   COLO_TRY(ppMicro, integerValue(*kv, "parallelism.pipeline_parallel_microbatch_size", 1));
   p.globalBatchSize = global > 0 ? global : localBatch * q.dp;

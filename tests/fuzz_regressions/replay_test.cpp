@@ -17,6 +17,7 @@
 #include "colo/core/plan.h"
 #include "colo/costmodel/cost_db.h"
 #include "core/test_support.h"
+#include "colo/planner/import.h"
 #include "validation_harness.h"
 
 namespace colo {
@@ -134,6 +135,32 @@ TEST(FuzzRegressions, ValidationRowsAreRefusedByName) {
 
 TEST(FuzzRegressions, ValidationAssumptionsAreRefusedByName) {
   replayValidation("assumptions", "assumptions.json", "public_runs.json");
+}
+
+TEST(FuzzRegressions, ImportedLaunchesAreRefusedAsBadInput) {
+  // The import target's inputs: the first byte picks the reader (fuzz/fuzz_import.cpp).
+  auto cluster = loadCluster(test::dataFile("clusters/dgx-h100.json"));
+  auto model = loadModel(test::dataFile("models/tiny-llama.json"));
+  ASSERT_TRUE(cluster && model);
+  for (const auto& file : inputsOf("import")) {
+    const std::string bytes = readText(file);
+    if (bytes.empty()) continue;
+    const std::string text = bytes.substr(1);
+    const planner::ImportContext withModel{*cluster, *model, 0, 0};
+    Result<Plan> plan = fail(Error::badInput("none"));
+    switch (static_cast<unsigned char>(bytes[0]) % 4) {
+      case 0: plan = planner::importMegatron(text, withModel); break;
+      case 1: plan = planner::importMegatron(text, planner::ImportContext{*cluster, std::nullopt, 0, 0}); break;
+      case 2: plan = planner::importTorchtitan(text, withModel); break;
+      default: plan = planner::importColossalAi(text, withModel); break;
+    }
+    if (!plan) {
+      EXPECT_EQ(exitCodeFor(plan.error().code), 2) << file << ": " << plan.error().toString();
+    }
+    if (file.filename().string().rfind("crash-", 0) == 0) {
+      EXPECT_FALSE(plan) << file;
+    }
+  }
 }
 
 }  // namespace
