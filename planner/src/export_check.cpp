@@ -198,7 +198,8 @@ std::vector<ExportProblem> checkMegatronArguments(const std::string& text, const
     return problems;
   }
   const std::int64_t dp = worldSize / (tp * pp * cp);
-  if (gbs > 0 && gbs % (mbs * dp) != 0) {
+  if (mbs < 1) problem("req_micro_batch", "--micro-batch-size must be positive");
+  if (gbs > 0 && mbs >= 1 && gbs % (mbs * dp) != 0) {
     problem("gbs_div", "global batch " + std::to_string(gbs) + " is not divisible by micro-batch x data-parallel = " +
                            std::to_string(mbs) + " x " + std::to_string(dp));
   }
@@ -246,7 +247,8 @@ std::vector<ExportProblem> checkMegatronArguments(const std::string& text, const
   if (a.has("--num-query-groups")) {
     const std::int64_t groups = num("--num-query-groups", 1);
     if (!a.has("--group-query-attention")) problem("gqa_flag_needed", "--num-query-groups has no effect without --group-query-attention");
-    if (groups % tp != 0 && tp % groups != 0) problem("groups_vs_tp", "num_query_groups " + std::to_string(groups) + " and tp " + std::to_string(tp));
+    if (groups < 1) problem("groups_vs_tp", "--num-query-groups must be positive");
+    else if (groups % tp != 0 && tp % groups != 0) problem("groups_vs_tp", "num_query_groups " + std::to_string(groups) + " and tp " + std::to_string(tp));
   }
   if (!a.has("--kv-channels") && heads > 0 && hidden % heads != 0) problem("hidden_div_heads", "hidden_size % num_attention_heads != 0 without --kv-channels");
   if (a.has("--multi-latent-attention") && a.has("--group-query-attention")) problem("mla_vs_gqa", "MLA with GQA");
