@@ -162,6 +162,11 @@ std::string megatron(const Plan& p) {
   if (p.zeroStage > 1) header += "# note: Megatron-LM shards optimizer states only (ZeRO-1); the plan's ZeRO-" + std::to_string(p.zeroStage) + " has no Megatron flag\n";
 
   if (!r.uniform) header += "# note: colo recomputes a different number of layers per stage; Megatron takes one count (the largest)\n";
+  if (s.activation == Activation::kGeGlu) {
+    header += "# note: pretrain_gpt.py has no flag for a GeLU-gated MLP (--quick-geglu is another activation); as written the MLP is "
+              "plain GeLU: use Megatron-Bridge's model provider for this family\n";
+  }
+  if (s.sandwichNorm) header += "# note: the norms after attention and the MLP (Gemma) have no pretrain_gpt.py flag either\n";
   return header + text + "\n";
 }
 
