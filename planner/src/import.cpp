@@ -506,7 +506,7 @@ Result<Plan> importColossalAi(const std::string& source, const ImportContext& co
   // The batch: colo's export writes "# micro-batch M, global batch G, sequence S"; else the context.
   std::int64_t gbs = context.globalBatchSize, seq = context.seqLen, mbsComment = 0;
   std::smatch m;
-  if (std::regex_search(source, m, std::regex(R"(#\s*micro-batch (\d+), global batch (\d+), sequence (\d+))"))) {
+  if (std::regex_search(source, m, std::regex(R"(#\s*micro-batch (\d{1,8}), global batch (\d{1,8}), sequence (\d{1,8}))"))) {
     mbsComment = std::stoll(m[1]);
     if (gbs == 0) gbs = std::stoll(m[2]);
     if (seq == 0) seq = std::stoll(m[3]);
@@ -523,7 +523,7 @@ Result<Plan> importColossalAi(const std::string& source, const ImportContext& co
   p.schedule = style == "interleaved" ? Schedule::kInterleaved : style == "zbv" ? Schedule::kZeroBubble : Schedule::kOneFOneB;
   RecomputePolicy policy = RecomputePolicy::kNone;
   std::int64_t perStage = 0;
-  if (std::regex_search(source, m, std::regex(R"(gradient checkpointing: (\w+) on up to (\d+) layers)"))) {
+  if (std::regex_search(source, m, std::regex(R"(gradient checkpointing: (\w+) on up to (\d{1,8}) layers)"))) {
     auto parsed = parseRecompute(m[1]);
     if (parsed) policy = *parsed;
     perStage = std::stoll(m[2]);
