@@ -487,10 +487,10 @@ class Builder {
   // DeepSeek-V3's MTP modules, on the last pipeline stage with the head: the previous depth's hidden state
   // and the next token's (shared) embedding, each normalised, projected from 2h to h, one transformer
   // layer, a norm, the shared output head and its own loss.
-  void multiTokenPrediction(std::size_t hidden, std::size_t sharedHead) {
+  void multiTokenPrediction(std::size_t lastHidden, std::size_t sharedHead) {
     const std::int64_t h = m_spec.hiddenSize;
     const std::int64_t v = m_spec.vocabSize;
-    std::size_t previous = hidden;
+    std::size_t previous = lastHidden;
     for (std::int64_t d = 0; d < m_spec.mtpLayers; ++d) {
       m_layer = m_spec.numLayers;  // named "head.": the stage of the output head holds them
       const std::string prefix = "mtp" + std::to_string(d) + ".";

@@ -212,12 +212,12 @@ std::vector<ExportProblem> checkMegatronArguments(const std::string& text, const
     if (first > 0 || last > 0) problem("layout_vs_others", "--pipeline-model-parallel-layout with first/last-stage layer counts");
     // Chunks and layers the layout names (t, t*N; groups "(...)*N" are not written by colo).
     std::int64_t chunks = 1, counted = 0;
-    const std::string& text = layout->front();
-    for (std::size_t i = 0; i < text.size(); ++i) {
-      if (text[i] == '|') ++chunks;
-      if (text[i] != 't') continue;
+    const std::string& pattern = layout->front();
+    for (std::size_t i = 0; i < pattern.size(); ++i) {
+      if (pattern[i] == '|') ++chunks;
+      if (pattern[i] != 't') continue;
       std::int64_t n = 1;
-      if (i + 1 < text.size() && text[i + 1] == '*') n = std::strtoll(text.c_str() + i + 2, nullptr, 10);
+      if (i + 1 < pattern.size() && pattern[i + 1] == '*') n = std::strtoll(pattern.c_str() + i + 2, nullptr, 10);
       if (n < 0 || n > (std::int64_t{1} << 24)) {
         problem("layout_vs_others", "a layout repeat of " + std::to_string(n) + " layers");
         break;

@@ -280,7 +280,9 @@ TEST(Export, TheBestPlanOfEveryNewFamilyPassesTheToolsChecks) {
     for (const ExportFormat format : {ExportFormat::kColossalAi, ExportFormat::kTorchrun, ExportFormat::kSlurm}) {
       const auto text = exportPlan(best, format, "plan.json");
       if (!text) continue;
-      for (const auto& problem : *checkExport(best, format, *text)) ADD_FAILURE() << problem.rule << ": " << problem.message << "\n" << *text;
+      const auto problems = checkExport(best, format, *text);
+      ASSERT_TRUE(problems) << problems.error().toString();
+      for (const auto& problem : *problems) ADD_FAILURE() << problem.rule << ": " << problem.message << "\n" << *text;
     }
   }
 }
