@@ -106,6 +106,12 @@ Result<void> readSearchInputs(const Args& args, const Model& model, const Cluste
     return fail(Error::badInput("--attention: expected flash or unfused, got \"" + attention + "\""));
   }
   options.flashAttention = attention == "flash";
+  // From the user's plan: its framework's execution (overlaps, gradient accumulation, FSDP's fp32
+  // parameters, host time per op) carries over to every candidate, so that the comparison is like with like.
+  if (from) {
+    options.execution = from->execution;
+    if (!args.has("attention")) options.flashAttention = from->execution.flashAttention;
+  }
   options.allowZeroBubble = args.has("zero-bubble");
   options.allowOffload = !args.has("no-offload");
   if (const auto db = args.value("costdb")) {

@@ -422,9 +422,15 @@ TEST(ColoPlanTools, ImportTheJobYouRunThenSearchFromIt) {
   ASSERT_EQ(better.exitCode, 0) << better.err;
   EXPECT_NE(better.out.find("your plan llama3-70b"), std::string::npos) << better.out;
   EXPECT_NE(better.out.find("x as fast"), std::string::npos) << better.out;
-  const auto toml = run("import --format torchtitan --launch " + test::dataFile("examples/torchtitan-llama3-8b.toml") + " --cluster dgx-h100");
+  const std::string job = dir.path("job.json"), faster = dir.path("faster.json");
+  const auto toml = run("import --format torchtitan --launch " + test::dataFile("examples/torchtitan-llama3-8b.toml") +
+                        " --cluster dgx-h100 --out " + job);
   ASSERT_EQ(toml.exitCode, 0) << toml.err;
-  EXPECT_EQ(Json::parse(toml.out)["zero_stage"], 3);
+  EXPECT_EQ(test::loadJson(job)["zero_stage"], 3);
+  // The job's execution (FSDP's fp32 parameters, autograd accumulation) carries over to the candidates.
+  ASSERT_EQ(run("search --from-plan " + job + " --quiet --top 1 --out " + faster).exitCode, 0);
+  EXPECT_EQ(test::loadJson(faster)["execution"].value("fp32_params", false), true);
+  EXPECT_EQ(test::loadJson(faster)["execution"]["grad_accumulation"], "autograd");
   // What is missing or wrong is named.
   const auto noCluster = run("import --format megatron --launch " + args);
   EXPECT_EQ(noCluster.exitCode, 2);

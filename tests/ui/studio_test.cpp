@@ -47,6 +47,7 @@ class StudioTest : public QObject {
     QVERIFY(w.runner()->isRunning());
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 30000);
     QVERIFY(progress.count() > 0);
+    QCOMPARE(w.candidates()->headerData(CandidatesModel::kEp, Qt::Horizontal, Qt::DisplayRole).toString(), QString("ep"));
     QVERIFY(w.candidates()->rowCount() > 10);
     QCOMPARE(w.selected(), 0);  // the best plan is selected
     // Sorting by step time puts the fastest first; "fits only" hides the rest.

@@ -33,7 +33,7 @@ int CandidatesModel::columnCount(const QModelIndex& parent) const { return paren
 
 QVariant CandidatesModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* names[kColumns] = {"#",         "tp",        "pp",       "dp",     "cp",  "vpp",
+  static const char* names[kColumns] = {"#",         "tp",        "pp",       "dp",     "cp",  "ep",  "vpp",
                                         "mbs",       "ZeRO",      "schedule", "recompute", "step time", "likely",
                                         "tokens/s",  "MFU",       "peak memory", "fits",
                                         "days",      "GPU-hours", "cost"};
@@ -68,6 +68,7 @@ QVariant CandidatesModel::data(const QModelIndex& index, int role) const {
     case kPp: return static_cast<qlonglong>(p.parallel.pp);
     case kDp: return static_cast<qlonglong>(p.parallel.dp);
     case kCp: return static_cast<qlonglong>(p.parallel.cp);
+    case kEp: return static_cast<qlonglong>(p.parallel.ep);
     case kVpp: return static_cast<qlonglong>(p.parallel.virtualStages);
     case kMbs: return static_cast<qlonglong>(p.microBatchSize);
     case kZero: return p.zeroStage;
