@@ -39,6 +39,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"gbs", "G", "global batch size, samples per step (required)"},
       {"seq-len", "S", "tokens per sample (default: the model's)"},
       {"zero", "Z", "ZeRO stage 0-3 (default 0; 1 = distributed optimizer)"},
+      {"optimizer", "O", "adamw (default), lamb or lars (large-batch optimizers with per-parameter trust ratios)"},
       {"recompute", "R", "activation recompute: none (default), selective, full, op (per-op, as torchtitan)"},
       {"recompute-layers", "N", "recompute only the first N layers of each pipeline chunk"},
       {"stages", "L1,L2,..", "layers of each pipeline chunk (default: even split)"},
@@ -177,6 +178,9 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
     }
     plan.zeroStage = std::stoi(*z);
   }
+  auto optimizer = parseOptimizer(args.value("optimizer", "adamw"));
+  if (!optimizer) return fail(Error::badInput("--optimizer: " + optimizer.error().message));
+  plan.optimizer = *optimizer;
   auto policy = parseRecompute(args.value("recompute", "none"));
   if (!policy) return fail(Error::badInput("--recompute: " + policy.error().message));
   const std::string defaultSchedule = *vpp > 1 ? "interleaved" : "1f1b";
@@ -303,9 +307,9 @@ std::string renderSources(const Plan& plan, const costmodel::Evaluation& e) {
   t.addRow({"other kernels", std::to_string(e.kernelsMeasured) + " measured, " + std::to_string(e.kernelsRoofline) +
                                  " by memory bandwidth" + (plan.execution.flashAttention ? "; attention core: fused-kernel roofline" : "")});
   t.addRow({"optimizer step", c.optimizerMeasured ? "measured AdamW step (adam_step), linear in parameters"
-                                                  : formatFixed(costmodel::optimizerStepBytes(plan.precision, plan.execution.fp32Params), 0) +
+                                                  : formatFixed(costmodel::optimizerStepBytes(plan.precision, plan.execution.fp32Params, plan.optimizer), 0) +
                                                         " bytes per parameter (" + toString(plan.precision) +
-                                                        (plan.execution.fp32Params ? " Adam on fp32 parameters)" : " mixed-precision Adam)") +
+                                                        (plan.execution.fp32Params ? " " + toString(plan.optimizer) + " on fp32 parameters)" : " mixed-precision " + toString(plan.optimizer) + ")") +
                                                         " over memory bandwidth"});
   for (const auto& level : plan.cluster.links) {
     std::string source = "datasheet bandwidth x link efficiency, datasheet latency";
@@ -397,7 +401,7 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
   if (!args) return reportError(args.error(), err);
   if (args->has("help")) {
     out << "usage: colo-plan evaluate --model M --cluster C [--gpus N] --tp T --pp P --dp D [--cp C] [--ep E] [--etp T]\n"
-           "         [--vpp V] [--sp] --mbs B --gbs G [--seq-len S] [--zero 0|1|2|3] [--recompute none|selective|full|op]\n"
+           "         [--vpp V] [--sp] --mbs B --gbs G [--seq-len S] [--zero 0|1|2|3] [--optimizer adamw|lamb|lars] [--recompute none|selective|full|op]\n"
            "         [--schedule gpipe|1f1b|interleaved|zb] [--precision bf16|fp16|fp8|fp32] [--json]\n"
            "       colo-plan evaluate --plan plan.json [--json]\n\n"
            "Predicts the step time and per-GPU memory of one plan, with where the time and memory go.\n\n"

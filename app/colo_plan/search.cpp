@@ -6,6 +6,7 @@
 #include <optional>
 #include <sstream>
 
+#include "colo/core/runnable.h"
 #include "args.h"
 #include "inputs.h"
 #include "colo/core/library.h"
@@ -37,6 +38,9 @@ const std::vector<OptionSpec>& searchOptions() {
       {"attention", "A", "flash (default) or unfused"},
       {"zero-bubble", "", "also consider the zero-bubble (ZB-H1) schedule"},
       {"no-offload", "", "never offload optimizer states to the host"},
+      {"optimizer", "O", "adamw (default), lamb or lars: the optimizer every candidate trains with"},
+      {"runnable", "", "only plans colo-run executes (the default with --out when colo-run can train the model, without --from-plan)"},
+      {"any", "", "with --out: rank every plan, also those colo-run cannot execute (for export to other tools)"},
       {"costdb", "DB", "SQLite cost database of measured GEMMs"},
       {"calibration", "FILE", "scales fitted on your own runs of this cluster (colo-profile calibrate)"},
       {"out", "FILE", "write the best plan as a self-contained colo.plan/1 file"},
@@ -114,6 +118,16 @@ Result<void> readSearchInputs(const Args& args, const Model& model, const Cluste
   }
   options.allowZeroBubble = args.has("zero-bubble");
   options.allowOffload = !args.has("no-offload");
+  if (auto optimizer = parseOptimizer(args.value("optimizer", from ? toString(from->optimizer) : "adamw")); !optimizer) {
+    return fail(Error::badInput("--optimizer: " + optimizer.error().message));
+  } else {
+    options.optimizer = *optimizer;
+  }
+  // A saved plan is what colo-run trains: rank what it can execute, unless asked for every plan or the
+  // model is one colo-run cannot train (then the plan is for another tool).
+  if (args.has("runnable") && args.has("any")) return fail(Error::badInput("--runnable and --any: choose one"));
+  options.runnableOnly = args.has("runnable") ||
+                         (args.has("out") && !args.has("any") && !from && checkRunnableModel(model).has_value());
   if (const auto db = args.value("costdb")) {
     auto opened = costmodel::CostDatabase::open(*db);
     if (!opened) return fail(opened.error());

@@ -49,6 +49,8 @@ std::vector<app::OptionSpec> runOptions() {
           {"costdb", "DB", "predict with this cost database (this machine's, from colo-profile) to compare like with like"},
           {"lr", "X", "peak learning rate (default 1e-3; warm-up then cosine to a tenth)"},
           {"warmup", "N", "warm-up steps (default a tenth of --steps, at least 5)"},
+          {"momentum", "X", "LARS momentum (default 0.9; the plan's optimizer field chooses LARS)"},
+          {"trust-coefficient", "X", "LARS trust coefficient eta (default 0.001)"},
           {"threads", "N", "intra-op threads per rank (default: cores / ranks)"},
           {"timeout", "S", "seconds a collective waits for a missing rank (default 120)"},
           {"compare", "PLAN", "then run this baseline plan of the same model (or \"megatron\": the Megatron-style baseline colo-plan compare uses) and print both side by side"},
@@ -243,6 +245,15 @@ Result<executor::RunOptions> optionsFrom(const app::Args& args, const std::strin
     o.learningRate = std::strtod(lr->c_str(), &end);
     if (*end != '\0' || o.learningRate <= 0) return fail(Error::badInput("--lr: expected a positive number, got \"" + *lr + "\""));
     o.minLearningRate = o.learningRate / 10;
+  }
+  for (const auto& [name, target] : {std::pair<const char*, double*>{"momentum", &o.momentum}, {"trust-coefficient", &o.trustCoefficient}}) {
+    if (const auto text = args.value(name)) {
+      char* end = nullptr;
+      *target = std::strtod(text->c_str(), &end);
+      if (*end != '\0' || *target < 0 || *target >= (std::string(name) == "momentum" ? 1.0 : 1e6)) {
+        return fail(Error::badInput(std::string("--") + name + ": expected a number in range, got \"" + *text + "\""));
+      }
+    }
   }
   // Without --warmup: a tenth of the run, at least 5 steps. Two steps of warm-up let Adam's early,
   // poorly estimated second moments take full-size steps: the README's 20-step run spiked above its

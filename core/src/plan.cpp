@@ -69,6 +69,24 @@ Result<GradAccumulation> parseGradAccumulation(const std::string& name) {
                               "\" (expected one of: fused, main_grad, autograd, fp32_copy)"));
 }
 
+std::string toString(Optimizer value) {
+  switch (value) {
+    case Optimizer::kAdamW: return "adamw";
+    case Optimizer::kLamb: return "lamb";
+    case Optimizer::kLars: return "lars";
+  }
+  return "adamw";
+}
+
+Result<Optimizer> parseOptimizer(const std::string& name) {
+  for (const Optimizer o : {Optimizer::kAdamW, Optimizer::kLamb, Optimizer::kLars}) {
+    if (toString(o) == name) return o;
+  }
+  return fail(Error::badInput("unknown optimizer \"" + name + "\" (expected one of: adamw, lamb, lars)"));
+}
+
+int optimizerMoments(Optimizer value) { return value == Optimizer::kLars ? 1 : 2; }
+
 Result<Schedule> parseSchedule(const std::string& name) {
   for (const Schedule s : {Schedule::kGpipe, Schedule::kOneFOneB, Schedule::kInterleaved, Schedule::kZeroBubble}) {
     if (toString(s) == name) return s;

@@ -86,6 +86,9 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
     batch.rejectUnknownKeys();
 
     p.zeroStage = static_cast<int>(r.boundedInteger("zero_stage", 0, 3, 0));
+    auto optimizer = parseOptimizer(r.string("optimizer", "adamw"));
+    if (!optimizer) r.fail("optimizer", optimizer.error().message);
+    p.optimizer = *optimizer;
     if (r.has("offload")) {
       const JsonReader o = r.object("offload");
       p.offload.optimizerFraction = o.fraction("optimizer_fraction", 0.0);
@@ -228,6 +231,7 @@ Json planToJson(const Plan& p) {
                 {"global_batch_size", p.globalBatchSize},
                 {"seq_len", p.seqLen}};
   j["zero_stage"] = p.zeroStage;
+  if (p.optimizer != Optimizer::kAdamW) j["optimizer"] = toString(p.optimizer);  // only when set: older plans keep their hash
   j["offload"] = {{"optimizer_fraction", p.offload.optimizerFraction},
                   {"params_fraction", p.offload.paramsFraction},
                   {"target", toString(p.offload.target)}};

@@ -57,7 +57,15 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
 // gradients during backward, so no copy or unscale: 4 + 28 + 6 + 4 (zeroing) = 42 B. fp32: 36 B.
 // fp32 parameters that are their own master (PyTorch FSDP's mixed precision): no 16-bit copy to
 // write back, 36 B, as fp32 training (fp16 unscales the fp32 gradient in place first: + 8 B).
-double optimizerStepBytes(DType precision, bool fp32Params) {
+// LARS keeps one momentum buffer instead of Adam's two moments (8 B less to read and write); LAMB
+// writes Adam's update, then reads weights and update again for the two per-parameter norms before
+// applying it (12 B more).
+double optimizerStepBytes(DType precision, bool fp32Params, Optimizer optimizer) {
+  const double adjust = optimizer == Optimizer::kLars ? -8.0 : optimizer == Optimizer::kLamb ? 12.0 : 0.0;
+  return adjust + adamStepBytes(precision, fp32Params);
+}
+
+double adamStepBytes(DType precision, bool fp32Params) {
   if (fp32Params && precision != DType::kFp32 && precision != DType::kTf32) {
     return precision == DType::kFp16 ? 44.0 : 36.0;
   }

@@ -149,7 +149,9 @@ StateBytes stateBytesOf(const Plan& plan) {
                                                           accumulation == GradAccumulation::kFp32Copy)));
   b.gradientMemory = sixteenBitGrads ? 6.0 : (fp32Params ? 4.0 : b.gradient);
   b.accumulate = gradAccumulationBytes(accumulation, plan.precision, static_cast<double>(plan.numMicroBatches()));
-  b.optimizer = fp32 || fp32Params ? 8.0 : 12.0;
+  // fp32 moments (two for AdamW and LAMB, one for LARS) and, unless the weights are fp32 themselves,
+  // the fp32 master copy.
+  b.optimizer = 4.0 * optimizerMoments(plan.optimizer) + (fp32 || fp32Params ? 0.0 : 4.0);
   return b;
 }
 
@@ -248,8 +250,8 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
   // states are updated by the host, their gradients and weights crossing PCIe.
   const double localParams = w.params / (plan.zeroStage >= 1 ? static_cast<double>(gradRanks) : 1.0);
   const double onDevice = localParams * (1.0 - plan.offload.optimizerFraction);
-  tail.optimizer = onDevice * optimizerStepBytes(plan.precision, plan.execution.fp32Params) / device.memoryBytesPerSecond;
-  if (in.measuredAdam) {
+  tail.optimizer = onDevice * optimizerStepBytes(plan.precision, plan.execution.fp32Params, plan.optimizer) / device.memoryBytesPerSecond;
+  if (in.measuredAdam && plan.optimizer == Optimizer::kAdamW) {
     // The measured AdamW step over fp32 master weights (linear in the parameter count).
     if (const auto t = in.measuredAdam->lookupStreaming("adam_step.fwd", onDevice)) tail.optimizer = t->first;
   }

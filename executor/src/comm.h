@@ -30,6 +30,9 @@ class Comm {
   [[nodiscard]] virtual WorkPtr allReduceAsync(at::Tensor& t) = 0;
   /// Every member's tensor concatenated along `dim` in rank order.
   [[nodiscard]] virtual at::Tensor allGather(const at::Tensor& t, std::int64_t dim) = 0;
+  /// The sum over the group of the flat `t` (numel divisible by the size), this member's 1/size of it;
+  /// `t` may be overwritten (Gloo reduces it in place).
+  [[nodiscard]] virtual at::Tensor reduceScatter(at::Tensor& t) = 0;
   [[nodiscard]] virtual WorkPtr send(at::Tensor& t, int dst, int tag) = 0;
   virtual void recv(at::Tensor& t, int src, int tag) = 0;
   virtual void barrier() = 0;

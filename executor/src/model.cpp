@@ -175,11 +175,14 @@ Chunk::Chunk(const ModelConfig& config, std::int64_t firstLayer, std::int64_t la
     if (layerNorm) add(prefix + ".bias", {h}, -1, '0', true, sp);
   };
   if (first) {
+    m_addingUnit = kWordUnit;
     add("embedding.word", {m_cfg.paddedVocab, h}, 0, 'n', false, false);
+    m_addingUnit = kInUnit;
     if (s.positionEmbedding == PositionEmbedding::kLearned) add("embedding.position", {s.maxPositionEmbeddings, h}, -1, 'n', true, sp);
   }
   for (std::int64_t i = firstLayer; i < firstLayer + layers; ++i) {
     const std::string L = "layers." + std::to_string(i) + ".";
+    m_addingUnit = layerUnit(i - firstLayer);
     addNorm(L + "norm1");
     add(L + "attn.q.weight", {heads * hd, h}, 0, 'n', false, false);
     add(L + "attn.k.weight", {kv * hd, h}, 0, 'n', false, false);
@@ -198,10 +201,13 @@ Chunk::Chunk(const ModelConfig& config, std::int64_t firstLayer, std::int64_t la
     add(L + "mlp.down.weight", {h, ffn}, 1, 'o', false, false);
     if (s.mlpBias) add(L + "mlp.down.bias", {h}, -1, '0', true, sp);
   }
+  m_addingUnit = kOutUnit;
   if (last) {
     if (s.finalNorm) addNorm("final_norm");
     if (s.tieWordEmbeddings) {
+      m_addingUnit = kWordUnit;
       if (!first) add("embedding.word", {m_cfg.paddedVocab, h}, 0, 'n', false, false).tiedCopy = true;
+      m_addingUnit = kOutUnit;
     } else {
       add("head.weight", {m_cfg.paddedVocab, h}, 0, 'n', false, false);
     }
@@ -236,6 +242,7 @@ Param& Chunk::add(const std::string& name, std::vector<std::int64_t> fullShape, 
   prm.fullShape = fullShape;
   prm.tpReplicated = tpReplicated;
   prm.spPartial = spPartial && m_cfg.tp > 1;
+  prm.unit = m_addingUnit;
   if (shardDim >= 0 && m_cfg.tp > 1) {
     prm.shardDim = shardDim;
     prm.shardIndex = m_cfg.tpRank;
@@ -250,6 +257,15 @@ Param& Chunk::add(const std::string& name, std::vector<std::int64_t> fullShape, 
 }
 
 torch::Tensor& Chunk::p(const std::string& name) { return m_params[m_index.at(name)].tensor; }
+
+void Chunk::use(int unit) {
+  if (!m_hooks) return;
+  std::vector<Tensor> bound = m_hooks->enter(unit);
+  std::size_t next = 0;
+  for (auto& prm : m_params) {
+    if (prm.unit == unit) prm.tensor = bound.at(next++);
+  }
+}
 
 torch::Tensor Chunk::norm(const torch::Tensor& x, const std::string& prefix) {
   if (m_cfg.spec.norm == NormKind::kLayerNorm) {
@@ -299,6 +315,7 @@ torch::Tensor Chunk::layer(std::int64_t i, const torch::Tensor& hIn, const Forwa
   auto bias = [&](const std::string& name) -> const Tensor* { return m_index.contains(name) ? &p(name) : nullptr; };
   const std::int64_t hd = s.headSize();
   const std::int64_t heads = s.numAttentionHeads / m_cfg.tp, kv = s.kvHeads() / m_cfg.tp;
+  use(layerUnit(i - m_first));  // here, so a recompute binds the parameters again
 
   Tensor x = enter(norm(hIn, L + "norm1"));
   const std::int64_t b = x.size(0), n = x.size(1);
@@ -354,7 +371,10 @@ torch::Tensor Chunk::forward(const torch::Tensor& input, const torch::Tensor& la
   Comm* tp = m_cfg.tpComm;
   const bool sp = m_cfg.sequenceParallel && m_cfg.tp > 1;
   Tensor h = input;
+  const bool wordAtEnd = m_isLast && s.tieWordEmbeddings;  // the head reads the word embedding
   if (m_isFirst) {
+    use(kWordUnit);
+    use(kInUnit);
     // Vocabulary-parallel embedding: each rank looks up the ids of its slice, the others give zeros.
     const Tensor& word = p("embedding.word");
     const std::int64_t part = word.size(0), start = m_cfg.tpRank * part;
@@ -368,6 +388,8 @@ torch::Tensor Chunk::forward(const torch::Tensor& input, const torch::Tensor& la
       h = h + p("embedding.position").narrow(0, offset, n).unsqueeze(0);
     }
     h = dropout(h, -1, 0, context);
+    h = done(kInUnit, h);
+    if (!wordAtEnd) h = done(kWordUnit, h);
   }
   for (std::int64_t i = m_first; i < m_first + m_layers; ++i) {
     const bool recomputes = i - m_first < m_recompute.recomputeLayers;
@@ -380,15 +402,19 @@ torch::Tensor Chunk::forward(const torch::Tensor& input, const torch::Tensor& la
     } else {
       h = layer(i, h, context, recomputes && m_recompute.recompute == RecomputePolicy::kSelective);
     }
+    h = done(layerUnit(i - m_first), h);
   }
   if (!m_isLast) return h;
+  use(kOutUnit);
+  if (wordAtEnd && !m_isFirst) use(kWordUnit);
   if (s.finalNorm) h = norm(h, "final_norm");
   h = sp ? GatherSeq::apply(h, tp) : CopyToTp::apply(h, tp);
   const Tensor& head = s.tieWordEmbeddings ? p("embedding.word") : p("head.weight");
   Tensor logits = torch::matmul(h, head.t());
   const std::int64_t part = head.size(0);
   Tensor loss = VocabParallelCrossEntropy::apply(logits.reshape({-1, part}), labels.reshape({-1}), m_cfg.tpRank * part, tp);
-  return loss.mean();
+  Tensor out = done(kOutUnit, loss.mean());
+  return wordAtEnd ? done(kWordUnit, out) : out;
 }
 
 }  // namespace colo::executor::detail

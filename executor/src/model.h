@@ -25,7 +25,22 @@ struct Param {
   bool tpReplicated = false;  ///< the same on every tensor-parallel rank (norms, biases after a reduction)
   bool spPartial = false;     ///< its gradient is a partial sum over the sequence shards (sequence parallelism)
   bool tiedCopy = false;      ///< the last stage's copy of the tied word embedding
-  torch::Tensor tensor;
+  int unit = 0;               ///< the chunk's unit it belongs to (see Chunk::kWordUnit)
+  torch::Tensor tensor;       ///< what the model computes with (a view of the rank's weights)
+};
+
+/// Units are what ZeRO-3 gathers and frees together (and ZeRO-2 reduces together): the word embedding
+/// (alone, so the first and last stage lay out their tied copies alike), the learned positions, the
+/// final norm with the head, and each layer. A tied word embedding on a chunk that is first and last
+/// stays in use from the lookup to the head; every other unit only around its own forward.
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  /// Before the unit's forward: the tensors its parameters are read from, in the unit's order.
+  virtual std::vector<torch::Tensor> enter(int unit) = 0;
+  /// After the unit's forward: `out` (its output) wrapped so that its backward first brings the unit's
+  /// parameters back; the unit may release them now.
+  virtual torch::Tensor leave(int unit, const torch::Tensor& out) = 0;
 };
 
 struct ModelConfig {
@@ -59,6 +74,11 @@ class Chunk {
   /// returns the mean cross-entropy over the micro-batch's `labels` ([b, s]); others the hidden states.
   torch::Tensor forward(const torch::Tensor& input, const torch::Tensor& labels, const ForwardContext& context);
   std::vector<Param>& params() { return m_params; }
+  static constexpr int kWordUnit = 0, kInUnit = 1, kOutUnit = 2;
+  static int layerUnit(std::int64_t localLayer) { return 3 + static_cast<int>(localLayer); }
+  [[nodiscard]] int units() const { return layerUnit(m_layers); }
+  /// ZeRO-2/3: parameters come from `hooks` per unit (nullptr: each parameter is its own leaf).
+  void setHooks(UnitHooks* hooks) { m_hooks = hooks; }
   /// Drops the closures recompute keeps for backward (call after the step's backward passes).
   void endStep() { m_live.clear(); }
 
@@ -67,6 +87,8 @@ class Chunk {
   Param& add(const std::string& name, std::vector<std::int64_t> fullShape, int shardDim, char init, bool tpReplicated,
              bool spPartial);
   torch::Tensor& p(const std::string& name);
+  void use(int unit);  // binds the unit's parameters (hooks) before its forward
+  torch::Tensor done(int unit, const torch::Tensor& out) { return m_hooks ? m_hooks->leave(unit, out) : out; }
   torch::Tensor layer(std::int64_t index, const torch::Tensor& h, const ForwardContext& context, bool selective);
   torch::Tensor attentionCore(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, std::int64_t layer,
                               const ForwardContext& context);
@@ -79,6 +101,8 @@ class Chunk {
   bool m_isFirst = false, m_isLast = false;
   StagePlan m_recompute;
   std::vector<Param> m_params;
+  UnitHooks* m_hooks = nullptr;
+  int m_addingUnit = kInUnit;
   std::map<std::string, std::size_t> m_index;
   std::deque<Fn> m_live;
   torch::Tensor m_cos, m_sin;  // rotary tables [s, rotary dims]

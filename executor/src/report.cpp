@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "colo/core/units.h"
+#include "colo/core/runnable.h"
 #include "colo/executor/executor.h"
 
 namespace colo::executor {
@@ -102,53 +103,7 @@ Result<void> checkExecutable(const Plan& plan, int world, const std::string& bac
                std::to_string(p.dp) + "*" + std::to_string(p.cp) + " = " + std::to_string(planWorld) +
                " processes, the job has " + std::to_string(world) + " (WORLD_SIZE or --nproc-per-node)");
   }
-  if (!plan.model.spec) return bad("model " + plan.model.name() + ": the executor builds models from a colo.model/1 spec or HF config, not a raw op graph");
-  const ModelSpec& m = *plan.model.spec;
-  if (m.architecture != Architecture::kDecoder || m.input != InputKind::kTokens) {
-    return bad("model " + m.name + ": the executor trains decoder language models (GPT- and LLaMA-style)");
-  }
-  if (m.moe.enabled()) return bad("model " + m.name + ": mixture-of-experts layers are not implemented by the executor");
-  if (m.mla.enabled()) return bad("model " + m.name + ": multi-head latent attention is not implemented by the executor");
-  if (m.positionEmbedding == PositionEmbedding::kAlibi) return bad("model " + m.name + ": ALiBi positions are not implemented by the executor");
-  if (m.slidingWindow > 0 || m.attentionChunkSize > 0) {
-    return bad("model " + m.name + ": sliding-window and chunked attention are not implemented by the executor");
-  }
-  if (m.mtpLayers > 0) return bad("model " + m.name + ": multi-token prediction modules are not implemented by the executor");
-  if (m.qkNorm || m.sandwichNorm || m.attentionSinks) {
-    return bad("model " + m.name + ": query/key norms, post-norms and attention sinks are not implemented by the executor");
-  }
-  if (m.embeddingNorm || m.pooler || m.typeVocabSize > 0 || m.embeddingSize > 0 || !m.lmHead) {
-    return bad("model " + m.name + ": embedding norms, poolers, token types and projected embeddings are not implemented by the executor");
-  }
-  if (plan.precision == DType::kFp16 || plan.precision == DType::kFp8) {
-    return bad("precision " + toString(plan.precision) + ": the executor trains in fp32 or bf16 mixed precision (fp16 needs loss "
-               "scaling, fp8 a scaling recipe; neither is implemented)");
-  }
-  if (p.cp > 1) return bad("parallel.cp = " + std::to_string(p.cp) + ": context parallelism is not implemented by the executor");
-  if (p.ep > 1) return bad("parallel.ep = " + std::to_string(p.ep) + ": expert parallelism is not implemented by the executor");
-  if (plan.schedule == Schedule::kZeroBubble) return bad("schedule zb: the executor runs gpipe, 1f1b and interleaved");
-  if (plan.zeroStage > 1) return bad("zero_stage = " + std::to_string(plan.zeroStage) + ": the executor implements ZeRO 0 and 1 (distributed optimizer)");
-  if (plan.offload.optimizerFraction > 0 || plan.offload.paramsFraction > 0) return bad("offload: the executor keeps every state on the device");
-  if (plan.execution.fp32Params && plan.precision != DType::kFp32) {
-    return bad("execution.fp32_params: the executor keeps 16-bit weights beside fp32 master copies (Megatron's layout), not "
-               "fp32 parameters as FSDP does");
-  }
-  for (std::size_t s = 0; s < plan.stages.size(); ++s) {
-    if (plan.stages[s].recompute == RecomputePolicy::kOp && plan.stages[s].recomputeLayers > 0) {
-      return bad("stages[" + std::to_string(s) + "].recompute = op: per-op selective recompute is not implemented by the "
-                 "executor (it runs none, selective and full)");
-    }
-  }
-  if (m.numAttentionHeads % p.tp != 0 || m.kvHeads() % p.tp != 0) {
-    return bad("model " + m.name + ": " + std::to_string(m.numAttentionHeads) + " heads and " + std::to_string(m.kvHeads()) +
-               " key/value heads must divide by tp = " + std::to_string(p.tp));
-  }
-  if (m.ffnHiddenSize % p.tp != 0) return bad("model " + m.name + ": ffn_hidden_size " + std::to_string(m.ffnHiddenSize) + " must divide by tp");
-  if (m.positionEmbedding == PositionEmbedding::kLearned && plan.seqLen > m.maxPositionEmbeddings) {
-    return bad("batch.seq_len = " + std::to_string(plan.seqLen) + " exceeds the model's " + std::to_string(m.maxPositionEmbeddings) + " learned positions");
-  }
-  if (p.sequenceParallel && plan.seqLen % p.tp != 0) return bad("sequence parallelism needs seq_len divisible by tp");
-  return {};
+  return checkRunnable(plan);
 }
 
 Json RunResult::toJson() const {
@@ -171,6 +126,8 @@ Json RunResult::toJson() const {
           {"predicted_peak_memory_bytes", predictedPeakMemoryBytes},
           {"tensor_memory_bytes", tensorMemoryBytes},
           {"predicted_tensor_bytes", predictedTensorBytes},
+          {"model_state_bytes", modelStateBytes},
+          {"predicted_model_state_bytes", predictedModelStateBytes},
           {"predicted_compute_s", predictedComputeSeconds},
           {"prediction_source", predictionSource},
           {"compute_s", computeSeconds},
@@ -204,6 +161,8 @@ Result<RunResult> resultFromJson(const Json& j) {
     // Added later: results written before them read as unknown.
     r.tensorMemoryBytes = j.value("tensor_memory_bytes", 0.0);
     r.predictedTensorBytes = j.value("predicted_tensor_bytes", 0.0);
+    r.modelStateBytes = j.value("model_state_bytes", 0.0);
+    r.predictedModelStateBytes = j.value("predicted_model_state_bytes", 0.0);
     r.predictedComputeSeconds = j.value("predicted_compute_s", 0.0);
     r.predictionSource = j.value("prediction_source", std::string());
     r.computeSeconds = j.at("compute_s").get<double>();
@@ -249,6 +208,11 @@ std::string renderResult(const RunResult& r) {
     o << "peak memory  " << std::setw(12) << formatBytes(r.predictedPeakMemoryBytes) << " " << std::setw(12)
       << formatBytes(r.peakMemoryBytes) << "   " << pct(r.peakMemoryBytes, r.predictedPeakMemoryBytes)
       << (cpu ? "  (measured: process resident set)" : "") << "\n";
+  }
+  if (r.modelStateBytes > 0 && r.predictedModelStateBytes > 0) {
+    o << "model states " << std::setw(12) << formatBytes(r.predictedModelStateBytes) << " " << std::setw(12)
+      << formatBytes(r.modelStateBytes) << "   " << pct(r.modelStateBytes, r.predictedModelStateBytes)
+      << "  (weights, master copies, gradients, optimizer states; measured: the buffers held, gathered ZeRO-3 units included)\n";
   }
   o << "throughput   " << fixed(r.tokensPerSecond, 0) << " tokens/s; " << fixed(r.wallSeconds > 0 ? 100.0 * r.computeSeconds / r.wallSeconds : 0, 1)
     << "% of rank 0's time in LibTorch calls\n";

@@ -1,5 +1,6 @@
 // Enumeration, pruning, per-configuration stage and recompute decisions, ranking.
 #include "colo/planner/search.h"
+#include "colo/core/runnable.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,6 +17,7 @@
 
 namespace colo::planner {
 namespace {
+constexpr const char* kNotRunnable = "colo-run cannot execute it (--runnable)";
 
 const std::vector<std::string> kFixedKeys = {"tp", "pp", "dp", "cp", "ep", "etp", "vpp", "mbs", "zero"};
 
@@ -182,12 +184,13 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                                    : static_cast<double>(model.graph->totals().params);
   const double weightBytes = options.precision == DType::kFp32 ? 4.0 : 2.0;
   const double gradBytes = options.precision == DType::kFp16 ? 6.0 : 4.0;
-  const double optimizerBytes = options.precision == DType::kFp32 ? 8.0 : 12.0;
+  const double optimizerBytes = 4.0 * optimizerMoments(options.optimizer) + (options.precision == DType::kFp32 ? 0.0 : 4.0);
 
   SearchResult result;
   SearchStats& st = result.stats;
   std::vector<Config> survivors;
   auto prune = [&](const char* rule) { ++st.pruned[rule]; };
+  const bool allowOffload = options.allowOffload && !options.runnableOnly;  // colo-run keeps every state on the device
   double leastStates = std::numeric_limits<double>::max();  // the binding constraint when nothing fits
   std::string leastStatesConfig;
 
@@ -225,6 +228,7 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                   if (etp > 0 && (experts == 0 || tp == 1)) { prune("expert tensor parallelism: only for MoE under tp"); continue; }
                   if (fixedOr("etp") && *fixedOr("etp") != (etp > 0 ? etp : tp)) { prune("fixed by --fix"); continue; }
                   if (zb && (vpp > 1 || pp == 1 || !options.allowZeroBubble)) { prune("schedule not applicable"); continue; }
+                  if (options.runnableOnly && (cp > 1 || ep > 1 || zb)) { prune(kNotRunnable); continue; }
                   if (layout > 0 && (pp == 1 || dp == 1)) { prune("rank layout: nothing to reorder"); continue; }
                   if (heads > 0 && (heads % tp != 0 || (kvHeads > 0 && kvHeads % tp != 0))) {
                     prune("heads or kv heads not divisible by tp");
@@ -243,8 +247,8 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                   if (gbs % (mbs * dp) != 0) { prune("global batch not divisible by mbs*dp"); continue; }
                   const std::int64_t m = gbs / (mbs * dp);
                   if (vpp > 1 && m % pp != 0) { prune("interleaving needs micro-batches divisible by pp"); continue; }
-                  // Valid and costed (FSDP2 under PyTorch pipelining), but only such pipelines run it:
-                  // colo-run, Megatron-LM and DeepSpeed do not. Searched when asked for (--fix zero=2|3).
+                  // Valid and costed (FSDP2 under PyTorch pipelining, and colo-run), but Megatron-LM and
+                  // DeepSpeed do not run it. Searched when asked for (--fix zero=2|3).
                   if (pp > 1 && zero > 1 && !options.fixed.contains("zero")) {
                     prune("ZeRO-2/3 with pipeline parallelism (FSDP2 pipelines only; --fix zero=3 searches it)");
                     continue;
@@ -256,7 +260,7 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                   // ZeRO-3 on one data-parallel rank is kept where only offloading its parameters can fit
                   // (ZeRO-Infinity on one GPU); otherwise it is ZeRO-0.
                   const double replicaStates = params / static_cast<double>(tp * pp) * (weightBytes + gradBytes + optimizerBytes);
-                  const bool offloadOnly = zero == 3 && options.allowOffload && replicaStates > budget;
+                  const bool offloadOnly = zero == 3 && allowOffload && replicaStates > budget;
                   if (dp == 1 && zero > 0 && !zeroFixed && !offloadOnly) { prune("dominated: ZeRO with dp 1"); continue; }
                   if (dp > 1 && pp > 1 && zero == 0 && !zeroFixed) { prune("dominated: ZeRO-0 by ZeRO-1"); continue; }
                   if (dp > 1 && pp == 1 && zero < 2 && !zeroFixed) { prune("dominated: ZeRO-0/1 by ZeRO-2"); continue; }
@@ -265,7 +269,7 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                   const double d = static_cast<double>(dp);
                   // What offload may move to the host is not counted: the optimizer states (ZeRO >= 1), with
                   // them the gradients (ZeRO >= 2, ZeRO-Offload) and the parameters (ZeRO-3).
-                  const bool offload = options.allowOffload;
+                  const bool offload = allowOffload;
                   double states = 0;
                   if (!(offload && zero >= 3)) states += perGpu * weightBytes / (zero >= 3 ? d : 1.0);
                   if (!(offload && zero >= 2)) states += perGpu * gradBytes / (zero >= 2 ? d : 1.0);
@@ -292,9 +296,14 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
   Plan base;
   base.model = model;
   base.cluster = cluster;
+  if (options.runnableOnly) {
+    // The model itself: colo-run's list names it before any layout question.
+    if (auto ok = checkRunnableModel(model); !ok) return fail(Error::badInput("--runnable: " + ok.error().message));
+  }
   base.seqLen = seq;
   base.globalBatchSize = gbs;
   base.precision = options.precision;
+  base.optimizer = options.optimizer;
   base.execution = options.execution;
   base.execution.flashAttention = options.flashAttention;
   std::vector<Candidate> all;
@@ -416,7 +425,7 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
       bool fits = tryRecompute(q, final);
       // Offload as the last resort, the least first: half the optimizer states, all of them, then (ZeRO-3)
       // half and all of the parameters.
-      if (!fits && options.allowOffload && c.zero >= 1) {
+      if (!fits && allowOffload && c.zero >= 1) {
         std::vector<std::pair<double, double>> steps{{0.5, 0.0}, {1.0, 0.0}};
         if (c.zero == 3) {
           steps.push_back({1.0, 0.5});
@@ -436,6 +445,10 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
         }
       }
       p = q;
+    }
+    if (options.runnableOnly && !runnable(p)) {
+      prune(kNotRunnable);
+      continue;
     }
     p.name = model.name() + " " + describe(p);
     Candidate cand;
@@ -509,6 +522,10 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                                 formatFixed(100 * options.maxMemoryFraction, 0) + "% of " +
                                 formatBytes(cluster.gpu.memoryBytes) + "); add GPUs" +
                                 (options.allowOffload ? "" : ", allow optimizer offload") + " or use GPUs with more memory";
+    } else if (options.runnableOnly && st.pruned.contains(kNotRunnable)) {
+      result.infeasibleReason = "no plan colo-run executes fits (" + std::to_string(st.pruned.at(kNotRunnable)) +
+                                " configurations need what colo-run lacks: context or expert parallelism, zero-bubble, "
+                                "offload); rank every plan with --any (colo-plan search) to plan for another tool";
     } else {
       std::string rules;
       for (const auto& [rule, count] : st.pruned) rules += (rules.empty() ? "" : "; ") + rule + ": " + std::to_string(count);

@@ -187,6 +187,23 @@ TEST(Plan, Fp32ParametersAreWrittenOnlyWhenSet) {
   EXPECT_EQ(refused.error().path, "/execution/fp32_params");
 }
 
+TEST(Plan, TheOptimizerIsWrittenOnlyWhenNotAdamW) {
+  Plan p = megatronPlan();
+  EXPECT_FALSE(planToJson(p).contains("optimizer"));  // older plans keep their hash
+  for (const Optimizer o : {Optimizer::kLamb, Optimizer::kLars}) {
+    p.optimizer = o;
+    auto back = planFromJson(planToJson(p), "p.json");
+    ASSERT_TRUE(back) << back.error().toString();
+    EXPECT_EQ(back->optimizer, o);
+  }
+  Json bad = planToJson(p);
+  bad["optimizer"] = "sgd";
+  auto refused = planFromJson(bad, "p.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/optimizer");
+  EXPECT_NE(refused.error().message.find("adamw, lamb, lars"), std::string::npos);
+}
+
 TEST(Plan, KvHeadsMustSplitAcrossTensorParallelRanks) {
   Plan p = megatronPlan();
   p.model = test::loadModelOrFail(test::dataFile("models/llama2-70b.json"));

@@ -59,6 +59,20 @@ TEST(Evaluator, OptimizerStepMovesWhatTheMixedPrecisionOptimizerMoves) {
   EXPECT_NEAR(bf16.stages[0].optimizerSeconds, bf16.stages[0].paramsPerGpu * 42.0 / d.memoryBytesPerSecond, 1e-12);
 }
 
+TEST(Evaluator, LarsHoldsOneMomentAndLambReadsItsUpdateTwice) {
+  Plan p = makePlan("gpt2-small", "dgx-a100-80gb", 1, 1, 1, 8);
+  const Evaluation adamw = evaluateOrFail(p);
+  p.optimizer = Optimizer::kLars;
+  const Evaluation lars = evaluateOrFail(p);
+  p.optimizer = Optimizer::kLamb;
+  const Evaluation lamb = evaluateOrFail(p);
+  // bf16: fp32 master + two moments (12 B) against master + momentum (8 B); LAMB's states are Adam's.
+  EXPECT_NEAR(lars.stages[0].memory.optimizer / adamw.stages[0].memory.optimizer, 8.0 / 12.0, 1e-9);
+  EXPECT_DOUBLE_EQ(lamb.stages[0].memory.optimizer, adamw.stages[0].memory.optimizer);
+  EXPECT_NEAR(lars.stages[0].optimizerSeconds / adamw.stages[0].optimizerSeconds, 34.0 / 42.0, 1e-9);
+  EXPECT_NEAR(lamb.stages[0].optimizerSeconds / adamw.stages[0].optimizerSeconds, 54.0 / 42.0, 1e-9);
+}
+
 TEST(Evaluator, GradientAccumulationCostsAPassPerMicroBatchUnlessFused) {
   // 8 micro-batches of gpt2-small on one GPU. main_grad (bf16): every micro-batch's backward adds the
   // 16-bit gradients into fp32 main_grad, 2 + 4 + 4 = 10 B per parameter; DeepSpeed's fp32 copies

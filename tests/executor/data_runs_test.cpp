@@ -7,6 +7,7 @@
 #include <sqlite3.h>
 
 #include "colo/executor/data.h"
+#include "colo/core/runnable.h"
 #include "colo/executor/executor.h"
 #include "colo/executor/runs_db.h"
 #include "core/test_support.h"
@@ -264,7 +265,15 @@ TEST(CheckExecutable, NamesWhatTheExecutorCannotRun) {
   EXPECT_NE(checkExecutable(zb, 2, "gloo").error().message.find("schedule zb"), std::string::npos);
   Plan zero3 = tinyPlan("tiny-gpt", 1, 1, 2);
   zero3.zeroStage = 3;
-  EXPECT_NE(checkExecutable(zero3, 2, "gloo").error().message.find("zero_stage = 3"), std::string::npos);
+  EXPECT_TRUE(checkExecutable(zero3, 2, "gloo"));  // ZeRO 0-3 all run
+  zero3.offload.optimizerFraction = 0.5;
+  EXPECT_NE(checkExecutable(zero3, 2, "gloo").error().message.find("offload"), std::string::npos);
+  Plan cp = tinyPlan("tiny-gpt", 1, 1, 1);
+  cp.parallel.cp = 2;
+  EXPECT_NE(checkExecutable(cp, 2, "gloo").error().message.find("parallel.cp = 2"), std::string::npos);
+  // The executor and the planner read one list.
+  EXPECT_FALSE(runnable(zb));
+  EXPECT_TRUE(runnable(tinyPlan("tiny-gpt", 2, 1, 2)));
   Plan perOp = tinyPlan("tiny-gpt", 1, 2, 1);
   perOp.stages[1].recompute = RecomputePolicy::kOp;
   perOp.stages[1].recomputeLayers = perOp.stages[1].layers;

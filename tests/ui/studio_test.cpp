@@ -13,6 +13,7 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include "colo/core/runnable.h"
 #include "colo/core/library.h"
 #include "colo/planner/budget.h"
 #include "colo/ui/candidates_model.h"
@@ -57,6 +58,14 @@ class StudioTest : public QObject {
     QVERIFY(first <= second);
     // Every plan shows the likely range of its measured step (validated runs most like it).
     QVERIFY(w.filter()->data(w.filter()->index(0, CandidatesModel::kLikely)).toString().contains("%.."));
+    // colo-run's capability list marks each plan, with the reason in the tooltip when it cannot run one.
+    for (int r = 0; r < w.candidates()->rowCount(); ++r) {
+      const bool runs = colo::runnable(w.candidates()->candidate(r).plan);
+      QCOMPARE(w.candidates()->data(w.candidates()->index(r, CandidatesModel::kRuns), Qt::DisplayRole).toString(), runs ? QString("runs") : QString("-"));
+      if (!runs) {
+        QVERIFY(w.candidates()->data(w.candidates()->index(r, CandidatesModel::kRuns), Qt::ToolTipRole).toString().contains("cannot execute"));
+      }
+    }
     w.filter()->setFitsOnly(true);
     for (int r = 0; r < w.filter()->rowCount(); ++r) {
       const QString fits = w.filter()->data(w.filter()->index(r, CandidatesModel::kFits)).toString();

@@ -1,5 +1,6 @@
 #include "colo/ui/candidates_model.h"
 
+#include "colo/core/runnable.h"
 #include "colo/core/units.h"
 #include "colo/planner/baseline.h"
 
@@ -35,7 +36,7 @@ QVariant CandidatesModel::headerData(int section, Qt::Orientation orientation, i
   if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
   static const char* names[kColumns] = {"#",         "tp",        "pp",       "dp",     "cp",  "ep",  "vpp",
                                         "mbs",       "ZeRO",      "schedule", "recompute", "step time", "likely",
-                                        "tokens/s",  "MFU",       "peak memory", "fits",
+                                        "tokens/s",  "MFU",       "peak memory", "fits",      "colo-run",
                                         "days",      "GPU-hours", "cost"};
   return section >= 0 && section < kColumns ? QString(names[section]) : QVariant();
 }
@@ -53,6 +54,10 @@ QVariant CandidatesModel::data(const QModelIndex& index, int role) const {
       if (bands.memory) tip += "\nmemory: " + bands.memory->describe();
       if (bands.memoryAtRisk(e)) tip += "\nat the top of the memory band the peak exceeds the GPU";
       return QString::fromStdString(tip);
+    }
+    if (index.column() == kRuns) {
+      auto ok = checkRunnable(p);
+      return QString::fromStdString(ok ? "colo-run executes this plan" : "colo-run cannot execute it: " + ok.error().message);
     }
     return QString::fromStdString(c.reason);
   }
@@ -85,6 +90,10 @@ QVariant CandidatesModel::data(const QModelIndex& index, int role) const {
     case kFits:
       if (sort) return QVariant(c.fits ? 1 : 0);
       return c.fits ? (bands.memoryAtRisk(e) ? QStringLiteral("at risk") : QStringLiteral("yes")) : QStringLiteral("no");
+    case kRuns: {
+      const bool runs = runnable(p);
+      return sort ? QVariant(runs ? 1 : 0) : QVariant(runs ? QStringLiteral("runs") : QStringLiteral("-"));
+    }
     case kDays:
     case kGpuHours:
     case kCost: {

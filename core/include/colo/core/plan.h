@@ -33,6 +33,15 @@ enum class GradAccumulation {
   kFp32Copy,  ///< DeepSpeed's BF16 optimizer: upcast and add into fp32 copies, all-reduced whole
 };
 
+/// The optimizer: its states per parameter decide the optimizer memory (docs/costmodel.md).
+/// kAdamW: two fp32 moments. kLamb: Adam's moments with a per-parameter trust ratio (You et al. 2019,
+/// for batches of 32k-64k). kLars: one momentum buffer with a per-parameter trust ratio (You et al. 2017).
+enum class Optimizer { kAdamW, kLamb, kLars };
+[[nodiscard]] std::string toString(Optimizer value);  ///< adamw, lamb, lars
+[[nodiscard]] Result<Optimizer> parseOptimizer(const std::string& name);
+/// fp32 states per parameter besides the master weights: 2 (AdamW, LAMB) or 1 (LARS).
+[[nodiscard]] int optimizerMoments(Optimizer value);
+
 [[nodiscard]] std::string toString(Schedule value);     ///< gpipe, 1f1b, interleaved, zb
 [[nodiscard]] std::string toString(RecomputePolicy value);  ///< none, selective, full
 [[nodiscard]] std::string toString(OffloadTarget value);    ///< cpu, nvme
@@ -145,6 +154,7 @@ struct Plan {
   std::int64_t globalBatchSize = 1;   ///< samples per optimizer step
   std::int64_t seqLen = 0;            ///< tokens per sample
   int zeroStage = 0;                  ///< 0-3
+  Optimizer optimizer = Optimizer::kAdamW;
   Offload offload;
   std::vector<StagePlan> stages;      ///< pp * virtualStages chunks; chunk c*pp + p runs on stage p
   DType precision = DType::kBf16;

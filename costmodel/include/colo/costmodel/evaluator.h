@@ -179,6 +179,8 @@ class Evaluator {
 
 /// HBM traffic of one mixed-precision optimizer step per local parameter (fp16 54 B, bf16 42 B,
 /// fp32 and fp32 parameters 36 B; docs/costmodel.md), used when the cost database has no measured AdamW step.
-[[nodiscard]] double optimizerStepBytes(DType precision, bool fp32Params = false);
+[[nodiscard]] double optimizerStepBytes(DType precision, bool fp32Params = false, Optimizer optimizer = Optimizer::kAdamW);
+/// The same for AdamW.
+[[nodiscard]] double adamStepBytes(DType precision, bool fp32Params = false);
 
 }  // namespace colo::costmodel

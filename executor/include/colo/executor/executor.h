@@ -46,7 +46,8 @@ struct RunOptions {
   std::int64_t warmupSteps = 5;
   double weightDecay = 0.1;
   double clipNorm = 1.0;
-  double beta1 = 0.9, beta2 = 0.95, epsilon = 1e-8;
+  double beta1 = 0.9, beta2 = 0.95, epsilon = 1e-8;  ///< AdamW and LAMB (the plan's optimizer)
+  double momentum = 0.9, trustCoefficient = 0.001;    ///< LARS
   std::int64_t bucketBytes = 25 << 20;  ///< data-parallel gradient buckets
   int timeoutSeconds = 120;             ///< a collective waiting this long on a missing rank fails
   bool progress = true;                 ///< a line per step on stderr (rank 0)
@@ -70,6 +71,9 @@ struct RunResult {
   double tensorMemoryBytes = 0;
   double predictedStepTimeSeconds = 0;  ///< the cost model's, from the plan (evaluated when absent)
   double predictedPeakMemoryBytes = 0;
+  /// Weights, master copies, gradients and optimizer states at most on a rank: counted from the buffers
+  /// the executor holds (persistent ones plus the most gathered at once under ZeRO-3), and predicted.
+  double modelStateBytes = 0, predictedModelStateBytes = 0;
   double predictedTensorBytes = 0;      ///< weights, gradients, optimizer, activations and buffers of the peak stage
   double predictedComputeSeconds = 0;   ///< per step: forward, backward, recompute and optimizer kernels
   std::string predictionSource;         ///< where the predictions come from (the plan, or a cost database)

@@ -34,10 +34,14 @@ struct SearchOptions {
   double maxMemoryFraction = 0.95;    ///< a plan fits when its peak is at most this share of GPU memory
   std::size_t topK = 10;
   DType precision = DType::kBf16;
+  Optimizer optimizer = Optimizer::kAdamW;
   bool flashAttention = true;
   Execution execution;                ///< overlaps etc. for every candidate (flashAttention overrides its attention)
   bool allowZeroBubble = false;       ///< consider the zb schedule (not all frameworks run it)
   bool allowOffload = true;           ///< consider optimizer offload when nothing else fits
+  /// Only plans colo-run executes (colo/core/runnable.h): no cp, ep, zero-bubble or offload. Errors
+  /// with kBadInput when colo-run cannot train the model at all.
+  bool runnableOnly = false;
   const costmodel::CostDatabase* costDb = nullptr;
   /// Scales fitted on the user's own runs of this cluster (colo-profile calibrate), applied to every
   /// candidate before it is ranked and checked against memory.

@@ -1,0 +1,19 @@
+#pragma once
+// What colo-run executes: one capability list, read by the executor (which refuses anything else before
+// a rank starts) and by the planner (search --runnable, the GUI's marks), so they cannot disagree.
+#include "colo/core/error.h"
+#include "colo/core/plan.h"
+
+namespace colo {
+
+/// Nothing, or kBadInput naming the first plan or model field colo-run cannot execute and why. Runs:
+/// decoder language models (GPT- and LLaMA-style: learned or rotary positions, MHA/GQA, GeLU/SwiGLU and
+/// friends); tp with or without sequence parallelism, pp with gpipe, 1f1b or interleaved schedules, dp
+/// with ZeRO 0-3 (FSDP's fp32 parameters with ZeRO-3); full and selective recompute; fp32 and bf16 mixed
+/// precision; AdamW, LAMB and LARS.
+[[nodiscard]] Result<void> checkRunnable(const Plan& plan);
+/// The model's part of the list (its architecture and traits), whatever the plan.
+[[nodiscard]] Result<void> checkRunnableModel(const Model& model);
+[[nodiscard]] bool runnable(const Plan& plan);
+
+}  // namespace colo

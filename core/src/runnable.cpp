@@ -1,0 +1,68 @@
+// colo-run's capability list: what the executor trains, in one place that the executor enforces and the
+// planner filters by (search --runnable, colo-studio's "runs" column).
+#include "colo/core/runnable.h"
+
+namespace colo {
+
+Result<void> checkRunnableModel(const Model& model) {
+  auto bad = [](const std::string& why) { return fail(Error::badInput(why)); };
+  if (!model.spec) return bad("model " + model.name() + ": the executor builds models from a colo.model/1 spec or HF config, not a raw op graph");
+  const ModelSpec& m = *model.spec;
+  if (m.architecture != Architecture::kDecoder || m.input != InputKind::kTokens) {
+    return bad("model " + m.name + ": the executor trains decoder language models (GPT- and LLaMA-style)");
+  }
+  if (m.moe.enabled()) return bad("model " + m.name + ": mixture-of-experts layers are not implemented by the executor");
+  if (m.mla.enabled()) return bad("model " + m.name + ": multi-head latent attention is not implemented by the executor");
+  if (m.positionEmbedding == PositionEmbedding::kAlibi) return bad("model " + m.name + ": ALiBi positions are not implemented by the executor");
+  if (m.slidingWindow > 0 || m.attentionChunkSize > 0) {
+    return bad("model " + m.name + ": sliding-window and chunked attention are not implemented by the executor");
+  }
+  if (m.mtpLayers > 0) return bad("model " + m.name + ": multi-token prediction modules are not implemented by the executor");
+  if (m.qkNorm || m.sandwichNorm || m.attentionSinks) {
+    return bad("model " + m.name + ": query/key norms, post-norms and attention sinks are not implemented by the executor");
+  }
+  if (m.embeddingNorm || m.pooler || m.typeVocabSize > 0 || m.embeddingSize > 0 || !m.lmHead) {
+    return bad("model " + m.name + ": embedding norms, poolers, token types and projected embeddings are not implemented by the executor");
+  }
+  return {};
+}
+
+Result<void> checkRunnable(const Plan& plan) {
+  auto bad = [](const std::string& why) { return fail(Error::badInput(why)); };
+  const auto& p = plan.parallel;
+  if (auto ok = checkRunnableModel(plan.model); !ok) return ok;
+  const ModelSpec& m = *plan.model.spec;
+  if (plan.precision == DType::kFp16 || plan.precision == DType::kFp8) {
+    return bad("precision " + toString(plan.precision) + ": the executor trains in fp32 or bf16 mixed precision (fp16 needs loss "
+               "scaling, fp8 a scaling recipe; neither is implemented)");
+  }
+  if (p.cp > 1) return bad("parallel.cp = " + std::to_string(p.cp) + ": context parallelism is not implemented by the executor");
+  if (p.ep > 1) return bad("parallel.ep = " + std::to_string(p.ep) + ": expert parallelism is not implemented by the executor");
+  if (plan.schedule == Schedule::kZeroBubble) return bad("schedule zb: the executor runs gpipe, 1f1b and interleaved");
+  if (plan.offload.optimizerFraction > 0 || plan.offload.paramsFraction > 0) return bad("offload: the executor keeps every state on the device");
+  // ZeRO-3 holds exactly FSDP's layout (fp32 shards, 16-bit copies only while a unit is gathered).
+  if (plan.execution.fp32Params && plan.precision != DType::kFp32 && plan.zeroStage != 3) {
+    return bad("execution.fp32_params with zero_stage " + std::to_string(plan.zeroStage) + ": below ZeRO-3 the executor keeps "
+               "16-bit weights beside fp32 master copies (Megatron's layout), not fp32 parameters as FSDP does");
+  }
+  for (std::size_t s = 0; s < plan.stages.size(); ++s) {
+    if (plan.stages[s].recompute == RecomputePolicy::kOp && plan.stages[s].recomputeLayers > 0) {
+      return bad("stages[" + std::to_string(s) + "].recompute = op: per-op selective recompute is not implemented by the "
+                 "executor (it runs none, selective and full)");
+    }
+  }
+  if (m.numAttentionHeads % p.tp != 0 || m.kvHeads() % p.tp != 0) {
+    return bad("model " + m.name + ": " + std::to_string(m.numAttentionHeads) + " heads and " + std::to_string(m.kvHeads()) +
+               " key/value heads must divide by tp = " + std::to_string(p.tp));
+  }
+  if (m.ffnHiddenSize % p.tp != 0) return bad("model " + m.name + ": ffn_hidden_size " + std::to_string(m.ffnHiddenSize) + " must divide by tp");
+  if (m.positionEmbedding == PositionEmbedding::kLearned && plan.seqLen > m.maxPositionEmbeddings) {
+    return bad("batch.seq_len = " + std::to_string(plan.seqLen) + " exceeds the model's " + std::to_string(m.maxPositionEmbeddings) + " learned positions");
+  }
+  if (p.sequenceParallel && plan.seqLen % p.tp != 0) return bad("sequence parallelism needs seq_len divisible by tp");
+  return {};
+}
+
+bool runnable(const Plan& plan) { return checkRunnable(plan).has_value(); }
+
+}  // namespace colo

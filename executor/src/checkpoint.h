@@ -1,0 +1,39 @@
+#pragma once
+// Private: checkpoint shards. Data-parallel rank 0 of each model shard writes one manifest (JSON) and
+// one blob (fp32 weights, then the optimizer's two moments, per parameter); any plan of the same model
+// reads them back, whatever tensor-parallel split wrote them.
+#include <torch/torch.h>
+
+#include <array>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "colo/core/error.h"
+#include "colo/core/plan.h"
+#include "state.h"
+
+namespace colo::executor::detail {
+
+[[nodiscard]] std::string stepDir(std::int64_t step);  ///< step-NNNNNNNN
+
+/// Writes DIR/rank-R.{bin,json} (each to a temporary name, then renamed) from full-layout tensors.
+[[nodiscard]] Result<void> writeShard(const std::string& dir, int rank, const Plan& plan, std::int64_t step,
+                                      const std::vector<Slot>& slots, const torch::Tensor& master, const torch::Tensor& m,
+                                      const torch::Tensor& v);
+
+/// Every shard piece of every parameter in a checkpoint directory.
+struct Piece {
+  std::string blob;
+  std::int64_t offset = 0, numel = 0;
+  int shardDim = -1, shardIndex = 0, shardCount = 1;
+  std::vector<std::int64_t> fullShape;
+};
+[[nodiscard]] Result<std::map<std::string, std::vector<Piece>>> readPieces(const std::string& dir, std::int64_t& step,
+                                                                          std::string& model);
+
+/// (weights, m, v) of parameter `prm` assembled from its pieces and cut to this rank's shard.
+[[nodiscard]] Result<std::array<torch::Tensor, 3>> loadParam(const Param& prm, const std::vector<Piece>& all,
+                                                            const std::string& dir);
+
+}  // namespace colo::executor::detail

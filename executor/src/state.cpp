@@ -1,0 +1,397 @@
+// A rank's model states under its ZeRO stage: the flat layout, the unit hooks that gather weights and
+// reduce-scatter gradients as autograd reaches each unit (ZeRO-2/3), and the reductions before the
+// optimizer step.
+#include "state.h"
+
+#include <c10/core/StorageImpl.h>
+
+#include <numeric>
+#include <stdexcept>
+
+namespace colo::executor::detail {
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+double bytesOf(const Tensor& t) { return t.defined() ? static_cast<double>(t.numel() * t.element_size()) : 0.0; }
+
+// A tensor over `storage` with its own version counter: writing through it does not mark the tensors
+// autograd saved (which alias the same storage) as modified.
+Tensor alias(const Tensor& owner, std::int64_t offset, const std::vector<std::int64_t>& shape) {
+  return torch::empty({0}, owner.options()).set_(owner.storage(), offset, shape, c10::contiguous_strides(shape));
+}
+
+// ZeRO-3 frees a unit's weights between uses as FSDP does: the storage keeps its identity (autograd's
+// saved tensors point at it) and loses its bytes, which come back before the next use.
+void releaseStorage(const Tensor& owner) {
+  c10::StorageImpl* impl = owner.storage().unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(at::DataPtr(nullptr, owner.device()));
+  impl->set_nbytes(0);
+}
+
+void allocateStorage(const Tensor& owner, std::int64_t numel) {
+  c10::StorageImpl* impl = owner.storage().unsafeGetStorageImpl();
+  const auto bytes = static_cast<std::size_t>(numel * owner.element_size());
+  impl->set_data_ptr_noswap(impl->allocator()->allocate(bytes));
+  impl->set_nbytes(bytes);
+}
+
+// The unit's parameters as the outputs of one autograd node: forward hands out tensors over the unit's
+// weights, backward receives every parameter's gradient of the micro-batch at once and reduce-scatters
+// them. `anchor` (a leaf) only makes autograd record the node.
+struct UnitGather : torch::autograd::Function<UnitGather> {
+  static variable_list forward(AutogradContext* ctx, ModelState* state, std::int64_t unit, Tensor anchor) {
+    (void)anchor;
+    ctx->saved_data["state"] = reinterpret_cast<std::int64_t>(state);
+    ctx->saved_data["unit"] = unit;
+    return state->bind(static_cast<int>(unit));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* state = reinterpret_cast<ModelState*>(ctx->saved_data["state"].toInt());
+    const int unit = static_cast<int>(ctx->saved_data["unit"].toInt());
+    if (state->reshards()) state->release(unit);  // first, so the weights and the gradient buffer never coexist
+    state->reduceUnit(unit, grads);
+    return {Tensor(), Tensor(), Tensor()};
+  }
+};
+
+// Identity on a unit's output whose backward gathers the unit's weights before its backward needs them.
+struct PreBackward : torch::autograd::Function<PreBackward> {
+  static Tensor forward(AutogradContext* ctx, Tensor x, ModelState* state, std::int64_t unit) {
+    ctx->saved_data["state"] = reinterpret_cast<std::int64_t>(state);
+    ctx->saved_data["unit"] = unit;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    reinterpret_cast<ModelState*>(ctx->saved_data["state"].toInt())->materialize(static_cast<int>(ctx->saved_data["unit"].toInt()));
+    return {g[0], Tensor(), Tensor()};
+  }
+};
+
+}  // namespace
+
+struct ModelState::Unit {
+  std::vector<std::size_t> slots;  // into m_slots, in the chunk's order
+  std::int64_t offset = 0, numel = 0, shardOffset = 0;
+  Tensor storage;  // ZeRO-3: the gathered weights (no bytes while released)
+  bool live = false;
+  Tensor anchor;
+};
+
+class ModelState::Hooks final : public UnitHooks {
+ public:
+  Hooks(ModelState* state, std::vector<int> units) : m_state(state), m_units(std::move(units)) {}
+  std::vector<Tensor> enter(int unit) override {
+    const int u = m_units.at(static_cast<std::size_t>(unit));
+    if (u < 0) return {};
+    m_state->materialize(u);
+    if (!torch::GradMode::is_enabled()) return m_state->bind(u);
+    return UnitGather::apply(m_state, static_cast<std::int64_t>(u), m_state->m_units[static_cast<std::size_t>(u)]->anchor);
+  }
+  Tensor leave(int unit, const Tensor& out) override {
+    const int u = m_units.at(static_cast<std::size_t>(unit));
+    if (u < 0) return out;
+    Tensor wrapped = torch::GradMode::is_enabled() && out.requires_grad() ? PreBackward::apply(out, m_state, u) : out;
+    if (m_state->reshards()) m_state->release(u);
+    return wrapped;
+  }
+
+ private:
+  ModelState* m_state;
+  std::vector<int> m_units;  // chunk unit -> state unit (-1: empty)
+};
+
+ModelState::ModelState(const std::vector<Chunk*>& chunks, const Config& config, Groups& groups) : m_cfg(config), m_g(groups) {
+  if (m_cfg.dp <= 1) m_cfg.zeroStage = 0;
+  const int stage = m_cfg.zeroStage;
+  const auto dp = m_cfg.dp;
+  m_compute = m_cfg.mixed ? torch::kBFloat16 : torch::kFloat32;
+  m_ways = stage >= 1 ? static_cast<int>(dp) : 1;
+  m_way = stage >= 1 ? m_g.dpRank : 0;
+  const bool perUnit = stage >= 2;
+
+  // Layout: chunk by chunk, unit by unit; with ZeRO-2/3 each unit padded to a multiple of dp.
+  for (Chunk* chunk : chunks) {
+    std::vector<int> map(static_cast<std::size_t>(chunk->units()), -1);
+    for (int cu = 0; cu < chunk->units(); ++cu) {
+      auto unit = std::make_unique<Unit>();
+      unit->offset = m_flat;
+      for (auto& prm : chunk->params()) {
+        if (prm.unit != cu) continue;
+        unit->slots.push_back(m_slots.size());
+        m_slots.push_back({&prm, m_flat, prm.tensor.numel(), prm.tensor.sizes().vec()});
+        m_flat += prm.tensor.numel();
+      }
+      if (unit->slots.empty()) continue;
+      if (perUnit) m_flat = (m_flat + dp - 1) / dp * dp;
+      unit->numel = m_flat - unit->offset;
+      map[static_cast<std::size_t>(cu)] = static_cast<int>(m_units.size());
+      m_units.push_back(std::move(unit));
+    }
+    if (perUnit) m_hooks.push_back(std::make_unique<Hooks>(this, std::move(map)));
+  }
+  m_flat = (m_flat + dp - 1) / dp * dp;
+  if (perUnit) {
+    for (auto& u : m_units) {
+      u->shardOffset = m_shard;
+      m_shard += u->numel / dp;
+      m_ranges.emplace_back(u->offset, u->numel);
+    }
+  } else {
+    m_ranges.emplace_back(0, m_flat);
+    m_shard = m_flat / m_ways;
+  }
+
+  Tensor full = torch::zeros({m_flat}, torch::kFloat32);
+  for (auto& s : m_slots) full.narrow(0, s.offset, s.numel).copy_(s.param->tensor.detach().reshape({-1}));
+  if (stage <= 2) m_weights = full.to(m_cfg.device, m_compute);
+  if (!m_cfg.mixed && stage <= 1) {
+    // fp32 weights are their own master: this rank's part of them (stage 1 splits them contiguously).
+    m_master = m_weights.narrow(0, m_way * m_shard, m_shard);
+  } else {
+    m_master = stage == 0 ? full.to(m_cfg.device) : toShard(full).to(m_cfg.device).clone();
+  }
+  m_m = torch::zeros({m_shard}, m_master.options());
+  m_v = torch::zeros({m_shard}, m_master.options());
+  if (stage <= 1) {
+    m_grads = torch::zeros({m_flat}, m_master.options());
+    m_gradsCompute = m_cfg.mixed ? torch::zeros({m_flat}, m_weights.options()) : m_grads;
+    for (auto& s : m_slots) {
+      // Each parameter a leaf over the weights, its gradient accumulating straight into the flat buffer.
+      s.param->tensor = m_weights.narrow(0, s.offset, s.numel).view(s.shape).detach().requires_grad_(true);
+      s.param->tensor.mutable_grad() = m_gradsCompute.narrow(0, s.offset, s.numel).view(s.shape);
+    }
+  } else {
+    m_gradShard = torch::zeros({m_shard}, m_master.options());
+    // The norm counts each parameter once; sequence-parallel partial gradients sum over tp.
+    Tensor count = torch::zeros({m_flat}, torch::kFloat32), sp = torch::zeros({m_flat}, torch::kFloat32);
+    for (auto& s : m_slots) {
+      const bool counted = !s.param->tiedCopy && !(s.param->tpReplicated && m_g.tpRank != 0);
+      count.narrow(0, s.offset, s.numel).fill_(counted ? 1.0 : 0.0);
+      sp.narrow(0, s.offset, s.numel).fill_(s.param->spPartial ? 1.0 : 0.0);
+    }
+    m_countMask = toShard(count).to(m_cfg.device);
+    m_spMask = toShard(sp).to(m_cfg.device);
+    const auto opts = torch::TensorOptions().dtype(m_compute).device(m_cfg.device);
+    for (auto& u : m_units) {
+      u->anchor = torch::zeros({1}, torch::kFloat32).requires_grad_(true);
+      if (stage == 3) {
+        u->storage = torch::empty({u->numel}, opts);
+        releaseStorage(u->storage);
+      }
+    }
+    for (auto& s : m_slots) s.param->tensor = Tensor();  // bound per unit from now on
+    std::size_t next = 0;
+    for (Chunk* chunk : chunks) chunk->setHooks(m_hooks[next++].get());
+  }
+  for (const Tensor* t : {&m_weights, &m_m, &m_v, &m_grads, &m_gradShard}) m_persistentBytes += bytesOf(*t);
+  if (!m_weights.defined() || !m_master.is_alias_of(m_weights)) m_persistentBytes += bytesOf(m_master);
+  if (m_gradsCompute.defined() && !m_gradsCompute.is_same(m_grads)) m_persistentBytes += bytesOf(m_gradsCompute);
+}
+
+ModelState::~ModelState() = default;
+
+Tensor ModelState::toShard(const Tensor& full) const {
+  std::vector<Tensor> parts;
+  for (const auto& [offset, numel] : m_ranges) {
+    const std::int64_t part = numel / m_ways;
+    parts.push_back(full.narrow(0, offset + m_way * part, part));
+  }
+  return parts.size() == 1 ? parts[0] : torch::cat(parts);
+}
+
+Tensor ModelState::fromShards(const Tensor& shard) const {
+  if (m_ways == 1) return shard;
+  Tensor all = m_g.dp->allGather(shard.contiguous(), 0);  // [ways * shard], rank after rank
+  if (m_ranges.size() == 1) return all;
+  Tensor full = torch::zeros({m_flat}, shard.options());
+  std::int64_t at = 0;
+  for (const auto& [offset, numel] : m_ranges) {
+    const std::int64_t part = numel / m_ways;
+    for (int r = 0; r < m_ways; ++r) full.narrow(0, offset + r * part, part).copy_(all.narrow(0, r * m_shard + at, part));
+    at += part;
+  }
+  return full;
+}
+
+void ModelState::transient(double bytes) {
+  m_transient += bytes;
+  m_peakTransient = std::max(m_peakTransient, m_transient);
+}
+
+std::vector<Tensor> ModelState::bind(int unit) {
+  Unit& u = *m_units[static_cast<std::size_t>(unit)];
+  std::vector<Tensor> out;
+  for (std::size_t i : u.slots) {
+    const Slot& s = m_slots[i];
+    out.push_back(m_cfg.zeroStage == 3 ? alias(u.storage, s.offset - u.offset, s.shape) : alias(m_weights, s.offset, s.shape));
+  }
+  return out;
+}
+
+void ModelState::materialize(int unit) {
+  Unit& u = *m_units[static_cast<std::size_t>(unit)];
+  if (m_cfg.zeroStage != 3 || u.live) return;
+  torch::NoGradGuard noGrad;
+  const std::int64_t part = u.numel / m_ways;
+  Tensor gathered = m_g.dp->allGather(m_master.narrow(0, u.shardOffset, part).contiguous(), 0);
+  allocateStorage(u.storage, u.numel);
+  alias(u.storage, 0, {u.numel}).copy_(gathered);
+  u.live = true;
+  transient(bytesOf(u.storage));
+}
+
+void ModelState::release(int unit) {
+  Unit& u = *m_units[static_cast<std::size_t>(unit)];
+  if (m_cfg.zeroStage != 3 || !u.live) return;
+  releaseStorage(u.storage);
+  u.live = false;
+  m_transient -= static_cast<double>(u.numel * u.storage.element_size());
+}
+
+void ModelState::reduceUnit(int unit, const std::vector<Tensor>& grads) {
+  Unit& u = *m_units[static_cast<std::size_t>(unit)];
+  torch::NoGradGuard noGrad;
+  Tensor flat = torch::zeros({u.numel}, m_master.options());
+  transient(bytesOf(flat));
+  for (std::size_t k = 0; k < u.slots.size(); ++k) {
+    if (k >= grads.size() || !grads[k].defined()) continue;
+    const Slot& s = m_slots[u.slots[k]];
+    flat.narrow(0, s.offset - u.offset, s.numel).copy_(grads[k].reshape({-1}));
+  }
+  Tensor mine = m_g.dp->reduceScatter(flat);
+  m_gradShard.narrow(0, u.shardOffset, u.numel / m_ways).add_(mine);
+  m_transient -= bytesOf(flat);
+}
+
+void ModelState::beginStep() {
+  torch::NoGradGuard noGrad;
+  if (m_grads.defined()) m_grads.zero_();
+  if (m_gradsCompute.defined() && !m_gradsCompute.is_same(m_grads)) m_gradsCompute.zero_();
+  if (m_gradShard.defined()) m_gradShard.zero_();
+}
+
+void ModelState::afterBackward() {
+  if (!m_cfg.mixed || m_cfg.zeroStage >= 2) return;
+  torch::NoGradGuard noGrad;
+  m_grads.add_(m_gradsCompute);
+  m_gradsCompute.zero_();
+}
+
+double ModelState::reduceGradients(std::int64_t bucketBytes, bool tiedAcrossStages) {
+  torch::NoGradGuard noGrad;
+  for (auto& s : m_slots) {
+    if (m_cfg.zeroStage <= 1 && s.param->tensor.grad().data_ptr() != m_gradsCompute.narrow(0, s.offset, s.numel).data_ptr()) {
+      throw std::logic_error("gradient of " + s.param->name + " left the flat buffer");
+    }
+  }
+  const auto dp = static_cast<double>(m_cfg.dp);
+  Tensor local = torch::zeros({1}, torch::kFloat64);
+  if (m_cfg.zeroStage <= 1) {
+    for (auto& s : m_slots) {
+      Tensor slice = m_grads.narrow(0, s.offset, s.numel);
+      // Tied embedding: the first and last stage sum their copies' gradients.
+      if (s.param->name == "embedding.word" && tiedAcrossStages) m_g.embedding->allReduce(slice);
+      // Sequence parallelism: norms and biases saw only this rank's part of the sequence.
+      if (s.param->spPartial) m_g.tp->allReduce(slice);
+    }
+    if (m_cfg.dp > 1) {
+      const std::int64_t bucket = std::max<std::int64_t>(1, bucketBytes / 4);
+      std::vector<WorkPtr> works;
+      std::vector<Tensor> buckets;
+      for (std::int64_t at = 0; at < m_flat; at += bucket) {
+        buckets.push_back(m_grads.narrow(0, at, std::min(bucket, m_flat - at)));
+        works.push_back(m_g.dp->allReduceAsync(buckets.back()));
+      }
+      for (auto& work : works) work->wait();
+      m_grads.div_(dp);
+    }
+    // Every parameter once (tensor-parallel replicas and the tied copy once); every replica counts it.
+    for (auto& s : m_slots) {
+      if (s.param->tiedCopy || (s.param->tpReplicated && m_g.tpRank != 0)) continue;
+      local += m_grads.narrow(0, s.offset, s.numel).to(torch::kFloat64).pow(2).sum();
+    }
+    m_g.world->allReduce(local);
+    return std::sqrt(local.item<double>() / dp);
+  }
+  // ZeRO-2/3: the shards hold sums over dp of this rank's part of every unit.
+  m_gradShard.div_(dp);
+  if (tiedAcrossStages) {
+    for (auto& u : m_units) {
+      if (m_slots[u->slots.front()].param->name != "embedding.word") continue;
+      Tensor part = m_gradShard.narrow(0, u->shardOffset, u->numel / m_ways);
+      m_g.embedding->allReduce(part);
+    }
+  }
+  if (m_g.tp->size() > 1) {
+    Tensor partial = m_gradShard * m_spMask;
+    m_g.tp->allReduce(partial);
+    m_gradShard.mul_(1.0 - m_spMask).add_(partial);
+  }
+  local += (m_gradShard.to(torch::kFloat64).pow(2) * m_countMask.to(torch::kFloat64)).sum();
+  m_g.world->allReduce(local);
+  return std::sqrt(local.item<double>());
+}
+
+void ModelState::step(const OptimizerSettings& o) {
+  torch::NoGradGuard noGrad;
+  Tensor gs = m_cfg.zeroStage >= 2 ? m_gradShard : m_grads.narrow(0, m_way * m_shard, m_shard);
+  Tensor ps = m_master;
+  if (o.clip < 1.0) gs.mul_(o.clip);
+  optimizerStep(o, ps, gs, m_m, m_v, [this](const Tensor& x) { return parameterNorms(x); });
+  switch (m_cfg.zeroStage) {
+    case 0:
+      if (m_cfg.mixed) m_weights.copy_(m_master);
+      break;
+    case 1:
+    case 2: {
+      Tensor full = fromShards(m_cfg.mixed || m_cfg.zeroStage == 2 ? m_master : m_master.clone());
+      m_weights.copy_(full);
+      break;
+    }
+    default: break;  // ZeRO-3: the next forward gathers the updated shards
+  }
+}
+
+Tensor ModelState::parameterNorms(const Tensor& values) {
+  const auto slots = static_cast<std::int64_t>(m_slots.size());
+  if (!m_segments.defined()) {
+    Tensor seg = torch::full({m_flat}, slots, torch::kInt64);
+    Tensor split = torch::zeros({slots + 1}, torch::kFloat64);
+    for (std::int64_t i = 0; i < slots; ++i) {
+      const Slot& s = m_slots[static_cast<std::size_t>(i)];
+      seg.narrow(0, s.offset, s.numel).fill_(i);
+      split[i] = s.param->tpReplicated ? 0.0 : 1.0;  // replicated: every tp rank holds all of it
+    }
+    m_segments = toShard(seg).contiguous().to(values.device());
+    m_tpSummed = split.to(values.device());
+  }
+  Tensor sums = torch::zeros({slots + 1}, values.options().dtype(torch::kFloat64));
+  sums.index_add_(0, m_segments, values.to(torch::kFloat64).pow(2));
+  if (m_ways > 1) m_g.dp->allReduce(sums);
+  Tensor parts = sums * m_tpSummed;
+  m_g.tp->allReduce(parts);
+  Tensor total = parts + sums * (1.0 - m_tpSummed);
+  return total.sqrt().index_select(0, m_segments).to(values.scalar_type());
+}
+
+void ModelState::endStep() {
+  for (std::size_t u = 0; u < m_units.size(); ++u) release(static_cast<int>(u));
+}
+
+std::array<Tensor, 3> ModelState::gatherFull() {
+  torch::NoGradGuard noGrad;
+  return {fromShards(m_master).to(torch::kCPU), fromShards(m_m).to(torch::kCPU), fromShards(m_v).to(torch::kCPU)};
+}
+
+void ModelState::load(const Tensor& master, const Tensor& m, const Tensor& v) {
+  torch::NoGradGuard noGrad;
+  if (m_weights.defined()) m_weights.copy_(master);
+  if (!m_weights.defined() || !m_master.is_alias_of(m_weights)) m_master.copy_(m_cfg.zeroStage == 0 ? master : toShard(master));
+  m_m.copy_(toShard(m));
+  m_v.copy_(toShard(v));
+}
+
+}  // namespace colo::executor::detail

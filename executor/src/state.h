@@ -1,0 +1,126 @@
+#pragma once
+// Private: a rank's model states (weights, fp32 master copies, gradients, optimizer moments) under its
+// ZeRO stage, in one flat layout, with the reductions and the optimizer step that work on them.
+#include <torch/torch.h>
+
+#include <array>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "comm.h"
+#include "model.h"
+
+namespace colo::executor::detail {
+
+/// Where one parameter lives in the rank's flat layout.
+struct Slot {
+  Param* param = nullptr;
+  std::int64_t offset = 0, numel = 0;
+  std::vector<std::int64_t> shape;  ///< this rank's (tensor-parallel) shape
+};
+
+/// The optimizer the plan trains with, and its settings (colo-run's options).
+struct OptimizerSettings {
+  using Norms = std::function<torch::Tensor(const torch::Tensor&)>;
+  Optimizer kind = Optimizer::kAdamW;
+  double lr = 0, beta1 = 0.9, beta2 = 0.95, epsilon = 1e-8, weightDecay = 0.1, momentum = 0.9, trust = 0.001;
+  std::int64_t step = 1;  ///< 1-based, for Adam's bias correction
+  double clip = 1;        ///< the factor the gradients are scaled by (global-norm clipping)
+};
+
+/// One optimizer step on a shard: weights `p` (fp32, updated in place), gradients `g`, moments `m`
+/// and `v` (LARS uses `m` only). `norms` gives each element the norm of its whole parameter.
+void optimizerStep(const OptimizerSettings& o, torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v,
+                   const OptimizerSettings::Norms& norms);
+
+/// Model states by ZeRO stage (data-parallel degree dp > 1; with dp 1 every stage is stage 0):
+/// - 0: every rank holds everything; gradients all-reduced in buckets after the step's backwards.
+/// - 1: the fp32 master weights and the optimizer moments are split into dp shards; each rank steps
+///      its shard and all-gathers the updated weights (Megatron's distributed optimizer).
+/// - 2: also the gradients: each unit's gradients are reduce-scattered as its backward ends, into an
+///      fp32 shard; no full gradient buffer exists.
+/// - 3: also the weights: a unit's weights are all-gathered just before its forward and its backward
+///      and released after them (FSDP); with pipeline parallelism they stay gathered from the first
+///      micro-batch to the end of the step (no reshard between micro-batches, as torchtitan does).
+/// Shards: with stage 0 and 1 the whole flat buffer is split in dp contiguous parts; with 2 and 3 each
+/// unit (padded to a multiple of dp) is, and a rank's shard is its part of every unit, in unit order.
+class ModelState final {
+ public:
+  struct Config {
+    int zeroStage = 0;
+    std::int64_t dp = 1;
+    bool mixed = false;               ///< bf16 compute copies beside fp32 masters
+    bool reshardAfterForward = true;  ///< ZeRO-3 releases weights between forward and backward
+    torch::Device device = torch::kCPU;
+  };
+  /// Lays out every parameter of `chunks` (their initial values copied in) and, under ZeRO-2/3, becomes
+  /// their unit hooks. `groups` must outlive the state.
+  ModelState(const std::vector<Chunk*>& chunks, const Config& config, Groups& groups);
+  ~ModelState();
+  ModelState(const ModelState&) = delete;
+  ModelState& operator=(const ModelState&) = delete;
+
+  [[nodiscard]] const std::vector<Slot>& slots() const { return m_slots; }
+  [[nodiscard]] int zeroStage() const { return m_cfg.zeroStage; }
+
+  void beginStep();
+  /// After each backward: bf16 gradients (stages 0 and 1) added into the fp32 ones.
+  void afterBackward();
+  /// After the step's backwards: the tied-embedding, sequence-parallel and data-parallel reductions
+  /// (averaged over dp); returns the global gradient norm (every parameter once).
+  double reduceGradients(std::int64_t bucketBytes, bool tiedAcrossStages);
+  /// The optimizer step on this rank's shard, then the weights the next forward reads.
+  void step(const OptimizerSettings& o);
+  /// Releases what ZeRO-3 kept gathered across micro-batches.
+  void endStep();
+
+  /// Checkpoints (collective over the data-parallel group): fp32 weights and the two optimizer
+  /// moments in the full flat layout; `load` takes the same and keeps this rank's shard.
+  [[nodiscard]] std::array<torch::Tensor, 3> gatherFull();
+  void load(const torch::Tensor& master, const torch::Tensor& m, const torch::Tensor& v);
+  [[nodiscard]] std::int64_t flatSize() const { return m_flat; }
+
+  /// Bytes of model states this rank held at most: the persistent buffers plus the largest set of
+  /// gathered units and in-flight gradient buffers seen at once (counted, not sampled).
+  [[nodiscard]] double peakModelStateBytes() const { return m_persistentBytes + m_peakTransient; }
+
+  // Called by the unit hooks and their autograd functions.
+  std::vector<torch::Tensor> bind(int unit);
+  void materialize(int unit);
+  void release(int unit);
+  void reduceUnit(int unit, const std::vector<torch::Tensor>& grads);
+  [[nodiscard]] bool reshards() const { return m_cfg.zeroStage == 3 && m_cfg.reshardAfterForward; }
+
+ private:
+  struct Unit;
+  class Hooks;
+  [[nodiscard]] torch::Tensor toShard(const torch::Tensor& full) const;
+  [[nodiscard]] torch::Tensor fromShards(const torch::Tensor& shard) const;
+  void transient(double bytes);
+  /// Per element of the shard: the L2 norm of the whole parameter it belongs to (over its shards and
+  /// tensor-parallel parts), for LAMB's and LARS's trust ratios.
+  [[nodiscard]] torch::Tensor parameterNorms(const torch::Tensor& shardValues);
+  [[nodiscard]] double gradNormSquared(const torch::Tensor& grads, bool sharded) const;
+
+  Config m_cfg;
+  Groups& m_g;
+  torch::Dtype m_compute = torch::kFloat32;
+  std::vector<Slot> m_slots;
+  std::vector<std::unique_ptr<Unit>> m_units;
+  std::vector<std::unique_ptr<Hooks>> m_hooks;
+  std::vector<std::pair<std::int64_t, std::int64_t>> m_ranges;  ///< (offset, numel) split over dp
+  std::int64_t m_flat = 0, m_shard = 0;
+  int m_ways = 1, m_way = 0;  ///< shards and this rank's (1 and 0 at stage 0)
+  torch::Tensor m_weights;     ///< stages 0-2: the compute copy every parameter views
+  torch::Tensor m_master;      ///< fp32: the full buffer (stage 0, the weights themselves in fp32) or this rank's shard
+  torch::Tensor m_grads, m_gradsCompute;  ///< stages 0-1: full gradients (fp32, and bf16 when mixed)
+  torch::Tensor m_gradShard;              ///< stages 2-3: this rank's reduced gradients
+  torch::Tensor m_m, m_v, m_denominator;  ///< optimizer moments on the shard
+  torch::Tensor m_countMask, m_spMask;    ///< on the shard (stages 2-3): counted in the norm; sequence-parallel partial
+  torch::Tensor m_segments;               ///< on the shard: the slot of each element (padding: slots().size())
+  torch::Tensor m_tpSummed;               ///< per slot: 1 where its norm sums over the tensor-parallel group
+  double m_persistentBytes = 0, m_transient = 0, m_peakTransient = 0;
+};
+
+}  // namespace colo::executor::detail

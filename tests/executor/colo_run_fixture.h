@@ -1,0 +1,77 @@
+#pragma once
+// The colo-run test fixture: real ranks joined by c10d Gloo on this machine, plans made as a user makes
+// them (colo-plan evaluate ... --out), losses compared with one process.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "colo/core/json.h"
+#include "core/test_support.h"
+
+namespace colo {
+
+// Processes (other than this one) whose command line contains `text`.
+inline int processesNaming(const std::string& text) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string pid = entry.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos || std::stoi(pid) == getpid()) continue;
+    std::ifstream in(entry.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (cmdline.find(text) != std::string::npos) ++count;
+  }
+  return count;
+}
+
+class ColoRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(std::string(COLO_BIN_DIR) + "/colo-run")) GTEST_SKIP() << "colo-run is not built (no LibTorch)";
+    auto prepared = test::runProgram("colo-run", "prepare " + test::dataFile("corpus/declaration.txt") + " --out " + data());
+    ASSERT_EQ(prepared.exitCode, 0) << prepared.err;
+  }
+  std::string data() { return m_dir.path("declaration.u16"); }
+  // A plan made as a user makes one: colo-plan evaluate ... --out.
+  std::string plan(const std::string& name, const std::string& model, const std::string& options) {
+    const std::string file = m_dir.path(name + ".json");
+    const std::string precision = options.find("--precision") == std::string::npos ? "--precision fp32 " : "";
+    auto r = test::runProgram("colo-plan", "evaluate --model " + model + " --cluster localhost-cpu --mbs 2 --gbs 8 --seq-len 32 " +
+                                           precision + options + " --out " + file);
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+    return file;
+  }
+  Json train(const std::string& planFile, const std::string& extra = "", int expectExit = 0) {
+    auto r = test::runProgram("colo-run", planFile + " --data " + data() + " --threads 1 --json " + extra);
+    EXPECT_EQ(r.exitCode, expectExit) << r.err;
+    if (r.exitCode != 0) return Json();
+    return Json::parse(r.out);
+  }
+  static void expectSameLosses(const Json& a, const Json& b, double tolerance) {
+    ASSERT_TRUE(a.contains("losses") && b.contains("losses"));
+    const auto x = a["losses"].get<std::vector<double>>(), y = b["losses"].get<std::vector<double>>();
+    ASSERT_EQ(x.size(), y.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      EXPECT_LE(std::fabs(x[i] - y[i]), tolerance * std::fabs(y[i])) << "step " << i << ": " << x[i] << " vs " << y[i];
+    }
+  }
+  // The layout with and without recompute and ZeRO-1 equals the single process over 20 steps.
+  void equalsOneProcess(const std::string& model, const std::string& layout, const std::string& variant) {
+    const Json single = train(plan("single", model, "--gpus 1"), "--steps 20");
+    const Json plain = train(plan("plain", model, layout), "--steps 20");
+    const Json other = train(plan("variant", model, layout + " " + variant), "--steps 20");
+    expectSameLosses(plain, single, 1e-5);
+    expectSameLosses(other, single, 1e-5);
+    const auto losses = single["losses"].get<std::vector<double>>();
+    EXPECT_LT(losses.back(), losses.front() - 1.0);  // it learns
+  }
+  test::ScratchDir m_dir;
+};
+
+}  // namespace colo
