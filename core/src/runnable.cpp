@@ -38,7 +38,10 @@ Result<void> checkRunnable(const Plan& plan) {
   }
   if (p.cp > 1) return bad("parallel.cp = " + std::to_string(p.cp) + ": context parallelism is not implemented by the executor");
   if (p.ep > 1) return bad("parallel.ep = " + std::to_string(p.ep) + ": expert parallelism is not implemented by the executor");
-  if (plan.schedule == Schedule::kZeroBubble) return bad("schedule zb: the executor runs gpipe, 1f1b and interleaved");
+  if (plan.schedule == Schedule::kZeroBubble && plan.zeroStage >= 2 && p.dp > 1) {
+    return bad("schedule zb with zero_stage " + std::to_string(plan.zeroStage) + ": the executor defers weight gradients "
+               "with ZeRO 0 and 1 only (ZeRO-2/3 reduce-scatter each layer's gradients as its backward ends)");
+  }
   if (plan.offload.optimizerFraction > 0 || plan.offload.paramsFraction > 0) return bad("offload: the executor keeps every state on the device");
   // ZeRO-3 holds exactly FSDP's layout (fp32 shards, 16-bit copies only while a unit is gathered).
   if (plan.execution.fp32Params && plan.precision != DType::kFp32 && plan.zeroStage != 3) {

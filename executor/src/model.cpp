@@ -149,12 +149,53 @@ std::uint64_t hashName(std::uint64_t seed, const std::string& name) {
   return mix(h, seed);
 }
 
-Tensor linear(const Tensor& x, const Tensor& w, const Tensor* b) {
-  Tensor y = torch::matmul(x, w.t());
+// y = x w^T whose backward, while its chunk defers, returns the input gradient only and hands (x, dy,
+// w) to the chunk for the weight gradient later (zero-bubble's split of the backward: Megatron's
+// WeightGradStore). Otherwise both gradients, as autograd's matmul.
+struct DeferredLinear : torch::autograd::Function<DeferredLinear> {
+  static Tensor forward(AutogradContext* ctx, Tensor x, Tensor w, Chunk* chunk) {
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["chunk"] = reinterpret_cast<std::int64_t>(chunk);
+    return torch::matmul(x, w.t());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    auto saved = ctx->get_saved_variables();
+    Chunk* chunk = reinterpret_cast<Chunk*>(ctx->saved_data["chunk"].toInt());
+    const Tensor& x = saved[0];
+    const Tensor& w = saved[1];
+    Tensor dx = torch::matmul(g[0], w);
+    if (chunk->deferring()) {
+      chunk->defer(x, g[0], w);
+      return {dx, Tensor(), Tensor()};
+    }
+    Tensor dw = g[0].reshape({-1, w.size(0)}).t().matmul(x.reshape({-1, w.size(1)}));
+    return {dx, dw, Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor Chunk::linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor* b) {
+  Tensor y = m_deferredLinears && torch::GradMode::is_enabled() ? DeferredLinear::apply(x, w, this) : torch::matmul(x, w.t());
   return b ? y + *b : y;
 }
 
-}  // namespace
+void Chunk::defer(torch::Tensor input, torch::Tensor outputGrad, torch::Tensor weight) {
+  m_deferred[m_deferring].push_back({std::move(input), std::move(outputGrad), std::move(weight)});
+}
+
+void Chunk::weightGradients(std::int64_t microBatch) {
+  auto it = m_deferred.find(microBatch);
+  if (it == m_deferred.end()) return;
+  torch::NoGradGuard noGrad;
+  for (auto& d : it->second) {
+    const Tensor& w = d.weight;
+    Tensor dw = d.outputGrad.reshape({-1, w.size(0)}).t().matmul(d.input.reshape({-1, w.size(1)}));
+    if (!w.grad().defined()) throw std::logic_error("zero-bubble: a deferred weight has no gradient buffer");
+    w.grad().add_(dw);
+  }
+  m_deferred.erase(it);
+}
 
 std::int64_t paddedVocabulary(std::int64_t vocab, int tp) {
   const std::int64_t multiple = 128 * tp;

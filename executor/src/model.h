@@ -79,6 +79,14 @@ class Chunk {
   [[nodiscard]] int units() const { return layerUnit(m_layers); }
   /// ZeRO-2/3: parameters come from `hooks` per unit (nullptr: each parameter is its own leaf).
   void setHooks(UnitHooks* hooks) { m_hooks = hooks; }
+  /// Zero-bubble: while `microBatch` >= 0, the backward of the layers' linear layers computes input
+  /// gradients only and keeps what their weight gradients need; `weightGradients` computes those later.
+  void deferWeightGradients(std::int64_t microBatch) { m_deferring = microBatch; }
+  void weightGradients(std::int64_t microBatch);
+  void useDeferredLinears(bool on) { m_deferredLinears = on; }
+  /// Called by the linear layers' backward (the deferred part of a zero-bubble backward).
+  [[nodiscard]] bool deferring() const { return m_deferring >= 0; }
+  void defer(torch::Tensor input, torch::Tensor outputGrad, torch::Tensor weight);
   /// Drops the closures recompute keeps for backward (call after the step's backward passes).
   void endStep() { m_live.clear(); }
 
@@ -87,6 +95,7 @@ class Chunk {
   Param& add(const std::string& name, std::vector<std::int64_t> fullShape, int shardDim, char init, bool tpReplicated,
              bool spPartial);
   torch::Tensor& p(const std::string& name);
+  torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor* b);
   void use(int unit);  // binds the unit's parameters (hooks) before its forward
   torch::Tensor done(int unit, const torch::Tensor& out) { return m_hooks ? m_hooks->leave(unit, out) : out; }
   torch::Tensor layer(std::int64_t index, const torch::Tensor& h, const ForwardContext& context, bool selective);
@@ -102,6 +111,12 @@ class Chunk {
   StagePlan m_recompute;
   std::vector<Param> m_params;
   UnitHooks* m_hooks = nullptr;
+  bool m_deferredLinears = false;
+  std::int64_t m_deferring = -1;
+  struct Deferred {
+    torch::Tensor input, outputGrad, weight;
+  };
+  std::map<std::int64_t, std::vector<Deferred>> m_deferred;  // by micro-batch
   int m_addingUnit = kInUnit;
   std::map<std::string, std::size_t> m_index;
   std::deque<Fn> m_live;

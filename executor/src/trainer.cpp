@@ -255,6 +255,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     cfg.tpComm = g.tp.get();
     cfg.seed = o.seed;
     auto mine = buildChunks(plan, cfg, g.ppRank);
+    for (auto& [c, chunk] : mine) chunk->useDeferredLinears(plan.schedule == Schedule::kZeroBubble);
     const std::int64_t pp = par.pp, chunks = pp * par.virtualStages, dp = par.dp;
 
     // The model states under the plan's ZeRO stage; bf16 plans compute with bf16 copies of fp32 masters.
@@ -339,7 +340,14 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
             sends.push_back(timed(libtorch, [&] { return g.pp->send(send, static_cast<int>((c + 1) % pp), tagOf(c, j, false)); }));
           }
           live[{c, j}] = {input, out};
+        } else if (e.kind == costmodel::TaskKind::kBackwardWeight) {
+          // Zero-bubble: the weight gradients this micro-batch's input backward left for later.
+          timed(libtorch, [&] {
+            chunk.weightGradients(j);
+            state.afterBackward();
+          });
         } else {
+          chunk.deferWeightGradients(e.kind == costmodel::TaskKind::kBackwardInput ? j : -1);
           auto& [input, out] = live.at({c, j});
           if (c == chunks - 1) {
             timed(libtorch, [&] { torch::autograd::backward({out / static_cast<double>(mLocal)}); });
@@ -355,6 +363,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
             sends.push_back(timed(libtorch, [&] { return g.pp->send(send, static_cast<int>((c - 1) % pp), tagOf(c - 1, j, true)); }));
           }
           live.erase({c, j});
+          chunk.deferWeightGradients(-1);
           timed(libtorch, [&] { state.afterBackward(); });
         }
       }

@@ -126,9 +126,9 @@ TEST_F(ColoRun, BadInputIsRefusedBeforeAnyRankStarts) {
   auto nproc = test::runProgram("colo-run", file + " --data " + data() + " --nproc-per-node 2");
   EXPECT_EQ(nproc.exitCode, 2);
   EXPECT_NE(nproc.err.find("torchrun"), std::string::npos) << nproc.err;
-  auto zb = test::runProgram("colo-run", plan("zb", "tiny-gpt", "--gpus 2 --pp 2 --schedule zb") + " --data " + data());
-  EXPECT_EQ(zb.exitCode, 2);
-  EXPECT_NE(zb.err.find("schedule zb"), std::string::npos) << zb.err;
+  auto cp = test::runProgram("colo-run", plan("cp", "tiny-gpt", "--gpus 2 --cp 2") + " --data " + data());
+  EXPECT_EQ(cp.exitCode, 2);
+  EXPECT_NE(cp.err.find("parallel.cp = 2"), std::string::npos) << cp.err;
   auto noData = test::runProgram("colo-run", file + " --data " + m_dir.path("none.u16"));
   EXPECT_EQ(noData.exitCode, 2);
   EXPECT_NE(noData.err.find("none.u16"), std::string::npos);

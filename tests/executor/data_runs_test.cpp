@@ -262,7 +262,11 @@ TEST(CheckExecutable, NamesWhatTheExecutorCannotRun) {
   EXPECT_NE(wrongWorld.error().message.find("= 4 processes, the job has 3"), std::string::npos) << wrongWorld.error().message;
   Plan zb = tinyPlan("tiny-gpt", 1, 2, 1);
   zb.schedule = Schedule::kZeroBubble;
-  EXPECT_NE(checkExecutable(zb, 2, "gloo").error().message.find("schedule zb"), std::string::npos);
+  EXPECT_TRUE(checkExecutable(zb, 2, "gloo"));
+  Plan zbSharded = tinyPlan("tiny-gpt", 1, 2, 2);
+  zbSharded.schedule = Schedule::kZeroBubble;
+  zbSharded.zeroStage = 2;
+  EXPECT_NE(checkExecutable(zbSharded, 4, "gloo").error().message.find("schedule zb with zero_stage 2"), std::string::npos);
   Plan zero3 = tinyPlan("tiny-gpt", 1, 1, 2);
   zero3.zeroStage = 3;
   EXPECT_TRUE(checkExecutable(zero3, 2, "gloo"));  // ZeRO 0-3 all run
@@ -272,7 +276,7 @@ TEST(CheckExecutable, NamesWhatTheExecutorCannotRun) {
   cp.parallel.cp = 2;
   EXPECT_NE(checkExecutable(cp, 2, "gloo").error().message.find("parallel.cp = 2"), std::string::npos);
   // The executor and the planner read one list.
-  EXPECT_FALSE(runnable(zb));
+  EXPECT_FALSE(runnable(zbSharded));
   EXPECT_TRUE(runnable(tinyPlan("tiny-gpt", 2, 1, 2)));
   Plan perOp = tinyPlan("tiny-gpt", 1, 2, 1);
   perOp.stages[1].recompute = RecomputePolicy::kOp;
