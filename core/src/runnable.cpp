@@ -36,7 +36,16 @@ Result<void> checkRunnable(const Plan& plan) {
     return bad("precision " + toString(plan.precision) + ": the executor trains in fp32 or bf16 mixed precision (fp16 needs loss "
                "scaling, fp8 a scaling recipe; neither is implemented)");
   }
-  if (p.cp > 1) return bad("parallel.cp = " + std::to_string(p.cp) + ": context parallelism is not implemented by the executor");
+  if (p.cp > 1) {
+    if (plan.execution.cpCommType != CpCommType::kP2p) {
+      return bad("execution.cp_comm_type = " + toString(plan.execution.cpCommType) + ": the executor's context parallelism is the p2p ring");
+    }
+    if (m.dropout > 0) return bad("model " + m.name + ": dropout with context parallelism (cp " + std::to_string(p.cp) + ") is not implemented by the executor");
+    if (p.sequenceParallel && (plan.seqLen / p.cp) % p.tp != 0) {
+      return bad("batch.seq_len = " + std::to_string(plan.seqLen) + ": with cp " + std::to_string(p.cp) + " and sequence parallelism each rank's " +
+                 std::to_string(plan.seqLen / p.cp) + " tokens must divide by tp " + std::to_string(p.tp));
+    }
+  }
   if (p.ep > 1) return bad("parallel.ep = " + std::to_string(p.ep) + ": expert parallelism is not implemented by the executor");
   if (plan.schedule == Schedule::kZeroBubble && plan.zeroStage >= 2 && p.dp > 1) {
     return bad("schedule zb with zero_stage " + std::to_string(plan.zeroStage) + ": the executor defers weight gradients "

@@ -1,5 +1,6 @@
 #include "comm.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "colo/core/rank_layout.h"
@@ -130,6 +131,20 @@ Result<Groups> makeGroups(const WorldInfo& world, const Parallelism& parallel, b
     g.tp = make("tp", along("tp"));
     g.dp = make("dp", along("dp"));
     g.pp = make("pp", along("pp"));
+    g.cp = make("cp", along("cp"));
+    // dp x cp, in rank order: the members that differ from this rank only along dp or cp.
+    std::vector<std::int64_t> dpCp;
+    RankCoordinates c = me;
+    for (std::int64_t d = 0; d < parallel.dp; ++d) {
+      for (std::int64_t k = 0; k < parallel.cp; ++k) {
+        c.along("dp") = d;
+        c.along("cp") = k;
+        dpCp.push_back(rankOf(c, parallel));
+      }
+    }
+    std::sort(dpCp.begin(), dpCp.end());
+    g.dpCp = make("dpcp", dpCp);
+    g.cpRank = static_cast<int>(me.cp);
     g.tpRank = static_cast<int>(me.tp);
     g.dpRank = static_cast<int>(me.dp);
     g.ppRank = static_cast<int>(me.pp);

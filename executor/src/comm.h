@@ -40,9 +40,10 @@ class Comm {
 
 /// The groups of one rank under a plan's parallel layout.
 struct Groups {
-  std::unique_ptr<Comm> world, tp, dp, pp;
+  std::unique_ptr<Comm> world, tp, dp, pp, cp;
+  std::unique_ptr<Comm> dpCp;       ///< dp x cp: gradients are averaged and ZeRO shards split over it (Megatron's)
   std::unique_ptr<Comm> embedding;  ///< first and last pipeline stage (tied embeddings with pp > 1)
-  int tpRank = 0, dpRank = 0, ppRank = 0;
+  int tpRank = 0, dpRank = 0, ppRank = 0, cpRank = 0;
 };
 
 /// Connects to the job's TCPStore and creates this rank's groups (every rank must call it).

@@ -3,6 +3,7 @@
 // the loss are split along the vocabulary. With sequence parallelism the reductions become reduce-
 // scatters along the sequence and the column-parallel inputs all-gathers.
 #include "model.h"
+#include "ring_attention.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -253,11 +254,12 @@ Chunk::Chunk(const ModelConfig& config, std::int64_t firstLayer, std::int64_t la
       add("head.weight", {m_cfg.paddedVocab, h}, 0, 'n', false, false);
     }
   }
+  m_positions = contextParallelPositions(m_cfg.seqLen, m_cfg.cp, m_cfg.cpRank);
   if (s.positionEmbedding == PositionEmbedding::kRope) {
     std::int64_t rotary = static_cast<std::int64_t>(std::llround(static_cast<double>(hd) * s.rotaryFraction));
     rotary -= rotary % 2;
     auto inv = torch::pow(10000.0, -torch::arange(0, rotary, 2, torch::kFloat64) / static_cast<double>(rotary));
-    auto angles = torch::outer(torch::arange(m_cfg.seqLen, torch::kFloat64), inv);
+    auto angles = torch::outer(m_positions.to(torch::kFloat64), inv);
     auto both = torch::cat({angles, angles}, -1);
     m_cos = both.cos().to(torch::kFloat32).to(m_cfg.device);
     m_sin = both.sin().to(torch::kFloat32).to(m_cfg.device);
@@ -334,6 +336,9 @@ torch::Tensor Chunk::attentionCore(const torch::Tensor& q, const torch::Tensor& 
   Tensor qh = q.permute({0, 2, 1, 3});
   Tensor kh = k.permute({0, 2, 1, 3});
   Tensor vh = v.permute({0, 2, 1, 3});
+  if (m_cfg.cp > 1) {
+    return ringAttention(qh, kh, vh, m_cfg.cpComm, m_cfg.seqLen).permute({0, 2, 1, 3}).reshape({q.size(0), s, heads * d});
+  }
   if (kvHeads != heads) {
     kh = kh.repeat_interleave(heads / kvHeads, 1);
     vh = vh.repeat_interleave(heads / kvHeads, 1);
@@ -426,7 +431,7 @@ torch::Tensor Chunk::forward(const torch::Tensor& input, const torch::Tensor& la
     if (s.positionEmbedding == PositionEmbedding::kLearned) {
       const std::int64_t n = h.size(1);
       const std::int64_t offset = sp ? m_cfg.tpRank * n : 0;
-      h = h + p("embedding.position").narrow(0, offset, n).unsqueeze(0);
+      h = h + p("embedding.position").index_select(0, m_positions.narrow(0, offset, n)).unsqueeze(0);
     }
     h = dropout(h, -1, 0, context);
     h = done(kInUnit, h);

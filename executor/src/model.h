@@ -50,6 +50,8 @@ struct ModelConfig {
   int tp = 1, tpRank = 0;
   bool sequenceParallel = false;
   Comm* tpComm = nullptr;
+  int cp = 1, cpRank = 0;  ///< context parallelism: this rank holds two chunks of the sequence
+  Comm* cpComm = nullptr;
   torch::Device device = torch::kCPU;
   torch::Dtype dtype = torch::kFloat32;
   std::uint64_t seed = 0;
@@ -120,7 +122,8 @@ class Chunk {
   int m_addingUnit = kInUnit;
   std::map<std::string, std::size_t> m_index;
   std::deque<Fn> m_live;
-  torch::Tensor m_cos, m_sin;  // rotary tables [s, rotary dims]
+  torch::Tensor m_cos, m_sin;  // rotary tables [local s, rotary dims], at this rank's positions
+  torch::Tensor m_positions;   // global positions of this rank's tokens (context parallelism)
 };
 
 }  // namespace colo::executor::detail

@@ -109,7 +109,7 @@ ModelState::ModelState(const std::vector<Chunk*>& chunks, const Config& config, 
   const auto dp = m_cfg.dp;
   m_compute = m_cfg.mixed ? torch::kBFloat16 : torch::kFloat32;
   m_ways = stage >= 1 ? static_cast<int>(dp) : 1;
-  m_way = stage >= 1 ? m_g.dpRank : 0;
+  m_way = stage >= 1 ? m_g.dpCp->rank() : 0;
   const bool perUnit = stage >= 2;
 
   // Layout: chunk by chunk, unit by unit; with ZeRO-2/3 each unit padded to a multiple of dp.
@@ -204,7 +204,7 @@ Tensor ModelState::toShard(const Tensor& full) const {
 
 Tensor ModelState::fromShards(const Tensor& shard) const {
   if (m_ways == 1) return shard;
-  Tensor all = m_g.dp->allGather(shard.contiguous(), 0);  // [ways * shard], rank after rank
+  Tensor all = m_g.dpCp->allGather(shard.contiguous(), 0);  // [ways * shard], rank after rank
   if (m_ranges.size() == 1) return all;
   Tensor full = torch::zeros({m_flat}, shard.options());
   std::int64_t at = 0;
@@ -236,7 +236,7 @@ void ModelState::materialize(int unit) {
   if (m_cfg.zeroStage != 3 || u.live) return;
   torch::NoGradGuard noGrad;
   const std::int64_t part = u.numel / m_ways;
-  Tensor gathered = m_g.dp->allGather(m_master.narrow(0, u.shardOffset, part).contiguous(), 0);
+  Tensor gathered = m_g.dpCp->allGather(m_master.narrow(0, u.shardOffset, part).contiguous(), 0);
   allocateStorage(u.storage, u.numel);
   alias(u.storage, 0, {u.numel}).copy_(gathered);
   u.live = true;
@@ -261,7 +261,7 @@ void ModelState::reduceUnit(int unit, const std::vector<Tensor>& grads) {
     const Slot& s = m_slots[u.slots[k]];
     flat.narrow(0, s.offset - u.offset, s.numel).copy_(grads[k].reshape({-1}));
   }
-  Tensor mine = m_g.dp->reduceScatter(flat);
+  Tensor mine = m_g.dpCp->reduceScatter(flat);
   m_gradShard.narrow(0, u.shardOffset, u.numel / m_ways).add_(mine);
   m_transient -= bytesOf(flat);
 }
@@ -303,7 +303,7 @@ double ModelState::reduceGradients(std::int64_t bucketBytes, bool tiedAcrossStag
       std::vector<Tensor> buckets;
       for (std::int64_t at = 0; at < m_flat; at += bucket) {
         buckets.push_back(m_grads.narrow(0, at, std::min(bucket, m_flat - at)));
-        works.push_back(m_g.dp->allReduceAsync(buckets.back()));
+        works.push_back(m_g.dpCp->allReduceAsync(buckets.back()));
       }
       for (auto& work : works) work->wait();
       m_grads.div_(dp);
@@ -370,7 +370,7 @@ Tensor ModelState::parameterNorms(const Tensor& values) {
   }
   Tensor sums = torch::zeros({slots + 1}, values.options().dtype(torch::kFloat64));
   sums.index_add_(0, m_segments, values.to(torch::kFloat64).pow(2));
-  if (m_ways > 1) m_g.dp->allReduce(sums);
+  if (m_ways > 1) m_g.dpCp->allReduce(sums);
   Tensor parts = sums * m_tpSummed;
   m_g.tp->allReduce(parts);
   Tensor total = parts + sums * (1.0 - m_tpSummed);

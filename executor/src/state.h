@@ -49,7 +49,7 @@ class ModelState final {
  public:
   struct Config {
     int zeroStage = 0;
-    std::int64_t dp = 1;
+    std::int64_t dp = 1;  ///< the ranks gradients are averaged over: dp x cp (Groups::dpCp)
     bool mixed = false;               ///< bf16 compute copies beside fp32 masters
     bool reshardAfterForward = true;  ///< ZeRO-3 releases weights between forward and backward
     torch::Device device = torch::kCPU;

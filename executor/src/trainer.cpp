@@ -25,6 +25,7 @@
 #include "checkpoint.h"
 #include "comm.h"
 #include "model.h"
+#include "ring_attention.h"
 #include "state.h"
 
 namespace colo::executor {
@@ -157,7 +158,7 @@ Result<void> checkpoint(const RunOptions& o, const Plan& plan, detail::Groups& g
                         detail::ModelState& state, std::string& lastCheckpoint) {
   const std::string dir = o.checkpointDir + "/" + detail::stepDir(step);
   auto full = state.gatherFull();
-  if (g.dpRank == 0) {
+  if (g.dpCp->rank() == 0) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) return fail(Error::io("cannot create: " + ec.message(), dir));
@@ -253,6 +254,9 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     cfg.tpRank = g.tpRank;
     cfg.sequenceParallel = par.sequenceParallel;
     cfg.tpComm = g.tp.get();
+    cfg.cp = static_cast<int>(par.cp);
+    cfg.cpRank = g.cpRank;
+    cfg.cpComm = g.cp.get();
     cfg.seed = o.seed;
     auto mine = buildChunks(plan, cfg, g.ppRank);
     for (auto& [c, chunk] : mine) chunk->useDeferredLinears(plan.schedule == Schedule::kZeroBubble);
@@ -265,7 +269,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     for (auto& [c, chunk] : mine) chunkList.push_back(chunk.get());
     detail::ModelState::Config stateConfig;
     stateConfig.zeroStage = plan.zeroStage;
-    stateConfig.dp = dp;
+    stateConfig.dp = dp * par.cp;
     stateConfig.mixed = mixed;
     stateConfig.reshardAfterForward = pp == 1;
     detail::ModelState state(chunkList, stateConfig, g);
@@ -294,7 +298,9 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
 
     const std::int64_t seq = plan.seqLen;
     const bool sp = par.sequenceParallel && par.tp > 1;
-    const std::int64_t seqLocal = sp ? seq / par.tp : seq;
+    // Context parallelism: this rank's tokens are two chunks of the sequence (ring_attention.h).
+    const Tensor positions = detail::contextParallelPositions(seq, static_cast<int>(par.cp), g.cpRank);
+    const std::int64_t seqLocal = (sp ? seq / par.tp : seq) / par.cp;
     const std::int64_t hidden = spec.hiddenSize;
     double libtorch = 0;
     const auto runStart = Clock::now();
@@ -324,8 +330,8 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
           Tensor input, labels;
           if (c == 0 || c == chunks - 1) {
             Tensor t = tokens(j);
-            input = t.narrow(1, 0, seq);
-            labels = t.narrow(1, 1, seq);
+            input = t.narrow(1, 0, seq).index_select(1, positions);
+            labels = t.narrow(1, 1, seq).index_select(1, positions);
           }
           if (c > 0) {
             input = torch::empty({mbs, seqLocal, hidden}, compute);
@@ -389,7 +395,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       Tensor loss = torch::zeros({1}, torch::kFloat64);
       if (mine.contains(chunks - 1) && g.tpRank == 0) loss += lossSum;
       timed(libtorch, [&] { g.world->allReduce(loss); });
-      const double stepLoss = loss.item<double>() / static_cast<double>(mLocal * dp);
+      const double stepLoss = loss.item<double>() / static_cast<double>(mLocal * dp * par.cp);  // each cp rank: its tokens' mean
       const double seconds = since(stepStart);
       result.losses.push_back(stepLoss);
       result.stepSeconds.push_back(seconds);

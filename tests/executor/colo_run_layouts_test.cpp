@@ -85,6 +85,34 @@ TEST_F(ColoRun, ZeroThreeCheckpointsResumeExactlyAndReshardIntoOtherPlans) {
   for (std::size_t i = 0; i < 3; ++i) EXPECT_NEAR(next[i], all[3 + i], 1e-5 * all[3 + i]) << "step " << 3 + i;
 }
 
+TEST_F(ColoRun, ContextParallelRingTrainsLikeOneProcess) {
+  // Ring attention over the cp group with Megatron's load-balanced split (two chunks per rank), with
+  // tp and sequence parallelism (rotary and learned positions), ZeRO-3 over dp x cp, four ranks in the ring.
+  for (const std::string model : {"tiny-llama", "tiny-gpt"}) {
+    const Json single = train(plan("single", model, "--gpus 1"), "--steps 20");
+    std::vector<std::string> layouts{"--gpus 4 --tp 2 --cp 2 --sp"};
+    if (model == "tiny-llama") {
+      layouts.insert(layouts.end(), {"--gpus 2 --cp 2", "--gpus 4 --cp 2 --dp 2 --zero 3", "--gpus 4 --cp 4 --recompute full"});
+    }
+    for (const std::string& layout : layouts) {
+      SCOPED_TRACE(model + " " + layout);
+      expectSameLosses(train(plan("cp", model, layout), "--steps 20"), single, 1e-5);
+    }
+  }
+  // A cp checkpoint resumes under a plan without cp.
+  const std::string ckpt = m_dir.path("ckpt");
+  const Json straight = train(plan("tp2cp2", "tiny-llama", "--gpus 4 --tp 2 --cp 2 --sp"), "--steps 4 --checkpoint-every 2 --checkpoint-dir " + ckpt);
+  std::filesystem::remove_all(ckpt + "/step-00000004");
+  {
+    std::ofstream latest(ckpt + "/latest", std::ios::trunc);
+    latest << "step-00000002\n";
+  }
+  const Json moved = train(plan("dp2", "tiny-llama", "--gpus 2 --dp 2"), "--steps 4 --resume --checkpoint-dir " + ckpt);
+  const auto all = straight["losses"].get<std::vector<double>>(), tail = moved["losses"].get<std::vector<double>>();
+  ASSERT_EQ(tail.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) EXPECT_NEAR(tail[i], all[2 + i], 1e-5 * all[2 + i]);
+}
+
 TEST_F(ColoRun, ZeroBubbleTrainsLikeOneProcess) {
   // ZB-H1: each backward split into the input gradient (sent upstream at once) and the weight gradient
   // (run later, where the schedule has a bubble), in the simulator's order.
@@ -117,17 +145,15 @@ TEST_F(ColoRun, SearchRanksOnlyRunnablePlansForColoRunAndSaysWhatItCannotRun) {
   auto moe = test::runProgram("colo-plan", "search --model mixtral-8x7b --cluster dgx-h100-x64 --gbs 512 --quiet --runnable");
   EXPECT_EQ(moe.exitCode, 2);
   EXPECT_NE(moe.err.find("mixture-of-experts"), std::string::npos) << moe.err;
-  // With --out and a model colo-run trains, the saved plan is one it runs: context parallelism is not
-  // (yet), so a search held to cp 2 finds nothing and says how to rank plans for other tools.
-  const std::string file = m_dir.path("cp.json");
-  const std::string cp2 = "search --model tiny-llama --cluster localhost-cpu --gpus 4 --gbs 8 --seq-len 8192 --precision fp32 "
-                          "--fix cp=2 --quiet ";
-  auto held = test::runProgram("colo-plan", cp2 + "--out " + file);
-  EXPECT_NE(held.out.find("no plan colo-run executes fits"), std::string::npos) << held.out;
-  EXPECT_NE(held.out.find("--any"), std::string::npos) << held.out;
-  auto any = test::runProgram("colo-plan", cp2 + "--any --out " + file);
-  ASSERT_EQ(any.exitCode, 0) << any.err;
-  EXPECT_EQ(test::loadJson(file)["parallel"]["cp"], 2);
+  // With --out and a model colo-run trains, the saved plan is one it runs: zero-bubble with ZeRO-2 on
+  // two data-parallel ranks is not (--any ranks it first here).
+  const std::string file = m_dir.path("zb.json");
+  const std::string held = "search --model tiny-gpt --cluster localhost-cpu --gpus 4 --gbs 8 --seq-len 32 --precision fp32 "
+                           "--fix pp=2,zero=2,dp=2 --zero-bubble --quiet --out " + file;
+  ASSERT_EQ(test::runProgram("colo-plan", held).exitCode, 0);
+  EXPECT_NE(test::loadJson(file)["schedule"], "zb");
+  ASSERT_EQ(test::runProgram("colo-plan", held + " --any").exitCode, 0);
+  EXPECT_EQ(test::loadJson(file)["schedule"], "zb");
 }
 
 }  // namespace

@@ -126,9 +126,9 @@ TEST_F(ColoRun, BadInputIsRefusedBeforeAnyRankStarts) {
   auto nproc = test::runProgram("colo-run", file + " --data " + data() + " --nproc-per-node 2");
   EXPECT_EQ(nproc.exitCode, 2);
   EXPECT_NE(nproc.err.find("torchrun"), std::string::npos) << nproc.err;
-  auto cp = test::runProgram("colo-run", plan("cp", "tiny-gpt", "--gpus 2 --cp 2") + " --data " + data());
-  EXPECT_EQ(cp.exitCode, 2);
-  EXPECT_NE(cp.err.find("parallel.cp = 2"), std::string::npos) << cp.err;
+  auto offload = test::runProgram("colo-run", plan("offload", "tiny-gpt", "--gpus 2 --dp 2 --zero 1 --offload-optimizer 0.5") + " --data " + data());
+  EXPECT_EQ(offload.exitCode, 2);
+  EXPECT_NE(offload.err.find("offload"), std::string::npos) << offload.err;
   auto noData = test::runProgram("colo-run", file + " --data " + m_dir.path("none.u16"));
   EXPECT_EQ(noData.exitCode, 2);
   EXPECT_NE(noData.err.find("none.u16"), std::string::npos);

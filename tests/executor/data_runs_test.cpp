@@ -274,7 +274,9 @@ TEST(CheckExecutable, NamesWhatTheExecutorCannotRun) {
   EXPECT_NE(checkExecutable(zero3, 2, "gloo").error().message.find("offload"), std::string::npos);
   Plan cp = tinyPlan("tiny-gpt", 1, 1, 1);
   cp.parallel.cp = 2;
-  EXPECT_NE(checkExecutable(cp, 2, "gloo").error().message.find("parallel.cp = 2"), std::string::npos);
+  EXPECT_TRUE(checkExecutable(cp, 2, "gloo"));  // the p2p ring
+  cp.execution.cpCommType = CpCommType::kAllToAll;
+  EXPECT_NE(checkExecutable(cp, 2, "gloo").error().message.find("cp_comm_type = a2a"), std::string::npos);
   // The executor and the planner read one list.
   EXPECT_FALSE(runnable(zbSharded));
   EXPECT_TRUE(runnable(tinyPlan("tiny-gpt", 2, 1, 2)));

@@ -1,5 +1,6 @@
 #include "colo/planner/search.h"
 #include "colo/planner/export.h"
+#include "colo/core/runnable.h"
 
 #include <gtest/gtest.h>
 
@@ -27,6 +28,34 @@ class Recorder : public ProgressSink {
   void progress(double fraction, std::string_view) override { fractions.push_back(fraction); }
   std::vector<double> fractions;
 };
+
+TEST(Search, RunnableOnlyKeepsWhatColoRunExecutesAndSaysWhenNothingIsLeft) {
+  auto s = setup("tiny-llama", "localhost-cpu", 4);
+  SearchOptions o;
+  o.globalBatchSize = 8;
+  o.seqLen = 8192;
+  o.precision = DType::kFp32;
+  o.runnableOnly = true;
+  o.allowZeroBubble = true;
+  auto r = search(s.model, s.cluster, o);
+  ASSERT_TRUE(r) << r.error().toString();
+  ASSERT_TRUE(r->feasible()) << r->infeasibleReason;
+  for (const auto& c : r->top) EXPECT_TRUE(runnable(c.plan)) << c.plan.name;
+  // Dropout with context parallelism is not on colo-run's list: held to cp 2, nothing is left.
+  ModelSpec withDropout = *s.model.spec;
+  withDropout.dropout = 0.1;
+  s.model.spec = withDropout;
+  o.fixed = {{"cp", 2}};
+  r = search(s.model, s.cluster, o);
+  ASSERT_TRUE(r) << r.error().toString();
+  EXPECT_FALSE(r->feasible());
+  EXPECT_NE(r->infeasibleReason.find("--any"), std::string::npos) << r->infeasibleReason;
+  // A model colo-run cannot train is refused with the reason.
+  const auto moe = setup("mixtral-8x7b", "dgx-h100-x64", 512);
+  auto refused = search(moe.model, moe.cluster, o);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("mixture-of-experts"), std::string::npos);
+}
 
 TEST(Search, FindsAFittingPlanForGpt3OnAThousandGpus) {
   const auto s = setup("gpt3-175b", "dgx-a100-80gb-x128", 1024);
