@@ -51,6 +51,7 @@ std::vector<app::OptionSpec> runOptions() {
           {"warmup", "N", "warm-up steps (default a tenth of --steps, at least 5)"},
           {"momentum", "X", "LARS momentum (default 0.9; the plan's optimizer field chooses LARS)"},
           {"trust-coefficient", "X", "LARS trust coefficient eta (default 0.001)"},
+          {"moe-aux-loss-coeff", "X", "MoE load-balancing loss coefficient (default 0.01, Switch Transformer's)"},
           {"threads", "N", "intra-op threads per rank (default: cores / ranks)"},
           {"timeout", "S", "seconds a collective waits for a missing rank (default 120)"},
           {"compare", "PLAN", "then run this baseline plan of the same model (or \"megatron\": the Megatron-style baseline colo-plan compare uses) and print both side by side"},
@@ -246,7 +247,8 @@ Result<executor::RunOptions> optionsFrom(const app::Args& args, const std::strin
     if (*end != '\0' || o.learningRate <= 0) return fail(Error::badInput("--lr: expected a positive number, got \"" + *lr + "\""));
     o.minLearningRate = o.learningRate / 10;
   }
-  for (const auto& [name, target] : {std::pair<const char*, double*>{"momentum", &o.momentum}, {"trust-coefficient", &o.trustCoefficient}}) {
+  for (const auto& [name, target] : {std::pair<const char*, double*>{"momentum", &o.momentum}, {"trust-coefficient", &o.trustCoefficient},
+                                    {"moe-aux-loss-coeff", &o.moeAuxLossCoeff}}) {
     if (const auto text = args.value(name)) {
       char* end = nullptr;
       *target = std::strtod(text->c_str(), &end);

@@ -11,7 +11,7 @@ Result<void> checkRunnableModel(const Model& model) {
   if (m.architecture != Architecture::kDecoder || m.input != InputKind::kTokens) {
     return bad("model " + m.name + ": the executor trains decoder language models (GPT- and LLaMA-style)");
   }
-  if (m.moe.enabled()) return bad("model " + m.name + ": mixture-of-experts layers are not implemented by the executor");
+
   if (m.mla.enabled()) return bad("model " + m.name + ": multi-head latent attention is not implemented by the executor");
   if (m.positionEmbedding == PositionEmbedding::kAlibi) return bad("model " + m.name + ": ALiBi positions are not implemented by the executor");
   if (m.slidingWindow > 0 || m.attentionChunkSize > 0) {
@@ -36,6 +36,15 @@ Result<void> checkRunnable(const Plan& plan) {
     return bad("precision " + toString(plan.precision) + ": the executor trains in fp32 or bf16 mixed precision (fp16 needs loss "
                "scaling, fp8 a scaling recipe; neither is implemented)");
   }
+  if (m.moe.enabled()) {
+    if (p.cp > 1) return bad("parallel.cp = " + std::to_string(p.cp) + ": the executor's MoE layers run without context parallelism");
+    if (p.etp > 0 && p.etp != p.tp) {
+      return bad("parallel.expert_tp = " + std::to_string(p.etp) + ": the executor splits experts over tp (expert_tp = tp)");
+    }
+    if (m.moe.numExperts % p.ep != 0) {
+      return bad("parallel.ep = " + std::to_string(p.ep) + " must divide the " + std::to_string(m.moe.numExperts) + " experts");
+    }
+  }
   if (p.cp > 1) {
     if (plan.execution.cpCommType != CpCommType::kP2p) {
       return bad("execution.cp_comm_type = " + toString(plan.execution.cpCommType) + ": the executor's context parallelism is the p2p ring");
@@ -46,7 +55,6 @@ Result<void> checkRunnable(const Plan& plan) {
                  std::to_string(plan.seqLen / p.cp) + " tokens must divide by tp " + std::to_string(p.tp));
     }
   }
-  if (p.ep > 1) return bad("parallel.ep = " + std::to_string(p.ep) + ": expert parallelism is not implemented by the executor");
   if (plan.schedule == Schedule::kZeroBubble && plan.zeroStage >= 2 && p.dp > 1) {
     return bad("schedule zb with zero_stage " + std::to_string(plan.zeroStage) + ": the executor defers weight gradients "
                "with ZeRO 0 and 1 only (ZeRO-2/3 reduce-scatter each layer's gradients as its backward ends)");

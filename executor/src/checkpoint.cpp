@@ -18,8 +18,7 @@ std::string stepDir(std::int64_t step) {
   return name;
 }
 
-Result<void> writeShard(const std::string& dir, int rank, const Plan& plan, std::int64_t step, const std::vector<Slot>& slots,
-                        const torch::Tensor& master, const torch::Tensor& m, const torch::Tensor& v) {
+Result<void> writeShard(const std::string& dir, int rank, const Plan& plan, std::int64_t step, const std::vector<ShardPart>& parts) {
   Json params = Json::array();
   const std::string base = dir + "/rank-" + std::to_string(rank);
   const std::string blobTmp = base + ".bin.tmp";
@@ -27,10 +26,11 @@ Result<void> writeShard(const std::string& dir, int rank, const Plan& plan, std:
     std::ofstream out(blobTmp, std::ios::binary | std::ios::trunc);
     if (!out) return fail(Error::io("cannot write", blobTmp));
     std::int64_t at = 0;
-    for (const auto& s : slots) {
-      for (const Tensor* t : {&master, &m, &v}) {
-        Tensor part = t->narrow(0, s.offset, s.numel).to(torch::kCPU, torch::kFloat32).contiguous();
-        out.write(reinterpret_cast<const char*>(part.data_ptr<float>()), static_cast<std::streamsize>(s.numel * 4));
+    for (const auto& part : parts) {
+     for (const auto& s : *part.slots) {
+      for (const Tensor* t : {&part.master, &part.m, &part.v}) {
+        Tensor values = t->narrow(0, s.offset, s.numel).to(torch::kCPU, torch::kFloat32).contiguous();
+        out.write(reinterpret_cast<const char*>(values.data_ptr<float>()), static_cast<std::streamsize>(s.numel * 4));
       }
       params.push_back({{"name", s.param->name},
                         {"full_shape", s.param->fullShape},
@@ -40,6 +40,7 @@ Result<void> writeShard(const std::string& dir, int rank, const Plan& plan, std:
                         {"offset", at},
                         {"numel", s.numel}});
       at += 3 * s.numel;
+     }
     }
     out.flush();
     if (!out) return fail(Error::io("cannot write", blobTmp));

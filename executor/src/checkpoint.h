@@ -17,10 +17,15 @@ namespace colo::executor::detail {
 
 [[nodiscard]] std::string stepDir(std::int64_t step);  ///< step-NNNNNNNN
 
-/// Writes DIR/rank-R.{bin,json} (each to a temporary name, then renamed) from full-layout tensors.
+/// Parameters to write: their slots and the full-layout fp32 weights and moments the slots index.
+struct ShardPart {
+  const std::vector<Slot>* slots = nullptr;
+  torch::Tensor master, m, v;
+};
+
+/// Writes DIR/rank-R.{bin,json} (each to a temporary name, then renamed).
 [[nodiscard]] Result<void> writeShard(const std::string& dir, int rank, const Plan& plan, std::int64_t step,
-                                      const std::vector<Slot>& slots, const torch::Tensor& master, const torch::Tensor& m,
-                                      const torch::Tensor& v);
+                                      const std::vector<ShardPart>& parts);
 
 /// Every shard piece of every parameter in a checkpoint directory.
 struct Piece {

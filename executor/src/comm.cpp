@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <numeric>
 
 #include "colo/core/rank_layout.h"
 
@@ -49,6 +50,42 @@ class GroupComm final : public Comm {
     const std::int64_t part = t.numel() / m_size;
     return t.narrow(0, m_rank * part, part);
   }
+  at::Tensor allToAll(const at::Tensor& t, const std::vector<std::int64_t>& sendRows, const std::vector<std::int64_t>& recvRows) override {
+    if (m_size == 1) return t;
+    if (t.scalar_type() == at::kBFloat16) return allToAll(t.to(at::kFloat), sendRows, recvRows).to(at::kBFloat16);
+    // By point-to-point sends and receives: Gloo's alltoallv mismatches message sizes under load
+    // (pytorch/gloo#334, seen here too), and every member knows every count.
+    at::Tensor in = t.contiguous();
+    std::vector<std::int64_t> shape = in.sizes().vec();
+    shape[0] = std::accumulate(recvRows.begin(), recvRows.end(), std::int64_t{0});
+    at::Tensor out = at::empty(shape, in.options());
+    const int tag = kAllToAllTag + (m_allToAlls++ % 1000);
+    std::vector<at::Tensor> parts;
+    std::vector<WorkPtr> sent;
+    std::int64_t from = 0, to = 0;
+    for (int q = 0; q < m_size; ++q) {
+      const auto rows = sendRows[static_cast<std::size_t>(q)];
+      at::Tensor part = in.narrow(0, from, rows);
+      if (q == m_rank) {
+        out.narrow(0, std::accumulate(recvRows.begin(), recvRows.begin() + q, std::int64_t{0}), rows).copy_(part);
+      } else if (rows > 0) {
+        parts.push_back(part.contiguous());
+        sent.push_back(send(parts.back(), q, tag));
+      }
+      from += rows;
+    }
+    for (int q = 0; q < m_size; ++q) {
+      const auto rows = recvRows[static_cast<std::size_t>(q)];
+      if (q != m_rank && rows > 0) {
+        at::Tensor into = at::empty({rows}, in.options()).resize_(out.narrow(0, to, rows).sizes());
+        recv(into, q, tag);
+        out.narrow(0, to, rows).copy_(into);
+      }
+      to += rows;
+    }
+    for (auto& w : sent) w->wait();
+    return out;
+  }
   WorkPtr send(at::Tensor& t, int dst, int tag) override {
     std::vector<at::Tensor> v{t};
     return m_pg->send(v, dst, tag);
@@ -62,8 +99,10 @@ class GroupComm final : public Comm {
   }
 
  private:
+  static constexpr int kAllToAllTag = 1 << 20;  // clear of the pipeline's send/recv tags
   c10::intrusive_ptr<PG> m_pg;
   int m_rank, m_size;
+  int m_allToAlls = 0;
 };
 
 // A group of one: every collective is the identity.
@@ -75,6 +114,7 @@ class SelfComm final : public Comm {
   WorkPtr allReduceAsync(at::Tensor&) override { return {}; }
   at::Tensor allGather(const at::Tensor& t, std::int64_t) override { return t; }
   at::Tensor reduceScatter(at::Tensor& t) override { return t; }
+  at::Tensor allToAll(const at::Tensor& t, const std::vector<std::int64_t>&, const std::vector<std::int64_t>&) override { return t; }
   WorkPtr send(at::Tensor&, int, int) override { throw std::logic_error("send in a group of one"); }
   void recv(at::Tensor&, int, int) override { throw std::logic_error("recv in a group of one"); }
   void barrier() override {}
@@ -144,6 +184,18 @@ Result<Groups> makeGroups(const WorldInfo& world, const Parallelism& parallel, b
     }
     std::sort(dpCp.begin(), dpCp.end());
     g.dpCp = make("dpcp", dpCp);
+    // Expert parallelism inside dp x cp: ep consecutive members share their tokens; every ep-th member
+    // holds the same experts.
+    const auto mine = static_cast<std::int64_t>(std::find(dpCp.begin(), dpCp.end(), world.rank) - dpCp.begin());
+    const std::int64_t ep = parallel.ep;
+    std::vector<std::int64_t> epMembers, expertDp;
+    for (std::int64_t i = 0; i < static_cast<std::int64_t>(dpCp.size()); ++i) {
+      if (i / ep == mine / ep) epMembers.push_back(dpCp[static_cast<std::size_t>(i)]);
+      if (i % ep == mine % ep) expertDp.push_back(dpCp[static_cast<std::size_t>(i)]);
+    }
+    g.ep = make("ep", epMembers);
+    g.expertDp = make("edp", expertDp);
+    g.epRank = static_cast<int>(mine % ep);
     g.cpRank = static_cast<int>(me.cp);
     g.tpRank = static_cast<int>(me.tp);
     g.dpRank = static_cast<int>(me.dp);

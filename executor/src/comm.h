@@ -33,6 +33,10 @@ class Comm {
   /// The sum over the group of the flat `t` (numel divisible by the size), this member's 1/size of it;
   /// `t` may be overwritten (Gloo reduces it in place).
   [[nodiscard]] virtual at::Tensor reduceScatter(at::Tensor& t) = 0;
+  /// Rows of `t` (dim 0) split by `sendRows` go to the members in order; returns what arrives, split by
+  /// `recvRows` (the counts each member sends this one).
+  [[nodiscard]] virtual at::Tensor allToAll(const at::Tensor& t, const std::vector<std::int64_t>& sendRows,
+                                            const std::vector<std::int64_t>& recvRows) = 0;
   [[nodiscard]] virtual WorkPtr send(at::Tensor& t, int dst, int tag) = 0;
   virtual void recv(at::Tensor& t, int src, int tag) = 0;
   virtual void barrier() = 0;
@@ -42,8 +46,10 @@ class Comm {
 struct Groups {
   std::unique_ptr<Comm> world, tp, dp, pp, cp;
   std::unique_ptr<Comm> dpCp;       ///< dp x cp: gradients are averaged and ZeRO shards split over it (Megatron's)
+  std::unique_ptr<Comm> ep;         ///< expert parallelism: ep consecutive members of dpCp
+  std::unique_ptr<Comm> expertDp;   ///< the dpCp members holding this rank's experts (every ep-th)
   std::unique_ptr<Comm> embedding;  ///< first and last pipeline stage (tied embeddings with pp > 1)
-  int tpRank = 0, dpRank = 0, ppRank = 0, cpRank = 0;
+  int tpRank = 0, dpRank = 0, ppRank = 0, cpRank = 0, epRank = 0;
 };
 
 /// Connects to the job's TCPStore and creates this rank's groups (every rank must call it).

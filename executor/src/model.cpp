@@ -209,7 +209,6 @@ Chunk::Chunk(const ModelConfig& config, std::int64_t firstLayer, std::int64_t la
   const ModelSpec& s = m_cfg.spec;
   const std::int64_t h = s.hiddenSize, hd = s.headSize(), heads = s.numAttentionHeads, kv = s.kvHeads();
   const std::int64_t ffn = s.ffnHiddenSize;
-  const bool gated = s.activation == Activation::kSwiGlu || s.activation == Activation::kGeGlu;
   const bool layerNorm = s.norm == NormKind::kLayerNorm;
   const bool sp = m_cfg.sequenceParallel;
   auto addNorm = [&](const std::string& prefix) {
@@ -237,11 +236,21 @@ Chunk::Chunk(const ModelConfig& config, std::int64_t firstLayer, std::int64_t la
     add(L + "attn.o.weight", {h, heads * hd}, 1, 'o', false, false);
     if (s.attentionOutputBias) add(L + "attn.o.bias", {h}, -1, '0', true, sp);
     addNorm(L + "norm2");
-    if (gated) add(L + "mlp.gate.weight", {ffn, h}, 0, 'n', false, false);
-    add(L + "mlp.up.weight", {ffn, h}, 0, 'n', false, false);
-    if (s.mlpBias) add(L + "mlp.up.bias", {ffn}, 0, '0', false, false);
-    add(L + "mlp.down.weight", {h, ffn}, 1, 'o', false, false);
-    if (s.mlpBias) add(L + "mlp.down.bias", {h}, -1, '0', true, sp);
+    if (!s.moe.isMoeLayer(i)) {
+      addMlp(L + "mlp.", ffn, s.mlpBias);
+      continue;
+    }
+    // Router (every tp rank the same; its gradient a partial sum over tp, as the gates scale each rank's
+    // slice of the experts), the shared expert, and this expert-parallel rank's routed experts.
+    add(L + "moe.router.weight", {s.moe.numExperts, h}, -1, 'n', true, true);
+    if (s.moe.sharedExpertFfnHiddenSize > 0) addMlp(L + "moe.shared.", s.moe.sharedExpertFfnHiddenSize, false);
+    m_addingUnit = expertUnit(i - firstLayer);
+    m_addingExpert = true;
+    const std::int64_t perRank = s.moe.numExperts / m_cfg.ep;
+    for (std::int64_t e = m_cfg.epRank * perRank; e < (m_cfg.epRank + 1) * perRank; ++e) {
+      addMlp(L + "moe.experts." + std::to_string(e) + ".", s.moe.expertFfnHiddenSize > 0 ? s.moe.expertFfnHiddenSize : ffn, false);
+    }
+    m_addingExpert = false;
   }
   m_addingUnit = kOutUnit;
   if (last) {
@@ -286,6 +295,7 @@ Param& Chunk::add(const std::string& name, std::vector<std::int64_t> fullShape, 
   prm.tpReplicated = tpReplicated;
   prm.spPartial = spPartial && m_cfg.tp > 1;
   prm.unit = m_addingUnit;
+  prm.expert = m_addingExpert;
   if (shardDim >= 0 && m_cfg.tp > 1) {
     prm.shardDim = shardDim;
     prm.shardIndex = m_cfg.tpRank;
@@ -301,9 +311,39 @@ Param& Chunk::add(const std::string& name, std::vector<std::int64_t> fullShape, 
 
 torch::Tensor& Chunk::p(const std::string& name) { return m_params[m_index.at(name)].tensor; }
 
+void Chunk::addMlp(const std::string& prefix, std::int64_t ffn, bool biased) {
+  const ModelSpec& s = m_cfg.spec;
+  const std::int64_t h = s.hiddenSize;
+  if (s.activation == Activation::kSwiGlu || s.activation == Activation::kGeGlu) add(prefix + "gate.weight", {ffn, h}, 0, 'n', false, false);
+  add(prefix + "up.weight", {ffn, h}, 0, 'n', false, false);
+  if (biased) add(prefix + "up.bias", {ffn}, 0, '0', false, false);
+  add(prefix + "down.weight", {h, ffn}, 1, 'o', false, false);
+  if (biased) add(prefix + "down.bias", {h}, -1, '0', true, m_cfg.sequenceParallel);
+}
+
+torch::Tensor Chunk::mlp(const std::string& prefix, const torch::Tensor& x) {
+  auto bias = [&](const std::string& name) -> const Tensor* { return m_index.contains(name) ? &p(name) : nullptr; };
+  Tensor up = linear(x, p(prefix + "up.weight"), bias(prefix + "up.bias"));
+  Tensor a;
+  switch (m_cfg.spec.activation) {
+    case Activation::kSwiGlu: a = torch::silu(linear(x, p(prefix + "gate.weight"), nullptr)) * up; break;
+    case Activation::kGeGlu: a = torch::gelu(linear(x, p(prefix + "gate.weight"), nullptr)) * up; break;
+    case Activation::kRelu: a = torch::relu(up); break;
+    case Activation::kSilu: a = torch::silu(up); break;
+    case Activation::kGelu: a = torch::gelu(up, "tanh"); break;
+  }
+  return linear(a, p(prefix + "down.weight"), nullptr);
+}
+
+torch::Tensor Chunk::done(int unit, const torch::Tensor& out) {
+  UnitHooks* hooks = unit >= expertUnit(0) ? m_expertHooks : m_hooks;
+  return hooks ? hooks->leave(unit, out) : out;
+}
+
 void Chunk::use(int unit) {
-  if (!m_hooks) return;
-  std::vector<Tensor> bound = m_hooks->enter(unit);
+  UnitHooks* hooks = unit >= expertUnit(0) ? m_expertHooks : m_hooks;
+  if (!hooks) return;
+  std::vector<Tensor> bound = hooks->enter(unit);
   std::size_t next = 0;
   for (auto& prm : m_params) {
     if (prm.unit == unit) prm.tensor = bound.at(next++);
@@ -362,6 +402,7 @@ torch::Tensor Chunk::layer(std::int64_t i, const torch::Tensor& hIn, const Forwa
   const std::int64_t hd = s.headSize();
   const std::int64_t heads = s.numAttentionHeads / m_cfg.tp, kv = s.kvHeads() / m_cfg.tp;
   use(layerUnit(i - m_first));  // here, so a recompute binds the parameters again
+  if (s.moe.isMoeLayer(i)) use(expertUnit(i - m_first));
 
   Tensor x = enter(norm(hIn, L + "norm1"));
   const std::int64_t b = x.size(0), n = x.size(1);
@@ -398,18 +439,9 @@ torch::Tensor Chunk::layer(std::int64_t i, const torch::Tensor& hIn, const Forwa
   Tensor h = hIn + dropout(attn, i, 1, context);
 
   x = enter(norm(h, L + "norm2"));
-  Tensor up = linear(x, p(L + "mlp.up.weight"), bias(L + "mlp.up.bias"));
-  Tensor a;
-  switch (s.activation) {
-    case Activation::kSwiGlu: a = torch::silu(linear(x, p(L + "mlp.gate.weight"), nullptr)) * up; break;
-    case Activation::kGeGlu: a = torch::gelu(linear(x, p(L + "mlp.gate.weight"), nullptr)) * up; break;
-    case Activation::kRelu: a = torch::relu(up); break;
-    case Activation::kSilu: a = torch::silu(up); break;
-    case Activation::kGelu: a = torch::gelu(up, "tanh"); break;
-  }
-  Tensor mlp = leave(linear(a, p(L + "mlp.down.weight"), nullptr));
-  if (const Tensor* db = bias(L + "mlp.down.bias")) mlp = mlp + *db;
-  return h + dropout(mlp, i, 2, context);
+  Tensor out = leave(s.moe.isMoeLayer(i) ? moe(i, x) : mlp(L + "mlp.", x));
+  if (const Tensor* db = bias(L + "mlp.down.bias")) out = out + *db;
+  return h + dropout(out, i, 2, context);
 }
 
 torch::Tensor Chunk::forward(const torch::Tensor& input, const torch::Tensor& labels, const ForwardContext& context) {
@@ -449,6 +481,7 @@ torch::Tensor Chunk::forward(const torch::Tensor& input, const torch::Tensor& la
       h = layer(i, h, context, recomputes && m_recompute.recompute == RecomputePolicy::kSelective);
     }
     h = done(layerUnit(i - m_first), h);
+    if (m_cfg.spec.moe.isMoeLayer(i)) h = done(expertUnit(i - m_first), h);
   }
   if (!m_isLast) return h;
   use(kOutUnit);

@@ -25,6 +25,7 @@ struct Param {
   bool tpReplicated = false;  ///< the same on every tensor-parallel rank (norms, biases after a reduction)
   bool spPartial = false;     ///< its gradient is a partial sum over the sequence shards (sequence parallelism)
   bool tiedCopy = false;      ///< the last stage's copy of the tied word embedding
+  bool expert = false;        ///< a routed expert's weight: on this expert-parallel rank only
   int unit = 0;               ///< the chunk's unit it belongs to (see Chunk::kWordUnit)
   torch::Tensor tensor;       ///< what the model computes with (a view of the rank's weights)
 };
@@ -52,6 +53,11 @@ struct ModelConfig {
   Comm* tpComm = nullptr;
   int cp = 1, cpRank = 0;  ///< context parallelism: this rank holds two chunks of the sequence
   Comm* cpComm = nullptr;
+  int ep = 1, epRank = 0;  ///< expert parallelism: this rank holds experts [epRank, epRank + 1) x E / ep
+  Comm* epComm = nullptr;
+  /// The load-balancing loss's gradient scale: its coefficient over the micro-batches a step sums (the
+  /// language-model loss is divided alike) and over tp (every tensor-parallel rank adds it).
+  double auxLossScale = 0;
   torch::Device device = torch::kCPU;
   torch::Dtype dtype = torch::kFloat32;
   std::uint64_t seed = 0;
@@ -78,9 +84,12 @@ class Chunk {
   std::vector<Param>& params() { return m_params; }
   static constexpr int kWordUnit = 0, kInUnit = 1, kOutUnit = 2;
   static int layerUnit(std::int64_t localLayer) { return 3 + static_cast<int>(localLayer); }
-  [[nodiscard]] int units() const { return layerUnit(m_layers); }
-  /// ZeRO-2/3: parameters come from `hooks` per unit (nullptr: each parameter is its own leaf).
-  void setHooks(UnitHooks* hooks) { m_hooks = hooks; }
+  /// A MoE layer's routed experts (on this rank) are a unit of their own.
+  [[nodiscard]] int expertUnit(std::int64_t localLayer) const { return 3 + static_cast<int>(m_layers + localLayer); }
+  [[nodiscard]] int units() const { return 3 + 2 * static_cast<int>(m_layers); }
+  /// ZeRO-2/3: parameters come from `hooks` per unit (nullptr: each parameter is its own leaf); the
+  /// routed experts' from `expertHooks` (their gradients reduce over another group).
+  void setHooks(UnitHooks* hooks, bool experts) { (experts ? m_expertHooks : m_hooks) = hooks; }
   /// Zero-bubble: while `microBatch` >= 0, the backward of the layers' linear layers computes input
   /// gradients only and keeps what their weight gradients need; `weightGradients` computes those later.
   void deferWeightGradients(std::int64_t microBatch) { m_deferring = microBatch; }
@@ -99,7 +108,10 @@ class Chunk {
   torch::Tensor& p(const std::string& name);
   torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor* b);
   void use(int unit);  // binds the unit's parameters (hooks) before its forward
-  torch::Tensor done(int unit, const torch::Tensor& out) { return m_hooks ? m_hooks->leave(unit, out) : out; }
+  torch::Tensor done(int unit, const torch::Tensor& out);
+  void addMlp(const std::string& prefix, std::int64_t ffn, bool biased);
+  torch::Tensor mlp(const std::string& prefix, const torch::Tensor& x);  // without the down bias
+  torch::Tensor moe(std::int64_t layer, const torch::Tensor& x);          // tp-partial output, like mlp's
   torch::Tensor layer(std::int64_t index, const torch::Tensor& h, const ForwardContext& context, bool selective);
   torch::Tensor attentionCore(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, std::int64_t layer,
                               const ForwardContext& context);
@@ -113,6 +125,8 @@ class Chunk {
   StagePlan m_recompute;
   std::vector<Param> m_params;
   UnitHooks* m_hooks = nullptr;
+  UnitHooks* m_expertHooks = nullptr;
+  bool m_addingExpert = false;
   bool m_deferredLinears = false;
   std::int64_t m_deferring = -1;
   struct Deferred {

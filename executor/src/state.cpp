@@ -104,12 +104,14 @@ class ModelState::Hooks final : public UnitHooks {
 };
 
 ModelState::ModelState(const std::vector<Chunk*>& chunks, const Config& config, Groups& groups) : m_cfg(config), m_g(groups) {
+  m_group = experts() ? m_g.expertDp.get() : m_g.dpCp.get();
+  if (m_cfg.average <= 0) m_cfg.average = static_cast<double>(m_cfg.dp);
   if (m_cfg.dp <= 1) m_cfg.zeroStage = 0;
   const int stage = m_cfg.zeroStage;
   const auto dp = m_cfg.dp;
   m_compute = m_cfg.mixed ? torch::kBFloat16 : torch::kFloat32;
   m_ways = stage >= 1 ? static_cast<int>(dp) : 1;
-  m_way = stage >= 1 ? m_g.dpCp->rank() : 0;
+  m_way = stage >= 1 ? m_group->rank() : 0;
   const bool perUnit = stage >= 2;
 
   // Layout: chunk by chunk, unit by unit; with ZeRO-2/3 each unit padded to a multiple of dp.
@@ -119,7 +121,7 @@ ModelState::ModelState(const std::vector<Chunk*>& chunks, const Config& config, 
       auto unit = std::make_unique<Unit>();
       unit->offset = m_flat;
       for (auto& prm : chunk->params()) {
-        if (prm.unit != cu) continue;
+        if (prm.unit != cu || (m_cfg.params != Config::Params::kAll && prm.expert != experts())) continue;
         unit->slots.push_back(m_slots.size());
         m_slots.push_back({&prm, m_flat, prm.tensor.numel(), prm.tensor.sizes().vec()});
         m_flat += prm.tensor.numel();
@@ -184,7 +186,11 @@ ModelState::ModelState(const std::vector<Chunk*>& chunks, const Config& config, 
     }
     for (auto& s : m_slots) s.param->tensor = Tensor();  // bound per unit from now on
     std::size_t next = 0;
-    for (Chunk* chunk : chunks) chunk->setHooks(m_hooks[next++].get());
+    for (Chunk* chunk : chunks) {
+      UnitHooks* hooks = m_hooks[next++].get();
+      if (m_cfg.params != Config::Params::kExperts) chunk->setHooks(hooks, false);
+      if (m_cfg.params != Config::Params::kDense) chunk->setHooks(hooks, true);
+    }
   }
   for (const Tensor* t : {&m_weights, &m_m, &m_v, &m_grads, &m_gradShard}) m_persistentBytes += bytesOf(*t);
   if (!m_weights.defined() || !m_master.is_alias_of(m_weights)) m_persistentBytes += bytesOf(m_master);
@@ -204,7 +210,7 @@ Tensor ModelState::toShard(const Tensor& full) const {
 
 Tensor ModelState::fromShards(const Tensor& shard) const {
   if (m_ways == 1) return shard;
-  Tensor all = m_g.dpCp->allGather(shard.contiguous(), 0);  // [ways * shard], rank after rank
+  Tensor all = m_group->allGather(shard.contiguous(), 0);  // [ways * shard], rank after rank
   if (m_ranges.size() == 1) return all;
   Tensor full = torch::zeros({m_flat}, shard.options());
   std::int64_t at = 0;
@@ -236,7 +242,7 @@ void ModelState::materialize(int unit) {
   if (m_cfg.zeroStage != 3 || u.live) return;
   torch::NoGradGuard noGrad;
   const std::int64_t part = u.numel / m_ways;
-  Tensor gathered = m_g.dpCp->allGather(m_master.narrow(0, u.shardOffset, part).contiguous(), 0);
+  Tensor gathered = m_group->allGather(m_master.narrow(0, u.shardOffset, part).contiguous(), 0);
   allocateStorage(u.storage, u.numel);
   alias(u.storage, 0, {u.numel}).copy_(gathered);
   u.live = true;
@@ -261,7 +267,7 @@ void ModelState::reduceUnit(int unit, const std::vector<Tensor>& grads) {
     const Slot& s = m_slots[u.slots[k]];
     flat.narrow(0, s.offset - u.offset, s.numel).copy_(grads[k].reshape({-1}));
   }
-  Tensor mine = m_g.dpCp->reduceScatter(flat);
+  Tensor mine = m_group->reduceScatter(flat);
   m_gradShard.narrow(0, u.shardOffset, u.numel / m_ways).add_(mine);
   m_transient -= bytesOf(flat);
 }
@@ -287,7 +293,7 @@ double ModelState::reduceGradients(std::int64_t bucketBytes, bool tiedAcrossStag
       throw std::logic_error("gradient of " + s.param->name + " left the flat buffer");
     }
   }
-  const auto dp = static_cast<double>(m_cfg.dp);
+  const auto replicas = static_cast<double>(m_cfg.dp);
   Tensor local = torch::zeros({1}, torch::kFloat64);
   if (m_cfg.zeroStage <= 1) {
     for (auto& s : m_slots) {
@@ -303,21 +309,20 @@ double ModelState::reduceGradients(std::int64_t bucketBytes, bool tiedAcrossStag
       std::vector<Tensor> buckets;
       for (std::int64_t at = 0; at < m_flat; at += bucket) {
         buckets.push_back(m_grads.narrow(0, at, std::min(bucket, m_flat - at)));
-        works.push_back(m_g.dpCp->allReduceAsync(buckets.back()));
+        works.push_back(m_group->allReduceAsync(buckets.back()));
       }
       for (auto& work : works) work->wait();
-      m_grads.div_(dp);
     }
+    if (m_cfg.dp > 1 || m_cfg.average != replicas) m_grads.div_(m_cfg.average);
     // Every parameter once (tensor-parallel replicas and the tied copy once); every replica counts it.
     for (auto& s : m_slots) {
       if (s.param->tiedCopy || (s.param->tpReplicated && m_g.tpRank != 0)) continue;
       local += m_grads.narrow(0, s.offset, s.numel).to(torch::kFloat64).pow(2).sum();
     }
-    m_g.world->allReduce(local);
-    return std::sqrt(local.item<double>() / dp);
+    return local.item<double>() / replicas;
   }
   // ZeRO-2/3: the shards hold sums over dp of this rank's part of every unit.
-  m_gradShard.div_(dp);
+  m_gradShard.div_(m_cfg.average);
   if (tiedAcrossStages) {
     for (auto& u : m_units) {
       if (m_slots[u->slots.front()].param->name != "embedding.word") continue;
@@ -331,8 +336,7 @@ double ModelState::reduceGradients(std::int64_t bucketBytes, bool tiedAcrossStag
     m_gradShard.mul_(1.0 - m_spMask).add_(partial);
   }
   local += (m_gradShard.to(torch::kFloat64).pow(2) * m_countMask.to(torch::kFloat64)).sum();
-  m_g.world->allReduce(local);
-  return std::sqrt(local.item<double>());
+  return local.item<double>();
 }
 
 void ModelState::step(const OptimizerSettings& o) {
@@ -370,7 +374,7 @@ Tensor ModelState::parameterNorms(const Tensor& values) {
   }
   Tensor sums = torch::zeros({slots + 1}, values.options().dtype(torch::kFloat64));
   sums.index_add_(0, m_segments, values.to(torch::kFloat64).pow(2));
-  if (m_ways > 1) m_g.dpCp->allReduce(sums);
+  if (m_ways > 1) m_group->allReduce(sums);
   Tensor parts = sums * m_tpSummed;
   m_g.tp->allReduce(parts);
   Tensor total = parts + sums * (1.0 - m_tpSummed);

@@ -53,6 +53,11 @@ class ModelState final {
     bool mixed = false;               ///< bf16 compute copies beside fp32 masters
     bool reshardAfterForward = true;  ///< ZeRO-3 releases weights between forward and backward
     torch::Device device = torch::kCPU;
+    /// Which parameters: every one (reduced over Groups::dpCp), all but the routed experts, or only the
+    /// routed experts (with ep > 1: reduced over Groups::expertDp and averaged over all dp x cp ranks,
+    /// as each expert-parallel rank's experts saw every rank's tokens).
+    enum class Params { kAll, kDense, kExperts } params = Params::kAll;
+    double average = 0;  ///< the gradient divisor (0: dp)
   };
   /// Lays out every parameter of `chunks` (their initial values copied in) and, under ZeRO-2/3, becomes
   /// their unit hooks. `groups` must outlive the state.
@@ -63,12 +68,14 @@ class ModelState final {
 
   [[nodiscard]] const std::vector<Slot>& slots() const { return m_slots; }
   [[nodiscard]] int zeroStage() const { return m_cfg.zeroStage; }
+  [[nodiscard]] bool experts() const { return m_cfg.params == Config::Params::kExperts; }
 
   void beginStep();
   /// After each backward: bf16 gradients (stages 0 and 1) added into the fp32 ones.
   void afterBackward();
   /// After the step's backwards: the tied-embedding, sequence-parallel and data-parallel reductions
-  /// (averaged over dp); returns the global gradient norm (every parameter once).
+  /// (averaged over dp).
+  /// This rank's share of the squared gradient norm (summed over all ranks it is the global one).
   double reduceGradients(std::int64_t bucketBytes, bool tiedAcrossStages);
   /// The optimizer step on this rank's shard, then the weights the next forward reads.
   void step(const OptimizerSettings& o);
@@ -105,6 +112,7 @@ class ModelState final {
 
   Config m_cfg;
   Groups& m_g;
+  Comm* m_group = nullptr;  ///< the data-parallel group of these parameters
   torch::Dtype m_compute = torch::kFloat32;
   std::vector<Slot> m_slots;
   std::vector<std::unique_ptr<Unit>> m_units;

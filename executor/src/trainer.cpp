@@ -123,9 +123,11 @@ std::map<std::int64_t, std::unique_ptr<Chunk>> buildChunks(const Plan& plan, con
   return mine;
 }
 
+using States = std::vector<std::unique_ptr<detail::ModelState>>;
+
 // Weights and optimizer moments of every parameter, re-sharded from whatever plan wrote them; returns
 // the checkpoint's step.
-Result<std::int64_t> resume(const RunOptions& o, const ModelSpec& spec, detail::ModelState& state, std::string& dir) {
+Result<std::int64_t> resume(const RunOptions& o, const ModelSpec& spec, States& states, std::string& dir) {
   auto newest = latestCheckpoint(o.checkpointDir);
   if (!newest) return fail(newest.error());
   dir = *newest;
@@ -134,18 +136,20 @@ Result<std::int64_t> resume(const RunOptions& o, const ModelSpec& spec, detail::
   auto pieces = detail::readPieces(dir, savedStep, savedModel);
   if (!pieces) return fail(pieces.error());
   if (savedModel != spec.name) return fail(Error::badInput("checkpoint of model " + savedModel + ", the plan trains " + spec.name, dir));
-  const std::int64_t n = state.flatSize();
-  Tensor master = torch::zeros({n}, torch::kFloat32), m = torch::zeros({n}, torch::kFloat32), v = torch::zeros({n}, torch::kFloat32);
-  for (const auto& s : state.slots()) {
-    auto it = pieces->find(s.param->name);
-    if (it == pieces->end()) return fail(Error::badInput("checkpoint has no parameter " + s.param->name, dir));
-    auto loaded = detail::loadParam(*s.param, it->second, dir);
-    if (!loaded) return fail(loaded.error());
-    master.narrow(0, s.offset, s.numel).copy_((*loaded)[0]);
-    m.narrow(0, s.offset, s.numel).copy_((*loaded)[1]);
-    v.narrow(0, s.offset, s.numel).copy_((*loaded)[2]);
+  for (auto& state : states) {
+    const std::int64_t n = state->flatSize();
+    Tensor master = torch::zeros({n}, torch::kFloat32), m = torch::zeros({n}, torch::kFloat32), v = torch::zeros({n}, torch::kFloat32);
+    for (const auto& s : state->slots()) {
+      auto it = pieces->find(s.param->name);
+      if (it == pieces->end()) return fail(Error::badInput("checkpoint has no parameter " + s.param->name, dir));
+      auto loaded = detail::loadParam(*s.param, it->second, dir);
+      if (!loaded) return fail(loaded.error());
+      master.narrow(0, s.offset, s.numel).copy_((*loaded)[0]);
+      m.narrow(0, s.offset, s.numel).copy_((*loaded)[1]);
+      v.narrow(0, s.offset, s.numel).copy_((*loaded)[2]);
+    }
+    state->load(master, m, v);
   }
-  state.load(master, m, v);
   if (savedStep >= o.steps) {
     return fail(Error::badInput("the checkpoint is at step " + std::to_string(savedStep) + ", --steps is " + std::to_string(o.steps) +
                                 ": nothing left to run"));
@@ -153,16 +157,22 @@ Result<std::int64_t> resume(const RunOptions& o, const ModelSpec& spec, detail::
   return savedStep;
 }
 
-// Each model shard once (data-parallel rank 0 writes), then `latest` once every shard is down.
-Result<void> checkpoint(const RunOptions& o, const Plan& plan, detail::Groups& g, int rank, std::int64_t step,
-                        detail::ModelState& state, std::string& lastCheckpoint) {
+// Each parameter once: rank 0 of its data-parallel group writes it (the routed experts' group is
+// another); then `latest` once every shard is down.
+Result<void> checkpoint(const RunOptions& o, const Plan& plan, detail::Groups& g, int rank, std::int64_t step, States& states,
+                        std::string& lastCheckpoint) {
   const std::string dir = o.checkpointDir + "/" + detail::stepDir(step);
-  auto full = state.gatherFull();
-  if (g.dpCp->rank() == 0) {
+  std::vector<detail::ShardPart> parts;
+  for (auto& state : states) {
+    auto full = state->gatherFull();
+    const bool writer = (state->experts() ? g.expertDp : g.dpCp)->rank() == 0;
+    if (writer) parts.push_back({&state->slots(), full[0], full[1], full[2]});
+  }
+  if (!parts.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) return fail(Error::io("cannot create: " + ec.message(), dir));
-    if (auto wrote = detail::writeShard(dir, rank, plan, step, state.slots(), full[0], full[1], full[2]); !wrote) return fail(wrote.error());
+    if (auto wrote = detail::writeShard(dir, rank, plan, step, parts); !wrote) return fail(wrote.error());
   }
   g.world->barrier();
   if (rank == 0) {
@@ -257,7 +267,11 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     cfg.cp = static_cast<int>(par.cp);
     cfg.cpRank = g.cpRank;
     cfg.cpComm = g.cp.get();
+    cfg.ep = static_cast<int>(par.ep);
+    cfg.epRank = g.epRank;
+    cfg.epComm = g.ep.get();
     cfg.seed = o.seed;
+    cfg.auxLossScale = o.moeAuxLossCoeff / static_cast<double>(plan.globalBatchSize / (plan.microBatchSize * par.dp) * par.tp);
     auto mine = buildChunks(plan, cfg, g.ppRank);
     for (auto& [c, chunk] : mine) chunk->useDeferredLinears(plan.schedule == Schedule::kZeroBubble);
     const std::int64_t pp = par.pp, chunks = pp * par.virtualStages, dp = par.dp;
@@ -267,17 +281,29 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     const torch::Dtype compute = mixed ? torch::kBFloat16 : torch::kFloat32;
     std::vector<Chunk*> chunkList;
     for (auto& [c, chunk] : mine) chunkList.push_back(chunk.get());
-    detail::ModelState::Config stateConfig;
-    stateConfig.zeroStage = plan.zeroStage;
-    stateConfig.dp = dp * par.cp;
-    stateConfig.mixed = mixed;
-    stateConfig.reshardAfterForward = pp == 1;
-    detail::ModelState state(chunkList, stateConfig, g);
+    // The routed experts (MoE with ep > 1) reduce over their own group: the other ranks with their experts.
+    States states;
+    using Params = detail::ModelState::Config::Params;
+    const bool expertGroup = spec.moe.enabled() && par.ep > 1;
+    for (const Params which : expertGroup ? std::vector<Params>{Params::kDense, Params::kExperts} : std::vector<Params>{Params::kAll}) {
+      const bool experts = which == Params::kExperts;
+      detail::ModelState::Config stateConfig;
+      stateConfig.params = which;
+      stateConfig.zeroStage = plan.zeroStage;
+      stateConfig.dp = experts ? dp * par.cp / par.ep : dp * par.cp;
+      stateConfig.average = static_cast<double>(dp * par.cp);
+      stateConfig.mixed = mixed;
+      stateConfig.reshardAfterForward = pp == 1;
+      states.push_back(std::make_unique<detail::ModelState>(chunkList, stateConfig, g));
+    }
+    auto forEach = [&](auto&& f) {
+      for (auto& state : states) f(*state);
+    };
 
     std::int64_t firstStep = 0;
     std::string lastCheckpoint;
     if (o.resume) {
-      auto resumed = resume(o, spec, state, lastCheckpoint);
+      auto resumed = resume(o, spec, states, lastCheckpoint);
       if (!resumed) return fail(resumed.error());
       firstStep = *resumed;
     }
@@ -307,7 +333,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     for (std::int64_t step = firstStep; step < o.steps; ++step) {
       if (w.rank == faultRank && step == faultStep) std::raise(SIGKILL);
       const auto stepStart = Clock::now();
-      state.beginStep();
+      forEach([](detail::ModelState& st) { st.beginStep(); });
       // Inputs and labels of this rank's micro-batch j: global samples dpRank * mLocal * mbs + j * mbs + i.
       auto tokens = [&](std::int64_t j) {
         std::vector<std::int64_t> flat;
@@ -350,7 +376,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
           // Zero-bubble: the weight gradients this micro-batch's input backward left for later.
           timed(libtorch, [&] {
             chunk.weightGradients(j);
-            state.afterBackward();
+            forEach([](detail::ModelState& st) { st.afterBackward(); });
           });
         } else {
           chunk.deferWeightGradients(e.kind == costmodel::TaskKind::kBackwardInput ? j : -1);
@@ -370,14 +396,19 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
           }
           live.erase({c, j});
           chunk.deferWeightGradients(-1);
-          timed(libtorch, [&] { state.afterBackward(); });
+          timed(libtorch, [&] { forEach([](detail::ModelState& st) { st.afterBackward(); }); });
         }
       }
       for (auto& s : sends) timed(libtorch, [&] { s->wait(); });
       for (auto& [c, chunk] : mine) chunk->endStep();
-      state.endStep();
+      forEach([](detail::ModelState& st) { st.endStep(); });
 
-      const double gradNorm = timed(libtorch, [&] { return state.reduceGradients(o.bucketBytes, tied && pp > 1); });
+      const double gradNorm = timed(libtorch, [&] {
+        Tensor squares = torch::zeros({1}, torch::kFloat64);
+        forEach([&](detail::ModelState& st) { squares += st.reduceGradients(o.bucketBytes, tied && pp > 1); });
+        g.world->allReduce(squares);
+        return std::sqrt(squares.item<double>());
+      });
       detail::OptimizerSettings opt;
       opt.kind = plan.optimizer;
       opt.lr = learningRate(o, step);
@@ -389,7 +420,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       opt.trust = o.trustCoefficient;
       opt.step = step + 1;
       opt.clip = o.clipNorm > 0 ? std::min(1.0, o.clipNorm / (gradNorm + 1e-6)) : 1.0;
-      timed(libtorch, [&] { state.step(opt); });
+      timed(libtorch, [&] { forEach([&](detail::ModelState& st) { st.step(opt); }); });
 
       // The step's loss over all micro-batches of all replicas (the last stage's first tp rank has it).
       Tensor loss = torch::zeros({1}, torch::kFloat64);
@@ -408,7 +439,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       const bool due = !o.checkpointDir.empty() &&
                        ((o.checkpointEvery > 0 && (step + 1) % o.checkpointEvery == 0) || step + 1 == o.steps);
       if (due) {
-        if (auto wrote = checkpoint(o, plan, g, w.rank, step + 1, state, lastCheckpoint); !wrote) return fail(wrote.error());
+        if (auto wrote = checkpoint(o, plan, g, w.rank, step + 1, states, lastCheckpoint); !wrote) return fail(wrote.error());
       }
     }
     result.wallSeconds = since(runStart);
@@ -419,7 +450,9 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     result.stepTimeSeconds = steady[steady.size() / 2];
     result.tokensPerSecond = static_cast<double>(result.tokensPerStep) / result.stepTimeSeconds;
     const double peakResident = peakResidentBytes();
-    Tensor peak = torch::tensor({peakResident, peakResident - residentBeforeModel, state.peakModelStateBytes()}, torch::kFloat64);
+    double modelStates = 0;
+    forEach([&](detail::ModelState& st) { modelStates += st.peakModelStateBytes(); });
+    Tensor peak = torch::tensor({peakResident, peakResident - residentBeforeModel, modelStates}, torch::kFloat64);
     g.world->allReduce(peak, c10d::ReduceOp::MAX);
     result.peakMemoryBytes = peak[0].item<double>();
     result.tensorMemoryBytes = peak[1].item<double>();

@@ -42,7 +42,8 @@ class ColoRun : public ::testing::Test {
   std::string plan(const std::string& name, const std::string& model, const std::string& options) {
     const std::string file = m_dir.path(name + ".json");
     const std::string precision = options.find("--precision") == std::string::npos ? "--precision fp32 " : "";
-    auto r = test::runProgram("colo-plan", "evaluate --model " + model + " --cluster localhost-cpu --mbs 2 --gbs 8 --seq-len 32 " +
+    const std::string mbs = options.find("--mbs") == std::string::npos ? "--mbs 2 " : "";
+    auto r = test::runProgram("colo-plan", "evaluate --model " + model + " --cluster localhost-cpu " + mbs + "--gbs 8 --seq-len 32 " +
                                            precision + options + " --out " + file);
     EXPECT_EQ(r.exitCode, 0) << r.err;
     return file;

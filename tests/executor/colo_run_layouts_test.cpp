@@ -2,7 +2,9 @@
 // tensor and sequence parallelism, with pipelines), LAMB and LARS, and the best plan of searches with no
 // --fix. Each must train like one process (fp32, fixed seed, 1e-5 relative), resume across plans, and
 // ZeRO-3 must hold a fraction of ZeRO-0's model states.
+#include <algorithm>
 #include <cstdlib>
+#include <fstream>
 
 #include "executor/colo_run_fixture.h"
 
@@ -113,6 +115,55 @@ TEST_F(ColoRun, ContextParallelRingTrainsLikeOneProcess) {
   for (std::size_t i = 0; i < 2; ++i) EXPECT_NEAR(tail[i], all[2 + i], 1e-5 * all[2 + i]);
 }
 
+// Every parameter of the checkpoint's model moved: its Adam first moment is not all zero (a parameter
+// no optimizer state holds would train in no layout, and equal curves would not show it).
+void expectEveryParameterTrained(const std::string& checkpointStep, std::size_t parameters) {
+  std::size_t seen = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(checkpointStep)) {
+    if (entry.path().extension() != ".json") continue;
+    const Json manifest = test::loadJson(entry.path().string());
+    std::ifstream blob(entry.path().parent_path() / (entry.path().stem().string() + ".bin"), std::ios::binary);
+    for (const auto& p : manifest["params"]) {
+      const auto numel = p["numel"].get<std::int64_t>();
+      std::vector<float> moment(static_cast<std::size_t>(numel));
+      blob.seekg((p["offset"].get<std::int64_t>() + numel) * 4);
+      blob.read(reinterpret_cast<char*>(moment.data()), numel * 4);
+      EXPECT_TRUE(std::any_of(moment.begin(), moment.end(), [](float x) { return x != 0.0f; })) << p["name"];
+      ++seen;
+    }
+  }
+  EXPECT_EQ(seen, parameters);
+}
+
+TEST_F(ColoRun, MixtureOfExpertsWithExpertParallelismTrainsLikeOneProcess) {
+  // tiny-moe: four experts, top-2, a shared expert. Expert parallelism sends each token to the rank
+  // holding its experts by all-to-all and back; composed with ZeRO-2/3, tp with sequence parallelism,
+  // a pipeline with recompute.
+  const std::string ckpt = m_dir.path("single-ckpt");
+  const Json single = train(plan("single", "tiny-moe", "--gpus 1"), "--steps 20 --checkpoint-dir " + ckpt);
+  for (const std::string layout : {"--gpus 2 --dp 2 --ep 2", "--gpus 4 --dp 4 --ep 2 --zero 3", "--gpus 4 --dp 4 --ep 4 --zero 2",
+                                   "--gpus 4 --tp 2 --dp 2 --ep 2 --sp --zero 1", "--gpus 4 --pp 2 --dp 2 --ep 2 --recompute full"}) {
+    SCOPED_TRACE(layout);
+    expectSameLosses(train(plan("ep", "tiny-moe", layout), "--steps 20"), single, 1e-5);
+  }
+  const auto losses = single["losses"].get<std::vector<double>>();
+  EXPECT_LT(losses.back(), losses.front() - 1.0);
+  // 4 layers x (2 norms, q k v o, router, shared gate/up/down, 4 experts x gate/up/down) + embedding, final norm, head.
+  expectEveryParameterTrained(ckpt + "/step-00000020", 4 * (2 + 4 + 1 + 3 + 12) + 3);
+  // An expert-parallel checkpoint resumes on one rank (each expert read from the rank that held it).
+  const std::string epCkpt = m_dir.path("ep-ckpt");
+  const Json ep = train(plan("ep2", "tiny-moe", "--gpus 2 --dp 2 --ep 2 --zero 1"), "--steps 4 --checkpoint-every 2 --checkpoint-dir " + epCkpt);
+  std::filesystem::remove_all(epCkpt + "/step-00000004");
+  {
+    std::ofstream latest(epCkpt + "/latest", std::ios::trunc);
+    latest << "step-00000002\n";
+  }
+  const Json one = train(plan("one", "tiny-moe", "--gpus 1"), "--steps 4 --resume --checkpoint-dir " + epCkpt);
+  const auto all = ep["losses"].get<std::vector<double>>(), tail = one["losses"].get<std::vector<double>>();
+  ASSERT_EQ(tail.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) EXPECT_NEAR(tail[i], all[2 + i], 1e-5 * all[2 + i]);
+}
+
 TEST_F(ColoRun, ZeroBubbleTrainsLikeOneProcess) {
   // ZB-H1: each backward split into the input gradient (sent upstream at once) and the weight gradient
   // (run later, where the schedule has a bubble), in the simulator's order.
@@ -129,13 +180,15 @@ TEST_F(ColoRun, TheBestPlanOfSearchesWithoutFixRunsAndTrainsLikeOneProcess) {
     std::string model;
     int gpus;
   };
-  for (const Case& c : {Case{"tiny-gpt", 2}, Case{"tiny-gpt", 4}, Case{"tiny-llama", 2}, Case{"tiny-llama", 4}}) {
+  for (const Case& c : {Case{"tiny-gpt", 2}, Case{"tiny-gpt", 4}, Case{"tiny-llama", 2}, Case{"tiny-llama", 4}, Case{"tiny-moe", 4}}) {
     SCOPED_TRACE(c.model + " on " + std::to_string(c.gpus));
     const std::string file = m_dir.path("best-" + c.model + std::to_string(c.gpus) + ".json");
     auto searched = test::runProgram("colo-plan", "search --model " + c.model + " --cluster localhost-cpu --gpus " + std::to_string(c.gpus) +
                                                       " --gbs 8 --seq-len 32 --precision fp32 --quiet --out " + file);
     ASSERT_EQ(searched.exitCode, 0) << searched.err;
-    const Json single = train(plan("single", c.model, "--gpus 1"), "--steps 20");
+    // One process with the plan's micro-batch size (a MoE layer's load-balancing loss is per micro-batch).
+    const auto mbs = test::loadJson(file)["batch"]["micro_batch_size"].get<std::int64_t>();
+    const Json single = train(plan("single", c.model, "--gpus 1 --mbs " + std::to_string(mbs)), "--steps 20");
     expectSameLosses(train(file, "--steps 20"), single, 1e-5);
   }
 }

@@ -48,6 +48,7 @@ struct RunOptions {
   double clipNorm = 1.0;
   double beta1 = 0.9, beta2 = 0.95, epsilon = 1e-8;  ///< AdamW and LAMB (the plan's optimizer)
   double momentum = 0.9, trustCoefficient = 0.001;    ///< LARS
+  double moeAuxLossCoeff = 0.01;                      ///< MoE load-balancing loss (Switch Transformer's)
   std::int64_t bucketBytes = 25 << 20;  ///< data-parallel gradient buckets
   int timeoutSeconds = 120;             ///< a collective waiting this long on a missing rank fails
   bool progress = true;                 ///< a line per step on stderr (rank 0)
