@@ -229,7 +229,8 @@ std::string searchHeader(const Model& model, const ClusterSpec& cluster, const S
   out << "search    " << model.name() << " on " << clusterLabel(cluster) << ", gbs " << in.options.globalBatchSize << " x "
       << in.options.seqLen << " tokens, " << toString(in.options.precision)
       << (precisionGiven || cluster.gpu.hasPeak(DType::kBf16) ? "" : " (this GPU has no bf16)") << ", memory budget "
-      << formatFixed(100 * in.options.maxMemoryFraction, 0) << "% of " << formatBytes(cluster.gpu.memoryBytes) << "\n";
+      << formatFixed(100 * in.options.maxMemoryFraction, 0) << "% of " << formatBytes(cluster.gpu.memoryBytes)
+      << (in.options.runnableOnly ? ", only plans colo-run executes (--any: all)" : "") << "\n";
   out << "          " << st.generated << " configurations generated, " << pruned << " pruned, " << st.costed << " costed ("
       << st.evaluated << " evaluations), " << st.feasible << " fit; " << formatFixed(st.seconds, 3) << " s ("
       << formatCount(static_cast<double>(st.generated) / std::max(st.seconds, 1e-9)) << " candidates/s)\n";

@@ -51,10 +51,10 @@ TEST(Search, RunnableOnlyKeepsWhatColoRunExecutesAndSaysWhenNothingIsLeft) {
   EXPECT_FALSE(r->feasible());
   EXPECT_NE(r->infeasibleReason.find("--any"), std::string::npos) << r->infeasibleReason;
   // A model colo-run cannot train is refused with the reason.
-  const auto moe = setup("mixtral-8x7b", "dgx-h100-x64", 512);
-  auto refused = search(moe.model, moe.cluster, o);
+  const auto latent = setup("deepseek-v3", "dgx-h100-x64", 512);
+  auto refused = search(latent.model, latent.cluster, o);
   ASSERT_FALSE(refused);
-  EXPECT_NE(refused.error().message.find("mixture-of-experts"), std::string::npos);
+  EXPECT_NE(refused.error().message.find("multi-head latent attention"), std::string::npos);
 }
 
 TEST(Search, FindsAFittingPlanForGpt3OnAThousandGpus) {
