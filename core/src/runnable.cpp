@@ -59,7 +59,16 @@ Result<void> checkRunnable(const Plan& plan) {
     return bad("schedule zb with zero_stage " + std::to_string(plan.zeroStage) + ": the executor defers weight gradients "
                "with ZeRO 0 and 1 only (ZeRO-2/3 reduce-scatter each layer's gradients as its backward ends)");
   }
-  if (plan.offload.optimizerFraction > 0 || plan.offload.paramsFraction > 0) return bad("offload: the executor keeps every state on the device");
+  if (plan.offload.paramsFraction > 0) {
+    return bad("offload.params_fraction: the executor offloads optimizer states (ZeRO-Offload), not parameters");
+  }
+  if (plan.offload.optimizerFraction > 0 && plan.offload.target != OffloadTarget::kCpu) {
+    return bad("offload.target = nvme: the executor offloads to host memory only");
+  }
+  if (plan.offload.optimizerFraction > 0 && plan.optimizer != Optimizer::kAdamW) {
+    return bad("offload with optimizer " + toString(plan.optimizer) + ": the executor's host step is AdamW (LAMB and LARS need "
+               "whole-parameter norms across the host and device parts)");
+  }
   // ZeRO-3 holds exactly FSDP's layout (fp32 shards, 16-bit copies only while a unit is gathered).
   if (plan.execution.fp32Params && plan.precision != DType::kFp32 && plan.zeroStage != 3) {
     return bad("execution.fp32_params with zero_stage " + std::to_string(plan.zeroStage) + ": below ZeRO-3 the executor keeps "

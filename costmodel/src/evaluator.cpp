@@ -397,6 +397,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
     const detail::StageTail tail = detail::stageTail(plan, w, s, groups, device, bytes, optimizerInputs);
     st.dpExposedSeconds = tail.dataParallel;
     st.optimizerSeconds = tail.optimizer;
+    st.offloadPcieSeconds = tail.offloadPcie;
   }
   closeSchedule(plan, work, times, ev);
 

@@ -257,8 +257,8 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
   }
   if (plan.offload.optimizerFraction > 0) {
     const double offParams = localParams * plan.offload.optimizerFraction;
-    tail.optimizer += offParams / device.cpuAdamParamsPerSecond +
-                      offParams * (bytes.gradient + bytes.weight) / in.pcieBytesPerSecond;
+    tail.offloadPcie = offParams * (bytes.gradient + bytes.weight) / in.pcieBytesPerSecond;
+    tail.optimizer += offParams / device.cpuAdamParamsPerSecond + tail.offloadPcie;
   }
   // A tied embedding lives on the first and the last stage: their word-embedding gradients are
   // all-reduced between the two after the backward, before the optimizer (Megatron's embedding group,

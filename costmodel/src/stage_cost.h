@@ -114,6 +114,7 @@ struct StageMemoryInputs {
 struct StageTail {
   double dataParallel = 0;
   double optimizer = 0;
+  double offloadPcie = 0;  // part of optimizer
 };
 struct OptimizerInputs {
   const KernelTable* measuredAdam = nullptr;  // measured adam_step kernels, when the database has them

@@ -54,6 +54,13 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   }
   mem.gradients = sharded(bytes.gradientMemory, gradientsSharded(plan));
   mem.optimizer = sharded(bytes.optimizer, plan.zeroStage >= 1) * (1.0 - plan.offload.optimizerFraction);
+  // What offload moves to the host: the optimizer share with its fp32 master copy (also in fp32
+  // training, where the device's weights are the master: ZeRO-Offload steps a host copy), its gradient
+  // partitions under ZeRO >= 2 (DeepSpeed accumulates them there), and the parameter share.
+  const double hostOptimizer = 4.0 * optimizerMoments(plan.optimizer) + 4.0;
+  mem.host = sharded(hostOptimizer, plan.zeroStage >= 1) * plan.offload.optimizerFraction +
+             sharded(bytes.weight, plan.zeroStage >= 3) * plan.offload.paramsFraction;
+  if (plan.zeroStage >= 2 && gradientsSharded(plan)) mem.host += mem.gradients * plan.offload.optimizerFraction;
   // ZeRO-Offload (ZeRO >= 2) keeps the fp32 gradient partitions of the offloaded optimizer share in host
   // memory: each bucket is copied out as it is reduced (DeepSpeed's offload_optimizer; the 16-bit bucket
   // buffers stay, counted below).

@@ -128,6 +128,10 @@ Json RunResult::toJson() const {
           {"predicted_tensor_bytes", predictedTensorBytes},
           {"model_state_bytes", modelStateBytes},
           {"predicted_model_state_bytes", predictedModelStateBytes},
+          {"host_memory_bytes", hostMemoryBytes},
+          {"predicted_host_memory_bytes", predictedHostMemoryBytes},
+          {"offload_copy_s", offloadCopySeconds},
+          {"predicted_offload_copy_s", predictedOffloadCopySeconds},
           {"predicted_compute_s", predictedComputeSeconds},
           {"prediction_source", predictionSource},
           {"compute_s", computeSeconds},
@@ -163,6 +167,10 @@ Result<RunResult> resultFromJson(const Json& j) {
     r.predictedTensorBytes = j.value("predicted_tensor_bytes", 0.0);
     r.modelStateBytes = j.value("model_state_bytes", 0.0);
     r.predictedModelStateBytes = j.value("predicted_model_state_bytes", 0.0);
+    r.hostMemoryBytes = j.value("host_memory_bytes", 0.0);
+    r.predictedHostMemoryBytes = j.value("predicted_host_memory_bytes", 0.0);
+    r.offloadCopySeconds = j.value("offload_copy_s", 0.0);
+    r.predictedOffloadCopySeconds = j.value("predicted_offload_copy_s", 0.0);
     r.predictedComputeSeconds = j.value("predicted_compute_s", 0.0);
     r.predictionSource = j.value("prediction_source", std::string());
     r.computeSeconds = j.at("compute_s").get<double>();
@@ -213,6 +221,14 @@ std::string renderResult(const RunResult& r) {
     o << "model states " << std::setw(12) << formatBytes(r.predictedModelStateBytes) << " " << std::setw(12)
       << formatBytes(r.modelStateBytes) << "   " << pct(r.modelStateBytes, r.predictedModelStateBytes)
       << "  (weights, master copies, gradients, optimizer states; measured: the buffers held, gathered ZeRO-3 units included)\n";
+  }
+  if (r.hostMemoryBytes > 0 || r.predictedHostMemoryBytes > 0) {
+    o << "host memory  " << std::setw(12) << formatBytes(r.predictedHostMemoryBytes) << " " << std::setw(12)
+      << formatBytes(r.hostMemoryBytes) << "   " << pct(r.hostMemoryBytes, r.predictedHostMemoryBytes)
+      << "  (offloaded optimizer states, per rank)\n";
+    o << "offload copy " << std::setw(12) << formatSeconds(r.predictedOffloadCopySeconds) << " " << std::setw(12)
+      << formatSeconds(r.offloadCopySeconds) << "   " << pct(r.offloadCopySeconds, r.predictedOffloadCopySeconds)
+      << "  (per step: gradients to the host, weights back" << (cpu ? "; on a CPU both sides are host memory" : "") << ")\n";
   }
   o << "throughput   " << fixed(r.tokensPerSecond, 0) << " tokens/s; " << fixed(r.wallSeconds > 0 ? 100.0 * r.computeSeconds / r.wallSeconds : 0, 1)
     << "% of rank 0's time in LibTorch calls\n";

@@ -5,6 +5,9 @@
 
 #include <c10/core/StorageImpl.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <numeric>
 #include <stdexcept>
 
@@ -149,14 +152,25 @@ ModelState::ModelState(const std::vector<Chunk*>& chunks, const Config& config, 
   Tensor full = torch::zeros({m_flat}, torch::kFloat32);
   for (auto& s : m_slots) full.narrow(0, s.offset, s.numel).copy_(s.param->tensor.detach().reshape({-1}));
   if (stage <= 2) m_weights = full.to(m_cfg.device, m_compute);
+  const Tensor shard = stage == 0 ? full : toShard(full);
+  m_hostLen = static_cast<std::int64_t>(std::floor(std::clamp(m_cfg.offloadFraction, 0.0, 1.0) * static_cast<double>(m_shard)));
+  const std::int64_t onDevice = m_shard - m_hostLen;
   if (!m_cfg.mixed && stage <= 1) {
     // fp32 weights are their own master: this rank's part of them (stage 1 splits them contiguously).
-    m_master = m_weights.narrow(0, m_way * m_shard, m_shard);
+    m_master = m_weights.narrow(0, m_way * m_shard + m_hostLen, onDevice);
   } else {
-    m_master = stage == 0 ? full.to(m_cfg.device) : toShard(full).to(m_cfg.device).clone();
+    m_master = shard.narrow(0, m_hostLen, onDevice).to(m_cfg.device).clone();
   }
-  m_m = torch::zeros({m_shard}, m_master.options());
-  m_v = torch::zeros({m_shard}, m_master.options());
+  m_m = torch::zeros({onDevice}, m_master.options());
+  m_v = torch::zeros({onDevice}, m_master.options());
+  if (m_hostLen > 0) {
+    const auto host = torch::TensorOptions().dtype(torch::kFloat32).device(torch::kCPU).pinned_memory(m_cfg.device.is_cuda());
+    m_hostMaster = torch::empty({m_hostLen}, host).copy_(shard.narrow(0, 0, m_hostLen));
+    m_hostM = torch::zeros({m_hostLen}, host);
+    m_hostV = torch::zeros({m_hostLen}, host);
+    m_hostBytes = 3.0 * static_cast<double>(m_hostLen) * 4.0;
+    if (stage == 3) m_hostOnDevice = m_hostMaster.to(m_cfg.device, m_compute);
+  }
   if (stage <= 1) {
     m_grads = torch::zeros({m_flat}, m_master.options());
     m_gradsCompute = m_cfg.mixed ? torch::zeros({m_flat}, m_weights.options()) : m_grads;
@@ -192,7 +206,7 @@ ModelState::ModelState(const std::vector<Chunk*>& chunks, const Config& config, 
       if (m_cfg.params != Config::Params::kDense) chunk->setHooks(hooks, true);
     }
   }
-  for (const Tensor* t : {&m_weights, &m_m, &m_v, &m_grads, &m_gradShard}) m_persistentBytes += bytesOf(*t);
+  for (const Tensor* t : {&m_weights, &m_m, &m_v, &m_grads, &m_gradShard, &m_hostOnDevice}) m_persistentBytes += bytesOf(*t);
   if (!m_weights.defined() || !m_master.is_alias_of(m_weights)) m_persistentBytes += bytesOf(m_master);
   if (m_gradsCompute.defined() && !m_gradsCompute.is_same(m_grads)) m_persistentBytes += bytesOf(m_gradsCompute);
 }
@@ -242,11 +256,31 @@ void ModelState::materialize(int unit) {
   if (m_cfg.zeroStage != 3 || u.live) return;
   torch::NoGradGuard noGrad;
   const std::int64_t part = u.numel / m_ways;
-  Tensor gathered = m_group->allGather(m_master.narrow(0, u.shardOffset, part).contiguous(), 0);
+  Tensor gathered = m_group->allGather(masterSlice(u.shardOffset, part).contiguous(), 0);
   allocateStorage(u.storage, u.numel);
   alias(u.storage, 0, {u.numel}).copy_(gathered);
   u.live = true;
   transient(bytesOf(u.storage));
+}
+
+Tensor ModelState::masterSlice(std::int64_t offset, std::int64_t length) {
+  if (m_hostLen == 0) return m_master.narrow(0, offset, length);
+  std::vector<Tensor> parts;
+  const std::int64_t end = offset + length;
+  if (offset < m_hostLen) parts.push_back(m_hostOnDevice.narrow(0, offset, std::min(end, m_hostLen) - offset).to(torch::kFloat32));
+  if (end > m_hostLen) {
+    const std::int64_t from = std::max(offset, m_hostLen);
+    parts.push_back(m_master.narrow(0, from - m_hostLen, end - from));
+  }
+  return parts.size() == 1 ? parts[0] : torch::cat(parts);
+}
+
+Tensor ModelState::joined(const Tensor& host, const Tensor& device) {
+  if (m_hostLen == 0) return device;
+  const auto start = std::chrono::steady_clock::now();
+  Tensor out = torch::cat({host.to(device.device()), device});
+  m_copySeconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return out;
 }
 
 void ModelState::release(int unit) {
@@ -341,21 +375,41 @@ double ModelState::reduceGradients(std::int64_t bucketBytes, bool tiedAcrossStag
 
 void ModelState::step(const OptimizerSettings& o) {
   torch::NoGradGuard noGrad;
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   Tensor gs = m_cfg.zeroStage >= 2 ? m_gradShard : m_grads.narrow(0, m_way * m_shard, m_shard);
-  Tensor ps = m_master;
   if (o.clip < 1.0) gs.mul_(o.clip);
-  optimizerStep(o, ps, gs, m_m, m_v, [this](const Tensor& x) { return parameterNorms(x); });
+  // Norms of whole parameters (LAMB, LARS) need the shard in one piece: the capability list keeps
+  // offload to AdamW.
+  optimizerStep(o, m_master, gs.narrow(0, m_hostLen, m_shard - m_hostLen), m_m, m_v, [this](const Tensor& x) { return parameterNorms(x); });
+  if (m_hostLen > 0) {
+    // ZeRO-Offload: the offloaded part's gradients out, its step on the host.
+    auto t = Clock::now();
+    const Tensor hostGrads = gs.narrow(0, 0, m_hostLen).to(torch::kCPU);
+    m_copySeconds += since(t);
+    t = Clock::now();
+    optimizerStep(o, m_hostMaster, hostGrads, m_hostM, m_hostV, [this](const Tensor& x) { return parameterNorms(x); });
+    m_hostStepSeconds += since(t);
+  }
+  // The weights the next forward reads, the offloaded part's coming back from the host.
   switch (m_cfg.zeroStage) {
     case 0:
-      if (m_cfg.mixed) m_weights.copy_(m_master);
+      if (m_cfg.mixed || m_hostLen > 0) m_weights.narrow(0, 0, m_shard).copy_(joined(m_hostMaster, m_master));
       break;
     case 1:
     case 2: {
-      Tensor full = fromShards(m_cfg.mixed || m_cfg.zeroStage == 2 ? m_master : m_master.clone());
-      m_weights.copy_(full);
+      Tensor shard = joined(m_hostMaster, m_master);
+      if (shard.is_alias_of(m_weights)) shard = shard.clone();
+      m_weights.copy_(fromShards(shard));
       break;
     }
-    default: break;  // ZeRO-3: the next forward gathers the updated shards
+    default:  // ZeRO-3: the next forward gathers the updated shards
+      if (m_hostLen > 0) {
+        const auto t = Clock::now();
+        m_hostOnDevice.copy_(m_hostMaster);
+        m_copySeconds += since(t);
+      }
+      break;
   }
 }
 
@@ -387,15 +441,24 @@ void ModelState::endStep() {
 
 std::array<Tensor, 3> ModelState::gatherFull() {
   torch::NoGradGuard noGrad;
-  return {fromShards(m_master).to(torch::kCPU), fromShards(m_m).to(torch::kCPU), fromShards(m_v).to(torch::kCPU)};
+  return {fromShards(joined(m_hostMaster, m_master)).to(torch::kCPU), fromShards(joined(m_hostM, m_m)).to(torch::kCPU),
+          fromShards(joined(m_hostV, m_v)).to(torch::kCPU)};
 }
 
 void ModelState::load(const Tensor& master, const Tensor& m, const Tensor& v) {
   torch::NoGradGuard noGrad;
   if (m_weights.defined()) m_weights.copy_(master);
-  if (!m_weights.defined() || !m_master.is_alias_of(m_weights)) m_master.copy_(m_cfg.zeroStage == 0 ? master : toShard(master));
-  m_m.copy_(toShard(m));
-  m_v.copy_(toShard(v));
+  const Tensor shard = m_cfg.zeroStage == 0 ? master : toShard(master);
+  const std::int64_t onDevice = m_shard - m_hostLen;
+  if (!m_weights.defined() || !m_master.is_alias_of(m_weights)) m_master.copy_(shard.narrow(0, m_hostLen, onDevice));
+  m_m.copy_(toShard(m).narrow(0, m_hostLen, onDevice));
+  m_v.copy_(toShard(v).narrow(0, m_hostLen, onDevice));
+  if (m_hostLen > 0) {
+    m_hostMaster.copy_(shard.narrow(0, 0, m_hostLen));
+    m_hostM.copy_(toShard(m).narrow(0, 0, m_hostLen));
+    m_hostV.copy_(toShard(v).narrow(0, 0, m_hostLen));
+    if (m_hostOnDevice.defined()) m_hostOnDevice.copy_(m_hostMaster);
+  }
 }
 
 }  // namespace colo::executor::detail

@@ -58,6 +58,9 @@ class ModelState final {
     /// as each expert-parallel rank's experts saw every rank's tokens).
     enum class Params { kAll, kDense, kExperts } params = Params::kAll;
     double average = 0;  ///< the gradient divisor (0: dp)
+    /// ZeRO-Offload: this share of the rank's optimizer shard (fp32 master and moments) lives in host
+    /// memory and is stepped there; its gradients go out and its weights come back each step.
+    double offloadFraction = 0;
   };
   /// Lays out every parameter of `chunks` (their initial values copied in) and, under ZeRO-2/3, becomes
   /// their unit hooks. `groups` must outlive the state.
@@ -91,6 +94,10 @@ class ModelState final {
   /// Bytes of model states this rank held at most: the persistent buffers plus the largest set of
   /// gathered units and in-flight gradient buffers seen at once (counted, not sampled).
   [[nodiscard]] double peakModelStateBytes() const { return m_persistentBytes + m_peakTransient; }
+  /// Offload: bytes held in host memory, and seconds spent copying to and from it and stepping there.
+  [[nodiscard]] double hostBytes() const { return m_hostBytes; }
+  [[nodiscard]] double copySeconds() const { return m_copySeconds; }
+  [[nodiscard]] double hostStepSeconds() const { return m_hostStepSeconds; }
 
   // Called by the unit hooks and their autograd functions.
   std::vector<torch::Tensor> bind(int unit);
@@ -105,6 +112,10 @@ class ModelState final {
   [[nodiscard]] torch::Tensor toShard(const torch::Tensor& full) const;
   [[nodiscard]] torch::Tensor fromShards(const torch::Tensor& shard) const;
   void transient(double bytes);
+  /// The shard of `host` (its first m_hostLen elements) and `device` (the rest) as one device tensor.
+  [[nodiscard]] torch::Tensor joined(const torch::Tensor& host, const torch::Tensor& device);
+  /// fp32 values of the master shard's elements [offset, offset + length), on the device.
+  [[nodiscard]] torch::Tensor masterSlice(std::int64_t offset, std::int64_t length);
   /// Per element of the shard: the L2 norm of the whole parameter it belongs to (over its shards and
   /// tensor-parallel parts), for LAMB's and LARS's trust ratios.
   [[nodiscard]] torch::Tensor parameterNorms(const torch::Tensor& shardValues);
@@ -121,14 +132,19 @@ class ModelState final {
   std::int64_t m_flat = 0, m_shard = 0;
   int m_ways = 1, m_way = 0;  ///< shards and this rank's (1 and 0 at stage 0)
   torch::Tensor m_weights;     ///< stages 0-2: the compute copy every parameter views
-  torch::Tensor m_master;      ///< fp32: the full buffer (stage 0, the weights themselves in fp32) or this rank's shard
+  torch::Tensor m_master;      ///< fp32: the full buffer (stage 0, the weights themselves in fp32) or this rank's
+                               ///< shard; with offload only its part after the first m_hostLen elements
   torch::Tensor m_grads, m_gradsCompute;  ///< stages 0-1: full gradients (fp32, and bf16 when mixed)
   torch::Tensor m_gradShard;              ///< stages 2-3: this rank's reduced gradients
-  torch::Tensor m_m, m_v, m_denominator;  ///< optimizer moments on the shard
+  torch::Tensor m_m, m_v;                 ///< optimizer moments on the shard (on the device: as m_master)
   torch::Tensor m_countMask, m_spMask;    ///< on the shard (stages 2-3): counted in the norm; sequence-parallel partial
   torch::Tensor m_segments;               ///< on the shard: the slot of each element (padding: slots().size())
   torch::Tensor m_tpSummed;               ///< per slot: 1 where its norm sums over the tensor-parallel group
   double m_persistentBytes = 0, m_transient = 0, m_peakTransient = 0;
+  std::int64_t m_hostLen = 0;                          ///< offloaded: the shard's first elements
+  torch::Tensor m_hostMaster, m_hostM, m_hostV;        ///< in host memory
+  torch::Tensor m_hostOnDevice;                        ///< ZeRO-3: the offloaded part's weights, for gathers
+  double m_hostBytes = 0, m_copySeconds = 0, m_hostStepSeconds = 0;
 };
 
 }  // namespace colo::executor::detail

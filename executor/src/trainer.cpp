@@ -94,6 +94,8 @@ Result<void> predict(const Plan& plan, const std::string& costDbFile, RunResult&
     const auto& m = st.memory;
     result.predictedTensorBytes = std::max(result.predictedTensorBytes, m.total() - m.allocator - m.context);
     result.predictedModelStateBytes = std::max(result.predictedModelStateBytes, m.weights + m.gradients + m.optimizer);
+    result.predictedHostMemoryBytes = std::max(result.predictedHostMemoryBytes, m.host);
+    result.predictedOffloadCopySeconds = std::max(result.predictedOffloadCopySeconds, st.offloadPcieSeconds);
   }
   result.predictionSource = db ? "cost database " + costDbFile + " (measured kernels and collectives)"
                                : "the analytic model of cluster " + plan.cluster.name +
@@ -294,6 +296,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       stateConfig.average = static_cast<double>(dp * par.cp);
       stateConfig.mixed = mixed;
       stateConfig.reshardAfterForward = pp == 1;
+      stateConfig.offloadFraction = plan.offload.optimizerFraction;
       states.push_back(std::make_unique<detail::ModelState>(chunkList, stateConfig, g));
     }
     auto forEach = [&](auto&& f) {
@@ -450,13 +453,19 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     result.stepTimeSeconds = steady[steady.size() / 2];
     result.tokensPerSecond = static_cast<double>(result.tokensPerStep) / result.stepTimeSeconds;
     const double peakResident = peakResidentBytes();
-    double modelStates = 0;
-    forEach([&](detail::ModelState& st) { modelStates += st.peakModelStateBytes(); });
-    Tensor peak = torch::tensor({peakResident, peakResident - residentBeforeModel, modelStates}, torch::kFloat64);
+    double modelStates = 0, hostBytes = 0, copySeconds = 0;
+    forEach([&](detail::ModelState& st) {
+      modelStates += st.peakModelStateBytes();
+      hostBytes += st.hostBytes();
+      copySeconds += st.copySeconds();
+    });
+    result.offloadCopySeconds = copySeconds / static_cast<double>(std::max<std::size_t>(1, result.losses.size()));
+    Tensor peak = torch::tensor({peakResident, peakResident - residentBeforeModel, modelStates, hostBytes}, torch::kFloat64);
     g.world->allReduce(peak, c10d::ReduceOp::MAX);
     result.peakMemoryBytes = peak[0].item<double>();
     result.tensorMemoryBytes = peak[1].item<double>();
     result.modelStateBytes = peak[2].item<double>();
+    result.hostMemoryBytes = peak[3].item<double>();
     g.world->barrier();
     return result;
   } catch (const c10::Error& e) {

@@ -190,7 +190,7 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
   SearchStats& st = result.stats;
   std::vector<Config> survivors;
   auto prune = [&](const char* rule) { ++st.pruned[rule]; };
-  const bool allowOffload = options.allowOffload && !options.runnableOnly;  // colo-run keeps every state on the device
+  const bool allowOffload = options.allowOffload;
   double leastStates = std::numeric_limits<double>::max();  // the binding constraint when nothing fits
   std::string leastStatesConfig;
 
@@ -228,7 +228,7 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                   if (etp > 0 && (experts == 0 || tp == 1)) { prune("expert tensor parallelism: only for MoE under tp"); continue; }
                   if (fixedOr("etp") && *fixedOr("etp") != (etp > 0 ? etp : tp)) { prune("fixed by --fix"); continue; }
                   if (zb && (vpp > 1 || pp == 1 || !options.allowZeroBubble)) { prune("schedule not applicable"); continue; }
-                  if (options.runnableOnly && (ep > 1 || (zb && zero >= 2 && dp > 1))) { prune(kNotRunnable); continue; }
+                  if (options.runnableOnly && zb && zero >= 2 && dp > 1) { prune(kNotRunnable); continue; }
                   if (layout > 0 && (pp == 1 || dp == 1)) { prune("rank layout: nothing to reorder"); continue; }
                   if (heads > 0 && (heads % tp != 0 || (kvHeads > 0 && kvHeads % tp != 0))) {
                     prune("heads or kv heads not divisible by tp");
@@ -524,8 +524,8 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                                 (options.allowOffload ? "" : ", allow optimizer offload") + " or use GPUs with more memory";
     } else if (options.runnableOnly && st.pruned.contains(kNotRunnable)) {
       result.infeasibleReason = "no plan colo-run executes fits (" + std::to_string(st.pruned.at(kNotRunnable)) +
-                                " configurations need what colo-run lacks: expert parallelism, offload, "
-                                "zero-bubble with ZeRO-2/3); rank every plan with --any (colo-plan search) to plan for another tool";
+                                " configurations need what colo-run lacks, e.g. parameter offload, zero-bubble with ZeRO-2/3, "
+                                "context parallelism with MoE or dropout); rank every plan with --any (colo-plan search) to plan for another tool";
     } else {
       std::string rules;
       for (const auto& [rule, count] : st.pruned) rules += (rules.empty() ? "" : "; ") + rule + ": " + std::to_string(count);

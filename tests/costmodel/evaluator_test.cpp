@@ -73,6 +73,21 @@ TEST(Evaluator, LarsHoldsOneMomentAndLambReadsItsUpdateTwice) {
   EXPECT_NEAR(lamb.stages[0].optimizerSeconds / adamw.stages[0].optimizerSeconds, 54.0 / 42.0, 1e-9);
 }
 
+TEST(Evaluator, OffloadSaysWhatTheHostHoldsAndWhatCrossesPcie) {
+  Plan p = makePlan("gpt2-small", "dgx-a100-80gb", 8, 1, 1, 8);  // dp 8
+  p.zeroStage = 1;
+  const Evaluation resident = evaluateOrFail(p);
+  EXPECT_EQ(resident.stages[0].memory.host, 0);
+  EXPECT_EQ(resident.stages[0].offloadPcieSeconds, 0);
+  p.offload.optimizerFraction = 0.5;
+  const Evaluation half = evaluateOrFail(p);
+  // Half of the 1/8 shard's fp32 master and two moments (12 B a parameter) in host memory.
+  EXPECT_NEAR(half.stages[0].memory.host, 0.5 * 12.0 * half.stages[0].paramsPerGpu / 8.0, 1e-6 * half.stages[0].memory.host);
+  EXPECT_NEAR(half.stages[0].memory.optimizer, 0.5 * resident.stages[0].memory.optimizer, 1e-6 * resident.stages[0].memory.optimizer);
+  EXPECT_GT(half.stages[0].offloadPcieSeconds, 0);
+  EXPECT_LT(half.stages[0].offloadPcieSeconds, half.stages[0].optimizerSeconds);
+}
+
 TEST(Evaluator, GradientAccumulationCostsAPassPerMicroBatchUnlessFused) {
   // 8 micro-batches of gpt2-small on one GPU. main_grad (bf16): every micro-batch's backward adds the
   // 16-bit gradients into fp32 main_grad, 2 + 4 + 4 = 10 B per parameter; DeepSpeed's fp32 copies

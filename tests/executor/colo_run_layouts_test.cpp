@@ -164,6 +164,30 @@ TEST_F(ColoRun, MixtureOfExpertsWithExpertParallelismTrainsLikeOneProcess) {
   for (std::size_t i = 0; i < 2; ++i) EXPECT_NEAR(tail[i], all[2 + i], 1e-5 * all[2 + i]);
 }
 
+TEST_F(ColoRun, OptimizerOffloadTrainsLikeOneProcessAndReportsHostMemory) {
+  // ZeRO-Offload: a share of each rank's optimizer shard (fp32 master and moments) in host memory,
+  // stepped there; gradients out and weights back every step.
+  const Json single = train(plan("single", "tiny-gpt", "--gpus 1"), "--steps 20");
+  const Json zero1 = train(plan("z1", "tiny-gpt", "--gpus 2 --dp 2 --zero 1"), "--steps 2");
+  for (const std::string layout : {"--gpus 2 --dp 2 --zero 1 --offload-optimizer 0.5", "--gpus 4 --dp 4 --zero 2 --offload-optimizer 1",
+                                   "--gpus 4 --tp 2 --dp 2 --sp --zero 3 --offload-optimizer 0.3"}) {
+    SCOPED_TRACE(layout);
+    const Json offloaded = train(plan("offload", "tiny-gpt", layout), "--steps 20");
+    expectSameLosses(offloaded, single, 1e-5);
+    EXPECT_GT(offloaded["host_memory_bytes"].get<double>(), 0);
+    EXPECT_GT(offloaded["predicted_host_memory_bytes"].get<double>(), 0);
+    EXPECT_GT(offloaded["offload_copy_s"].get<double>(), 0);
+  }
+  // Half of ZeRO-1's 16 B a parameter (fp32 master copy and two moments: 12 B on the host) leaves the device.
+  const Json half = train(plan("half", "tiny-gpt", "--gpus 2 --dp 2 --zero 1 --offload-optimizer 0.5"), "--steps 2");
+  EXPECT_NEAR(half["host_memory_bytes"].get<double>(), half["predicted_host_memory_bytes"].get<double>(),
+              0.01 * half["predicted_host_memory_bytes"].get<double>());
+  EXPECT_LT(half["model_state_bytes"].get<double>(), zero1["model_state_bytes"].get<double>());
+  auto shown = test::runProgram("colo-run", m_dir.path("half.json") + " --data " + data() + " --threads 1 --steps 2 --quiet");
+  EXPECT_NE(shown.out.find("host memory"), std::string::npos) << shown.out;
+  EXPECT_NE(shown.out.find("offload copy"), std::string::npos) << shown.out;
+}
+
 TEST_F(ColoRun, ZeroBubbleTrainsLikeOneProcess) {
   // ZB-H1: each backward split into the input gradient (sent upstream at once) and the weight gradient
   // (run later, where the schedule has a bubble), in the simulator's order.

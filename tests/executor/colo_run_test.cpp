@@ -126,9 +126,10 @@ TEST_F(ColoRun, BadInputIsRefusedBeforeAnyRankStarts) {
   auto nproc = test::runProgram("colo-run", file + " --data " + data() + " --nproc-per-node 2");
   EXPECT_EQ(nproc.exitCode, 2);
   EXPECT_NE(nproc.err.find("torchrun"), std::string::npos) << nproc.err;
-  auto offload = test::runProgram("colo-run", plan("offload", "tiny-gpt", "--gpus 2 --dp 2 --zero 1 --offload-optimizer 0.5") + " --data " + data());
+  auto offload = test::runProgram("colo-run", plan("offload", "tiny-gpt", "--gpus 2 --dp 2 --zero 1 --offload-optimizer 0.5 --optimizer lamb") +
+                                                  " --data " + data());
   EXPECT_EQ(offload.exitCode, 2);
-  EXPECT_NE(offload.err.find("offload"), std::string::npos) << offload.err;
+  EXPECT_NE(offload.err.find("offload with optimizer lamb"), std::string::npos) << offload.err;
   auto noData = test::runProgram("colo-run", file + " --data " + m_dir.path("none.u16"));
   EXPECT_EQ(noData.exitCode, 2);
   EXPECT_NE(noData.err.find("none.u16"), std::string::npos);

@@ -271,7 +271,9 @@ TEST(CheckExecutable, NamesWhatTheExecutorCannotRun) {
   zero3.zeroStage = 3;
   EXPECT_TRUE(checkExecutable(zero3, 2, "gloo"));  // ZeRO 0-3 all run
   zero3.offload.optimizerFraction = 0.5;
-  EXPECT_NE(checkExecutable(zero3, 2, "gloo").error().message.find("offload"), std::string::npos);
+  EXPECT_TRUE(checkExecutable(zero3, 2, "gloo"));  // ZeRO-Offload of optimizer states
+  zero3.offload.paramsFraction = 0.5;
+  EXPECT_NE(checkExecutable(zero3, 2, "gloo").error().message.find("offload.params_fraction"), std::string::npos);
   Plan cp = tinyPlan("tiny-gpt", 1, 1, 1);
   cp.parallel.cp = 2;
   EXPECT_TRUE(checkExecutable(cp, 2, "gloo"));  // the p2p ring

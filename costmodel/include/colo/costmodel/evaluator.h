@@ -30,6 +30,7 @@ struct MemoryBreakdown {
   double buffers = 0;         ///< communication buffers, logits upcast, ZeRO-3 gathered layers
   double allocator = 0;       ///< caching-allocator fragmentation allowance
   double context = 0;         ///< CUDA context and library workspaces (outside the allocator)
+  double host = 0;            ///< offloaded optimizer states, gradients and weights in host memory (not in total())
   [[nodiscard]] double total() const {
     return weights + gradients + optimizer + activations + buffers + allocator + context;
   }
@@ -46,6 +47,7 @@ struct StageReport {
   double inFlightMicroBatches = 0;    ///< micro-batches whose activations are held at the peak
   double dpExposedSeconds = 0;        ///< per step
   double optimizerSeconds = 0;        ///< per step
+  double offloadPcieSeconds = 0;      ///< per step, part of optimizerSeconds: offloaded states' gradients out, weights back
   MemoryBreakdown memory;
 };
 

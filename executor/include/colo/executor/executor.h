@@ -75,6 +75,10 @@ struct RunResult {
   /// Weights, master copies, gradients and optimizer states at most on a rank: counted from the buffers
   /// the executor holds (persistent ones plus the most gathered at once under ZeRO-3), and predicted.
   double modelStateBytes = 0, predictedModelStateBytes = 0;
+  /// Optimizer offload: host memory held (max over ranks) and the seconds a step spends copying
+  /// gradients out and weights back (rank 0, mean over steps), measured and predicted.
+  double hostMemoryBytes = 0, predictedHostMemoryBytes = 0;
+  double offloadCopySeconds = 0, predictedOffloadCopySeconds = 0;
   double predictedTensorBytes = 0;      ///< weights, gradients, optimizer, activations and buffers of the peak stage
   double predictedComputeSeconds = 0;   ///< per step: forward, backward, recompute and optimizer kernels
   std::string predictionSource;         ///< where the predictions come from (the plan, or a cost database)
