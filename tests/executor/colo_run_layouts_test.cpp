@@ -211,9 +211,12 @@ TEST_F(ColoRun, TheBestPlanOfSearchesWithoutFixRunsAndTrainsLikeOneProcess) {
                                                       " --gbs 8 --seq-len 32 --precision fp32 --quiet --out " + file);
     ASSERT_EQ(searched.exitCode, 0) << searched.err;
     // One process with the plan's micro-batch size (a MoE layer's load-balancing loss is per micro-batch).
+    // MoE over 12 steps: later, a top-k choice between two experts with nearly equal router scores can
+    // flip on a last-bit difference of the summation order, and the curves part (seen at step 18).
     const auto mbs = test::loadJson(file)["batch"]["micro_batch_size"].get<std::int64_t>();
-    const Json single = train(plan("single", c.model, "--gpus 1 --mbs " + std::to_string(mbs)), "--steps 20");
-    expectSameLosses(train(file, "--steps 20"), single, 1e-5);
+    const std::string steps = c.model == "tiny-moe" ? "--steps 12" : "--steps 20";
+    const Json single = train(plan("single", c.model, "--gpus 1 --mbs " + std::to_string(mbs)), steps);
+    expectSameLosses(train(file, steps), single, 1e-5);
   }
 }
 
