@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Executor overhead per layout: the share of rank 0's step time spent outside LibTorch calls (colo-run's
 # own bookkeeping, the schedule loop, data loading, waits it does not hand to LibTorch), for GPT-2-small
-# shapes on this machine's CPU ranks. Target: under 5% in every layout.
+# shapes on this machine's CPU ranks. Target: under 5% in every layout. (Context parallelism is not in the
+# list: GPT-2 trains with dropout, which colo-run's ring attention does not apply.)
 #   bench/executor_overhead.sh [BUILD_DIR] [STEPS]
 set -euo pipefail
 build=${1:-build}
@@ -14,7 +15,7 @@ layouts=(
   "dp4 ZeRO-0|--gpus 4 --dp 4 --zero 0"
   "dp4 ZeRO-2|--gpus 4 --dp 4 --zero 2"
   "dp4 ZeRO-3|--gpus 4 --dp 4 --zero 3"
-  "tp2 cp2 sp|--gpus 4 --tp 2 --cp 2 --sp"
+  "tp2 dp2 sp|--gpus 4 --tp 2 --dp 2 --sp --zero 1"
   "pp2 dp2 zero-bubble|--gpus 4 --pp 2 --dp 2 --zero 1 --schedule zb"
   "dp2 ZeRO-1 offload 0.5|--gpus 2 --dp 2 --zero 1 --offload-optimizer 0.5"
 )
