@@ -34,9 +34,9 @@ int CandidatesModel::columnCount(const QModelIndex& parent) const { return paren
 
 QVariant CandidatesModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* names[kColumns] = {"#",         "tp",        "pp",       "dp",     "cp",  "ep",  "vpp",
-                                        "mbs",       "ZeRO",      "schedule", "recompute", "step time", "likely",
-                                        "tokens/s",  "MFU",       "peak memory", "fits",      "colo-run",
+  static const char* names[kColumns] = {"#",         "colo-run",  "tp",       "pp",     "dp",  "cp",  "ep",
+                                        "vpp",       "mbs",       "ZeRO",     "schedule", "recompute", "step time",
+                                        "likely",    "tokens/s",  "MFU",      "peak memory", "fits",
                                         "days",      "GPU-hours", "cost"};
   return section >= 0 && section < kColumns ? QString(names[section]) : QVariant();
 }

@@ -20,7 +20,7 @@ class CandidatesModel : public QAbstractTableModel {
   Q_OBJECT
  public:
   enum Column {
-    kRank, kTp, kPp, kDp, kCp, kEp, kVpp, kMbs, kZero, kSchedule, kRecompute, kStep, kLikely, kTokens, kMfu, kMemory, kFits, kRuns,
+    kRank, kRuns, kTp, kPp, kDp, kCp, kEp, kVpp, kMbs, kZero, kSchedule, kRecompute, kStep, kLikely, kTokens, kMfu, kMemory, kFits,
     kDays, kGpuHours, kCost, kColumns
   };
   /// The role that sorts: the number behind a cell (seconds, bytes, ...).
