@@ -57,6 +57,7 @@ std::vector<app::OptionSpec> runOptions() {
           {"compare", "PLAN", "then run this baseline plan of the same model (or \"megatron\": the Megatron-style baseline colo-plan compare uses) and print both side by side"},
           {"json", "", "print one JSON object at the end"},
           {"quiet", "", "no per-step progress"},
+          {"no-overlap", "", "ZeRO-2/3: no prefetch of the next unit's weights, each gradient reduce-scatter finished before the backward goes on (same losses; to measure what the overlap hides)"},
           {"help", "", "show this help"}};
 }
 
@@ -269,6 +270,7 @@ Result<executor::RunOptions> optionsFrom(const app::Args& args, const std::strin
   auto timeout = args.positiveInteger("timeout", 120);
   if (!timeout) return fail(timeout.error());
   o.timeoutSeconds = static_cast<int>(*timeout);
+  o.overlap = !args.has("no-overlap");
   o.progress = !args.has("quiet");  // on stderr, so --json output stays one object on stdout
   return o;
 }

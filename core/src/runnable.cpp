@@ -55,10 +55,6 @@ Result<void> checkRunnable(const Plan& plan) {
                  std::to_string(plan.seqLen / p.cp) + " tokens must divide by tp " + std::to_string(p.tp));
     }
   }
-  if (plan.schedule == Schedule::kZeroBubble && plan.zeroStage >= 2 && p.dp > 1) {
-    return bad("schedule zb with zero_stage " + std::to_string(plan.zeroStage) + ": the executor defers weight gradients "
-               "with ZeRO 0 and 1 only (ZeRO-2/3 reduce-scatter each layer's gradients as its backward ends)");
-  }
   if (plan.offload.paramsFraction > 0) {
     return bad("offload.params_fraction: the executor offloads optimizer states (ZeRO-Offload), not parameters");
   }

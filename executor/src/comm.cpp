@@ -2,11 +2,22 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
 #include <numeric>
 
 #include "colo/core/rank_layout.h"
 
 namespace colo::executor::detail {
+
+at::Tensor Pending::wait() {
+  if (!m_finish) throw std::logic_error("waiting on a collective that is not in flight");
+  if (m_work) m_work->wait();
+  m_work = {};
+  auto finish = std::move(m_finish);
+  m_finish = {};
+  return finish();
+}
+
 namespace {
 
 template <class PG>
@@ -50,6 +61,25 @@ class GroupComm final : public Comm {
     const std::int64_t part = t.numel() / m_size;
     return t.narrow(0, m_rank * part, part);
   }
+  Pending allGatherAsync(const at::Tensor& t) override {
+    if (m_size == 1) return {{}, [t] { return t; }};
+    // Gloo gathers bf16 only in newer LibTorch versions: in fp32, back to bf16 when done.
+    const auto dtype = t.scalar_type();
+    std::vector<at::Tensor> in{dtype == at::kBFloat16 ? t.to(at::kFloat) : t.contiguous()};
+    auto out = std::make_shared<std::vector<std::vector<at::Tensor>>>(1);
+    for (int r = 0; r < m_size; ++r) (*out)[0].push_back(torch::empty_like(in[0]));
+    WorkPtr work = m_pg->allgather(*out, in);
+    return {work, [in, out, dtype] { return torch::cat((*out)[0], 0).to(dtype); }};
+  }
+  Pending reduceScatterAsync(const at::Tensor& t) override {
+    if (m_size == 1) return {{}, [t] { return t; }};
+    // As reduceScatter: an all-reduce (in fp32 for bf16) of which this member keeps its part.
+    const auto dtype = t.scalar_type();
+    std::vector<at::Tensor> v{dtype == at::kBFloat16 ? t.to(at::kFloat) : t};
+    WorkPtr work = m_pg->allreduce(v);
+    const std::int64_t part = t.numel() / m_size;
+    return {work, [v, part, rank = m_rank, dtype] { return v[0].narrow(0, rank * part, part).to(dtype); }};
+  }
   at::Tensor allToAll(const at::Tensor& t, const std::vector<std::int64_t>& sendRows, const std::vector<std::int64_t>& recvRows) override {
     if (m_size == 1) return t;
     if (t.scalar_type() == at::kBFloat16) return allToAll(t.to(at::kFloat), sendRows, recvRows).to(at::kBFloat16);
@@ -90,9 +120,10 @@ class GroupComm final : public Comm {
     std::vector<at::Tensor> v{t};
     return m_pg->send(v, dst, tag);
   }
-  void recv(at::Tensor& t, int src, int tag) override {
+  void recv(at::Tensor& t, int src, int tag) override { recvAsync(t, src, tag)->wait(); }
+  WorkPtr recvAsync(at::Tensor& t, int src, int tag) override {
     std::vector<at::Tensor> v{t};
-    m_pg->recv(v, src, tag)->wait();
+    return m_pg->recv(v, src, tag);
   }
   void barrier() override {
     if (m_size > 1) m_pg->barrier()->wait();
@@ -114,9 +145,12 @@ class SelfComm final : public Comm {
   WorkPtr allReduceAsync(at::Tensor&) override { return {}; }
   at::Tensor allGather(const at::Tensor& t, std::int64_t) override { return t; }
   at::Tensor reduceScatter(at::Tensor& t) override { return t; }
+  Pending allGatherAsync(const at::Tensor& t) override { return {{}, [t] { return t; }}; }
+  Pending reduceScatterAsync(const at::Tensor& t) override { return {{}, [t] { return t; }}; }
   at::Tensor allToAll(const at::Tensor& t, const std::vector<std::int64_t>&, const std::vector<std::int64_t>&) override { return t; }
   WorkPtr send(at::Tensor&, int, int) override { throw std::logic_error("send in a group of one"); }
   void recv(at::Tensor&, int, int) override { throw std::logic_error("recv in a group of one"); }
+  WorkPtr recvAsync(at::Tensor&, int, int) override { throw std::logic_error("recv in a group of one"); }
   void barrier() override {}
 };
 

@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,20 @@
 namespace colo::executor::detail {
 
 using WorkPtr = decltype(std::declval<c10d::ProcessGroupGloo&>().barrier());
+
+/// A collective in flight. `wait()` blocks until it is done and returns its result (once: a second call
+/// is an error); the inputs it reads stay alive inside it until then.
+class Pending {
+ public:
+  Pending() = default;
+  Pending(WorkPtr work, std::function<at::Tensor()> finish) : m_work(std::move(work)), m_finish(std::move(finish)) {}
+  [[nodiscard]] bool active() const { return static_cast<bool>(m_finish); }
+  at::Tensor wait();
+
+ private:
+  WorkPtr m_work;
+  std::function<at::Tensor()> m_finish;
+};
 
 /// One communication group. Size-1 groups do nothing (no process group behind them).
 class Comm {
@@ -33,12 +48,17 @@ class Comm {
   /// The sum over the group of the flat `t` (numel divisible by the size), this member's 1/size of it;
   /// `t` may be overwritten (Gloo reduces it in place).
   [[nodiscard]] virtual at::Tensor reduceScatter(at::Tensor& t) = 0;
+  /// The same two, started and returned in flight (the flat `t` concatenated in rank order; this
+  /// member's part of the sum). Members must start their collectives on a group in the same order.
+  [[nodiscard]] virtual Pending allGatherAsync(const at::Tensor& t) = 0;
+  [[nodiscard]] virtual Pending reduceScatterAsync(const at::Tensor& t) = 0;
   /// Rows of `t` (dim 0) split by `sendRows` go to the members in order; returns what arrives, split by
   /// `recvRows` (the counts each member sends this one).
   [[nodiscard]] virtual at::Tensor allToAll(const at::Tensor& t, const std::vector<std::int64_t>& sendRows,
                                             const std::vector<std::int64_t>& recvRows) = 0;
   [[nodiscard]] virtual WorkPtr send(at::Tensor& t, int dst, int tag) = 0;
   virtual void recv(at::Tensor& t, int src, int tag) = 0;
+  [[nodiscard]] virtual WorkPtr recvAsync(at::Tensor& t, int src, int tag) = 0;
   virtual void barrier() = 0;
 };
 

@@ -185,15 +185,18 @@ void Chunk::defer(torch::Tensor input, torch::Tensor outputGrad, torch::Tensor w
   m_deferred[m_deferring].push_back({std::move(input), std::move(outputGrad), std::move(weight)});
 }
 
-void Chunk::weightGradients(std::int64_t microBatch) {
+void Chunk::weightGradients(std::int64_t microBatch, const WeightGradientSink& sink) {
   auto it = m_deferred.find(microBatch);
   if (it == m_deferred.end()) return;
   torch::NoGradGuard noGrad;
   for (auto& d : it->second) {
     const Tensor& w = d.weight;
     Tensor dw = d.outputGrad.reshape({-1, w.size(0)}).t().matmul(d.input.reshape({-1, w.size(1)}));
-    if (!w.grad().defined()) throw std::logic_error("zero-bubble: a deferred weight has no gradient buffer");
-    w.grad().add_(dw);
+    if (w.is_leaf() && w.grad().defined()) {
+      w.grad().add_(dw);
+    } else if (!sink || !sink(w, dw)) {
+      throw std::logic_error("zero-bubble: a deferred weight has no gradient buffer and no model state took its gradient");
+    }
   }
   m_deferred.erase(it);
 }

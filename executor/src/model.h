@@ -93,7 +93,10 @@ class Chunk {
   /// Zero-bubble: while `microBatch` >= 0, the backward of the layers' linear layers computes input
   /// gradients only and keeps what their weight gradients need; `weightGradients` computes those later.
   void deferWeightGradients(std::int64_t microBatch) { m_deferring = microBatch; }
-  void weightGradients(std::int64_t microBatch);
+  /// Where a weight has no gradient buffer (ZeRO-2/3 bind weights per unit), its gradient goes to
+  /// `sink(weight, gradient)`, which says whether it took it.
+  using WeightGradientSink = std::function<bool(const torch::Tensor& weight, const torch::Tensor& gradient)>;
+  void weightGradients(std::int64_t microBatch, const WeightGradientSink& sink);
   void useDeferredLinears(bool on) { m_deferredLinears = on; }
   /// Called by the linear layers' backward (the deferred part of a zero-bubble backward).
   [[nodiscard]] bool deferring() const { return m_deferring >= 0; }

@@ -132,6 +132,7 @@ Json RunResult::toJson() const {
           {"predicted_host_memory_bytes", predictedHostMemoryBytes},
           {"offload_copy_s", offloadCopySeconds},
           {"predicted_offload_copy_s", predictedOffloadCopySeconds},
+          {"zero_comm_wait_s", zeroCommWaitSeconds},
           {"predicted_compute_s", predictedComputeSeconds},
           {"prediction_source", predictionSource},
           {"compute_s", computeSeconds},
@@ -171,6 +172,7 @@ Result<RunResult> resultFromJson(const Json& j) {
     r.predictedHostMemoryBytes = j.value("predicted_host_memory_bytes", 0.0);
     r.offloadCopySeconds = j.value("offload_copy_s", 0.0);
     r.predictedOffloadCopySeconds = j.value("predicted_offload_copy_s", 0.0);
+    r.zeroCommWaitSeconds = j.value("zero_comm_wait_s", 0.0);
     r.predictedComputeSeconds = j.value("predicted_compute_s", 0.0);
     r.predictionSource = j.value("prediction_source", std::string());
     r.computeSeconds = j.at("compute_s").get<double>();
@@ -229,6 +231,10 @@ std::string renderResult(const RunResult& r) {
     o << "offload copy " << std::setw(12) << formatSeconds(r.predictedOffloadCopySeconds) << " " << std::setw(12)
       << formatSeconds(r.offloadCopySeconds) << "   " << pct(r.offloadCopySeconds, r.predictedOffloadCopySeconds)
       << "  (per step: gradients to the host, weights back" << (cpu ? "; on a CPU both sides are host memory" : "") << ")\n";
+  }
+  if (r.zeroCommWaitSeconds > 0) {
+    o << "ZeRO waits   " << std::setw(25) << formatSeconds(r.zeroCommWaitSeconds)
+      << "        (per step, rank 0: waiting for unit all-gathers and gradient reduce-scatters the overlap did not hide)\n";
   }
   o << "throughput   " << fixed(r.tokensPerSecond, 0) << " tokens/s; " << fixed(r.wallSeconds > 0 ? 100.0 * r.computeSeconds / r.wallSeconds : 0, 1)
     << "% of rank 0's time in LibTorch calls\n";

@@ -7,6 +7,7 @@
 #include "ring_attention.h"
 
 #include <limits>
+#include <optional>
 
 namespace colo::executor::detail {
 namespace {
@@ -34,15 +35,24 @@ Tensor causalMask(const Tensor& queryPositions, const Tensor& keyPositions) {
 int prev(int rank, int size) { return (rank - 1 + size) % size; }
 int next(int rank, int size) { return (rank + 1) % size; }
 
-// Sends `block` to the next rank and returns what the previous one sent (same shape).
-Tensor passOn(Comm* cp, const Tensor& block, int tag) {
-  Tensor out = block.contiguous();
-  WorkPtr sent = cp->send(out, next(cp->rank(), cp->size()), tag);
-  Tensor in = torch::empty_like(out);
-  cp->recv(in, prev(cp->rank(), cp->size()), tag);
-  sent->wait();
-  return in;
-}
+// `block` on its way to the next rank while what the previous one sends (same shape) arrives: started
+// before the block in hand is computed on, waited for after, so the transfer hides behind it.
+class Pass {
+ public:
+  Pass(Comm* cp, const Tensor& block, int tag) : m_out(block.contiguous()), m_in(torch::empty_like(m_out)) {
+    m_sent = cp->send(m_out, next(cp->rank(), cp->size()), tag);
+    m_received = cp->recvAsync(m_in, prev(cp->rank(), cp->size()), tag);
+  }
+  Tensor wait() {
+    m_received->wait();
+    m_sent->wait();
+    return m_in;
+  }
+
+ private:
+  Tensor m_out, m_in;
+  WorkPtr m_sent, m_received;
+};
 
 struct RingAttention : torch::autograd::Function<RingAttention> {
   static Tensor forward(AutogradContext* ctx, Tensor q, Tensor k, Tensor v, Comm* cp, std::int64_t seqLen) {
@@ -56,8 +66,8 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     Tensor acc = torch::zeros_like(qf);
     Tensor kv = torch::cat({k, v}, -1);
     for (int step = 0; step < n; ++step) {
-      Tensor incoming;
-      if (step + 1 < n) incoming = passOn(cp, kv, step);  // the transfer is blocking here: no overlap yet
+      std::optional<Pass> incoming;
+      if (step + 1 < n) incoming.emplace(cp, kv, step);
       const int owner = (me - step + n) % n;
       const Tensor kb = expandHeads(kv.narrow(-1, 0, d), heads).to(torch::kFloat32);
       const Tensor vb = expandHeads(kv.narrow(-1, d, d), heads).to(torch::kFloat32);
@@ -72,7 +82,7 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       runSum = runSum * alpha + p.sum(-1);
       acc = acc * alpha.unsqueeze(-1) + torch::matmul(p, vb);
       runMax = newMax;
-      if (step + 1 < n) kv = incoming;
+      if (incoming) kv = incoming->wait();
     }
     const Tensor out = acc / runSum.unsqueeze(-1);
     const Tensor lse = runMax + runSum.log();
@@ -95,14 +105,17 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
     const Tensor delta = (dOut * out).sum(-1, true);  // [b, h, s, 1]
     const Tensor mine = contextParallelPositions(seqLen, n, me).to(q.device());
     Tensor dq = torch::zeros_like(qf);
-    // Travelling together: keys, values and their gradients so far (fp32), [b, kv heads, s, 4d].
-    Tensor block = torch::cat({k.to(torch::kFloat32), v.to(torch::kFloat32), torch::zeros_like(k, torch::kFloat32),
-                               torch::zeros_like(v, torch::kFloat32)},
-                              -1);
+    // Around the ring: keys and values (fp32, [b, kv heads, s, 2d]), sent on as soon as they arrive, and
+    // behind them their gradients so far, sent once this rank has added its part. After n moves every
+    // block's gradients are home.
+    Tensor kv = torch::cat({k.to(torch::kFloat32), v.to(torch::kFloat32)}, -1);
+    Tensor dkv = torch::zeros_like(kv);
     for (int step = 0; step < n; ++step) {
+      std::optional<Pass> nextKv;
+      if (step + 1 < n) nextKv.emplace(cp, kv, 2 * n + step);
       const int owner = (me - step + n) % n;
-      const Tensor kb = expandHeads(block.narrow(-1, 0, d), heads);
-      const Tensor vb = expandHeads(block.narrow(-1, d, d), heads);
+      const Tensor kb = expandHeads(kv.narrow(-1, 0, d), heads);
+      const Tensor vb = expandHeads(kv.narrow(-1, d, d), heads);
       Tensor scores = torch::matmul(qf, kb.transpose(-2, -1)) * scale;
       scores = scores.masked_fill(causalMask(mine, contextParallelPositions(seqLen, n, owner).to(q.device())),
                                   -std::numeric_limits<float>::infinity());
@@ -112,11 +125,12 @@ struct RingAttention : torch::autograd::Function<RingAttention> {
       const Tensor ds = p * (dp - delta) * scale;
       dq += torch::matmul(ds, kb);
       const Tensor dk = torch::matmul(ds.transpose(-2, -1), qf);
-      block.narrow(-1, 2 * d, d).add_(foldHeads(dk, kvHeads));
-      block.narrow(-1, 3 * d, d).add_(foldHeads(dv, kvHeads));
-      block = passOn(cp, block, n + step);  // after n moves every block is home
+      dkv.narrow(-1, 0, d).add_(foldHeads(dk, kvHeads));
+      dkv.narrow(-1, d, d).add_(foldHeads(dv, kvHeads));
+      dkv = Pass(cp, dkv, n + step).wait();
+      if (nextKv) kv = nextKv->wait();
     }
-    return {dq.to(q.scalar_type()), block.narrow(-1, 2 * d, d).to(k.scalar_type()), block.narrow(-1, 3 * d, d).to(v.scalar_type()),
+    return {dq.to(q.scalar_type()), dkv.narrow(-1, 0, d).to(k.scalar_type()), dkv.narrow(-1, d, d).to(v.scalar_type()),
             Tensor(), Tensor()};
   }
 };

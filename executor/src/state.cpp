@@ -1,110 +1,19 @@
-// A rank's model states under its ZeRO stage: the flat layout, the unit hooks that gather weights and
-// reduce-scatter gradients as autograd reaches each unit (ZeRO-2/3), and the reductions before the
-// optimizer step.
+// A rank's model states under its ZeRO stage: the flat layout, the reductions before the optimizer
+// step, the step, and checkpoints (the per-unit gathers and reduce-scatters are in state_units.cpp).
 #include "state.h"
-
-#include <c10/core/StorageImpl.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
+#include <thread>
+
+#include "state_units.h"
 
 namespace colo::executor::detail {
-namespace {
 
 using torch::Tensor;
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
-
-double bytesOf(const Tensor& t) { return t.defined() ? static_cast<double>(t.numel() * t.element_size()) : 0.0; }
-
-// A tensor over `storage` with its own version counter: writing through it does not mark the tensors
-// autograd saved (which alias the same storage) as modified.
-Tensor alias(const Tensor& owner, std::int64_t offset, const std::vector<std::int64_t>& shape) {
-  return torch::empty({0}, owner.options()).set_(owner.storage(), offset, shape, c10::contiguous_strides(shape));
-}
-
-// ZeRO-3 frees a unit's weights between uses as FSDP does: the storage keeps its identity (autograd's
-// saved tensors point at it) and loses its bytes, which come back before the next use.
-void releaseStorage(const Tensor& owner) {
-  c10::StorageImpl* impl = owner.storage().unsafeGetStorageImpl();
-  impl->set_data_ptr_noswap(at::DataPtr(nullptr, owner.device()));
-  impl->set_nbytes(0);
-}
-
-void allocateStorage(const Tensor& owner, std::int64_t numel) {
-  c10::StorageImpl* impl = owner.storage().unsafeGetStorageImpl();
-  const auto bytes = static_cast<std::size_t>(numel * owner.element_size());
-  impl->set_data_ptr_noswap(impl->allocator()->allocate(bytes));
-  impl->set_nbytes(bytes);
-}
-
-// The unit's parameters as the outputs of one autograd node: forward hands out tensors over the unit's
-// weights, backward receives every parameter's gradient of the micro-batch at once and reduce-scatters
-// them. `anchor` (a leaf) only makes autograd record the node.
-struct UnitGather : torch::autograd::Function<UnitGather> {
-  static variable_list forward(AutogradContext* ctx, ModelState* state, std::int64_t unit, Tensor anchor) {
-    (void)anchor;
-    ctx->saved_data["state"] = reinterpret_cast<std::int64_t>(state);
-    ctx->saved_data["unit"] = unit;
-    return state->bind(static_cast<int>(unit));
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto* state = reinterpret_cast<ModelState*>(ctx->saved_data["state"].toInt());
-    const int unit = static_cast<int>(ctx->saved_data["unit"].toInt());
-    if (state->reshards()) state->release(unit);  // first, so the weights and the gradient buffer never coexist
-    state->reduceUnit(unit, grads);
-    return {Tensor(), Tensor(), Tensor()};
-  }
-};
-
-// Identity on a unit's output whose backward gathers the unit's weights before its backward needs them.
-struct PreBackward : torch::autograd::Function<PreBackward> {
-  static Tensor forward(AutogradContext* ctx, Tensor x, ModelState* state, std::int64_t unit) {
-    ctx->saved_data["state"] = reinterpret_cast<std::int64_t>(state);
-    ctx->saved_data["unit"] = unit;
-    return x;
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list g) {
-    reinterpret_cast<ModelState*>(ctx->saved_data["state"].toInt())->materialize(static_cast<int>(ctx->saved_data["unit"].toInt()));
-    return {g[0], Tensor(), Tensor()};
-  }
-};
-
-}  // namespace
-
-struct ModelState::Unit {
-  std::vector<std::size_t> slots;  // into m_slots, in the chunk's order
-  std::int64_t offset = 0, numel = 0, shardOffset = 0;
-  Tensor storage;  // ZeRO-3: the gathered weights (no bytes while released)
-  bool live = false;
-  Tensor anchor;
-};
-
-class ModelState::Hooks final : public UnitHooks {
- public:
-  Hooks(ModelState* state, std::vector<int> units) : m_state(state), m_units(std::move(units)) {}
-  std::vector<Tensor> enter(int unit) override {
-    const int u = m_units.at(static_cast<std::size_t>(unit));
-    if (u < 0) return {};
-    m_state->materialize(u);
-    if (!torch::GradMode::is_enabled()) return m_state->bind(u);
-    return UnitGather::apply(m_state, static_cast<std::int64_t>(u), m_state->m_units[static_cast<std::size_t>(u)]->anchor);
-  }
-  Tensor leave(int unit, const Tensor& out) override {
-    const int u = m_units.at(static_cast<std::size_t>(unit));
-    if (u < 0) return out;
-    Tensor wrapped = torch::GradMode::is_enabled() && out.requires_grad() ? PreBackward::apply(out, m_state, u) : out;
-    if (m_state->reshards()) m_state->release(u);
-    return wrapped;
-  }
-
- private:
-  ModelState* m_state;
-  std::vector<int> m_units;  // chunk unit -> state unit (-1: empty)
-};
 
 ModelState::ModelState(const std::vector<Chunk*>& chunks, const Config& config, Groups& groups) : m_cfg(config), m_g(groups) {
   m_group = experts() ? m_g.expertDp.get() : m_g.dpCp.get();
@@ -211,8 +120,6 @@ ModelState::ModelState(const std::vector<Chunk*>& chunks, const Config& config, 
   if (m_gradsCompute.defined() && !m_gradsCompute.is_same(m_grads)) m_persistentBytes += bytesOf(m_gradsCompute);
 }
 
-ModelState::~ModelState() = default;
-
 Tensor ModelState::toShard(const Tensor& full) const {
   std::vector<Tensor> parts;
   for (const auto& [offset, numel] : m_ranges) {
@@ -241,28 +148,6 @@ void ModelState::transient(double bytes) {
   m_peakTransient = std::max(m_peakTransient, m_transient);
 }
 
-std::vector<Tensor> ModelState::bind(int unit) {
-  Unit& u = *m_units[static_cast<std::size_t>(unit)];
-  std::vector<Tensor> out;
-  for (std::size_t i : u.slots) {
-    const Slot& s = m_slots[i];
-    out.push_back(m_cfg.zeroStage == 3 ? alias(u.storage, s.offset - u.offset, s.shape) : alias(m_weights, s.offset, s.shape));
-  }
-  return out;
-}
-
-void ModelState::materialize(int unit) {
-  Unit& u = *m_units[static_cast<std::size_t>(unit)];
-  if (m_cfg.zeroStage != 3 || u.live) return;
-  torch::NoGradGuard noGrad;
-  const std::int64_t part = u.numel / m_ways;
-  Tensor gathered = m_group->allGather(masterSlice(u.shardOffset, part).contiguous(), 0);
-  allocateStorage(u.storage, u.numel);
-  alias(u.storage, 0, {u.numel}).copy_(gathered);
-  u.live = true;
-  transient(bytesOf(u.storage));
-}
-
 Tensor ModelState::masterSlice(std::int64_t offset, std::int64_t length) {
   if (m_hostLen == 0) return m_master.narrow(0, offset, length);
   std::vector<Tensor> parts;
@@ -283,29 +168,6 @@ Tensor ModelState::joined(const Tensor& host, const Tensor& device) {
   return out;
 }
 
-void ModelState::release(int unit) {
-  Unit& u = *m_units[static_cast<std::size_t>(unit)];
-  if (m_cfg.zeroStage != 3 || !u.live) return;
-  releaseStorage(u.storage);
-  u.live = false;
-  m_transient -= static_cast<double>(u.numel * u.storage.element_size());
-}
-
-void ModelState::reduceUnit(int unit, const std::vector<Tensor>& grads) {
-  Unit& u = *m_units[static_cast<std::size_t>(unit)];
-  torch::NoGradGuard noGrad;
-  Tensor flat = torch::zeros({u.numel}, m_master.options());
-  transient(bytesOf(flat));
-  for (std::size_t k = 0; k < u.slots.size(); ++k) {
-    if (k >= grads.size() || !grads[k].defined()) continue;
-    const Slot& s = m_slots[u.slots[k]];
-    flat.narrow(0, s.offset - u.offset, s.numel).copy_(grads[k].reshape({-1}));
-  }
-  Tensor mine = m_group->reduceScatter(flat);
-  m_gradShard.narrow(0, u.shardOffset, u.numel / m_ways).add_(mine);
-  m_transient -= bytesOf(flat);
-}
-
 void ModelState::beginStep() {
   torch::NoGradGuard noGrad;
   if (m_grads.defined()) m_grads.zero_();
@@ -322,6 +184,7 @@ void ModelState::afterBackward() {
 
 double ModelState::reduceGradients(std::int64_t bucketBytes, bool tiedAcrossStages) {
   torch::NoGradGuard noGrad;
+  drain();
   for (auto& s : m_slots) {
     if (m_cfg.zeroStage <= 1 && s.param->tensor.grad().data_ptr() != m_gradsCompute.narrow(0, s.offset, s.numel).data_ptr()) {
       throw std::logic_error("gradient of " + s.param->name + " left the flat buffer");
@@ -381,16 +244,30 @@ void ModelState::step(const OptimizerSettings& o) {
   if (o.clip < 1.0) gs.mul_(o.clip);
   // Norms of whole parameters (LAMB, LARS) need the shard in one piece: the capability list keeps
   // offload to AdamW.
-  optimizerStep(o, m_master, gs.narrow(0, m_hostLen, m_shard - m_hostLen), m_m, m_v, [this](const Tensor& x) { return parameterNorms(x); });
+  const auto norms = [this](const Tensor& x) { return parameterNorms(x); };
+  std::thread host;
   if (m_hostLen > 0) {
-    // ZeRO-Offload: the offloaded part's gradients out, its step on the host.
-    auto t = Clock::now();
-    const Tensor hostGrads = gs.narrow(0, 0, m_hostLen).to(torch::kCPU);
+    // ZeRO-Offload: the offloaded part's gradients out, its step on the host, on a thread of its own
+    // while the device steps its part (the two touch disjoint elements; offload is AdamW only, whose
+    // step is elementwise and calls no collective).
+    if (o.kind != Optimizer::kAdamW) throw std::logic_error("offload with an optimizer whose norms span host and device");
+    const auto t = Clock::now();
+    Tensor hostGrads = gs.narrow(0, 0, m_hostLen).to(torch::kCPU);
     m_copySeconds += since(t);
-    t = Clock::now();
-    optimizerStep(o, m_hostMaster, hostGrads, m_hostM, m_hostV, [this](const Tensor& x) { return parameterNorms(x); });
-    m_hostStepSeconds += since(t);
+    host = std::thread([this, &o, grads = std::move(hostGrads)] {
+      torch::NoGradGuard hostNoGrad;
+      const auto start = Clock::now();
+      optimizerStep(o, m_hostMaster, grads, m_hostM, m_hostV, {});
+      m_hostStepSeconds += std::chrono::duration<double>(Clock::now() - start).count();
+    });
   }
+  try {
+    optimizerStep(o, m_master, gs.narrow(0, m_hostLen, m_shard - m_hostLen), m_m, m_v, norms);
+  } catch (...) {
+    if (host.joinable()) host.join();
+    throw;
+  }
+  if (host.joinable()) host.join();
   // The weights the next forward reads, the offloaded part's coming back from the host.
   switch (m_cfg.zeroStage) {
     case 0:
@@ -435,18 +312,16 @@ Tensor ModelState::parameterNorms(const Tensor& values) {
   return total.sqrt().index_select(0, m_segments).to(values.scalar_type());
 }
 
-void ModelState::endStep() {
-  for (std::size_t u = 0; u < m_units.size(); ++u) release(static_cast<int>(u));
-}
-
 std::array<Tensor, 3> ModelState::gatherFull() {
   torch::NoGradGuard noGrad;
+  drain();
   return {fromShards(joined(m_hostMaster, m_master)).to(torch::kCPU), fromShards(joined(m_hostM, m_m)).to(torch::kCPU),
           fromShards(joined(m_hostV, m_v)).to(torch::kCPU)};
 }
 
 void ModelState::load(const Tensor& master, const Tensor& m, const Tensor& v) {
   torch::NoGradGuard noGrad;
+  drain();
   if (m_weights.defined()) m_weights.copy_(master);
   const Tensor shard = m_cfg.zeroStage == 0 ? master : toShard(master);
   const std::int64_t onDevice = m_shard - m_hostLen;

@@ -4,7 +4,9 @@
 #include <torch/torch.h>
 
 #include <array>
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -61,6 +63,10 @@ class ModelState final {
     /// ZeRO-Offload: this share of the rank's optimizer shard (fp32 master and moments) lives in host
     /// memory and is stepped there; its gradients go out and its weights come back each step.
     double offloadFraction = 0;
+    /// ZeRO-2/3: start the all-gather of the unit the forward (or backward) reaches next while this one
+    /// computes, and leave gradient reduce-scatters in flight while the backward goes on (FSDP's
+    /// prefetch and overlap). Off: each collective finishes where it starts (the same numbers).
+    bool overlap = true;
   };
   /// Lays out every parameter of `chunks` (their initial values copied in) and, under ZeRO-2/3, becomes
   /// their unit hooks. `groups` must outlive the state.
@@ -98,17 +104,43 @@ class ModelState final {
   [[nodiscard]] double hostBytes() const { return m_hostBytes; }
   [[nodiscard]] double copySeconds() const { return m_copySeconds; }
   [[nodiscard]] double hostStepSeconds() const { return m_hostStepSeconds; }
+  /// ZeRO-2/3: seconds spent waiting for unit all-gathers and gradient reduce-scatters to finish (what
+  /// the overlap did not hide).
+  [[nodiscard]] double commWaitSeconds() const { return m_waitSeconds; }
 
   // Called by the unit hooks and their autograd functions.
   std::vector<torch::Tensor> bind(int unit);
   void materialize(int unit);
+  /// ZeRO-3 with overlap: starts gathering the unit used after (direction +1) or before (-1) `unit`.
+  void prefetch(int unit, int direction);
   void release(int unit);
   void reduceUnit(int unit, const std::vector<torch::Tensor>& grads);
+
+  /// Zero-bubble under ZeRO-2/3: while `microBatch` >= 0 (its input-gradient backward), each unit's
+  /// gradients are held rather than reduce-scattered, because its linear layers' weight gradients come
+  /// later. `addWeightGradient` adds one of those (false: `weight` is not over this state's weights);
+  /// `releaseHeld` reduce-scatters the micro-batch's units once they are complete.
+  void holdGradients(std::int64_t microBatch) { m_holding = microBatch; }
+  bool addWeightGradient(std::int64_t microBatch, const torch::Tensor& weight, const torch::Tensor& gradient);
+  void releaseHeld(std::int64_t microBatch);
   [[nodiscard]] bool reshards() const { return m_cfg.zeroStage == 3 && m_cfg.reshardAfterForward; }
 
  private:
   struct Unit;
   class Hooks;
+  struct Reduction {
+    Pending pending;
+    int unit = 0;
+    double bytes = 0;
+  };
+  void startGather(Unit& u);
+  /// Starts the reduce-scatter of a unit's gradients (`flat`, already counted), finishing the one in
+  /// flight first (or this one at once, without overlap).
+  void startReduction(int unit, torch::Tensor flat);
+  /// The oldest reduce-scatter in flight, added into this rank's gradient shard.
+  void finishReduction();
+  /// Finishes every collective in flight (before anything reads the shards or the weights).
+  void drain();
   [[nodiscard]] torch::Tensor toShard(const torch::Tensor& full) const;
   [[nodiscard]] torch::Tensor fromShards(const torch::Tensor& shard) const;
   void transient(double bytes);
@@ -145,6 +177,11 @@ class ModelState final {
   torch::Tensor m_hostMaster, m_hostM, m_hostV;        ///< in host memory
   torch::Tensor m_hostOnDevice;                        ///< ZeRO-3: the offloaded part's weights, for gathers
   double m_hostBytes = 0, m_copySeconds = 0, m_hostStepSeconds = 0;
+  std::deque<Reduction> m_reducing;  ///< reduce-scatters in flight, oldest first
+  bool m_linked = false;             ///< units know their forward neighbours (after the first step)
+  std::int64_t m_holding = -1;       ///< zero-bubble: the micro-batch whose unit gradients are held
+  std::map<std::int64_t, std::vector<std::pair<int, torch::Tensor>>> m_held;  ///< by micro-batch: (unit, gradients)
+  double m_waitSeconds = 0;
 };
 
 }  // namespace colo::executor::detail

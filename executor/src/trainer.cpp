@@ -297,6 +297,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       stateConfig.mixed = mixed;
       stateConfig.reshardAfterForward = pp == 1;
       stateConfig.offloadFraction = plan.offload.optimizerFraction;
+      stateConfig.overlap = o.overlap;
       states.push_back(std::make_unique<detail::ModelState>(chunkList, stateConfig, g));
     }
     auto forEach = [&](auto&& f) {
@@ -377,12 +378,22 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
           live[{c, j}] = {input, out};
         } else if (e.kind == costmodel::TaskKind::kBackwardWeight) {
           // Zero-bubble: the weight gradients this micro-batch's input backward left for later.
+          // Under ZeRO-2/3 they complete the units the input backward held, which are reduce-scattered now.
           timed(libtorch, [&] {
-            chunk.weightGradients(j);
-            forEach([](detail::ModelState& st) { st.afterBackward(); });
+            chunk.weightGradients(j, [&](const Tensor& weight, const Tensor& gradient) {
+              bool taken = false;
+              forEach([&](detail::ModelState& st) { taken = taken || st.addWeightGradient(j, weight, gradient); });
+              return taken;
+            });
+            forEach([&](detail::ModelState& st) {
+              st.releaseHeld(j);
+              st.afterBackward();
+            });
           });
         } else {
-          chunk.deferWeightGradients(e.kind == costmodel::TaskKind::kBackwardInput ? j : -1);
+          const std::int64_t deferred = e.kind == costmodel::TaskKind::kBackwardInput ? j : -1;
+          chunk.deferWeightGradients(deferred);
+          forEach([&](detail::ModelState& st) { st.holdGradients(deferred); });
           auto& [input, out] = live.at({c, j});
           if (c == chunks - 1) {
             timed(libtorch, [&] { torch::autograd::backward({out / static_cast<double>(mLocal)}); });
@@ -399,12 +410,13 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
           }
           live.erase({c, j});
           chunk.deferWeightGradients(-1);
+          forEach([](detail::ModelState& st) { st.holdGradients(-1); });
           timed(libtorch, [&] { forEach([](detail::ModelState& st) { st.afterBackward(); }); });
         }
       }
       for (auto& s : sends) timed(libtorch, [&] { s->wait(); });
       for (auto& [c, chunk] : mine) chunk->endStep();
-      forEach([](detail::ModelState& st) { st.endStep(); });
+      timed(libtorch, [&] { forEach([](detail::ModelState& st) { st.endStep(); }); });
 
       const double gradNorm = timed(libtorch, [&] {
         Tensor squares = torch::zeros({1}, torch::kFloat64);
@@ -453,13 +465,16 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     result.stepTimeSeconds = steady[steady.size() / 2];
     result.tokensPerSecond = static_cast<double>(result.tokensPerStep) / result.stepTimeSeconds;
     const double peakResident = peakResidentBytes();
-    double modelStates = 0, hostBytes = 0, copySeconds = 0;
+    double modelStates = 0, hostBytes = 0, copySeconds = 0, waitSeconds = 0;
     forEach([&](detail::ModelState& st) {
       modelStates += st.peakModelStateBytes();
       hostBytes += st.hostBytes();
       copySeconds += st.copySeconds();
+      waitSeconds += st.commWaitSeconds();
     });
-    result.offloadCopySeconds = copySeconds / static_cast<double>(std::max<std::size_t>(1, result.losses.size()));
+    const auto stepsRun = static_cast<double>(std::max<std::size_t>(1, result.losses.size()));
+    result.offloadCopySeconds = copySeconds / stepsRun;
+    result.zeroCommWaitSeconds = waitSeconds / stepsRun;
     Tensor peak = torch::tensor({peakResident, peakResident - residentBeforeModel, modelStates, hostBytes}, torch::kFloat64);
     g.world->allReduce(peak, c10d::ReduceOp::MAX);
     result.peakMemoryBytes = peak[0].item<double>();

@@ -228,7 +228,6 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
                   if (etp > 0 && (experts == 0 || tp == 1)) { prune("expert tensor parallelism: only for MoE under tp"); continue; }
                   if (fixedOr("etp") && *fixedOr("etp") != (etp > 0 ? etp : tp)) { prune("fixed by --fix"); continue; }
                   if (zb && (vpp > 1 || pp == 1 || !options.allowZeroBubble)) { prune("schedule not applicable"); continue; }
-                  if (options.runnableOnly && zb && zero >= 2 && dp > 1) { prune(kNotRunnable); continue; }
                   if (layout > 0 && (pp == 1 || dp == 1)) { prune("rank layout: nothing to reorder"); continue; }
                   if (heads > 0 && (heads % tp != 0 || (kvHeads > 0 && kvHeads % tp != 0))) {
                     prune("heads or kv heads not divisible by tp");

@@ -72,6 +72,31 @@ class ColoRun : public ::testing::Test {
     const auto losses = single["losses"].get<std::vector<double>>();
     EXPECT_LT(losses.back(), losses.front() - 1.0);  // it learns
   }
+  // Rank `victim` of `planFile` killed at the start of step 5 of 6 ends the job; resuming from the step-3
+  // checkpoint gives the last three losses of the run that was not killed, bit for bit; the same
+  // checkpoint resumed under `otherPlan` (another layout) gives them within 1e-5.
+  void expectKilledRankResumesAndReshards(const std::string& planFile, int victim, const std::string& otherPlan) {
+    const Json straight = train(planFile, "--steps 6");
+    const std::string ckpt = m_dir.path("killed-ckpt");
+    std::filesystem::remove_all(ckpt);
+    setenv("COLO_RUN_FAULT", (std::to_string(victim) + ":4").c_str(), 1);
+    auto crashed = test::runProgram("colo-run", planFile + " --data " + data() + " --threads 1 --steps 6 --checkpoint-every 3 "
+                                                "--checkpoint-dir " + ckpt + " --quiet");
+    unsetenv("COLO_RUN_FAULT");
+    EXPECT_NE(crashed.exitCode, 0);
+    EXPECT_NE(crashed.err.find("rank " + std::to_string(victim) + " failed"), std::string::npos) << crashed.err;
+    const std::string copy = m_dir.path("killed-ckpt-copy");
+    std::filesystem::remove_all(copy);
+    std::filesystem::copy(ckpt, copy, std::filesystem::copy_options::recursive);
+    const auto all = straight["losses"].get<std::vector<double>>();
+    ASSERT_EQ(all.size(), 6U);
+    const auto resumed = train(planFile, "--steps 6 --resume --checkpoint-dir " + ckpt)["losses"].get<std::vector<double>>();
+    ASSERT_EQ(resumed.size(), 3U);
+    for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(resumed[i], all[3 + i]) << "step " << 4 + i;
+    const auto moved = train(otherPlan, "--steps 6 --resume --checkpoint-dir " + copy)["losses"].get<std::vector<double>>();
+    ASSERT_EQ(moved.size(), 3U);
+    for (std::size_t i = 0; i < 3; ++i) EXPECT_NEAR(moved[i], all[3 + i], 1e-5 * all[3 + i]) << "step " << 4 + i << " resharded";
+  }
   test::ScratchDir m_dir;
 };
 

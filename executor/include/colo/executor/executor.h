@@ -52,6 +52,9 @@ struct RunOptions {
   std::int64_t bucketBytes = 25 << 20;  ///< data-parallel gradient buckets
   int timeoutSeconds = 120;             ///< a collective waiting this long on a missing rank fails
   bool progress = true;                 ///< a line per step on stderr (rank 0)
+  /// ZeRO-2/3: prefetch the next unit's all-gather and keep gradient reduce-scatters in flight during the
+  /// backward (off: each collective finishes where it starts; the losses are identical).
+  bool overlap = true;
   int threads = 0;                      ///< intra-op threads per rank (0: cores / local ranks)
 };
 
@@ -79,6 +82,9 @@ struct RunResult {
   /// gradients out and weights back (rank 0, mean over steps), measured and predicted.
   double hostMemoryBytes = 0, predictedHostMemoryBytes = 0;
   double offloadCopySeconds = 0, predictedOffloadCopySeconds = 0;
+  /// ZeRO-2/3: seconds a step waited for unit all-gathers and gradient reduce-scatters (rank 0, mean over
+  /// steps): the communication the overlap did not hide.
+  double zeroCommWaitSeconds = 0;
   double predictedTensorBytes = 0;      ///< weights, gradients, optimizer, activations and buffers of the peak stage
   double predictedComputeSeconds = 0;   ///< per step: forward, backward, recompute and optimizer kernels
   std::string predictionSource;         ///< where the predictions come from (the plan, or a cost database)
