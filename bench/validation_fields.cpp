@@ -31,7 +31,12 @@ std::optional<ClusterChoice> clusterForGpu(const std::string& gpuText, double me
   if (has(g, "b200")) return ClusterChoice{"dgx-b200-x64", "dgx-b200-x64"};
   if (has(g, "h200") || has(g, "gh200")) return ClusterChoice{"hgx-h200-x16", "hgx-h200-x16"};  // GH200: HBM3e like H200
   if (has(g, "4090")) return ClusterChoice{"rtx4090-8x", "rtx4090-8x"};
-  if (has(g, "h100") || has(g, "h800")) return ClusterChoice{"dgx-h100-x64", "dgx-h100-x64"};
+  if (has(g, "h100") || has(g, "h800")) {
+    // Meta's Grand Teton H100s (torchtitan's benchmarks): 96 GB HBM2e at a 500 W power limit, an 800
+    // TFLOP/s bf16 peak and 2.4 TB/s instead of the SXM5 datasheet's 989 and 3.35 (h100-hbm2e-500w-x64).
+    const bool capped = has(g, "hbm2e") || has(g, "500 w") || has(g, "500w") || has(g, "lower tdp");
+    return ClusterChoice{"dgx-h100-x64", capped ? "h100-hbm2e-500w-x64" : "dgx-h100-x64"};
+  }
   return std::nullopt;
 }
 

@@ -625,6 +625,31 @@ TEST(Validation, BlackwellRowsAndDeepSeekStyleExpertsAreRead) {
   EXPECT_GT(o->predictedStepSeconds, 0);
 }
 
+TEST(Validation, PowerLimitedHbm2eH100sAreNotTheDatasheetPart) {
+  // torchtitan's benchmarks ran on Meta's H100s: 96 GB HBM2e, 500 W, 800 TFLOP/s bf16 and 2.4 TB/s. The
+  // same row on the SXM5 datasheet part (700 W, HBM3) is predicted faster by about the ratio of peaks.
+  Json row = unseenRow();
+  row["hardware"] = Json::parse(R"J({"gpu": "H100 SXM 96GB HBM2e (500 W power limit, Meta Grand Teton)", "gpu_memory_gb": 96,
+                                    "gpus_per_node": 8, "num_gpus": 8})J");
+  row["model"] = Json::parse(R"({"name": "GPT h8192 L8", "arch": "GPT", "num_layers": 8, "hidden_size": 8192, "num_attention_heads": 64,
+                                 "ffn_hidden_size": 32768, "seq_len": 4096, "vocab_size": 51200})");
+  row["parallel"] = Json::parse(R"({"tp": 8, "pp": 1, "dp": 1, "zero_stage": 1})");
+  row["training"]["micro_batch_size"] = 1;
+  auto capped = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(capped) << capped.error().toString();
+  EXPECT_DOUBLE_EQ(capped->plan.cluster.gpu.peakFlopsPerSecond.at(DType::kBf16), 800e12);
+  EXPECT_DOUBLE_EQ(capped->plan.cluster.gpu.hbmBytesPerSecond, 2400e9);
+  row["hardware"]["gpu"] = "H100 SXM5 80GB";
+  row["hardware"]["gpu_memory_gb"] = 80;
+  auto datasheet = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(datasheet) << datasheet.error().toString();
+  EXPECT_DOUBLE_EQ(datasheet->plan.cluster.gpu.peakFlopsPerSecond.at(DType::kBf16), 989.4e12);
+  auto slow = validation::evaluateCase(*capped), fast = validation::evaluateCase(*datasheet);
+  ASSERT_TRUE(slow && fast);
+  EXPECT_GT(slow->predictedStepSeconds, 1.1 * fast->predictedStepSeconds);
+  EXPECT_LT(slow->predictedStepSeconds, 1.45 * fast->predictedStepSeconds);
+}
+
 TEST(Validation, LayoutsAreRankedAgainstTheMeasuredOrderPerModelAndCluster) {
   EXPECT_DOUBLE_EQ(validation::kendallTau({1, 2, 3, 4}, {10, 20, 30, 40}), 1.0);
   EXPECT_DOUBLE_EQ(validation::kendallTau({1, 2, 3, 4}, {40, 30, 20, 10}), -1.0);
