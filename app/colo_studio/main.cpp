@@ -25,13 +25,16 @@ int main(int argc, char** argv) {
   QCommandLineOption tab("tab", "detail tab shown in the screenshot: 0 timeline, 1 memory, 2 mesh, 3 baseline, 4 run", "N");
   QCommandLineOption tokens("train-tokens", "tokens to train on (e.g. 1.5T): days, GPU-hours and cost per plan", "T");
   QCommandLineOption price("price-per-gpu-hour", "dollars per GPU-hour, for the cost column", "USD");
-  parser.addOptions({model, cluster, gbs, screenshot, tab, tokens, price});
+  QCommandLineOption deadline("deadline-days", "days the training run must finish in: later plans read LATE", "D");
+  parser.addOptions({model, cluster, gbs, screenshot, tab, tokens, price, deadline});
   parser.process(app);
 
   colo::ui::MainWindow window;
   window.resize(1500, 950);
   if (parser.isSet(gbs)) window.setGlobalBatch(parser.value(gbs).toInt());
-  if (parser.isSet(tokens)) window.setTrainingBudget(parser.value(tokens), parser.value(price).toDouble());
+  if (parser.isSet(tokens)) {
+    window.setTrainingBudget(parser.value(tokens), parser.value(price).toDouble(), parser.value(deadline).toDouble());
+  }
   bool ok = true;
   if (parser.isSet(model)) ok = window.openModel(parser.value(model)) && ok;
   if (parser.isSet(cluster)) ok = window.openCluster(parser.value(cluster)) && ok;

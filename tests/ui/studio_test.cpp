@@ -86,6 +86,12 @@ class StudioTest : public QObject {
     QVERIFY(cost.days > 0);
     QCOMPARE(w.candidates()->data(w.candidates()->index(0, CandidatesModel::kGpuHours), CandidatesModel::kSortRole).toDouble(), cost.gpuHours);
     QVERIFY(w.candidates()->data(w.candidates()->index(0, CandidatesModel::kCost), Qt::DisplayRole).toString().startsWith("$"));
+    // A deadline shorter than the best plan's run marks it LATE; a longer one does not.
+    w.setTrainingBudget("2T", 2.0, cost.days / 2);
+    QVERIFY(w.candidates()->data(w.candidates()->index(0, CandidatesModel::kDays), Qt::DisplayRole).toString().endsWith("LATE"));
+    QVERIFY(cost.days > 0.1);  // so that half of it is a deadline the spin box can hold
+    w.setTrainingBudget("2T", 2.0, cost.days * 2);
+    QVERIFY(!w.candidates()->data(w.candidates()->index(0, CandidatesModel::kDays), Qt::DisplayRole).toString().contains("LATE"));
     w.setTrainingBudget("2 trillion", 2.0);  // not a count: the columns empty again
     QCOMPARE(w.candidates()->data(w.candidates()->index(0, CandidatesModel::kDays), Qt::DisplayRole).toString(), QString("-"));
   }

@@ -126,6 +126,13 @@ void MainWindow::buildUi() {
   m_price->setPrefix("$");
   m_price->setSpecialValueText("no price");
   form->addRow("Price per GPU-hour", m_price);
+  m_deadline = new QDoubleSpinBox();
+  m_deadline->setRange(0, 100000);
+  m_deadline->setDecimals(2);
+  m_deadline->setSuffix(" days");
+  m_deadline->setSpecialValueText("no deadline");
+  m_deadline->setToolTip("Plans whose training run would take longer are marked LATE in the days column");
+  form->addRow("Deadline", m_deadline);
   m_live = new QCheckBox("re-run the search when a constraint changes");
   m_live->setChecked(true);
   form->addRow(m_live);
@@ -228,6 +235,7 @@ void MainWindow::buildUi() {
   connect(m_memoryFraction, &QDoubleSpinBox::valueChanged, this, &MainWindow::constraintsChanged);
   connect(m_trainTokens, &QLineEdit::textChanged, this, &MainWindow::budgetChanged);
   connect(m_price, &QDoubleSpinBox::valueChanged, this, &MainWindow::budgetChanged);
+  connect(m_deadline, &QDoubleSpinBox::valueChanged, this, &MainWindow::budgetChanged);
   for (auto* box : {m_fixTp, m_precision}) connect(box, &QComboBox::currentIndexChanged, this, &MainWindow::constraintsChanged);
   connect(m_filterText, &QLineEdit::textChanged, m_filter, &QSortFilterProxyModel::setFilterFixedString);
   connect(m_fitsOnly, &QCheckBox::toggled, m_filter, &CandidatesFilter::setFitsOnly);
@@ -385,9 +393,10 @@ void MainWindow::editCluster() {
 
 void MainWindow::setGlobalBatch(int samples) { m_gbs->setValue(samples); }
 
-void MainWindow::setTrainingBudget(const QString& tokens, double pricePerGpuHour) {
+void MainWindow::setTrainingBudget(const QString& tokens, double pricePerGpuHour, double deadlineDays) {
   m_trainTokens->setText(tokens);
   m_price->setValue(pricePerGpuHour);
+  m_deadline->setValue(deadlineDays);
 }
 
 // The budget only changes the days, GPU-hours and cost columns: no new search. A token count that does
@@ -405,6 +414,7 @@ void MainWindow::budgetChanged() {
     }
     budget.trainTokens = *tokens;
     budget.pricePerGpuHour = m_price->value();
+    budget.deadlineDays = m_deadline->value();
   }
   m_trainTokens->setStyleSheet({});
   m_trainTokens->setToolTip({});

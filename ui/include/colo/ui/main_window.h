@@ -59,7 +59,8 @@ class MainWindow : public QMainWindow {
   [[nodiscard]] RunPanel* runPanel() const { return m_run; }
   [[nodiscard]] ParetoChart* pareto() const { return m_pareto; }
   /// The training budget fields (tokens such as "1.5T", dollars per GPU-hour).
-  void setTrainingBudget(const QString& tokens, double pricePerGpuHour);
+  /// The training budget of the days, GPU-hours and cost columns (deadline 0: none; later plans read LATE).
+  void setTrainingBudget(const QString& tokens, double pricePerGpuHour, double deadlineDays = 0);
   [[nodiscard]] TimelineView* timeline() const { return m_timeline; }
   /// The comparison of the selected plan with the Megatron-style baseline, as Markdown.
   [[nodiscard]] QString comparisonMarkdown() const;
@@ -110,6 +111,7 @@ class MainWindow : public QMainWindow {
   QDoubleSpinBox* m_memoryFraction = nullptr;
   QLineEdit* m_trainTokens = nullptr;
   QDoubleSpinBox* m_price = nullptr;
+  QDoubleSpinBox* m_deadline = nullptr;
   QCheckBox* m_live = nullptr;
   QPushButton* m_search = nullptr;
   QPushButton* m_cancel = nullptr;
