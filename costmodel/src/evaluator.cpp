@@ -42,6 +42,8 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   cfg.topK = T.topK;
   cfg.kvWidth = T.kvWidth;
   cfg.qWidth = T.qWidth > 0 ? T.qWidth : T.hidden;
+  cfg.keyWidth = T.keyWidth > 0 ? T.keyWidth : T.kvWidth;
+  cfg.outWidth = T.outWidth > 0 ? T.outWidth : cfg.qWidth;
   cfg.hostSecondsPerOp = plan.execution.hostMicrosecondsPerOp * 1e-6;
   return cfg;
 }
@@ -173,6 +175,10 @@ Result<Evaluator> Evaluator::create(const Model& model, const ClusterSpec& clust
   if (model.spec) {
     const ModelSpec& s = *model.spec;
     impl->templates.qWidth = s.numAttentionHeads * (s.mla.enabled() ? s.mla.qkHeadDim() : s.headSize());
+    // MLA: Megatron-Core up-projects each head's key and value from the latent before core attention,
+    // so context parallelism moves per-head keys of qk_head_dim and values of v_head_dim, not the latent.
+    impl->templates.keyWidth = s.mla.enabled() ? s.numAttentionHeads * s.mla.qkHeadDim() : s.kvHeads() * s.headSize();
+    impl->templates.outWidth = s.mla.enabled() ? s.numAttentionHeads * s.mla.vHeadDim : s.numAttentionHeads * s.headSize();
   }
   impl->numLayers = graph->info().numLayers;
   return Evaluator(std::move(impl));

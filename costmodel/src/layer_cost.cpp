@@ -438,27 +438,29 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
   // reduce-scatter of their gradients backward (all_gather), or all-to-alls re-splitting Q, K and V from
   // sequence chunks to heads before attention and the output back after it, and the gradients the same
   // way backward (a2a; Transformer Engine 2.8 on moves only dO on the output side backward).
+  const std::int64_t keyWidth = c.keyWidth > 0 ? c.keyWidth : c.kvWidth;
   if (c.cp > 1 && c.cpCommType != CpCommType::kP2p) {
     const double tokens = b * (static_cast<double>(c.seqLen) / cp);
     const double act = static_cast<double>(c.activationBytes);
-    const double kvWidth = static_cast<double>(c.kvWidth) / tp;
+    const double kvWidth = static_cast<double>(c.kvWidth + keyWidth) / tp;  // a key and a value
     const double qWidth = static_cast<double>(c.qWidth) / tp;
+    const double outWidth = static_cast<double>(c.outWidth > 0 ? c.outWidth : c.qWidth) / tp;
     if (c.cpCommType == CpCommType::kAllGather) {
-      const double kvAll = 2.0 * tokens * cp * kvWidth * act;  // the whole sequence's K and V
+      const double kvAll = tokens * cp * kvWidth * act;  // the whole sequence's K and V
       out.cpCommFwd = collectiveSeconds(Collective::kAllGather, kvAll, cpGroup);
       out.cpCommBwd = out.cpCommFwd + collectiveSeconds(Collective::kReduceScatter, kvAll, cpGroup);
       out.opsFwd += 1;
       out.opsBwd += 2;
     } else {
-      const double qkv = collectiveSeconds(Collective::kAllToAll, tokens * (qWidth + 2 * kvWidth) * act, cpGroup);
-      const double o = collectiveSeconds(Collective::kAllToAll, tokens * qWidth * act, cpGroup);
+      const double qkv = collectiveSeconds(Collective::kAllToAll, tokens * (qWidth + kvWidth) * act, cpGroup);
+      const double o = collectiveSeconds(Collective::kAllToAll, tokens * outWidth * act, cpGroup);
       out.cpCommFwd = qkv + o;
       out.cpCommBwd = o + qkv;
       out.opsFwd += 2;
       out.opsBwd += 2;
     }
   } else if (c.cp > 1) {
-    const double kvBytes = 2.0 * b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.kvWidth) / tp *
+    const double kvBytes = b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.kvWidth + keyWidth) / tp *
                            static_cast<double>(c.activationBytes);
     const double step = collectiveSeconds(Collective::kSendRecv, kvBytes, cpGroup);
     const double steps = cp - 1;

@@ -61,8 +61,10 @@ struct LayerConfig {
   std::int64_t dtypeBytes = 2;       // GEMM operands
   std::int64_t activationBytes = 2;  // activations, their communication and memory (16-bit under fp8)
   std::int64_t topK = 1;
-  std::int64_t kvWidth = 0;       // kv heads x head dim
+  std::int64_t kvWidth = 0;       // values: kv heads x head dim (MLA: heads x v_head_dim)
   std::int64_t qWidth = 0;        // query heads x head dim (the context-parallel all-to-alls)
+  std::int64_t keyWidth = 0;      // keys as attention reads them: kv heads x head dim (MLA: heads x qk_head_dim)
+  std::int64_t outWidth = 0;      // attention's output: heads x head dim (MLA: heads x v_head_dim)
   const GemmTable* measured = nullptr;  // measured GEMM times, consulted before the roofline
   const KernelTable* kernels = nullptr; // measured non-GEMM kernel times
   double gemmScale = 1.0;               // measured / roofline on this device, for GEMMs not measured
@@ -128,6 +130,8 @@ struct ModelTemplates {
   std::int64_t dtypeBytes = 2;
   std::int64_t kvWidth = 0;
   std::int64_t qWidth = 0;
+  std::int64_t keyWidth = 0;  // 0: kvWidth
+  std::int64_t outWidth = 0;  // 0: qWidth
   std::int64_t topK = 1;
 };
 

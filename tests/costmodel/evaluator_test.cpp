@@ -711,6 +711,34 @@ TEST(Evaluator, ContextParallelExchangesFollowTheirCommunicationType) {
   EXPECT_EQ(refused.error().path, "/execution/cp_comm_type");
 }
 
+TEST(Evaluator, LatentAttentionMovesPerHeadKeysAndValuesUnderContextParallelism) {
+  // MLA (DeepSeek-style) in Megatron-Core: keys and values are up-projected per head from the latent
+  // before core attention, so cp moves keys of qk_head_dim (nope + rope) and values of v_head_dim per
+  // head, and the output is v_head_dim wide.
+  Plan p = makePlan("llama2-7b", "dgx-h100", 8, 1, 1, 2);
+  p.parallel.cp = 4;
+  p.parallel.dp = 2;
+  p.seqLen = 32768;
+  p.execution.cpCommType = CpCommType::kAllToAll;
+  ModelSpec latent = *p.model.spec;
+  latent.mla = MlaSpec{0, 512, 128, 64, 128};
+  p.model.spec = latent;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const auto e = evaluateOrFail(p);
+  const auto g = placeGroup(p.cluster, p.parallel, Dim::kCp);
+  const double tokens = 32768.0 / 4;
+  const double q = 32 * 192.0, k = 32 * 192.0, v = 32 * 128.0, out = 32 * 128.0;
+  const double perLayer = 2 * (collectiveSeconds(Collective::kAllToAll, tokens * (q + k + v) * 2, g) +
+                               collectiveSeconds(Collective::kAllToAll, tokens * out * 2, g));
+  EXPECT_NEAR(e.time.cpComm, perLayer * 32, 0.01 * perLayer * 32);
+  // all_gather: the whole sequence's keys (192 wide per head) and values (128), not twice the values.
+  p.execution.cpCommType = CpCommType::kAllGather;
+  const auto gathered = evaluateOrFail(p);
+  const double kv = tokens * 4 * (k + v) * 2;
+  const double perLayerGathered = 2 * collectiveSeconds(Collective::kAllGather, kv, g) + collectiveSeconds(Collective::kReduceScatter, kv, g);
+  EXPECT_NEAR(gathered.time.cpComm, perLayerGathered * 32, 0.01 * perLayerGathered * 32);
+}
+
 TEST(Evaluator, ZeroShardsOverContextParallelRanksAndExpertStatesOverTheirOwnReplicas) {
   // Context-parallel ranks hold the same weights: ZeRO-1 shards the optimizer over dp x cp (Megatron-Core's
   // data-parallel group with context parallel), so cp 8 at dp 1 holds an eighth of the states.
