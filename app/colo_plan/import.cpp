@@ -1,5 +1,6 @@
 // colo-plan import: the job a user already runs (Megatron-LM arguments, a DeepSpeed config, a
 // Colossal-AI plugin, a torchtitan TOML) as a colo plan on a cluster, evaluated like any plan.
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -7,6 +8,7 @@
 #include "args.h"
 #include "colo/core/library.h"
 #include "colo/planner/import.h"
+#include "colo/planner/launch.h"
 #include "commands.h"
 
 namespace colo::app {
@@ -20,16 +22,48 @@ Result<std::string> readText(const std::string& file) {
   return s.str();
 }
 
+// A file the launch names: as given when it exists, else beside the launch file.
+std::string besideLaunch(const std::string& named, const std::string& launchFile) {
+  namespace fs = std::filesystem;
+  if (fs::path(named).is_absolute() || fs::exists(named)) return named;
+  const fs::path beside = fs::path(launchFile).parent_path() / named;
+  return fs::exists(beside) ? beside.string() : named;
+}
+
+// The job's GPU count: --gpus, else what the launcher says (--num_nodes x --num_gpus, --include, a
+// hostfile's slots, torchrun's --nnodes x --nproc_per_node); both given must agree. 0: neither says.
+Result<std::int64_t> jobGpus(const Args& args, const std::optional<planner::LaunchFacts>& facts, const std::string& launchFile) {
+  std::int64_t said = facts ? facts->world() : 0;
+  std::string how = facts ? facts->describe() : "";
+  if (said == 0 && facts && facts->hostfile) {
+    const std::string file = besideLaunch(*facts->hostfile, launchFile);
+    auto text = readText(file);
+    if (!text) return fail(Error::badInput("--hostfile " + *facts->hostfile + ": cannot read it; give the job's GPU count with --gpus"));
+    auto slots = planner::hostfileSlots(*text);
+    if (!slots) return fail(Error::badInput(file + ": " + slots.error().message));
+    said = *slots;
+    how = "the hostfile's slots";
+  }
+  if (!args.has("gpus")) return said;
+  auto gpus = args.positiveInteger("gpus", 0);
+  if (!gpus) return fail(gpus.error());
+  if (said > 0 && *gpus != said) {
+    return fail(Error::badInput("--gpus " + std::to_string(*gpus) + " disagrees with the launch: " + how + " = " + std::to_string(said) +
+                                " GPUs (" + launchFile + ")"));
+  }
+  return *gpus;
+}
+
 }  // namespace
 
 int runImport(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
   const std::vector<OptionSpec> specs{
       {"format", "F", "megatron (pretrain_gpt.py arguments or a launch script), deepspeed, colossalai or torchtitan (required)"},
-      {"launch", "FILE", "the launch: Megatron-LM arguments, a Colossal-AI script or a torchtitan TOML (required but for deepspeed)"},
-      {"config", "FILE", "deepspeed: the DeepSpeed JSON config"},
-      {"args", "FILE", "deepspeed: Megatron-DeepSpeed's arguments (model shape, tp, pp, --ds-sequence-parallel-size)"},
+      {"launch", "FILE", "the launch: Megatron-LM arguments or script, a deepspeed/torchrun launch line or script, a Colossal-AI script or a torchtitan TOML (required but for deepspeed with --config and --args)"},
+      {"config", "FILE", "deepspeed: the DeepSpeed JSON config (default: the launch's --deepspeed_config, found beside the launch)"},
+      {"args", "FILE", "deepspeed: Megatron-DeepSpeed's arguments (default: the launch's own)"},
       {"cluster", "C", "the cluster the job runs on (required): library name or file"},
-      {"gpus", "N", "the job's GPU count (scales the cluster)"},
+      {"gpus", "N", "the job's GPU count (scales the cluster; default: what the launcher says, e.g. --num_nodes x --num_gpus)"},
       {"model", "M", "the model, where the launch does not state it: library name or file"},
       {"gbs", "G", "global batch size, where the launch does not state it"},
       {"seq-len", "S", "sequence length, where the launch does not state it"},
@@ -41,6 +75,9 @@ int runImport(const std::vector<std::string>& argv, std::ostream& out, std::ostr
     out << "usage: colo-plan import --format megatron|deepspeed|colossalai|torchtitan --launch FILE --cluster C [--gpus N]\n"
            "         [--model M] [--gbs G] [--seq-len S] [--out plan.json]\n"
            "       colo-plan import --format deepspeed --config ds.json --args megatron-args.txt --cluster C ...\n\n"
+           "A launch script's shell variables (NAME=value, $((arithmetic))) are expanded first; the launcher's\n"
+           "own options (deepspeed --num_nodes/--num_gpus/--include/--hostfile, torchrun --nnodes/--nproc_per_node)\n"
+           "give the job's GPU count, and --deepspeed_config the DeepSpeed config.\n\n"
            "Reads the job you already run into a colo plan and predicts its step time and memory, so that\n"
            "`search --from-plan` can say what would be faster. Settings colo cannot represent are refused by name.\n\n"
         << describeOptions(specs);
@@ -56,9 +93,26 @@ int runImport(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   if (!clusterFile) return reportError(clusterFile.error(), err);
   auto cluster = loadCluster(*clusterFile);
   if (!cluster) return reportError(cluster.error(), err);
-  if (args->has("gpus")) {
-    auto gpus = args->positiveInteger("gpus", 0);
-    if (!gpus) return reportError(gpus.error(), err);
+  // Megatron and DeepSpeed launches are shell: their variables expanded, their launcher read.
+  const auto launchFile = args->value("launch");
+  std::optional<std::string> launchText;
+  std::optional<planner::LaunchFacts> facts;
+  if (launchFile) {
+    auto text = readText(*launchFile);
+    if (!text) return reportError(text.error(), err);
+    launchText = *text;
+    if (*format == planner::ImportFormat::kMegatron || *format == planner::ImportFormat::kDeepSpeed) {
+      auto expanded = planner::expandShellVariables(*text);
+      if (!expanded) return reportError(Error::badInput(*launchFile + ": " + expanded.error().message), err);
+      launchText = *expanded;
+      auto read = planner::launchFacts(*expanded);
+      if (!read) return reportError(Error::badInput(*launchFile + ": " + read.error().message), err);
+      facts = *read;
+    }
+  }
+  auto gpus = jobGpus(*args, facts, launchFile.value_or(""));
+  if (!gpus) return reportError(gpus.error(), err);
+  if (*gpus > 0) {
     auto scaled = scaleCluster(*cluster, *gpus);
     if (!scaled) return reportError(scaled.error(), err);
     cluster = std::move(*scaled);
@@ -82,24 +136,32 @@ int runImport(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   Result<Plan> plan = fail(Error::internal("no import"));
   std::string source;
   if (*format == planner::ImportFormat::kDeepSpeed) {
-    const auto configFile = args->value("config");
+    std::optional<std::string> configFile = args->value("config");
+    if (!configFile && facts && facts->deepspeedConfig) configFile = besideLaunch(*facts->deepspeedConfig, *launchFile);
     const auto argsFile = args->value("args");
-    if (!configFile || !argsFile) return reportError(Error::badInput("deepspeed: give --config ds.json and --args (Megatron-DeepSpeed's arguments)"), err);
+    if (!configFile || (!argsFile && !launchText)) {
+      return reportError(Error::badInput("deepspeed: give --launch (a launch naming --deepspeed_config) or --config ds.json with --args "
+                                         "(Megatron-DeepSpeed's arguments)"),
+                         err);
+    }
     auto config = readJsonFile(*configFile);
     if (!config) return reportError(config.error(), err);
-    auto text = readText(*argsFile);
-    if (!text) return reportError(text.error(), err);
-    plan = planner::importDeepSpeed(*config, *text, context);
+    std::string arguments;
+    if (argsFile) {
+      auto text = readText(*argsFile);
+      if (!text) return reportError(text.error(), err);
+      arguments = *text;
+    } else {
+      arguments = *launchText;
+    }
+    plan = planner::importDeepSpeed(*config, arguments, context);
     source = *configFile;
   } else {
-    const auto launch = args->value("launch");
-    if (!launch) return reportError(Error::badInput("missing --launch FILE (the arguments, script or TOML to import)"), err);
-    auto text = readText(*launch);
-    if (!text) return reportError(text.error(), err);
-    plan = *format == planner::ImportFormat::kMegatron     ? planner::importMegatron(*text, context)
-           : *format == planner::ImportFormat::kColossalAi ? planner::importColossalAi(*text, context)
-                                                            : planner::importTorchtitan(*text, context);
-    source = *launch;
+    if (!launchFile) return reportError(Error::badInput("missing --launch FILE (the arguments, script or TOML to import)"), err);
+    plan = *format == planner::ImportFormat::kMegatron     ? planner::importMegatron(*launchText, context)
+           : *format == planner::ImportFormat::kColossalAi ? planner::importColossalAi(*launchText, context)
+                                                            : planner::importTorchtitan(*launchText, context);
+    source = *launchFile;
   }
   if (!plan) {
     Error e = plan.error();

@@ -117,7 +117,10 @@ Result<ParsedArguments> parseArgumentList(const std::string& text) {
   ParsedArguments out;
   for (const auto& t : tokens) {
     if (t.rfind("--", 0) == 0) {
-      out.flags.push_back({t, {}});
+      // argparse reads --flag=value as --flag value.
+      const auto eq = t.find('=');
+      out.flags.push_back({t.substr(0, eq), {}});
+      if (eq != std::string::npos) out.flags.back().second.push_back(t.substr(eq + 1));
     } else if (out.flags.empty()) {
       return fail(Error::badInput("argument list starts with a value, not a flag: \"" + t + "\""));
     } else {

@@ -367,7 +367,8 @@ Result<Plan> importDeepSpeed(const Json& config, const std::string& arguments, c
   if (!plan) return fail(plan.error());
   Plan p = *plan;
   auto integerKey = [&](const char* key, std::int64_t fallback) -> Result<std::int64_t> {
-    if (!config.contains(key)) return fallback;
+    // "auto" (Hugging Face's Trainer and Accelerate fill it in from their own arguments): the launch's.
+    if (!config.contains(key) || config[key] == "auto") return fallback;
     if (!config[key].is_number_integer() || config[key].get<std::int64_t>() <= 0) {
       return fail(Error::badInput(std::string(key) + ": expected a positive integer, got " + config[key].dump()));
     }

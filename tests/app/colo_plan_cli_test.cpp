@@ -440,6 +440,26 @@ TEST(ColoPlanTools, ImportTheJobYouRunThenSearchFromIt) {
   EXPECT_NE(wrongSize.err.find("not a multiple of tp x pp x cp"), std::string::npos) << wrongSize.err;
 }
 
+TEST(ColoPlanTools, ImportADeepSpeedLaunchScriptAsItIs) {
+  // The example launch: shell variables, the deepspeed launcher (2 nodes x 8 GPUs), pretrain_gpt.py's
+  // arguments and --deepspeed_config naming the config beside it. Nothing else is given.
+  test::ScratchDir dir;
+  const std::string launch = test::dataFile("examples/megatron-deepspeed-launch.sh"), out = dir.path("ds.json");
+  const auto im = run("import --format deepspeed --launch " + launch + " --cluster dgx-a100-80gb-x16 --out " + out);
+  ASSERT_EQ(im.exitCode, 0) << im.err;
+  const Json p = test::loadJson(out);
+  EXPECT_EQ(p["parallel"]["tp"], 2);
+  EXPECT_EQ(p["parallel"]["pp"], 2);
+  EXPECT_EQ(p["parallel"]["dp"], 4);  // 16 GPUs from the launcher
+  EXPECT_EQ(p["batch"]["global_batch_size"], 64);
+  EXPECT_EQ(p["zero_stage"], 1);
+  EXPECT_EQ(p["batch"]["seq_len"], 2048);  // ${SEQ_LEN:-2048}
+  // A job size that contradicts the launcher is named with both figures.
+  const auto wrong = run("import --format deepspeed --launch " + launch + " --cluster dgx-a100-80gb-x16 --gpus 8");
+  EXPECT_EQ(wrong.exitCode, 2);
+  EXPECT_NE(wrong.err.find("--gpus 8 disagrees with the launch: 2 nodes x 8 GPUs per node = 16"), std::string::npos) << wrong.err;
+}
+
 TEST(ColoPlanTools, CompareCheckAndExportEndToEnd) {
   const auto cmp = run("compare --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536 --json");
   ASSERT_EQ(cmp.exitCode, 0) << cmp.err;

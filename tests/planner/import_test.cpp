@@ -146,6 +146,14 @@ TEST(Import, DeepSpeedConfigWithItsArgumentsGivesBackThePlan) {
   auto bad = importDeepSpeed(config, *exportPlan(p, ExportFormat::kMegatron, "plan.json"), ImportContext{p.cluster, p.model, 0, 0});
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("DeepSpeed's batch check"), std::string::npos);
+  // "auto" batch keys (Hugging Face's Trainer fills them in) take the launch's figures.
+  config["gradient_accumulation_steps"] = "auto";
+  config["train_batch_size"] = "auto";
+  config["train_micro_batch_size_per_gpu"] = "auto";
+  auto autoBatch = importDeepSpeed(config, *exportPlan(p, ExportFormat::kMegatron, "plan.json"), ImportContext{p.cluster, p.model, 0, 0});
+  ASSERT_TRUE(autoBatch) << autoBatch.error().toString();
+  EXPECT_EQ(autoBatch->globalBatchSize, p.globalBatchSize);
+  EXPECT_EQ(autoBatch->microBatchSize, p.microBatchSize);
 }
 
 TEST(Import, ColossalAiPluginGivesBackThePlan) {

@@ -1,0 +1,315 @@
+// Launch scripts as users write them: their shell variables, and the launcher options that say how many
+// GPUs the job starts and which DeepSpeed config it reads (launch.h).
+#include "colo/planner/launch.h"
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <vector>
+
+namespace colo::planner {
+namespace {
+
+constexpr std::int64_t kMaxCount = 1 << 24;
+
+bool identifierStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
+bool identifierChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// Integer arithmetic of $(( )): + - * / % and parentheses over numbers and variables.
+class Arithmetic {
+ public:
+  Arithmetic(const std::string& text, const std::map<std::string, std::string>& vars) : m_text(text), m_vars(vars) {}
+  Result<std::int64_t> evaluate() {
+    auto v = sum();
+    if (!v) return v;
+    skipSpace();
+    if (m_at != m_text.size()) return fail(Error::badInput("unexpected \"" + m_text.substr(m_at) + "\""));
+    return v;
+  }
+
+ private:
+  void skipSpace() {
+    while (m_at < m_text.size() && std::isspace(static_cast<unsigned char>(m_text[m_at]))) ++m_at;
+  }
+  Result<std::int64_t> sum() {
+    auto left = product();
+    if (!left) return left;
+    std::int64_t value = *left;
+    for (skipSpace(); m_at < m_text.size() && (m_text[m_at] == '+' || m_text[m_at] == '-'); skipSpace()) {
+      const char op = m_text[m_at++];
+      auto right = product();
+      if (!right) return right;
+      value = op == '+' ? value + *right : value - *right;
+    }
+    return value;
+  }
+  Result<std::int64_t> product() {
+    auto left = unary();
+    if (!left) return left;
+    std::int64_t value = *left;
+    for (skipSpace(); m_at < m_text.size() && (m_text[m_at] == '*' || m_text[m_at] == '/' || m_text[m_at] == '%'); skipSpace()) {
+      const char op = m_text[m_at++];
+      auto right = unary();
+      if (!right) return right;
+      if (op != '*' && *right == 0) return fail(Error::badInput("division by zero"));
+      value = op == '*' ? value * *right : op == '/' ? value / *right : value % *right;
+      if (value > kMaxCount * kMaxCount || value < -kMaxCount * kMaxCount) return fail(Error::badInput("result out of range"));
+    }
+    return value;
+  }
+  Result<std::int64_t> unary() {
+    skipSpace();
+    if (m_at < m_text.size() && m_text[m_at] == '-') {
+      ++m_at;
+      auto v = unary();
+      if (!v) return v;
+      return -*v;
+    }
+    if (m_at < m_text.size() && m_text[m_at] == '(') {
+      ++m_at;
+      auto v = sum();
+      if (!v) return v;
+      skipSpace();
+      if (m_at >= m_text.size() || m_text[m_at] != ')') return fail(Error::badInput("missing )"));
+      ++m_at;
+      return v;
+    }
+    if (m_at < m_text.size() && m_text[m_at] == '$') ++m_at;  // $NAME inside $(( )) reads as NAME
+    const std::size_t from = m_at;
+    if (m_at < m_text.size() && identifierStart(m_text[m_at])) {
+      while (m_at < m_text.size() && identifierChar(m_text[m_at])) ++m_at;
+      const std::string name = m_text.substr(from, m_at - from);
+      const auto it = m_vars.find(name);
+      if (it == m_vars.end()) return fail(Error::badInput("$" + name + " is not defined in the script"));
+      return Arithmetic(it->second, {}).evaluate();
+    }
+    while (m_at < m_text.size() && std::isdigit(static_cast<unsigned char>(m_text[m_at]))) ++m_at;
+    if (m_at == from || m_at - from > 12) return fail(Error::badInput("expected a number at \"" + m_text.substr(from) + "\""));
+    return std::stoll(m_text.substr(from, m_at - from));
+  }
+
+  std::string m_text;
+  const std::map<std::string, std::string>& m_vars;
+  std::size_t m_at = 0;
+};
+
+// `$NAME`, `${NAME}` and `${NAME:-default}` of defined names, then each `$(( ))`, in one line.
+Result<std::string> substitute(const std::string& line, const std::map<std::string, std::string>& vars) {
+  std::string out;
+  for (std::size_t i = 0; i < line.size();) {
+    if (line[i] != '$') {
+      out += line[i++];
+      continue;
+    }
+    if (line.compare(i, 3, "$((") == 0) {
+      const std::size_t end = line.find("))", i + 3);
+      if (end == std::string::npos) return fail(Error::badInput("unterminated $(( in \"" + line + "\""));
+      auto inner = substitute(line.substr(i + 3, end - i - 3), vars);
+      if (!inner) return inner;
+      auto value = Arithmetic(*inner, vars).evaluate();
+      if (!value) return fail(Error::badInput("$((" + line.substr(i + 3, end - i - 3) + ")): " + value.error().message));
+      out += std::to_string(*value);
+      i = end + 2;
+      continue;
+    }
+    if (i + 1 < line.size() && line[i + 1] == '{') {
+      const std::size_t end = line.find('}', i + 2);
+      if (end == std::string::npos) {
+        out += line[i++];
+        continue;
+      }
+      const std::string body = line.substr(i + 2, end - i - 2);
+      const std::size_t dflt = body.find(":-");
+      const std::string name = body.substr(0, dflt);
+      const auto it = vars.find(name);
+      if (it != vars.end()) {
+        out += it->second;
+      } else if (dflt != std::string::npos && std::all_of(name.begin(), name.end(), identifierChar)) {
+        out += body.substr(dflt + 2);
+      } else {
+        out += line.substr(i, end + 1 - i);  // unknown (or an array): as written
+      }
+      i = end + 1;
+      continue;
+    }
+    std::size_t end = i + 1;
+    while (end < line.size() && identifierChar(line[end])) ++end;
+    const auto it = vars.find(line.substr(i + 1, end - i - 1));
+    out += it != vars.end() && end > i + 1 ? it->second : line.substr(i, end - i);
+    i = end;
+  }
+  return out;
+}
+
+std::string unquoted(std::string v) {
+  while (!v.empty() && std::isspace(static_cast<unsigned char>(v.back()))) v.pop_back();
+  if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front()) v = v.substr(1, v.size() - 2);
+  return v;
+}
+
+// The words of a launch as a shell splits them (comments dropped, continuations joined, quotes
+// grouping), `--flag=value` as two words.
+std::vector<std::string> words(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string joined;
+  for (std::string line; std::getline(in, line);) {
+    const auto first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] == '#') continue;
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    if (!line.empty() && line.back() == '\\') line.pop_back();
+    joined += line + " ";
+  }
+  std::string current;
+  bool inWord = false;
+  char quote = 0;
+  auto push = [&] {
+    const auto eq = current.find('=');
+    if (current.rfind("--", 0) == 0 && eq != std::string::npos) {
+      out.push_back(current.substr(0, eq));
+      out.push_back(current.substr(eq + 1));
+    } else {
+      out.push_back(current);
+    }
+  };
+  for (const char c : joined) {
+    if (quote) {
+      if (c == quote) quote = 0;
+      else current += c;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+      inWord = true;
+    } else if (std::isspace(static_cast<unsigned char>(c))) {
+      if (inWord) push();
+      current.clear();
+      inWord = false;
+    } else {
+      current += c;
+      inWord = true;
+    }
+  }
+  if (inWord) push();
+  return out;
+}
+
+Result<std::int64_t> count(const std::string& option, const std::string& value) {
+  const bool digits = !value.empty() && value.size() <= 8 && std::all_of(value.begin(), value.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  const std::int64_t n = digits ? std::stoll(value) : 0;
+  if (n <= 0 || n > kMaxCount) {
+    std::string why = value.find(':') != std::string::npos ? " (an elastic range: give the job's size with --gpus)"
+                      : value.find('$') != std::string::npos ? " (a variable the script does not define: define it, or give --gpus)"
+                                                             : "";
+    return fail(Error::badInput(option + ": expected a positive integer, got \"" + value + "\"" + why));
+  }
+  return n;
+}
+
+// deepspeed --include "host:0,1,2@host2:0,1": the GPUs listed.
+Result<std::int64_t> includedGpus(const std::string& value) {
+  std::int64_t total = 0;
+  std::istringstream hosts(value);
+  for (std::string host; std::getline(hosts, host, '@');) {
+    const auto colon = host.find(':');
+    if (colon == std::string::npos || colon + 1 == host.size()) {
+      return fail(Error::badInput("--include: \"" + host + "\" names a host without its GPUs (host:0,1,...): give --gpus"));
+    }
+    std::istringstream slots(host.substr(colon + 1));
+    for (std::string slot; std::getline(slots, slot, ',');) {
+      if (slot.empty() || !std::all_of(slot.begin(), slot.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+        return fail(Error::badInput("--include: \"" + slot + "\" is not a GPU index in \"" + host + "\""));
+      }
+      ++total;
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
+Result<std::string> expandShellVariables(const std::string& script) {
+  static const std::regex assignment(R"(^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$)");
+  std::map<std::string, std::string> vars;
+  std::string out;
+  std::istringstream in(script);
+  for (std::string line; std::getline(in, line);) {
+    const auto first = line.find_first_not_of(" \t");
+    if (first != std::string::npos && line[first] == '#') {
+      out += line + "\n";
+      continue;
+    }
+    auto expanded = substitute(line, vars);
+    if (!expanded) return fail(expanded.error());
+    std::smatch m;
+    if (std::regex_match(*expanded, m, assignment)) {
+      const std::string value = unquoted(m[2].str());
+      if (value.empty() || value.front() != '(') vars[m[1].str()] = value;  // arrays stay as written
+    }
+    out += *expanded + "\n";
+  }
+  return out;
+}
+
+std::int64_t LaunchFacts::world() const {
+  if (included > 0) return included;
+  if (gpusPerNode > 0) return std::max<std::int64_t>(1, nodes) * gpusPerNode;
+  return 0;
+}
+
+std::string LaunchFacts::describe() const {
+  if (included > 0) return "--include lists " + std::to_string(included) + " GPUs";
+  if (gpusPerNode > 0) return (nodes > 0 ? std::to_string(nodes) + " nodes x " : "") + std::to_string(gpusPerNode) + " GPUs per node";
+  return "the launch does not say";
+}
+
+Result<LaunchFacts> launchFacts(const std::string& launch) {
+  auto expanded = expandShellVariables(launch);
+  if (!expanded) return fail(expanded.error());
+  const std::vector<std::string> w = words(*expanded);
+  LaunchFacts f;
+  for (std::size_t i = 0; i + 1 < w.size(); ++i) {
+    const std::string& option = w[i];
+    const std::string& value = w[i + 1];
+    if (option == "--num_nodes" || option == "--nnodes") {
+      auto n = count(option, value);
+      if (!n) return fail(n.error());
+      f.nodes = *n;
+    } else if (option == "--num_gpus" || option == "--num_accelerators" || option == "--nproc_per_node" || option == "--nproc-per-node") {
+      auto n = count(option, value);
+      if (!n) return fail(n.error());
+      f.gpusPerNode = *n;
+    } else if (option == "--include") {
+      auto n = includedGpus(value);
+      if (!n) return fail(n.error());
+      f.included = *n;
+    } else if (option == "--hostfile") {
+      f.hostfile = value;
+    } else if (option == "--deepspeed_config" || option == "--deepspeed-config") {
+      f.deepspeedConfig = value;
+    }
+  }
+  return f;
+}
+
+Result<std::int64_t> hostfileSlots(const std::string& text) {
+  static const std::regex line(R"(^\s*(\S+)\s+slots\s*=\s*(\d+)\s*$)");
+  std::int64_t total = 0;
+  std::istringstream in(text);
+  int number = 0;
+  for (std::string l; std::getline(in, l);) {
+    ++number;
+    const auto first = l.find_first_not_of(" \t\r");
+    if (first == std::string::npos || l[first] == '#') continue;
+    if (!l.empty() && l.back() == '\r') l.pop_back();
+    std::smatch m;
+    if (!std::regex_match(l, m, line) || m[2].str().size() > 6 || std::stoll(m[2].str()) <= 0) {
+      return fail(Error::badInput("line " + std::to_string(number) + ": expected \"host slots=N\", got \"" + l + "\""));
+    }
+    total += std::stoll(m[2].str());
+  }
+  if (total == 0) return fail(Error::badInput("no \"host slots=N\" line"));
+  return total;
+}
+
+}  // namespace colo::planner

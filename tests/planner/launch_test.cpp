@@ -1,0 +1,74 @@
+// Launch scripts as users write them: shell variables expanded, the launcher's GPU count and the
+// DeepSpeed config it names read (colo/planner/launch.h).
+#include "colo/planner/launch.h"
+
+#include <gtest/gtest.h>
+
+namespace colo::planner {
+namespace {
+
+TEST(Launch, ShellVariablesAndArithmeticExpandAsBashWould) {
+  const std::string script =
+      "#!/bin/bash\n"
+      "GPUS_PER_NODE=8\n"
+      "export NNODES=\"2\"\n"
+      "WORLD_SIZE=$(($GPUS_PER_NODE*$NNODES))\n"
+      "TP=${TP:-4}\n"
+      "DP=$(( WORLD_SIZE / (TP * 2) ))\n"
+      "ARGS=( --num-layers 4 )\n"
+      "# a comment keeps its $GPUS_PER_NODE\n"
+      "torchrun --nproc_per_node ${GPUS_PER_NODE} --nnodes $NNODES train.py --dp $DP --gbs $((DP * 16)) ${ARGS[@]} $UNSET\n";
+  auto out = expandShellVariables(script);
+  ASSERT_TRUE(out) << out.error().toString();
+  EXPECT_NE(out->find("WORLD_SIZE=16\n"), std::string::npos) << *out;
+  EXPECT_NE(out->find("TP=4\n"), std::string::npos) << *out;  // the default of an unset name
+  EXPECT_NE(out->find("--nproc_per_node 8 --nnodes 2 train.py --dp 2 --gbs 32 ${ARGS[@]} $UNSET"), std::string::npos) << *out;
+  EXPECT_NE(out->find("# a comment keeps its $GPUS_PER_NODE"), std::string::npos);
+  auto zero = expandShellVariables("N=0\nX=$((8 / N))\n");
+  ASSERT_FALSE(zero);
+  EXPECT_NE(zero.error().message.find("division by zero"), std::string::npos);
+  auto unknown = expandShellVariables("X=$((GPUS * 2))\n");
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().message.find("$GPUS is not defined"), std::string::npos) << unknown.error().message;
+}
+
+TEST(Launch, TheLauncherSaysHowManyGpusAndWhichConfig) {
+  auto ds = launchFacts("N=4\ndeepspeed --num_nodes $N --num_gpus 8 pretrain_gpt.py --tensor-model-parallel-size 8 "
+                        "--deepspeed --deepspeed_config=configs/ds.json\n");
+  ASSERT_TRUE(ds) << ds.error().toString();
+  EXPECT_EQ(ds->world(), 32);
+  ASSERT_TRUE(ds->deepspeedConfig);
+  EXPECT_EQ(*ds->deepspeedConfig, "configs/ds.json");
+  auto tr = launchFacts("torchrun --nnodes=2 --nproc-per-node=4 pretrain_gpt.py --num-layers 2");
+  ASSERT_TRUE(tr);
+  EXPECT_EQ(tr->world(), 8);
+  EXPECT_EQ(launchFacts("torchrun --nproc_per_node 8 train.py")->world(), 8);  // one node
+  EXPECT_EQ(launchFacts("deepspeed --include \"worker-0:0,1,2,3@worker-1:0,1\" train.py")->world(), 6);
+  EXPECT_EQ(launchFacts("python pretrain_gpt.py --num-layers 2")->world(), 0);  // says nothing
+  auto hosts = launchFacts("deepspeed --hostfile hosts.txt train.py");
+  ASSERT_TRUE(hosts);
+  EXPECT_EQ(hosts->world(), 0);
+  EXPECT_EQ(hosts->hostfile.value_or(""), "hosts.txt");
+  // What cannot be counted is named.
+  auto elastic = launchFacts("torchrun --nnodes 1:4 --nproc_per_node 8 train.py");
+  ASSERT_FALSE(elastic);
+  EXPECT_NE(elastic.error().message.find("--nnodes"), std::string::npos);
+  EXPECT_NE(elastic.error().message.find("elastic"), std::string::npos);
+  auto variable = launchFacts("deepspeed --num_gpus $GPUS train.py");
+  ASSERT_FALSE(variable);
+  EXPECT_NE(variable.error().message.find("does not define"), std::string::npos) << variable.error().message;
+  EXPECT_FALSE(launchFacts("deepspeed --include worker-0 train.py"));
+}
+
+TEST(Launch, AHostfileCountsItsSlots) {
+  auto slots = hostfileSlots("# two nodes\nworker-1 slots=8\n\nworker-2 slots=4\n");
+  ASSERT_TRUE(slots) << slots.error().toString();
+  EXPECT_EQ(*slots, 12);
+  auto bad = hostfileSlots("worker-1 slots=8\nworker-2\n");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("line 2"), std::string::npos);
+  EXPECT_FALSE(hostfileSlots("# nothing\n"));
+}
+
+}  // namespace
+}  // namespace colo::planner
