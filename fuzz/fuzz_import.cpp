@@ -1,12 +1,14 @@
 // colo-plan import and export checks: a launch the user hands in (Megatron-LM arguments, a torchtitan
 // TOML, a Colossal-AI plugin call; the first byte picks which), read into a plan on a fixed cluster and
-// model, and the same text checked as Megatron-LM arguments and as a launch script. Every refusal must be
+// model, the same text checked as Megatron-LM arguments and as a launch script, and read as a script (its
+// shell variables, its launcher's GPU count, a hostfile). Every refusal must be
 // a bad-input error (exit 2), never a crash.
 #include <cstdlib>
 
 #include "colo/core/model.h"
 #include "colo/planner/export_check.h"
 #include "colo/planner/import.h"
+#include "colo/planner/launch.h"
 #include "fuzz_support.h"
 
 namespace {
@@ -53,5 +55,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)colo::planner::checkMegatronArguments(text, f.megatron, 8);
   (void)colo::planner::checkLaunchScript(text, f.torchrun, f.sbatch);
   (void)colo::planner::checkColossalAiPlugin(text, f.colossalai, 8);
+  // The launch as a script: its shell variables, its launcher, a hostfile.
+  if (auto expanded = colo::planner::expandShellVariables(text); !expanded) requireBadInput(expanded.error());
+  if (auto facts = colo::planner::launchFacts(text); !facts) requireBadInput(facts.error());
+  if (auto slots = colo::planner::hostfileSlots(text); !slots) requireBadInput(slots.error());
   return 0;
 }

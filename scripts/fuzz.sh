@@ -68,6 +68,7 @@ printf '\000' > "$seeds/token_data/u16" && head -c 512 data/corpus/sonnets.txt >
 printf '\001' > "$seeds/token_data/u32" && head -c 512 data/corpus/sonnets.txt >> "$seeds/token_data/u32"
 printf '\002MMIDIDX\000\000\001\000\000\000\000\000\000\000\010' > "$seeds/token_data/bin"
 head -c 512 data/corpus/sonnets.txt >> "$seeds/token_data/bin"
+printf '\000' > "$seeds/import/deepspeed-launch" && cat data/examples/megatron-deepspeed-launch.sh >> "$seeds/import/deepspeed-launch"
 # Regression inputs: JSON as they are (assumptions feed the validation target), databases from their SQL.
 for reader in tests/fuzz_regressions/*/; do
   name="$(basename "$reader")"

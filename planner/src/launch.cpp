@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
-#include <regex>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -13,6 +13,7 @@ namespace colo::planner {
 namespace {
 
 constexpr std::int64_t kMaxCount = 1 << 24;
+constexpr int kMaxDepth = 64;  // nesting of $(( )) and of parentheses and signs inside it
 
 bool identifierStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
 bool identifierChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
@@ -20,7 +21,8 @@ bool identifierChar(char c) { return std::isalnum(static_cast<unsigned char>(c))
 // Integer arithmetic of $(( )): + - * / % and parentheses over numbers and variables.
 class Arithmetic {
  public:
-  Arithmetic(const std::string& text, const std::map<std::string, std::string>& vars) : m_text(text), m_vars(vars) {}
+  Arithmetic(const std::string& text, const std::map<std::string, std::string>& vars, int depth = 0)
+      : m_text(text), m_vars(vars), m_depth(depth) {}
   Result<std::int64_t> evaluate() {
     auto v = sum();
     if (!v) return v;
@@ -61,6 +63,7 @@ class Arithmetic {
   }
   Result<std::int64_t> unary() {
     skipSpace();
+    if (++m_depth > kMaxDepth) return fail(Error::badInput("nested too deeply"));
     if (m_at < m_text.size() && m_text[m_at] == '-') {
       ++m_at;
       auto v = unary();
@@ -83,7 +86,7 @@ class Arithmetic {
       const std::string name = m_text.substr(from, m_at - from);
       const auto it = m_vars.find(name);
       if (it == m_vars.end()) return fail(Error::badInput("$" + name + " is not defined in the script"));
-      return Arithmetic(it->second, {}).evaluate();
+      return Arithmetic(it->second, {}, m_depth).evaluate();
     }
     while (m_at < m_text.size() && std::isdigit(static_cast<unsigned char>(m_text[m_at]))) ++m_at;
     if (m_at == from || m_at - from > 12) return fail(Error::badInput("expected a number at \"" + m_text.substr(from) + "\""));
@@ -93,10 +96,12 @@ class Arithmetic {
   std::string m_text;
   const std::map<std::string, std::string>& m_vars;
   std::size_t m_at = 0;
+  int m_depth = 0;
 };
 
 // `$NAME`, `${NAME}` and `${NAME:-default}` of defined names, then each `$(( ))`, in one line.
-Result<std::string> substitute(const std::string& line, const std::map<std::string, std::string>& vars) {
+Result<std::string> substitute(const std::string& line, const std::map<std::string, std::string>& vars, int depth = 0) {
+  if (depth > kMaxDepth) return fail(Error::badInput("$(( )) nested too deeply"));
   std::string out;
   for (std::size_t i = 0; i < line.size();) {
     if (line[i] != '$') {
@@ -106,7 +111,7 @@ Result<std::string> substitute(const std::string& line, const std::map<std::stri
     if (line.compare(i, 3, "$((") == 0) {
       const std::size_t end = line.find("))", i + 3);
       if (end == std::string::npos) return fail(Error::badInput("unterminated $(( in \"" + line + "\""));
-      auto inner = substitute(line.substr(i + 3, end - i - 3), vars);
+      auto inner = substitute(line.substr(i + 3, end - i - 3), vars, depth + 1);
       if (!inner) return inner;
       auto value = Arithmetic(*inner, vars).evaluate();
       if (!value) return fail(Error::badInput("$((" + line.substr(i + 3, end - i - 3) + ")): " + value.error().message));
@@ -147,6 +152,18 @@ std::string unquoted(std::string v) {
   while (!v.empty() && std::isspace(static_cast<unsigned char>(v.back()))) v.pop_back();
   if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front()) v = v.substr(1, v.size() - 2);
   return v;
+}
+
+// `NAME=value` or `export NAME=value` (the value unquoted), or nothing.
+std::optional<std::pair<std::string, std::string>> assignmentOf(const std::string& line) {
+  std::size_t at = line.find_first_not_of(" \t");
+  if (at == std::string::npos) return std::nullopt;
+  if (line.compare(at, 7, "export ") == 0) at = line.find_first_not_of(" \t", at + 7);
+  if (at == std::string::npos || !identifierStart(line[at])) return std::nullopt;
+  std::size_t end = at;
+  while (end < line.size() && identifierChar(line[end])) ++end;
+  if (end >= line.size() || line[end] != '=') return std::nullopt;
+  return std::make_pair(line.substr(at, end - at), unquoted(line.substr(end + 1)));
 }
 
 // The words of a launch as a shell splits them (comments dropped, continuations joined, quotes
@@ -229,7 +246,6 @@ Result<std::int64_t> includedGpus(const std::string& value) {
 }  // namespace
 
 Result<std::string> expandShellVariables(const std::string& script) {
-  static const std::regex assignment(R"(^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$)");
   std::map<std::string, std::string> vars;
   std::string out;
   std::istringstream in(script);
@@ -241,10 +257,8 @@ Result<std::string> expandShellVariables(const std::string& script) {
     }
     auto expanded = substitute(line, vars);
     if (!expanded) return fail(expanded.error());
-    std::smatch m;
-    if (std::regex_match(*expanded, m, assignment)) {
-      const std::string value = unquoted(m[2].str());
-      if (value.empty() || value.front() != '(') vars[m[1].str()] = value;  // arrays stay as written
+    if (const auto a = assignmentOf(*expanded)) {
+      if (a->second.empty() || a->second.front() != '(') vars[a->first] = a->second;  // arrays stay as written
     }
     out += *expanded + "\n";
   }
@@ -293,7 +307,6 @@ Result<LaunchFacts> launchFacts(const std::string& launch) {
 }
 
 Result<std::int64_t> hostfileSlots(const std::string& text) {
-  static const std::regex line(R"(^\s*(\S+)\s+slots\s*=\s*(\d+)\s*$)");
   std::int64_t total = 0;
   std::istringstream in(text);
   int number = 0;
@@ -302,11 +315,19 @@ Result<std::int64_t> hostfileSlots(const std::string& text) {
     const auto first = l.find_first_not_of(" \t\r");
     if (first == std::string::npos || l[first] == '#') continue;
     if (!l.empty() && l.back() == '\r') l.pop_back();
-    std::smatch m;
-    if (!std::regex_match(l, m, line) || m[2].str().size() > 6 || std::stoll(m[2].str()) <= 0) {
+    // "host slots=N": a host name, then slots, =, a count.
+    std::istringstream words(l);
+    std::string host, rest;
+    words >> host;
+    std::getline(words, rest);
+    rest.erase(std::remove_if(rest.begin(), rest.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); }), rest.end());
+    const std::string digits = rest.rfind("slots=", 0) == 0 ? rest.substr(6) : "";
+    const bool ok = !digits.empty() && digits.size() <= 6 &&
+                    std::all_of(digits.begin(), digits.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    if (!ok || std::stoll(digits) <= 0) {
       return fail(Error::badInput("line " + std::to_string(number) + ": expected \"host slots=N\", got \"" + l + "\""));
     }
-    total += std::stoll(m[2].str());
+    total += std::stoll(digits);
   }
   if (total == 0) return fail(Error::badInput("no \"host slots=N\" line"));
   return total;
