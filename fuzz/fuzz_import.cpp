@@ -55,7 +55,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   (void)colo::planner::checkMegatronArguments(text, f.megatron, 8);
   (void)colo::planner::checkLaunchScript(text, f.torchrun, f.sbatch);
   (void)colo::planner::checkColossalAiPlugin(text, f.colossalai, 8);
-  // The launch as a script: its shell variables, its launcher, a hostfile.
+  // The text as a Megatron-Bridge YAML, and as a script: its shell variables, its launcher, a hostfile.
+  if (auto bridge = colo::planner::importMegatronBridge(text, withModel); !bridge) requireBadInput(bridge.error());
   if (auto expanded = colo::planner::expandShellVariables(text); !expanded) requireBadInput(expanded.error());
   if (auto facts = colo::planner::launchFacts(text); !facts) requireBadInput(facts.error());
   if (auto slots = colo::planner::hostfileSlots(text); !slots) requireBadInput(slots.error());

@@ -58,7 +58,7 @@ Result<std::int64_t> jobGpus(const Args& args, const std::optional<planner::Laun
 
 int runImport(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
   const std::vector<OptionSpec> specs{
-      {"format", "F", "megatron (pretrain_gpt.py arguments or a launch script), deepspeed, colossalai or torchtitan (required)"},
+      {"format", "F", "megatron (pretrain_gpt.py arguments or a launch script), megatron-bridge (its config YAML), deepspeed, colossalai or torchtitan (required)"},
       {"launch", "FILE", "the launch: Megatron-LM arguments or script, a deepspeed/torchrun launch line or script, a Colossal-AI script or a torchtitan TOML (required but for deepspeed with --config and --args)"},
       {"config", "FILE", "deepspeed: the DeepSpeed JSON config (default: the launch's --deepspeed_config, found beside the launch)"},
       {"args", "FILE", "deepspeed: Megatron-DeepSpeed's arguments (default: the launch's own)"},
@@ -72,7 +72,7 @@ int runImport(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   auto args = Args::parse(argv, specs);
   if (!args) return reportError(args.error(), err);
   if (args->has("help")) {
-    out << "usage: colo-plan import --format megatron|deepspeed|colossalai|torchtitan --launch FILE --cluster C [--gpus N]\n"
+    out << "usage: colo-plan import --format megatron|megatron-bridge|deepspeed|colossalai|torchtitan --launch FILE --cluster C [--gpus N]\n"
            "         [--model M] [--gbs G] [--seq-len S] [--out plan.json]\n"
            "       colo-plan import --format deepspeed --config ds.json --args megatron-args.txt --cluster C ...\n\n"
            "A launch script's shell variables (NAME=value, $((arithmetic))) are expanded first; the launcher's\n"
@@ -84,7 +84,7 @@ int runImport(const std::vector<std::string>& argv, std::ostream& out, std::ostr
     return 0;
   }
   const auto formatName = args->value("format");
-  if (!formatName) return reportError(Error::badInput("missing --format (megatron, deepspeed, colossalai or torchtitan)"), err);
+  if (!formatName) return reportError(Error::badInput("missing --format (megatron, megatron-bridge, deepspeed, colossalai or torchtitan)"), err);
   auto format = planner::parseImportFormat(*formatName);
   if (!format) return reportError(Error::badInput("--format: " + format.error().message), err);
   const auto clusterName = args->value("cluster");
@@ -158,9 +158,10 @@ int runImport(const std::vector<std::string>& argv, std::ostream& out, std::ostr
     source = *configFile;
   } else {
     if (!launchFile) return reportError(Error::badInput("missing --launch FILE (the arguments, script or TOML to import)"), err);
-    plan = *format == planner::ImportFormat::kMegatron     ? planner::importMegatron(*launchText, context)
-           : *format == planner::ImportFormat::kColossalAi ? planner::importColossalAi(*launchText, context)
-                                                            : planner::importTorchtitan(*launchText, context);
+    plan = *format == planner::ImportFormat::kMegatron         ? planner::importMegatron(*launchText, context)
+           : *format == planner::ImportFormat::kMegatronBridge ? planner::importMegatronBridge(*launchText, context)
+           : *format == planner::ImportFormat::kColossalAi     ? planner::importColossalAi(*launchText, context)
+                                                                : planner::importTorchtitan(*launchText, context);
     source = *launchFile;
   }
   if (!plan) {

@@ -108,7 +108,9 @@ Result<ModelSpec> megatronModel(const Reader& r) {
                                 "or add --vocab-size to the arguments"));
   }
   s.vocabSize = padded;
-  COLO_TRY(maxPos, r.integer("--max-position-embeddings", 0));
+  // Megatron's validate_args: without --max-position-embeddings, the sequence length.
+  COLO_TRY(seqLength, r.integer("--seq-length", 0));
+  COLO_TRY(maxPos, r.integer("--max-position-embeddings", seqLength));
   s.maxPositionEmbeddings = maxPos;
   const std::string position = r.text("--position-embedding-type").value_or("learned_absolute");
   s.positionEmbedding = position == "rope" ? PositionEmbedding::kRope : position == "none" ? PositionEmbedding::kNone
@@ -273,10 +275,11 @@ Result<std::vector<StagePlan>> megatronStages(const Reader& r, const Plan& p) {
 
 Result<ImportFormat> parseImportFormat(const std::string& name) {
   if (name == "megatron") return ImportFormat::kMegatron;
+  if (name == "megatron-bridge") return ImportFormat::kMegatronBridge;
   if (name == "deepspeed") return ImportFormat::kDeepSpeed;
   if (name == "colossalai") return ImportFormat::kColossalAi;
   if (name == "torchtitan") return ImportFormat::kTorchtitan;
-  return fail(Error::badInput("unknown import format \"" + name + "\" (expected megatron, deepspeed, colossalai or torchtitan)"));
+  return fail(Error::badInput("unknown import format \"" + name + "\" (expected megatron, megatron-bridge, deepspeed, colossalai or torchtitan)"));
 }
 
 Result<Plan> importMegatron(const std::string& arguments, const ImportContext& context) {

@@ -458,6 +458,13 @@ TEST(ColoPlanTools, ImportADeepSpeedLaunchScriptAsItIs) {
   const auto wrong = run("import --format deepspeed --launch " + launch + " --cluster dgx-a100-80gb-x16 --gpus 8");
   EXPECT_EQ(wrong.exitCode, 2);
   EXPECT_NE(wrong.err.find("--gpus 8 disagrees with the launch: 2 nodes x 8 GPUs per node = 16"), std::string::npos) << wrong.err;
+  // A Megatron-Bridge config YAML, then what would be faster.
+  const std::string bridge = dir.path("bridge.json");
+  const auto mb = run("import --format megatron-bridge --launch " + test::dataFile("examples/megatron-bridge-llama3-8b.yaml") +
+                      " --cluster dgx-h100-x64 --gpus 16 --out " + bridge);
+  ASSERT_EQ(mb.exitCode, 0) << mb.err;
+  EXPECT_NE(mb.out.find("tp 1 pp 1 dp 8 cp 2"), std::string::npos) << mb.out;
+  EXPECT_EQ(run("search --from-plan " + bridge + " --quiet --top 1").exitCode, 0);
 }
 
 TEST(ColoPlanTools, CompareCheckAndExportEndToEnd) {

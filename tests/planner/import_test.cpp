@@ -209,3 +209,75 @@ TEST(Import, TorchtitanTomlReadsFsdpAndPerOpCheckpointing) {
 
 }  // namespace
 }  // namespace colo::planner
+
+namespace colo::planner {
+namespace {
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(Import, MegatronBridgeConfigStatesTheWholeJob) {
+  // The example ConfigContainer dump: Llama 3 8B's shape from the model section, cp 2, the distributed
+  // optimizer with its overlaps, bf16, the batch from the train section.
+  auto cluster = scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 16);
+  ASSERT_TRUE(cluster);
+  auto p = importMegatronBridge(readFile(test::dataFile("examples/megatron-bridge-llama3-8b.yaml")), ImportContext{*cluster, std::nullopt, 0, 0});
+  ASSERT_TRUE(p) << p.error().toString();
+  EXPECT_EQ(p->parallel.cp, 2);
+  EXPECT_EQ(p->parallel.dp, 8);
+  EXPECT_EQ(p->globalBatchSize, 128);
+  EXPECT_EQ(p->seqLen, 8192);
+  EXPECT_EQ(p->zeroStage, 1);
+  EXPECT_EQ(p->precision, DType::kBf16);
+  EXPECT_TRUE(p->execution.overlapGradReduce);
+  EXPECT_TRUE(p->execution.overlapParamGather);
+  const Model llama = test::loadModelOrFail(test::dataFile("models/llama3-8b.json"));
+  EXPECT_EQ(countParameters(*p->model.spec).total, countParameters(*llama.spec).total);
+  EXPECT_EQ(p->model.spec->kvHeads(), 8);
+  EXPECT_EQ(p->model.spec->activation, Activation::kSwiGlu);
+  EXPECT_FALSE(p->model.spec->tieWordEmbeddings);
+}
+
+TEST(Import, MegatronBridgeOverridesAndMixtureOfExperts) {
+  // An override file (the older *_config section names) on a library model.
+  auto cluster = scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 16);
+  ASSERT_TRUE(cluster);
+  const Model llama = test::loadModelOrFail(test::dataFile("models/llama3-8b.json"));
+  const std::string overrides =
+      "# override example\nmodel_config:\n  tensor_model_parallel_size: 2\n  pipeline_model_parallel_size: 2\n"
+      "  sequence_parallel: true  # with tp\ntrain_config:\n  global_batch_size: 256\n  micro_batch_size: 4\n"
+      "profiling_config:\n  profile_ranks: [0, 1]\nmixed_precision: bf16_mixed\n";
+  auto p = importMegatronBridge(overrides, ImportContext{*cluster, llama, 0, 0});
+  ASSERT_TRUE(p) << p.error().toString();
+  EXPECT_EQ(p->parallel.tp, 2);
+  EXPECT_EQ(p->parallel.pp, 2);
+  EXPECT_EQ(p->parallel.dp, 4);
+  EXPECT_TRUE(p->parallel.sequenceParallel);
+  EXPECT_EQ(p->microBatchSize, 4);
+  EXPECT_EQ(p->precision, DType::kBf16);
+  // A MoE model: experts, top-k and the dense first layers from a block list.
+  const std::string moe =
+      "model:\n  num_layers: 4\n  hidden_size: 1024\n  ffn_hidden_size: 4096\n  num_attention_heads: 16\n  seq_length: 2048\n"
+      "  vocab_size: 32000\n  normalization: RMSNorm\n  gated_linear_unit: true\n  position_embedding_type: rope\n"
+      "  num_moe_experts: 8\n  moe_router_topk: 2\n  moe_ffn_hidden_size: 1024\n  expert_model_parallel_size: 4\n  moe_layer_freq:\n"
+      "  - 0\n  - 1\n  - 1\n  - 1\n  tensor_model_parallel_size: 1\ntrain:\n  global_batch_size: 64\n  micro_batch_size: 1\n";
+  auto m = importMegatronBridge(moe, ImportContext{*cluster, std::nullopt, 0, 0});
+  ASSERT_TRUE(m) << m.error().toString();
+  EXPECT_EQ(m->model.spec->moe.numExperts, 8);
+  EXPECT_EQ(m->model.spec->moe.topK, 2);
+  EXPECT_EQ(m->model.spec->moe.firstDenseLayers, 1);
+  EXPECT_EQ(m->parallel.ep, 4);
+  // What the reader cannot read is named with its line.
+  auto flow = importMegatronBridge("model:\n  tensor_model_parallel_size: 2\ntrain: {global_batch_size: 8}\n", ImportContext{*cluster, llama, 0, 0});
+  ASSERT_FALSE(flow);
+  EXPECT_NE(flow.error().message.find("line 3"), std::string::npos) << flow.error().message;
+  auto orphan = importMegatronBridge("- 1\n", ImportContext{*cluster, llama, 0, 0});
+  ASSERT_FALSE(orphan);
+}
+
+}  // namespace
+}  // namespace colo::planner

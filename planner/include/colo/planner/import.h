@@ -16,8 +16,9 @@
 
 namespace colo::planner {
 
-enum class ImportFormat { kMegatron, kDeepSpeed, kColossalAi, kTorchtitan };
-[[nodiscard]] Result<ImportFormat> parseImportFormat(const std::string& name);  ///< megatron, deepspeed, colossalai, torchtitan
+enum class ImportFormat { kMegatron, kMegatronBridge, kDeepSpeed, kColossalAi, kTorchtitan };
+/// megatron, megatron-bridge, deepspeed, colossalai, torchtitan
+[[nodiscard]] Result<ImportFormat> parseImportFormat(const std::string& name);
 
 /// What the launch does not say and the user gives on the command line.
 struct ImportContext {
@@ -31,6 +32,12 @@ struct ImportContext {
 /// (everything before the first `--flag` is ignored). Without a model, the architecture comes from the
 /// arguments and the vocabulary from --vocab-size/--padded-vocab-size.
 [[nodiscard]] Result<Plan> importMegatron(const std::string& arguments, const ImportContext& context);
+/// A Megatron-Bridge job YAML: its ConfigContainer as written by `to_yaml` (sections model, train, ddp,
+/// mixed_precision, optimizer, comm_overlap, dataset) or an override file (model_config, train_config,
+/// ...), read as the Megatron-LM arguments its fields stand for. Without the model's shape in it (an
+/// override file), the context's model is required. Errors: kBadInput naming the YAML line it cannot
+/// read, or what the Megatron-LM reader refuses.
+[[nodiscard]] Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& context);
 /// A DeepSpeed config (batch, ZeRO stage, offload, precision) with Megatron-DeepSpeed's arguments
 /// (model shape, tp, pp, --ds-sequence-parallel-size).
 [[nodiscard]] Result<Plan> importDeepSpeed(const Json& config, const std::string& arguments, const ImportContext& context);

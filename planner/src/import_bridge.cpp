@@ -1,0 +1,166 @@
+// Megatron-Bridge's job YAML (its ConfigContainer as `to_yaml` writes it, or an override file with the
+// older `model_config:`/`train_config:` names) read as the Megatron-LM arguments it stands for, then by
+// the Megatron-LM reader (import.h).
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "colo/planner/import.h"
+
+namespace colo::planner {
+namespace {
+
+std::string trimmed(const std::string& s) {
+  const auto a = s.find_first_not_of(" \t\r");
+  if (a == std::string::npos) return "";
+  const auto b = s.find_last_not_of(" \t\r");
+  return s.substr(a, b - a + 1);
+}
+
+// A value without its trailing comment and quotes.
+std::string scalar(std::string v) {
+  if (!v.empty() && (v.front() == '"' || v.front() == '\'')) {
+    const auto close = v.find(v.front(), 1);
+    return close == std::string::npos ? v.substr(1) : v.substr(1, close - 1);
+  }
+  const auto hash = v.find(" #");
+  if (hash != std::string::npos) v = v.substr(0, hash);
+  return trimmed(v);
+}
+
+// The block-style YAML these files use (nested mappings by indentation, `- item` lists, flow lists
+// `[a, b]`), flattened: "section.key" -> the scalar, a list as "[a,b,...]". Anchors, multi-line
+// strings and flow mappings do not occur in them and are refused.
+Result<std::map<std::string, std::string>> flattenYaml(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::vector<std::pair<std::size_t, std::string>> path;  // (indent, key) of the open mappings
+  std::string listKey;                                     // the key whose `- item` lines follow
+  std::size_t listIndent = 0;
+  std::istringstream in(text);
+  int number = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++number;
+    const auto indent = line.find_first_not_of(' ');
+    if (indent == std::string::npos) continue;
+    const std::string body = trimmed(line.substr(indent));
+    if (body.empty() || body.front() == '#' || body == "---") continue;
+    auto bad = [&](const std::string& why) {
+      return fail(Error::badInput("line " + std::to_string(number) + ": " + why + ": \"" + body + "\""));
+    };
+    if (body.front() == '\t' || line.find('\t') < indent) return bad("tabs are not YAML indentation");
+    if (body.rfind("- ", 0) == 0 || body == "-") {
+      if (listKey.empty() || indent < listIndent) return bad("a list item without its key");
+      std::string& list = out[listKey];
+      list.insert(list.size() - 1, (list.size() > 2 ? "," : "") + scalar(body.substr(1)));
+      continue;
+    }
+    const auto colon = body.find(": ") != std::string::npos ? body.find(": ") : (body.back() == ':' ? body.size() - 1 : std::string::npos);
+    if (colon == std::string::npos || colon == 0) return bad("expected \"key: value\"");
+    if (body.front() == '&' || body.front() == '*' || body.find(": |") != std::string::npos || body.find(": >") != std::string::npos) {
+      return bad("anchors and block strings are not read");
+    }
+    while (!path.empty() && path.back().first >= indent) path.pop_back();
+    const std::string key = scalar(body.substr(0, colon));
+    std::string full;
+    for (const auto& [i, k] : path) full += k + ".";
+    full += key;
+    const std::string value = colon + 1 < body.size() ? trimmed(body.substr(colon + 1)) : "";
+    listKey.clear();
+    if (value.empty()) {  // a nested mapping, or a list, follows
+      path.emplace_back(indent, key);
+      out[full] = "[]";
+      listKey = full;
+      listIndent = indent;
+      continue;
+    }
+    if (value.front() == '{') return bad("flow mappings are not read");
+    if (value.front() == '[') {
+      std::string items = value.substr(1, value.find(']') == std::string::npos ? std::string::npos : value.find(']') - 1);
+      items.erase(std::remove(items.begin(), items.end(), ' '), items.end());
+      out[full] = "[" + items + "]";
+      continue;
+    }
+    out[full] = scalar(value);
+  }
+  return out;
+}
+
+std::string dashed(std::string key) {
+  std::replace(key.begin(), key.end(), '_', '-');
+  return "--" + key;
+}
+
+}  // namespace
+
+Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& context) {
+  auto flat = flattenYaml(yaml);
+  if (!flat) return fail(flat.error());
+  // Each ConfigContainer section under its current and its older name.
+  auto get = [&](std::initializer_list<const char*> sections, const std::string& key) -> std::optional<std::string> {
+    for (const char* section : sections) {
+      const auto it = flat->find(std::string(section) + "." + key);
+      if (it != flat->end() && it->second != "null" && it->second != "~" && !it->second.empty()) return it->second;
+    }
+    return std::nullopt;
+  };
+  auto model = [&](const std::string& key) { return get({"model", "model_config"}, key); };
+  std::ostringstream args;
+  auto flag = [&](const std::string& name, const std::optional<std::string>& value) {
+    if (value) args << name << " " << *value << "\n";
+  };
+  auto on = [&](const std::optional<std::string>& value) { return value && (*value == "true" || *value == "True"); };
+  // The model: TransformerConfig's fields are Megatron-LM's argument names with underscores.
+  for (const char* key : {"num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "kv_channels", "seq_length",
+                          "max_position_embeddings", "vocab_size", "position_embedding_type", "rotary_base", "rotary_percent",
+                          "normalization", "hidden_dropout", "tensor_model_parallel_size", "pipeline_model_parallel_size",
+                          "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size", "cp_comm_type",
+                          "pipeline_model_parallel_layout", "recompute_granularity", "recompute_method", "recompute_num_layers",
+                          "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq",
+                          "mtp_num_layers", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
+                          "window_size", "softmax_type"}) {
+    flag(dashed(key), model(key));
+  }
+  flag("--num-virtual-stages-per-pipeline-rank", model("virtual_pipeline_model_parallel_size"));
+  flag("--num-experts", model("num_moe_experts"));
+  flag("--decoder-first-pipeline-num-layers", model("num_layers_in_first_pipeline_stage"));
+  flag("--decoder-last-pipeline-num-layers", model("num_layers_in_last_pipeline_stage"));
+  if (const auto groups = model("num_query_groups"); groups && groups != model("num_attention_heads")) {
+    args << "--group-query-attention\n--num-query-groups " << *groups << "\n";
+  }
+  // Gated linear units with SiLU are SwiGLU (the activation is a `_target_` of torch's functions).
+  const auto activation = model("activation_func._target_").value_or("");
+  if (on(model("gated_linear_unit")) && (activation.empty() || activation.find("silu") != std::string::npos)) args << "--swiglu\n";
+  if (model("share_embeddings_and_output_weights") == std::optional<std::string>("false")) args << "--untie-embeddings-and-output-weights\n";
+  if (model("add_bias_linear") == std::optional<std::string>("false")) args << "--disable-bias-linear\n";
+  for (const auto& [key, name] : std::vector<std::pair<const char*, const char*>>{
+           {"sequence_parallel", "--sequence-parallel"}, {"multi_latent_attention", "--multi-latent-attention"},
+           {"qk_layernorm", "--qk-layernorm"}, {"tp_comm_overlap", "--tp-comm-overlap"}}) {
+    if (on(model(key))) args << name << "\n";
+  }
+  // Batch, sequence, data parallelism, precision, offload.
+  flag("--global-batch-size", get({"train", "train_config"}, "global_batch_size"));
+  flag("--micro-batch-size", get({"train", "train_config"}, "micro_batch_size"));
+  if (!model("seq_length")) flag("--seq-length", get({"dataset", "dataset_config"}, "sequence_length"));
+  if (on(get({"ddp", "ddp_config"}, "use_distributed_optimizer"))) args << "--use-distributed-optimizer\n";
+  if (on(get({"ddp", "ddp_config", "comm_overlap"}, "overlap_grad_reduce"))) args << "--overlap-grad-reduce\n";
+  if (on(get({"ddp", "ddp_config", "comm_overlap"}, "overlap_param_gather"))) args << "--overlap-param-gather\n";
+  if (on(get({"comm_overlap"}, "tp_comm_overlap"))) args << "--tp-comm-overlap\n";
+  // mixed_precision is a section, or a preset's name ("bf16_mixed") in override files.
+  const auto precision = flat->find("mixed_precision");
+  const std::string presetName = precision != flat->end() && precision->second != "[]" ? precision->second : "";
+  if (on(get({"mixed_precision"}, "bf16")) || on(model("bf16")) || presetName.find("bf16") != std::string::npos) args << "--bf16\n";
+  else if (on(get({"mixed_precision"}, "fp16")) || on(model("fp16")) || presetName.find("fp16") != std::string::npos) args << "--fp16\n";
+  if (const auto fp8 = get({"mixed_precision"}, "fp8"); fp8 && *fp8 != "false") args << "--fp8-format " << *fp8 << "\n";
+  if (on(get({"optimizer", "optimizer_config"}, "optimizer_cpu_offload"))) {
+    args << "--optimizer-cpu-offload\n";
+    flag("--optimizer-offload-fraction", get({"optimizer", "optimizer_config"}, "optimizer_offload_fraction"));
+  }
+  auto plan = importMegatron(args.str(), context);
+  if (!plan) return fail(plan.error());
+  plan->name = plan->model.name() + " (imported from a Megatron-Bridge config)";
+  return plan;
+}
+
+}  // namespace colo::planner
