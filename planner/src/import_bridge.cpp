@@ -49,7 +49,7 @@ Result<std::map<std::string, std::string>> flattenYaml(const std::string& text) 
     auto bad = [&](const std::string& why) {
       return fail(Error::badInput("line " + std::to_string(number) + ": " + why + ": \"" + body + "\""));
     };
-    if (body.front() == '\t' || line.find('\t') < indent) return bad("tabs are not YAML indentation");
+    if (line[indent] == '\t') return bad("tabs are not YAML indentation");
     if (body.rfind("- ", 0) == 0 || body == "-") {
       if (listKey.empty() || indent < listIndent) return bad("a list item without its key");
       std::string& list = out[listKey];

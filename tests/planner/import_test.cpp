@@ -277,6 +277,9 @@ TEST(Import, MegatronBridgeOverridesAndMixtureOfExperts) {
   EXPECT_NE(flow.error().message.find("line 3"), std::string::npos) << flow.error().message;
   auto orphan = importMegatronBridge("- 1\n", ImportContext{*cluster, llama, 0, 0});
   ASSERT_FALSE(orphan);
+  auto tab = importMegatronBridge("model:\n\ttensor_model_parallel_size: 2\n", ImportContext{*cluster, llama, 0, 0});
+  ASSERT_FALSE(tab);
+  EXPECT_NE(tab.error().message.find("tabs"), std::string::npos) << tab.error().message;
 }
 
 }  // namespace
