@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <thread>
 
 #include "args.h"
@@ -64,20 +65,36 @@ std::vector<app::OptionSpec> runOptions() {
 std::atomic<int> gSignal{0};
 void onSignal(int s) { gSignal = s; }
 
-int freePort() {
+// Whether a TCP port on the loopback interface can be bound now.
+bool portFree(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
   sockaddr_in a{};
   a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  int port = 29500;
-  if (fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  close(fd);
+  return ok;
+}
+
+// The job's store port: a free one below the kernel's ephemeral range. A port the kernel hands out
+// itself (bind to 0) can be taken again, between this check and the store's bind, by any socket that
+// asks for an ephemeral port, such as the Gloo connections of another job on this machine (seen: a
+// rank failing with "Address already in use" under ctest -j2); below the range only another launcher's
+// random choice can collide.
+int freePort() {
+  int low = 32768;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) range >> low;
+  const int from = 20000, to = std::max(from + 1000, low);
+  std::random_device device;
+  std::mt19937 pick(device());
+  std::uniform_int_distribution<int> port(from, to - 1);
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const int p = port(pick);
+    if (portFree(p)) return p;
   }
-  if (fd >= 0) close(fd);
-  return port;
+  return 29500;
 }
 
 Result<Plan> loadRunnablePlan(const std::string& file) { return loadPlan(file); }

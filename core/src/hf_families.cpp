@@ -121,6 +121,10 @@ ModelSpec readGemma(const JsonReader& r, const std::string& type) {
   // global (sliding_window_pattern), or the per-layer list of newer configs.
   const std::int64_t window = r.has("sliding_window") ? r.positiveInteger("sliding_window") : 4096;
   const std::int64_t period = gemma3 ? r.positiveInteger("sliding_window_pattern", 6) : 2;
+  // Gemma 2 caps its logits (30 by default); Gemma 3 configs set null (it normalises q and k instead).
+  const bool capNull = !r.has("final_logit_softcapping") || r.json().at("final_logit_softcapping").is_null();
+  s.finalLogitSoftcap = capNull ? (r.has("final_logit_softcapping") ? 0.0 : s.finalLogitSoftcap)
+                                : r.positiveNumber("final_logit_softcapping");
   slidingLayers(r, s, window, period);
   return s;
 }
@@ -144,6 +148,7 @@ ModelSpec readGptOss(const JsonReader& r) {
 ModelSpec readLlama4Text(const JsonReader& r) {
   ModelSpec s = hfPreset("llama4");
   readDecoderShape(r, s, 202048);
+  s.qkL2Norm = r.boolean("use_qk_norm", true);
   s.maxPositionEmbeddings = r.positiveInteger("max_position_embeddings", 131072);
   s.activation = gated(r, "hidden_act", "silu");
   s.tieWordEmbeddings = r.boolean("tie_word_embeddings", false);

@@ -263,6 +263,13 @@ class Builder {
       elementwise("attn.qk_norm", kind, Shard::kHeads, m_tokens * (qWidth + kvWidth), layerNorm ? 8.0 : 5.0,
                   m_tokens * (qWidth + kvWidth) * m_dt, 2 * params);
     }
+    // Llama 4: a weightless L2 norm of each head's query and key on its RoPE layers (the local, chunked
+    // ones when some layers attend the whole sequence without positions); the norm saves its input.
+    const bool ropeLayer = (m_spec.slidingWindow <= 0 && m_spec.attentionChunkSize <= 0) || m_spec.localAttention(m_layer);
+    if (m_spec.qkL2Norm && ropeLayer) {
+      elementwise("attn.qk_l2_norm", OpKind::kRmsNorm, Shard::kHeads, m_tokens * (qWidth + kvWidth), 4.0,
+                  m_tokens * (qWidth + kvWidth) * m_dt);
+    }
     if (m_spec.positionEmbedding == PositionEmbedding::kRope) {
       const auto rotated = static_cast<std::int64_t>(static_cast<double>(m_tokens * (qWidth + kvWidth)) * m_spec.rotaryFraction);
       // Linear in q and k: backward needs only the cos/sin tables, nothing saved per token.
@@ -480,6 +487,10 @@ class Builder {
     const std::int64_t headParams = (m_spec.tieWordEmbeddings ? 0 : v * e) + (encoder ? v : 0);
     const std::size_t head = matmul("lm_head", m_tokens, v, e, headParams, Shard::kVocab);
     if (m_spec.tieWordEmbeddings && m_tokenEmbedding) m_graph.addEdge(*m_tokenEmbedding, head);  // shared weight
+    if (m_spec.finalLogitSoftcap > 0) {
+      // Gemma 2: c * tanh(logits / c) over the whole logits tensor; the backward reads the tanh.
+      elementwise("logit_softcap", OpKind::kActivation, Shard::kVocab, m_tokens * v, 3.0, m_tokens * v * m_dt);
+    }
     crossEntropy(m_tokens, v, Shard::kVocab);
     multiTokenPrediction(lastHidden, head);
   }

@@ -283,3 +283,45 @@ TEST(OpGraph, BadRawGraphsAreRejectedPrecisely) {
 
 }  // namespace
 }  // namespace colo
+
+namespace colo {
+namespace {
+
+TEST(OpGraph, GemmaTwoCapsItsLogitsAndLlamaFourNormsQueriesAndKeysOnItsRopeLayers) {
+  // Gemma 2: c * tanh(logits / c) over the whole [tokens x vocabulary] tensor, its output kept for the
+  // backward; Gemma 3 configs set no cap. Llama 4: a weightless L2 norm of q and k on the chunked
+  // (RoPE) layers only, not on every fourth (NoPE) layer.
+  const ModelSpec gemma2 = test::loadModelOrFail(test::dataFile("hf/gemma-2-9b/config.json")).spec.value_or(ModelSpec{});
+  const ModelSpec gemma3 = test::loadModelOrFail(test::dataFile("hf/gemma-3-27b/config.json")).spec.value_or(ModelSpec{});
+  EXPECT_EQ(gemma2.finalLogitSoftcap, 30.0);
+  EXPECT_EQ(gemma3.finalLogitSoftcap, 0.0);
+  auto count = [](const OpGraph& g, const std::string& suffix, std::int64_t* saved) {
+    int n = 0;
+    for (std::size_t id = 0; id < g.size(); ++id) {
+      if (!g.op(id).name.ends_with(suffix)) continue;
+      ++n;
+      if (saved) *saved = g.op(id).savedBytes;
+    }
+    return n;
+  };
+  std::int64_t capSaved = 0;
+  EXPECT_EQ(count(build(gemma2, 4096), "logit_softcap", &capSaved), 1);
+  EXPECT_EQ(capSaved, 4096LL * gemma2.vocabSize * 2);
+  EXPECT_EQ(count(build(gemma3, 4096), "logit_softcap", nullptr), 0);
+  const ModelSpec scout = test::loadModelOrFail(test::dataFile("hf/llama-4-scout-17b-16e/config.json")).spec.value_or(ModelSpec{});
+  ASSERT_TRUE(scout.qkL2Norm);
+  EXPECT_EQ(count(build(scout, 8192), "qk_l2_norm", nullptr), scout.numLayers * 3 / 4);
+  // Weightless: no parameter, so the published count is unchanged; and the trait survives colo.model/1.
+  ModelSpec plain = scout;
+  plain.qkL2Norm = false;
+  EXPECT_EQ(countParameters(plain).total, countParameters(scout).total);
+  auto back = modelFromJson(Model{ModelSource::kSpec, "", scout, std::nullopt}.toJson(), "scout.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_TRUE(back->spec->qkL2Norm);
+  auto gemmaBack = modelFromJson(Model{ModelSource::kSpec, "", gemma2, std::nullopt}.toJson(), "gemma2.json");
+  ASSERT_TRUE(gemmaBack) << gemmaBack.error().toString();
+  EXPECT_EQ(gemmaBack->spec->finalLogitSoftcap, 30.0);
+}
+
+}  // namespace
+}  // namespace colo

@@ -93,6 +93,12 @@ struct ModelSpec {
   bool qkNorm = false;                ///< per-head RMSNorm of queries and keys (Qwen3, Gemma 3)
   bool sandwichNorm = false;          ///< a norm after attention and after the MLP too (Gemma 2/3)
   bool attentionSinks = false;        ///< a learned sink logit per head in the softmax (GPT-OSS)
+  /// Llama 4: each head's query and key L2-normalised, with no weight, on the layers with rotary
+  /// positions (not the NoPE layers that attend the whole sequence).
+  bool qkL2Norm = false;
+  /// Gemma 2: logits capped as c * tanh(logits / c) before the loss (final_logit_softcapping); an
+  /// elementwise pass over the whole logits tensor whose output the backward keeps. 0: none.
+  double finalLogitSoftcap = 0;
   /// A multimodal model's vision encoder and projector, counted apart: colo plans the text model.
   std::int64_t visionTowerParams = 0;
   /// Multi-token prediction modules trained beside the main model (DeepSeek-V3's num_nextn_predict_layers,
