@@ -1,0 +1,236 @@
+// Colossal-AI's HybridParallelPlugin call (Python source) and torchtitan's job TOML, read into colo
+// plans (import.h).
+#include <cstdlib>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "colo/core/library.h"
+#include "colo/planner/export_check.h"
+#include "colo/planner/import.h"
+#include "import_common.h"
+
+namespace colo::planner {
+
+using detail::kMaxDegree;
+using detail::kMaxLaunchInteger;
+
+namespace {
+
+// ---- Python keyword arguments and TOML (the subsets these launches use) -------------------------
+
+// TOML tables of scalar keys: section.key -> value text (strings unquoted; arrays kept as written).
+Result<std::map<std::string, std::string>> tomlScalars(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::string section;
+  std::istringstream in(text);
+  int lineNumber = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++lineNumber;
+    bool quoted = false;
+    for (std::size_t i = 0; i < line.size(); ++i) {
+      if (line[i] == '"') quoted = !quoted;
+      if (line[i] == '#' && !quoted) {
+        line.resize(i);
+        break;
+      }
+    }
+    line.erase(0, line.find_first_not_of(" \t\r"));
+    line.erase(line.find_last_not_of(" \t\r") + 1);
+    if (line.empty()) continue;
+    if (line.front() == '[') {
+      if (line.back() != ']') return fail(Error::badInput("line " + std::to_string(lineNumber) + ": unclosed table header"));
+      section = line.substr(1, line.size() - 2);
+      continue;
+    }
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) return fail(Error::badInput("line " + std::to_string(lineNumber) + ": expected key = value"));
+    std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+    key.erase(key.find_last_not_of(" \t") + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+    out[section.empty() ? key : section + "." + key] = value;
+  }
+  return out;
+}
+
+Result<std::int64_t> integerValue(const std::map<std::string, std::string>& kv, const std::string& key, std::int64_t fallback,
+                                  std::int64_t minimum = 0, std::int64_t maximum = kMaxLaunchInteger) {
+  const auto it = kv.find(key);
+  if (it == kv.end()) return fallback;
+  char* end = nullptr;
+  const long long n = std::strtoll(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end != '\0' || n < minimum || n > maximum) {
+    return fail(Error::badInput(key + ": expected an integer from " + std::to_string(minimum) + " to " + std::to_string(maximum) +
+                                ", got \"" + it->second + "\""));
+  }
+  return static_cast<std::int64_t>(n);
+}
+
+Result<Plan> finish(Plan p, const std::string& origin) {
+  p.name = p.model.name() + " (imported from " + origin + ")";
+  if (auto valid = validatePlan(p); !valid) return fail(valid.error());
+  return p;
+}
+
+}  // namespace
+
+Result<Plan> importColossalAi(const std::string& source, const ImportContext& context) {
+  if (!context.model) return fail(Error::badInput("a Colossal-AI plugin does not name the model: pass --model"));
+  const auto open = source.find("HybridParallelPlugin(");
+  if (open == std::string::npos) return fail(Error::badInput("no HybridParallelPlugin(...) call found"));
+  std::size_t close = open + std::string("HybridParallelPlugin(").size();
+  for (int depth = 1; close < source.size() && depth > 0; ++close) {
+    if (source[close] == '(') ++depth;
+    if (source[close] == ')') --depth;
+  }
+  const auto kw = pythonKeywordArguments(source.substr(open + 21, close - open - 22));
+  Plan p;
+  p.model = *context.model;
+  p.cluster = context.cluster;
+  auto& q = p.parallel;
+  COLO_TRY(tp, integerValue(kw, "tp_size", 1, 1, kMaxDegree));
+  COLO_TRY(pp, integerValue(kw, "pp_size", 1, 1, kMaxDegree));
+  COLO_TRY(sp, integerValue(kw, "sp_size", 1, 1, kMaxDegree));
+  COLO_TRY(ep, integerValue(kw, "ep_size", 1, 1, kMaxDegree));
+  const std::string mode = kw.contains("sequence_parallelism_mode") ? kw.at("sequence_parallelism_mode") : "";
+  q.tp = tp;
+  q.pp = pp;
+  q.ep = ep;
+  // Ring attention and all-to-all modes split the sequence (colo's cp); split_gather is Megatron's SP.
+  if (sp > 1 && (mode == "ring_attn" || mode == "all_to_all" || mode == "ring")) {
+    q.cp = sp;
+    p.execution.cpCommType = mode == "all_to_all" ? CpCommType::kAllToAll : CpCommType::kP2p;
+  }
+  q.sequenceParallel = kw.contains("enable_sequence_parallelism") && kw.at("enable_sequence_parallelism") == "True" && tp > 1;
+  const std::int64_t world = p.cluster.totalGpus();
+  if (world % (q.tp * q.pp * q.cp) != 0) {
+    return fail(Error::badInput("the cluster's " + std::to_string(world) + " GPUs are not a multiple of tp_size x pp_size x sp_size"));
+  }
+  q.dp = world / (q.tp * q.pp * q.cp);
+  COLO_TRY(zero, integerValue(kw, "zero_stage", 0));
+  p.zeroStage = zero;
+  const std::string precision = kw.contains("precision") ? kw.at("precision") : "fp16";
+  auto dtype = parseDType(precision);
+  if (!dtype) return fail(Error::badInput("precision: " + dtype.error().message));
+  p.precision = *dtype;
+  p.execution.flashAttention = kw.contains("enable_flash_attention") && kw.at("enable_flash_attention") == "True";
+  if (kw.contains("cpu_offload") && kw.at("cpu_offload") == "True") p.offload.optimizerFraction = 1.0;
+  // The batch: colo's export writes "# micro-batch M, global batch G, sequence S"; else the context.
+  std::int64_t gbs = context.globalBatchSize, seq = context.seqLen, mbsComment = 0;
+  std::smatch m;
+  if (std::regex_search(source, m, std::regex(R"(#\s*micro-batch (\d{1,8}), global batch (\d{1,8}), sequence (\d{1,8}))"))) {
+    mbsComment = std::stoll(m[1]);
+    if (gbs == 0) gbs = std::stoll(m[2]);
+    if (seq == 0) seq = std::stoll(m[3]);
+  }
+  if (gbs == 0) return fail(Error::badInput("the plugin does not state the global batch: pass --gbs"));
+  p.globalBatchSize = gbs;
+  p.seqLen = seq > 0 ? seq : p.model.defaultSeqLen();
+  COLO_TRY(micro, integerValue(kw, "microbatch_size", mbsComment));
+  COLO_TRY(numMicro, integerValue(kw, "num_microbatches", 0));
+  p.microBatchSize = micro > 0 ? micro : numMicro > 0 ? gbs / (q.dp * numMicro) : 1;
+  const std::string style = kw.contains("pp_style") ? kw.at("pp_style") : "1f1b";
+  COLO_TRY(chunks, integerValue(kw, "num_model_chunks", 1, 1, kMaxDegree));
+  q.virtualStages = style == "interleaved" ? chunks : 1;
+  p.schedule = style == "interleaved" ? Schedule::kInterleaved : style == "zbv" ? Schedule::kZeroBubble : Schedule::kOneFOneB;
+  RecomputePolicy policy = RecomputePolicy::kNone;
+  std::int64_t perStage = 0;
+  if (std::regex_search(source, m, std::regex(R"(gradient checkpointing: (\w+) on up to (\d{1,8}) layers)"))) {
+    auto parsed = parseRecompute(m[1]);
+    if (parsed) policy = *parsed;
+    perStage = std::stoll(m[2]);
+  } else if (source.find("gradient_checkpointing_enable()") != std::string::npos) {
+    policy = RecomputePolicy::kFull;  // Hugging Face checkpointing recomputes whole layers
+  }
+  p.stages = uniformStages(p.model.numLayers(), q.pp * q.virtualStages, policy);
+  for (auto& st : p.stages) st.recomputeLayers = policy == RecomputePolicy::kNone ? 0 : perStage > 0 ? std::min(perStage, st.layers) : st.layers;
+  return finish(p, "a Colossal-AI plugin");
+}
+
+Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& context) {
+  auto kv = tomlScalars(toml);
+  if (!kv) return fail(kv.error());
+  Plan p;
+  p.cluster = context.cluster;
+  if (context.model) {
+    p.model = *context.model;
+  } else {
+    // torchtitan's model name and flavor, for the library models colo ships.
+    const std::string name = kv->contains("model.name") ? kv->at("model.name") : "";
+    std::string flavor = kv->contains("model.flavor") ? kv->at("model.flavor") : "";
+    std::transform(flavor.begin(), flavor.end(), flavor.begin(), [](unsigned char c) { return std::tolower(c); });
+    const std::string library = name + "-" + flavor;
+    auto file = resolveLibraryFile(LibraryKind::kModels, library);
+    if (name.empty() || !file) {
+      return fail(Error::badInput("model.name \"" + name + "\", flavor \"" + flavor + "\" is not a colo library model: pass --model"));
+    }
+    auto model = loadModel(*file);
+    if (!model) return fail(model.error());
+    p.model = *model;
+  }
+  auto& q = p.parallel;
+  COLO_TRY(tp, integerValue(*kv, "parallelism.tensor_parallel_degree", 1, 1, kMaxDegree));
+  COLO_TRY(pp, integerValue(*kv, "parallelism.pipeline_parallel_degree", 1, 1, kMaxDegree));
+  COLO_TRY(cp, integerValue(*kv, "parallelism.context_parallel_degree", 1, 1, kMaxDegree));
+  COLO_TRY(ep, integerValue(*kv, "parallelism.expert_parallel_degree", 1, 1, kMaxDegree));
+  COLO_TRY(replicate, integerValue(*kv, "parallelism.data_parallel_replicate_degree", 1, 1, kMaxDegree));
+  COLO_TRY(shard, integerValue(*kv, "parallelism.data_parallel_shard_degree", -1, -1, kMaxDegree));
+  q.tp = tp;
+  q.pp = pp;
+  q.cp = cp;
+  q.ep = ep;
+  const std::int64_t world = p.cluster.totalGpus();
+  if (world % (tp * pp * cp * replicate) != 0) {
+    return fail(Error::badInput("parallelism: the cluster's " + std::to_string(world) + " GPUs are not a multiple of the degrees"));
+  }
+  const std::int64_t shardDegree = shard > 0 ? shard : world / (tp * pp * cp * replicate);
+  if (shardDegree != world / (tp * pp * cp * replicate)) {
+    return fail(Error::badInput("parallelism: the degrees multiply to " + std::to_string(shardDegree) + " x " +
+                                std::to_string(tp * pp * cp * replicate) + ", the cluster has " + std::to_string(world) + " GPUs"));
+  }
+  q.dp = replicate * shardDegree;
+  q.sequenceParallel = tp > 1;  // torchtitan's TP plan runs the norms sequence-parallel
+  // FSDP2 (ZeRO-3 with fp32 sharded parameters); HSDP shards within replicas, which colo approximates
+  // by sharding over the whole data-parallel group.
+  p.zeroStage = shardDegree > 1 ? 3 : 0;
+  p.execution.fp32Params = true;
+  p.execution.gradAccumulation = GradAccumulation::kAutograd;
+  p.execution.tpCommOverlap = kv->contains("parallelism.enable_async_tensor_parallel") &&
+                              kv->at("parallelism.enable_async_tensor_parallel") == "true";
+  const std::string rotate = kv->contains("parallelism.context_parallel_rotate_method") ? kv->at("parallelism.context_parallel_rotate_method") : "allgather";
+  if (cp > 1) p.execution.cpCommType = rotate == "alltoall" ? CpCommType::kP2p : CpCommType::kAllGather;
+  COLO_TRY(local, integerValue(*kv, "training.local_batch_size", 0));
+  COLO_TRY(legacyLocal, integerValue(*kv, "training.batch_size", 8));
+  const std::int64_t localBatch = local > 0 ? local : legacyLocal;
+  COLO_TRY(global, integerValue(*kv, "training.global_batch_size", -1, -1));
+  COLO_TRY(seq, integerValue(*kv, "training.seq_len", 2048));
+  COLO_TRY(ppMicro, integerValue(*kv, "parallelism.pipeline_parallel_microbatch_size", 1));
+  p.globalBatchSize = global > 0 ? global : localBatch * q.dp;
+  p.microBatchSize = pp > 1 ? ppMicro : localBatch;
+  p.seqLen = seq;
+  const std::string schedule = kv->contains("parallelism.pipeline_parallel_schedule") ? kv->at("parallelism.pipeline_parallel_schedule") : "1F1B";
+  p.schedule = schedule == "GPipe" ? Schedule::kGpipe
+               : schedule.find("ZeroBubble") != std::string::npos ? Schedule::kZeroBubble
+               : schedule == "Interleaved1F1B" ? Schedule::kInterleaved
+                                               : Schedule::kOneFOneB;
+  q.virtualStages = p.schedule == Schedule::kInterleaved ? 2 : 1;  // torchtitan's default: two stages per rank
+  const std::string converters = kv->contains("model.converters") ? kv->at("model.converters") : "";
+  p.precision = converters.find("float8") != std::string::npos ? DType::kFp8 : DType::kBf16;
+  const std::string mode = kv->contains("activation_checkpoint.mode") ? kv->at("activation_checkpoint.mode") : "selective";
+  const std::string option = kv->contains("activation_checkpoint.selective_ac_option") ? kv->at("activation_checkpoint.selective_ac_option") : "op";
+  RecomputePolicy policy = mode == "full" ? RecomputePolicy::kFull
+                           : mode == "none" ? RecomputePolicy::kNone
+                           : option == "op" ? RecomputePolicy::kOp
+                                            : RecomputePolicy::kFull;  // every N-th layer fully recomputed
+  p.stages = uniformStages(p.model.numLayers(), pp * q.virtualStages, policy);
+  if (mode == "selective" && option != "op") {
+    const std::int64_t every = std::max<std::int64_t>(1, std::strtoll(option.c_str(), nullptr, 10));
+    for (auto& st : p.stages) st.recomputeLayers = st.layers / every;
+  }
+  return finish(p, "a torchtitan TOML");
+}
+
+#undef COLO_TRY
+
+}  // namespace colo::planner
