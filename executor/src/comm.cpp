@@ -53,14 +53,6 @@ class GroupComm final : public Comm {
     m_pg->allgather(out, in)->wait();
     return torch::cat(out[0], dim);
   }
-  at::Tensor reduceScatter(at::Tensor& t) override {
-    if (m_size == 1) return t;
-    // Gloo has no reduce-scatter in LibTorch 1.13: all-reduce in place and keep this member's part (the
-    // same numbers, twice the traffic of a ring reduce-scatter).
-    allReduce(t, c10d::ReduceOp::SUM);
-    const std::int64_t part = t.numel() / m_size;
-    return t.narrow(0, m_rank * part, part);
-  }
   Pending allGatherAsync(const at::Tensor& t) override {
     if (m_size == 1) return {{}, [t] { return t; }};
     // Gloo gathers bf16 only in newer LibTorch versions: in fp32, back to bf16 when done.
@@ -73,7 +65,8 @@ class GroupComm final : public Comm {
   }
   Pending reduceScatterAsync(const at::Tensor& t) override {
     if (m_size == 1) return {{}, [t] { return t; }};
-    // As reduceScatter: an all-reduce (in fp32 for bf16) of which this member keeps its part.
+    // Gloo has no reduce-scatter in LibTorch 1.13: an all-reduce in place (in fp32 for bf16) of which
+    // this member keeps its part (the same numbers, twice the traffic of a ring reduce-scatter).
     const auto dtype = t.scalar_type();
     std::vector<at::Tensor> v{dtype == at::kBFloat16 ? t.to(at::kFloat) : t};
     WorkPtr work = m_pg->allreduce(v);
@@ -144,7 +137,6 @@ class SelfComm final : public Comm {
   void allReduce(at::Tensor&, c10d::ReduceOp) override {}
   WorkPtr allReduceAsync(at::Tensor&) override { return {}; }
   at::Tensor allGather(const at::Tensor& t, std::int64_t) override { return t; }
-  at::Tensor reduceScatter(at::Tensor& t) override { return t; }
   Pending allGatherAsync(const at::Tensor& t) override { return {{}, [t] { return t; }}; }
   Pending reduceScatterAsync(const at::Tensor& t) override { return {{}, [t] { return t; }}; }
   at::Tensor allToAll(const at::Tensor& t, const std::vector<std::int64_t>&, const std::vector<std::int64_t>&) override { return t; }

@@ -45,11 +45,9 @@ class Comm {
   [[nodiscard]] virtual WorkPtr allReduceAsync(at::Tensor& t) = 0;
   /// Every member's tensor concatenated along `dim` in rank order.
   [[nodiscard]] virtual at::Tensor allGather(const at::Tensor& t, std::int64_t dim) = 0;
-  /// The sum over the group of the flat `t` (numel divisible by the size), this member's 1/size of it;
-  /// `t` may be overwritten (Gloo reduces it in place).
-  [[nodiscard]] virtual at::Tensor reduceScatter(at::Tensor& t) = 0;
-  /// The same two, started and returned in flight (the flat `t` concatenated in rank order; this
-  /// member's part of the sum). Members must start their collectives on a group in the same order.
+  /// In flight (members must start their collectives on a group in the same order): every member's
+  /// flat `t` concatenated in rank order; and the sum over the group of the flat `t` (numel divisible
+  /// by the size), this member's 1/size of it (`t` may be overwritten: Gloo reduces it in place).
   [[nodiscard]] virtual Pending allGatherAsync(const at::Tensor& t) = 0;
   [[nodiscard]] virtual Pending reduceScatterAsync(const at::Tensor& t) = 0;
   /// Rows of `t` (dim 0) split by `sendRows` go to the members in order; returns what arrives, split by

@@ -77,7 +77,7 @@ const std::vector<std::string>* ParsedArguments::find(const std::string& flag) c
   return nullptr;
 }
 
-Result<ParsedArguments> parseArgumentList(const std::string& text) {
+std::vector<std::string> shellWords(const std::string& text, bool* unterminated) {
   // Drop comment lines, join continuations, then split as a shell does (quotes group, `${...}` stays).
   std::string joined;
   std::size_t start = 0;
@@ -88,13 +88,13 @@ Result<ParsedArguments> parseArgumentList(const std::string& text) {
     start = end + 1;
     const auto first = line.find_first_not_of(" \t");
     if (first == std::string::npos || line[first] == '#') continue;
-    while (!line.empty() && (line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
     if (!line.empty() && line.back() == '\\') line.pop_back();
     joined += line + " ";
   }
-  std::vector<std::string> tokens;
+  std::vector<std::string> words;
   std::string current;
-  bool inToken = false;
+  bool inWord = false;
   char quote = 0;
   for (const char c : joined) {
     if (quote) {
@@ -102,18 +102,25 @@ Result<ParsedArguments> parseArgumentList(const std::string& text) {
       else current += c;
     } else if (c == '"' || c == '\'') {
       quote = c;
-      inToken = true;
+      inWord = true;
     } else if (std::isspace(static_cast<unsigned char>(c))) {
-      if (inToken) tokens.push_back(current);
+      if (inWord) words.push_back(current);
       current.clear();
-      inToken = false;
+      inWord = false;
     } else {
       current += c;
-      inToken = true;
+      inWord = true;
     }
   }
-  if (quote) return fail(Error::badInput("unterminated quote in the argument list"));
-  if (inToken) tokens.push_back(current);
+  if (inWord) words.push_back(current);
+  if (unterminated) *unterminated = quote != 0;
+  return words;
+}
+
+Result<ParsedArguments> parseArgumentList(const std::string& text) {
+  bool unterminated = false;
+  const std::vector<std::string> tokens = shellWords(text, &unterminated);
+  if (unterminated) return fail(Error::badInput("unterminated quote in the argument list"));
   ParsedArguments out;
   for (const auto& t : tokens) {
     if (t.rfind("--", 0) == 0) {

@@ -9,6 +9,8 @@
 #include <sstream>
 #include <vector>
 
+#include "colo/planner/export_check.h"
+
 namespace colo::planner {
 namespace {
 
@@ -166,48 +168,18 @@ std::optional<std::pair<std::string, std::string>> assignmentOf(const std::strin
   return std::make_pair(line.substr(at, end - at), unquoted(line.substr(end + 1)));
 }
 
-// The words of a launch as a shell splits them (comments dropped, continuations joined, quotes
-// grouping), `--flag=value` as two words.
+// The words of a launch (shellWords), `--flag=value` as two words.
 std::vector<std::string> words(const std::string& text) {
   std::vector<std::string> out;
-  std::istringstream in(text);
-  std::string joined;
-  for (std::string line; std::getline(in, line);) {
-    const auto first = line.find_first_not_of(" \t");
-    if (first == std::string::npos || line[first] == '#') continue;
-    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
-    if (!line.empty() && line.back() == '\\') line.pop_back();
-    joined += line + " ";
-  }
-  std::string current;
-  bool inWord = false;
-  char quote = 0;
-  auto push = [&] {
-    const auto eq = current.find('=');
-    if (current.rfind("--", 0) == 0 && eq != std::string::npos) {
-      out.push_back(current.substr(0, eq));
-      out.push_back(current.substr(eq + 1));
+  for (const std::string& w : shellWords(text)) {
+    const auto eq = w.find('=');
+    if (w.rfind("--", 0) == 0 && eq != std::string::npos) {
+      out.push_back(w.substr(0, eq));
+      out.push_back(w.substr(eq + 1));
     } else {
-      out.push_back(current);
-    }
-  };
-  for (const char c : joined) {
-    if (quote) {
-      if (c == quote) quote = 0;
-      else current += c;
-    } else if (c == '"' || c == '\'') {
-      quote = c;
-      inWord = true;
-    } else if (std::isspace(static_cast<unsigned char>(c))) {
-      if (inWord) push();
-      current.clear();
-      inWord = false;
-    } else {
-      current += c;
-      inWord = true;
+      out.push_back(w);
     }
   }
-  if (inWord) push();
   return out;
 }
 

@@ -72,6 +72,22 @@ class ColoRun : public ::testing::Test {
     const auto losses = single["losses"].get<std::vector<double>>();
     EXPECT_LT(losses.back(), losses.front() - 1.0);  // it learns
   }
+  // `from` trains 4 steps with a checkpoint every 2; its step-2 checkpoint, resumed under the plan `to`
+  // (another layout), gives steps 3 and 4 within 1e-5.
+  void expectStepTwoCheckpointMovesInto(const std::string& from, const std::string& to) {
+    const std::string ckpt = m_dir.path("moved-ckpt");
+    std::filesystem::remove_all(ckpt);
+    const Json straight = train(from, "--steps 4 --checkpoint-every 2 --checkpoint-dir " + ckpt);
+    std::filesystem::remove_all(ckpt + "/step-00000004");
+    {
+      std::ofstream latest(ckpt + "/latest", std::ios::trunc);
+      latest << "step-00000002\n";
+    }
+    const Json moved = train(to, "--steps 4 --resume --checkpoint-dir " + ckpt);
+    const auto all = straight["losses"].get<std::vector<double>>(), tail = moved["losses"].get<std::vector<double>>();
+    ASSERT_EQ(tail.size(), 2u);
+    for (std::size_t i = 0; i < 2; ++i) EXPECT_NEAR(tail[i], all[2 + i], 1e-5 * all[2 + i]);
+  }
   // Rank `victim` of `planFile` killed at the start of step 5 of 6 ends the job; resuming from the step-3
   // checkpoint gives the last three losses of the run that was not killed, bit for bit; the same
   // checkpoint resumed under `otherPlan` (another layout) gives them within 1e-5.

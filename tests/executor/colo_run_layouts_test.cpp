@@ -121,17 +121,7 @@ TEST_F(ColoRun, ContextParallelRingTrainsLikeOneProcess) {
     }
   }
   // A cp checkpoint resumes under a plan without cp.
-  const std::string ckpt = m_dir.path("ckpt");
-  const Json straight = train(plan("tp2cp2", "tiny-llama", "--gpus 4 --tp 2 --cp 2 --sp"), "--steps 4 --checkpoint-every 2 --checkpoint-dir " + ckpt);
-  std::filesystem::remove_all(ckpt + "/step-00000004");
-  {
-    std::ofstream latest(ckpt + "/latest", std::ios::trunc);
-    latest << "step-00000002\n";
-  }
-  const Json moved = train(plan("dp2", "tiny-llama", "--gpus 2 --dp 2"), "--steps 4 --resume --checkpoint-dir " + ckpt);
-  const auto all = straight["losses"].get<std::vector<double>>(), tail = moved["losses"].get<std::vector<double>>();
-  ASSERT_EQ(tail.size(), 2u);
-  for (std::size_t i = 0; i < 2; ++i) EXPECT_NEAR(tail[i], all[2 + i], 1e-5 * all[2 + i]);
+  expectStepTwoCheckpointMovesInto(plan("tp2cp2", "tiny-llama", "--gpus 4 --tp 2 --cp 2 --sp"), plan("dp2", "tiny-llama", "--gpus 2 --dp 2"));
 }
 
 // Every parameter of the checkpoint's model moved: its Adam first moment is not all zero (a parameter
@@ -170,17 +160,7 @@ TEST_F(ColoRun, MixtureOfExpertsWithExpertParallelismTrainsLikeOneProcess) {
   // 4 layers x (2 norms, q k v o, router, shared gate/up/down, 4 experts x gate/up/down) + embedding, final norm, head.
   expectEveryParameterTrained(ckpt + "/step-00000020", 4 * (2 + 4 + 1 + 3 + 12) + 3);
   // An expert-parallel checkpoint resumes on one rank (each expert read from the rank that held it).
-  const std::string epCkpt = m_dir.path("ep-ckpt");
-  const Json ep = train(plan("ep2", "tiny-moe", "--gpus 2 --dp 2 --ep 2 --zero 1"), "--steps 4 --checkpoint-every 2 --checkpoint-dir " + epCkpt);
-  std::filesystem::remove_all(epCkpt + "/step-00000004");
-  {
-    std::ofstream latest(epCkpt + "/latest", std::ios::trunc);
-    latest << "step-00000002\n";
-  }
-  const Json one = train(plan("one", "tiny-moe", "--gpus 1"), "--steps 4 --resume --checkpoint-dir " + epCkpt);
-  const auto all = ep["losses"].get<std::vector<double>>(), tail = one["losses"].get<std::vector<double>>();
-  ASSERT_EQ(tail.size(), 2u);
-  for (std::size_t i = 0; i < 2; ++i) EXPECT_NEAR(tail[i], all[2 + i], 1e-5 * all[2 + i]);
+  expectStepTwoCheckpointMovesInto(plan("ep2", "tiny-moe", "--gpus 2 --dp 2 --ep 2 --zero 1"), plan("one", "tiny-moe", "--gpus 1"));
 }
 
 TEST_F(ColoRun, OptimizerOffloadTrainsLikeOneProcessAndReportsHostMemory) {

@@ -36,6 +36,10 @@ struct ParsedArguments {
   [[nodiscard]] bool has(const std::string& flag) const { return find(flag) != nullptr; }
 };
 [[nodiscard]] Result<ParsedArguments> parseArgumentList(const std::string& text);
+/// The words of a launch as a shell splits them: comment lines dropped, `\` continuations joined,
+/// quotes grouping (and removed). `unterminated`, when given, says whether a quote was left open (the
+/// open word is kept).
+[[nodiscard]] std::vector<std::string> shellWords(const std::string& text, bool* unterminated = nullptr);
 
 /// Megatron-LM pretrain_gpt.py on `worldSize` processes. Empty when the arguments would start.
 [[nodiscard]] std::vector<ExportProblem> checkMegatronArguments(const std::string& text, const Json& schema,
