@@ -23,6 +23,7 @@ int runCompare(const std::vector<std::string>& argv, std::ostream& out, std::ost
 int runCheck(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 int runExport(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 int runImport(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
+int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 int runList(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err);
 
 /// --precision, or without it the cluster's default (bf16 where the GPU has it, else fp16; bf16 with no

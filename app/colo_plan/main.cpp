@@ -15,6 +15,7 @@ void usage(std::ostream& out) {
          "commands:\n"
          "  inspect    describe a model (params, FLOPs, memory, ops) and a cluster\n"
          "  search     find the fastest plans that fit, with reasons\n"
+         "  autoparallel  per-operator sharding, recompute and offload solved together on a device mesh\n"
          "  evaluate   predict step time and per-GPU memory of one plan\n"
          "  compare    colo's best plan beside a Megatron-style, ZeRO-3 or DDP baseline\n"
          "  check      fail (exit 4) when a saved plan misses an MFU, memory or step-time bound\n"
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
     const std::vector<std::string> rest(args.begin() + 1, args.end());
     if (args[0] == "inspect") return colo::app::runInspect(rest, std::cout, std::cerr);
     if (args[0] == "search") return colo::app::runSearch(rest, std::cout, std::cerr);
+    if (args[0] == "autoparallel") return colo::app::runAutoParallel(rest, std::cout, std::cerr);
     if (args[0] == "evaluate") return colo::app::runEvaluate(rest, std::cout, std::cerr);
     if (args[0] == "compare") return colo::app::runCompare(rest, std::cout, std::cerr);
     if (args[0] == "check") return colo::app::runCheck(rest, std::cout, std::cerr);
@@ -49,7 +51,7 @@ int main(int argc, char** argv) {
     if (args[0] == "import") return colo::app::runImport(rest, std::cout, std::cerr);
     if (args[0] == "validate") return colo::app::runValidate(rest, std::cout, std::cerr);
     if (args[0] == "list") return colo::app::runList(rest, std::cout, std::cerr);
-    std::cerr << "colo-plan: error: unknown command \"" << args[0] << "\" (commands: search, evaluate, compare, check, export, import, inspect, validate, list)\n";
+    std::cerr << "colo-plan: error: unknown command \"" << args[0] << "\" (commands: search, autoparallel, evaluate, compare, check, export, import, inspect, validate, list)\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "colo-plan: internal error: " << e.what() << "\n";

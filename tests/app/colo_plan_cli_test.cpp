@@ -562,5 +562,38 @@ TEST(ColoPlanCli, ScaledClusterIsNamedOnce) {
   EXPECT_EQ(r.out.find("GPUs) ("), std::string::npos) << r.out;
 }
 
+TEST(ColoPlanAutoParallel, PrintsThePerOperatorPlanBesideMegatrons) {
+  const auto r = run("autoparallel --model gpt3-175b --cluster dgx-a100-80gb-x16 --gbs 1536 --mesh 8 --pp 16 "
+                     "--memory-gib 36 --no-offload --solver-only");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  for (const char* expected : {"joint (per operator)", "megatron (column/row split", "16 stages x mesh 8",
+                               "joint solve vs Megatron's split:", "layers 0-95 (x96, solved once):", "attn.qkv",
+                               "[R, R, S0]", "reduce-scatter(0)", "all-gather(0)", "tp=8 dp=1 pp=16 sp"}) {
+    EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
+  }
+  const auto j = run("autoparallel --model tiny-llama --cluster dgx-a100-80gb --gbs 64 --json");
+  ASSERT_EQ(j.exitCode, 0) << j.err;
+  const Json doc = Json::parse(j.out);
+  EXPECT_TRUE(doc["joint"]["fits"].get<bool>());
+  EXPECT_LE(doc["joint"]["step_time_s"].get<double>(), doc["megatron"]["step_time_s"].get<double>());
+  EXPECT_FALSE(doc["joint"]["blocks"].empty());
+  EXPECT_TRUE(j.err.empty()) << j.err;
+}
+
+TEST(ColoPlanAutoParallel, BadOptionsExitTwoNamingThem) {
+  const auto mesh = run("autoparallel --model tiny-gpt --cluster dgx-a100-80gb --gbs 64 --mesh 3x3");
+  EXPECT_EQ(mesh.exitCode, 2);
+  EXPECT_NE(mesh.err.find("--mesh 3x3"), std::string::npos) << mesh.err;
+  const auto shape = run("autoparallel --model tiny-gpt --cluster dgx-a100-80gb --gbs 64 --mesh 2y4");
+  EXPECT_EQ(shape.exitCode, 2);
+  EXPECT_NE(shape.err.find("not a mesh shape"), std::string::npos) << shape.err;
+  const auto gbs = run("autoparallel --model tiny-gpt --cluster dgx-a100-80gb");
+  EXPECT_EQ(gbs.exitCode, 2);
+  EXPECT_NE(gbs.err.find("--gbs"), std::string::npos) << gbs.err;
+  const auto fit = run("autoparallel --model gpt3-175b --cluster dgx-a100-80gb --gbs 64 --no-offload");
+  EXPECT_EQ(fit.exitCode, 3);
+  EXPECT_NE(fit.err.find("no operator-level plan fits"), std::string::npos) << fit.err;
+}
+
 }  // namespace
 }  // namespace colo

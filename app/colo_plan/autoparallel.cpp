@@ -1,0 +1,195 @@
+// colo-plan autoparallel: the operator-level auto-parallel solve (planner/autoparallel.h), printed as
+// the plan beside Megatron's split and one table of per-operator strategies per distinct block.
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "args.h"
+#include "colo/core/units.h"
+#include "colo/planner/autoparallel.h"
+#include "colo/planner/sharding.h"
+#include "commands.h"
+#include "inputs.h"
+#include "text_table.h"
+
+namespace colo::app {
+namespace {
+
+std::string seconds(double s) {
+  char buf[32];
+  if (s >= 1.0) std::snprintf(buf, sizeof buf, "%.3f s", s);
+  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.2f ms", s * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.1f us", s * 1e6);
+  return buf;
+}
+
+std::string percent(double f) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.0f%%", f * 100.0);
+  return buf;
+}
+
+// Prints progress to stderr on one line (a terminal) while the search runs.
+class StderrProgress : public ProgressSink {
+ public:
+  explicit StderrProgress(std::ostream& err) : m_err(err) {}
+  void progress(double fraction, std::string_view what) override {
+    m_err << "\r  " << static_cast<int>(fraction * 100) << "% " << what << "          " << std::flush;
+    if (fraction >= 1.0) m_err << "\r" << std::string(60, ' ') << "\r" << std::flush;
+  }
+
+ private:
+  std::ostream& m_err;
+};
+
+void printSummary(const planner::AutoParallelResult& r, std::ostream& out) {
+  const auto& j = r.joint;
+  const auto& m = r.megatron;
+  TextTable t({"", "joint (per operator)", "megatron (column/row split, layer-level recompute)"}, {false, false, false});
+  auto both = [&](const std::string& label, const std::string& a, const std::string& b) { t.addRow({label, a, b}); };
+  auto meshOf = [](const planner::OperatorPlan& p) {
+    return std::to_string(p.pipelineStages) + " stage" + (p.pipelineStages > 1 ? "s" : "") + " x mesh " + p.mesh;
+  };
+  const bool haveMegatron = !m.mesh.empty();
+  both("layout", meshOf(j), haveMegatron ? meshOf(m) : "-");
+  both("micro-batch", std::to_string(j.microBatchSize) + " samples x " + std::to_string(j.microBatches),
+       haveMegatron ? std::to_string(m.microBatchSize) + " samples x " + std::to_string(m.microBatches) : "-");
+  both("step time", seconds(j.stepSeconds), haveMegatron ? seconds(m.stepSeconds) : "-");
+  both("peak memory", formatBytes(j.peakMemoryBytes) + " of " + formatBytes(j.budgetBytes),
+       haveMegatron ? formatBytes(m.peakMemoryBytes) + (r.megatronFits ? "" : " (DOES NOT FIT)") : "-");
+  both("recompute", j.recompute, haveMegatron ? m.recompute : "-");
+  both("offload", "activations " + percent(j.activationOffloadFraction) + ", optimizer " + percent(j.optimizerOffloadFraction),
+       haveMegatron ? "none" : "-");
+  both("compute | comm", seconds(j.compute) + " | " + seconds(j.communication),
+       haveMegatron ? seconds(m.compute) + " | " + seconds(m.communication) : "-");
+  both("recompute | bubble", seconds(j.recomputeSeconds) + " | " + seconds(j.bubble),
+       haveMegatron ? seconds(m.recomputeSeconds) + " | " + seconds(m.bubble) : "-");
+  both("grad sync | optimizer", seconds(j.gradientSync) + " | " + seconds(j.optimizer),
+       haveMegatron ? seconds(m.gradientSync) + " | " + seconds(m.optimizer) : "-");
+  both("as degrees", j.expressedAs, haveMegatron ? m.expressedAs : "-");
+  out << t.render("  ");
+  if (haveMegatron && r.megatronFits) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "  joint solve vs Megatron's split: %.3fx the speed (%s vs %s per step)\n",
+                  m.stepSeconds / j.stepSeconds, seconds(j.stepSeconds).c_str(), seconds(m.stepSeconds).c_str());
+    out << buf;
+  } else if (haveMegatron) {
+    out << "  Megatron's split with layer-level recompute does not fit this budget; the joint solve does\n";
+  }
+}
+
+void printBlocks(const planner::OperatorPlan& p, std::ostream& out) {
+  for (const auto& b : p.blocks) {
+    out << "\n" << b.name << (b.count > 1 ? " (x" + std::to_string(b.count) + ", solved once)" : "") << ":\n";
+    TextTable t({"op", "axes", "input", "output", "collectives", "time", "saved", "states", "activations"},
+                {false, false, false, false, false, true, true, true, false});
+    for (const auto& u : b.units) {
+      t.addRow({u.unit, u.roles, u.input, u.output, u.collectives, seconds(u.seconds), formatBytes(u.activationBytes),
+                formatBytes(u.stateBytes), u.activation});
+    }
+    out << t.render("  ");
+  }
+}
+
+}  // namespace
+
+int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
+  std::vector<OptionSpec> specs{
+      {"model", "M", "model: library name or file"},
+      {"cluster", "C", "cluster: library name or file"},
+      {"gpus", "N", "scale the cluster to N GPUs"},
+      {"gbs", "G", "global batch size (required)"},
+      {"seq-len", "S", "tokens per sample"},
+      {"mesh", "AxB", "one pipeline stage's mesh, e.g. 8 or 2x8 (default: every 1-D and 2-D mesh)"},
+      {"pp", "P", "pipeline stages (default: 1, 2, 4, ...)"},
+      {"max-memory-fraction", "F", "memory budget as a share of GPU memory (default 0.95)"},
+      {"memory-gib", "GIB", "memory budget per GPU in GiB (overrides the fraction)"},
+      {"precision", "P", "bf16, fp16, fp8, fp32 (default: bf16, or fp16 on GPUs without bf16)"},
+      {"no-offload", "", "keep activations and optimizer states on the GPU"},
+      {"solver-only", "", "do not count Megatron's split among the joint candidates (shows what the per-operator solve finds alone)"},
+      {"json", "", "print one JSON object"},
+      {"help", "", "show this help"}};
+  auto args = Args::parse(argv, specs);
+  if (!args) return reportError(args.error(), err);
+  if (args->has("help")) {
+    out << "usage: colo-plan autoparallel --model M --cluster C --gbs G [--mesh 2x8] [--pp P] [--memory-gib G] [--json]\n\n"
+           "Gives every operator its own sharding on a device mesh, and chooses which activations to keep,\n"
+           "recompute or offload and how much optimizer state to offload in the same solve, under the memory\n"
+           "budget; prints the plan beside Megatron's column/row split and a table per distinct layer.\n\n"
+        << describeOptions(specs);
+    return 0;
+  }
+  auto mc = loadModelAndCluster(*args);
+  if (!mc) return reportError(mc.error(), err);
+  if (!args->has("gbs")) return reportError(Error::badInput("missing --gbs (the global batch size)"), err);
+  auto gbs = args->positiveInteger("gbs", 0);
+  if (!gbs) return reportError(gbs.error(), err);
+  auto seq = args->positiveInteger("seq-len", 0);
+  if (!seq) return reportError(seq.error(), err);
+  auto precision = precisionOption(*args, &mc->second);
+  if (!precision) return reportError(precision.error(), err);
+  planner::AutoParallelOptions options;
+  options.globalBatchSize = *gbs;
+  options.seqLen = *seq;
+  options.precision = *precision;
+  options.allowOffload = !args->has("no-offload");
+  options.seedWithMegatron = !args->has("solver-only");
+  if (const auto f = args->value("max-memory-fraction")) {
+    options.maxMemoryFraction = std::strtod(f->c_str(), nullptr);
+    if (!(options.maxMemoryFraction > 0 && options.maxMemoryFraction <= 1)) {
+      return reportError(Error::badInput("--max-memory-fraction: must be in (0, 1], got " + *f), err);
+    }
+  }
+  if (const auto g = args->value("memory-gib")) {
+    const double gib = std::strtod(g->c_str(), nullptr);
+    if (!(gib > 0)) return reportError(Error::badInput("--memory-gib: must be positive, got " + *g), err);
+    options.memoryBudgetBytes = gib * 1024.0 * 1024.0 * 1024.0;
+  }
+  if (const auto m = args->value("mesh")) {
+    auto shape = planner::parseMeshShape(*m);
+    if (!shape) return reportError(shape.error(), err);
+    options.meshes.push_back(*shape);
+  }
+  if (args->has("pp")) {
+    auto pp = args->positiveInteger("pp", 1);
+    if (!pp) return reportError(pp.error(), err);
+    options.pipelineDegrees.push_back(*pp);
+  }
+  auto& [model, cluster] = *mc;
+  if (options.meshes.size() == 1) {
+    std::int64_t size = 1;
+    for (const auto s : options.meshes[0]) size *= s;
+    const std::int64_t pp = options.pipelineDegrees.empty() ? cluster.totalGpus() / std::max<std::int64_t>(1, size) : options.pipelineDegrees[0];
+    if (size * pp != cluster.totalGpus()) {
+      return reportError(Error::badInput("--mesh " + *args->value("mesh") + ": " + std::to_string(size) + " GPUs x " +
+                                         std::to_string(pp) + " stages does not make the cluster's " +
+                                         std::to_string(cluster.totalGpus()) + " GPUs"),
+                         err);
+    }
+    if (options.pipelineDegrees.empty()) options.pipelineDegrees.push_back(pp);
+    auto mesh = planner::makeMesh(cluster, options.meshes[0]);
+    if (!mesh) return reportError(mesh.error(), err);
+  }
+  StderrProgress progress(err);
+  if (!args->has("json")) options.progress = &progress;
+  auto result = planner::autoParallel(model, cluster, options);
+  if (!result) return reportError(result.error(), err);
+  if (args->has("json")) {
+    out << result->toJson().dump(2) << "\n";
+    return 0;
+  }
+  out << "colo-plan autoparallel: " << model.name() << " on " << clusterLabel(cluster) << ", global batch " << *gbs
+      << ", budget " << formatBytes(result->joint.budgetBytes) << " per GPU\n";
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "solved in %.2f s: %lld block solves, %lld layout conversions costed, %lld candidates\n\n",
+                result->solveSeconds, static_cast<long long>(result->blockSolves),
+                static_cast<long long>(result->conversionsCached), static_cast<long long>(result->candidates));
+  out << buf;
+  printSummary(*result, out);
+  out << "\nper-operator plan (axes: what each mesh axis splits; layouts in Colossal-AI's [b, s, f] notation;\n"
+         "time per micro-batch: kernels, collectives and recompute; saved: activations kept per micro-batch)\n";
+  printBlocks(result->joint, out);
+  return 0;
+}
+
+}  // namespace colo::app

@@ -1,0 +1,28 @@
+#pragma once
+/// \file
+/// The per-kernel timings the evaluator's roofline uses, for planners that cost operators one by one
+/// (the operator-level auto-parallel solver): a GEMM with tile and wave quantisation, a memory-bound
+/// kernel, and fused attention. Same formulas and constants as the evaluator (docs/costmodel.md).
+
+#include <cstdint>
+
+#include "colo/costmodel/hardware.h"
+
+namespace colo::costmodel {
+
+/// Seconds of `count` GEMMs [m, k] x [k, n] with `dtypeBytes` operands on the device (0 for an empty one).
+[[nodiscard]] double gemmSeconds(double m, double n, double k, double count, std::int64_t dtypeBytes,
+                                 const DeviceModel& device);
+
+/// Seconds of a memory-bound kernel that reads and writes `bytes` in all (at least the kernel floor;
+/// 0 when it moves nothing).
+[[nodiscard]] double streamSeconds(double bytes, const DeviceModel& device);
+
+/// Forward and backward seconds of fused (Flash) attention doing `flops` of score and context products
+/// forward after any causal or window mask (the backward does 2.5 times the forward's work).
+struct FusedAttentionSeconds {
+  double forward = 0, backward = 0;
+};
+[[nodiscard]] FusedAttentionSeconds fusedAttentionSeconds(double flops, const DeviceModel& device);
+
+}  // namespace colo::costmodel

@@ -1,0 +1,117 @@
+#pragma once
+/// \file
+/// Operator-level auto-parallelism: every operator of the model gets its own sharding strategy on a
+/// logical device mesh (Colossal-AI's sharding specs), the collectives between consecutive layouts are
+/// costed by the cost model on the cluster's link levels, and which activations each operator keeps,
+/// recomputes or offloads, and what share of the optimizer states goes to host memory, are chosen in
+/// the same solve under the per-GPU memory budget (Mist-style), not after it.
+///
+/// The solve is exact on a block (one transformer layer, the embedding, the head) for a given price of
+/// memory (a dynamic programme over the block's operators whose state is the layout of every live
+/// tensor); identical layers reuse one solve (the layer's interface layout is the same at entry and
+/// exit), and the price of memory is swept so that the budget is met. docs/autoparallel.md states every
+/// approximation. Megatron-LM's hand split (column- then row-parallel GEMMs, heads, vocabulary, data
+/// parallel on the other axis, layer-level recompute) is one point of the space; it is solved beside the
+/// joint plan on the same meshes and printed with it.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "colo/core/cluster.h"
+#include "colo/core/error.h"
+#include "colo/core/json.h"
+#include "colo/core/model.h"
+#include "colo/core/plan.h"
+#include "colo/core/progress.h"
+
+namespace colo::planner {
+
+struct AutoParallelOptions {
+  std::int64_t globalBatchSize = 0;           ///< samples per step (required)
+  std::int64_t seqLen = 0;                    ///< 0: the model's default
+  DType precision = DType::kBf16;
+  double maxMemoryFraction = 0.95;            ///< budget as a share of GPU memory
+  double memoryBudgetBytes = 0;               ///< an explicit per-GPU budget (overrides the fraction)
+  /// Mesh shapes of one pipeline stage to try ({8}, {2, 8}); empty: the 1-D mesh and every 2-D mesh
+  /// whose inner axis divides a node, for every pipeline degree.
+  std::vector<std::vector<std::int64_t>> meshes;
+  std::vector<std::int64_t> pipelineDegrees;  ///< empty: 1, 2, 4, ... while stages keep a layer
+  bool allowOffload = true;                   ///< activations and optimizer states to host memory
+  /// Megatron's own split (solved beside) joins the joint solve's candidates, so that the joint plan is
+  /// never slower than it even where the sweep of memory prices misses the budget's exact point; false
+  /// measures the per-operator sweep alone (what tests of the solver use).
+  bool seedWithMegatron = true;
+  ProgressSink* progress = nullptr;
+  const CancellationToken* cancel = nullptr;
+};
+
+/// One operator (unit) of a block in a solved plan.
+struct UnitAssignment {
+  std::string unit;          ///< "attn.qkv", "attn.core" (fused attention), "moe" (a whole MoE block)
+  std::string kind;          ///< gemm, norm, pointwise, attention, moe, embedding, loss
+  std::string roles;         ///< what each mesh axis splits: "0:batch 1:out"
+  std::string input;         ///< the layout it reads, Colossal-AI notation: "[S0, R, R]"
+  std::string output;        ///< the layout it produces: "[S0, R, S1]", "[S0, R, R] P1"
+  std::string collectives;   ///< forward conversions of its inputs and its own collectives ("-" when none)
+  double seconds = 0;        ///< per micro-batch: forward + backward kernels, collectives, recompute
+  double activationBytes = 0;  ///< kept for backward per micro-batch (0 when recomputed)
+  double stateBytes = 0;     ///< weights, gradients and optimizer states on one GPU
+  std::string activation;    ///< kept, kept before conversion, recomputed, offloaded, none
+  std::vector<std::string> ops;  ///< the op graph's operators it stands for
+  [[nodiscard]] Json toJson() const;
+};
+
+/// A distinct block of the model and the strategies of its operators.
+struct BlockAssignment {
+  std::string name;          ///< "layers 0-95", "embedding", "head"
+  std::int64_t count = 1;    ///< blocks solved alike
+  std::vector<UnitAssignment> units;
+  [[nodiscard]] Json toJson() const;
+};
+
+/// One solved plan: a mesh per pipeline stage, a micro-batch, and per-operator strategies.
+struct OperatorPlan {
+  std::string method;                 ///< "joint" or "megatron"
+  std::string mesh;                   ///< "2x8"
+  std::int64_t pipelineStages = 1;
+  std::int64_t microBatchSize = 1;    ///< samples per micro-batch over one stage's mesh
+  std::int64_t microBatches = 1;
+  double stepSeconds = 0;
+  double peakMemoryBytes = 0;         ///< per GPU, the fullest stage
+  double budgetBytes = 0;
+  bool fits = false;
+  double activationOffloadFraction = 0;  ///< of the activations each layer keeps, to host memory
+  double optimizerOffloadFraction = 0;   ///< of the optimizer states, to host memory (updated there)
+  std::string recompute;              ///< "per operator", or the layer-level policy
+  /// Step breakdown (seconds): kernels, collectives between and inside operators, recompute, pipeline
+  /// bubble, exposed gradient reduction, optimizer step, exposed host transfers.
+  double compute = 0, communication = 0, recomputeSeconds = 0, bubble = 0, gradientSync = 0, optimizer = 0,
+         offload = 0;
+  /// Memory breakdown of the fullest stage (bytes per GPU).
+  double stateBytes = 0, activationBytes = 0, contextBytes = 0;
+  std::vector<BlockAssignment> blocks;
+  /// The degree-level plan it equals (tp, dp, sp, pp, recompute), when colo-run can execute it.
+  bool runnable = false;
+  std::string expressedAs;            ///< "tp=8 dp=2 pp=1 sp, recompute none" or the reason it is simulation-only
+  [[nodiscard]] Json toJson() const;
+};
+
+struct AutoParallelResult {
+  OperatorPlan joint;                 ///< the joint solve
+  OperatorPlan megatron;              ///< Megatron's split with layer-level recompute, same meshes and budget
+  bool megatronFits = false;
+  double solveSeconds = 0;            ///< wall time of the whole search
+  std::int64_t blockSolves = 0;       ///< per-block dynamic programmes run
+  std::int64_t conversionsCached = 0; ///< distinct layout conversions costed
+  std::int64_t candidates = 0;        ///< (mesh, micro-batch, pipeline, price of memory, offload) combinations assembled
+  [[nodiscard]] Json toJson() const;
+};
+
+/// Solves the model on the cluster. Errors: kBadInput naming the option (no batch, a mesh that does not
+/// fit the cluster, a precision the GPU lacks, a model with no transformer layer); kInfeasible when no
+/// plan fits the budget (the message gives the least memory any plan needs); kCancelled.
+[[nodiscard]] Result<AutoParallelResult> autoParallel(const Model& model, const ClusterSpec& cluster,
+                                                      const AutoParallelOptions& options);
+
+}  // namespace colo::planner

@@ -1,0 +1,51 @@
+#pragma once
+// Private: what the operator-level search (autoparallel.cpp) and its reporting (autoparallel_report.cpp)
+// share: the solved blocks of one candidate and Megatron's rules as a strategy filter.
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "autoparallel_solver.h"
+#include "colo/planner/autoparallel.h"
+
+namespace colo::planner::detail {
+
+/// A distinct transformer layer structure and the layers that have it.
+struct LayerClass {
+  Block block;
+  std::vector<std::int64_t> layers;
+};
+
+/// Megatron-LM's split on a mesh: data parallel on the outer axis (a 2-D mesh) and tensor parallelism on
+/// the inner one (on a 1-D mesh the one axis is either), sequence parallelism optional.
+struct MegatronRule {
+  int tpAxis = -1;  // -1: no tensor parallelism
+  int dpAxis = -1;  // -1: no data parallelism; 2: both axes of a 2-D mesh
+  bool sequenceParallel = false;
+};
+/// Whether `s` is the strategy Megatron's rule gives `unit`.
+[[nodiscard]] bool megatronAllows(const MegatronRule& rule, const Unit& unit, const Strategy& s, int axes);
+/// The rules that can apply on a mesh of `axes` axes.
+[[nodiscard]] std::vector<MegatronRule> megatronRules(int axes);
+
+/// A block's solved plan, with what the report needs to print it.
+struct SolvedBlock {
+  const BlockSolver* solver = nullptr;
+  BlockPlan plan;
+  std::string name;
+  std::int64_t count = 1;
+  /// Kept activation bytes moved to host memory in this block (per micro-batch).
+  double offloadedBytes = 0;
+};
+
+/// The per-operator tables of a plan's blocks.
+[[nodiscard]] std::vector<BlockAssignment> assignments(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh,
+                                                       const SolveWeights& weights);
+
+/// The degree-level plan a solved plan equals, or why it has none. Sets `runnable`.
+[[nodiscard]] std::string expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh, std::int64_t pp,
+                                    double activationOffload, bool& runnable);
+
+}  // namespace colo::planner::detail

@@ -1,0 +1,251 @@
+// Megatron's rules as a strategy filter, the per-operator tables of a solved plan, the degree-level plan
+// it equals, and the JSON of the results (colo/planner/autoparallel.h).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "autoparallel_detail.h"
+
+namespace colo::planner {
+namespace detail {
+namespace {
+
+Role megatronTpRole(const Unit& unit, bool sp) {
+  const Role sequence = sp ? Role::kSeq : Role::kNone;
+  switch (unit.kind) {
+    case UnitKind::kGemm:
+      if (unit.shard == Shard::kColumn || unit.shard == Shard::kHeads || unit.shard == Shard::kVocab) return Role::kOut;
+      if (unit.shard == Shard::kRow) return Role::kIn;
+      return Role::kNone;
+    case UnitKind::kNorm: return sequence;
+    case UnitKind::kPointwise:
+      if (unit.shard == Shard::kSequence) return sequence;
+      if (unit.shard == Shard::kInner || unit.shard == Shard::kHeads || unit.shard == Shard::kExpert) return Role::kOut;
+      return Role::kNone;
+    case UnitKind::kAttention: return Role::kOut;
+    case UnitKind::kMoe: return Role::kInner;
+    case UnitKind::kEmbedding: return unit.shard == Shard::kVocab ? Role::kOut : sequence;
+    case UnitKind::kLoss: return Role::kOut;
+  }
+  return Role::kNone;
+}
+
+std::string formatSeconds(double s) {
+  char buf[32];
+  if (s >= 1) std::snprintf(buf, sizeof buf, "%.3f s", s);
+  else std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
+  return buf;
+}
+
+}  // namespace
+
+std::vector<MegatronRule> megatronRules(int axes) {
+  if (axes == 1) return {{0, -1, false}, {0, -1, true}, {-1, 0, false}};
+  return {{1, 0, false}, {1, 0, true}, {-1, 2, false}};
+}
+
+bool megatronAllows(const MegatronRule& rule, const Unit& unit, const Strategy& s, int axes) {
+  for (int a = 0; a < axes; ++a) {
+    const Role r = s.role[static_cast<std::size_t>(a)];
+    if (a == rule.tpAxis) {
+      if (r != megatronTpRole(unit, rule.sequenceParallel)) return false;
+    } else if (a == rule.dpAxis || rule.dpAxis == 2) {
+      if (!(r == Role::kBatch || (unit.kind == UnitKind::kMoe && r == Role::kExpert))) return false;
+    } else if (r != Role::kNone) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::vector<BlockAssignment> assignments(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh,
+                                         const SolveWeights& weights) {
+  std::vector<BlockAssignment> out;
+  const int axes = mesh.axes();
+  for (const auto& sb : blocks) {
+    const Block& block = sb.solver->block();
+    BlockAssignment ba;
+    ba.name = sb.name;
+    ba.count = sb.count;
+    std::vector<Layout> produced(block.units.size());
+    double toOffload = sb.offloadedBytes;
+    std::vector<double> kept(block.units.size(), 0.0);
+    for (std::size_t u = 0; u < block.units.size(); ++u) {
+      const Unit& unit = block.units[u];
+      const UnitChoice& choice = sb.plan.units[u];
+      const Strategy& s = sb.solver->strategies()[u][static_cast<std::size_t>(choice.strategy)];
+      produced[u] = s.out;
+      UnitAssignment ua;
+      ua.unit = unit.name;
+      ua.kind = unit.kind == UnitKind::kGemm        ? "gemm"
+                : unit.kind == UnitKind::kNorm      ? "norm"
+                : unit.kind == UnitKind::kAttention ? "attention"
+                : unit.kind == UnitKind::kMoe       ? "moe"
+                : unit.kind == UnitKind::kEmbedding ? "embedding"
+                : unit.kind == UnitKind::kLoss      ? "loss"
+                                                    : "pointwise";
+      ua.roles = describeRoles(s, axes);
+      ua.input = unit.inputs.empty() ? "-" : toString(s.in, axes);
+      ua.output = unit.out.f > 0 ? toString(s.out, axes) : "-";
+      std::string comm;
+      double seconds = s.fwd + s.bwd + s.commFwd + s.commBwd;
+      double activation = choice.recompute ? 0.0 : s.ownSaved;
+      for (std::size_t i = 0; i < unit.inputs.size(); ++i) {
+        const int p = unit.inputs[i];
+        const Layout from = p < 0 ? sb.plan.entry : produced[static_cast<std::size_t>(p)];
+        const Conversion& c = sb.solver->conversion(u, i, static_cast<std::size_t>(choice.strategy), from);
+        if (!c.steps.empty()) comm += (comm.empty() ? "" : ", ") + c.steps;
+        seconds += c.seconds;
+        const bool dropped = p >= 0 && sb.plan.units[static_cast<std::size_t>(p)].recompute;
+        if (!dropped && s.inputSaved > 0) {
+          double bytes = s.inputSaved * sb.solver->inputShare(u, i);
+          if (choice.keepBeforeConversion[i]) bytes *= localBytes(from, 1.0, mesh) / localBytes(s.in, 1.0, mesh);
+          activation += bytes;
+        }
+      }
+      if (!s.comm.empty()) comm += (comm.empty() ? "" : ", ") + s.comm;
+      ua.collectives = comm.empty() ? "-" : comm;
+      ua.seconds = seconds;
+      ua.activationBytes = activation;
+      ua.stateBytes = s.stateParams * (weights.stateBytesPerParam + weights.optimizerBytesPerParam / s.optimizerShard);
+      const bool before = std::find(choice.keepBeforeConversion.begin(), choice.keepBeforeConversion.end(), true) !=
+                          choice.keepBeforeConversion.end();
+      ua.activation = choice.recompute ? (activation > 0 ? "recomputed (inputs kept)" : "recomputed")
+                      : activation <= 0 ? "none"
+                      : before          ? "kept before conversion"
+                                        : "kept";
+      kept[u] = activation;
+      ua.ops = unit.ops;
+      ba.units.push_back(std::move(ua));
+    }
+    // Offloaded activations: the largest kept tensors first, as much as the block offloads.
+    std::vector<std::size_t> order(block.units.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return kept[x] > kept[y]; });
+    for (const auto u : order) {
+      if (toOffload <= 0 || kept[u] <= 0) break;
+      auto& ua = ba.units[u];
+      ua.activation = toOffload >= kept[u] * 0.999 ? "offloaded" : "partly offloaded";
+      toOffload -= kept[u];
+    }
+    out.push_back(std::move(ba));
+  }
+  (void)formatSeconds;
+  return out;
+}
+
+std::string expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh, std::int64_t pp, double activationOffload,
+                      bool& runnable) {
+  runnable = false;
+  const int axes = mesh.axes();
+  const MegatronRule* matched = nullptr;
+  const auto rules = megatronRules(axes);
+  for (const auto& rule : rules) {
+    bool all = true;
+    for (const auto& sb : blocks) {
+      const Block& block = sb.solver->block();
+      for (std::size_t u = 0; u < block.units.size() && all; ++u) {
+        const Strategy& s = sb.solver->strategies()[u][static_cast<std::size_t>(sb.plan.units[u].strategy)];
+        all = megatronAllows(rule, block.units[u], s, axes);
+      }
+    }
+    if (all) {
+      matched = &rule;
+      break;
+    }
+  }
+  if (!matched) {
+    // Name the first operator that leaves Megatron's split (against the rule with the most matches).
+    for (const auto& sb : blocks) {
+      const Block& block = sb.solver->block();
+      for (std::size_t u = 0; u < block.units.size(); ++u) {
+        const Strategy& s = sb.solver->strategies()[u][static_cast<std::size_t>(sb.plan.units[u].strategy)];
+        bool any = false;
+        for (const auto& rule : rules) any = any || megatronAllows(rule, block.units[u], s, axes);
+        if (!any) {
+          return "simulation-only: " + sb.name + " " + block.units[u].name + " (" + describeRoles(s, axes) +
+                 ") has no Megatron-style tp/sp/dp equivalent";
+        }
+      }
+    }
+    return "simulation-only: its operators mix Megatron's data- and tensor-parallel rules across the mesh axes";
+  }
+  // Layer-level recompute: each layer block recomputes nothing, everything it can, or attention's core.
+  std::string recompute = "none";
+  for (const auto& sb : blocks) {
+    if (sb.name == "embedding" || sb.name == "head") continue;
+    const Block& block = sb.solver->block();
+    std::set<std::size_t> recomputed;
+    std::size_t attention = 0, candidates = 0;
+    for (std::size_t u = 0; u < block.units.size(); ++u) {
+      if (sb.plan.units[u].recompute) recomputed.insert(u);
+      if (block.units[u].kind == UnitKind::kAttention) attention = u;
+      if (u > 0) ++candidates;
+    }
+    std::string policy;
+    if (recomputed.empty()) policy = "none";
+    else if (recomputed.size() == 1 && *recomputed.begin() == attention) policy = "selective";
+    else if (recomputed.size() + 2 >= candidates) policy = "full";
+    else return "simulation-only: per-operator recompute in " + sb.name + " is not a layer-level policy";
+    if (policy != "none") recompute = policy;
+  }
+  if (activationOffload > 0) return "simulation-only: activations offloaded to host memory";
+  const std::int64_t tp = matched->tpAxis >= 0 ? mesh.axisSize(matched->tpAxis) : 1;
+  const std::int64_t dp = matched->dpAxis == 2 ? mesh.size() : matched->dpAxis >= 0 ? mesh.axisSize(matched->dpAxis) : 1;
+  runnable = true;
+  return "tp=" + std::to_string(tp) + " dp=" + std::to_string(dp) + " pp=" + std::to_string(pp) +
+         (matched->sequenceParallel ? " sp" : "") + ", recompute " + recompute;
+}
+
+}  // namespace detail
+
+Json UnitAssignment::toJson() const {
+  return {{"unit", unit},         {"kind", kind},           {"roles", roles},
+          {"input", input},       {"output", output},       {"collectives", collectives},
+          {"seconds", seconds},   {"activation_bytes", activationBytes},
+          {"state_bytes", stateBytes}, {"activation", activation}, {"ops", ops}};
+}
+
+Json BlockAssignment::toJson() const {
+  Json list = Json::array();
+  for (const auto& u : units) list.push_back(u.toJson());
+  return {{"name", name}, {"count", count}, {"units", list}};
+}
+
+Json OperatorPlan::toJson() const {
+  Json b = Json::array();
+  for (const auto& x : blocks) b.push_back(x.toJson());
+  return {{"method", method},
+          {"mesh", mesh},
+          {"pipeline_stages", pipelineStages},
+          {"micro_batch_size", microBatchSize},
+          {"micro_batches", microBatches},
+          {"step_time_s", stepSeconds},
+          {"peak_memory_bytes", peakMemoryBytes},
+          {"budget_bytes", budgetBytes},
+          {"fits", fits},
+          {"activation_offload_fraction", activationOffloadFraction},
+          {"optimizer_offload_fraction", optimizerOffloadFraction},
+          {"recompute", recompute},
+          {"breakdown",
+           {{"compute", compute}, {"communication", communication}, {"recompute", recomputeSeconds}, {"bubble", bubble},
+            {"gradient_sync", gradientSync}, {"optimizer", optimizer}, {"offload", offload}}},
+          {"memory", {{"states", stateBytes}, {"activations", activationBytes}, {"context", contextBytes}}},
+          {"runnable", runnable},
+          {"expressed_as", expressedAs},
+          {"blocks", b}};
+}
+
+Json AutoParallelResult::toJson() const {
+  return {{"joint", joint.toJson()},
+          {"megatron", megatron.toJson()},
+          {"megatron_fits", megatronFits},
+          {"speedup_over_megatron", megatronFits && joint.stepSeconds > 0 ? megatron.stepSeconds / joint.stepSeconds : 0.0},
+          {"solve_seconds", solveSeconds},
+          {"block_solves", blockSolves},
+          {"conversions_cached", conversionsCached},
+          {"candidates", candidates}};
+}
+
+}  // namespace colo::planner

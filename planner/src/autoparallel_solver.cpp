@@ -1,0 +1,461 @@
+// The per-block dynamic programme of the operator-level solver (autoparallel_solver.h).
+#include "autoparallel_solver.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <map>
+#include <unordered_map>
+
+namespace colo::planner::detail {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+// States kept per step when a block has more live tensors than the exact solve holds (a raw op graph
+// with wide branches): the cheapest this many, an approximation docs/autoparallel.md states.
+constexpr std::size_t kBeam = 20000;
+
+struct Entry {
+  double objective = kInf;
+  double seconds = 0, compute = 0, comm = 0, recompute = 0, activation = 0, state = 0, params = 0, optimizer = 0;
+  double sync[3] = {0, 0, 0};
+  std::uint64_t previous = 0;
+  int strategy = -1;
+  bool recompute_ = false;
+  std::uint8_t keepBefore = 0;
+};
+
+// State key: the entry layout, then per live tensor its layout and whether its producer recomputes it.
+std::uint64_t pack(int entry, const std::vector<std::pair<int, bool>>& live) {
+  std::uint64_t key = static_cast<std::uint64_t>(entry);
+  for (const auto& [layout, dropped] : live) key = (key << 6) | (static_cast<std::uint64_t>(layout) << 1) | (dropped ? 1u : 0u);
+  return key;
+}
+void unpack(std::uint64_t key, std::size_t count, int& entry, std::vector<std::pair<int, bool>>& live) {
+  live.assign(count, {0, false});
+  for (std::size_t i = count; i-- > 0;) {
+    live[i] = {static_cast<int>((key >> 1) & 31u), (key & 1u) != 0};
+    key >>= 6;
+  }
+  entry = static_cast<int>(key);
+}
+
+}  // namespace
+
+BlockSolver::BlockSolver(const Block& block, const CostContext& context, LayoutConverter& converter)
+    : m_block(&block), m_context(context), m_converter(&converter) {
+  const auto& units = block.units;
+  const std::size_t n = units.size();
+  m_strategies.resize(n);
+  m_inputDims.resize(n);
+  m_inputShare.resize(n);
+  m_convFwd.resize(n);
+  m_convBwd.resize(n);
+  m_syncSeconds.resize(n);
+  for (int l = 0; l < kLayouts; ++l) m_share[static_cast<std::size_t>(l)] = localBytes(Layout::fromIndex(l), 1.0, *context.mesh);
+  for (std::size_t u = 0; u < n; ++u) {
+    for (const int input : units[u].inputs) {
+      m_inputDims[u].push_back(input < 0 ? block.input : units[static_cast<std::size_t>(input)].out);
+    }
+    double total = 0;
+    for (const auto& d : m_inputDims[u]) total += d.bytes(1);
+    for (const auto& d : m_inputDims[u]) m_inputShare[u].push_back(total > 0 ? d.bytes(1) / total : 0.0);
+    m_strategies[u] = detail::strategies(units[u], m_inputDims[u], context);
+    if (m_strategies[u].empty()) throw std::logic_error("unit " + units[u].name + " has no strategy");
+    for (const auto& st : m_strategies[u]) m_syncSeconds[u].push_back(gradientSyncSeconds(*context.mesh, st.syncBytes));
+    const std::size_t inputs = units[u].inputs.size();
+    m_convFwd[u].assign(inputs, std::vector<std::array<float, kLayouts>>(m_strategies[u].size()));
+    m_convBwd[u].assign(inputs, std::vector<std::array<float, kLayouts>>(m_strategies[u].size()));
+    for (std::size_t i = 0; i < inputs; ++i) {
+      for (std::size_t s = 0; s < m_strategies[u].size(); ++s) {
+        const Strategy& st = m_strategies[u][s];
+        for (int l = 0; l < kLayouts; ++l) {
+          const Layout from = Layout::fromIndex(l);
+          if (!fits(from, m_inputDims[u][i], context.samples, *context.mesh)) {
+            m_convFwd[u][i][s][static_cast<std::size_t>(l)] = static_cast<float>(kInf);
+            m_convBwd[u][i][s][static_cast<std::size_t>(l)] = static_cast<float>(kInf);
+            continue;
+          }
+          // Forward: the producer's layout to the one this strategy reads. Backward: the gradient this
+          // strategy produces to the layout of the producer's gradient.
+          const double f = converter.convert(from, st.in, m_inputDims[u][i], context.samples).seconds;
+          const double b = converter.convert(st.gradIn, gradientTarget(from), m_inputDims[u][i], context.samples).seconds;
+          m_convFwd[u][i][s][static_cast<std::size_t>(l)] = static_cast<float>(f);
+          m_convBwd[u][i][s][static_cast<std::size_t>(l)] = static_cast<float>(b);
+        }
+      }
+    }
+  }
+  // Last consumer of every tensor: index 0 is the block input, u + 1 the output of unit u. The final
+  // unit's output outlives the block.
+  m_lastUse.assign(n + 1, -1);
+  for (std::size_t u = 0; u < n; ++u) {
+    for (const int input : units[u].inputs) m_lastUse[static_cast<std::size_t>(input + 1)] = static_cast<int>(u);
+  }
+  if (n > 0) m_lastUse[n] = static_cast<int>(n);
+  m_lastSaver.assign(n + 1, -1);
+  for (std::size_t u = 0; u < n; ++u) {
+    if (units[u].inputSaved <= 0) continue;
+    for (const int input : units[u].inputs) m_lastSaver[static_cast<std::size_t>(input + 1)] = static_cast<int>(u);
+  }
+}
+
+const Conversion& BlockSolver::conversion(std::size_t unit, std::size_t input, std::size_t s, Layout from) const {
+  return m_converter->convert(from, m_strategies[unit][s].in, m_inputDims[unit][input], m_context.samples);
+}
+
+double gradientSyncSeconds(const DeviceMesh& mesh, const double syncBytes[3]) {
+  double t = 0;
+  for (int a = 0; a < mesh.axes(); ++a) {
+    t += costmodel::collectiveSeconds(costmodel::Collective::kAllReduce, syncBytes[a], mesh.group(a));
+  }
+  if (syncBytes[2] > 0) {
+    // Both axes: reduce inside the inner axis, then across the outer one on the reduced shards.
+    t += costmodel::collectiveSeconds(costmodel::Collective::kReduceScatter, syncBytes[2], mesh.group(1)) +
+         costmodel::collectiveSeconds(costmodel::Collective::kAllReduce, syncBytes[2] / static_cast<double>(mesh.axisSize(1)),
+                                      mesh.group(0)) +
+         costmodel::collectiveSeconds(costmodel::Collective::kAllGather, syncBytes[2], mesh.group(1));
+  }
+  return t;
+}
+
+// The dynamic programme of one solve. Steps are the states before each unit; at a cut (one tensor
+// live, not the block's input) the states restart from zero keyed by that tensor, so what lies after a
+// cut does not multiply by every entry layout; the segments are joined at the end (min-plus).
+class BlockDp {
+ public:
+  BlockDp(const BlockSolver& solver, const SolveWeights& weights) : m_s(solver), m_w(weights), m_n(solver.m_block->units.size()) {
+    std::vector<int> live;
+    if (m_s.m_block->hasInput) live.push_back(0);
+    m_live.resize(m_n + 1);
+    for (std::size_t u = 0; u <= m_n; ++u) {
+      m_live[u] = live;
+      if (u == m_n) break;
+      std::vector<int> next;
+      for (const int t : live) {
+        if (m_s.m_lastUse[static_cast<std::size_t>(t)] > static_cast<int>(u)) next.push_back(t);
+      }
+      if (m_s.m_lastUse[u + 1] > static_cast<int>(u)) next.push_back(static_cast<int>(u) + 1);
+      live = std::move(next);
+    }
+    for (const auto& l : m_live) {
+      if (l.size() > 9) throw std::logic_error("block " + m_s.m_block->name + " keeps more than 9 tensors live");
+    }
+    m_steps.resize(m_n + 1);
+  }
+
+  std::vector<BlockPlan> run(const std::vector<Layout>& entries) {
+    const DeviceMesh& mesh = *m_s.m_context.mesh;
+    Entry start;
+    start.objective = 0;
+    if (m_s.m_block->hasInput) {
+      for (const Layout e : entries) {
+        if (e.partial() || !fits(e, m_s.m_block->input, m_s.m_context.samples, mesh)) continue;
+        m_steps[0][pack(e.index() * 2, {{e.index(), false}})] = start;
+      }
+    } else {
+      m_steps[0][pack(0, {})] = start;
+    }
+    for (std::size_t u = 0; u < m_n; ++u) {
+      advance(u);
+      const auto& live = m_live[u + 1];
+      if (u + 1 < m_n && live.size() == 1 && live[0] != 0) cut(u + 1);
+    }
+    return finish();
+  }
+
+ private:
+  // Whether the recompute bit of live tensor `t` still matters before unit `u`: a later consumer keeps it
+  // for its backward or may recompute from it.
+  [[nodiscard]] bool bitMatters(int t, std::size_t u) const {
+    return m_s.m_lastSaver[static_cast<std::size_t>(t)] >= static_cast<int>(u) ||
+           (m_w.recompute != RecomputeMode::kNone && m_s.m_lastUse[static_cast<std::size_t>(t)] >= static_cast<int>(u));
+  }
+
+  void advance(std::size_t u);
+  void cut(std::size_t k);
+  std::vector<BlockPlan> finish();
+  void walkBack(std::size_t from, std::size_t to, std::uint64_t key, bool atCut, BlockPlan& plan) const;
+
+  const BlockSolver& m_s;
+  const SolveWeights& m_w;
+  std::size_t m_n;
+  std::vector<std::vector<int>> m_live;
+  std::vector<std::unordered_map<std::uint64_t, Entry>> m_steps;
+  std::vector<std::size_t> m_cuts;
+  std::map<std::size_t, std::unordered_map<std::uint64_t, Entry>> m_reached;  // states reaching each cut, before the restart
+};
+
+void BlockDp::advance(std::size_t u) {
+  const Unit& unit = m_s.m_block->units[u];
+  const auto& strategies = m_s.m_strategies[u];
+  const auto& before = m_live[u];
+  std::vector<std::size_t> inputAt;
+  for (const int input : unit.inputs) {
+    inputAt.push_back(static_cast<std::size_t>(std::find(before.begin(), before.end(), input + 1) - before.begin()));
+  }
+  // Recomputing a unit pays off when a later unit keeps its output or it keeps something of its own;
+  // the block's first unit reads the block input, which is kept anyway.
+  const bool canRecompute = (m_s.m_lastUse[u + 1] > static_cast<int>(u) || unit.ownSaved > 0) && !(u == 0 && m_s.m_block->hasInput);
+  bool choices[2] = {true, canRecompute};
+  switch (m_w.recompute) {
+    case RecomputeMode::kPerUnit: break;
+    case RecomputeMode::kNone: choices[1] = false; break;
+    case RecomputeMode::kFull:
+      // Layer-level full recompute runs the whole forward again from the layer's input, useful or not.
+      choices[0] = u == 0 && m_s.m_block->hasInput;
+      choices[1] = !choices[0];
+      break;
+    case RecomputeMode::kSelective:
+      choices[0] = !(canRecompute && unit.kind == UnitKind::kAttention);
+      choices[1] = canRecompute && unit.kind == UnitKind::kAttention;
+      break;
+  }
+  std::vector<char> allowed(strategies.size(), 1);
+  std::vector<double> syncOf(strategies.size(), 0.0), stateOf(strategies.size(), 0.0);
+  for (std::size_t s = 0; s < strategies.size(); ++s) {
+    const Strategy& st = strategies[s];
+    allowed[s] = !m_w.allow || m_w.allow(u, st);
+    syncOf[s] = m_s.m_syncSeconds[u][s] * m_w.syncExposed / m_w.microBatches;
+    stateOf[s] = st.stateParams * (m_w.stateBytesPerParam + m_w.optimizerBytesPerParam / st.optimizerShard);
+  }
+  const double memoryPrice = m_w.lambda * m_w.activationCopies;
+  auto& out = m_steps[u + 1];
+  out.reserve(m_steps[u].size() * 2);
+  std::vector<std::pair<int, bool>> state, next;
+  const bool producesLive = m_s.m_lastUse[u + 1] > static_cast<int>(u);
+  const bool outputBit = bitMatters(static_cast<int>(u) + 1, u + 1);
+  for (const auto& [key, entry] : m_steps[u]) {
+    int code = 0;
+    unpack(key, before.size(), code, state);
+    // The next state's key up to the unit's own output: the tensors that stay live.
+    next.clear();
+    for (std::size_t i = 0; i < before.size(); ++i) {
+      const int t = before[i];
+      if (m_s.m_lastUse[static_cast<std::size_t>(t)] > static_cast<int>(u)) next.push_back({state[i].first, state[i].second && bitMatters(t, u + 1)});
+    }
+    const std::uint64_t survivors = pack(code, next);
+    for (std::size_t s = 0; s < strategies.size(); ++s) {
+      if (!allowed[s]) continue;
+      const Strategy& st = strategies[s];
+      double convFwd = 0, convBwd = 0;
+      for (std::size_t i = 0; i < inputAt.size(); ++i) {
+        const auto l = static_cast<std::size_t>(state[inputAt[i]].first);
+        convFwd += m_s.m_convFwd[u][i][s][l];
+        convBwd += m_s.m_convBwd[u][i][s][l];
+      }
+      if (!std::isfinite(convFwd) || !std::isfinite(convBwd)) continue;
+      for (int r = 0; r < 2; ++r) {
+        if (!choices[r]) continue;
+        const bool recompute = r == 1;
+        // Kept inputs: what the unit's backward reads, and whatever a recompute of its forward reads;
+        // after the conversion, or (when cheaper at this price of memory) before it and converted again
+        // backward, as Megatron's sequence parallelism does. A producer that recomputes regenerates them.
+        double inputsKept = 0, redo = 0;
+        std::uint8_t keepBefore = 0;
+        for (std::size_t i = 0; i < inputAt.size(); ++i) {
+          if (state[inputAt[i]].second) {
+            // Regenerated by its producer's recompute: converted into this unit's layout again too.
+            if (st.inputSaved > 0 || recompute) redo += m_s.m_convFwd[u][i][s][static_cast<std::size_t>(state[inputAt[i]].first)];
+            continue;
+          }
+          double after = st.inputSaved * m_s.m_inputShare[u][i];
+          if (recompute) after = std::max(after, m_s.m_inputDims[u][i].bytes(m_s.m_context.samples) * m_s.m_share[static_cast<std::size_t>(st.in.index())]);
+          if (after <= 0) continue;
+          const auto l = static_cast<std::size_t>(state[inputAt[i]].first);
+          const double again = m_s.m_convFwd[u][i][s][l];
+          const Layout from = Layout::fromIndex(static_cast<int>(l));
+          if (again > 0 && !from.partial()) {
+            const double smaller = after * m_s.m_share[l] / m_s.m_share[static_cast<std::size_t>(st.in.index())];
+            if (again + memoryPrice * smaller < memoryPrice * after) {
+              inputsKept += smaller;
+              redo += again;
+              keepBefore |= static_cast<std::uint8_t>(1u << i);
+              continue;
+            }
+          }
+          inputsKept += after;
+        }
+        const double recomputeSeconds = redo + (recompute ? st.fwd + st.commFwd + convFwd : 0.0);
+        const double activation = inputsKept + (recompute ? 0.0 : st.ownSaved);
+        const double seconds = st.fwd + st.bwd + st.commFwd + st.commBwd + convFwd + convBwd + syncOf[s] + recomputeSeconds;
+        const double objective = entry.objective + seconds + m_w.lambda * stateOf[s] + memoryPrice * activation;
+        const std::uint64_t nextKey =
+            producesLive ? (survivors << 6) | (static_cast<std::uint64_t>(st.out.index()) << 1) | (recompute && outputBit ? 1u : 0u)
+                         : survivors;
+        auto [it, inserted] = out.try_emplace(nextKey);
+        Entry& e = it->second;
+        if (!inserted && e.objective <= objective) continue;
+        e.objective = objective;
+        e.seconds = entry.seconds + seconds;
+        e.compute = entry.compute + st.fwd + st.bwd;
+        e.comm = entry.comm + st.commFwd + st.commBwd + convFwd + convBwd;
+        e.recompute = entry.recompute + recomputeSeconds;
+        e.activation = entry.activation + activation;
+        e.state = entry.state + stateOf[s];
+        e.params = entry.params + st.stateParams;
+        e.optimizer = entry.optimizer + st.stateParams / st.optimizerShard;
+        for (int k = 0; k < 3; ++k) e.sync[k] = entry.sync[k] + st.syncBytes[k];
+        e.previous = key;
+        e.strategy = static_cast<int>(s);
+        e.recompute_ = recompute;
+        e.keepBefore = keepBefore;
+      }
+    }
+  }
+  if (out.size() > kBeam) {
+    std::vector<std::pair<double, std::uint64_t>> order;
+    for (const auto& [k, e] : out) order.push_back({e.objective, k});
+    std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kBeam), order.end());
+    std::unordered_map<std::uint64_t, Entry> kept;
+    for (std::size_t i = 0; i < kBeam; ++i) kept.emplace(order[i].second, out.at(order[i].second));
+    out = std::move(kept);
+  }
+}
+
+void BlockDp::cut(std::size_t k) {
+  auto& reached = m_reached[k];
+  reached = std::move(m_steps[k]);
+  m_steps[k].clear();
+  std::vector<std::pair<int, bool>> state;
+  for (const auto& [key, entry] : reached) {
+    int code = 0;
+    unpack(key, 1, code, state);
+    Entry fresh;
+    fresh.objective = 0;
+    m_steps[k].try_emplace(pack(state[0].first * 2 + (state[0].second ? 1 : 0), state), fresh);
+  }
+  m_cuts.push_back(k);
+}
+
+void BlockDp::walkBack(std::size_t from, std::size_t to, std::uint64_t key, bool atCut, BlockPlan& plan) const {
+  // Units from-1 down to `to`; the state at `from` is in m_reached when `from` is a cut the walk ends at.
+  std::uint64_t at = key;
+  for (std::size_t u = from; u-- > to;) {
+    const Entry& e = (u + 1 == from && atCut) ? m_reached.at(from).at(at) : m_steps[u + 1].at(at);
+    UnitChoice& c = plan.units[u];
+    c.strategy = e.strategy;
+    c.recompute = e.recompute_;
+    c.keepBeforeConversion.clear();
+    for (std::size_t i = 0; i < m_s.m_block->units[u].inputs.size(); ++i) c.keepBeforeConversion.push_back(((e.keepBefore >> i) & 1u) != 0);
+    at = e.previous;
+  }
+}
+
+std::vector<BlockPlan> BlockDp::finish() {
+  // Join the segments: for each original entry and the state at each cut, the best prefix.
+  struct Prefix {
+    Entry sum;
+    std::uint64_t reachedKey = 0;  // the state reaching the cut, in the previous segment's keys
+    std::int64_t previous = -1;    // index of the prefix it extends (the previous cut)
+    int entry = 0;                 // the block's entry code
+    int z = 0;                     // the cut's code: its tensor's layout and recompute bit
+  };
+  std::vector<std::vector<Prefix>> prefixes(m_cuts.size());
+  auto add = [](Entry a, const Entry& b) {
+    a.objective += b.objective;
+    a.seconds += b.seconds;
+    a.compute += b.compute;
+    a.comm += b.comm;
+    a.recompute += b.recompute;
+    a.activation += b.activation;
+    a.state += b.state;
+    a.params += b.params;
+    a.optimizer += b.optimizer;
+    for (int k = 0; k < 3; ++k) a.sync[k] += b.sync[k];
+    return a;
+  };
+  // Prefixes of cut j-1 by their cut code (the code this segment's states carry as their entry).
+  std::vector<std::vector<std::size_t>> byCode;
+  auto index = [&](const std::vector<Prefix>& list) {
+    byCode.assign(2 * kLayouts, {});
+    for (std::size_t p = 0; p < list.size(); ++p) byCode[static_cast<std::size_t>(list[p].z)].push_back(p);
+  };
+  std::vector<std::pair<int, bool>> state;
+  for (std::size_t j = 0; j < m_cuts.size(); ++j) {
+    std::map<std::pair<int, int>, Prefix> best;  // (entry, cut code) -> best prefix
+    if (j > 0) index(prefixes[j - 1]);
+    for (const auto& [key, e] : m_reached.at(m_cuts[j])) {
+      int code = 0;
+      unpack(key, 1, code, state);
+      const int z = state[0].first * 2 + (state[0].second ? 1 : 0);
+      if (j == 0) {
+        auto [it, inserted] = best.try_emplace({code, z});
+        if (inserted || e.objective < it->second.sum.objective) it->second = {e, key, -1, code, z};
+        continue;
+      }
+      for (const auto p : byCode[static_cast<std::size_t>(code)]) {
+        const Prefix& before = prefixes[j - 1][p];
+        const double objective = before.sum.objective + e.objective;
+        auto [it, inserted] = best.try_emplace({before.entry, z});
+        if (inserted || objective < it->second.sum.objective) {
+          it->second = {add(before.sum, e), key, static_cast<std::int64_t>(p), before.entry, z};
+        }
+      }
+    }
+    for (auto& [k, p] : best) prefixes[j].push_back(p);
+  }
+  // Final states, joined with the prefixes; one plan per (entry, exit).
+  const auto& finalLive = m_live[m_n];
+  if (!m_cuts.empty()) index(prefixes.back());
+  std::map<std::pair<int, int>, std::tuple<Entry, std::uint64_t, std::int64_t>> chosen;
+  for (const auto& [key, e] : m_steps[m_n]) {
+    int code = 0;
+    unpack(key, finalLive.size(), code, state);
+    const int exit = finalLive.empty() ? 0 : state.back().first;
+    if (m_cuts.empty()) {
+      auto [it, inserted] = chosen.try_emplace({code / 2, exit}, e, key, -1);
+      if (!inserted && e.objective < std::get<0>(it->second).objective) it->second = {e, key, -1};
+      continue;
+    }
+    const auto& last = prefixes.back();
+    for (const auto p : byCode[static_cast<std::size_t>(code)]) {
+      const double objective = last[p].sum.objective + e.objective;
+      auto [it, inserted] = chosen.try_emplace({last[p].entry / 2, exit});
+      if (inserted || objective < std::get<0>(it->second).objective) {
+        it->second = {add(last[p].sum, e), key, static_cast<std::int64_t>(p)};
+      }
+    }
+  }
+  std::vector<BlockPlan> plans;
+  for (const auto& [pair, value] : chosen) {
+    const auto& [e, key, prefix] = value;
+    BlockPlan plan;
+    plan.entry = Layout::fromIndex(pair.first);
+    plan.exit = Layout::fromIndex(pair.second);
+    plan.objective = e.objective;
+    plan.seconds = e.seconds;
+    plan.computeSeconds = e.compute;
+    plan.commSeconds = e.comm;
+    plan.recomputeSeconds = e.recompute;
+    plan.activationBytes = e.activation;
+    plan.stateBytes = e.state;
+    plan.params = e.params;
+    plan.optimizerParams = e.optimizer;
+    for (int k = 0; k < 3; ++k) plan.syncBytes[k] = e.sync[k];
+    plan.units.resize(m_n);
+    // The last segment, then each earlier one through the prefix chain.
+    std::size_t end = m_n;
+    std::uint64_t at = key;
+    bool atCut = false;
+    std::int64_t p = prefix;
+    for (std::size_t j = m_cuts.size(); j-- > 0;) {
+      walkBack(end, m_cuts[j], at, atCut, plan);
+      const Prefix& pre = prefixes[j][static_cast<std::size_t>(p)];
+      end = m_cuts[j];
+      at = pre.reachedKey;
+      atCut = true;
+      p = pre.previous;
+    }
+    walkBack(end, 0, at, atCut, plan);
+    plans.push_back(std::move(plan));
+  }
+  return plans;
+}
+
+std::vector<BlockPlan> BlockSolver::solve(const std::vector<Layout>& entries, const SolveWeights& weights) const {
+  BlockDp dp(*this, weights);
+  return dp.run(entries);
+}
+
+}  // namespace colo::planner::detail

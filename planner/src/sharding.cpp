@@ -1,0 +1,198 @@
+// Device meshes, activation layouts and the collectives between layouts (colo/planner/sharding.h).
+#include "colo/planner/sharding.h"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+namespace colo::planner {
+namespace {
+
+bool shards(AxisUse use) { return use == AxisUse::kBatch || use == AxisUse::kSeq || use == AxisUse::kFeature; }
+
+std::string axisName(int axis) { return std::to_string(axis); }
+
+}  // namespace
+
+Layout Layout::fromIndex(int index) {
+  Layout l;
+  l.use[0] = static_cast<AxisUse>(index / kAxisUses);
+  l.use[1] = static_cast<AxisUse>(index % kAxisUses);
+  return l;
+}
+
+Layout gradientTarget(Layout layout) {
+  for (auto& u : layout.use) {
+    if (u == AxisUse::kPartial) u = AxisUse::kReplicate;
+  }
+  return layout;
+}
+
+std::int64_t DeviceMesh::size() const {
+  std::int64_t n = 1;
+  for (const auto s : shape) n *= s;
+  return n;
+}
+
+costmodel::GroupPlacement DeviceMesh::group(int axis) const {
+  // The inner axis takes consecutive ranks (the plan's tp position), the outer axis strides over it
+  // (dp's position): the cost model places such groups on the cluster's link levels.
+  Parallelism p;
+  if (axes() == 1) {
+    p.tp = shape[0];
+    return costmodel::placeGroup(*cluster, p, costmodel::Dim::kTp);
+  }
+  p.dp = shape[0];
+  p.tp = shape[1];
+  return costmodel::placeGroup(*cluster, p, axis == 1 ? costmodel::Dim::kTp : costmodel::Dim::kDp);
+}
+
+std::string DeviceMesh::toString() const {
+  std::string out;
+  for (const auto s : shape) out += (out.empty() ? "" : "x") + std::to_string(s);
+  return out;
+}
+
+Result<std::vector<std::int64_t>> parseMeshShape(const std::string& text, const std::string& option) {
+  std::vector<std::int64_t> shape;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = std::min(text.find('x', start), text.size());
+    std::int64_t v = 0;
+    const auto* first = text.data() + start;
+    const auto* last = text.data() + end;
+    const auto [ptr, ec] = std::from_chars(first, last, v);
+    if (ec != std::errc{} || ptr != last || v <= 0) {
+      return std::unexpected(Error::badInput(option + ": \"" + text + "\" is not a mesh shape (one or two positive sizes, e.g. 8 or 2x8)"));
+    }
+    shape.push_back(v);
+    start = end + 1;
+  }
+  if (shape.empty() || shape.size() > 2) {
+    return std::unexpected(Error::badInput(option + ": \"" + text + "\" is not a mesh shape (one or two positive sizes, e.g. 8 or 2x8)"));
+  }
+  return shape;
+}
+
+Result<DeviceMesh> makeMesh(const ClusterSpec& cluster, std::vector<std::int64_t> shape, const std::string& option) {
+  DeviceMesh mesh;
+  mesh.shape = std::move(shape);
+  mesh.cluster = &cluster;
+  const std::string label = option + " " + mesh.toString();
+  if (mesh.shape.empty() || mesh.shape.size() > 2) return std::unexpected(Error::badInput(label + ": a mesh has one or two axes"));
+  for (const auto s : mesh.shape) {
+    if (s <= 0) return std::unexpected(Error::badInput(label + ": axis sizes must be positive"));
+  }
+  const std::int64_t gpus = cluster.totalGpus();
+  if (gpus % mesh.size() != 0) {
+    return std::unexpected(Error::badInput(label + ": " + std::to_string(mesh.size()) + " GPUs do not divide the cluster's " +
+                                           std::to_string(gpus) + " (the mesh is one pipeline stage)"));
+  }
+  const std::int64_t gpn = cluster.gpusPerNode;
+  const std::int64_t inner = mesh.shape.back();
+  if (inner <= gpn ? gpn % inner != 0 : inner % gpn != 0) {
+    return std::unexpected(Error::badInput(label + ": the inner axis (" + std::to_string(inner) +
+                                           ") must divide a node's " + std::to_string(gpn) + " GPUs or span whole nodes"));
+  }
+  return mesh;
+}
+
+bool fits(Layout layout, const TensorDims& dims, std::int64_t samples, const DeviceMesh& mesh) {
+  std::int64_t b = 1, s = 1, f = 1;
+  for (int a = 0; a < 2; ++a) {
+    const AxisUse u = layout.use[static_cast<std::size_t>(a)];
+    if (a >= mesh.axes()) {
+      if (u != AxisUse::kReplicate) return false;
+      continue;
+    }
+    const std::int64_t n = mesh.axisSize(a);
+    if (n == 1 && u != AxisUse::kReplicate) return false;  // one member: every use is the same
+    if (u == AxisUse::kBatch) b *= n;
+    if (u == AxisUse::kSeq) s *= n;
+    if (u == AxisUse::kFeature) f *= n;
+  }
+  if (samples % b != 0 || dims.s % s != 0) return false;
+  if (dims.featureGrain == 0) return true;  // padded to any split (a vocabulary)
+  return (dims.f / dims.featureGrain) % f == 0;
+}
+
+double localBytes(Layout layout, double bytes, const DeviceMesh& mesh) {
+  for (int a = 0; a < mesh.axes(); ++a) {
+    if (shards(layout.use[static_cast<std::size_t>(a)])) bytes /= static_cast<double>(mesh.axisSize(a));
+  }
+  return bytes;
+}
+
+const Conversion& LayoutConverter::convert(Layout from, Layout to, const TensorDims& dims, std::int64_t samples) {
+  const auto key = std::make_tuple(from.index(), to.index(), dims, samples);
+  if (const auto it = m_cache.find(key); it != m_cache.end()) return it->second;
+  return m_cache.emplace(key, compute(from, to, dims, samples)).first->second;
+}
+
+Conversion LayoutConverter::compute(Layout from, Layout to, const TensorDims& dims, std::int64_t samples) const {
+  using costmodel::Collective;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  const double full = dims.bytes(samples);
+  Conversion best{kInf, {}, 0};
+  // One step per axis that changes; try both orders (gathering after another axis has sliced moves fewer bytes).
+  for (int order = 0; order < 2; ++order) {
+    Layout at = from;
+    Conversion c;
+    for (int i = 0; i < 2 && c.seconds < kInf; ++i) {
+      const int a = order == 0 ? i : 1 - i;
+      const auto ua = static_cast<std::size_t>(a);
+      const AxisUse x = at.use[ua];
+      const AxisUse y = to.use[ua];
+      if (x == y) continue;
+      Layout next = at;
+      next.use[ua] = y;
+      if (!fits(next, dims, samples, m_mesh) && !(y == AxisUse::kReplicate || y == AxisUse::kPartial)) {
+        c.seconds = kInf;
+        break;
+      }
+      const double here = localBytes(at, full, m_mesh);
+      const auto group = m_mesh.group(a);
+      const std::string name = axisName(a);
+      auto add = [&](Collective kind, double bytes, const char* label) {
+        c.seconds += costmodel::collectiveSeconds(kind, bytes, group);
+        c.steps += (c.steps.empty() ? "" : " > ") + std::string(label) + "(" + name + ")";
+        ++c.collectives;
+      };
+      if (y == AxisUse::kPartial) {
+        c.seconds = kInf;  // nothing turns a whole tensor into partial sums
+      } else if (x == AxisUse::kPartial) {
+        if (y == AxisUse::kReplicate) add(Collective::kAllReduce, here, "all-reduce");
+        else add(Collective::kReduceScatter, here, "reduce-scatter");
+      } else if (x == AxisUse::kReplicate) {
+        // A local slice: no communication.
+      } else if (y == AxisUse::kReplicate) {
+        add(Collective::kAllGather, here * static_cast<double>(m_mesh.axisSize(a)), "all-gather");
+      } else {
+        add(Collective::kAllToAll, here, "all-to-all");
+      }
+      at = next;
+    }
+    if (c.seconds < best.seconds) best = c;
+  }
+  return best;
+}
+
+std::string toString(Layout layout, int axes) {
+  std::array<std::string, 3> dims{"", "", ""};
+  std::string partial;
+  for (int a = 0; a < axes && a < 2; ++a) {
+    const AxisUse u = layout.use[static_cast<std::size_t>(a)];
+    const std::string n = std::to_string(a);
+    if (u == AxisUse::kBatch) dims[0] += n;
+    if (u == AxisUse::kSeq) dims[1] += n;
+    if (u == AxisUse::kFeature) dims[2] += n;
+    if (u == AxisUse::kPartial) partial += n;
+  }
+  std::string out = "[";
+  for (std::size_t d = 0; d < 3; ++d) out += (d ? ", " : "") + (dims[d].empty() ? std::string("R") : "S" + dims[d]);
+  out += "]";
+  if (!partial.empty()) out += " P" + partial;
+  return out;
+}
+
+}  // namespace colo::planner

@@ -1,0 +1,264 @@
+#include "colo/planner/autoparallel.h"
+
+#include <cmath>
+#include <map>
+
+#include <gtest/gtest.h>
+
+#include "colo/planner/sharding.h"
+#include "core/test_support.h"
+
+namespace colo::planner {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+Layout layout(AxisUse a0, AxisUse a1 = AxisUse::kReplicate) {
+  Layout l;
+  l.use = {a0, a1};
+  return l;
+}
+
+// The roles of the units of the (first) layer block of a plan, by unit name.
+std::map<std::string, std::string> layerRoles(const OperatorPlan& p) {
+  std::map<std::string, std::string> roles;
+  for (const auto& b : p.blocks) {
+    if (b.name.rfind("layer", 0) != 0) continue;
+    for (const auto& u : b.units) roles[u.unit] = u.roles;
+    break;
+  }
+  return roles;
+}
+
+TEST(Sharding, MeshShapesAreCheckedAgainstTheCluster) {
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json"));
+  auto mesh = makeMesh(cluster, {2, 8});
+  ASSERT_TRUE(mesh) << mesh.error().toString();
+  EXPECT_EQ(mesh->size(), 16);
+  EXPECT_EQ(mesh->toString(), "2x8");
+  // The inner axis is one node's NVSwitch, the outer crosses nodes.
+  EXPECT_FALSE(mesh->group(1).crossesNodes());
+  EXPECT_TRUE(mesh->group(0).crossesNodes());
+  auto odd = makeMesh(cluster, {3, 3});
+  ASSERT_FALSE(odd);
+  EXPECT_NE(odd.error().message.find("--mesh 3x3"), std::string::npos) << odd.error().message;
+  auto wide = makeMesh(cluster, {256});
+  ASSERT_FALSE(wide);
+  EXPECT_NE(wide.error().message.find("do not divide"), std::string::npos) << wide.error().message;
+  EXPECT_FALSE(parseMeshShape("2x"));
+  EXPECT_FALSE(parseMeshShape("2x2x2"));
+  EXPECT_FALSE(parseMeshShape("0x8"));
+  EXPECT_EQ(*parseMeshShape("4x2"), (std::vector<std::int64_t>{4, 2}));
+}
+
+TEST(Sharding, ConversionsUseTheCollectiveEachAxisNeeds) {
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json"));
+  const auto mesh = *makeMesh(cluster, {2, 8});
+  LayoutConverter conv(mesh);
+  const TensorDims dims{2048, 12288, 1, 2};
+  using enum AxisUse;
+  EXPECT_EQ(toString(layout(kBatch, kFeature)), "[S0, R, S1]");
+  EXPECT_EQ(toString(layout(kBatch, kPartial)), "[S0, R, R] P1");
+  EXPECT_EQ(toString(layout(kBatch, kBatch)), "[S01, R, R]");
+  // Nothing moves between equal layouts or when slicing a replicated tensor.
+  EXPECT_EQ(conv.convert(layout(kBatch), layout(kBatch), dims, 8).seconds, 0.0);
+  EXPECT_EQ(conv.convert(layout(kBatch), layout(kBatch, kSeq), dims, 8).seconds, 0.0);
+  // Megatron's g and its sequence-parallel form: partial sums all-reduced, or reduce-scattered.
+  const auto& ar = conv.convert(layout(kBatch, kPartial), layout(kBatch), dims, 8);
+  EXPECT_EQ(ar.steps, "all-reduce(1)");
+  const auto& rs = conv.convert(layout(kBatch, kPartial), layout(kBatch, kSeq), dims, 8);
+  EXPECT_EQ(rs.steps, "reduce-scatter(1)");
+  EXPECT_LT(rs.seconds, ar.seconds);
+  EXPECT_EQ(conv.convert(layout(kBatch, kSeq), layout(kBatch), dims, 8).steps, "all-gather(1)");
+  EXPECT_EQ(conv.convert(layout(kBatch, kSeq), layout(kBatch, kFeature), dims, 8).steps, "all-to-all(1)");
+  // A whole tensor never becomes partial sums.
+  EXPECT_TRUE(std::isinf(conv.convert(layout(kBatch), layout(kBatch, kPartial), dims, 8).seconds));
+  // Across nodes the same collective costs more than inside one.
+  EXPECT_GT(conv.convert(layout(kSeq), layout(kReplicate), dims, 8).seconds,
+            conv.convert(layout(kReplicate, kSeq), layout(kReplicate), dims, 8).seconds);
+  // Moving a split from one axis to the other slices first, then gathers the smaller shard.
+  const auto& move = conv.convert(layout(kBatch), layout(kReplicate, kBatch), dims, 16);
+  EXPECT_EQ(move.collectives, 1);
+  EXPECT_EQ(move.steps, "all-gather(0)");
+  // A split that does not divide the tensor is impossible.
+  EXPECT_TRUE(std::isinf(conv.convert(layout(kReplicate), layout(kBatch, kBatch), dims, 8).seconds));
+  // Cached: asking again adds nothing.
+  const auto before = conv.cached();
+  (void)conv.convert(layout(kBatch, kPartial), layout(kBatch), dims, 8);
+  EXPECT_EQ(conv.cached(), before);
+}
+
+// GPT-3 175B's layers on an 8-GPU node mesh, 16 pipeline stages of 128 A100s, under a budget that
+// forbids replicated weights: the per-operator solve (without Megatron's plans among its candidates)
+// finds Megatron's split by itself: column-parallel QKV and MLP up, attention by heads, row-parallel
+// output and down projections, norms and dropout split along the sequence (sequence parallelism).
+TEST(AutoParallel, RediscoversMegatronsSplitOnGptLayers) {
+  const Model model = test::loadModelOrFail(test::dataFile("models/gpt3-175b.json"));
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json"));
+  AutoParallelOptions o;
+  o.globalBatchSize = 1536;
+  o.meshes = {{8}};
+  o.pipelineDegrees = {16};
+  o.memoryBudgetBytes = 36 * kGiB;
+  o.allowOffload = false;
+  o.seedWithMegatron = false;
+  auto r = autoParallel(model, cluster, o);
+  ASSERT_TRUE(r) << r.error().toString();
+  ASSERT_TRUE(r->joint.fits);
+  const auto roles = layerRoles(r->joint);
+  EXPECT_EQ(roles.at("attn.qkv"), "0:out");
+  EXPECT_EQ(roles.at("attn.core"), "0:out");
+  EXPECT_EQ(roles.at("attn.out"), "0:in");
+  EXPECT_EQ(roles.at("mlp.up"), "0:out");
+  EXPECT_EQ(roles.at("mlp.gelu"), "0:out");
+  EXPECT_EQ(roles.at("mlp.down"), "0:in");
+  EXPECT_EQ(roles.at("attn_norm"), "0:seq");
+  EXPECT_EQ(roles.at("mlp_residual"), "0:seq");
+  // And it is at least as fast as Megatron's split with layer-level recompute (per-operator recompute
+  // of the cheap norms and the GeLU instead of whole layers).
+  ASSERT_TRUE(r->megatronFits);
+  EXPECT_LE(r->joint.stepSeconds, r->megatron.stepSeconds * 1.0001);
+  EXPECT_NE(r->megatron.expressedAs.find("tp=8 dp=1 pp=16"), std::string::npos) << r->megatron.expressedAs;
+  EXPECT_TRUE(r->megatron.runnable);
+}
+
+// Llama-3-70B on a node mesh: the MLP is column- then row-parallel and the attention output row-parallel
+// as in Megatron; for grouped-query attention under memory pressure the solver splits the QKV product
+// by its input instead (its input stays sharded, no gather to keep or repeat), which colo's cost model
+// prices below Megatron's gather.
+TEST(AutoParallel, LlamaLayersKeepTheColumnRowMlpAndBeatMegatron) {
+  const Model model = test::loadModelOrFail(test::dataFile("models/llama3-70b.json"));
+  const ClusterSpec cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 64);
+  AutoParallelOptions o;
+  o.globalBatchSize = 512;
+  o.meshes = {{8}};
+  o.pipelineDegrees = {8};
+  o.memoryBudgetBytes = 30 * kGiB;
+  o.allowOffload = false;
+  o.seedWithMegatron = false;
+  auto r = autoParallel(model, cluster, o);
+  ASSERT_TRUE(r) << r.error().toString();
+  const auto roles = layerRoles(r->joint);
+  EXPECT_EQ(roles.at("mlp.gate_up"), "0:out");
+  EXPECT_EQ(roles.at("mlp.swiglu"), "0:out");
+  EXPECT_EQ(roles.at("mlp.down"), "0:in");
+  EXPECT_EQ(roles.at("attn.core"), "0:out");
+  EXPECT_EQ(roles.at("attn.out"), "0:in");
+  EXPECT_TRUE(roles.at("attn.qkv") == "0:out" || roles.at("attn.qkv") == "0:in") << roles.at("attn.qkv");
+  ASSERT_TRUE(r->megatronFits);
+  EXPECT_LE(r->joint.stepSeconds, r->megatron.stepSeconds);
+  EXPECT_LE(r->joint.peakMemoryBytes, o.memoryBudgetBytes);
+}
+
+// Under a budget Megatron's split cannot meet even with full recompute, the joint solve finds a plan
+// that fits (per-operator recompute, activations and optimizer states to host memory) and says what
+// it costs.
+TEST(AutoParallel, FitsWhereMegatronWithLayerRecomputeCannot) {
+  const Model model = test::loadModelOrFail(test::dataFile("models/llama3-70b.json"));
+  const ClusterSpec cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 64);
+  AutoParallelOptions o;
+  o.globalBatchSize = 512;
+  o.meshes = {{8}};
+  o.pipelineDegrees = {8};
+  o.memoryBudgetBytes = 22 * kGiB;
+  auto r = autoParallel(model, cluster, o);
+  ASSERT_TRUE(r) << r.error().toString();
+  EXPECT_FALSE(r->megatronFits);
+  EXPECT_GT(r->megatron.peakMemoryBytes, o.memoryBudgetBytes);
+  EXPECT_TRUE(r->joint.fits);
+  EXPECT_LE(r->joint.peakMemoryBytes, o.memoryBudgetBytes);
+  EXPECT_GT(r->joint.stepSeconds, 0.0);
+  EXPECT_GT(r->joint.activationOffloadFraction + r->joint.optimizerOffloadFraction, 0.0);
+  EXPECT_FALSE(r->joint.runnable);
+  EXPECT_NE(r->joint.expressedAs.find("simulation-only"), std::string::npos);
+  // Without host memory the same budget cannot be met: the error names the least memory a plan needs.
+  o.allowOffload = false;
+  auto none = autoParallel(model, cluster, o);
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().code, ErrorCode::kInfeasible);
+  EXPECT_NE(none.error().message.find("the leanest needs"), std::string::npos) << none.error().message;
+}
+
+// Across small library models on one node, the joint solve is never slower than Megatron's split
+// (which it contains), and plans that are Megatron's split say so and are runnable.
+TEST(AutoParallel, NeverSlowerThanMegatronAndSaysWhatRuns) {
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb.json"));
+  for (const char* name : {"tiny-gpt", "gpt2-small", "bert-large", "tiny-moe"}) {
+    SCOPED_TRACE(name);
+    const Model model = test::loadModelOrFail(test::dataFile(std::string("models/") + name + ".json"));
+    AutoParallelOptions o;
+    o.globalBatchSize = 64;
+    auto r = autoParallel(model, cluster, o);
+    ASSERT_TRUE(r) << r.error().toString();
+    ASSERT_TRUE(r->megatronFits);
+    EXPECT_LE(r->joint.stepSeconds, r->megatron.stepSeconds * 1.0000001);
+    EXPECT_TRUE(r->megatron.runnable) << r->megatron.expressedAs;
+    // Every block has a row per unit with layouts in Colossal-AI's notation.
+    ASSERT_GE(r->joint.blocks.size(), 3u);
+    for (const auto& b : r->joint.blocks) {
+      for (const auto& u : b.units) {
+        EXPECT_FALSE(u.roles.empty());
+        EXPECT_TRUE(u.output == "-" || u.output.front() == '[') << u.output;
+      }
+    }
+    const Json j = r->toJson();
+    EXPECT_TRUE(j.contains("joint") && j["joint"].contains("blocks"));
+    EXPECT_GT(j["block_solves"].get<std::int64_t>(), 0);
+  }
+}
+
+TEST(AutoParallel, MoeLayersCanSplitExperts) {
+  const Model model = test::loadModelOrFail(test::dataFile("models/mixtral-8x7b.json"));
+  const ClusterSpec cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 64);
+  AutoParallelOptions o;
+  o.globalBatchSize = 256;
+  o.meshes = {{8}};
+  o.pipelineDegrees = {8};
+  o.memoryBudgetBytes = 40 * kGiB;
+  auto r = autoParallel(model, cluster, o);
+  ASSERT_TRUE(r) << r.error().toString();
+  const auto roles = layerRoles(r->joint);
+  ASSERT_TRUE(roles.contains("moe"));
+  // The experts' weights cannot all be replicated in this budget: they are split by expert or width.
+  EXPECT_TRUE(roles.at("moe") == "0:expert" || roles.at("moe") == "0:inner") << roles.at("moe");
+}
+
+TEST(AutoParallel, BadInputNamesTheOption) {
+  const Model model = test::loadModelOrFail(test::dataFile("models/tiny-gpt.json"));
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb.json"));
+  AutoParallelOptions o;
+  auto noBatch = autoParallel(model, cluster, o);
+  ASSERT_FALSE(noBatch);
+  EXPECT_NE(noBatch.error().message.find("--gbs"), std::string::npos);
+  o.globalBatchSize = 64;
+  o.meshes = {{3, 3}};
+  auto mesh = autoParallel(model, cluster, o);
+  ASSERT_FALSE(mesh);
+  EXPECT_EQ(mesh.error().code, ErrorCode::kBadInput);
+  o.meshes = {};
+  o.pipelineDegrees = {3};
+  auto pp = autoParallel(model, cluster, o);
+  ASSERT_FALSE(pp);
+  EXPECT_NE(pp.error().message.find("--pp 3"), std::string::npos);
+  o.pipelineDegrees = {};
+  o.memoryBudgetBytes = 1024.0;  // a kilobyte
+  auto tiny = autoParallel(model, cluster, o);
+  ASSERT_FALSE(tiny);
+  EXPECT_EQ(tiny.error().code, ErrorCode::kInfeasible);
+}
+
+TEST(AutoParallel, CancelledBeforeAnyPlanSaysSo) {
+  const Model model = test::loadModelOrFail(test::dataFile("models/gpt2-small.json"));
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb.json"));
+  CancellationToken cancel;
+  cancel.cancel();
+  AutoParallelOptions o;
+  o.globalBatchSize = 64;
+  o.cancel = &cancel;
+  auto r = autoParallel(model, cluster, o);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("cancelled"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace colo::planner
