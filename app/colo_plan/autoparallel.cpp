@@ -6,6 +6,7 @@
 
 #include "args.h"
 #include "colo/core/units.h"
+#include "colo/core/version.h"
 #include "colo/planner/autoparallel.h"
 #include "colo/planner/sharding.h"
 #include "commands.h"
@@ -78,7 +79,9 @@ void printSummary(const planner::AutoParallelResult& r, std::ostream& out) {
   }
 }
 
-void printBlocks(const planner::OperatorPlan& p, std::ostream& out) {
+}  // namespace
+
+void printOperatorBlocks(const planner::OperatorPlan& p, std::ostream& out) {
   for (const auto& b : p.blocks) {
     out << "\n" << b.name << (b.count > 1 ? " (x" + std::to_string(b.count) + ", solved once)" : "") << ":\n";
     TextTable t({"op", "axes", "input", "output", "collectives", "time", "saved", "states", "activations"},
@@ -91,7 +94,21 @@ void printBlocks(const planner::OperatorPlan& p, std::ostream& out) {
   }
 }
 
-}  // namespace
+void printOperatorPlan(const planner::OperatorPlan& p, std::ostream& out) {
+  TextTable t({"", p.method == "megatron" ? "megatron (column/row split)" : "per-operator plan"}, {false, false});
+  t.addRow({"layout", std::to_string(p.pipelineStages) + " stage(s) x mesh " + p.mesh});
+  t.addRow({"micro-batch", std::to_string(p.microBatchSize) + " samples x " + std::to_string(p.microBatches)});
+  t.addRow({"step time", seconds(p.stepSeconds)});
+  t.addRow({"peak memory", formatBytes(p.peakMemoryBytes) + " of " + formatBytes(p.budgetBytes) + (p.fits ? "" : " (DOES NOT FIT)")});
+  t.addRow({"recompute", p.recompute});
+  t.addRow({"offload", "activations " + percent(p.activationOffloadFraction) + ", optimizer " + percent(p.optimizerOffloadFraction)});
+  t.addRow({"compute | comm", seconds(p.compute) + " | " + seconds(p.communication)});
+  t.addRow({"recompute | bubble", seconds(p.recomputeSeconds) + " | " + seconds(p.bubble)});
+  t.addRow({"grad sync | optimizer", seconds(p.gradientSync) + " | " + seconds(p.optimizer)});
+  t.addRow({"as degrees", p.expressedAs});
+  out << t.render("  ");
+  printOperatorBlocks(p, out);
+}
 
 int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
   std::vector<OptionSpec> specs{
@@ -107,6 +124,7 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
       {"precision", "P", "bf16, fp16, fp8, fp32 (default: bf16, or fp16 on GPUs without bf16)"},
       {"no-offload", "", "keep activations and optimizer states on the GPU"},
       {"solver-only", "", "do not count Megatron's split among the joint candidates (shows what the per-operator solve finds alone)"},
+      {"out", "FILE", "write the plan (colo.plan/1 with its per-operator plan) for evaluate --plan and colo-run"},
       {"json", "", "print one JSON object"},
       {"help", "", "show this help"}};
   auto args = Args::parse(argv, specs);
@@ -176,6 +194,11 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
   if (!result) return reportError(result.error(), err);
   if (args->has("json")) {
     out << result->toJson().dump(2) << "\n";
+    if (const auto file = args->value("out")) {
+      auto plan = planner::operatorPlanFile(model, cluster, options, *result);
+      if (!plan) return reportError(plan.error(), err);
+      if (auto written = writeJsonFileAtomic(*file, planToJson(*plan)); !written) return reportError(written.error(), err);
+    }
     return 0;
   }
   out << "colo-plan autoparallel: " << model.name() << " on " << clusterLabel(cluster) << ", global batch " << *gbs
@@ -188,7 +211,21 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
   printSummary(*result, out);
   out << "\nper-operator plan (axes: what each mesh axis splits; layouts in Colossal-AI's [b, s, f] notation;\n"
          "time per micro-batch: kernels, collectives and recompute; saved: activations kept per micro-batch)\n";
-  printBlocks(result->joint, out);
+  printOperatorBlocks(result->joint, out);
+  if (const auto file = args->value("out")) {
+    auto plan = planner::operatorPlanFile(model, cluster, options, *result);
+    if (!plan) return reportError(plan.error(), err);
+    plan->provenance.toolVersion = kVersion;
+    plan->provenance.modelHash = contentHash(plan->model.toJson());
+    plan->provenance.clusterHash = contentHash(clusterToJson(plan->cluster));
+    std::string command = "colo-plan autoparallel";
+    for (const auto& a : argv) command += " " + a;
+    plan->provenance.command = command;
+    if (auto written = writeJsonFileAtomic(*file, planToJson(*plan)); !written) return reportError(written.error(), err);
+    out << "\nwrote " << *file << (result->joint.runnable ? " (colo-run runs it: " + result->joint.expressedAs + ")"
+                                                             : " (simulation-only; its degree fields hold Megatron's split)")
+        << "; `colo-plan evaluate --plan " << *file << "` re-costs it\n";
+  }
   return 0;
 }
 

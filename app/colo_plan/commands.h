@@ -11,6 +11,7 @@
 #include "colo/core/cluster.h"
 #include "colo/core/error.h"
 #include "colo/core/plan.h"
+#include "colo/planner/autoparallel.h"
 #include "colo/planner/budget.h"
 
 namespace colo::app {
@@ -37,6 +38,10 @@ int runList(const std::vector<std::string>& argv, std::ostream& out, std::ostrea
 /// each with the measured step and MFU, colo's prediction for that run, and how `plan` differs from
 /// it; empty when there are none.
 [[nodiscard]] std::string publishedRunsOf(const Plan& plan);
+
+/// The summary and per-operator tables of an operator plan (autoparallel, evaluate --plan).
+void printOperatorPlan(const planner::OperatorPlan& plan, std::ostream& out);
+void printOperatorBlocks(const planner::OperatorPlan& plan, std::ostream& out);
 
 /// Prints `error` as one line on `err` and returns its exit code.
 int reportError(const Error& error, std::ostream& err);

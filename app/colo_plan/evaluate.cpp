@@ -431,6 +431,20 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
     auto loaded = loadPlan(*file);
     if (!loaded) return reportError(loaded.error(), err);
     plan = std::move(*loaded);
+    // A per-operator plan (colo-plan autoparallel --out) is re-costed operator by operator.
+    if (plan.operatorPlan.is_object()) {
+      auto op = planner::evaluateOperatorPlan(plan, *file);
+      if (!op) return reportError(op.error(), err);
+      if (args->has("json")) {
+        out << op->toJson().dump(2) << "\n";
+        return 0;
+      }
+      out << "plan      " << *file << ": " << plan.model.name() << " on " << clusterLabel(plan.cluster)
+          << ", per-operator plan (the degree fields: tp " << plan.parallel.tp << " pp " << plan.parallel.pp << " dp "
+          << plan.parallel.dp << (op->runnable ? ", its equivalent" : ", Megatron's split beside it") << ")\n";
+      printOperatorPlan(*op, out);
+      return 0;
+    }
   } else {
     auto built = planFromOptions(*args, argv);
     if (!built) return reportError(built.error(), err);

@@ -181,6 +181,11 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
     } else {
       r.accept({"provenance"});
     }
+    if (r.has("operator_plan")) {
+      p.operatorPlan = r.object("operator_plan").json();
+    } else {
+      r.accept({"operator_plan"});
+    }
     r.rejectUnknownKeys();
     return p;
   });
@@ -270,6 +275,7 @@ Json planToJson(const Plan& p) {
                      {"costdb_hash", p.provenance.costDbHash},   {"command", p.provenance.command}};
   j["model"] = p.model.toJson();
   j["cluster"] = clusterToJson(p.cluster);
+  if (!p.operatorPlan.is_null()) j["operator_plan"] = p.operatorPlan;
   return j;
 }
 

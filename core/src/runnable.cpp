@@ -30,6 +30,11 @@ Result<void> checkRunnableModel(const Model& model) {
 Result<void> checkRunnable(const Plan& plan) {
   auto bad = [](const std::string& why) { return fail(Error::badInput(why)); };
   const auto& p = plan.parallel;
+  // A per-operator plan runs only where it equals its degree-level fields (autoparallel marks it).
+  if (plan.operatorPlan.is_object() && !plan.operatorPlan.value("runnable", false)) {
+    return bad("operator_plan: " + plan.operatorPlan.value("expressed_as", std::string("simulation-only")) +
+               " (the executor runs tensor, sequence, data and pipeline parallelism as the degree fields give them)");
+  }
   if (auto ok = checkRunnableModel(plan.model); !ok) return ok;
   const ModelSpec& m = *plan.model.spec;
   if (plan.precision == DType::kFp16 || plan.precision == DType::kFp8) {

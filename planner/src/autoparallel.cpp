@@ -196,6 +196,7 @@ std::vector<std::vector<std::int64_t>> meshShapes(const ClusterSpec& cluster, st
   for (std::int64_t inner = 2; inner < gpus && inner <= cluster.gpusPerNode; inner *= 2) {
     if (cluster.gpusPerNode % inner == 0 && gpus % inner == 0) shapes.push_back({gpus / inner, inner});
   }
+  if (shapes.empty()) shapes.push_back({gpus});  // one GPU per node: the one axis crosses nodes
   return shapes;
 }
 
@@ -244,6 +245,9 @@ class Search {
   Search(Context context) : m_c(std::move(context)) {}
 
   Result<AutoParallelResult> run();
+  /// Re-costs a stored operator plan: its blocks solved with each unit's strategy and recompute choice
+  /// forced, at its price of memory, assembled with its offload fractions.
+  Result<OperatorPlan> reproduce(const Json& stored, const std::string& file);
 
  private:
   struct Best {
@@ -472,12 +476,11 @@ void Search::solveMegatron(const Combo& k, MeshSolvers& ms) {
     if (!fits(entry, m_c.embedding.input, ms.samples, *ms.mesh)) continue;
     for (const auto mode : {RecomputeMode::kNone, RecomputeMode::kSelective, RecomputeMode::kFull}) {
       w.recompute = mode;
-      const Block* current = nullptr;  // the block being solved: the filter's unit indices are its
-      w.allow = [&rule, &current, axes](std::size_t u, const Strategy& st) {
-        return megatronAllows(rule, current->units[u], st, axes);
+      const DeviceMesh& mesh = *ms.mesh;
+      w.allow = [&rule, &mesh](const Block& block, std::size_t u, const Strategy& st) {
+        return megatronAllows(rule, block.units[u], st, mesh);
       };
-      auto best = [&](const BlockSolver& solver, const Block& block, const std::vector<Layout>& entries, bool sameExit) {
-        current = &block;
+      auto best = [&](const BlockSolver& solver, const std::vector<Layout>& entries, bool sameExit) {
         ++m_blockSolves;
         BlockPlan chosen;
         for (auto& plan : solver.solve(entries, w)) {
@@ -489,13 +492,12 @@ void Search::solveMegatron(const Combo& k, MeshSolvers& ms) {
       sol.backConversion.assign(classes.size(), 0.0);
       bool ok = true;
       for (std::size_t c = 0; c < classes.size() && ok; ++c) {
-        sol.layers.push_back(best(*ms.layers[c], classes[c].block, {entry}, true));
+        sol.layers.push_back(best(*ms.layers[c], {entry}, true));
         ok = sol.layers.back().valid();
       }
       if (!ok) continue;
       // The embedding's output converts to the layers' layout (a vocabulary-parallel lookup's partial
       // sums are all-reduced, or reduce-scattered under sequence parallelism).
-      current = &m_c.embedding;
       ++m_blockSolves;
       for (auto& plan : ms.embedding->solve({}, w)) {
         const TensorDims& dims = m_c.embedding.input;
@@ -506,7 +508,7 @@ void Search::solveMegatron(const Combo& k, MeshSolvers& ms) {
           sol.embeddingConversion = conv;
         }
       }
-      sol.head = best(*ms.head, m_c.head, {entry}, false);
+      sol.head = best(*ms.head, {entry}, false);
       if (!sol.embedding.valid() || !sol.head.valid()) continue;
       sol.weights = w;
       sol.weights.allow = nullptr;
@@ -585,6 +587,126 @@ Result<AutoParallelResult> Search::run() {
   return result;
 }
 
+Result<OperatorPlan> Search::reproduce(const Json& stored, const std::string& file) {
+  const std::string where = "/operator_plan";
+  auto bad = [&](const std::string& path, const std::string& why) { return fail(Error::badInput(why, file, where + path)); };
+  auto number = [&](const Json& j, const char* key) -> std::optional<double> {
+    if (!j.contains(key) || !j[key].is_number()) return std::nullopt;
+    return j[key].get<double>();
+  };
+  if (!stored.contains("mesh_shape") || !stored["mesh_shape"].is_array()) return bad("/mesh_shape", "missing or not a list of axis sizes");
+  std::vector<std::int64_t> shape;
+  for (const auto& v : stored["mesh_shape"]) {
+    if (!v.is_number_integer()) return bad("/mesh_shape", "axis sizes must be integers");
+    shape.push_back(v.get<std::int64_t>());
+  }
+  auto mesh = makeMesh(*m_c.cluster, shape, "operator_plan.mesh_shape");
+  if (!mesh) return fail(Error::badInput(mesh.error().message, file, where + "/mesh_shape"));
+  const auto pp = number(stored, "pipeline_stages");
+  const auto samples = number(stored, "micro_batch_size");
+  const auto price = number(stored, "memory_price");
+  const auto alpha = number(stored, "activation_offload_fraction");
+  const auto beta = number(stored, "optimizer_offload_fraction");
+  if (!pp || *pp < 1 || m_c.cluster->totalGpus() != static_cast<std::int64_t>(*pp) * mesh->size()) {
+    return bad("/pipeline_stages", "stages x the mesh's GPUs must be the cluster's " + std::to_string(m_c.cluster->totalGpus()));
+  }
+  if (!samples || *samples < 1 || m_c.options.globalBatchSize % static_cast<std::int64_t>(*samples) != 0) {
+    return bad("/micro_batch_size", "must divide the global batch " + std::to_string(m_c.options.globalBatchSize));
+  }
+  if (!price || *price < 0) return bad("/memory_price", "missing or negative");
+  if (!alpha || *alpha < 0 || *alpha > 1) return bad("/activation_offload_fraction", "must be in [0, 1]");
+  if (!beta || *beta < 0 || *beta > 1) return bad("/optimizer_offload_fraction", "must be in [0, 1]");
+  const int interface = stored.contains("interface") && stored["interface"].contains("index") && stored["interface"]["index"].is_number_integer()
+                            ? stored["interface"]["index"].get<int>()
+                            : -1;
+  if (interface < 0 || interface >= kLayouts) return bad("/interface/index", "missing or not a layout index (0-24)");
+  const Layout entry = Layout::fromIndex(interface);
+  // The stored blocks in order: embedding, each layer class, head.
+  const Json& blocks = stored.contains("blocks") ? stored["blocks"] : Json();
+  if (!blocks.is_array() || blocks.size() != m_c.classes.size() + 2) {
+    return bad("/blocks", "must list the embedding, " + std::to_string(m_c.classes.size()) + " layer block(s) and the head");
+  }
+  std::vector<const Block*> order{&m_c.embedding};
+  for (const auto& cls : m_c.classes) order.push_back(&cls.block);
+  order.push_back(&m_c.head);
+  std::map<const Block*, std::vector<std::pair<std::array<Role, 2>, int>>> forced;
+  for (std::size_t b = 0; b < order.size(); ++b) {
+    const Json& units = blocks[b].contains("units") ? blocks[b]["units"] : Json();
+    const std::string at = "/blocks/" + std::to_string(b) + "/units";
+    if (!units.is_array() || units.size() != order[b]->units.size()) {
+      return bad(at, "must list the block's " + std::to_string(order[b]->units.size()) + " operators");
+    }
+    auto& list = forced[order[b]];
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      const Json& unit = units[u];
+      const std::string here = at + "/" + std::to_string(u);
+      if (unit.value("unit", std::string()) != order[b]->units[u].name) {
+        return bad(here + "/unit", "expected \"" + order[b]->units[u].name + "\", got \"" + unit.value("unit", std::string()) + "\"");
+      }
+      std::array<Role, 2> roles{Role::kNone, Role::kNone};
+      const Json& names = unit.contains("axis_roles") ? unit["axis_roles"] : Json();
+      if (!names.is_array() || static_cast<int>(names.size()) != mesh->axes()) {
+        return bad(here + "/axis_roles", "must give one role per mesh axis (" + std::to_string(mesh->axes()) + ")");
+      }
+      for (std::size_t a = 0; a < names.size(); ++a) {
+        if (!names[a].is_string() || !parseRole(names[a].get<std::string>(), roles[a])) {
+          return bad(here + "/axis_roles/" + std::to_string(a), "not a role (none, batch, seq, out, in, expert, inner): " + names[a].dump());
+        }
+      }
+      list.push_back({roles, unit.value("recompute", false) ? 1 : 0});
+    }
+  }
+  MeshSolvers& ms = solversFor(shape, static_cast<std::int64_t>(*samples));
+  const std::int64_t microBatches = m_c.options.globalBatchSize / static_cast<std::int64_t>(*samples);
+  SolveWeights w;
+  w.lambda = *price;
+  w.activationCopies = static_cast<double>(std::min(static_cast<std::int64_t>(*pp), microBatches));
+  w.microBatches = static_cast<double>(microBatches);
+  w.allow = [&forced](const Block& block, std::size_t u, const Strategy& st) { return forced.at(&block)[u].first == st.role; };
+  w.forceRecompute = [&forced](const Block& block, std::size_t u) { return forced.at(&block)[u].second; };
+  Solution sol;
+  for (std::size_t k = 0; k < m_c.classes.size(); ++k) {
+    BlockPlan chosen;
+    double back = 0;
+    for (auto& plan : ms.layers[k]->solve({entry}, w)) {
+      const TensorDims& dims = m_c.classes[k].block.input;
+      const double conv = ms.converter->convert(plan.exit, plan.entry, dims, ms.samples).seconds +
+                          ms.converter->convert(plan.entry, gradientTarget(plan.exit), dims, ms.samples).seconds;
+      if (plan.objective + conv < chosen.objective + back) {
+        chosen = plan;
+        back = conv;
+      }
+    }
+    if (!chosen.valid()) return bad("/blocks/" + std::to_string(k + 1), "its operators' strategies do not connect on this mesh and micro-batch");
+    sol.layers.push_back(chosen);
+    sol.backConversion.push_back(back);
+  }
+  for (auto& plan : ms.embedding->solve({}, w)) {
+    const TensorDims& dims = m_c.embedding.input;
+    const double conv = ms.converter->convert(plan.exit, entry, dims, ms.samples).seconds +
+                        ms.converter->convert(entry, gradientTarget(plan.exit), dims, ms.samples).seconds;
+    if (plan.objective + conv < sol.embedding.objective + sol.embeddingConversion) {
+      sol.embedding = plan;
+      sol.embeddingConversion = conv;
+    }
+  }
+  for (auto& plan : ms.head->solve({entry}, w)) {
+    if (plan.objective < sol.head.objective) sol.head = plan;
+  }
+  if (!sol.embedding.valid() || !sol.head.valid()) return bad("/blocks", "the embedding's or head's strategies do not connect on this mesh");
+  sol.weights = w;
+  sol.weights.allow = nullptr;
+  sol.weights.forceRecompute = nullptr;
+  sol.recompute = stored.value("recompute", std::string("per operator"));
+  Best best;
+  best.assembly = assemble(m_c, ms, sol, static_cast<std::int64_t>(*pp), microBatches, *alpha, *beta);
+  best.solvers = &ms;
+  best.solution = sol;
+  best.pp = static_cast<std::int64_t>(*pp);
+  best.microBatches = microBatches;
+  return report(best, stored.value("method", std::string("joint")));
+}
+
 OperatorPlan Search::report(const Best& best, const std::string& method) const {
   const Assembly& a = best.assembly;
   OperatorPlan p;
@@ -620,14 +742,23 @@ OperatorPlan Search::report(const Best& best, const std::string& method) const {
   }
   blocks.push_back({best.solvers->head.get(), best.solution.head, "head", 1, 0});
   p.blocks = assignments(blocks, *best.solvers->mesh, best.solution.weights);
-  p.expressedAs = expressAs(blocks, *best.solvers->mesh, best.pp, a.alpha, p.runnable);
+  const Equivalent eq = expressAs(blocks, *best.solvers->mesh, best.pp, a.alpha);
+  p.runnable = eq.runnable;
+  p.expressedAs = eq.text;
+  p.tp = eq.tp;
+  p.dp = eq.dp;
+  p.sequenceParallel = eq.sequenceParallel;
+  p.recomputePolicy = eq.recompute;
   if (a.beta > 0 && p.runnable) p.expressedAs += ", optimizer offload " + std::to_string(static_cast<int>(a.beta * 100)) + "%";
+  p.meshShape = best.solvers->mesh->shape;
+  p.memoryPrice = best.solution.weights.lambda;
+  const Layout interface = best.solution.layers.front().entry;
+  p.interfaceIndex = interface.index();
+  p.interfaceLayout = toString(interface, best.solvers->mesh->axes());
   return p;
 }
 
-}  // namespace
-
-Result<AutoParallelResult> autoParallel(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options) {
+Result<Context> makeContext(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options) {
   if (options.globalBatchSize <= 0) return fail(Error::badInput("--gbs: the global batch size must be positive"));
   if (!cluster.gpu.hasPeak(options.precision)) {
     return fail(Error::badInput("--precision " + toString(options.precision) + ": " + cluster.gpu.name + " has no such peak"));
@@ -662,8 +793,67 @@ Result<AutoParallelResult> autoParallel(const Model& model, const ClusterSpec& c
     auto mesh = makeMesh(cluster, shape);
     if (!mesh) return fail(mesh.error());
   }
-  Search search(std::move(c));
+  return c;
+}
+
+}  // namespace
+
+Result<AutoParallelResult> autoParallel(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options) {
+  auto context = makeContext(model, cluster, options);
+  if (!context) return fail(context.error());
+  Search search(std::move(*context));
   return search.run();
+}
+
+Result<OperatorPlan> evaluateOperatorPlan(const Plan& plan, const std::string& file) {
+  if (!plan.operatorPlan.is_object()) return fail(Error::badInput("the plan has no operator_plan (it is a degree-level plan)", file));
+  AutoParallelOptions options;
+  options.globalBatchSize = plan.globalBatchSize;
+  options.seqLen = plan.seqLen;
+  options.precision = plan.precision;
+  const Json& stored = plan.operatorPlan;
+  if (stored.contains("budget_bytes") && stored["budget_bytes"].is_number()) options.memoryBudgetBytes = stored["budget_bytes"].get<double>();
+  auto context = makeContext(plan.model, plan.cluster, options);
+  if (!context) return fail(Error::badInput(context.error().message, file));
+  Search search(std::move(*context));
+  return search.reproduce(stored, file);
+}
+
+Result<Plan> operatorPlanFile(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options,
+                              const AutoParallelResult& result) {
+  const OperatorPlan& op = result.joint;
+  // The degree fields: the plan's own equivalent, else Megatron's split from the same solve.
+  const OperatorPlan& degrees = op.runnable ? op : result.megatron;
+  if (degrees.mesh.empty()) return fail(Error::badInput("the operator plan has no degree-level form to store beside it"));
+  Plan p;
+  p.name = model.name() + " per-operator plan";
+  p.model = model;
+  p.cluster = cluster;
+  p.parallel.tp = degrees.tp;
+  p.parallel.dp = degrees.dp;
+  p.parallel.pp = degrees.pipelineStages;
+  p.parallel.sequenceParallel = degrees.sequenceParallel && degrees.tp > 1;
+  p.microBatchSize = std::max<std::int64_t>(1, degrees.microBatchSize / std::max<std::int64_t>(1, degrees.dp));
+  p.globalBatchSize = options.globalBatchSize;
+  p.seqLen = options.seqLen > 0 ? options.seqLen : model.defaultSeqLen();
+  p.precision = options.precision;
+  p.zeroStage = degrees.dp > 1 ? 1 : 0;
+  const RecomputePolicy policy = degrees.recomputePolicy == "full"        ? RecomputePolicy::kFull
+                                 : degrees.recomputePolicy == "selective" ? RecomputePolicy::kSelective
+                                                                          : RecomputePolicy::kNone;
+  p.stages = uniformStages(model.numLayers(), p.parallel.pp, policy);
+  if (op.runnable && op.optimizerOffloadFraction > 0) {
+    p.zeroStage = std::max(p.zeroStage, 1);
+    p.offload.optimizerFraction = op.optimizerOffloadFraction;
+  }
+  p.predictions.stepTimeSeconds = op.stepSeconds;
+  p.predictions.peakMemoryBytes = op.peakMemoryBytes;
+  p.predictions.fits = op.fits;
+  p.operatorPlan = op.toJson();
+  if (auto valid = validatePlan(p); !valid) {
+    return fail(Error::badInput("the operator plan's degree-level form is not a valid plan: " + valid.error().message));
+  }
+  return p;
 }
 
 }  // namespace colo::planner

@@ -26,7 +26,7 @@ struct MegatronRule {
   bool sequenceParallel = false;
 };
 /// Whether `s` is the strategy Megatron's rule gives `unit`.
-[[nodiscard]] bool megatronAllows(const MegatronRule& rule, const Unit& unit, const Strategy& s, int axes);
+[[nodiscard]] bool megatronAllows(const MegatronRule& rule, const Unit& unit, const Strategy& s, const DeviceMesh& mesh);
 /// The rules that can apply on a mesh of `axes` axes.
 [[nodiscard]] std::vector<MegatronRule> megatronRules(int axes);
 
@@ -44,8 +44,19 @@ struct SolvedBlock {
 [[nodiscard]] std::vector<BlockAssignment> assignments(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh,
                                                        const SolveWeights& weights);
 
-/// The degree-level plan a solved plan equals, or why it has none. Sets `runnable`.
-[[nodiscard]] std::string expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh, std::int64_t pp,
-                                    double activationOffload, bool& runnable);
+/// The degree-level plan a solved plan equals, or why it has none.
+struct Equivalent {
+  bool runnable = false;
+  std::string text;  // "tp=8 dp=1 pp=16 sp, recompute none", or "simulation-only: ..."
+  std::int64_t tp = 1, dp = 1;
+  bool sequenceParallel = false;
+  std::string recompute = "none";
+};
+[[nodiscard]] Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh, std::int64_t pp,
+                                   double activationOffload);
+
+/// A role's stored name (none, batch, seq, out, in, expert, inner) and back (false when unknown).
+[[nodiscard]] std::string roleName(Role role);
+[[nodiscard]] bool parseRole(const std::string& name, Role& role);
 
 }  // namespace colo::planner::detail

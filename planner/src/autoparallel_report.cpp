@@ -40,15 +40,29 @@ std::string formatSeconds(double s) {
 
 }  // namespace
 
+std::string roleName(Role role) { return role == Role::kNone ? "none" : toString(role); }
+
+bool parseRole(const std::string& name, Role& role) {
+  for (const Role r : {Role::kNone, Role::kBatch, Role::kSeq, Role::kOut, Role::kIn, Role::kExpert, Role::kInner}) {
+    if (roleName(r) == name) {
+      role = r;
+      return true;
+    }
+  }
+  return false;
+}
+
 std::vector<MegatronRule> megatronRules(int axes) {
   if (axes == 1) return {{0, -1, false}, {0, -1, true}, {-1, 0, false}};
   return {{1, 0, false}, {1, 0, true}, {-1, 2, false}};
 }
 
-bool megatronAllows(const MegatronRule& rule, const Unit& unit, const Strategy& s, int axes) {
-  for (int a = 0; a < axes; ++a) {
+bool megatronAllows(const MegatronRule& rule, const Unit& unit, const Strategy& s, const DeviceMesh& mesh) {
+  for (int a = 0; a < mesh.axes(); ++a) {
     const Role r = s.role[static_cast<std::size_t>(a)];
-    if (a == rule.tpAxis) {
+    if (mesh.axisSize(a) == 1) {
+      if (r != Role::kNone) return false;  // one GPU: nothing to split
+    } else if (a == rule.tpAxis) {
       if (r != megatronTpRole(unit, rule.sequenceParallel)) return false;
     } else if (a == rule.dpAxis || rule.dpAxis == 2) {
       if (!(r == Role::kBatch || (unit.kind == UnitKind::kMoe && r == Role::kExpert))) return false;
@@ -116,6 +130,8 @@ std::vector<BlockAssignment> assignments(const std::vector<SolvedBlock>& blocks,
                       : before          ? "kept before conversion"
                                         : "kept";
       kept[u] = activation;
+      ua.recompute = choice.recompute;
+      for (int a = 0; a < axes; ++a) ua.axisRoles.push_back(roleName(s.role[static_cast<std::size_t>(a)]));
       ua.ops = unit.ops;
       ba.units.push_back(std::move(ua));
     }
@@ -135,9 +151,12 @@ std::vector<BlockAssignment> assignments(const std::vector<SolvedBlock>& blocks,
   return out;
 }
 
-std::string expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh, std::int64_t pp, double activationOffload,
-                      bool& runnable) {
-  runnable = false;
+Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh, std::int64_t pp, double activationOffload) {
+  Equivalent eq;
+  auto only = [&eq](std::string why) {
+    eq.text = std::move(why);
+    return eq;
+  };
   const int axes = mesh.axes();
   const MegatronRule* matched = nullptr;
   const auto rules = megatronRules(axes);
@@ -147,7 +166,7 @@ std::string expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& 
       const Block& block = sb.solver->block();
       for (std::size_t u = 0; u < block.units.size() && all; ++u) {
         const Strategy& s = sb.solver->strategies()[u][static_cast<std::size_t>(sb.plan.units[u].strategy)];
-        all = megatronAllows(rule, block.units[u], s, axes);
+        all = megatronAllows(rule, block.units[u], s, mesh);
       }
     }
     if (all) {
@@ -162,14 +181,14 @@ std::string expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& 
       for (std::size_t u = 0; u < block.units.size(); ++u) {
         const Strategy& s = sb.solver->strategies()[u][static_cast<std::size_t>(sb.plan.units[u].strategy)];
         bool any = false;
-        for (const auto& rule : rules) any = any || megatronAllows(rule, block.units[u], s, axes);
+        for (const auto& rule : rules) any = any || megatronAllows(rule, block.units[u], s, mesh);
         if (!any) {
-          return "simulation-only: " + sb.name + " " + block.units[u].name + " (" + describeRoles(s, axes) +
-                 ") has no Megatron-style tp/sp/dp equivalent";
+          return only("simulation-only: " + sb.name + " " + block.units[u].name + " (" + describeRoles(s, axes) +
+                      ") has no Megatron-style tp/sp/dp equivalent");
         }
       }
     }
-    return "simulation-only: its operators mix Megatron's data- and tensor-parallel rules across the mesh axes";
+    return only("simulation-only: its operators mix Megatron's data- and tensor-parallel rules across the mesh axes");
   }
   // Layer-level recompute: each layer block recomputes nothing, everything it can, or attention's core.
   std::string recompute = "none";
@@ -187,15 +206,18 @@ std::string expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& 
     if (recomputed.empty()) policy = "none";
     else if (recomputed.size() == 1 && *recomputed.begin() == attention) policy = "selective";
     else if (recomputed.size() + 2 >= candidates) policy = "full";
-    else return "simulation-only: per-operator recompute in " + sb.name + " is not a layer-level policy";
+    else return only("simulation-only: per-operator recompute in " + sb.name + " is not a layer-level policy");
     if (policy != "none") recompute = policy;
   }
-  if (activationOffload > 0) return "simulation-only: activations offloaded to host memory";
-  const std::int64_t tp = matched->tpAxis >= 0 ? mesh.axisSize(matched->tpAxis) : 1;
-  const std::int64_t dp = matched->dpAxis == 2 ? mesh.size() : matched->dpAxis >= 0 ? mesh.axisSize(matched->dpAxis) : 1;
-  runnable = true;
-  return "tp=" + std::to_string(tp) + " dp=" + std::to_string(dp) + " pp=" + std::to_string(pp) +
-         (matched->sequenceParallel ? " sp" : "") + ", recompute " + recompute;
+  if (activationOffload > 0) return only("simulation-only: activations offloaded to host memory");
+  eq.tp = matched->tpAxis >= 0 ? mesh.axisSize(matched->tpAxis) : 1;
+  eq.dp = matched->dpAxis == 2 ? mesh.size() : matched->dpAxis >= 0 ? mesh.axisSize(matched->dpAxis) : 1;
+  eq.sequenceParallel = matched->sequenceParallel;
+  eq.recompute = recompute;
+  eq.runnable = true;
+  eq.text = "tp=" + std::to_string(eq.tp) + " dp=" + std::to_string(eq.dp) + " pp=" + std::to_string(pp) +
+            (matched->sequenceParallel ? " sp" : "") + ", recompute " + recompute;
+  return eq;
 }
 
 }  // namespace detail
@@ -204,7 +226,8 @@ Json UnitAssignment::toJson() const {
   return {{"unit", unit},         {"kind", kind},           {"roles", roles},
           {"input", input},       {"output", output},       {"collectives", collectives},
           {"seconds", seconds},   {"activation_bytes", activationBytes},
-          {"state_bytes", stateBytes}, {"activation", activation}, {"ops", ops}};
+          {"state_bytes", stateBytes}, {"activation", activation}, {"axis_roles", axisRoles},
+          {"recompute", recompute},   {"ops", ops}};
 }
 
 Json BlockAssignment::toJson() const {
@@ -234,6 +257,10 @@ Json OperatorPlan::toJson() const {
           {"memory", {{"states", stateBytes}, {"activations", activationBytes}, {"context", contextBytes}}},
           {"runnable", runnable},
           {"expressed_as", expressedAs},
+          {"degrees", {{"tp", tp}, {"dp", dp}, {"pp", pipelineStages}, {"sp", sequenceParallel}, {"recompute", recomputePolicy}}},
+          {"mesh_shape", meshShape},
+          {"memory_price", memoryPrice},
+          {"interface", {{"index", interfaceIndex}, {"layout", interfaceLayout}}},
           {"blocks", b}};
 }
 

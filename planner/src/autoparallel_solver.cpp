@@ -211,11 +211,18 @@ void BlockDp::advance(std::size_t u) {
       choices[1] = canRecompute && unit.kind == UnitKind::kAttention;
       break;
   }
+  if (m_w.forceRecompute) {
+    const int forced = m_w.forceRecompute(*m_s.m_block, u);
+    if (forced >= 0) {
+      choices[0] = forced == 0;
+      choices[1] = forced == 1;
+    }
+  }
   std::vector<char> allowed(strategies.size(), 1);
   std::vector<double> syncOf(strategies.size(), 0.0), stateOf(strategies.size(), 0.0);
   for (std::size_t s = 0; s < strategies.size(); ++s) {
     const Strategy& st = strategies[s];
-    allowed[s] = !m_w.allow || m_w.allow(u, st);
+    allowed[s] = !m_w.allow || m_w.allow(*m_s.m_block, u, st);
     syncOf[s] = m_s.m_syncSeconds[u][s] * m_w.syncExposed / m_w.microBatches;
     stateOf[s] = st.stateParams * (m_w.stateBytesPerParam + m_w.optimizerBytesPerParam / st.optimizerShard);
   }

@@ -29,8 +29,10 @@ struct SolveWeights {
   double stateBytesPerParam = 6; ///< weights and gradients on the GPU
   double optimizerBytesPerParam = 12;  ///< fp32 master weights and moments, split over the replicas (ZeRO-1)
   RecomputeMode recompute = RecomputeMode::kPerUnit;
-  /// Strategies the solve may use (null: all), by unit index and strategy.
-  std::function<bool(std::size_t, const Strategy&)> allow;
+  /// Strategies the solve may use (null: all), by block, unit index and strategy.
+  std::function<bool(const Block&, std::size_t, const Strategy&)> allow;
+  /// A recompute choice imposed on a unit (null, or -1 for a unit: the mode decides; 0 keep; 1 recompute).
+  std::function<int(const Block&, std::size_t)> forceRecompute;
 };
 
 struct UnitChoice {

@@ -580,6 +580,22 @@ TEST(ColoPlanAutoParallel, PrintsThePerOperatorPlanBesideMegatrons) {
   EXPECT_TRUE(j.err.empty()) << j.err;
 }
 
+TEST(ColoPlanAutoParallel, OutWritesAPlanThatEvaluateReproduces) {
+  const std::string file = (std::filesystem::temp_directory_path() / "colo-autoparallel-plan.json").string();
+  const auto r = run("autoparallel --model llama3-8b --cluster dgx-h100 --gbs 64 --json --out " + file);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  const Json solved = Json::parse(r.out);
+  const auto e = run("evaluate --plan " + file + " --json");
+  ASSERT_EQ(e.exitCode, 0) << e.err;
+  const Json again = Json::parse(e.out);
+  EXPECT_NEAR(again["step_time_s"].get<double>(), solved["joint"]["step_time_s"].get<double>(), 1e-9);
+  EXPECT_EQ(again["blocks"], solved["joint"]["blocks"]);
+  const auto text = run("evaluate --plan " + file);
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_NE(text.out.find("per-operator plan"), std::string::npos) << text.out;
+  std::filesystem::remove(file);
+}
+
 TEST(ColoPlanAutoParallel, BadOptionsExitTwoNamingThem) {
   const auto mesh = run("autoparallel --model tiny-gpt --cluster dgx-a100-80gb --gbs 64 --mesh 3x3");
   EXPECT_EQ(mesh.exitCode, 2);

@@ -161,6 +161,11 @@ struct Plan {
   Execution execution;
   Predictions predictions;
   Provenance provenance;
+  /// The per-operator plan of `colo-plan autoparallel` (an object the planner reads and checks: mesh,
+  /// stages, micro-batch, the strategy and recompute choice of every operator, offload fractions);
+  /// null for a degree-level plan. When set, the degree fields above are its Megatron-style equivalent
+  /// (or, for a simulation-only plan, Megatron's split on the same cluster).
+  Json operatorPlan = nullptr;
 
   /// Micro-batches per step on each data-parallel replica.
   [[nodiscard]] std::int64_t numMicroBatches() const;

@@ -58,6 +58,8 @@ struct UnitAssignment {
   double activationBytes = 0;  ///< kept for backward per micro-batch (0 when recomputed)
   double stateBytes = 0;     ///< weights, gradients and optimizer states on one GPU
   std::string activation;    ///< kept, kept before conversion, recomputed, offloaded, none
+  std::vector<std::string> axisRoles;  ///< per mesh axis: none, batch, seq, out, in, expert, inner
+  bool recompute = false;    ///< its forward runs again before its backward
   std::vector<std::string> ops;  ///< the op graph's operators it stands for
   [[nodiscard]] Json toJson() const;
 };
@@ -94,6 +96,15 @@ struct OperatorPlan {
   /// The degree-level plan it equals (tp, dp, sp, pp, recompute), when colo-run can execute it.
   bool runnable = false;
   std::string expressedAs;            ///< "tp=8 dp=2 pp=1 sp, recompute none" or the reason it is simulation-only
+  std::int64_t tp = 1, dp = 1;        ///< that plan's degrees (when runnable)
+  bool sequenceParallel = false;
+  std::string recomputePolicy = "none";  ///< its layer-level recompute: none, selective, full
+  /// What reproduces it: the mesh shape, the price of memory the blocks were solved at, the residual
+  /// stream's layout between layers (a layout index and its notation).
+  std::vector<std::int64_t> meshShape;
+  double memoryPrice = 0;
+  int interfaceIndex = 0;
+  std::string interfaceLayout;
   [[nodiscard]] Json toJson() const;
 };
 
@@ -107,6 +118,19 @@ struct AutoParallelResult {
   std::int64_t candidates = 0;        ///< (mesh, micro-batch, pipeline, price of memory, offload) combinations assembled
   [[nodiscard]] Json toJson() const;
 };
+
+/// A `colo.plan/1` holding a solved operator plan (`colo-plan autoparallel --out`): `operator_plan` is the
+/// per-operator plan and what reproduces it; the degree fields are its Megatron-style equivalent when it
+/// has one (then colo-run runs it), else Megatron's split from the same solve (colo-run refuses the file,
+/// naming why). Predictions are the operator plan's. Errors: kBadInput when no degree form is valid.
+[[nodiscard]] Result<Plan> operatorPlanFile(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options,
+                                            const AutoParallelResult& result);
+
+/// Re-costs the operator plan a plan file holds, with every operator's strategy and recompute choice as
+/// stored (edited or not): for an unedited file, the figures autoparallel printed. Errors: kBadInput
+/// naming /operator_plan/... when a block, operator, role or layout does not fit the plan's model and
+/// cluster.
+[[nodiscard]] Result<OperatorPlan> evaluateOperatorPlan(const Plan& plan, const std::string& file = {});
 
 /// Solves the model on the cluster. Errors: kBadInput naming the option (no batch, a mesh that does not
 /// fit the cluster, a precision the GPU lacks, a model with no transformer layer); kInfeasible when no
