@@ -1,6 +1,7 @@
 // colo-studio: the desktop workbench. `--screenshot out.png --model M --cluster C` renders the window
 // with the best plan selected (offscreen works) and exits, for docs and tests.
 #include <QApplication>
+#include <QEventLoop>
 #include <QCommandLineParser>
 #include <QTimer>
 
@@ -8,6 +9,7 @@
 
 #include "colo/core/version.h"
 #include "colo/ui/main_window.h"
+#include "colo/ui/operator_view.h"
 #include "colo/ui/search_runner.h"
 
 int main(int argc, char** argv) {
@@ -22,11 +24,12 @@ int main(int argc, char** argv) {
   QCommandLineOption cluster("cluster", "cluster: library name or file", "C");
   QCommandLineOption gbs("gbs", "global batch size (samples)", "G");
   QCommandLineOption screenshot("screenshot", "search, select the best plan, save the window as PNG and exit", "FILE");
-  QCommandLineOption tab("tab", "detail tab shown in the screenshot: 0 timeline, 1 memory, 2 mesh, 3 baseline, 4 run", "N");
+  QCommandLineOption tab("tab", "detail tab shown in the screenshot: 0 timeline, 1 memory, 2 mesh, 3 baseline, 4 run, 5 operators", "N");
   QCommandLineOption tokens("train-tokens", "tokens to train on (e.g. 1.5T): days, GPU-hours and cost per plan", "T");
   QCommandLineOption price("price-per-gpu-hour", "dollars per GPU-hour, for the cost column", "USD");
   QCommandLineOption deadline("deadline-days", "days the training run must finish in: later plans read LATE", "D");
-  parser.addOptions({model, cluster, gbs, screenshot, tab, tokens, price, deadline});
+  QCommandLineOption solveOperators("solve-operators", "with --screenshot: also run the per-operator solve (Operators tab) before saving");
+  parser.addOptions({model, cluster, gbs, screenshot, tab, tokens, price, deadline, solveOperators});
   parser.process(app);
 
   colo::ui::MainWindow window;
@@ -48,6 +51,12 @@ int main(int argc, char** argv) {
     window.startSearch();
     window.runner()->waitForFinished();
     if (parser.isSet(tab)) window.showDetailTab(parser.value(tab).toInt());
+    if (parser.isSet(solveOperators)) {
+      QEventLoop wait;
+      QObject::connect(window.operators(), &colo::ui::OperatorView::jointSolved, &wait, &QEventLoop::quit);
+      window.operators()->solveJoint();
+      if (window.operators()->solving()) wait.exec();
+    }
     QApplication::processEvents();
     const QString file = parser.value(screenshot);
     if (!window.grab().save(file)) {

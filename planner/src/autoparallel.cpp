@@ -248,6 +248,9 @@ class Search {
   /// Re-costs a stored operator plan: its blocks solved with each unit's strategy and recompute choice
   /// forced, at its price of memory, assembled with its offload fractions.
   Result<OperatorPlan> reproduce(const Json& stored, const std::string& file);
+  /// Megatron's split on one mesh with one rule and layer-level recompute mode, assembled as is.
+  Result<OperatorPlan> megatronAt(const std::vector<std::int64_t>& shape, const MegatronRule& rule, RecomputeMode mode,
+                                  std::int64_t pp, std::int64_t samples);
 
  private:
   struct Best {
@@ -275,6 +278,8 @@ class Search {
   std::map<std::pair<std::vector<std::int64_t>, std::int64_t>, std::unique_ptr<MeshSolvers>> m_solvers;
   std::int64_t m_blockSolves = 0, m_candidates = 0;
   std::vector<double> m_lambdas;
+  const std::vector<MegatronRule>* m_onlyRules = nullptr;  // megatronAt: the one rule and mode to solve
+  RecomputeMode m_onlyMode = RecomputeMode::kNone;
   Best m_joint, m_jointLean, m_megatron, m_megatronLean;
 };
 
@@ -468,13 +473,14 @@ void Search::solveMegatron(const Combo& k, MeshSolvers& ms) {
   // Megatron keeps sequence-parallel inputs sharded and gathers them again backward: memory is priced high.
   w.lambda = 1e-11;
   const int axes = ms.mesh->axes();
-  for (const auto& rule : megatronRules(axes)) {
+  for (const auto& rule : m_onlyRules ? *m_onlyRules : megatronRules(axes)) {
     Layout entry;
     if (rule.dpAxis == 2) entry.use = {AxisUse::kBatch, AxisUse::kBatch};
     else if (rule.dpAxis >= 0) entry.use[static_cast<std::size_t>(rule.dpAxis)] = AxisUse::kBatch;
     if (rule.sequenceParallel && rule.tpAxis >= 0) entry.use[static_cast<std::size_t>(rule.tpAxis)] = AxisUse::kSeq;
     if (!fits(entry, m_c.embedding.input, ms.samples, *ms.mesh)) continue;
     for (const auto mode : {RecomputeMode::kNone, RecomputeMode::kSelective, RecomputeMode::kFull}) {
+      if (m_onlyRules && mode != m_onlyMode) continue;
       w.recompute = mode;
       const DeviceMesh& mesh = *ms.mesh;
       w.allow = [&rule, &mesh](const Block& block, std::size_t u, const Strategy& st) {
@@ -707,6 +713,23 @@ Result<OperatorPlan> Search::reproduce(const Json& stored, const std::string& fi
   return report(best, stored.value("method", std::string("joint")));
 }
 
+Result<OperatorPlan> Search::megatronAt(const std::vector<std::int64_t>& shape, const MegatronRule& rule, RecomputeMode mode,
+                                        std::int64_t pp, std::int64_t samples) {
+  auto mesh = makeMesh(*m_c.cluster, shape, "plan");
+  if (!mesh) return fail(mesh.error());
+  const Combo k{pp, shape, samples, m_c.options.globalBatchSize / samples, 0.0};
+  MeshSolvers& ms = solversFor(shape, samples);
+  // solveMegatron tries every rule and mode; keep the one asked for.
+  const std::vector<MegatronRule> only{rule};
+  m_onlyRules = &only;
+  m_onlyMode = mode;
+  solveMegatron(k, ms);
+  m_onlyRules = nullptr;
+  const Best& chosen = m_megatron.solvers ? m_megatron : m_megatronLean;
+  if (!chosen.solvers) return fail(Error::badInput("the plan's split does not apply to its model on mesh " + mesh->toString()));
+  return report(chosen, "megatron");
+}
+
 OperatorPlan Search::report(const Best& best, const std::string& method) const {
   const Assembly& a = best.assembly;
   OperatorPlan p;
@@ -817,6 +840,42 @@ Result<OperatorPlan> evaluateOperatorPlan(const Plan& plan, const std::string& f
   if (!context) return fail(Error::badInput(context.error().message, file));
   Search search(std::move(*context));
   return search.reproduce(stored, file);
+}
+
+Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction) {
+  const auto& par = plan.parallel;
+  auto refuse = [](const std::string& why) { return fail(Error::badInput("no operator view: " + why)); };
+  if (plan.operatorPlan.is_object()) return evaluateOperatorPlan(plan);
+  if (par.cp > 1) return refuse("context parallelism (cp " + std::to_string(par.cp) + ") is not one of Megatron's operator rules here");
+  if (par.ep > 1) return refuse("expert parallelism (ep " + std::to_string(par.ep) + ") beside tp is not modelled per operator");
+  if (par.virtualStages > 1 || plan.schedule != Schedule::kOneFOneB) return refuse("the operator view assembles 1F1B pipelines only");
+  if (plan.zeroStage >= 2) return refuse("ZeRO-" + std::to_string(plan.zeroStage) + " shards more than the optimizer states");
+  AutoParallelOptions options;
+  options.globalBatchSize = plan.globalBatchSize;
+  options.seqLen = plan.seqLen;
+  options.precision = plan.precision;
+  options.maxMemoryFraction = maxMemoryFraction;
+  options.allowOffload = false;
+  auto context = makeContext(plan.model, plan.cluster, options);
+  if (!context) return fail(context.error());
+  Search search(std::move(*context));
+  std::vector<std::int64_t> shape;
+  MegatronRule rule;
+  if (par.tp > 1 && par.dp > 1) {
+    shape = {par.dp, par.tp};
+    rule = {1, 0, par.sequenceParallel};
+  } else if (par.tp > 1) {
+    shape = {par.tp};
+    rule = {0, -1, par.sequenceParallel};
+  } else {
+    shape = {par.dp};
+    rule = {-1, 0, false};
+  }
+  const RecomputePolicy policy = plan.stages.empty() ? RecomputePolicy::kNone : plan.stages.front().recompute;
+  const RecomputeMode mode = policy == RecomputePolicy::kFull        ? RecomputeMode::kFull
+                             : policy == RecomputePolicy::kSelective ? RecomputeMode::kSelective
+                                                                     : RecomputeMode::kNone;
+  return search.megatronAt(shape, rule, mode, par.pp, plan.microBatchSize * par.dp);
 }
 
 Result<Plan> operatorPlanFile(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options,

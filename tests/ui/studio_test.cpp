@@ -10,6 +10,7 @@
 #include <QProcess>
 #include <QTableWidget>
 #include <QSignalSpy>
+#include <QTreeWidget>
 #include <QTemporaryDir>
 #include <QTest>
 
@@ -19,6 +20,7 @@
 #include "colo/ui/candidates_model.h"
 #include "colo/ui/charts.h"
 #include "colo/ui/main_window.h"
+#include "colo/ui/operator_view.h"
 #include "colo/ui/run_panel.h"
 #include "colo/ui/search_runner.h"
 
@@ -168,6 +170,46 @@ class StudioTest : public QObject {
     emit w.pareto()->candidateClicked(3);
     QCOMPARE(w.selected(), 3);
     QVERIFY(!w.timeline()->timeline().events.empty());
+  }
+
+  // The Operators tab shows the selected plan operator by operator and, on request, the joint
+  // per-operator solve, with each operator's axes and layouts.
+  void operatorsTabShowsThePlanPerOperatorAndTheJointSolve() {
+    MainWindow w;
+    w.resize(1400, 900);
+    w.show();
+    QVERIFY(w.openModel("gpt3-1.3b"));
+    QVERIFY(w.openCluster("dgx-a100-80gb"));
+    w.setGlobalBatch(64);
+    w.startSearch();
+    w.runner()->waitForFinished();
+    QVERIFY(w.selected() >= 0);
+    auto* ops = w.operators();
+    QTreeWidget* tree = ops->tree();
+    const auto& plan = w.candidates()->candidate(w.selected()).plan;
+    if (plan.parallel.cp == 1 && plan.parallel.ep == 1 && plan.parallel.virtualStages == 1 && plan.zeroStage < 2) {
+      QVERIFY2(tree->topLevelItemCount() >= 3, qPrintable(ops->summary()));
+    } else {
+      QVERIFY2(ops->summary().contains("no operator view"), qPrintable(ops->summary()));
+    }
+    QSignalSpy solved(ops, &colo::ui::OperatorView::jointSolved);
+    ops->solveJoint();
+    QTRY_COMPARE_WITH_TIMEOUT(solved.count(), 1, 60000);
+    QCOMPARE(solved.first().first().toBool(), true);
+    QVERIFY2(ops->summary().startsWith("Joint per-operator solve"), qPrintable(ops->summary()));
+    // Embedding, the layers, the head; the layer block lists attn.qkv with its axes and an input layout.
+    QCOMPARE(tree->topLevelItemCount(), 3);
+    QTreeWidgetItem* layers = tree->topLevelItem(1);
+    QVERIFY(layers->text(0).startsWith("layers 0-23"));
+    bool qkv = false;
+    for (int i = 0; i < layers->childCount(); ++i) {
+      if (layers->child(i)->text(0) == "attn.qkv") {
+        qkv = true;
+        QVERIFY(layers->child(i)->text(1).contains("0:"));
+        QVERIFY(layers->child(i)->text(2).startsWith("["));
+      }
+    }
+    QVERIFY(qkv);
   }
 
   void screenshotOfGpt3OnAThousandGpus() {

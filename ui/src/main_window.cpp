@@ -39,6 +39,7 @@
 #include "colo/planner/budget.h"
 #include "colo/ui/candidates_model.h"
 #include "colo/ui/charts.h"
+#include "colo/ui/operator_view.h"
 #include "colo/ui/run_panel.h"
 #include "colo/ui/search_runner.h"
 
@@ -199,6 +200,8 @@ void MainWindow::buildUi() {
   m_details->addTab(m_mesh, "Device mesh");
   m_details->addTab(m_baseline, "vs Megatron baseline");
   m_details->addTab(m_run, "Profile && run");
+  m_operators = new OperatorView();
+  m_details->addTab(m_operators, "Operators");
 
   auto* right = new QSplitter(Qt::Vertical);
   right->addWidget(candidates);
@@ -505,6 +508,7 @@ void MainWindow::selectCandidate(int row) {
   m_mesh->setPlan(c.plan);
   m_run->setPlan(c.plan, m_modelFile);
   m_baseline->setMarkdown(comparisonMarkdown());
+  m_operators->setPlan(c.plan, m_memoryFraction->value());
 }
 
 QString MainWindow::comparisonMarkdown() const {

@@ -132,6 +132,12 @@ struct AutoParallelResult {
 /// cluster.
 [[nodiscard]] Result<OperatorPlan> evaluateOperatorPlan(const Plan& plan, const std::string& file = {});
 
+/// A degree-level plan seen operator by operator: Megatron's split of its tp (inner axis), dp (outer),
+/// sp, pp, micro-batch and first stage's recompute policy, costed by the operator-level model (what
+/// colo-studio's Operators tab shows for a selected plan). Errors: kBadInput for what the operator view
+/// does not hold (context or expert parallelism, interleaved or zero-bubble schedules, ZeRO-2/3).
+[[nodiscard]] Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction = 0.95);
+
 /// Solves the model on the cluster. Errors: kBadInput naming the option (no batch, a mesh that does not
 /// fit the cluster, a precision the GPU lacks, a model with no transformer layer); kInfeasible when no
 /// plan fits the budget (the message gives the least memory any plan needs); kCancelled.

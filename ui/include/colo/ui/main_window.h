@@ -31,6 +31,7 @@ class CandidatesModel;
 class MemoryChart;
 class MeshView;
 class ParetoChart;
+class OperatorView;
 class RunPanel;
 class SearchRunner;
 class TimelineView;
@@ -57,6 +58,7 @@ class MainWindow : public QMainWindow {
   [[nodiscard]] QString errorText() const;
   [[nodiscard]] int selected() const { return m_selected; }
   [[nodiscard]] RunPanel* runPanel() const { return m_run; }
+  [[nodiscard]] OperatorView* operators() const { return m_operators; }
   [[nodiscard]] ParetoChart* pareto() const { return m_pareto; }
   /// The training budget fields (tokens such as "1.5T", dollars per GPU-hour).
   /// The training budget of the days, GPU-hours and cost columns (deadline 0: none; later plans read LATE).
@@ -126,6 +128,7 @@ class MainWindow : public QMainWindow {
   MeshView* m_mesh = nullptr;
   QTextBrowser* m_baseline = nullptr;
   RunPanel* m_run = nullptr;
+  OperatorView* m_operators = nullptr;
   QMenu* m_recentMenu = nullptr;
 };
 
