@@ -172,6 +172,21 @@ class BlockDp {
            (m_w.recompute != RecomputeMode::kNone && m_s.m_lastUse[static_cast<std::size_t>(t)] >= static_cast<int>(u));
   }
 
+  // Inputs a unit keeps for backward under one strategy and recompute choice.
+  struct Kept {
+    double bytes = 0, redo = 0;  // bytes kept; conversions repeated backward
+    std::uint8_t before = 0;     // per input: kept before its conversion
+  };
+  // What one unit adds under one choice.
+  struct Step {
+    double seconds = 0, comm = 0, recompute = 0, activation = 0, state = 0;
+  };
+  [[nodiscard]] std::array<bool, 2> recomputeChoices(std::size_t u) const;
+  [[nodiscard]] Kept keptInputs(std::size_t u, std::size_t s, const std::vector<std::pair<int, bool>>& state,
+                                const std::vector<std::size_t>& inputAt, bool recompute, double memoryPrice) const;
+  static Entry extend(const Entry& from, std::uint64_t key, const Strategy& st, std::size_t s, const Step& step, double objective,
+                      bool recompute, std::uint8_t keepBefore);
+  static void prune(std::unordered_map<std::uint64_t, Entry>& states);
   void advance(std::size_t u);
   void cut(std::size_t k);
   std::vector<BlockPlan> finish();
@@ -186,6 +201,66 @@ class BlockDp {
   std::map<std::size_t, std::unordered_map<std::uint64_t, Entry>> m_reached;  // states reaching each cut, before the restart
 };
 
+std::array<bool, 2> BlockDp::recomputeChoices(std::size_t u) const {
+  const Unit& unit = m_s.m_block->units[u];
+  // Recomputing a unit pays off when a later unit reads its output or it keeps something of its own;
+  // the block's first unit reads the block input, which is kept anyway.
+  const bool first = u == 0 && m_s.m_block->hasInput;
+  const bool canRecompute = (m_s.m_lastUse[u + 1] > static_cast<int>(u) || unit.ownSaved > 0) && !first;
+  std::array<bool, 2> choices{true, canRecompute};
+  switch (m_w.recompute) {
+    case RecomputeMode::kPerUnit: break;
+    case RecomputeMode::kNone: choices[1] = false; break;
+    case RecomputeMode::kFull:
+      // Layer-level full recompute runs the whole forward again from the layer's input, useful or not.
+      choices = {first, !first};
+      break;
+    case RecomputeMode::kSelective: {
+      const bool attention = canRecompute && unit.kind == UnitKind::kAttention;
+      choices = {!attention, attention};
+      break;
+    }
+  }
+  if (m_w.forceRecompute) {
+    const int forced = m_w.forceRecompute(*m_s.m_block, u);
+    if (forced >= 0) choices = {forced == 0, forced == 1};
+  }
+  return choices;
+}
+
+BlockDp::Kept BlockDp::keptInputs(std::size_t u, std::size_t s, const std::vector<std::pair<int, bool>>& state,
+                                  const std::vector<std::size_t>& inputAt, bool recompute, double memoryPrice) const {
+  // What the unit's backward reads of its inputs, and whatever a recompute of its forward reads; kept
+  // after the conversion, or (when cheaper at this price of memory) before it and converted again
+  // backward, as Megatron's sequence parallelism does. An input its producer recomputes is regenerated
+  // and converted into this unit's layout again.
+  const Strategy& st = m_s.m_strategies[u][s];
+  const double inShare = m_s.m_share[static_cast<std::size_t>(st.in.index())];
+  Kept k;
+  for (std::size_t i = 0; i < inputAt.size(); ++i) {
+    const auto l = static_cast<std::size_t>(state[inputAt[i]].first);
+    const double again = m_s.m_convFwd[u][i][s][l];
+    if (state[inputAt[i]].second) {
+      if (st.inputSaved > 0 || recompute) k.redo += again;
+      continue;
+    }
+    double after = st.inputSaved * m_s.m_inputShare[u][i];
+    if (recompute) after = std::max(after, m_s.m_inputDims[u][i].bytes(m_s.m_context.samples) * inShare);
+    if (after <= 0) continue;
+    if (again > 0 && !Layout::fromIndex(static_cast<int>(l)).partial()) {
+      const double smaller = after * m_s.m_share[l] / inShare;
+      if (again + memoryPrice * smaller < memoryPrice * after) {
+        k.bytes += smaller;
+        k.redo += again;
+        k.before |= static_cast<std::uint8_t>(1u << i);
+        continue;
+      }
+    }
+    k.bytes += after;
+  }
+  return k;
+}
+
 void BlockDp::advance(std::size_t u) {
   const Unit& unit = m_s.m_block->units[u];
   const auto& strategies = m_s.m_strategies[u];
@@ -194,30 +269,8 @@ void BlockDp::advance(std::size_t u) {
   for (const int input : unit.inputs) {
     inputAt.push_back(static_cast<std::size_t>(std::find(before.begin(), before.end(), input + 1) - before.begin()));
   }
-  // Recomputing a unit pays off when a later unit keeps its output or it keeps something of its own;
-  // the block's first unit reads the block input, which is kept anyway.
-  const bool canRecompute = (m_s.m_lastUse[u + 1] > static_cast<int>(u) || unit.ownSaved > 0) && !(u == 0 && m_s.m_block->hasInput);
-  bool choices[2] = {true, canRecompute};
-  switch (m_w.recompute) {
-    case RecomputeMode::kPerUnit: break;
-    case RecomputeMode::kNone: choices[1] = false; break;
-    case RecomputeMode::kFull:
-      // Layer-level full recompute runs the whole forward again from the layer's input, useful or not.
-      choices[0] = u == 0 && m_s.m_block->hasInput;
-      choices[1] = !choices[0];
-      break;
-    case RecomputeMode::kSelective:
-      choices[0] = !(canRecompute && unit.kind == UnitKind::kAttention);
-      choices[1] = canRecompute && unit.kind == UnitKind::kAttention;
-      break;
-  }
-  if (m_w.forceRecompute) {
-    const int forced = m_w.forceRecompute(*m_s.m_block, u);
-    if (forced >= 0) {
-      choices[0] = forced == 0;
-      choices[1] = forced == 1;
-    }
-  }
+  const auto choices = recomputeChoices(u);
+  // Per strategy, what does not depend on the state.
   std::vector<char> allowed(strategies.size(), 1);
   std::vector<double> syncOf(strategies.size(), 0.0), stateOf(strategies.size(), 0.0);
   for (std::size_t s = 0; s < strategies.size(); ++s) {
@@ -253,71 +306,56 @@ void BlockDp::advance(std::size_t u) {
       }
       if (!std::isfinite(convFwd) || !std::isfinite(convBwd)) continue;
       for (int r = 0; r < 2; ++r) {
-        if (!choices[r]) continue;
+        if (!choices[static_cast<std::size_t>(r)]) continue;
         const bool recompute = r == 1;
-        // Kept inputs: what the unit's backward reads, and whatever a recompute of its forward reads;
-        // after the conversion, or (when cheaper at this price of memory) before it and converted again
-        // backward, as Megatron's sequence parallelism does. A producer that recomputes regenerates them.
-        double inputsKept = 0, redo = 0;
-        std::uint8_t keepBefore = 0;
-        for (std::size_t i = 0; i < inputAt.size(); ++i) {
-          if (state[inputAt[i]].second) {
-            // Regenerated by its producer's recompute: converted into this unit's layout again too.
-            if (st.inputSaved > 0 || recompute) redo += m_s.m_convFwd[u][i][s][static_cast<std::size_t>(state[inputAt[i]].first)];
-            continue;
-          }
-          double after = st.inputSaved * m_s.m_inputShare[u][i];
-          if (recompute) after = std::max(after, m_s.m_inputDims[u][i].bytes(m_s.m_context.samples) * m_s.m_share[static_cast<std::size_t>(st.in.index())]);
-          if (after <= 0) continue;
-          const auto l = static_cast<std::size_t>(state[inputAt[i]].first);
-          const double again = m_s.m_convFwd[u][i][s][l];
-          const Layout from = Layout::fromIndex(static_cast<int>(l));
-          if (again > 0 && !from.partial()) {
-            const double smaller = after * m_s.m_share[l] / m_s.m_share[static_cast<std::size_t>(st.in.index())];
-            if (again + memoryPrice * smaller < memoryPrice * after) {
-              inputsKept += smaller;
-              redo += again;
-              keepBefore |= static_cast<std::uint8_t>(1u << i);
-              continue;
-            }
-          }
-          inputsKept += after;
-        }
-        const double recomputeSeconds = redo + (recompute ? st.fwd + st.commFwd + convFwd : 0.0);
-        const double activation = inputsKept + (recompute ? 0.0 : st.ownSaved);
-        const double seconds = st.fwd + st.bwd + st.commFwd + st.commBwd + convFwd + convBwd + syncOf[s] + recomputeSeconds;
-        const double objective = entry.objective + seconds + m_w.lambda * stateOf[s] + memoryPrice * activation;
+        const Kept kept = keptInputs(u, s, state, inputAt, recompute, memoryPrice);
+        Step step;
+        step.recompute = kept.redo + (recompute ? st.fwd + st.commFwd + convFwd : 0.0);
+        step.activation = kept.bytes + (recompute ? 0.0 : st.ownSaved);
+        step.comm = st.commFwd + st.commBwd + convFwd + convBwd;
+        step.seconds = st.fwd + st.bwd + step.comm + syncOf[s] + step.recompute;
+        step.state = stateOf[s];
+        const double objective = entry.objective + step.seconds + m_w.lambda * step.state + memoryPrice * step.activation;
         const std::uint64_t nextKey =
             producesLive ? (survivors << 6) | (static_cast<std::uint64_t>(st.out.index()) << 1) | (recompute && outputBit ? 1u : 0u)
                          : survivors;
         auto [it, inserted] = out.try_emplace(nextKey);
-        Entry& e = it->second;
-        if (!inserted && e.objective <= objective) continue;
-        e.objective = objective;
-        e.seconds = entry.seconds + seconds;
-        e.compute = entry.compute + st.fwd + st.bwd;
-        e.comm = entry.comm + st.commFwd + st.commBwd + convFwd + convBwd;
-        e.recompute = entry.recompute + recomputeSeconds;
-        e.activation = entry.activation + activation;
-        e.state = entry.state + stateOf[s];
-        e.params = entry.params + st.stateParams;
-        e.optimizer = entry.optimizer + st.stateParams / st.optimizerShard;
-        for (int k = 0; k < 3; ++k) e.sync[k] = entry.sync[k] + st.syncBytes[k];
-        e.previous = key;
-        e.strategy = static_cast<int>(s);
-        e.recompute_ = recompute;
-        e.keepBefore = keepBefore;
+        if (!inserted && it->second.objective <= objective) continue;
+        it->second = extend(entry, key, st, s, step, objective, recompute, kept.before);
       }
     }
   }
-  if (out.size() > kBeam) {
-    std::vector<std::pair<double, std::uint64_t>> order;
-    for (const auto& [k, e] : out) order.push_back({e.objective, k});
-    std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kBeam), order.end());
-    std::unordered_map<std::uint64_t, Entry> kept;
-    for (std::size_t i = 0; i < kBeam; ++i) kept.emplace(order[i].second, out.at(order[i].second));
-    out = std::move(kept);
-  }
+  prune(out);
+}
+
+Entry BlockDp::extend(const Entry& from, std::uint64_t key, const Strategy& st, std::size_t s, const Step& step, double objective,
+                      bool recompute, std::uint8_t keepBefore) {
+  Entry e;
+  e.objective = objective;
+  e.seconds = from.seconds + step.seconds;
+  e.compute = from.compute + st.fwd + st.bwd;
+  e.comm = from.comm + step.comm;
+  e.recompute = from.recompute + step.recompute;
+  e.activation = from.activation + step.activation;
+  e.state = from.state + step.state;
+  e.params = from.params + st.stateParams;
+  e.optimizer = from.optimizer + st.stateParams / st.optimizerShard;
+  for (int k = 0; k < 3; ++k) e.sync[k] = from.sync[k] + st.syncBytes[k];
+  e.previous = key;
+  e.strategy = static_cast<int>(s);
+  e.recompute_ = recompute;
+  e.keepBefore = keepBefore;
+  return e;
+}
+
+void BlockDp::prune(std::unordered_map<std::uint64_t, Entry>& states) {
+  if (states.size() <= kBeam) return;
+  std::vector<std::pair<double, std::uint64_t>> order;
+  for (const auto& [k, e] : states) order.push_back({e.objective, k});
+  std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kBeam), order.end());
+  std::unordered_map<std::uint64_t, Entry> kept;
+  for (std::size_t i = 0; i < kBeam; ++i) kept.emplace(order[i].second, states.at(order[i].second));
+  states = std::move(kept);
 }
 
 void BlockDp::cut(std::size_t k) {

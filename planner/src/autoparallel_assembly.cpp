@@ -1,0 +1,144 @@
+// The step of one solution of the operator-level search: pipeline, gradient reduction, optimizer and
+// host transfers, and the fullest stage's memory (docs/autoparallel.md, "Assembly" and "Offload").
+#include <algorithm>
+#include <cmath>
+
+#include "autoparallel_search.h"
+#include "colo/costmodel/collectives.h"
+#include "colo/costmodel/evaluator.h"
+
+namespace colo::planner::detail {
+namespace {
+
+// Per micro-batch figures of one solved block.
+struct Figures {
+  double seconds = 0, compute = 0, comm = 0, recompute = 0, activation = 0, state = 0, optimizerParams = 0;
+  double sync[3] = {0, 0, 0};
+};
+Figures figuresOf(const BlockPlan& p) {
+  Figures f;
+  f.compute = p.computeSeconds;
+  f.comm = p.commSeconds;
+  f.recompute = p.recomputeSeconds;
+  f.seconds = f.compute + f.comm + f.recompute;
+  f.activation = p.activationBytes;
+  f.state = p.stateBytes;
+  f.optimizerParams = p.optimizerParams;
+  for (int k = 0; k < 3; ++k) f.sync[k] = p.syncBytes[k];
+  return f;
+}
+
+}  // namespace
+
+Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches,
+                  double alpha, double beta) {
+  Assembly a;
+  a.alpha = alpha;
+  a.beta = beta;
+  const double P = static_cast<double>(pp);
+  const double M = static_cast<double>(microBatches);
+  const auto& dev = c.device;
+  const double pcie = c.cluster->pcieBytesPerSecond > 0 ? c.cluster->pcieBytesPerSecond : 16e9;
+  Figures layers;  // one stage's layers, per micro-batch
+  double offloadExposed = 0, offloaded = 0;
+  for (std::size_t k = 0; k < c.classes.size(); ++k) {
+    const double n = static_cast<double>(c.classes[k].layers.size()) / P;
+    const Figures f = figuresOf(sol.layers[k]);
+    layers.seconds += n * (f.seconds + sol.backConversion[k]);
+    layers.compute += n * f.compute;
+    layers.comm += n * (f.comm + sol.backConversion[k]);
+    layers.recompute += n * f.recompute;
+    layers.activation += n * f.activation;
+    layers.state += n * f.state;
+    layers.optimizerParams += n * f.optimizerParams;
+    for (int j = 0; j < 3; ++j) layers.sync[j] += n * f.sync[j];
+    // Offloaded activations leave during the layer's forward and return before its backward, hidden
+    // behind up to 80% of its kernels.
+    const double moved = alpha * f.activation;
+    offloaded += n * moved;
+    offloadExposed += n * std::max(0.0, 2.0 * moved / pcie - 0.8 * f.compute);
+  }
+  const Figures emb = figuresOf(sol.embedding);
+  const Figures head = figuresOf(sol.head);
+  const double embSeconds = emb.seconds + sol.embeddingConversion;
+  // Stage figures: the first stage holds the embedding, the last the head (one stage: both).
+  struct Stage {
+    double seconds, compute, comm, recompute, activation, state, optimizerParams, sync[3], copies;
+  };
+  auto stage = [&](bool first, bool last) {
+    Stage s{};
+    s.seconds = layers.seconds + offloadExposed + (first ? embSeconds : 0) + (last ? head.seconds : 0);
+    s.compute = layers.compute + (first ? emb.compute : 0) + (last ? head.compute : 0);
+    s.comm = layers.comm + (first ? emb.comm + sol.embeddingConversion : 0) + (last ? head.comm : 0);
+    s.recompute = layers.recompute + (first ? emb.recompute : 0) + (last ? head.recompute : 0);
+    s.activation = layers.activation - offloaded + (first ? emb.activation : 0) + (last ? head.activation : 0);
+    s.state = layers.state + (first ? emb.state : 0) + (last ? head.state : 0);
+    s.optimizerParams = layers.optimizerParams + (first ? emb.optimizerParams : 0) + (last ? head.optimizerParams : 0);
+    for (int j = 0; j < 3; ++j) s.sync[j] = layers.sync[j] + (first ? emb.sync[j] : 0) + (last ? head.sync[j] : 0);
+    // 1F1B: the first stage holds pp micro-batches' activations at its peak, the last one.
+    s.copies = first ? std::min(P, M) : 1.0;
+    return s;
+  };
+  std::vector<Stage> stages{stage(true, pp == 1)};
+  if (pp > 1) stages.push_back(stage(false, true));
+  // Activations and their gradients between stages.
+  double hop = 0;
+  if (pp > 1) {
+    Parallelism par;
+    par.tp = ms.mesh->size();
+    par.pp = pp;
+    const auto group = costmodel::placeGroup(*c.cluster, par, costmodel::Dim::kPp);
+    const double bytes = static_cast<double>(ms.samples) * static_cast<double>(c.seqLen * c.hidden) * 2.0 /
+                         static_cast<double>(ms.mesh->size());
+    hop = 2.0 * costmodel::collectiveSeconds(costmodel::Collective::kSendRecv, bytes, group);
+  }
+  double slowest = 0;
+  for (const auto& s : stages) slowest = std::max(slowest, s.seconds + hop);
+  const Stage& critical = *std::max_element(stages.begin(), stages.end(), [](const Stage& x, const Stage& y) {
+    return x.seconds < y.seconds;
+  });
+  a.compute = M * critical.compute;
+  a.comm = M * (critical.comm + hop);
+  a.recompute = M * critical.recompute;
+  a.offload = M * offloadExposed;
+  a.bubble = (P - 1.0) * slowest;
+  const double pipeline = (M + P - 1.0) * slowest;
+  // Gradient reductions after the last backward, hidden behind up to 90% of it (as the evaluator's
+  // data-parallel tail), the hidden part slowing what it overlaps.
+  double tail = 0, peak = 0;
+  for (const auto& s : stages) {
+    const double C = gradientSyncSeconds(*ms.mesh, s.sync);
+    const double cover = 0.9 * (s.seconds * 2.0 / 3.0);
+    double exposed = std::max(0.1 * C, C - cover);
+    exposed += dev.overlapSlowdown * (C - exposed);
+    const double onDevice = s.optimizerParams * (1.0 - beta) * c.stepBytesPerParam / dev.memoryBytesPerSecond;
+    const double host = beta * s.optimizerParams;
+    const double hostStep = host > 0 ? host / dev.cpuAdamParamsPerSecond + host * 4.0 / pcie : 0.0;
+    if (exposed + onDevice + hostStep > tail) {
+      tail = exposed + onDevice + hostStep;
+      a.sync = exposed;
+      a.optimizer = onDevice + hostStep;
+    }
+    const double state = s.state - beta * s.optimizerParams * 12.0;
+    const double acts = s.copies * s.activation;
+    // The caching allocator's fragmentation allowance on activations, as the evaluator counts it.
+    double total = state + 1.08 * acts + dev.contextBytes;
+    // What goes to host memory must fit there: every GPU of a node offloads alike.
+    const double hosted = s.copies * offloaded + beta * s.optimizerParams * 12.0;
+    if (hosted > 0 && c.cluster->hostMemoryBytes > 0 &&
+        hosted * static_cast<double>(c.cluster->gpusPerNode) > 0.9 * c.cluster->hostMemoryBytes) {
+      total = kInf;
+    }
+    if (total > peak) {
+      peak = total;
+      a.states = state;
+      a.activations = 1.08 * acts;
+    }
+  }
+  a.step = pipeline + tail;
+  a.memory = peak;
+  return a;
+}
+
+
+}  // namespace colo::planner::detail

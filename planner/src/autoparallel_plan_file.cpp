@@ -1,0 +1,272 @@
+// Operator plans in plan files and views: reading a stored operator plan back and re-costing it with its
+// strategies forced (evaluate --plan), writing one (autoparallel --out), and a degree-level plan seen
+// operator by operator (colo-studio's Operators tab). docs/autoparallel.md, "Saved plans".
+#include <algorithm>
+#include <array>
+#include <map>
+
+#include "autoparallel_search.h"
+
+namespace colo::planner {
+namespace detail {
+namespace {
+
+// A stored operator plan, read and checked against the model and cluster.
+struct Stored {
+  std::vector<std::int64_t> shape;
+  std::int64_t pp = 1, samples = 1;
+  double price = 0, alpha = 0, beta = 0;
+  Layout entry;
+  std::map<const Block*, std::vector<std::pair<std::array<Role, 2>, int>>> units;  // roles and recompute per unit
+  std::string recompute, method;
+};
+
+Result<Stored> readStored(const Json& stored, const std::string& file, const Context& c) {
+  const std::string where = "/operator_plan";
+  auto bad = [&](const std::string& path, const std::string& why) { return fail(Error::badInput(why, file, where + path)); };
+  auto number = [&](const char* key) -> std::optional<double> {
+    if (!stored.contains(key) || !stored[key].is_number()) return std::nullopt;
+    return stored[key].get<double>();
+  };
+  Stored out;
+  if (!stored.contains("mesh_shape") || !stored["mesh_shape"].is_array()) return bad("/mesh_shape", "missing or not a list of axis sizes");
+  for (const auto& v : stored["mesh_shape"]) {
+    if (!v.is_number_integer()) return bad("/mesh_shape", "axis sizes must be integers");
+    out.shape.push_back(v.get<std::int64_t>());
+  }
+  auto mesh = makeMesh(*c.cluster, out.shape, "operator_plan.mesh_shape");
+  if (!mesh) return fail(Error::badInput(mesh.error().message, file, where + "/mesh_shape"));
+  const auto pp = number("pipeline_stages");
+  const auto samples = number("micro_batch_size");
+  const auto price = number("memory_price");
+  const auto alpha = number("activation_offload_fraction");
+  const auto beta = number("optimizer_offload_fraction");
+  if (!pp || *pp < 1 || c.cluster->totalGpus() != static_cast<std::int64_t>(*pp) * mesh->size()) {
+    return bad("/pipeline_stages", "stages x the mesh's GPUs must be the cluster's " + std::to_string(c.cluster->totalGpus()));
+  }
+  if (!samples || *samples < 1 || c.options.globalBatchSize % static_cast<std::int64_t>(*samples) != 0) {
+    return bad("/micro_batch_size", "must divide the global batch " + std::to_string(c.options.globalBatchSize));
+  }
+  if (!price || *price < 0) return bad("/memory_price", "missing or negative");
+  if (!alpha || *alpha < 0 || *alpha > 1) return bad("/activation_offload_fraction", "must be in [0, 1]");
+  if (!beta || *beta < 0 || *beta > 1) return bad("/optimizer_offload_fraction", "must be in [0, 1]");
+  out.pp = static_cast<std::int64_t>(*pp);
+  out.samples = static_cast<std::int64_t>(*samples);
+  out.price = *price;
+  out.alpha = *alpha;
+  out.beta = *beta;
+  const Json interface = stored.value("interface", Json::object());
+  const int index = interface.contains("index") && interface["index"].is_number_integer() ? interface["index"].get<int>() : -1;
+  if (index < 0 || index >= kLayouts) return bad("/interface/index", "missing or not a layout index (0-24)");
+  out.entry = Layout::fromIndex(index);
+  out.recompute = stored.value("recompute", std::string("per operator"));
+  out.method = stored.value("method", std::string("joint"));
+  // The blocks in order: embedding, each layer class, head.
+  const Json& blocks = stored.contains("blocks") ? stored["blocks"] : Json();
+  if (!blocks.is_array() || blocks.size() != c.classes.size() + 2) {
+    return bad("/blocks", "must list the embedding, " + std::to_string(c.classes.size()) + " layer block(s) and the head");
+  }
+  std::vector<const Block*> order{&c.embedding};
+  for (const auto& cls : c.classes) order.push_back(&cls.block);
+  order.push_back(&c.head);
+  for (std::size_t b = 0; b < order.size(); ++b) {
+    const Json& units = blocks[b].contains("units") ? blocks[b]["units"] : Json();
+    const std::string at = "/blocks/" + std::to_string(b) + "/units";
+    if (!units.is_array() || units.size() != order[b]->units.size()) {
+      return bad(at, "must list the block's " + std::to_string(order[b]->units.size()) + " operators");
+    }
+    auto& list = out.units[order[b]];
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      const Json& unit = units[u];
+      const std::string here = at + "/" + std::to_string(u);
+      const std::string name = unit.value("unit", std::string());
+      if (name != order[b]->units[u].name) return bad(here + "/unit", "expected \"" + order[b]->units[u].name + "\", got \"" + name + "\"");
+      std::array<Role, 2> roles{Role::kNone, Role::kNone};
+      const Json& names = unit.contains("axis_roles") ? unit["axis_roles"] : Json();
+      if (!names.is_array() || static_cast<int>(names.size()) != mesh->axes()) {
+        return bad(here + "/axis_roles", "must give one role per mesh axis (" + std::to_string(mesh->axes()) + ")");
+      }
+      for (std::size_t a = 0; a < names.size(); ++a) {
+        if (!names[a].is_string() || !parseRole(names[a].get<std::string>(), roles[a])) {
+          return bad(here + "/axis_roles/" + std::to_string(a), "not a role (none, batch, seq, out, in, expert, inner): " + names[a].dump());
+        }
+      }
+      list.push_back({roles, unit.value("recompute", false) ? 1 : 0});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<OperatorPlan> Search::reproduce(const Json& json, const std::string& file) {
+  auto stored = readStored(json, file, m_c);
+  if (!stored) return fail(stored.error());
+  const Stored& st = *stored;
+  MeshSolvers& ms = solversFor(st.shape, st.samples);
+  const std::int64_t microBatches = m_c.options.globalBatchSize / st.samples;
+  SolveWeights w;
+  w.lambda = st.price;
+  w.activationCopies = static_cast<double>(std::min(st.pp, microBatches));
+  w.microBatches = static_cast<double>(microBatches);
+  const auto& units = st.units;
+  w.allow = [&units](const Block& block, std::size_t u, const Strategy& s) { return units.at(&block)[u].first == s.role; };
+  w.forceRecompute = [&units](const Block& block, std::size_t u) { return units.at(&block)[u].second; };
+  auto solution = solveFixed(ms, w, st.entry);
+  if (!solution) return fail(Error::badInput(solution.error().message, file, "/operator_plan/blocks"));
+  solution->recompute = st.recompute;
+  Best best;
+  best.assembly = assemble(m_c, ms, *solution, st.pp, microBatches, st.alpha, st.beta);
+  best.solvers = &ms;
+  best.solution = *solution;
+  best.pp = st.pp;
+  best.microBatches = microBatches;
+  return report(best, st.method);
+}
+
+Result<Solution> Search::solveFixed(const MeshSolvers& ms, const SolveWeights& w, Layout entry) {
+  Solution sol;
+  for (std::size_t k = 0; k < m_c.classes.size(); ++k) {
+    BlockPlan chosen;
+    double back = 0;
+    const TensorDims& dims = m_c.classes[k].block.input;
+    for (auto& plan : ms.layers[k]->solve({entry}, w)) {
+      const double conv = ms.converter->convert(plan.exit, plan.entry, dims, ms.samples).seconds +
+                          ms.converter->convert(plan.entry, gradientTarget(plan.exit), dims, ms.samples).seconds;
+      if (plan.objective + conv < chosen.objective + back) {
+        chosen = plan;
+        back = conv;
+      }
+    }
+    if (!chosen.valid()) return fail(Error::badInput("layer block " + std::to_string(k + 1) + ": its operators' strategies do not connect on this mesh"));
+    sol.layers.push_back(chosen);
+    sol.backConversion.push_back(back);
+  }
+  for (auto& plan : ms.embedding->solve({}, w)) {
+    const TensorDims& dims = m_c.embedding.input;
+    const double conv = ms.converter->convert(plan.exit, entry, dims, ms.samples).seconds +
+                        ms.converter->convert(entry, gradientTarget(plan.exit), dims, ms.samples).seconds;
+    if (plan.objective + conv < sol.embedding.objective + sol.embeddingConversion) {
+      sol.embedding = plan;
+      sol.embeddingConversion = conv;
+    }
+  }
+  for (auto& plan : ms.head->solve({entry}, w)) {
+    if (plan.objective < sol.head.objective) sol.head = plan;
+  }
+  if (!sol.embedding.valid() || !sol.head.valid()) return fail(Error::badInput("the embedding's or head's strategies do not connect on this mesh"));
+  sol.weights = w;
+  sol.weights.allow = nullptr;
+  sol.weights.forceRecompute = nullptr;
+  return sol;
+}
+
+Result<OperatorPlan> Search::megatronAt(const std::vector<std::int64_t>& shape, const MegatronRule& rule, RecomputeMode mode,
+                                        std::int64_t pp, std::int64_t samples) {
+  auto mesh = makeMesh(*m_c.cluster, shape, "plan");
+  if (!mesh) return fail(mesh.error());
+  const Combo k{pp, shape, samples, m_c.options.globalBatchSize / samples, 0.0};
+  MeshSolvers& ms = solversFor(shape, samples);
+  // solveMegatron tries every rule and mode; keep the one asked for.
+  const std::vector<MegatronRule> only{rule};
+  m_onlyRules = &only;
+  m_onlyMode = mode;
+  solveMegatron(k, ms);
+  m_onlyRules = nullptr;
+  const Best& chosen = m_megatron.solvers ? m_megatron : m_megatronLean;
+  if (!chosen.solvers) return fail(Error::badInput("the plan's split does not apply to its model on mesh " + mesh->toString()));
+  return report(chosen, "megatron");
+}
+
+}  // namespace detail
+
+using namespace detail;
+
+Result<OperatorPlan> evaluateOperatorPlan(const Plan& plan, const std::string& file) {
+  if (!plan.operatorPlan.is_object()) return fail(Error::badInput("the plan has no operator_plan (it is a degree-level plan)", file));
+  AutoParallelOptions options;
+  options.globalBatchSize = plan.globalBatchSize;
+  options.seqLen = plan.seqLen;
+  options.precision = plan.precision;
+  const Json& stored = plan.operatorPlan;
+  if (stored.contains("budget_bytes") && stored["budget_bytes"].is_number()) options.memoryBudgetBytes = stored["budget_bytes"].get<double>();
+  auto context = makeContext(plan.model, plan.cluster, options);
+  if (!context) return fail(Error::badInput(context.error().message, file));
+  Search search(std::move(*context));
+  return search.reproduce(stored, file);
+}
+
+Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction) {
+  const auto& par = plan.parallel;
+  auto refuse = [](const std::string& why) { return fail(Error::badInput("no operator view: " + why)); };
+  if (plan.operatorPlan.is_object()) return evaluateOperatorPlan(plan);
+  if (par.cp > 1) return refuse("context parallelism (cp " + std::to_string(par.cp) + ") is not one of Megatron's operator rules here");
+  if (par.ep > 1) return refuse("expert parallelism (ep " + std::to_string(par.ep) + ") beside tp is not modelled per operator");
+  if (par.virtualStages > 1 || plan.schedule != Schedule::kOneFOneB) return refuse("the operator view assembles 1F1B pipelines only");
+  if (plan.zeroStage >= 2) return refuse("ZeRO-" + std::to_string(plan.zeroStage) + " shards more than the optimizer states");
+  AutoParallelOptions options;
+  options.globalBatchSize = plan.globalBatchSize;
+  options.seqLen = plan.seqLen;
+  options.precision = plan.precision;
+  options.maxMemoryFraction = maxMemoryFraction;
+  options.allowOffload = false;
+  auto context = makeContext(plan.model, plan.cluster, options);
+  if (!context) return fail(context.error());
+  Search search(std::move(*context));
+  std::vector<std::int64_t> shape;
+  MegatronRule rule;
+  if (par.tp > 1 && par.dp > 1) {
+    shape = {par.dp, par.tp};
+    rule = {1, 0, par.sequenceParallel};
+  } else if (par.tp > 1) {
+    shape = {par.tp};
+    rule = {0, -1, par.sequenceParallel};
+  } else {
+    shape = {par.dp};
+    rule = {-1, 0, false};
+  }
+  const RecomputePolicy policy = plan.stages.empty() ? RecomputePolicy::kNone : plan.stages.front().recompute;
+  const RecomputeMode mode = policy == RecomputePolicy::kFull        ? RecomputeMode::kFull
+                             : policy == RecomputePolicy::kSelective ? RecomputeMode::kSelective
+                                                                     : RecomputeMode::kNone;
+  return search.megatronAt(shape, rule, mode, par.pp, plan.microBatchSize * par.dp);
+}
+
+Result<Plan> operatorPlanFile(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options,
+                              const AutoParallelResult& result) {
+  const OperatorPlan& op = result.joint;
+  // The degree fields: the plan's own equivalent, else Megatron's split from the same solve.
+  const OperatorPlan& degrees = op.runnable ? op : result.megatron;
+  if (degrees.mesh.empty()) return fail(Error::badInput("the operator plan has no degree-level form to store beside it"));
+  Plan p;
+  p.name = model.name() + " per-operator plan";
+  p.model = model;
+  p.cluster = cluster;
+  p.parallel.tp = degrees.tp;
+  p.parallel.dp = degrees.dp;
+  p.parallel.pp = degrees.pipelineStages;
+  p.parallel.sequenceParallel = degrees.sequenceParallel && degrees.tp > 1;
+  p.microBatchSize = std::max<std::int64_t>(1, degrees.microBatchSize / std::max<std::int64_t>(1, degrees.dp));
+  p.globalBatchSize = options.globalBatchSize;
+  p.seqLen = options.seqLen > 0 ? options.seqLen : model.defaultSeqLen();
+  p.precision = options.precision;
+  p.zeroStage = degrees.dp > 1 ? 1 : 0;
+  const RecomputePolicy policy = degrees.recomputePolicy == "full"        ? RecomputePolicy::kFull
+                                 : degrees.recomputePolicy == "selective" ? RecomputePolicy::kSelective
+                                                                          : RecomputePolicy::kNone;
+  p.stages = uniformStages(model.numLayers(), p.parallel.pp, policy);
+  if (op.runnable && op.optimizerOffloadFraction > 0) {
+    p.zeroStage = std::max(p.zeroStage, 1);
+    p.offload.optimizerFraction = op.optimizerOffloadFraction;
+  }
+  p.predictions.stepTimeSeconds = op.stepSeconds;
+  p.predictions.peakMemoryBytes = op.peakMemoryBytes;
+  p.predictions.fits = op.fits;
+  p.operatorPlan = op.toJson();
+  if (auto valid = validatePlan(p); !valid) {
+    return fail(Error::badInput("the operator plan's degree-level form is not a valid plan: " + valid.error().message));
+  }
+  return p;
+}
+
+}  // namespace colo::planner

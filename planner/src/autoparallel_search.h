@@ -1,0 +1,116 @@
+#pragma once
+// Private: what the operator-level search (autoparallel.cpp), its step assembly
+// (autoparallel_assembly.cpp) and its plan files (autoparallel_plan_file.cpp) share: the solvers of one
+// mesh and micro-batch, a solution (every block solved at one interface layout), the search context,
+// an assembled step, and the Search itself.
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autoparallel_detail.h"
+#include "colo/costmodel/hardware.h"
+
+namespace colo::planner::detail {
+
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Everything solved for one stage mesh and micro-batch.
+struct MeshSolvers {
+  std::unique_ptr<DeviceMesh> mesh;
+  std::unique_ptr<LayoutConverter> converter;
+  std::vector<std::unique_ptr<BlockSolver>> layers;  // per layer class
+  std::unique_ptr<BlockSolver> embedding, head;
+  std::int64_t samples = 1;
+};
+
+// One way to run every block, at one interface layout.
+struct Solution {
+  std::vector<BlockPlan> layers;  // per class, exit converted back to the entry
+  std::vector<double> backConversion;  // per class: exit -> entry, forward and backward
+  BlockPlan embedding, head;
+  double embeddingConversion = 0;
+  SolveWeights weights;
+  std::string recompute;
+  bool megatron = false;
+};
+
+struct Context {
+  const ClusterSpec* cluster = nullptr;
+  costmodel::DeviceModel device;
+  AutoParallelOptions options;
+  std::int64_t seqLen = 0, hidden = 0, numLayers = 0;
+  double budget = 0;
+  double stepBytesPerParam = 0;  // optimizer step HBM traffic per parameter
+  double flopsPerSample = 0;     // GEMM FLOPs of one sample, forward and backward
+  double peakRate = 0;           // FLOP/s a large GEMM reaches
+  std::vector<LayerClass> classes;
+  Block embedding, head;
+};
+
+// The best plan with the layers of `solution` for (pp, micro-batches), with the offload fractions.
+struct Assembly {
+  double step = kInf, memory = kInf;
+  double compute = 0, comm = 0, recompute = 0, bubble = 0, sync = 0, optimizer = 0, offload = 0;
+  double states = 0, activations = 0;
+  double alpha = 0, beta = 0;
+};
+
+/// The step of `solution` with `pp` stages of `microBatches`, offloading `alpha` of each layer's kept
+/// activations and `beta` of the optimizer states (docs/autoparallel.md, "Assembly").
+[[nodiscard]] Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp,
+                                std::int64_t microBatches, double alpha, double beta);
+
+/// The model expanded and checked for a search. Errors: kBadInput naming the option.
+[[nodiscard]] Result<Context> makeContext(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options);
+
+class Search {
+ public:
+  Search(Context context) : m_c(std::move(context)) {}
+
+  Result<AutoParallelResult> run();
+  /// Re-costs a stored operator plan: its blocks solved with each unit's strategy and recompute choice
+  /// forced, at its price of memory, assembled with its offload fractions.
+  Result<OperatorPlan> reproduce(const Json& stored, const std::string& file);
+  /// The blocks solved at one interface layout with the weights' filters (a stored plan's strategies).
+  Result<Solution> solveFixed(const MeshSolvers& ms, const SolveWeights& w, Layout entry);
+  /// Megatron's split on one mesh with one rule and layer-level recompute mode, assembled as is.
+  Result<OperatorPlan> megatronAt(const std::vector<std::int64_t>& shape, const MegatronRule& rule, RecomputeMode mode,
+                                  std::int64_t pp, std::int64_t samples);
+
+ private:
+  struct Best {
+    Assembly assembly;
+    const MeshSolvers* solvers = nullptr;
+    Solution solution;
+    std::int64_t pp = 1, microBatches = 1;
+  };
+  struct Combo {
+    std::int64_t pp = 1;
+    std::vector<std::int64_t> shape;
+    std::int64_t samples = 1, microBatches = 1;
+    double bound = 0;  // seconds no plan of this combination beats
+  };
+  [[nodiscard]] std::vector<Combo> combos() const;
+  bool solveJoint(const Combo& k, MeshSolvers& ms);
+  void solveMegatron(const Combo& k, MeshSolvers& ms);
+  MeshSolvers& solversFor(const std::vector<std::int64_t>& shape, std::int64_t samples);
+  std::vector<Solution> solve(const MeshSolvers& ms, const SolveWeights& weights, const std::string& recompute, bool megatron);
+  bool consider(const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches, Best& best,
+                Best& leanest, double* fastest = nullptr);
+  OperatorPlan report(const Best& best, const std::string& method) const;
+
+  Context m_c;
+  std::map<std::pair<std::vector<std::int64_t>, std::int64_t>, std::unique_ptr<MeshSolvers>> m_solvers;
+  std::int64_t m_blockSolves = 0, m_candidates = 0;
+  std::vector<double> m_lambdas;
+  const std::vector<MegatronRule>* m_onlyRules = nullptr;  // megatronAt: the one rule and mode to solve
+  RecomputeMode m_onlyMode = RecomputeMode::kNone;
+  Best m_joint, m_jointLean, m_megatron, m_megatronLean;
+};
+
+
+}  // namespace colo::planner::detail
