@@ -189,6 +189,18 @@ class BlockDp {
   static void prune(std::unordered_map<std::uint64_t, Entry>& states);
   void advance(std::size_t u);
   void cut(std::size_t k);
+  // The best way from each entry to each state at a cut, joined segment by segment.
+  struct Prefix {
+    Entry sum;
+    std::uint64_t reachedKey = 0;  // the state reaching the cut, in the previous segment's keys
+    std::int64_t previous = -1;    // index of the prefix it extends (the previous cut)
+    int entry = 0;                 // the block's entry code
+    int z = 0;                     // the cut's code: its tensor's layout and recompute bit
+  };
+  [[nodiscard]] std::vector<std::vector<Prefix>> joinCuts() const;
+  [[nodiscard]] static std::vector<std::vector<std::size_t>> indexByCode(const std::vector<Prefix>& list);
+  [[nodiscard]] BlockPlan planOf(Layout entry, Layout exit, const Entry& e, std::uint64_t key, std::int64_t prefix,
+                                 const std::vector<std::vector<Prefix>>& prefixes) const;
   std::vector<BlockPlan> finish();
   void walkBack(std::size_t from, std::size_t to, std::uint64_t key, bool atCut, BlockPlan& plan) const;
 
@@ -387,39 +399,32 @@ void BlockDp::walkBack(std::size_t from, std::size_t to, std::uint64_t key, bool
   }
 }
 
-std::vector<BlockPlan> BlockDp::finish() {
-  // Join the segments: for each original entry and the state at each cut, the best prefix.
-  struct Prefix {
-    Entry sum;
-    std::uint64_t reachedKey = 0;  // the state reaching the cut, in the previous segment's keys
-    std::int64_t previous = -1;    // index of the prefix it extends (the previous cut)
-    int entry = 0;                 // the block's entry code
-    int z = 0;                     // the cut's code: its tensor's layout and recompute bit
-  };
+namespace {
+
+Entry sum(Entry a, const Entry& b) {
+  a.objective += b.objective;
+  a.seconds += b.seconds;
+  a.compute += b.compute;
+  a.comm += b.comm;
+  a.recompute += b.recompute;
+  a.activation += b.activation;
+  a.state += b.state;
+  a.params += b.params;
+  a.optimizer += b.optimizer;
+  for (int k = 0; k < 3; ++k) a.sync[k] += b.sync[k];
+  return a;
+}
+
+}  // namespace
+
+std::vector<std::vector<BlockDp::Prefix>> BlockDp::joinCuts() const {
+  // For each original entry and the state at each cut, the best way there.
   std::vector<std::vector<Prefix>> prefixes(m_cuts.size());
-  auto add = [](Entry a, const Entry& b) {
-    a.objective += b.objective;
-    a.seconds += b.seconds;
-    a.compute += b.compute;
-    a.comm += b.comm;
-    a.recompute += b.recompute;
-    a.activation += b.activation;
-    a.state += b.state;
-    a.params += b.params;
-    a.optimizer += b.optimizer;
-    for (int k = 0; k < 3; ++k) a.sync[k] += b.sync[k];
-    return a;
-  };
-  // Prefixes of cut j-1 by their cut code (the code this segment's states carry as their entry).
-  std::vector<std::vector<std::size_t>> byCode;
-  auto index = [&](const std::vector<Prefix>& list) {
-    byCode.assign(2 * kLayouts, {});
-    for (std::size_t p = 0; p < list.size(); ++p) byCode[static_cast<std::size_t>(list[p].z)].push_back(p);
-  };
+  std::vector<std::vector<std::size_t>> byCode;  // prefixes of the previous cut by their cut code
   std::vector<std::pair<int, bool>> state;
   for (std::size_t j = 0; j < m_cuts.size(); ++j) {
     std::map<std::pair<int, int>, Prefix> best;  // (entry, cut code) -> best prefix
-    if (j > 0) index(prefixes[j - 1]);
+    if (j > 0) byCode = indexByCode(prefixes[j - 1]);
     for (const auto& [key, e] : m_reached.at(m_cuts[j])) {
       int code = 0;
       unpack(key, 1, code, state);
@@ -429,21 +434,34 @@ std::vector<BlockPlan> BlockDp::finish() {
         if (inserted || e.objective < it->second.sum.objective) it->second = {e, key, -1, code, z};
         continue;
       }
+      // This segment's states carry the previous cut's code as their entry code.
       for (const auto p : byCode[static_cast<std::size_t>(code)]) {
         const Prefix& before = prefixes[j - 1][p];
         const double objective = before.sum.objective + e.objective;
         auto [it, inserted] = best.try_emplace({before.entry, z});
         if (inserted || objective < it->second.sum.objective) {
-          it->second = {add(before.sum, e), key, static_cast<std::int64_t>(p), before.entry, z};
+          it->second = {sum(before.sum, e), key, static_cast<std::int64_t>(p), before.entry, z};
         }
       }
     }
     for (auto& [k, p] : best) prefixes[j].push_back(p);
   }
-  // Final states, joined with the prefixes; one plan per (entry, exit).
+  return prefixes;
+}
+
+std::vector<std::vector<std::size_t>> BlockDp::indexByCode(const std::vector<Prefix>& list) {
+  std::vector<std::vector<std::size_t>> byCode(2 * kLayouts);
+  for (std::size_t p = 0; p < list.size(); ++p) byCode[static_cast<std::size_t>(list[p].z)].push_back(p);
+  return byCode;
+}
+
+std::vector<BlockPlan> BlockDp::finish() {
+  const auto prefixes = joinCuts();
+  // Final states, joined with the last cut's prefixes; one plan per (entry, exit).
   const auto& finalLive = m_live[m_n];
-  if (!m_cuts.empty()) index(prefixes.back());
+  const auto byCode = m_cuts.empty() ? std::vector<std::vector<std::size_t>>{} : indexByCode(prefixes.back());
   std::map<std::pair<int, int>, std::tuple<Entry, std::uint64_t, std::int64_t>> chosen;
+  std::vector<std::pair<int, bool>> state;
   for (const auto& [key, e] : m_steps[m_n]) {
     int code = 0;
     unpack(key, finalLive.size(), code, state);
@@ -457,45 +475,48 @@ std::vector<BlockPlan> BlockDp::finish() {
     for (const auto p : byCode[static_cast<std::size_t>(code)]) {
       const double objective = last[p].sum.objective + e.objective;
       auto [it, inserted] = chosen.try_emplace({last[p].entry / 2, exit});
-      if (inserted || objective < std::get<0>(it->second).objective) {
-        it->second = {add(last[p].sum, e), key, static_cast<std::int64_t>(p)};
-      }
+      if (inserted || objective < std::get<0>(it->second).objective) it->second = {sum(last[p].sum, e), key, static_cast<std::int64_t>(p)};
     }
   }
   std::vector<BlockPlan> plans;
   for (const auto& [pair, value] : chosen) {
     const auto& [e, key, prefix] = value;
-    BlockPlan plan;
-    plan.entry = Layout::fromIndex(pair.first);
-    plan.exit = Layout::fromIndex(pair.second);
-    plan.objective = e.objective;
-    plan.seconds = e.seconds;
-    plan.computeSeconds = e.compute;
-    plan.commSeconds = e.comm;
-    plan.recomputeSeconds = e.recompute;
-    plan.activationBytes = e.activation;
-    plan.stateBytes = e.state;
-    plan.params = e.params;
-    plan.optimizerParams = e.optimizer;
-    for (int k = 0; k < 3; ++k) plan.syncBytes[k] = e.sync[k];
-    plan.units.resize(m_n);
-    // The last segment, then each earlier one through the prefix chain.
-    std::size_t end = m_n;
-    std::uint64_t at = key;
-    bool atCut = false;
-    std::int64_t p = prefix;
-    for (std::size_t j = m_cuts.size(); j-- > 0;) {
-      walkBack(end, m_cuts[j], at, atCut, plan);
-      const Prefix& pre = prefixes[j][static_cast<std::size_t>(p)];
-      end = m_cuts[j];
-      at = pre.reachedKey;
-      atCut = true;
-      p = pre.previous;
-    }
-    walkBack(end, 0, at, atCut, plan);
-    plans.push_back(std::move(plan));
+    plans.push_back(planOf(Layout::fromIndex(pair.first), Layout::fromIndex(pair.second), e, key, prefix, prefixes));
   }
   return plans;
+}
+
+BlockPlan BlockDp::planOf(Layout entry, Layout exit, const Entry& e, std::uint64_t key, std::int64_t prefix,
+                          const std::vector<std::vector<Prefix>>& prefixes) const {
+  BlockPlan plan;
+  plan.entry = entry;
+  plan.exit = exit;
+  plan.objective = e.objective;
+  plan.seconds = e.seconds;
+  plan.computeSeconds = e.compute;
+  plan.commSeconds = e.comm;
+  plan.recomputeSeconds = e.recompute;
+  plan.activationBytes = e.activation;
+  plan.stateBytes = e.state;
+  plan.params = e.params;
+  plan.optimizerParams = e.optimizer;
+  for (int k = 0; k < 3; ++k) plan.syncBytes[k] = e.sync[k];
+  plan.units.resize(m_n);
+  // The last segment, then each earlier one through the prefix chain.
+  std::size_t end = m_n;
+  std::uint64_t at = key;
+  bool atCut = false;
+  std::int64_t p = prefix;
+  for (std::size_t j = m_cuts.size(); j-- > 0;) {
+    walkBack(end, m_cuts[j], at, atCut, plan);
+    const Prefix& pre = prefixes[j][static_cast<std::size_t>(p)];
+    end = m_cuts[j];
+    at = pre.reachedKey;
+    atCut = true;
+    p = pre.previous;
+  }
+  walkBack(end, 0, at, atCut, plan);
+  return plan;
 }
 
 std::vector<BlockPlan> BlockSolver::solve(const std::vector<Layout>& entries, const SolveWeights& weights) const {

@@ -225,168 +225,192 @@ Uses usesOf(UnitKind kind, Role role) {
 
 double shardsOf(Layout layout, const DeviceMesh& mesh) { return 1.0 / localBytes(layout, 1.0, mesh); }
 
-// Costs one role assignment; false when it does not divide the unit's dimensions.
-bool cost(const Unit& unit, const std::vector<TensorDims>& inputDims, const CostContext& c, Strategy& s) {
-  const DeviceMesh& mesh = *c.mesh;
-  double tokens = 1, seq = 1, out = 1, in = 1, expert = 1, inner = 1;
-  for (int a = 0; a < mesh.axes(); ++a) {
-    const double n = static_cast<double>(mesh.axisSize(a));
-    switch (s.role[static_cast<std::size_t>(a)]) {
-      case Role::kBatch: tokens *= n; break;
-      case Role::kExpert: tokens *= n; expert *= n; break;
-      case Role::kSeq: seq *= n; break;
-      case Role::kOut: out *= n; break;
-      case Role::kIn: in *= n; break;
-      case Role::kInner: inner *= n; break;
-      case Role::kNone: break;
+// Costs one role assignment of a unit; false when it does not divide the unit's dimensions. One method
+// per unit kind; the splits every kind uses are computed once.
+class Coster {
+ public:
+  Coster(const Unit& unit, const std::vector<TensorDims>& inputDims, const CostContext& c, Strategy& s)
+      : m_unit(unit), m_inputs(inputDims), m_c(c), m_s(s), m_mesh(*c.mesh), m_b(static_cast<double>(c.samples)),
+        m_bytes(c.dtypeBytes) {
+    for (int a = 0; a < m_mesh.axes(); ++a) {
+      const double n = static_cast<double>(m_mesh.axisSize(a));
+      const Role r = s.role[static_cast<std::size_t>(a)];
+      switch (r) {
+        case Role::kBatch: m_tokens *= n; break;
+        case Role::kExpert: m_tokens *= n; m_expert *= n; break;
+        case Role::kSeq: m_seq *= n; break;
+        case Role::kOut: m_out *= n; break;
+        case Role::kIn: m_in *= n; break;
+        case Role::kInner: m_inner *= n; break;
+        case Role::kNone: break;
+      }
+      if (r == Role::kNone || r == Role::kBatch || r == Role::kSeq) m_replicated *= n;
+      m_syncs[static_cast<std::size_t>(a)] = r == Role::kBatch || r == Role::kSeq;
+    }
+    for (const auto& dims : inputDims) m_inputBytes += dims.bytes(1);
+    m_inShards = shardsOf(s.in, m_mesh);
+  }
+
+  bool run() {
+    for (const auto& dims : m_inputs) {
+      if (!fits(m_s.in, dims, m_c.samples, m_mesh)) return false;
+    }
+    if (m_unit.out.f > 0 && !fits(m_s.out, m_unit.out, m_c.samples, m_mesh)) return false;
+    m_s.inputSaved = m_inputBytes > 0 ? m_unit.inputSaved * m_b / m_inShards : 0.0;
+    bool ok = true;
+    switch (m_unit.kind) {
+      case UnitKind::kGemm: ok = gemm(); break;
+      case UnitKind::kNorm:
+      case UnitKind::kPointwise: pointwise(); break;
+      case UnitKind::kAttention: attention(); break;
+      case UnitKind::kMoe: ok = moe(); break;
+      case UnitKind::kEmbedding: embedding(); break;
+      case UnitKind::kLoss: loss(); break;
+    }
+    m_s.optimizerShard = m_replicated;
+    return ok;
+  }
+
+ private:
+  [[nodiscard]] double tokenSplit() const { return m_tokens * m_seq; }
+  void addSync(double gradBytes, std::array<bool, 2> over) {
+    if (over[0] && over[1]) m_s.syncBytes[2] += gradBytes;
+    else if (over[0]) m_s.syncBytes[0] += gradBytes;
+    else if (over[1]) m_s.syncBytes[1] += gradBytes;
+  }
+  void replicatedWeights() {
+    m_s.stateParams = m_unit.params;
+    addSync(m_s.stateParams * static_cast<double>(m_bytes), m_syncs);
+  }
+  // A collective along every axis with `role`, `times` each way as given; named in the unit's comm.
+  void axisCollective(Role role, costmodel::Collective kind, double bytes, double forward, double backward, const std::string& label) {
+    for (int a = 0; a < m_mesh.axes(); ++a) {
+      if (m_s.role[static_cast<std::size_t>(a)] != role) continue;
+      const double t = costmodel::collectiveSeconds(kind, bytes, m_mesh.group(a));
+      m_s.commFwd += forward * t;
+      m_s.commBwd += backward * t;
+      m_s.comm += (m_s.comm.empty() ? "" : ", ") + label + "(" + std::to_string(a) + ")";
     }
   }
-  for (const auto& dims : inputDims) {
-    if (!fits(s.in, dims, c.samples, mesh)) return false;
+
+  bool gemm() {
+    const bool vocabulary = m_unit.shard == Shard::kVocab;
+    if ((!vocabulary && m_unit.n % static_cast<std::int64_t>(m_out) != 0) || m_unit.k % static_cast<std::int64_t>(m_in) != 0) return false;
+    const double m = static_cast<double>(m_unit.m) * m_b / tokenSplit();
+    // A split vocabulary is padded to 128 columns per rank.
+    const double n = vocabulary && m_out > 1 ? 128.0 * std::ceil(static_cast<double>(m_unit.n) / m_out / 128.0)
+                                             : static_cast<double>(m_unit.n) / m_out;
+    const double k = static_cast<double>(m_unit.k) / m_in;
+    m_s.fwd = costmodel::gemmSeconds(m, n, k, 1, m_bytes, m_c.device);
+    m_s.bwd = costmodel::gemmSeconds(m, k, n, 1, m_bytes, m_c.device) + costmodel::gemmSeconds(k, n, m, 1, m_bytes, m_c.device);
+    m_s.stateParams = m_unit.params / (m_out * m_in);
+    addSync(m_s.stateParams * static_cast<double>(m_bytes), m_syncs);
+    return true;
   }
-  if (unit.out.f > 0 && !fits(s.out, unit.out, c.samples, mesh)) return false;
-  const double b = static_cast<double>(c.samples);
-  const double tokenSplit = tokens * seq;
-  const auto& dev = c.device;
-  const std::int64_t bytes = c.dtypeBytes;
-  double replicated = 1;  // ranks holding the same weights
-  std::array<bool, 2> syncs{false, false};
-  for (int a = 0; a < mesh.axes(); ++a) {
-    const Role r = s.role[static_cast<std::size_t>(a)];
-    if (r == Role::kNone || r == Role::kBatch || r == Role::kSeq) replicated *= static_cast<double>(mesh.axisSize(a));
-    syncs[static_cast<std::size_t>(a)] = r == Role::kBatch || r == Role::kSeq;
+
+  void pointwise() {
+    const double traffic = m_unit.traffic * m_b / (tokenSplit() * m_out);
+    m_s.fwd = costmodel::streamSeconds(traffic, m_c.device);
+    m_s.bwd = m_unit.opKind == OpKind::kAdd       ? 0.0
+              : m_unit.opKind == OpKind::kDropout ? m_s.fwd
+                                                  : costmodel::streamSeconds(1.5 * traffic, m_c.device);
+    m_s.ownSaved = m_unit.ownSaved * m_b / (tokenSplit() * m_out);
+    replicatedWeights();
   }
-  auto addSync = [&](double gradBytes, std::array<bool, 2> over) {
-    if (over[0] && over[1]) s.syncBytes[2] += gradBytes;
-    else if (over[0]) s.syncBytes[0] += gradBytes;
-    else if (over[1]) s.syncBytes[1] += gradBytes;
-  };
-  double inputBytes = 0;
-  for (const auto& dims : inputDims) inputBytes += dims.bytes(1);
-  const double inShards = shardsOf(s.in, mesh);
-  s.inputSaved = inputBytes > 0 ? unit.inputSaved * b / inShards : 0.0;
-  switch (unit.kind) {
-    case UnitKind::kGemm: {
-      const bool vocabulary = unit.shard == Shard::kVocab;
-      if ((!vocabulary && unit.n % static_cast<std::int64_t>(out) != 0) || unit.k % static_cast<std::int64_t>(in) != 0) return false;
-      const double m = static_cast<double>(unit.m) * b / tokenSplit;
-      // A split vocabulary is padded to 128 columns per rank.
-      const double n = vocabulary && out > 1 ? 128.0 * std::ceil(static_cast<double>(unit.n) / out / 128.0)
-                                             : static_cast<double>(unit.n) / out;
-      const double k = static_cast<double>(unit.k) / in;
-      s.fwd = costmodel::gemmSeconds(m, n, k, 1, bytes, dev);
-      s.bwd = costmodel::gemmSeconds(m, k, n, 1, bytes, dev) + costmodel::gemmSeconds(k, n, m, 1, bytes, dev);
-      s.stateParams = unit.params / (out * in);
-      addSync(s.stateParams * static_cast<double>(bytes), syncs);
-      break;
-    }
-    case UnitKind::kNorm:
-    case UnitKind::kPointwise: {
-      const double traffic = unit.traffic * b / (tokenSplit * out);
-      s.fwd = costmodel::streamSeconds(traffic, dev);
-      s.bwd = unit.opKind == OpKind::kAdd ? 0.0 : unit.opKind == OpKind::kDropout ? s.fwd : costmodel::streamSeconds(1.5 * traffic, dev);
-      s.ownSaved = unit.ownSaved * b / (tokenSplit * out);
-      s.stateParams = unit.params;
-      addSync(s.stateParams * static_cast<double>(bytes), syncs);
-      break;
-    }
-    case UnitKind::kAttention: {
-      const double flops = unit.flops * b / (tokenSplit * out);
-      const auto t = costmodel::fusedAttentionSeconds(flops, dev);
-      s.fwd = t.forward;
-      s.bwd = t.backward;
-      s.ownSaved = unit.ownSaved * b / (tokenSplit * out);
-      s.stateParams = unit.params;
-      addSync(s.stateParams * static_cast<double>(bytes), syncs);
-      // Context parallelism over a sequence axis: keys and values gathered along it forward, gathered
-      // again and their gradients reduce-scattered backward (all-gather context parallelism).
-      const double qWidth = static_cast<double>(unit.n * unit.k);
-      const double inWidth = inputDims.empty() ? 0.0 : static_cast<double>(inputDims[0].f);
-      const double kvShare = inWidth > qWidth ? (inWidth - qWidth) / inWidth : 0.0;
-      for (int a = 0; a < mesh.axes(); ++a) {
-        if (s.role[static_cast<std::size_t>(a)] != Role::kSeq) continue;
-        const double kv = inputBytes * b / inShards * kvShare * static_cast<double>(mesh.axisSize(a));
-        const auto g = mesh.group(a);
-        const double gather = costmodel::collectiveSeconds(costmodel::Collective::kAllGather, kv, g);
-        s.commFwd += gather;
-        s.commBwd += gather + costmodel::collectiveSeconds(costmodel::Collective::kReduceScatter, kv, g);
-        s.comm += (s.comm.empty() ? "" : ", ") + std::string("kv all-gather(") + std::to_string(a) + ")";
-      }
-      break;
-    }
-    case UnitKind::kMoe: {
-      double rowsPerToken = unit.topK;
-      for (const auto& g : unit.gemms) {
-        const double groups = g[0];
-        const bool routed = groups > 1;
-        if (routed && std::fmod(groups, expert) != 0) return false;
-        const double count = routed ? groups / expert : 1.0;
-        const double rows = g[1] * b / tokenSplit / count;
-        double n = g[2], k = g[3];
-        const bool router = !routed && n < static_cast<double>(unit.out.f) / 4;  // the router's few outputs
-        if (!router && inner > 1) {
-          // The experts' (and shared experts') hidden width splits: the up projection's output, the
-          // down projection's input.
-          if (n > k) {
-            if (std::fmod(n, 2 * inner) != 0) return false;
-            n /= inner;
-          } else {
-            if (std::fmod(k, inner) != 0) return false;
-            k /= inner;
-          }
-        }
-        s.fwd += costmodel::gemmSeconds(rows, n, k, count, bytes, dev);
-        s.bwd += costmodel::gemmSeconds(rows, k, n, count, bytes, dev) + costmodel::gemmSeconds(k, n, rows, count, bytes, dev);
-      }
-      // Dispatch and combine: every token's k copies cross the expert axis each way.
-      const double dispatch = b * static_cast<double>(unit.out.s) / tokenSplit * rowsPerToken *
-                              static_cast<double>(unit.out.f) * static_cast<double>(bytes);
-      for (int a = 0; a < mesh.axes(); ++a) {
-        if (s.role[static_cast<std::size_t>(a)] != Role::kExpert) continue;
-        const double t = costmodel::collectiveSeconds(costmodel::Collective::kAllToAll, dispatch, mesh.group(a));
-        s.commFwd += 2 * t;
-        s.commBwd += 2 * t;
-        s.comm += (s.comm.empty() ? "" : ", ") + std::string("all-to-all(") + std::to_string(a) + ") x4";
-      }
-      const double dense = unit.params - unit.expertParams;
-      s.stateParams = unit.expertParams / (expert * inner) + dense / inner;
-      addSync(unit.expertParams / (expert * inner) * static_cast<double>(bytes), syncs);
-      std::array<bool, 2> denseSync = syncs;
-      for (int a = 0; a < mesh.axes(); ++a) {
-        if (s.role[static_cast<std::size_t>(a)] == Role::kExpert) denseSync[static_cast<std::size_t>(a)] = true;
-      }
-      addSync(dense / inner * static_cast<double>(bytes), denseSync);
-      s.ownSaved = unit.ownSaved * b / tokenSplit;
-      break;
-    }
-    case UnitKind::kEmbedding: {
-      const double written = b * static_cast<double>(unit.out.s * unit.k) * static_cast<double>(bytes) / tokenSplit;
-      s.fwd = costmodel::streamSeconds(2 * written, dev);
-      s.bwd = s.fwd;
-      s.stateParams = unit.params / out;
-      addSync(s.stateParams * static_cast<double>(bytes), syncs);
-      break;
-    }
-    case UnitKind::kLoss: {
-      const double traffic = unit.traffic * b / (tokenSplit * out);
-      s.fwd = costmodel::streamSeconds(traffic, dev);
-      s.bwd = costmodel::streamSeconds(1.5 * traffic, dev);
-      s.ownSaved = unit.ownSaved * b / (tokenSplit * out);
-      s.inputSaved = 0;
-      // Vocabulary-parallel cross-entropy: the row maximum, the sum of exponentials and the target
-      // logit are all-reduced over the vocabulary axis (4 bytes per token each).
-      const double rows = static_cast<double>(unit.m) * b / tokenSplit * 4.0;
-      for (int a = 0; a < mesh.axes(); ++a) {
-        if (s.role[static_cast<std::size_t>(a)] != Role::kOut) continue;
-        s.commFwd += 3 * costmodel::collectiveSeconds(costmodel::Collective::kAllReduce, rows, mesh.group(a));
-        s.comm += (s.comm.empty() ? "" : ", ") + std::string("all-reduce(") + std::to_string(a) + ") x3";
-      }
-      break;
+
+  void attention() {
+    const auto t = costmodel::fusedAttentionSeconds(m_unit.flops * m_b / (tokenSplit() * m_out), m_c.device);
+    m_s.fwd = t.forward;
+    m_s.bwd = t.backward;
+    m_s.ownSaved = m_unit.ownSaved * m_b / (tokenSplit() * m_out);
+    replicatedWeights();
+    // Context parallelism over a sequence axis: keys and values gathered along it forward, gathered
+    // again and their gradients reduce-scattered backward (all-gather context parallelism).
+    const double qWidth = static_cast<double>(m_unit.n * m_unit.k);
+    const double inWidth = m_inputs.empty() ? 0.0 : static_cast<double>(m_inputs[0].f);
+    const double kvShare = inWidth > qWidth ? (inWidth - qWidth) / inWidth : 0.0;
+    for (int a = 0; a < m_mesh.axes(); ++a) {
+      if (m_s.role[static_cast<std::size_t>(a)] != Role::kSeq) continue;
+      const double kv = m_inputBytes * m_b / m_inShards * kvShare * static_cast<double>(m_mesh.axisSize(a));
+      const auto g = m_mesh.group(a);
+      const double gather = costmodel::collectiveSeconds(costmodel::Collective::kAllGather, kv, g);
+      m_s.commFwd += gather;
+      m_s.commBwd += gather + costmodel::collectiveSeconds(costmodel::Collective::kReduceScatter, kv, g);
+      m_s.comm += (m_s.comm.empty() ? "" : ", ") + std::string("kv all-gather(") + std::to_string(a) + ")";
     }
   }
-  s.optimizerShard = replicated;
-  return true;
-}
+
+  bool moe() {
+    for (const auto& g : m_unit.gemms) {
+      const double groups = g[0];
+      const bool routed = groups > 1;
+      if (routed && std::fmod(groups, m_expert) != 0) return false;
+      const double count = routed ? groups / m_expert : 1.0;
+      const double rows = g[1] * m_b / tokenSplit() / count;
+      double n = g[2], k = g[3];
+      const bool router = !routed && n < static_cast<double>(m_unit.out.f) / 4;  // the router's few outputs
+      if (!router && m_inner > 1) {
+        // The experts' (and shared experts') hidden width splits: the up projection's output, the
+        // down projection's input.
+        double& width = n > k ? n : k;
+        if (std::fmod(width, (n > k ? 2 : 1) * m_inner) != 0) return false;
+        width /= m_inner;
+      }
+      m_s.fwd += costmodel::gemmSeconds(rows, n, k, count, m_bytes, m_c.device);
+      m_s.bwd += costmodel::gemmSeconds(rows, k, n, count, m_bytes, m_c.device) +
+                 costmodel::gemmSeconds(k, n, rows, count, m_bytes, m_c.device);
+    }
+    // Dispatch and combine: every token's k copies cross the expert axis each way.
+    const double dispatch = m_b * static_cast<double>(m_unit.out.s) / tokenSplit() * m_unit.topK *
+                            static_cast<double>(m_unit.out.f) * static_cast<double>(m_bytes);
+    axisCollective(Role::kExpert, costmodel::Collective::kAllToAll, dispatch, 2, 2, "all-to-all");
+    if (!m_s.comm.empty()) m_s.comm += " x4";
+    const double dense = m_unit.params - m_unit.expertParams;
+    m_s.stateParams = m_unit.expertParams / (m_expert * m_inner) + dense / m_inner;
+    addSync(m_unit.expertParams / (m_expert * m_inner) * static_cast<double>(m_bytes), m_syncs);
+    // The router and shared experts are replicated across the expert axis: reduced over it too.
+    std::array<bool, 2> denseSync = m_syncs;
+    for (int a = 0; a < m_mesh.axes(); ++a) {
+      if (m_s.role[static_cast<std::size_t>(a)] == Role::kExpert) denseSync[static_cast<std::size_t>(a)] = true;
+    }
+    addSync(dense / m_inner * static_cast<double>(m_bytes), denseSync);
+    m_s.ownSaved = m_unit.ownSaved * m_b / tokenSplit();
+    return true;
+  }
+
+  void embedding() {
+    const double written = m_b * static_cast<double>(m_unit.out.s * m_unit.k) * static_cast<double>(m_bytes) / tokenSplit();
+    m_s.fwd = costmodel::streamSeconds(2 * written, m_c.device);
+    m_s.bwd = m_s.fwd;
+    m_s.stateParams = m_unit.params / m_out;
+    addSync(m_s.stateParams * static_cast<double>(m_bytes), m_syncs);
+  }
+
+  void loss() {
+    const double traffic = m_unit.traffic * m_b / (tokenSplit() * m_out);
+    m_s.fwd = costmodel::streamSeconds(traffic, m_c.device);
+    m_s.bwd = costmodel::streamSeconds(1.5 * traffic, m_c.device);
+    m_s.ownSaved = m_unit.ownSaved * m_b / (tokenSplit() * m_out);
+    m_s.inputSaved = 0;
+    // Vocabulary-parallel cross-entropy: the row maximum, the sum of exponentials and the target logit
+    // are all-reduced over the vocabulary axis (4 bytes per token each).
+    const double rows = static_cast<double>(m_unit.m) * m_b / tokenSplit() * 4.0;
+    axisCollective(Role::kOut, costmodel::Collective::kAllReduce, rows, 3, 0, "all-reduce");
+    if (!m_s.comm.empty()) m_s.comm += " x3";
+  }
+
+  const Unit& m_unit;
+  const std::vector<TensorDims>& m_inputs;
+  const CostContext& m_c;
+  Strategy& m_s;
+  const DeviceMesh& m_mesh;
+  double m_b;
+  std::int64_t m_bytes;
+  double m_tokens = 1, m_seq = 1, m_out = 1, m_in = 1, m_expert = 1, m_inner = 1;
+  double m_replicated = 1;  // ranks holding the same weights
+  std::array<bool, 2> m_syncs{false, false};
+  double m_inputBytes = 0, m_inShards = 1;
+};
 
 }  // namespace
 
@@ -405,7 +429,7 @@ std::vector<Strategy> strategies(const Unit& unit, const std::vector<TensorDims>
         s.out.use[a] = u.out;
         s.gradIn.use[a] = u.grad;
       }
-      if (cost(unit, inputDims, context, s)) out.push_back(std::move(s));
+      if (Coster(unit, inputDims, context, s).run()) out.push_back(std::move(s));
     }
   }
   return out;
