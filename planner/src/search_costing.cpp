@@ -1,0 +1,159 @@
+// Costing one configuration of the degree-level search: the evaluator's prediction, layers rebalanced
+// over stages, per stage the cheapest recompute that fits, and offload as the last resort.
+#include <algorithm>
+
+#include "colo/planner/partition.h"
+#include "search_parts.h"
+
+namespace colo::planner::detail {
+
+Plan planOf(const Space& space, const Config& c, const Plan& base) {
+  const std::int64_t layers = space.layers;
+  Plan p = base;
+  p.parallel.tp = c.tp;
+  p.parallel.cp = c.cp;
+  p.parallel.pp = c.pp;
+  p.parallel.dp = c.dp;
+  p.parallel.ep = c.ep;
+  p.parallel.etp = c.etp;
+  p.parallel.sequenceParallel = c.tp > 1;  // dominance: SP never costs time and saves memory
+  p.parallel.virtualStages = c.vpp;
+  p.parallel.rankOrder = kLayouts[static_cast<std::size_t>(c.layout)];
+  p.schedule = c.schedule;
+  p.microBatchSize = c.mbs;
+  p.zeroStage = c.zero;
+  p.stages = uniformStages(layers, c.pp * c.vpp, RecomputePolicy::kNone);
+  return p;
+}
+
+namespace {
+
+// Non-uniform stages: per-stage time balanced (the first holds the embedding, the last the head) within
+// each stage's memory cap; `p` and `e0` replaced when that is faster.
+void balanceStages(const Space& space, Plan& p, costmodel::Evaluation& e0, const EvaluateFn& evaluate) {
+  const std::int64_t layers = space.layers;
+  const auto& stages = e0.stages;
+  const std::size_t mid = stages.size() / 2;
+  const double perLayer = (stages[mid].forwardSeconds + stages[mid].backwardSeconds) / static_cast<double>(stages[mid].layers);
+  std::vector<double> extra;
+  std::vector<std::int64_t> maxLayers;
+  // Memory caps: a stage's per-layer share of its states and activations (embedding and head counted
+  // in, so the caps are conservative) against what the budget leaves after buffers and context.
+  for (const auto& s : stages) {
+    extra.push_back(std::max(0.0, s.forwardSeconds + s.backwardSeconds - perLayer * static_cast<double>(s.layers)));
+    const auto& m = s.memory;
+    const double perLayerBytes = (m.weights + m.gradients + m.optimizer + m.activations) / static_cast<double>(s.layers);
+    const double room = space.budget - m.buffers - m.allocator - m.context;
+    maxLayers.push_back(perLayerBytes > 0 ? std::max<std::int64_t>(1, static_cast<std::int64_t>(room / perLayerBytes)) : layers);
+  }
+  std::int64_t capacity = 0;
+  for (const auto n : maxLayers) capacity += n;
+  if (capacity < layers) std::fill(maxLayers.begin(), maxLayers.end(), layers);  // recompute will have to make room
+  if (auto counts = partitionLayers(layers, perLayer, extra, maxLayers)) {
+    std::vector<StagePlan> balanced;
+    for (const auto n : *counts) balanced.push_back(StagePlan{n, RecomputePolicy::kNone, 0});
+    Plan q = p;
+    q.stages = balanced;
+    if (auto e = evaluate(q); e && e->stepSeconds < e0.stepSeconds) {
+      p = q;
+      e0 = std::move(*e);
+    }
+  }
+}
+
+// Per stage, the cheapest recompute policy and layer count that fits (from three evaluations), then
+// layers added until the plan fits. False when it does not fit; `out` holds the last evaluation.
+bool recomputeToFit(Plan& q, costmodel::Evaluation& out, double budget, const EvaluateFn& evaluate) {
+  Plan sel = q, full = q;
+  for (auto& s : sel.stages) s = StagePlan{s.layers, RecomputePolicy::kSelective, s.layers};
+  for (auto& s : full.stages) s = StagePlan{s.layers, RecomputePolicy::kFull, s.layers};
+  auto none = evaluate(q);
+  auto es = evaluate(sel);
+  auto ef = evaluate(full);
+  if (!none || !es || !ef) return false;
+  const double m = static_cast<double>(none->microBatches);
+  for (std::size_t s = 0; s < q.stages.size(); ++s) {
+    const auto stage = static_cast<std::size_t>(static_cast<std::int64_t>(s) % q.parallel.pp);
+    const double n = static_cast<double>(q.stages[s].layers);
+    const double chunks = static_cast<double>(q.parallel.virtualStages);
+    auto option = [&](const costmodel::Evaluation& e, RecomputePolicy policy) {
+      const double saved = (none->stages[stage].memory.total() - e.stages[stage].memory.total()) / (n * chunks);
+      const double seconds = (e.stages[stage].backwardSeconds - none->stages[stage].backwardSeconds) * m / (n * chunks);
+      return RecomputeOption{policy, seconds, saved, 0.0};
+    };
+    // A physical stage holds `chunks` model chunks: each chunk frees its share of the stage's excess
+    // (asking one chunk to free all of it recomputed up to vpp times more than needed).
+    const double excess = std::max(0.0, none->stages[stage].memory.total() - budget);
+    const auto choice = chooseRecompute(q.stages[s].layers, budget + excess / chunks, budget,
+                                        {option(*es, RecomputePolicy::kSelective), option(*ef, RecomputePolicy::kFull)});
+    q.stages[s] = choice ? StagePlan{q.stages[s].layers, choice->policy, choice->layers}
+                         : StagePlan{q.stages[s].layers, RecomputePolicy::kFull, q.stages[s].layers};
+  }
+  // The per-layer estimate ignores the recompute working set: add layers until it fits.
+  for (int round = 0; round < 8; ++round) {
+    auto e = evaluate(q);
+    if (!e) return false;
+    out = *e;
+    if (e->peakMemoryBytes <= budget) return true;
+    bool changed = false;
+    for (std::size_t s = 0; s < q.stages.size(); ++s) {
+      const auto stage = static_cast<std::size_t>(static_cast<std::int64_t>(s) % q.parallel.pp);
+      if (e->stages[stage].memory.total() <= budget) continue;
+      auto& sp = q.stages[s];
+      if (sp.recompute == RecomputePolicy::kNone) sp.recompute = RecomputePolicy::kSelective;
+      if (sp.recomputeLayers < sp.layers) {
+        sp.recomputeLayers = std::min(sp.layers, sp.recomputeLayers + std::max<std::int64_t>(1, sp.layers / 4));
+        changed = true;
+      } else if (sp.recompute == RecomputePolicy::kSelective) {
+        sp.recompute = RecomputePolicy::kFull;
+        changed = true;
+      }
+    }
+    if (!changed) return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<Candidate> costConfig(const Space& space, const Config& c, const Plan& base, const EvaluateFn& evaluate) {
+  const double budget = space.budget;
+  Plan p = planOf(space, c, base);
+  auto e0 = evaluate(p);
+  if (!e0) return std::nullopt;
+  if (c.vpp == 1 && c.pp > 2) balanceStages(space, p, *e0, evaluate);
+  costmodel::Evaluation final = *e0;
+  if (e0->peakMemoryBytes > budget) {
+    Plan q = p;
+    const bool fits = recomputeToFit(q, final, budget, evaluate);
+    // Offload as the last resort, the least first: half the optimizer states, all of them, then (ZeRO-3)
+    // half and all of the parameters.
+    if (!fits && space.options->allowOffload && c.zero >= 1) {
+      std::vector<std::pair<double, double>> steps{{0.5, 0.0}, {1.0, 0.0}};
+      if (c.zero == 3) {
+        steps.push_back({1.0, 0.5});
+        steps.push_back({1.0, 1.0});
+      }
+      for (const auto& [optimizer, parameters] : steps) {
+        Plan offloaded = p;
+        offloaded.offload.optimizerFraction = optimizer;
+        offloaded.offload.paramsFraction = parameters;
+        costmodel::Evaluation e;
+        const bool ok = recomputeToFit(offloaded, e, budget, evaluate);
+        if (ok || e.peakMemoryBytes < final.peakMemoryBytes) {
+          q = offloaded;
+          final = e;
+        }
+        if (ok) break;
+      }
+    }
+    p = q;
+  }
+  Candidate cand;
+  cand.plan = std::move(p);
+  cand.evaluation = final;
+  cand.fits = final.peakMemoryBytes <= budget;
+  return cand;
+}
+
+}  // namespace colo::planner::detail
