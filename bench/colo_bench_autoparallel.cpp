@@ -3,7 +3,10 @@
 // Colossal-AI's reported figure for its ILP sharding solver, for comparison: minutes for a GPT-style
 // model of a few billion parameters on 8 GPUs, growing with the layer count (its issue #2853 calls it
 // "unacceptable for LLMs").
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <map>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -11,6 +14,7 @@
 #include "colo/core/library.h"
 #include "colo/core/units.h"
 #include "colo/planner/autoparallel.h"
+#include "validation_harness.h"
 
 namespace {
 
@@ -39,9 +43,67 @@ const std::vector<Case> kCases = {
     {"gpt-oss-120b", "dgx-h100-x64", 2048},     {"llama4-scout", "dgx-h100-x64", 2048},
 };
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// --validate: the operator-level model's step time on the published runs it can express (Megatron-style
+// tp/dp/sp/pp, 1F1B, ZeRO-0/1), beside the evaluator's on the same rows, per source.
+int validate(const std::string& path) {
+  std::vector<colo::validation::Skipped> skipped;
+  auto cases = colo::validation::loadRuns(path, &skipped);
+  if (!cases) {
+    std::cerr << "colo-bench-autoparallel: error: " << cases.error().toString() << "\n";
+    return 2;
+  }
+  struct Errors {
+    std::vector<double> op, evaluator, opMemoryVsEvaluator, opSigned;
+  };
+  std::map<std::string, Errors> bySource;
+  std::map<std::string, int> refused;
+  int expressed = 0;
+  for (const auto& c : *cases) {
+    if (!c.measuredStepSeconds || c.layerOnly) continue;
+    auto o = colo::validation::evaluateCase(c);
+    if (!o) continue;
+    auto view = colo::planner::operatorView(c.plan);
+    if (!view) {
+      const std::string& why = view.error().message;
+      ++refused[why.substr(0, why.find(' ', why.find(':') + 2))];
+      continue;
+    }
+    ++expressed;
+    const std::string source = c.id.substr(0, c.id.find('_'));
+    auto& e = bySource[source];
+    e.op.push_back(std::abs(view->stepSeconds / *c.measuredStepSeconds - 1.0));
+    e.opSigned.push_back(view->stepSeconds / *c.measuredStepSeconds - 1.0);
+    e.evaluator.push_back(std::abs(o->stepError));
+    if (o->predictedMemoryBytes && c.measuredMemoryBytes) {
+      e.opMemoryVsEvaluator.push_back(view->peakMemoryBytes / *o->predictedMemoryBytes - 1.0);
+    }
+  }
+  std::printf("operator-level model vs the evaluator on %d published runs it can express (of %zu loaded)\n", expressed, cases->size());
+  std::printf("%-14s %5s %14s %12s %14s %24s\n", "source", "runs", "op median err", "op bias", "eval median", "op memory / eval (median)");
+  std::vector<double> allOp, allEval;
+  for (const auto& [source, e] : bySource) {
+    const std::string memory = e.opMemoryVsEvaluator.empty() ? std::string("-")
+                                                               : colo::formatFixed(100 * median(e.opMemoryVsEvaluator), 1) + "%";
+    std::printf("%-14s %5zu %13.1f%% %+11.1f%% %13.1f%% %24s\n", source.c_str(), e.op.size(), 100 * median(e.op),
+                100 * median(e.opSigned), 100 * median(e.evaluator), memory.c_str());
+    allOp.insert(allOp.end(), e.op.begin(), e.op.end());
+    allEval.insert(allEval.end(), e.evaluator.begin(), e.evaluator.end());
+  }
+  std::printf("%-14s %5zu %13.1f%% %13.1f%%\n", "all", allOp.size(), 100 * median(allOp), 100 * median(allEval));
+  for (const auto& [why, n] : refused) std::printf("not expressible (%d): %s\n", n, why.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--validate") return validate(argc > 2 ? argv[2] : colo::dataDirectory() + "/validation");
   const std::string only = argc > 1 ? argv[1] : "";
   std::printf("%-16s %-20s %6s %6s %9s %8s %12s %12s %9s  %s\n", "model", "cluster", "gpus", "gbs", "solve s", "solves",
               "joint step", "megatron", "speedup", "joint layout");

@@ -83,6 +83,7 @@ MeshSolvers& Search::solversFor(const std::vector<std::int64_t>& shape, std::int
   cc.device = m_c.device;
   cc.samples = samples;
   cc.dtypeBytes = 2;
+  cc.flash = m_c.options.flashAttention;
   for (const auto& cls : m_c.classes) slot->layers.push_back(std::make_unique<BlockSolver>(cls.block, cc, *slot->converter));
   slot->embedding = std::make_unique<BlockSolver>(m_c.embedding, cc, *slot->converter);
   slot->head = std::make_unique<BlockSolver>(m_c.head, cc, *slot->converter);
@@ -460,6 +461,7 @@ Result<Context> makeContext(const Model& model, const ClusterSpec& cluster, cons
     if (op.isGemm()) c.flopsPerSample += op.flopsFwd + op.flopsBwd;
   }
   c.peakRate = c.device.peakFlopsPerSecond * c.device.gemmEfficiency * c.device.sustainedClock;
+  c.hostSecondsPerOp = c.device.hostIssued ? options.hostMicrosecondsPerOp * 1e-6 : 0.0;
   c.classes = layerClasses(*graph);
   c.embedding = makeBlock(*graph, -1, "embedding");
   c.head = makeBlock(*graph, c.numLayers, "head");

@@ -15,11 +15,19 @@ struct Figures {
   double seconds = 0, compute = 0, comm = 0, recompute = 0, activation = 0, state = 0, optimizerParams = 0;
   double sync[3] = {0, 0, 0};
 };
-Figures figuresOf(const BlockPlan& p) {
+// `host`: seconds the host needs to issue one kernel or collective. Each way, a block whose device time
+// is shorter than its ops' issue time waits for the host (the evaluator's host floor), counted as compute.
+Figures figuresOf(const BlockPlan& p, double host) {
   Figures f;
   f.compute = p.computeSeconds;
   f.comm = p.commSeconds;
   f.recompute = p.recomputeSeconds;
+  if (host > 0) {
+    const double forward = p.forwardSeconds;
+    const double backward = p.computeSeconds + p.commSeconds - forward;
+    f.compute += std::max(0.0, p.opsForward * host - forward) + std::max(0.0, p.opsRecompute * host - p.recomputeSeconds) +
+                 std::max(0.0, p.opsBackward * host - backward);
+  }
   f.seconds = f.compute + f.comm + f.recompute;
   f.activation = p.activationBytes;
   f.state = p.stateBytes;
@@ -43,7 +51,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   double offloadExposed = 0, offloaded = 0;
   for (std::size_t k = 0; k < c.classes.size(); ++k) {
     const double n = static_cast<double>(c.classes[k].layers.size()) / P;
-    const Figures f = figuresOf(sol.layers[k]);
+    const Figures f = figuresOf(sol.layers[k], c.hostSecondsPerOp);
     layers.seconds += n * (f.seconds + sol.backConversion[k]);
     layers.compute += n * f.compute;
     layers.comm += n * (f.comm + sol.backConversion[k]);
@@ -58,8 +66,8 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     offloaded += n * moved;
     offloadExposed += n * std::max(0.0, 2.0 * moved / pcie - 0.8 * f.compute);
   }
-  const Figures emb = figuresOf(sol.embedding);
-  const Figures head = figuresOf(sol.head);
+  const Figures emb = figuresOf(sol.embedding, c.hostSecondsPerOp);
+  const Figures head = figuresOf(sol.head, c.hostSecondsPerOp);
   const double embSeconds = emb.seconds + sol.embeddingConversion;
   // Stage figures: the first stage holds the embedding, the last the head (one stage: both).
   struct Stage {

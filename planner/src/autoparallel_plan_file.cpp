@@ -188,6 +188,8 @@ Result<OperatorPlan> evaluateOperatorPlan(const Plan& plan, const std::string& f
   options.globalBatchSize = plan.globalBatchSize;
   options.seqLen = plan.seqLen;
   options.precision = plan.precision;
+  options.hostMicrosecondsPerOp = plan.execution.hostMicrosecondsPerOp;
+  options.flashAttention = plan.execution.flashAttention;
   const Json& stored = plan.operatorPlan;
   if (stored.contains("budget_bytes") && stored["budget_bytes"].is_number()) options.memoryBudgetBytes = stored["budget_bytes"].get<double>();
   auto context = makeContext(plan.model, plan.cluster, options);
@@ -210,6 +212,8 @@ Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction) {
   options.precision = plan.precision;
   options.maxMemoryFraction = maxMemoryFraction;
   options.allowOffload = false;
+  options.hostMicrosecondsPerOp = plan.execution.hostMicrosecondsPerOp;
+  options.flashAttention = plan.execution.flashAttention;
   auto context = makeContext(plan.model, plan.cluster, options);
   if (!context) return fail(context.error());
   Search search(std::move(*context));
@@ -250,6 +254,8 @@ Result<Plan> operatorPlanFile(const Model& model, const ClusterSpec& cluster, co
   p.globalBatchSize = options.globalBatchSize;
   p.seqLen = options.seqLen > 0 ? options.seqLen : model.defaultSeqLen();
   p.precision = options.precision;
+  p.execution.hostMicrosecondsPerOp = options.hostMicrosecondsPerOp;
+  p.execution.flashAttention = options.flashAttention;
   p.zeroStage = degrees.dp > 1 ? 1 : 0;
   const RecomputePolicy policy = degrees.recomputePolicy == "full"        ? RecomputePolicy::kFull
                                  : degrees.recomputePolicy == "selective" ? RecomputePolicy::kSelective

@@ -47,6 +47,7 @@ struct Context {
   double stepBytesPerParam = 0;  // optimizer step HBM traffic per parameter
   double flopsPerSample = 0;     // GEMM FLOPs of one sample, forward and backward
   double peakRate = 0;           // FLOP/s a large GEMM reaches
+  double hostSecondsPerOp = 0;   // the host floor (0 on a CPU, whose ops are its own kernels)
   std::vector<LayerClass> classes;
   Block embedding, head;
 };

@@ -18,6 +18,7 @@ constexpr std::size_t kBeam = 20000;
 struct Entry {
   double objective = kInf;
   double seconds = 0, compute = 0, comm = 0, recompute = 0, activation = 0, state = 0, params = 0, optimizer = 0;
+  double forward = 0, opsFwd = 0, opsBwd = 0, opsRec = 0;
   double sync[3] = {0, 0, 0};
   std::uint64_t previous = 0;
   int strategy = -1;
@@ -51,6 +52,7 @@ BlockSolver::BlockSolver(const Block& block, const CostContext& context, LayoutC
   m_inputShare.resize(n);
   m_convFwd.resize(n);
   m_convBwd.resize(n);
+  m_convOps.resize(n);
   m_syncSeconds.resize(n);
   for (int l = 0; l < kLayouts; ++l) m_share[static_cast<std::size_t>(l)] = localBytes(Layout::fromIndex(l), 1.0, *context.mesh);
   for (std::size_t u = 0; u < n; ++u) {
@@ -66,6 +68,7 @@ BlockSolver::BlockSolver(const Block& block, const CostContext& context, LayoutC
     const std::size_t inputs = units[u].inputs.size();
     m_convFwd[u].assign(inputs, std::vector<std::array<float, kLayouts>>(m_strategies[u].size()));
     m_convBwd[u].assign(inputs, std::vector<std::array<float, kLayouts>>(m_strategies[u].size()));
+    m_convOps[u].assign(inputs, std::vector<std::array<std::uint8_t, kLayouts>>(m_strategies[u].size()));
     for (std::size_t i = 0; i < inputs; ++i) {
       for (std::size_t s = 0; s < m_strategies[u].size(); ++s) {
         const Strategy& st = m_strategies[u][s];
@@ -78,10 +81,11 @@ BlockSolver::BlockSolver(const Block& block, const CostContext& context, LayoutC
           }
           // Forward: the producer's layout to the one this strategy reads. Backward: the gradient this
           // strategy produces to the layout of the producer's gradient.
-          const double f = converter.convert(from, st.in, m_inputDims[u][i], context.samples).seconds;
-          const double b = converter.convert(st.gradIn, gradientTarget(from), m_inputDims[u][i], context.samples).seconds;
-          m_convFwd[u][i][s][static_cast<std::size_t>(l)] = static_cast<float>(f);
-          m_convBwd[u][i][s][static_cast<std::size_t>(l)] = static_cast<float>(b);
+          const Conversion& f = converter.convert(from, st.in, m_inputDims[u][i], context.samples);
+          const Conversion& b = converter.convert(st.gradIn, gradientTarget(from), m_inputDims[u][i], context.samples);
+          m_convFwd[u][i][s][static_cast<std::size_t>(l)] = static_cast<float>(f.seconds);
+          m_convBwd[u][i][s][static_cast<std::size_t>(l)] = static_cast<float>(b.seconds);
+          m_convOps[u][i][s][static_cast<std::size_t>(l)] = static_cast<std::uint8_t>(f.collectives + b.collectives);
         }
       }
     }
@@ -180,10 +184,12 @@ class BlockDp {
   // What one unit adds under one choice.
   struct Step {
     double seconds = 0, comm = 0, recompute = 0, activation = 0, state = 0;
+    double forward = 0, opsFwd = 0, opsBwd = 0, opsRec = 0;
   };
   [[nodiscard]] std::array<bool, 2> recomputeChoices(std::size_t u) const;
-  [[nodiscard]] Kept keptInputs(std::size_t u, std::size_t s, const std::vector<std::pair<int, bool>>& state,
-                                const std::vector<std::size_t>& inputAt, bool recompute, double memoryPrice) const;
+  // kept[0] without recompute, kept[1] with (when `withRecompute`).
+  void keptInputs(std::size_t u, std::size_t s, const std::vector<std::pair<int, bool>>& state,
+                  const std::vector<std::size_t>& inputAt, double memoryPrice, bool withRecompute, std::array<Kept, 2>& kept) const;
   static Entry extend(const Entry& from, std::uint64_t key, const Strategy& st, std::size_t s, const Step& step, double objective,
                       bool recompute, std::uint8_t keepBefore);
   static void prune(std::unordered_map<std::uint64_t, Entry>& states);
@@ -240,37 +246,46 @@ std::array<bool, 2> BlockDp::recomputeChoices(std::size_t u) const {
   return choices;
 }
 
-BlockDp::Kept BlockDp::keptInputs(std::size_t u, std::size_t s, const std::vector<std::pair<int, bool>>& state,
-                                  const std::vector<std::size_t>& inputAt, bool recompute, double memoryPrice) const {
-  // What the unit's backward reads of its inputs, and whatever a recompute of its forward reads; kept
-  // after the conversion, or (when cheaper at this price of memory) before it and converted again
-  // backward, as Megatron's sequence parallelism does. An input its producer recomputes is regenerated
-  // and converted into this unit's layout again.
+void BlockDp::keptInputs(std::size_t u, std::size_t s, const std::vector<std::pair<int, bool>>& state,
+                         const std::vector<std::size_t>& inputAt, double memoryPrice, bool withRecompute,
+                         std::array<Kept, 2>& kept) const {
+  // What the unit's backward reads of its inputs, and (kept[1]) also whatever a recompute of its forward
+  // reads; kept after the conversion, or (when cheaper at this price of memory) before it and converted
+  // again backward, as Megatron's sequence parallelism does. An input its producer recomputes is
+  // regenerated and converted into this unit's layout again.
+  static const std::array<bool, kLayouts> partial = [] {
+    std::array<bool, kLayouts> p{};
+    for (int l = 0; l < kLayouts; ++l) p[static_cast<std::size_t>(l)] = Layout::fromIndex(l).partial();
+    return p;
+  }();
   const Strategy& st = m_s.m_strategies[u][s];
   const double inShare = m_s.m_share[static_cast<std::size_t>(st.in.index())];
-  Kept k;
+  kept = {};
   for (std::size_t i = 0; i < inputAt.size(); ++i) {
     const auto l = static_cast<std::size_t>(state[inputAt[i]].first);
     const double again = m_s.m_convFwd[u][i][s][l];
     if (state[inputAt[i]].second) {
-      if (st.inputSaved > 0 || recompute) k.redo += again;
+      if (st.inputSaved > 0) kept[0].redo += again;
+      kept[1].redo += again;
       continue;
     }
-    double after = st.inputSaved * m_s.m_inputShare[u][i];
-    if (recompute) after = std::max(after, m_s.m_inputDims[u][i].bytes(m_s.m_context.samples) * inShare);
-    if (after <= 0) continue;
-    if (again > 0 && !Layout::fromIndex(static_cast<int>(l)).partial()) {
-      const double smaller = after * m_s.m_share[l] / inShare;
-      if (again + memoryPrice * smaller < memoryPrice * after) {
-        k.bytes += smaller;
-        k.redo += again;
-        k.before |= static_cast<std::uint8_t>(1u << i);
-        continue;
+    const double saved = st.inputSaved * m_s.m_inputShare[u][i];
+    const double whole = withRecompute ? m_s.m_inputDims[u][i].bytes(m_s.m_context.samples) * inShare : 0.0;
+    for (std::size_t r = 0; r < (withRecompute ? 2u : 1u); ++r) {
+      const double after = r == 0 ? saved : std::max(saved, whole);
+      if (after <= 0) continue;
+      if (again > 0 && !partial[l]) {
+        const double smaller = after * m_s.m_share[l] / inShare;
+        if (again + memoryPrice * smaller < memoryPrice * after) {
+          kept[r].bytes += smaller;
+          kept[r].redo += again;
+          kept[r].before |= static_cast<std::uint8_t>(1u << i);
+          continue;
+        }
       }
+      kept[r].bytes += after;
     }
-    k.bytes += after;
   }
-  return k;
 }
 
 void BlockDp::advance(std::size_t u) {
@@ -295,6 +310,7 @@ void BlockDp::advance(std::size_t u) {
   auto& out = m_steps[u + 1];
   out.reserve(m_steps[u].size() * 2);
   std::vector<std::pair<int, bool>> state, next;
+  std::array<Kept, 2> keptBoth;
   const bool producesLive = m_s.m_lastUse[u + 1] > static_cast<int>(u);
   const bool outputBit = bitMatters(static_cast<int>(u) + 1, u + 1);
   for (const auto& [key, entry] : m_steps[u]) {
@@ -310,23 +326,30 @@ void BlockDp::advance(std::size_t u) {
     for (std::size_t s = 0; s < strategies.size(); ++s) {
       if (!allowed[s]) continue;
       const Strategy& st = strategies[s];
-      double convFwd = 0, convBwd = 0;
+      double convFwd = 0, convBwd = 0, convOps = 0;
       for (std::size_t i = 0; i < inputAt.size(); ++i) {
         const auto l = static_cast<std::size_t>(state[inputAt[i]].first);
         convFwd += m_s.m_convFwd[u][i][s][l];
         convBwd += m_s.m_convBwd[u][i][s][l];
+        convOps += m_s.m_convOps[u][i][s][l];
       }
       if (!std::isfinite(convFwd) || !std::isfinite(convBwd)) continue;
+      keptInputs(u, s, state, inputAt, memoryPrice, choices[1], keptBoth);
       for (int r = 0; r < 2; ++r) {
         if (!choices[static_cast<std::size_t>(r)]) continue;
         const bool recompute = r == 1;
-        const Kept kept = keptInputs(u, s, state, inputAt, recompute, memoryPrice);
+        const Kept& kept = keptBoth[static_cast<std::size_t>(r)];
         Step step;
         step.recompute = kept.redo + (recompute ? st.fwd + st.commFwd + convFwd : 0.0);
         step.activation = kept.bytes + (recompute ? 0.0 : st.ownSaved);
         step.comm = st.commFwd + st.commBwd + convFwd + convBwd;
         step.seconds = st.fwd + st.bwd + step.comm + syncOf[s] + step.recompute;
         step.state = stateOf[s];
+        step.forward = st.fwd + st.commFwd + convFwd;
+        // Collectives of conversions are counted once each way (half of both directions' count each).
+        step.opsFwd = st.opsFwd + convOps / 2;
+        step.opsBwd = st.opsBwd + convOps / 2;
+        step.opsRec = recompute ? st.opsFwd + convOps / 2 : 0.0;
         const double objective = entry.objective + step.seconds + m_w.lambda * step.state + memoryPrice * step.activation;
         const std::uint64_t nextKey =
             producesLive ? (survivors << 6) | (static_cast<std::uint64_t>(st.out.index()) << 1) | (recompute && outputBit ? 1u : 0u)
@@ -352,6 +375,10 @@ Entry BlockDp::extend(const Entry& from, std::uint64_t key, const Strategy& st, 
   e.state = from.state + step.state;
   e.params = from.params + st.stateParams;
   e.optimizer = from.optimizer + st.stateParams / st.optimizerShard;
+  e.forward = from.forward + step.forward;
+  e.opsFwd = from.opsFwd + step.opsFwd;
+  e.opsBwd = from.opsBwd + step.opsBwd;
+  e.opsRec = from.opsRec + step.opsRec;
   for (int k = 0; k < 3; ++k) e.sync[k] = from.sync[k] + st.syncBytes[k];
   e.previous = key;
   e.strategy = static_cast<int>(s);
@@ -411,6 +438,10 @@ Entry sum(Entry a, const Entry& b) {
   a.state += b.state;
   a.params += b.params;
   a.optimizer += b.optimizer;
+  a.forward += b.forward;
+  a.opsFwd += b.opsFwd;
+  a.opsBwd += b.opsBwd;
+  a.opsRec += b.opsRec;
   for (int k = 0; k < 3; ++k) a.sync[k] += b.sync[k];
   return a;
 }
@@ -500,6 +531,10 @@ BlockPlan BlockDp::planOf(Layout entry, Layout exit, const Entry& e, std::uint64
   plan.stateBytes = e.state;
   plan.params = e.params;
   plan.optimizerParams = e.optimizer;
+  plan.forwardSeconds = e.forward;
+  plan.opsForward = e.opsFwd;
+  plan.opsBackward = e.opsBwd;
+  plan.opsRecompute = e.opsRec;
   for (int k = 0; k < 3; ++k) plan.syncBytes[k] = e.sync[k];
   plan.units.resize(m_n);
   // The last segment, then each earlier one through the prefix chain.

@@ -52,6 +52,8 @@ struct BlockPlan {
   double stateBytes = 0;       ///< weights, gradients, optimizer states
   double params = 0;           ///< held after weight sharding
   double optimizerParams = 0;  ///< parameters whose optimizer states this GPU holds (after ZeRO-1)
+  double forwardSeconds = 0;   ///< the forward part of seconds (kernels, collectives), for the host floor
+  double opsForward = 0, opsBackward = 0, opsRecompute = 0;  ///< kernels and collectives the host issues forward, backward, recomputing
   double syncBytes[3] = {0, 0, 0};    ///< gradient bytes reduced per step over axis 0, axis 1, both
   std::vector<UnitChoice> units;
   [[nodiscard]] bool valid() const { return objective < std::numeric_limits<double>::infinity(); }
@@ -84,6 +86,7 @@ class BlockSolver {
   std::vector<std::vector<double>> m_inputShare;                // per unit, per input: share of its saved input bytes
   // Per unit, input, strategy, producer layout: forward and backward conversion seconds.
   std::vector<std::vector<std::vector<std::array<float, kLayouts>>>> m_convFwd, m_convBwd;
+  std::vector<std::vector<std::vector<std::array<std::uint8_t, kLayouts>>>> m_convOps;  // collectives of both conversions
   std::vector<std::vector<double>> m_syncSeconds;                 // per unit, strategy: one step's gradient reduction
   std::array<double, kLayouts> m_share{};                          // per layout: the share of a tensor one GPU holds
   std::vector<int> m_lastUse;                                   // per unit output (and the input, index 0 = -1): last consumer

@@ -65,7 +65,12 @@ void absorb(Unit& unit, const Op& op, std::int64_t seqLen) {
         } else {
           unit.out.f = op.dim("batch") * op.dim("n");  // heads x value width
         }
+        unit.gemms.push_back({static_cast<double>(op.dim("batch")), m, static_cast<double>(op.dim("n")),
+                              static_cast<double>(op.dim("k"))});
+      } else {
+        unit.traffic += bytes + (op.kind == OpKind::kDropout ? static_cast<double>(op.savedBytes) : 0.0);
       }
+      unit.unfusedSaved += static_cast<double>(op.savedBytes);
       break;
     case UnitKind::kMoe:
       if (op.kind == OpKind::kGroupedMatMul || op.kind == OpKind::kMatMul) {
@@ -289,6 +294,8 @@ class Coster {
       const double t = costmodel::collectiveSeconds(kind, bytes, m_mesh.group(a));
       m_s.commFwd += forward * t;
       m_s.commBwd += backward * t;
+      m_s.opsFwd += forward;
+      m_s.opsBwd += backward;
       m_s.comm += (m_s.comm.empty() ? "" : ", ") + label + "(" + std::to_string(a) + ")";
     }
   }
@@ -303,6 +310,8 @@ class Coster {
     const double k = static_cast<double>(m_unit.k) / m_in;
     m_s.fwd = costmodel::gemmSeconds(m, n, k, 1, m_bytes, m_c.device);
     m_s.bwd = costmodel::gemmSeconds(m, k, n, 1, m_bytes, m_c.device) + costmodel::gemmSeconds(k, n, m, 1, m_bytes, m_c.device);
+    m_s.opsFwd = 1;
+    m_s.opsBwd = 2;  // input and weight gradients
     m_s.stateParams = m_unit.params / (m_out * m_in);
     addSync(m_s.stateParams * static_cast<double>(m_bytes), m_syncs);
     return true;
@@ -315,14 +324,22 @@ class Coster {
               : m_unit.opKind == OpKind::kDropout ? m_s.fwd
                                                   : costmodel::streamSeconds(1.5 * traffic, m_c.device);
     m_s.ownSaved = m_unit.ownSaved * m_b / (tokenSplit() * m_out);
+    m_s.opsFwd = static_cast<double>(m_unit.ops.size());
+    m_s.opsBwd = m_unit.opKind == OpKind::kAdd ? 0.0 : static_cast<double>(m_unit.ops.size());
     replicatedWeights();
   }
 
   void attention() {
-    const auto t = costmodel::fusedAttentionSeconds(m_unit.flops * m_b / (tokenSplit() * m_out), m_c.device);
-    m_s.fwd = t.forward;
-    m_s.bwd = t.backward;
-    m_s.ownSaved = m_unit.ownSaved * m_b / (tokenSplit() * m_out);
+    if (m_c.flash) {
+      const auto t = costmodel::fusedAttentionSeconds(m_unit.flops * m_b / (tokenSplit() * m_out), m_c.device);
+      m_s.fwd = t.forward;
+      m_s.bwd = t.backward;
+      m_s.opsFwd = 1;  // one fused kernel each way
+      m_s.opsBwd = 1;
+      m_s.ownSaved = m_unit.ownSaved * m_b / (tokenSplit() * m_out);
+    } else {
+      unfusedAttention();
+    }
     replicatedWeights();
     // Context parallelism over a sequence axis: keys and values gathered along it forward, gathered
     // again and their gradients reduce-scattered backward (all-gather context parallelism).
@@ -336,8 +353,32 @@ class Coster {
       const double gather = costmodel::collectiveSeconds(costmodel::Collective::kAllGather, kv, g);
       m_s.commFwd += gather;
       m_s.commBwd += gather + costmodel::collectiveSeconds(costmodel::Collective::kReduceScatter, kv, g);
+      m_s.opsFwd += 1;
+      m_s.opsBwd += 2;
       m_s.comm += (m_s.comm.empty() ? "" : ", ") + std::string("kv all-gather(") + std::to_string(a) + ")";
     }
+  }
+
+  // Without fused kernels: the score and context products per head (queries split by a sequence axis,
+  // keys whole), softmax and dropout streaming the scores, and every op's saved bytes (the scores too).
+  void unfusedAttention() {
+    const double heads = m_b / (m_tokens * m_out);
+    for (const auto& g : m_unit.gemms) {
+      const double count = g[0] * heads;
+      const double m = g[1] / m_seq;
+      m_s.fwd += costmodel::gemmSeconds(m, g[2], g[3], count, m_bytes, m_c.device);
+      m_s.bwd += costmodel::gemmSeconds(m, g[3], g[2], count, m_bytes, m_c.device) +
+                 costmodel::gemmSeconds(g[3], g[2], m, count, m_bytes, m_c.device);
+    }
+    const double traffic = m_unit.traffic * m_b / (tokenSplit() * m_out);
+    m_s.fwd += costmodel::streamSeconds(traffic, m_c.device);
+    m_s.bwd += costmodel::streamSeconds(1.5 * traffic, m_c.device);
+    const double products = static_cast<double>(m_unit.gemms.size());
+    const double others = static_cast<double>(m_unit.ops.size()) - products;
+    m_s.opsFwd = products + others;
+    m_s.opsBwd = 2 * products + others;
+    m_s.inputSaved = 0;  // the products keep q, k and v among their saved bytes
+    m_s.ownSaved = m_unit.unfusedSaved * m_b / (tokenSplit() * m_out);
   }
 
   bool moe() {
@@ -357,6 +398,8 @@ class Coster {
         width /= m_inner;
       }
       m_s.fwd += costmodel::gemmSeconds(rows, n, k, count, m_bytes, m_c.device);
+      m_s.opsFwd += 1;
+      m_s.opsBwd += 2;
       m_s.bwd += costmodel::gemmSeconds(rows, k, n, count, m_bytes, m_c.device) +
                  costmodel::gemmSeconds(k, n, rows, count, m_bytes, m_c.device);
     }
@@ -365,6 +408,10 @@ class Coster {
                             static_cast<double>(m_unit.out.f) * static_cast<double>(m_bytes);
     axisCollective(Role::kExpert, costmodel::Collective::kAllToAll, dispatch, 2, 2, "all-to-all");
     if (!m_s.comm.empty()) m_s.comm += " x4";
+    // The block's other kernels (top-k, activation, combine), once each way.
+    const double others = static_cast<double>(m_unit.ops.size()) - static_cast<double>(m_unit.gemms.size());
+    m_s.opsFwd += others;
+    m_s.opsBwd += others;
     const double dense = m_unit.params - m_unit.expertParams;
     m_s.stateParams = m_unit.expertParams / (m_expert * m_inner) + dense / m_inner;
     addSync(m_unit.expertParams / (m_expert * m_inner) * static_cast<double>(m_bytes), m_syncs);
@@ -382,6 +429,8 @@ class Coster {
     const double written = m_b * static_cast<double>(m_unit.out.s * m_unit.k) * static_cast<double>(m_bytes) / tokenSplit();
     m_s.fwd = costmodel::streamSeconds(2 * written, m_c.device);
     m_s.bwd = m_s.fwd;
+    m_s.opsFwd = 1;
+    m_s.opsBwd = 1;
     m_s.stateParams = m_unit.params / m_out;
     addSync(m_s.stateParams * static_cast<double>(m_bytes), m_syncs);
   }
@@ -390,6 +439,8 @@ class Coster {
     const double traffic = m_unit.traffic * m_b / (tokenSplit() * m_out);
     m_s.fwd = costmodel::streamSeconds(traffic, m_c.device);
     m_s.bwd = costmodel::streamSeconds(1.5 * traffic, m_c.device);
+    m_s.opsFwd = 1;
+    m_s.opsBwd = 1;
     m_s.ownSaved = m_unit.ownSaved * m_b / (tokenSplit() * m_out);
     m_s.inputSaved = 0;
     // Vocabulary-parallel cross-entropy: the row maximum, the sum of exponentials and the target logit

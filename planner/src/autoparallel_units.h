@@ -38,7 +38,8 @@ struct Unit {
   double kvFraction = 0;            // attention: share of its input that is keys and values
   double inputSaved = 0;            // bytes kept of its input(s) for backward (0: needs none)
   double ownSaved = 0;              // bytes kept of its own (dropout mask, softmax statistics, MoE internals)
-  std::vector<std::array<double, 4>> gemms;  // MoE: {groups, rows, n, k} of each GEMM inside
+  std::vector<std::array<double, 4>> gemms;  // MoE: {groups, rows, n, k} of each GEMM inside; attention: {heads, m, n, k} of its products
+  double unfusedSaved = 0;          // attention without fused kernels: bytes its ops keep (scores included)
   double topK = 1;                  // MoE: experts per token
   std::vector<std::string> ops;     // the graph ops it stands for
 };
@@ -58,6 +59,7 @@ struct Strategy {
   std::array<Role, 2> role{Role::kNone, Role::kNone};
   Layout in, out, gradIn;           // required input layout, produced layout, layout of the input's gradient
   double fwd = 0, bwd = 0;          // kernels, seconds
+  double opsFwd = 0, opsBwd = 0;    // kernels and collectives the host issues (the host floor)
   double commFwd = 0, commBwd = 0;  // collectives inside the unit (attention's key/value gathers, MoE all-to-alls, the loss's reductions)
   std::string comm;                 // what they are, e.g. "all-to-all(1) x4"
   double syncBytes[3] = {0, 0, 0};  // gradient bytes reduced once per step over axis 0, axis 1, both
@@ -72,6 +74,7 @@ struct CostContext {
   costmodel::DeviceModel device;
   std::int64_t samples = 1;         // micro-batch over the whole mesh
   std::int64_t dtypeBytes = 2;
+  bool flash = true;                // fused attention; false: scores, softmax, dropout and context apart
 };
 
 /// Every valid strategy of `unit` for the micro-batch (a unit that splits nothing always has one).

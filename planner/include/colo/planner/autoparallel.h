@@ -38,6 +38,10 @@ struct AutoParallelOptions {
   std::vector<std::vector<std::int64_t>> meshes;
   std::vector<std::int64_t> pipelineDegrees;  ///< empty: 1, 2, 4, ... while stages keep a layer
   bool allowOffload = true;                   ///< activations and optimizer states to host memory
+  /// Host time to issue one kernel or collective (the evaluator's host floor, docs/costmodel.md): a
+  /// block whose kernels finish sooner waits for the host. 0: the host keeps ahead (CUDA graphs).
+  double hostMicrosecondsPerOp = kEagerHostMicrosecondsPerOp;
+  bool flashAttention = true;                 ///< fused attention kernels (false: unfused, as the plan's execution says)
   /// Megatron's own split (solved beside) joins the joint solve's candidates, so that the joint plan is
   /// never slower than it even where the sweep of memory prices misses the budget's exact point; false
   /// measures the per-operator sweep alone (what tests of the solver use).
