@@ -30,8 +30,8 @@ std::vector<std::vector<std::int64_t>> meshShapes(const ClusterSpec& cluster, st
 }
 
 std::vector<std::int64_t> microBatchSizes(std::int64_t gbs, std::int64_t gpus, std::int64_t pp, std::int64_t seqLen) {
-  // Samples per micro-batch over one stage's mesh: powers of two dividing the global batch, up to four
-  // samples per GPU, and giving each GPU at least one 128-row GEMM tile of tokens (below that every
+  // Samples per micro-batch over one stage's mesh: powers of two dividing the global batch, up to 16K
+  // tokens per GPU, and giving each GPU at least one 128-row GEMM tile of tokens (below that every
   // product of every layout runs at the tile and wave floor; docs/autoparallel.md). The smallest
   // candidate is always kept.
   std::vector<std::int64_t> out;
@@ -39,7 +39,7 @@ std::vector<std::int64_t> microBatchSizes(std::int64_t gbs, std::int64_t gpus, s
   for (std::int64_t b = 1; b <= gbs; b *= 2) {
     if (gbs % b != 0) continue;
     if (gbs / b < pp) break;
-    if (b > 4 * gpus) break;
+    if (b > 1 && b * seqLen > 16384 * gpus) break;
     if (b * seqLen < tokensPerGpu * gpus && !out.empty()) out.clear();
     out.push_back(b);
   }
@@ -219,19 +219,9 @@ std::vector<Search::Combo> Search::combos() const {
 bool Search::solveJoint(const Combo& k, MeshSolvers& ms) {
   // Free memory first; when that does not fit, the least price on the sweep that fits, by bisection
   // (a higher price never costs less time nor more memory). False when even the highest price does not fit.
-  SolveWeights w;
-  w.activationCopies = static_cast<double>(std::min(k.pp, k.microBatches));
-  w.microBatches = static_cast<double>(k.microBatches);
   double fastest = kInf;  // the quickest assembled step at the probed price, fitting or not
-  auto probeAt = [&](double lambda) {
-    w.lambda = lambda;
-    bool fit = false;
-    for (const auto& sol : solve(ms, w, "per operator", false)) {
-      fit = consider(ms, sol, k.pp, k.microBatches, m_joint, m_jointLean, &fastest) || fit;
-    }
-    return fit;
-  };
-  auto probe = [&](std::size_t i) { return probeAt(m_lambdas[i]); };
+  Best mine;              // this combination's best fitting plan
+  auto probe = [&](std::size_t i) { return probeJoint(k, ms, m_lambdas[i], mine, &fastest); };
   if (probe(0)) return true;
   // Free memory gives this combination's fastest plans: when they are no faster than the best plan
   // found, no price of memory makes them so.
@@ -242,16 +232,38 @@ bool Search::solveJoint(const Combo& k, MeshSolvers& ms) {
     const std::size_t mid = (lo + hi) / 2;
     (probe(mid) ? hi : lo) = mid;
   }
-  // Where this combination holds the best plan, the price is refined between the grid's points (the
-  // budget's exact point is usually between them).
-  if (m_joint.solvers == &ms && m_joint.pp == k.pp && m_joint.microBatches == k.microBatches) {
-    double a = lo == 0 ? m_lambdas[1] / 10.0 : m_lambdas[lo], b = m_lambdas[hi];
+  // The budget's exact point is usually between the grid's prices: the best combinations are refined
+  // there once all are known (run()).
+  m_brackets.push_back({k, lo == 0 ? m_lambdas[1] / 10.0 : m_lambdas[lo], m_lambdas[hi], mine.assembly.step});
+  return true;
+}
+
+bool Search::probeJoint(const Combo& k, MeshSolvers& ms, double lambda, Best& mine, double* fastest) {
+  SolveWeights w;
+  w.activationCopies = static_cast<double>(std::min(k.pp, k.microBatches));
+  w.microBatches = static_cast<double>(k.microBatches);
+  w.lambda = lambda;
+  bool fit = false;
+  for (const auto& sol : solve(ms, w, "per operator", false)) {
+    fit = consider(ms, sol, k.pp, k.microBatches, mine, m_jointLean, fastest) || fit;
+  }
+  if (mine.solvers && mine.assembly.step < m_joint.assembly.step) m_joint = mine;
+  return fit;
+}
+
+void Search::refineBest() {
+  // The three combinations with the fastest fitting plans, each refined by four bisections of the price
+  // between the grid points that bracket its budget.
+  std::sort(m_brackets.begin(), m_brackets.end(), [](const Bracket& a, const Bracket& b) { return a.step < b.step; });
+  for (std::size_t i = 0; i < m_brackets.size() && i < 3; ++i) {
+    Bracket& br = m_brackets[i];
+    MeshSolvers& ms = solversFor(br.combo.shape, br.combo.samples);
+    Best mine;
     for (int step = 0; step < 4; ++step) {
-      const double mid = std::sqrt(a * b);
-      (probeAt(mid) ? b : a) = mid;
+      const double mid = std::sqrt(br.fails * br.fits);
+      (probeJoint(br.combo, ms, mid, mine, nullptr) ? br.fits : br.fails) = mid;
     }
   }
-  return true;
 }
 
 void Search::solveMegatron(const Combo& k, MeshSolvers& ms) {
@@ -359,6 +371,7 @@ Result<AutoParallelResult> Search::run() {
     }
     if (megatronCanWin) solveMegatron(k, ms);
   }
+  if (!(o.cancel && o.cancel->cancelled())) refineBest();
   if (o.progress) o.progress->progress(1.0, "done");
   if (!m_joint.solvers) {
     if (o.cancel && o.cancel->cancelled()) return fail(Error{ErrorCode::kInfeasible, {}, {}, "cancelled before any plan was found"});
@@ -421,6 +434,7 @@ OperatorPlan Search::report(const Best& best, const std::string& method) const {
   p.runnable = eq.runnable;
   p.expressedAs = eq.text;
   p.tp = eq.tp;
+  p.zeroStage = eq.zeroStage;
   p.dp = eq.dp;
   p.sequenceParallel = eq.sequenceParallel;
   p.recomputePolicy = eq.recompute;

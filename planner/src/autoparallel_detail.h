@@ -24,6 +24,7 @@ struct MegatronRule {
   int tpAxis = -1;  // -1: no tensor parallelism
   int dpAxis = -1;  // -1: no data parallelism; 2: both axes of a 2-D mesh
   bool sequenceParallel = false;
+  bool fsdp = false;  // data parallelism with sharded weights (ZeRO-3): weight-bearing operators use kFsdp
 };
 /// Whether `s` is the strategy Megatron's rule gives `unit`.
 [[nodiscard]] bool megatronAllows(const MegatronRule& rule, const Unit& unit, const Strategy& s, const DeviceMesh& mesh);
@@ -50,6 +51,7 @@ struct Equivalent {
   std::string text;  // "tp=8 dp=1 pp=16 sp, recompute none", or "simulation-only: ..."
   std::int64_t tp = 1, dp = 1;
   bool sequenceParallel = false;
+  int zeroStage = 1;  // 3 when the data-parallel axis shards the weights
   std::string recompute = "none";
 };
 [[nodiscard]] Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh, std::int64_t pp,

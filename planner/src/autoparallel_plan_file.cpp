@@ -205,7 +205,9 @@ Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction) {
   if (par.cp > 1) return refuse("context parallelism (cp " + std::to_string(par.cp) + ") is not one of Megatron's operator rules here");
   if (par.ep > 1) return refuse("expert parallelism (ep " + std::to_string(par.ep) + ") beside tp is not modelled per operator");
   if (par.virtualStages > 1 || plan.schedule != Schedule::kOneFOneB) return refuse("the operator view assembles 1F1B pipelines only");
-  if (plan.zeroStage >= 2) return refuse("ZeRO-" + std::to_string(plan.zeroStage) + " shards more than the optimizer states");
+  if (plan.zeroStage == 2) return refuse("ZeRO-2 shards the gradients, which no operator role holds apart from the weights");
+  if (plan.zeroStage == 3 && par.pp > 1) return refuse("ZeRO-3 under pipelining gathers a stage's weights once a step, not per operator");
+  if (plan.offload.paramsFraction > 0) return refuse("parameter offload is not an operator role");
   AutoParallelOptions options;
   options.globalBatchSize = plan.globalBatchSize;
   options.seqLen = plan.seqLen;
@@ -229,6 +231,7 @@ Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction) {
     shape = {par.dp};
     rule = {-1, 0, false};
   }
+  rule.fsdp = plan.zeroStage == 3 && par.dp > 1;
   const RecomputePolicy policy = plan.stages.empty() ? RecomputePolicy::kNone : plan.stages.front().recompute;
   const RecomputeMode mode = policy == RecomputePolicy::kFull        ? RecomputeMode::kFull
                              : policy == RecomputePolicy::kSelective ? RecomputeMode::kSelective
@@ -256,7 +259,7 @@ Result<Plan> operatorPlanFile(const Model& model, const ClusterSpec& cluster, co
   p.precision = options.precision;
   p.execution.hostMicrosecondsPerOp = options.hostMicrosecondsPerOp;
   p.execution.flashAttention = options.flashAttention;
-  p.zeroStage = degrees.dp > 1 ? 1 : 0;
+  p.zeroStage = degrees.dp > 1 ? degrees.zeroStage : 0;
   const RecomputePolicy policy = degrees.recomputePolicy == "full"        ? RecomputePolicy::kFull
                                  : degrees.recomputePolicy == "selective" ? RecomputePolicy::kSelective
                                                                           : RecomputePolicy::kNone;

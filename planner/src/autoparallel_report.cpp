@@ -43,7 +43,7 @@ std::string formatSeconds(double s) {
 std::string roleName(Role role) { return role == Role::kNone ? "none" : toString(role); }
 
 bool parseRole(const std::string& name, Role& role) {
-  for (const Role r : {Role::kNone, Role::kBatch, Role::kSeq, Role::kOut, Role::kIn, Role::kExpert, Role::kInner}) {
+  for (const Role r : {Role::kNone, Role::kBatch, Role::kSeq, Role::kOut, Role::kIn, Role::kExpert, Role::kInner, Role::kFsdp}) {
     if (roleName(r) == name) {
       role = r;
       return true;
@@ -65,7 +65,12 @@ bool megatronAllows(const MegatronRule& rule, const Unit& unit, const Strategy& 
     } else if (a == rule.tpAxis) {
       if (r != megatronTpRole(unit, rule.sequenceParallel)) return false;
     } else if (a == rule.dpAxis || rule.dpAxis == 2) {
-      if (!(r == Role::kBatch || (unit.kind == UnitKind::kMoe && r == Role::kExpert))) return false;
+      const bool weights = unit.kind == UnitKind::kGemm || unit.kind == UnitKind::kMoe || unit.kind == UnitKind::kEmbedding;
+      if (rule.fsdp && weights) {
+        if (r != Role::kFsdp) return false;
+      } else if (!(r == Role::kBatch || (unit.kind == UnitKind::kMoe && r == Role::kExpert))) {
+        return false;
+      }
     } else if (r != Role::kNone) {
       return false;
     }
@@ -159,7 +164,13 @@ Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& m
   };
   const int axes = mesh.axes();
   const MegatronRule* matched = nullptr;
-  const auto rules = megatronRules(axes);
+  // Megatron's rules, and each with sharded weights on its data-parallel axis (ZeRO-3).
+  auto rules = megatronRules(axes);
+  for (auto rule : megatronRules(axes)) {
+    if (rule.dpAxis < 0) continue;
+    rule.fsdp = true;
+    rules.push_back(rule);
+  }
   for (const auto& rule : rules) {
     bool all = true;
     for (const auto& sb : blocks) {
@@ -213,10 +224,11 @@ Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& m
   eq.tp = matched->tpAxis >= 0 ? mesh.axisSize(matched->tpAxis) : 1;
   eq.dp = matched->dpAxis == 2 ? mesh.size() : matched->dpAxis >= 0 ? mesh.axisSize(matched->dpAxis) : 1;
   eq.sequenceParallel = matched->sequenceParallel;
+  eq.zeroStage = matched->fsdp ? 3 : 1;
   eq.recompute = recompute;
   eq.runnable = true;
   eq.text = "tp=" + std::to_string(eq.tp) + " dp=" + std::to_string(eq.dp) + " pp=" + std::to_string(pp) +
-            (matched->sequenceParallel ? " sp" : "") + ", recompute " + recompute;
+            (matched->sequenceParallel ? " sp" : "") + (matched->fsdp ? " zero3" : "") + ", recompute " + recompute;
   return eq;
 }
 
@@ -257,7 +269,7 @@ Json OperatorPlan::toJson() const {
           {"memory", {{"states", stateBytes}, {"activations", activationBytes}, {"context", contextBytes}}},
           {"runnable", runnable},
           {"expressed_as", expressedAs},
-          {"degrees", {{"tp", tp}, {"dp", dp}, {"pp", pipelineStages}, {"sp", sequenceParallel}, {"recompute", recomputePolicy}}},
+          {"degrees", {{"tp", tp}, {"dp", dp}, {"pp", pipelineStages}, {"sp", sequenceParallel}, {"zero", zeroStage}, {"recompute", recomputePolicy}}},
           {"mesh_shape", meshShape},
           {"memory_price", memoryPrice},
           {"interface", {{"index", interfaceIndex}, {"layout", interfaceLayout}}},

@@ -97,6 +97,8 @@ class Search {
   };
   [[nodiscard]] std::vector<Combo> combos() const;
   bool solveJoint(const Combo& k, MeshSolvers& ms);
+  bool probeJoint(const Combo& k, MeshSolvers& ms, double lambda, Best& mine, double* fastest);
+  void refineBest();
   void solveMegatron(const Combo& k, MeshSolvers& ms);
   MeshSolvers& solversFor(const std::vector<std::int64_t>& shape, std::int64_t samples);
   std::vector<Solution> solve(const MeshSolvers& ms, const SolveWeights& weights, const std::string& recompute, bool megatron);
@@ -111,6 +113,13 @@ class Search {
   const std::vector<MegatronRule>* m_onlyRules = nullptr;  // megatronAt: the one rule and mode to solve
   RecomputeMode m_onlyMode = RecomputeMode::kNone;
   Best m_joint, m_jointLean, m_megatron, m_megatronLean;
+  // A combination whose budget lies between two prices of the grid, and its best fitting step.
+  struct Bracket {
+    Combo combo;
+    double fails = 0, fits = 0;
+    double step = 0;
+  };
+  std::vector<Bracket> m_brackets;
 };
 
 

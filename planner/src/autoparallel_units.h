@@ -18,8 +18,10 @@ enum class UnitKind { kGemm, kNorm, kPointwise, kAttention, kMoe, kEmbedding, kL
 
 /// What one mesh axis does inside a unit. kOut splits a GEMM's output columns (and a pointwise op's
 /// features, attention's heads, the vocabulary of an embedding or loss); kIn a GEMM's reduction
-/// dimension; kExpert MoE experts (tokens split alike); kInner the experts' own hidden width.
-enum class Role : std::uint8_t { kNone, kBatch, kSeq, kOut, kIn, kExpert, kInner };
+/// dimension; kExpert MoE experts (tokens split alike); kInner the experts' own hidden width; kFsdp
+/// splits tokens like kBatch and shards the weights too, gathered before each use and their gradients
+/// reduce-scattered (ZeRO-3 / FSDP).
+enum class Role : std::uint8_t { kNone, kBatch, kSeq, kOut, kIn, kExpert, kInner, kFsdp };
 
 /// One unit: a GEMM, a norm, a pointwise op, fused attention (scores, softmax, dropout, context and
 /// rotary), a whole MoE block, an embedding lookup or the loss. Figures are for one sample.

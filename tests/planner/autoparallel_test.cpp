@@ -327,5 +327,44 @@ TEST(AutoParallel, ARunnablePlanFileCarriesItsDegreeLevelEquivalent) {
   EXPECT_DOUBLE_EQ(*file->predictions.stepTimeSeconds, r->joint.stepSeconds);
 }
 
+// A ZeRO-3 (FSDP) degree-level plan seen per operator: every weight-bearing operator shards its weights
+// over the data-parallel axis (the fsdp role), and the view says it equals the plan it came from.
+TEST(AutoParallel, ZeroThreePlansAreShardedWeightsPerOperator) {
+  const Model model = test::loadModelOrFail(test::dataFile("models/llama3-8b.json"));
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-h100.json"));
+  Plan p;
+  p.model = model;
+  p.cluster = cluster;
+  p.parallel.dp = 8;
+  p.microBatchSize = 1;
+  p.globalBatchSize = 64;
+  p.seqLen = 8192;
+  p.zeroStage = 3;
+  p.stages = uniformStages(model.numLayers(), 1, RecomputePolicy::kFull);
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().message;
+  auto view = operatorView(p);
+  ASSERT_TRUE(view) << view.error().toString();
+  EXPECT_TRUE(view->runnable) << view->expressedAs;
+  EXPECT_EQ(view->zeroStage, 3);
+  EXPECT_NE(view->expressedAs.find("zero3"), std::string::npos) << view->expressedAs;
+  const auto roles = layerRoles(*view);
+  EXPECT_EQ(roles.at("attn.qkv"), "0:fsdp");
+  EXPECT_EQ(roles.at("mlp.down"), "0:fsdp");
+  EXPECT_EQ(roles.at("attn_norm"), "0:batch");
+  // Sharded weights hold an eighth of the ZeRO-1 view's model states.
+  Plan z1 = p;
+  z1.zeroStage = 1;
+  auto dense = operatorView(z1);
+  ASSERT_TRUE(dense) << dense.error().toString();
+  EXPECT_LT(view->stateBytes, 0.5 * dense->stateBytes);
+  EXPECT_GT(view->communication, dense->communication);
+  // ZeRO-2 has no operator form: refused by name.
+  Plan z2 = p;
+  z2.zeroStage = 2;
+  auto refused = operatorView(z2);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("ZeRO-2"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace colo::planner

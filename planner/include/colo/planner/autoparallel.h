@@ -101,6 +101,7 @@ struct OperatorPlan {
   bool runnable = false;
   std::string expressedAs;            ///< "tp=8 dp=2 pp=1 sp, recompute none" or the reason it is simulation-only
   std::int64_t tp = 1, dp = 1;        ///< that plan's degrees (when runnable)
+  int zeroStage = 1;                  ///< 3 when its data-parallel axis shards the weights (FSDP)
   bool sequenceParallel = false;
   std::string recomputePolicy = "none";  ///< its layer-level recompute: none, selective, full
   /// What reproduces it: the mesh shape, the price of memory the blocks were solved at, the residual
