@@ -1,8 +1,8 @@
 // colo-bench-autoparallel: the operator-level solver's speed target (under 1 s on one core for every
 // library model on its library cluster) and what the joint solve gains over Megatron's split there.
-// Colossal-AI's reported figure for its ILP sharding solver, for comparison: minutes for a GPT-style
-// model of a few billion parameters on 8 GPUs, growing with the layer count (its issue #2853 calls it
-// "unacceptable for LLMs").
+// For comparison (docs/autoparallel.md, "Figures"): Colossal-AI's issue #2853 calls its ILP solver's time
+// "unacceptable for LLMs as the number of layers increasing"; an ILP sharding solver of 2026 (PyTorch's
+// autoparallel, PR #521) reports 12-18 s for LLaMA 1B/8B and DeepSeek-V3 graphs.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
