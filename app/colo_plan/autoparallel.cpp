@@ -192,12 +192,22 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
   if (!args->has("json")) options.progress = &progress;
   auto result = planner::autoParallel(model, cluster, options);
   if (!result) return reportError(result.error(), err);
+  // --out: the plan file, with where it came from.
+  auto writePlan = [&](const std::string& file) -> Result<void> {
+    auto plan = planner::operatorPlanFile(model, cluster, options, *result);
+    if (!plan) return fail(plan.error());
+    plan->provenance.toolVersion = kVersion;
+    plan->provenance.modelHash = contentHash(plan->model.toJson());
+    plan->provenance.clusterHash = contentHash(clusterToJson(plan->cluster));
+    std::string command = "colo-plan autoparallel";
+    for (const auto& a : argv) command += " " + a;
+    plan->provenance.command = command;
+    return writeJsonFileAtomic(file, planToJson(*plan));
+  };
   if (args->has("json")) {
     out << result->toJson().dump(2) << "\n";
     if (const auto file = args->value("out")) {
-      auto plan = planner::operatorPlanFile(model, cluster, options, *result);
-      if (!plan) return reportError(plan.error(), err);
-      if (auto written = writeJsonFileAtomic(*file, planToJson(*plan)); !written) return reportError(written.error(), err);
+      if (auto written = writePlan(*file); !written) return reportError(written.error(), err);
     }
     return 0;
   }
@@ -213,15 +223,7 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
          "time per micro-batch: kernels, collectives and recompute; saved: activations kept per micro-batch)\n";
   printOperatorBlocks(result->joint, out);
   if (const auto file = args->value("out")) {
-    auto plan = planner::operatorPlanFile(model, cluster, options, *result);
-    if (!plan) return reportError(plan.error(), err);
-    plan->provenance.toolVersion = kVersion;
-    plan->provenance.modelHash = contentHash(plan->model.toJson());
-    plan->provenance.clusterHash = contentHash(clusterToJson(plan->cluster));
-    std::string command = "colo-plan autoparallel";
-    for (const auto& a : argv) command += " " + a;
-    plan->provenance.command = command;
-    if (auto written = writeJsonFileAtomic(*file, planToJson(*plan)); !written) return reportError(written.error(), err);
+    if (auto written = writePlan(*file); !written) return reportError(written.error(), err);
     out << "\nwrote " << *file << (result->joint.runnable ? " (colo-run runs it: " + result->joint.expressedAs + ")"
                                                              : " (simulation-only; its degree fields hold Megatron's split)")
         << "; `colo-plan evaluate --plan " << *file << "` re-costs it\n";

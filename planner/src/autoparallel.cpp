@@ -110,9 +110,7 @@ std::vector<Solution> Search::solve(const MeshSolvers& ms, const SolveWeights& w
     for (auto& plan : ms.layers[k]->solve(entries, weights)) {
       auto it = byEntry.find(plan.entry.index());
       if (it == byEntry.end()) continue;
-      const TensorDims& dims = m_c.classes[k].block.input;
-      const double back = ms.converter->convert(plan.exit, plan.entry, dims, ms.samples).seconds +
-                          ms.converter->convert(plan.entry, gradientTarget(plan.exit), dims, ms.samples).seconds;
+      const double back = boundarySeconds(ms, plan.exit, plan.entry, m_c.classes[k].block.input);
       Solution& s = it->second;
       const double objective = plan.objective + back;
       if (objective < s.layers[k].objective + s.backConversion[k]) {
@@ -131,18 +129,8 @@ std::vector<Solution> Search::solve(const MeshSolvers& ms, const SolveWeights& w
     bool complete = true;
     for (const auto& p : s.layers) complete = complete && p.valid();
     if (!complete) continue;
+    chooseEmbedding(embPlans, ms, e, s);
     double best = kInf;
-    for (const auto& p : embPlans) {
-      const TensorDims& dims = m_c.embedding.input;
-      const double conv = ms.converter->convert(p.exit, e, dims, ms.samples).seconds +
-                          ms.converter->convert(e, gradientTarget(p.exit), dims, ms.samples).seconds;
-      if (p.objective + conv < best) {
-        best = p.objective + conv;
-        s.embedding = p;
-        s.embeddingConversion = conv;
-      }
-    }
-    best = kInf;
     for (const auto& p : headPlans) {
       if (p.entry == e && p.objective < best) {
         best = p.objective;
@@ -306,15 +294,7 @@ void Search::solveMegatron(const Combo& k, MeshSolvers& ms) {
       // The embedding's output converts to the layers' layout (a vocabulary-parallel lookup's partial
       // sums are all-reduced, or reduce-scattered under sequence parallelism).
       ++m_blockSolves;
-      for (auto& plan : ms.embedding->solve({}, w)) {
-        const TensorDims& dims = m_c.embedding.input;
-        const double conv = ms.converter->convert(plan.exit, entry, dims, ms.samples).seconds +
-                            ms.converter->convert(entry, gradientTarget(plan.exit), dims, ms.samples).seconds;
-        if (plan.objective + conv < sol.embedding.objective + sol.embeddingConversion) {
-          sol.embedding = plan;
-          sol.embeddingConversion = conv;
-        }
-      }
+      chooseEmbedding(ms.embedding->solve({}, w), ms, entry, sol);
       sol.head = best(*ms.head, {entry}, false);
       if (!sol.embedding.valid() || !sol.head.valid()) continue;
       sol.weights = w;
@@ -393,6 +373,21 @@ Result<AutoParallelResult> Search::run() {
   for (const auto& [key, ms] : m_solvers) result.conversionsCached += static_cast<std::int64_t>(ms->converter->cached());
   result.solveSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
+}
+
+double Search::boundarySeconds(const MeshSolvers& ms, Layout exit, Layout entry, const TensorDims& dims) const {
+  return ms.converter->convert(exit, entry, dims, ms.samples).seconds +
+         ms.converter->convert(entry, gradientTarget(exit), dims, ms.samples).seconds;
+}
+
+void Search::chooseEmbedding(const std::vector<BlockPlan>& plans, const MeshSolvers& ms, Layout entry, Solution& sol) const {
+  for (const auto& plan : plans) {
+    const double conv = boundarySeconds(ms, plan.exit, entry, m_c.embedding.input);
+    if (plan.objective + conv < sol.embedding.objective + sol.embeddingConversion) {
+      sol.embedding = plan;
+      sol.embeddingConversion = conv;
+    }
+  }
 }
 
 OperatorPlan Search::report(const Best& best, const std::string& method) const {

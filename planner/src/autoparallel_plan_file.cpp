@@ -129,10 +129,8 @@ Result<Solution> Search::solveFixed(const MeshSolvers& ms, const SolveWeights& w
   for (std::size_t k = 0; k < m_c.classes.size(); ++k) {
     BlockPlan chosen;
     double back = 0;
-    const TensorDims& dims = m_c.classes[k].block.input;
     for (auto& plan : ms.layers[k]->solve({entry}, w)) {
-      const double conv = ms.converter->convert(plan.exit, plan.entry, dims, ms.samples).seconds +
-                          ms.converter->convert(plan.entry, gradientTarget(plan.exit), dims, ms.samples).seconds;
+      const double conv = boundarySeconds(ms, plan.exit, plan.entry, m_c.classes[k].block.input);
       if (plan.objective + conv < chosen.objective + back) {
         chosen = plan;
         back = conv;
@@ -142,15 +140,7 @@ Result<Solution> Search::solveFixed(const MeshSolvers& ms, const SolveWeights& w
     sol.layers.push_back(chosen);
     sol.backConversion.push_back(back);
   }
-  for (auto& plan : ms.embedding->solve({}, w)) {
-    const TensorDims& dims = m_c.embedding.input;
-    const double conv = ms.converter->convert(plan.exit, entry, dims, ms.samples).seconds +
-                        ms.converter->convert(entry, gradientTarget(plan.exit), dims, ms.samples).seconds;
-    if (plan.objective + conv < sol.embedding.objective + sol.embeddingConversion) {
-      sol.embedding = plan;
-      sol.embeddingConversion = conv;
-    }
-  }
+  chooseEmbedding(ms.embedding->solve({}, w), ms, entry, sol);
   for (auto& plan : ms.head->solve({entry}, w)) {
     if (plan.objective < sol.head.objective) sol.head = plan;
   }

@@ -105,6 +105,10 @@ class Search {
   bool consider(const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches, Best& best,
                 Best& leanest, double* fastest = nullptr);
   OperatorPlan report(const Best& best, const std::string& method) const;
+  /// Seconds to turn a block's `exit` layout into `entry` forward and the gradient back backward.
+  [[nodiscard]] double boundarySeconds(const MeshSolvers& ms, Layout exit, Layout entry, const TensorDims& dims) const;
+  /// Of the embedding's `plans`, the cheapest once its output is converted to `entry`, into `sol`.
+  void chooseEmbedding(const std::vector<BlockPlan>& plans, const MeshSolvers& ms, Layout entry, Solution& sol) const;
 
   Context m_c;
   std::map<std::pair<std::vector<std::int64_t>, std::int64_t>, std::unique_ptr<MeshSolvers>> m_solvers;
