@@ -281,7 +281,11 @@ void readBatchAndZero(const Json& tr, const Json& par, const Settings& set, std:
   const Json zero = number(par, "zero_stage") ? par["zero_stage"] : !fsdpZero.is_null() ? fsdpZero : set.pick("zero_stage");
   if (!number(par, "zero_stage") && p.parallel.dp > 1) *assumed = *assumed || set.run.contains("zero_stage");
   p.zeroStage = zero.is_number() ? zero.get<int>() : 0;
-
+  // FSDP under pipeline parallelism: PyTorch's pipelining turns gradient sync off for every micro-batch
+  // but the last (its stage's backward_maybe_with_nosync), so gradients are reduce-scattered once;
+  // unless the row says its gradients stay sharded (then they were reduce-scattered every micro-batch).
+  const bool shardedGrads = has(fsdp, "gradients sharded") || has(fsdp, "grads sharded");
+  if (!fsdpZero.is_null() && p.zeroStage >= 2 && p.parallel.pp > 1 && !shardedGrads) p.execution.gradSync = GradSync::kStep;
 }
 
 // What the row says of recompute.

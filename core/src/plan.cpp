@@ -69,6 +69,14 @@ Result<GradAccumulation> parseGradAccumulation(const std::string& name) {
                               "\" (expected one of: fused, main_grad, autograd, fp32_copy)"));
 }
 
+std::string toString(GradSync value) { return value == GradSync::kStep ? "step" : "micro_batch"; }
+
+Result<GradSync> parseGradSync(const std::string& name) {
+  if (name == "micro_batch") return GradSync::kMicroBatch;
+  if (name == "step") return GradSync::kStep;
+  return fail(Error::badInput("unknown gradient sync \"" + name + "\" (expected micro_batch or step)"));
+}
+
 std::string toString(Optimizer value) {
   switch (value) {
     case Optimizer::kAdamW: return "adamw";

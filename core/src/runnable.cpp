@@ -70,6 +70,9 @@ Result<void> checkRunnable(const Plan& plan) {
     return bad("offload with optimizer " + toString(plan.optimizer) + ": the executor's host step is AdamW (LAMB and LARS need "
                "whole-parameter norms across the host and device parts)");
   }
+  if (plan.zeroStage >= 2 && plan.execution.gradSync == GradSync::kStep) {
+    return bad("execution.grad_sync = step: the executor reduce-scatters sharded gradients every micro-batch (micro_batch)");
+  }
   // ZeRO-3 holds exactly FSDP's layout (fp32 shards, 16-bit copies only while a unit is gathered).
   if (plan.execution.fp32Params && plan.precision != DType::kFp32 && plan.zeroStage != 3) {
     return bad("execution.fp32_params with zero_stage " + std::to_string(plan.zeroStage) + ": below ZeRO-3 the executor keeps "

@@ -75,7 +75,10 @@ std::vector<ChunkCost> costChunks(const Plan& plan, const ModelTemplates& T, con
         saved = lc.savedSelective;
       } else if (recomputes && sp.recompute == RecomputePolicy::kOp) {
         // Per-op: the backward first re-runs what was not kept, rebuilding the layer's activations.
-        cc.recompute += lc.recomputeOpFwd;
+        // torchtitan's save list keeps reduce-scatter outputs but no all-gather or all-reduce, so the
+        // replayed forward runs the tensor-parallel all-gathers again (sequence parallelism: half of
+        // the forward's reduce-scatter + all-gather pairs) or every forward all-reduce (without it).
+        cc.recompute += lc.recomputeOpFwd + lc.tpCommFwd * (config.sequenceParallel ? 0.5 : 1.0);
         cc.recomputeFlops += lc.recomputeOpFlops;
         saved = lc.savedOp;
         cc.workingSet = std::max(cc.workingSet, 2.0 * lc.savedFull - lc.savedOp);
@@ -126,7 +129,11 @@ StageWork sumStage(const std::vector<ChunkCost>& chunks, const Plan& plan, std::
 }
 
 bool gradientsSharded(const Plan& plan) {
-  return plan.zeroStage == 2 || (plan.zeroStage == 3 && plan.parallel.pp == 1);
+  return plan.zeroStage >= 2 && plan.execution.gradSync == GradSync::kMicroBatch;
+}
+
+bool stageStaysGathered(const Plan& plan) {
+  return plan.zeroStage >= 3 && plan.parallel.pp > 1 && plan.execution.gradSync == GradSync::kStep;
 }
 
 StateBytes stateBytesOf(const Plan& plan) {
@@ -161,28 +168,29 @@ StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, 
   const std::int64_t gradRanks = plan.parallel.dp * plan.parallel.cp;
   t.p2p = plan.parallel.pp > 1 ? 2.0 * static_cast<double>(plan.parallel.virtualStages) * pipelineHop : 0.0;
   // ZeRO-3 gathers every layer's weights before its forward, again before a recomputed forward and
-  // before its backward, and reduce-scatters its gradients, each micro-batch, one layer at a time:
-  // every collective pays the ring's (n-1) latency steps. Prefetching hides up to 80% behind compute
-  // (the collectives compete with it for SMs and memory bandwidth).
-  // With pipeline parallelism (FSDP2 under torch.distributed.pipelining, as torchtitan and Llama 3 run
-  // it) a stage's layers are gathered once per step and kept until its last backward, and their
-  // gradients accumulate unsharded and are reduce-scattered once, after the last micro-batch (the tail).
+  // before its backward, each micro-batch, one layer at a time: every collective pays the ring's (n-1)
+  // latency steps. A stage that stays gathered (FSDP2 under PyTorch's pipelining, as torchtitan and
+  // Llama 3 run it) gathers each layer once per step instead. Prefetching hides up to 80% behind
+  // compute (the collectives compete with it for SMs and memory bandwidth).
+  // ZeRO >= 2 with grad_sync micro_batch reduce-scatters each micro-batch's gradients into the shard
+  // during its backward (DeepSpeed ZeRO-2/3, colo-run): per layer under ZeRO-3, in buckets under ZeRO-2
+  // (overlapped like the data-parallel reduction). With grad_sync step the gradients are reduce-
+  // scattered once, after the last micro-batch (stageTail).
+  const bool shardedGrads = gradientsSharded(plan);
   if (plan.zeroStage == 3 && gradRanks > 1) {
-    const bool pipelined = plan.parallel.pp > 1;
     const double layersHere = std::max<double>(1.0, static_cast<double>(w.layers));
     const double perLayer = w.params / layersHere;
-    const double gathers = pipelined ? 1.0 / static_cast<double>(plan.numMicroBatches()) : 2.0 + (w.rec > 0 ? 1.0 : 0.0);
+    const double gathers = stageStaysGathered(plan) ? 1.0 / static_cast<double>(plan.numMicroBatches())
+                                                    : 2.0 + (w.rec > 0 ? 1.0 : 0.0);
     const double gather = collectiveSeconds(Collective::kAllGather, perLayer * bytes.gathered, groups.grad);
     const double scatter =
-        pipelined ? 0.0 : collectiveSeconds(Collective::kReduceScatter, perLayer * bytes.gradient, groups.grad);
+        shardedGrads ? collectiveSeconds(Collective::kReduceScatter, perLayer * bytes.gradient, groups.grad) : 0.0;
     const double comm = layersHere * (gathers * gather + scatter);
     const double cover = plan.execution.overlapParamGather ? 0.8 * (w.fwd + w.bwd + w.rec) : 0.0;
     t.sharding = std::max(0.1 * comm, comm - cover);
     t.sharding += device.overlapSlowdown * (comm - t.sharding);  // the hidden part slows the compute it overlaps
   }
-  // ZeRO-2 under pipeline parallelism reduce-scatters each micro-batch's gradients into the shard during
-  // its backward (overlapped like the data-parallel reduction).
-  if (plan.zeroStage == 2 && plan.parallel.pp > 1 && gradRanks > 1) {
+  if (plan.zeroStage == 2 && shardedGrads && gradRanks > 1) {
     const double scatter = collectiveSeconds(Collective::kReduceScatter, w.params * bytes.gradient, groups.grad);
     double exposed = scatter;
     if (plan.execution.overlapGradReduce) {
@@ -197,8 +205,7 @@ StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, 
   // micro-batch (once per step when ZeRO-3 under pipelining keeps the stage gathered). Prefetching the
   // next layer hides up to 80% behind compute, as for ZeRO-3's gathers.
   if (plan.offload.paramsFraction > 0 && plan.cluster.pcieBytesPerSecond > 0) {
-    const bool pipelined = plan.zeroStage >= 3 && plan.parallel.pp > 1;
-    const double passes = pipelined ? 1.0 / static_cast<double>(plan.numMicroBatches()) : 2.0 + (w.rec > 0 ? 1.0 : 0.0);
+    const double passes = stageStaysGathered(plan) ? 1.0 / static_cast<double>(plan.numMicroBatches()) : 2.0 + (w.rec > 0 ? 1.0 : 0.0);
     const double shard = plan.zeroStage >= 3 ? static_cast<double>(gradRanks) : 1.0;
     const double fetch = passes * w.params / shard * plan.offload.paramsFraction * bytes.gathered / plan.cluster.pcieBytesPerSecond;
     t.offload = std::max(0.1 * fetch, fetch - 0.8 * (w.fwd + w.bwd + w.rec));
@@ -220,7 +227,7 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
   const auto& par = plan.parallel;
   const std::int64_t gradRanks = par.dp * par.cp;
   const GradAccumulation accumulation = plan.execution.gradAccumulation;
-  if (gradRanks > 1 && (plan.zeroStage < 3 || par.pp > 1)) {
+  if (gradRanks > 1) {
     double reduce = 0, gather = 0;
     if (plan.zeroStage == 0 || (accumulation == GradAccumulation::kFp32Copy && plan.zeroStage == 1)) {
       // DeepSpeed's BF16 optimizer all-reduces its fp32 copies whole, under ZeRO-1 too, then each rank
@@ -229,10 +236,8 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
       reduce = collectiveSeconds(Collective::kAllReduce, w.params * b, groups.grad);
       if (plan.zeroStage == 1) gather = collectiveSeconds(Collective::kAllGather, w.params * bytes.gathered, groups.grad);
     } else {
-      // Under pipeline parallelism ZeRO-2 reduced every micro-batch already (timeStage).
-      if (!(plan.zeroStage == 2 && par.pp > 1)) {
-        reduce = collectiveSeconds(Collective::kReduceScatter, w.params * bytes.gradient, groups.grad);
-      }
+      // Sharded gradients were reduce-scattered every micro-batch already (timeStage).
+      if (!gradientsSharded(plan)) reduce = collectiveSeconds(Collective::kReduceScatter, w.params * bytes.gradient, groups.grad);
       // ZeRO-3's next step gathers each layer before use (timeStage); ZeRO-1/2 gather the updated shards.
       if (plan.zeroStage < 3) gather = collectiveSeconds(Collective::kAllGather, w.params * bytes.gathered, groups.grad);
     }

@@ -78,12 +78,15 @@ struct StateBytes {
 };
 [[nodiscard]] StateBytes stateBytesOf(const Plan& plan);
 
-/// Whether ZeRO keeps only a shard of the gradients through the step: ZeRO-2/3 without pipeline
-/// parallelism, and ZeRO-2 with it (each micro-batch's gradients reduce-scattered into the shard, as
-/// Llama 3's FSDP ran). ZeRO-3 under pipeline parallelism accumulates unsharded gradients that are
-/// reduce-scattered once, after the stage's last backward (PyTorch pipelining with FSDP2: no gradient
-/// sync before the last micro-batch), so the peak holds them whole.
+/// Whether ZeRO keeps only a shard of the gradients through the step: ZeRO >= 2 with each
+/// micro-batch's gradients reduce-scattered into the shard during its backward (execution.grad_sync
+/// micro_batch). With grad_sync step they are summed whole and reduce-scattered once, after the stage's
+/// last backward, so the peak holds them whole.
 [[nodiscard]] bool gradientsSharded(const Plan& plan);
+/// Whether ZeRO-3 keeps a pipeline stage's layers gathered from its first forward to its last backward
+/// (FSDP2 under PyTorch's pipelining with reshard-after-forward off, torchtitan's default with PP:
+/// grad_sync step and pp > 1) instead of gathering each layer before every use.
+[[nodiscard]] bool stageStaysGathered(const Plan& plan);
 
 /// A stage's time per micro-batch and its parts.
 struct StageTime {

@@ -44,9 +44,9 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
     return on ? ((w.params - w.expertParams) / shard + w.expertParams / expertShard) * bytesPerParam : w.params * bytesPerParam;
   };
   mem.weights = sharded(bytes.weight, plan.zeroStage >= 3) * (1.0 - plan.offload.paramsFraction);
-  // ZeRO-3 under pipeline parallelism keeps the stage's gathered layers from its first forward to its
-  // last backward (no reshard between micro-batches): the whole stage unsharded beside its shards.
-  if (plan.zeroStage >= 3 && par.pp > 1) mem.weights += w.params * bytes.gathered;
+  // A ZeRO-3 stage that stays gathered from its first forward to its last backward (no reshard between
+  // micro-batches) holds the whole stage unsharded beside its shards.
+  if (stageStaysGathered(plan)) mem.weights += w.params * bytes.gathered;
   // fp32 parameters under ZeRO-2 are FSDP's SHARD_GRAD_OP: the fp32 parameters are sharded too, and the
   // 16-bit copies gathered for the forward stay until the backward.
   if (plan.zeroStage == 2 && plan.execution.fp32Params && bytes.weight > bytes.gathered) {
@@ -91,7 +91,7 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
     }
   }
   if (par.dp * par.cp > 1) buffers += std::min(w.params * bytes.gradient, 2 * 40e6 * bytes.gradient);
-  if (plan.zeroStage == 3 && par.pp == 1) {
+  if (plan.zeroStage == 3 && !stageStaysGathered(plan)) {
     double largestLayer = 0;
     for (const auto& lc : in.layers->classes) largestLayer = std::max(largestLayer, lc.paramsPerGpu);
     buffers += 2 * largestLayer * bytes.gathered;

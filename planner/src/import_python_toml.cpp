@@ -196,6 +196,9 @@ Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& cont
   p.zeroStage = shardDegree > 1 ? 3 : 0;
   p.execution.fp32Params = true;
   p.execution.gradAccumulation = GradAccumulation::kAutograd;
+  // Under pipeline parallelism PyTorch's pipelining syncs FSDP gradients on the last micro-batch only,
+  // and torchtitan keeps each stage's layers gathered (reshard_after_forward off with PP).
+  if (pp > 1 && p.zeroStage >= 2) p.execution.gradSync = GradSync::kStep;
   p.execution.tpCommOverlap = kv->contains("parallelism.enable_async_tensor_parallel") &&
                               kv->at("parallelism.enable_async_tensor_parallel") == "true";
   const std::string rotate = kv->contains("parallelism.context_parallel_rotate_method") ? kv->at("parallelism.context_parallel_rotate_method") : "allgather";

@@ -1,4 +1,5 @@
 #include "colo/core/plan.h"
+#include "colo/core/runnable.h"
 
 #include <functional>
 
@@ -185,6 +186,27 @@ TEST(Plan, Fp32ParametersAreWrittenOnlyWhenSet) {
   auto refused = planFromJson(bad, "p.json");
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().path, "/execution/fp32_params");
+}
+
+TEST(Plan, GradientSyncOncePerStepIsWrittenOnlyWhenSetAndColoRunRefusesIt) {
+  Plan p = megatronPlan();
+  p.zeroStage = 2;
+  EXPECT_FALSE(planToJson(p)["execution"].contains("grad_sync"));  // older plans keep their hash
+  EXPECT_TRUE(checkRunnable(p)) << checkRunnable(p).error().message;
+  p.execution.gradSync = GradSync::kStep;
+  const Json j = planToJson(p);
+  EXPECT_EQ(j["execution"]["grad_sync"], "step");
+  auto back = planFromJson(j, "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_EQ(back->execution.gradSync, GradSync::kStep);
+  auto runs = checkRunnable(*back);
+  ASSERT_FALSE(runs);
+  EXPECT_NE(runs.error().message.find("grad_sync"), std::string::npos) << runs.error().message;
+  Json bad = j;
+  bad["execution"]["grad_sync"] = "sometimes";
+  auto refused = planFromJson(bad, "p.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/grad_sync");
 }
 
 TEST(Plan, TheOptimizerIsWrittenOnlyWhenNotAdamW) {

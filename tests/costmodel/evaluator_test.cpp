@@ -373,6 +373,26 @@ TEST(Evaluator, PerOpRecomputeKeepsEveryOtherProductAsTorchtitanDoes) {
   EXPECT_GT(op.hardwareTflopsPerGpu, op.modelTflopsPerGpu);
 }
 
+TEST(Evaluator, PerOpRecomputeReplaysTheForwardsAllGathersButNotItsReduceScatters) {
+  // torchtitan's save list holds reduce-scatter outputs and no all-gather: under sequence parallelism
+  // the replayed forward gathers again (half of the forward's reduce-scatter + all-gather time); with
+  // plain tensor parallelism every forward all-reduce runs again. Slowing the tensor-parallel link
+  // shows it: the recompute grows by that share of the forward's tensor-parallel time (a Llama layer
+  // has as many forward as backward collectives, so the forward is half of tp_comm).
+  Plan p = makePlan("llama3-8b", "dgx-h100", 8, 8, 1, 8);
+  setRecompute(p, RecomputePolicy::kOp);
+  for (const bool sp : {true, false}) {
+    p.parallel.sequenceParallel = sp;
+    const Evaluation fast = evaluateOrFail(p);
+    Plan slow = p;
+    for (auto& link : slow.cluster.links) link.bytesPerSecond /= 10;
+    const Evaluation s = evaluateOrFail(slow);
+    const double forwardComm = (s.time.tpComm - fast.time.tpComm) / 2;
+    ASSERT_GT(forwardComm, 0.0);
+    EXPECT_NEAR((s.time.recompute - fast.time.recompute) / forwardComm, sp ? 0.5 : 1.0, 0.01) << "sp " << sp;
+  }
+}
+
 TEST(Evaluator, TheLastStageKeepsTheLossLogits) {
   // The loss keeps the fp32 logits (s*b*V/t * 4 bytes) for its backward, on the last stage, beside that
   // stage's 34*s*b*h/t per layer: once under 1F1B (its backward follows at once), once per micro-batch
@@ -441,6 +461,7 @@ TEST(Evaluator, Zero3UnderPipelineParallelismGathersOncePerStepAndKeepsGradients
   p.zeroStage = 1;
   const Evaluation z1 = evaluateOrFail(p);
   p.zeroStage = 3;
+  p.execution.gradSync = GradSync::kStep;
   ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
   const Evaluation z3 = evaluateOrFail(p);
   const StageReport& a = z1.stages[0];
@@ -455,6 +476,37 @@ TEST(Evaluator, Zero3UnderPipelineParallelismGathersOncePerStepAndKeepsGradients
   const Evaluation f = evaluateOrFail(flat);
   EXPECT_LT(f.stages[0].memory.gradients, b.memory.gradients / 4);
   EXPECT_LT(z3.time.dpComm, f.time.dpComm);
+  // With gradient sync every micro-batch (DeepSpeed, colo-run) the pipelined stage gathers per use and
+  // holds gradient shards, as without pipelining.
+  p.execution.gradSync = GradSync::kMicroBatch;
+  const Evaluation perMicroBatch = evaluateOrFail(p);
+  EXPECT_NEAR(perMicroBatch.stages[0].memory.gradients, a.memory.gradients / dp, 1);
+  EXPECT_LT(perMicroBatch.stages[0].memory.weights, b.memory.weights / 4);
+  EXPECT_GT(perMicroBatch.time.dpComm, z3.time.dpComm);
+}
+
+TEST(Evaluator, Zero2ReduceScattersEveryMicroBatchUnlessGradientSyncWaitsForTheLast) {
+  // DeepSpeed ZeRO-2 reduce-scatters each micro-batch's gradients into the shard during its backward:
+  // the traffic grows with the micro-batches and the gradients stay sharded. FSDP with gradient sync
+  // off until the last backward (grad_sync step) sums them whole and reduce-scatters once.
+  Plan p = makePlan("llama2-7b", "dgx-a100-80gb-x16", 16, 1, 1, 128, 1);
+  p.zeroStage = 2;
+  p.execution.overlapGradReduce = false;
+  Plan twice = p;
+  twice.globalBatchSize = 256;  // 16 micro-batches instead of 8
+  const Evaluation micro = evaluateOrFail(p);
+  const Evaluation micro16 = evaluateOrFail(twice);
+  p.execution.gradSync = twice.execution.gradSync = GradSync::kStep;
+  const Evaluation step = evaluateOrFail(p);
+  const Evaluation step16 = evaluateOrFail(twice);
+  EXPECT_NEAR(micro.stages[0].memory.gradients * 16, step.stages[0].memory.gradients, 1e3);
+  // Eight more micro-batches: eight more reduce-scatters every micro-batch, none with one per step.
+  const double scatter = (micro16.time.dpComm - micro.time.dpComm) / 8;
+  EXPECT_GT(scatter, 0.0);
+  EXPECT_NEAR(step16.time.dpComm, step.time.dpComm, 1e-9);
+  EXPECT_NEAR(micro.time.dpComm - step.time.dpComm, 7 * scatter, 1e-3 * scatter);
+  EXPECT_GT(micro.stepSeconds, step.stepSeconds);
+  EXPECT_LT(micro.peakMemoryBytes, step.peakMemoryBytes);
 }
 
 TEST(Evaluator, Fp32ParametersAreTheirOwnMasterAsFsdpKeepsThem) {

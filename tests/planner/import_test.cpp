@@ -200,6 +200,14 @@ TEST(Import, TorchtitanTomlReadsFsdpAndPerOpCheckpointing) {
   EXPECT_EQ(async->parallel.dp, 4);
   EXPECT_TRUE(async->execution.tpCommOverlap);
   EXPECT_EQ(async->precision, DType::kFp8);
+  EXPECT_EQ(async->execution.gradSync, GradSync::kMicroBatch);
+  // With pipeline parallelism PyTorch's pipelining syncs the FSDP gradients once per step.
+  std::string piped = text.str();
+  piped.replace(piped.find("pipeline_parallel_degree = 1"), 28, "pipeline_parallel_degree = 2");
+  auto pp = importTorchtitan(piped, ImportContext{cluster, std::nullopt, 0, 0});
+  ASSERT_TRUE(pp) << pp.error().toString();
+  EXPECT_EQ(pp->parallel.pp, 2);
+  EXPECT_EQ(pp->execution.gradSync, GradSync::kStep);
   std::string bad = text.str();
   bad.replace(bad.find("data_parallel_shard_degree = -1"), 31, "data_parallel_shard_degree = 3");
   auto refused = importTorchtitan(bad, ImportContext{cluster, std::nullopt, 0, 0});

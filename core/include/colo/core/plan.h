@@ -33,6 +33,18 @@ enum class GradAccumulation {
   kFp32Copy,  ///< DeepSpeed's BF16 optimizer: upcast and add into fp32 copies, all-reduced whole
 };
 
+/// When sharded gradients (ZeRO >= 2) leave a micro-batch: reduce-scattered into the shard during each
+/// micro-batch's backward (DeepSpeed ZeRO-2/3, colo-run, FSDP with gradient sync on), or summed
+/// unsharded and reduce-scattered once after the last one (FSDP/FSDP2 with gradient sync off until the
+/// last backward, which PyTorch's pipelining does for every FSDP stage; torchtitan then also keeps each
+/// stage's layers gathered from its first forward to its last backward).
+enum class GradSync {
+  kMicroBatch,  ///< "micro_batch": every micro-batch, gradient memory sharded
+  kStep,        ///< "step": once per step, gradient memory whole until then
+};
+[[nodiscard]] std::string toString(GradSync value);  ///< micro_batch, step
+[[nodiscard]] Result<GradSync> parseGradSync(const std::string& name);
+
 /// The optimizer: its states per parameter decide the optimizer memory (docs/costmodel.md).
 /// kAdamW: two fp32 moments. kLamb: Adam's moments with a per-parameter trust ratio (You et al. 2019,
 /// for batches of 32k-64k). kLars: one momentum buffer with a per-parameter trust ratio (You et al. 2017).
@@ -107,6 +119,7 @@ struct Execution {
   bool tpCommOverlap = false;     ///< tensor-parallel collectives overlapped with GEMMs (userbuffers)
   CpCommType cpCommType = CpCommType::kP2p;  ///< context-parallel exchange (Megatron's default: p2p)
   GradAccumulation gradAccumulation = GradAccumulation::kFused;
+  GradSync gradSync = GradSync::kMicroBatch;  ///< ZeRO >= 2 only; see GradSync
   /// The parameters are kept in fp32 and are the optimizer's master weights; 16-bit copies exist only
   /// while a layer is gathered or in use (PyTorch FSDP/FSDP2's mixed-precision policy, torch.amp).
   /// false: 16-bit training weights beside fp32 master copies inside the optimizer (Megatron,
