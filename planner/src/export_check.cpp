@@ -137,51 +137,33 @@ Result<ParsedArguments> parseArgumentList(const std::string& text) {
   return out;
 }
 
-std::vector<ExportProblem> checkMegatronArguments(const std::string& text, const Json& schema, std::int64_t worldSize) {
-  std::vector<ExportProblem> problems;
-  auto problem = [&](const std::string& rule, const std::string& message) { problems.push_back({rule, message}); };
-  auto parsed = parseArgumentList(text);
-  if (!parsed) return {{"syntax", parsed.error().message}};
-  const ParsedArguments& a = *parsed;
-  const Json& arguments = schema.at("arguments");
-  // Every argument known, of its type, among its choices; none given twice.
-  std::map<std::string, int> seen;
-  for (const auto& [flag, values] : a.flags) {
-    if (++seen[flag] == 2) problem("argparse", flag + " is given twice");
-    if (!arguments.contains(flag)) {
-      problem("argparse", "unknown argument " + flag);
-      continue;
-    }
-    if (auto why = typeProblem(flag, values, arguments[flag]); !why.empty()) problem("argparse", why);
-  }
-  // What pretrain_gpt.py needs to start.
-  for (const auto& [flag, entry] : arguments.items()) {
-    if (entry.value("required", false) && !a.has(flag)) problem(flag == "--lr" ? "req_lr" : "req_core", "missing " + flag);
-  }
-  for (const char* group : {"--train-iters", "--data-path"}) {
-    const Json& entry = arguments.at(group);
-    bool any = false;
-    for (const auto& alt : entry.at("required_one_of")) {
-      std::string name = "--" + alt.get<std::string>();
-      if (name.ends_with("..")) name.resize(name.size() - 2);
-      for (const auto& [flag, values] : a.flags) any |= flag.rfind(name, 0) == 0;
-    }
-    if (!any) problem(group == std::string("--train-iters") ? "req_train_len" : "req_data", "missing one of " + entry["required_one_of"].dump());
-  }
-  const auto* tokenizer = a.find("--tokenizer-type");
-  const std::string tokenizerType = tokenizer && !tokenizer->empty() ? tokenizer->front() : "GPT2BPETokenizer";
-  if (tokenizerType == "GPT2BPETokenizer" && !(a.has("--vocab-file") && a.has("--merge-file"))) {
-    problem("req_tokenizer", "the default GPT2BPETokenizer needs --vocab-file and --merge-file");
-  } else if (tokenizerType == "NullTokenizer" && !a.has("--vocab-size")) {
-    problem("req_tokenizer", "NullTokenizer needs --vocab-size");
-  } else if (tokenizerType != "GPT2BPETokenizer" && tokenizerType != "NullTokenizer" && !a.has("--tokenizer-model")) {
-    problem("req_tokenizer", tokenizerType + " needs --tokenizer-model");
+namespace {
+
+// The rules of Megatron-LM's argument parser and validate_args, one group per method, over one parsed
+// argument list. Degrees are read once (degrees()) and shared by the later groups.
+class MegatronCheck {
+ public:
+  MegatronCheck(const ParsedArguments& a, const Json& arguments) : a_(a), arguments_(arguments) {}
+
+  std::vector<ExportProblem> run(std::int64_t worldSize) {
+    argparse();
+    startRequirements();
+    if (!degrees(worldSize)) return problems_;
+    pipelineLayout();
+    modelShape();
+    experts(worldSize);
+    optimizerRecomputePrecision();
+    return problems_;
   }
 
-  // validate_args's arithmetic.
-  // Sizes beyond any cluster are refused before they are multiplied (products stay inside 64 bits).
-  auto num = [&](const char* flag, std::int64_t fallback) -> std::int64_t {
-    const auto* v = a.find(flag);
+ private:
+  void problem(const std::string& rule, const std::string& message) { problems_.push_back({rule, message}); }
+  bool has(const char* flag) const { return a_.has(flag); }
+
+  // An integer argument, or the fallback. Sizes beyond any cluster are refused before they are
+  // multiplied (products stay inside 64 bits).
+  std::int64_t num(const char* flag, std::int64_t fallback) {
+    const auto* v = a_.find(flag);
     if (!v || v->empty()) return fallback;
     const auto n = integerOf(v->front()).value_or(fallback);
     if (n < 0 || n > (std::int64_t{1} << 24)) {
@@ -189,40 +171,114 @@ std::vector<ExportProblem> checkMegatronArguments(const std::string& text, const
       return fallback;
     }
     return n;
-  };
-  const std::int64_t tp = num("--tensor-model-parallel-size", 1), pp = num("--pipeline-model-parallel-size", 1);
-  const std::int64_t cp = num("--context-parallel-size", 1), ep = num("--expert-model-parallel-size", 1);
-  const std::int64_t etp = num("--expert-tensor-parallel-size", tp);
-  const std::int64_t layers = num("--num-layers", 0), heads = num("--num-attention-heads", 0);
-  const std::int64_t hidden = num("--hidden-size", 0), seq = num("--seq-length", 0);
-  const std::int64_t mbs = num("--micro-batch-size", 1), gbs = num("--global-batch-size", 0);
-  constexpr std::int64_t kMaxDegree = 1 << 15;
-  for (const std::int64_t d : {tp, pp, cp, ep, etp}) {
-    if (d < 1 || d > kMaxDegree) {
-      problem("world_div_model", "parallel sizes must be from 1 to " + std::to_string(kMaxDegree));
-      return problems;
+  }
+
+  // Every argument known, of its type, among its choices; none given twice.
+  void argparse() {
+    std::map<std::string, int> seen;
+    for (const auto& [flag, values] : a_.flags) {
+      if (++seen[flag] == 2) problem("argparse", flag + " is given twice");
+      if (!arguments_.contains(flag)) {
+        problem("argparse", "unknown argument " + flag);
+        continue;
+      }
+      if (auto why = typeProblem(flag, values, arguments_[flag]); !why.empty()) problem("argparse", why);
     }
   }
-  if (worldSize % (tp * pp * cp) != 0) {
-    problem("world_div_model", "world size " + std::to_string(worldSize) + " is not divisible by tp*pp*cp = " + std::to_string(tp * pp * cp));
-    return problems;
-  }
-  const std::int64_t dp = worldSize / (tp * pp * cp);
-  if (mbs < 1) problem("req_micro_batch", "--micro-batch-size must be positive");
-  if (gbs > 0 && mbs >= 1 && gbs % (mbs * dp) != 0) {
-    problem("gbs_div", "global batch " + std::to_string(gbs) + " is not divisible by micro-batch x data-parallel = " +
-                           std::to_string(mbs) + " x " + std::to_string(dp));
-  }
-  const std::int64_t first = num("--decoder-first-pipeline-num-layers", 0), last = num("--decoder-last-pipeline-num-layers", 0);
-  const std::int64_t perVirtual = num("--num-layers-per-virtual-pipeline-stage", 0);
-  if (const auto* layout = a.find("--pipeline-model-parallel-layout"); layout && !layout->empty()) {
-    if (perVirtual > 0 || a.has("--num-virtual-stages-per-pipeline-rank")) {
-      problem("vpp_exclusive", "--pipeline-model-parallel-layout with another virtual-stage argument");
+
+  // What pretrain_gpt.py needs to start: required arguments, a training length, data, a tokenizer.
+  void startRequirements() {
+    for (const auto& [flag, entry] : arguments_.items()) {
+      if (entry.value("required", false) && !a_.has(flag)) problem(flag == "--lr" ? "req_lr" : "req_core", "missing " + flag);
     }
-    if (first > 0 || last > 0) problem("layout_vs_others", "--pipeline-model-parallel-layout with first/last-stage layer counts");
-    // Chunks and layers the layout names (t, t*N; groups "(...)*N" are not written by colo).
+    for (const char* group : {"--train-iters", "--data-path"}) {
+      const Json& entry = arguments_.at(group);
+      bool any = false;
+      for (const auto& alt : entry.at("required_one_of")) {
+        std::string name = "--" + alt.get<std::string>();
+        if (name.ends_with("..")) name.resize(name.size() - 2);
+        for (const auto& [flag, values] : a_.flags) any |= flag.rfind(name, 0) == 0;
+      }
+      if (!any) problem(group == std::string("--train-iters") ? "req_train_len" : "req_data", "missing one of " + entry["required_one_of"].dump());
+    }
+    const auto* tokenizer = a_.find("--tokenizer-type");
+    const std::string type = tokenizer && !tokenizer->empty() ? tokenizer->front() : "GPT2BPETokenizer";
+    if (type == "GPT2BPETokenizer" && !(has("--vocab-file") && has("--merge-file"))) {
+      problem("req_tokenizer", "the default GPT2BPETokenizer needs --vocab-file and --merge-file");
+    } else if (type == "NullTokenizer" && !has("--vocab-size")) {
+      problem("req_tokenizer", "NullTokenizer needs --vocab-size");
+    } else if (type != "GPT2BPETokenizer" && type != "NullTokenizer" && !has("--tokenizer-model")) {
+      problem("req_tokenizer", type + " needs --tokenizer-model");
+    }
+  }
+
+  // validate_args's arithmetic of the degrees and the batch; false when the rest cannot be checked.
+  bool degrees(std::int64_t worldSize) {
+    tp_ = num("--tensor-model-parallel-size", 1);
+    pp_ = num("--pipeline-model-parallel-size", 1);
+    cp_ = num("--context-parallel-size", 1);
+    ep_ = num("--expert-model-parallel-size", 1);
+    etp_ = num("--expert-tensor-parallel-size", tp_);
+    layers_ = num("--num-layers", 0);
+    heads_ = num("--num-attention-heads", 0);
+    hidden_ = num("--hidden-size", 0);
+    seq_ = num("--seq-length", 0);
+    const std::int64_t mbs = num("--micro-batch-size", 1), gbs = num("--global-batch-size", 0);
+    constexpr std::int64_t kMaxDegree = 1 << 15;
+    for (const std::int64_t d : {tp_, pp_, cp_, ep_, etp_}) {
+      if (d < 1 || d > kMaxDegree) {
+        problem("world_div_model", "parallel sizes must be from 1 to " + std::to_string(kMaxDegree));
+        return false;
+      }
+    }
+    if (worldSize % (tp_ * pp_ * cp_) != 0) {
+      problem("world_div_model", "world size " + std::to_string(worldSize) + " is not divisible by tp*pp*cp = " +
+                                     std::to_string(tp_ * pp_ * cp_));
+      return false;
+    }
+    const std::int64_t dp = worldSize / (tp_ * pp_ * cp_);
+    if (mbs < 1) problem("req_micro_batch", "--micro-batch-size must be positive");
+    if (gbs > 0 && mbs >= 1 && gbs % (mbs * dp) != 0) {
+      problem("gbs_div", "global batch " + std::to_string(gbs) + " is not divisible by micro-batch x data-parallel = " +
+                             std::to_string(mbs) + " x " + std::to_string(dp));
+    }
+    return true;
+  }
+
+  // How the layers split over stages: an explicit layout, virtual stages, uneven first/last stages, or
+  // an even split.
+  void pipelineLayout() {
+    const std::int64_t first = num("--decoder-first-pipeline-num-layers", 0), last = num("--decoder-last-pipeline-num-layers", 0);
+    const std::int64_t perVirtual = num("--num-layers-per-virtual-pipeline-stage", 0);
+    if (const auto* layout = a_.find("--pipeline-model-parallel-layout"); layout && !layout->empty()) {
+      if (perVirtual > 0 || has("--num-virtual-stages-per-pipeline-rank")) {
+        problem("vpp_exclusive", "--pipeline-model-parallel-layout with another virtual-stage argument");
+      }
+      if (first > 0 || last > 0) problem("layout_vs_others", "--pipeline-model-parallel-layout with first/last-stage layer counts");
+      layoutCounts(layout->front());
+    } else if (perVirtual > 0) {
+      if (first > 0 || last > 0) problem("vpp_layers_per_stage", "virtual stages cannot be combined with first/last-stage layer counts");
+      if (pp_ < 2) problem("vpp_pp_size", "virtual pipeline stages need pp > 1");
+      if (layers_ % pp_ != 0 || (layers_ / pp_) % perVirtual != 0) {
+        problem("vpp_layers_per_stage", "num_layers/pp = " + std::to_string(layers_) + "/" + std::to_string(pp_) +
+                                            " must be a multiple of --num-layers-per-virtual-pipeline-stage " + std::to_string(perVirtual));
+      }
+    } else if (first > 0 || last > 0) {
+      const std::int64_t stagesLeft = pp_ - (first > 0 ? 1 : 0) - (last > 0 ? 1 : 0);
+      const std::int64_t layersLeft = layers_ - first - last;
+      if (layersLeft < 0 || (layersLeft > 0) != (stagesLeft > 0) || (stagesLeft > 0 && layersLeft % stagesLeft != 0)) {
+        problem("uneven_pp", "the " + std::to_string(layersLeft) + " layers left after the first/last stages do not split over " +
+                                 std::to_string(stagesLeft) + " stages");
+      }
+    } else if (layers_ % pp_ != 0) {
+      problem("pp_layers_div", "num_layers " + std::to_string(layers_) + " is not divisible by pp " + std::to_string(pp_));
+    }
+  }
+
+  // Chunks and layers a --pipeline-model-parallel-layout names (t, t*N; groups "(...)*N" are not
+  // written by colo).
+  void layoutCounts(const std::string& pattern) {
     std::int64_t chunks = 1, counted = 0;
-    const std::string& pattern = layout->front();
     for (std::size_t i = 0; i < pattern.size(); ++i) {
       if (pattern[i] == '|') ++chunks;
       if (pattern[i] != 't') continue;
@@ -234,66 +290,73 @@ std::vector<ExportProblem> checkMegatronArguments(const std::string& text, const
       }
       counted += n;
     }
-    if (chunks % pp != 0) problem("layout_vs_others", "the layout's " + std::to_string(chunks) + " chunks are not a multiple of pp " + std::to_string(pp));
-    if (counted != layers) problem("layout_vs_others", "the layout places " + std::to_string(counted) + " layers of " + std::to_string(layers));
-  } else if (perVirtual > 0) {
-    if (first > 0 || last > 0) problem("vpp_layers_per_stage", "virtual stages cannot be combined with first/last-stage layer counts");
-    if (pp < 2) problem("vpp_pp_size", "virtual pipeline stages need pp > 1");
-    if (layers % pp != 0 || (layers / pp) % perVirtual != 0) {
-      problem("vpp_layers_per_stage", "num_layers/pp = " + std::to_string(layers) + "/" + std::to_string(pp) +
-                                          " must be a multiple of --num-layers-per-virtual-pipeline-stage " + std::to_string(perVirtual));
+    if (chunks % pp_ != 0) problem("layout_vs_others", "the layout's " + std::to_string(chunks) + " chunks are not a multiple of pp " + std::to_string(pp_));
+    if (counted != layers_) problem("layout_vs_others", "the layout places " + std::to_string(counted) + " layers of " + std::to_string(layers_));
+  }
+
+  // Heads, query groups, widths, sequence length against the degrees.
+  void modelShape() {
+    if (heads_ > 0 && heads_ % tp_ != 0) problem("heads_div_tp", "num_attention_heads " + std::to_string(heads_) + " % tp " + std::to_string(tp_));
+    if (has("--num-query-groups")) {
+      const std::int64_t groups = num("--num-query-groups", 1);
+      if (!has("--group-query-attention")) problem("gqa_flag_needed", "--num-query-groups has no effect without --group-query-attention");
+      if (groups < 1) problem("groups_vs_tp", "--num-query-groups must be positive");
+      else if (groups % tp_ != 0 && tp_ % groups != 0) problem("groups_vs_tp", "num_query_groups " + std::to_string(groups) + " and tp " + std::to_string(tp_));
     }
-  } else if (first > 0 || last > 0) {
-    const std::int64_t stagesLeft = pp - (first > 0 ? 1 : 0) - (last > 0 ? 1 : 0);
-    const std::int64_t layersLeft = layers - first - last;
-    if (layersLeft < 0 || (layersLeft > 0) != (stagesLeft > 0) || (stagesLeft > 0 && layersLeft % stagesLeft != 0)) {
-      problem("uneven_pp", "the " + std::to_string(layersLeft) + " layers left after the first/last stages do not split over " +
-                               std::to_string(stagesLeft) + " stages");
+    if (!has("--kv-channels") && heads_ > 0 && hidden_ % heads_ != 0) problem("hidden_div_heads", "hidden_size % num_attention_heads != 0 without --kv-channels");
+    if (has("--multi-latent-attention") && has("--group-query-attention")) problem("mla_vs_gqa", "MLA with GQA");
+    if (num("--max-position-embeddings", seq_) < seq_) problem("seq_len_max_pos", "--max-position-embeddings below --seq-length");
+    if (cp_ > 1 && seq_ % (2 * cp_) != 0) problem("cp_seq_div", "seq_length " + std::to_string(seq_) + " % (2 x cp " + std::to_string(cp_) + ")");
+    if (has("--tp-comm-overlap") && !has("--sequence-parallel")) problem("tp_overlap_needs_sp", "--tp-comm-overlap without --sequence-parallel");
+    if (has("--sequence-parallel") && tp_ == 1) problem("sp_auto_disable", "--sequence-parallel with tp 1 is switched off");
+  }
+
+  // Experts against their degrees and the layers.
+  void experts(std::int64_t worldSize) {
+    if (ep_ > 1 || has("--num-experts")) {
+      const std::int64_t experts = num("--num-experts", 0);
+      if (experts <= 0) problem("ep_needs_experts", "expert parallelism without --num-experts");
+      else if (experts % ep_ != 0) problem("experts_div_ep", "num_experts " + std::to_string(experts) + " % ep " + std::to_string(ep_));
+      if (worldSize % (etp_ * ep_ * pp_) != 0) problem("expert_grid", "world % (expert tp x ep x pp) != 0");
+      if (num("--moe-router-topk", 2) == 1 && !has("--moe-router-pre-softmax")) problem("moe_topk1", "top-1 routing with softmax scores needs --moe-router-pre-softmax");
     }
-  } else if (layers % pp != 0) {
-    problem("pp_layers_div", "num_layers " + std::to_string(layers) + " is not divisible by pp " + std::to_string(pp));
+    if (const auto* freq = a_.find("--moe-layer-freq"); freq && !freq->empty() && freq->front().front() == '[') {
+      const auto entries = static_cast<std::int64_t>(std::count(freq->front().begin(), freq->front().end(), ',')) + 1;
+      if (entries != layers_) problem("moe_layer_freq_len", "--moe-layer-freq lists " + std::to_string(entries) + " layers of " + std::to_string(layers_));
+    }
   }
-  if (heads > 0 && heads % tp != 0) problem("heads_div_tp", "num_attention_heads " + std::to_string(heads) + " % tp " + std::to_string(tp));
-  if (a.has("--num-query-groups")) {
-    const std::int64_t groups = num("--num-query-groups", 1);
-    if (!a.has("--group-query-attention")) problem("gqa_flag_needed", "--num-query-groups has no effect without --group-query-attention");
-    if (groups < 1) problem("groups_vs_tp", "--num-query-groups must be positive");
-    else if (groups % tp != 0 && tp % groups != 0) problem("groups_vs_tp", "num_query_groups " + std::to_string(groups) + " and tp " + std::to_string(tp));
+
+  // Flags that need other flags: overlaps, offload, recompute, precision.
+  void optimizerRecomputePrecision() {
+    if (has("--overlap-param-gather") && !(has("--use-distributed-optimizer") && has("--overlap-grad-reduce"))) {
+      problem("opg_needs_distopt", "--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce");
+    }
+    if (has("--optimizer-cpu-offload") && !has("--use-precision-aware-optimizer")) {
+      problem("cpu_offload_chain", "--optimizer-cpu-offload needs --use-precision-aware-optimizer");
+    }
+    const auto* granularity = a_.find("--recompute-granularity");
+    const std::string g = granularity && !granularity->empty() ? granularity->front() : "";
+    if (g == "full" && !(has("--recompute-method") && has("--recompute-num-layers"))) {
+      problem("recompute_full", "full recompute needs --recompute-method and --recompute-num-layers");
+    }
+    if ((g == "selective" || has("--recompute-activations")) && (has("--recompute-method") || has("--recompute-num-layers"))) {
+      problem("recompute_selective", "selective recompute takes no --recompute-method or --recompute-num-layers");
+    }
+    if (has("--fp16") && has("--bf16")) problem("fp16_xor_bf16", "--fp16 with --bf16");
   }
-  if (!a.has("--kv-channels") && heads > 0 && hidden % heads != 0) problem("hidden_div_heads", "hidden_size % num_attention_heads != 0 without --kv-channels");
-  if (a.has("--multi-latent-attention") && a.has("--group-query-attention")) problem("mla_vs_gqa", "MLA with GQA");
-  if (num("--max-position-embeddings", seq) < seq) problem("seq_len_max_pos", "--max-position-embeddings below --seq-length");
-  if (cp > 1 && seq % (2 * cp) != 0) problem("cp_seq_div", "seq_length " + std::to_string(seq) + " % (2 x cp " + std::to_string(cp) + ")");
-  if (a.has("--tp-comm-overlap") && !a.has("--sequence-parallel")) problem("tp_overlap_needs_sp", "--tp-comm-overlap without --sequence-parallel");
-  if (a.has("--sequence-parallel") && tp == 1) problem("sp_auto_disable", "--sequence-parallel with tp 1 is switched off");
-  if (ep > 1 || a.has("--num-experts")) {
-    const std::int64_t experts = num("--num-experts", 0);
-    if (experts <= 0) problem("ep_needs_experts", "expert parallelism without --num-experts");
-    else if (experts % ep != 0) problem("experts_div_ep", "num_experts " + std::to_string(experts) + " % ep " + std::to_string(ep));
-    if (worldSize % (etp * ep * pp) != 0) problem("expert_grid", "world % (expert tp x ep x pp) != 0");
-    if (num("--moe-router-topk", 2) == 1 && !a.has("--moe-router-pre-softmax")) problem("moe_topk1", "top-1 routing with softmax scores needs --moe-router-pre-softmax");
-  }
-  if (const auto* freq = a.find("--moe-layer-freq"); freq && !freq->empty() && freq->front().front() == '[') {
-    const auto entries = static_cast<std::int64_t>(std::count(freq->front().begin(), freq->front().end(), ',')) + 1;
-    if (entries != layers) problem("moe_layer_freq_len", "--moe-layer-freq lists " + std::to_string(entries) + " layers of " + std::to_string(layers));
-  }
-  if (a.has("--overlap-param-gather") && !(a.has("--use-distributed-optimizer") && a.has("--overlap-grad-reduce"))) {
-    problem("opg_needs_distopt", "--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce");
-  }
-  if (a.has("--optimizer-cpu-offload") && !a.has("--use-precision-aware-optimizer")) {
-    problem("cpu_offload_chain", "--optimizer-cpu-offload needs --use-precision-aware-optimizer");
-  }
-  const auto* granularity = a.find("--recompute-granularity");
-  if (granularity && !granularity->empty() && granularity->front() == "full" &&
-      !(a.has("--recompute-method") && a.has("--recompute-num-layers"))) {
-    problem("recompute_full", "full recompute needs --recompute-method and --recompute-num-layers");
-  }
-  if (((granularity && !granularity->empty() && granularity->front() == "selective") || a.has("--recompute-activations")) &&
-      (a.has("--recompute-method") || a.has("--recompute-num-layers"))) {
-    problem("recompute_selective", "selective recompute takes no --recompute-method or --recompute-num-layers");
-  }
-  if (a.has("--fp16") && a.has("--bf16")) problem("fp16_xor_bf16", "--fp16 with --bf16");
-  return problems;
+
+  const ParsedArguments& a_;
+  const Json& arguments_;
+  std::vector<ExportProblem> problems_;
+  std::int64_t tp_ = 1, pp_ = 1, cp_ = 1, ep_ = 1, etp_ = 1, layers_ = 0, heads_ = 0, hidden_ = 0, seq_ = 0;
+};
+
+}  // namespace
+
+std::vector<ExportProblem> checkMegatronArguments(const std::string& text, const Json& schema, std::int64_t worldSize) {
+  auto parsed = parseArgumentList(text);
+  if (!parsed) return {{"syntax", parsed.error().message}};
+  return MegatronCheck(*parsed, schema.at("arguments")).run(worldSize);
 }
 
 std::vector<ExportProblem> checkDeepSpeedConfig(const Json& config, const Json& schema, const Plan& plan) {
