@@ -125,6 +125,10 @@ ModelSpec readGemma(const JsonReader& r, const std::string& type) {
   const bool capNull = !r.has("final_logit_softcapping") || r.json().at("final_logit_softcapping").is_null();
   s.finalLogitSoftcap = capNull ? (r.has("final_logit_softcapping") ? 0.0 : s.finalLogitSoftcap)
                                 : r.positiveNumber("final_logit_softcapping");
+  // Gemma 2 also caps its attention scores (50 by default); Gemma 3 sets null.
+  const bool attnCapNull = !r.has("attn_logit_softcapping") || r.json().at("attn_logit_softcapping").is_null();
+  s.attentionLogitSoftcap = attnCapNull ? (r.has("attn_logit_softcapping") ? 0.0 : s.attentionLogitSoftcap)
+                                        : r.positiveNumber("attn_logit_softcapping");
   slidingLayers(r, s, window, period);
   return s;
 }

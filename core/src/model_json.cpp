@@ -73,6 +73,7 @@ Result<ModelSpec> familyPreset(const std::string& family) {
     }
     s.qkL2Norm = family == "llama4";         // Llama4TextConfig's use_qk_norm default
     if (family == "gemma2") s.finalLogitSoftcap = 30.0;  // Gemma2Config's final_logit_softcapping default
+    if (family == "gemma2") s.attentionLogitSoftcap = 50.0;  // and its attn_logit_softcapping default
     // The rotary base of each transformers config class (rope_theta's default).
     if (family == "mixtral" || family == "gemma3") s.ropeTheta = 1e6;
     if (family == "gpt_oss") s.ropeTheta = 150000;
@@ -135,6 +136,8 @@ Result<ModelSpec> modelSpecFromJson(const Json& document, const std::string& fil
     s.attentionSinks = r.boolean("attention_sinks", s.attentionSinks);
     s.qkL2Norm = r.boolean("qk_l2_norm", s.qkL2Norm);
     s.finalLogitSoftcap = r.has("final_logit_softcap") ? r.positiveNumber("final_logit_softcap", 30.0) : s.finalLogitSoftcap;
+    s.attentionLogitSoftcap =
+        r.has("attention_logit_softcap") ? r.positiveNumber("attention_logit_softcap", 50.0) : s.attentionLogitSoftcap;
     s.visionTowerParams = r.nonNegativeInteger("vision_tower_params", 0);
     s.mtpLayers = r.nonNegativeInteger("mtp_layers", 0);
     s.positionEmbedding =
@@ -238,6 +241,7 @@ Json modelSpecToJson(const ModelSpec& s) {
   if (s.attentionSinks) j["attention_sinks"] = true;
   if (s.qkL2Norm) j["qk_l2_norm"] = true;
   if (s.finalLogitSoftcap > 0) j["final_logit_softcap"] = s.finalLogitSoftcap;
+  if (s.attentionLogitSoftcap > 0) j["attention_logit_softcap"] = s.attentionLogitSoftcap;
   if (s.visionTowerParams > 0) j["vision_tower_params"] = s.visionTowerParams;
   if (s.mtpLayers > 0) j["mtp_layers"] = s.mtpLayers;
   if (s.moe.enabled()) {

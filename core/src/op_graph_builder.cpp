@@ -195,6 +195,10 @@ class Builder {
       chain(std::move(op));
     };
     bmm("attn.scores", m_s, keys, qkWidth, qkSaved);
+    // Gemma 2's cap: c * tanh(s / c) over the scores; its backward needs its output (1 - (y/c)^2).
+    if (m_spec.attentionLogitSoftcap > 0) {
+      elementwise("attn.softcap", OpKind::kActivation, Shard::kHeads, scores, 3.0, scores * m_dt);
+    }
     // GPT-OSS's sinks: one learned logit per head joins each row's softmax (a parameter per head).
     elementwise("attn.softmax", OpKind::kSoftmax, Shard::kHeads, scores, 5.0, scores * m_dt,
                 m_spec.attentionSinks ? a : 0);

@@ -76,7 +76,10 @@ LayerTemplate makeTemplate(const OpGraph& graph, std::int64_t layer, std::int64_
       }
       ++bmmIndex;
     }
-    if ((op.kind == OpKind::kSoftmax || op.kind == OpKind::kDropout) && op.shard == Shard::kHeads) {
+    // Everything over the scores between the two products (the softmax, a cap, dropout) is the
+    // attention core: FlashAttention fuses it, and its saved tensors are quadratic in the sequence.
+    const bool overScores = bmmIndex == 1 && op.kind != OpKind::kBatchedMatMul && op.shard == Shard::kHeads;
+    if ((op.kind == OpKind::kSoftmax || op.kind == OpKind::kDropout || overScores) && op.shard == Shard::kHeads) {
       o.attentionCore = true;
       o.savedQuadratic = o.savedBytes;
     }

@@ -169,6 +169,7 @@ std::string megatron(const Plan& p) {
   if (s.sandwichNorm) header += "# note: the norms after attention and the MLP (Gemma) have no pretrain_gpt.py flag either\n";
   if (s.qkL2Norm) header += "# note: Llama 4's weightless query/key L2 norm has no pretrain_gpt.py flag (Megatron-Core's qk_l2_norm)\n";
   if (s.finalLogitSoftcap > 0) header += "# note: Gemma 2's final logit soft-capping has no pretrain_gpt.py flag\n";
+  if (s.attentionLogitSoftcap > 0) header += "# note: Gemma 2's attention logit soft-capping has no pretrain_gpt.py flag\n";
   return header + text + "\n";
 }
 

@@ -321,6 +321,32 @@ TEST(OpGraph, GemmaTwoCapsItsLogitsAndLlamaFourNormsQueriesAndKeysOnItsRopeLayer
   auto gemmaBack = modelFromJson(Model{ModelSource::kSpec, "", gemma2, std::nullopt}.toJson(), "gemma2.json");
   ASSERT_TRUE(gemmaBack) << gemmaBack.error().toString();
   EXPECT_EQ(gemmaBack->spec->finalLogitSoftcap, 30.0);
+  EXPECT_EQ(gemmaBack->spec->attentionLogitSoftcap, 50.0);
+}
+
+TEST(OpGraph, GemmaTwoCapsItsAttentionScoresInsideTheAttentionCore) {
+  // attn_logit_softcapping 50: an elementwise pass over every layer's scores that keeps its output;
+  // Gemma 3 configs set null. No parameter, so the published count is unchanged.
+  const ModelSpec gemma2 = test::loadModelOrFail(test::dataFile("hf/gemma-2-9b/config.json")).spec.value_or(ModelSpec{});
+  const ModelSpec gemma3 = test::loadModelOrFail(test::dataFile("hf/gemma-3-27b/config.json")).spec.value_or(ModelSpec{});
+  EXPECT_EQ(gemma2.attentionLogitSoftcap, 50.0);
+  EXPECT_EQ(gemma3.attentionLogitSoftcap, 0.0);
+  ModelSpec plain = gemma2;
+  plain.attentionLogitSoftcap = 0;
+  EXPECT_EQ(countParameters(plain).total, countParameters(gemma2).total);
+  const OpGraph capped = build(gemma2, 1024);
+  int caps = 0;
+  for (std::size_t id = 0; id < capped.size(); ++id) {
+    const Op& op = capped.op(id);
+    if (!op.name.ends_with("attn.softcap")) continue;
+    ++caps;
+    // Between the scores and the softmax, over the (possibly windowed) scores of its layer.
+    ASSERT_GT(id, 0u);
+    EXPECT_TRUE(capped.op(id - 1).name.ends_with("attn.scores"));
+    EXPECT_TRUE(capped.op(id + 1).name.ends_with("attn.softmax"));
+    EXPECT_EQ(op.savedBytes, capped.op(id + 1).savedBytes);  // the same scores tensor, 16 bits
+  }
+  EXPECT_EQ(caps, gemma2.numLayers);
 }
 
 }  // namespace

@@ -393,6 +393,30 @@ TEST(Evaluator, PerOpRecomputeReplaysTheForwardsAllGathersButNotItsReduceScatter
   }
 }
 
+TEST(Evaluator, GemmaTwosAttentionCapCostsAPassOverTheScoresOnlyWhenAttentionIsUnfused) {
+  // FlashAttention applies the cap inside its kernel; unfused attention runs it as a pass over the
+  // scores and keeps its output, which selective recompute drops with the softmax's.
+  Plan p = makePlan("llama2-7b", "dgx-a100-80gb", 8, 1, 1, 8);
+  p.model = test::loadModelOrFail(test::dataFile("hf/gemma-2-9b/config.json"));
+  p.seqLen = 4096;
+  p.stages = uniformStages(p.model.numLayers(), 1, RecomputePolicy::kNone);
+  ASSERT_GT(p.model.spec->attentionLogitSoftcap, 0.0);
+  Plan uncapped = p;
+  uncapped.model.spec->attentionLogitSoftcap = 0;
+  uncapped.model = Model{ModelSource::kSpec, "", *uncapped.model.spec, std::nullopt};
+  p.model = Model{ModelSource::kSpec, "", *p.model.spec, std::nullopt};
+  const Evaluation flashCapped = evaluateOrFail(p), flashPlain = evaluateOrFail(uncapped);
+  EXPECT_NEAR(flashCapped.stepSeconds, flashPlain.stepSeconds, 1e-12);
+  EXPECT_NEAR(flashCapped.peakMemoryBytes, flashPlain.peakMemoryBytes, 1.0);
+  p.execution.flashAttention = uncapped.execution.flashAttention = false;
+  const Evaluation capped = evaluateOrFail(p), plain = evaluateOrFail(uncapped);
+  EXPECT_GT(capped.stepSeconds, plain.stepSeconds);
+  EXPECT_GT(capped.stages[0].memory.activations, plain.stages[0].memory.activations);
+  setRecompute(p, RecomputePolicy::kSelective);
+  setRecompute(uncapped, RecomputePolicy::kSelective);
+  EXPECT_NEAR(evaluateOrFail(p).stages[0].memory.activations, evaluateOrFail(uncapped).stages[0].memory.activations, 1.0);
+}
+
 TEST(Evaluator, TheLastStageKeepsTheLossLogits) {
   // The loss keeps the fp32 logits (s*b*V/t * 4 bytes) for its backward, on the last stage, beside that
   // stage's 34*s*b*h/t per layer: once under 1F1B (its backward follows at once), once per micro-batch

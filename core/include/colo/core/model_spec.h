@@ -99,6 +99,11 @@ struct ModelSpec {
   /// Gemma 2: logits capped as c * tanh(logits / c) before the loss (final_logit_softcapping); an
   /// elementwise pass over the whole logits tensor whose output the backward keeps. 0: none.
   double finalLogitSoftcap = 0;
+  /// Gemma 2: attention scores capped as c * tanh(scores / c) before the softmax
+  /// (attn_logit_softcapping, 50). FlashAttention applies it inside the kernel (flash-attn 2.6's
+  /// softcap); unfused attention runs it as an elementwise pass over the scores whose output the
+  /// backward keeps. 0: none.
+  double attentionLogitSoftcap = 0;
   /// A multimodal model's vision encoder and projector, counted apart: colo plans the text model.
   std::int64_t visionTowerParams = 0;
   /// Multi-token prediction modules trained beside the main model (DeepSeek-V3's num_nextn_predict_layers,
