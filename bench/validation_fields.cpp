@@ -235,6 +235,15 @@ Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, 
     if (auto n = number(m, "n_shared_experts"); n && *n >= 1 && s.moe.sharedExpertFfnHiddenSize == 0) {
       s.moe.sharedExpertFfnHiddenSize = static_cast<std::int64_t>(*n) * s.expertFfnSize();
     }
+    // Group-limited routing (Hugging Face's n_group / topk_group, Megatron's router group arguments),
+    // kept only when the groups divide the experts.
+    const auto groups = number(m, "moe_router_num_groups") ? number(m, "moe_router_num_groups") : number(m, "n_group");
+    const auto groupTopK = number(m, "moe_router_group_topk") ? number(m, "moe_router_group_topk") : number(m, "topk_group");
+    if (groups && groupTopK && *groups > 1 && *groupTopK >= 1 && *groupTopK <= *groups &&
+        s.moe.numExperts % static_cast<std::int64_t>(*groups) == 0) {
+      s.moe.routingGroups = static_cast<std::int64_t>(*groups);
+      s.moe.routingGroupTopK = static_cast<std::int64_t>(*groupTopK);
+    }
   }
   // Multi-head latent attention (DeepSeek-V2/V3): Hugging Face's qk_nope/qk_rope head dims, Megatron's
   // --qk-head-dim (the part without rotary) and --qk-pos-emb-head-dim.

@@ -288,6 +288,25 @@ void readBatchAndZero(const Json& tr, const Json& par, const Settings& set, std:
   if (!fsdpZero.is_null() && p.zeroStage >= 2 && p.parallel.pp > 1 && !shardedGrads) p.execution.gradSync = GradSync::kStep;
 }
 
+// Megatron-Core's MoE token dispatcher and expert-parallel overlap as the row states them (its
+// moe_token_dispatcher_type / moe_enable_deepep / overlap_moe_expert_parallel_comm fields, or the
+// flags in any text of its parallel section). The overlap is kept only where Megatron-Core allows it.
+void readMoeExecution(const Json& par, Plan& p) {
+  if (!p.model.spec || !p.model.spec->moe.enabled() || p.parallel.ep < 2) return;
+  std::string words;
+  for (const auto& [key, value] : par.items()) {
+    const std::string k = lower(key);
+    if (value.is_string()) words += " " + k + " " + lower(value.get<std::string>());
+    if (value.is_boolean() && value.get<bool>()) words += " " + k;
+  }
+  if (has(words, "deepep") || has(words, "flex")) p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
+  const bool overlap = has(words, "overlap-moe-expert-parallel-comm") || has(words, "overlap_moe_expert_parallel_comm") ||
+                       has(words, "ep a2a overlap") || has(words, "a2a overlap");
+  bool fullRecompute = false;
+  for (const auto& s : p.stages) fullRecompute |= s.recompute == RecomputePolicy::kFull && s.recomputeLayers > 0;
+  p.execution.epCommOverlap = overlap && (p.parallel.pp == 1 || p.parallel.virtualStages > 1) && !fullRecompute;
+}
+
 // What the row says of recompute.
 struct RecomputeReading {
   RecomputePolicy policy = RecomputePolicy::kNone;
@@ -607,6 +626,7 @@ Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions) {
     if (auto chosen = chooseOpenKnobs(*recompute, vppOpen, *spec, c.id, p); !chosen) return fail(chosen.error());
     assumed = true;
   }
+  readMoeExecution(par, p);
   c.fullyPublished = !assumed && !set.run.contains("micro_batch_size") && !set.run.contains("virtual_stages") &&
                      !set.run.contains("zero_stage") && !set.run.contains("recompute");
   if (auto measured = readMeasured(row, *spec, c); !measured) return fail(measured.error());

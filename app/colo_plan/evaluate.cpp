@@ -50,6 +50,8 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"no-overlap-param-gather", "", "do not overlap ZeRO parameter gathers with forward"},
       {"tp-comm-overlap", "", "overlap tensor-parallel collectives with GEMMs"},
       {"fp32-params", "", "parameters kept in fp32 as the optimizer's master, 16-bit only while in use (PyTorch FSDP, torchtitan)"},
+      {"moe-dispatcher", "D", "MoE token dispatch: alltoall (default; every token-expert copy apart) or deepep (one copy per destination node, forwarded over NVLink)"},
+      {"ep-comm-overlap", "", "hide the expert all-to-alls behind another micro-batch's compute (Megatron-Core's --overlap-moe-expert-parallel-comm)"},
       {"grad-sync", "WHEN", "ZeRO >= 2: micro_batch (default; reduce-scatter into the shard every micro-batch, DeepSpeed, colo-run) or step (once, after the last micro-batch, as FSDP under PyTorch's pipelining)"},
       {"grad-accumulation", "MODE", "how micro-batch gradients are summed: fused (default), main_grad, autograd, fp32_copy"},
       {"host-us-per-op", "US", "host time the framework takes to issue one op (default 60, eager PyTorch; 0 = CUDA graphs)"},
@@ -211,6 +213,10 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   auto sync = parseGradSync(args.value("grad-sync", "micro_batch"));
   if (!sync) return fail(Error::badInput("--grad-sync: " + sync.error().message));
   plan.execution.gradSync = *sync;
+  auto dispatcher = parseMoeDispatcher(args.value("moe-dispatcher", "alltoall"));
+  if (!dispatcher) return fail(Error::badInput("--moe-dispatcher: " + dispatcher.error().message));
+  plan.execution.moeDispatcher = *dispatcher;
+  plan.execution.epCommOverlap = args.has("ep-comm-overlap");
   if (const auto text = args.value("host-us-per-op")) {
     char* end = nullptr;
     const double us = std::strtod(text->c_str(), &end);
@@ -350,7 +356,9 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, 
               ? ""
               : ", grad accumulation " + toString(plan.execution.gradAccumulation))
       << (plan.execution.fp32Params && plan.precision != DType::kFp32 ? ", fp32 params" : "")
-      << (plan.zeroStage >= 2 && plan.execution.gradSync == GradSync::kStep ? ", gradients synced once per step" : "") << "\n";
+      << (plan.zeroStage >= 2 && plan.execution.gradSync == GradSync::kStep ? ", gradients synced once per step" : "")
+      << (plan.execution.moeDispatcher == MoeDispatcher::kDeepEp ? ", DeepEP dispatch" : "")
+      << (plan.execution.epCommOverlap ? ", expert all-to-alls overlapped" : "") << "\n";
   // A calibrated prediction has no band from the development runs: it says what it was calibrated on.
   const costmodel::PredictionBands bands = calibration ? costmodel::PredictionBands{} : costmodel::bandsOf(plan, ev);
   std::string note = bands.time ? " (" + bands.time->describe() + ")" : "";

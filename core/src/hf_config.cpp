@@ -158,6 +158,15 @@ ModelSpec deepseek(const JsonReader& r, const std::string& type) {
                                    std::to_string(freq));
     }
     s.moe.sharedExpertFfnHiddenSize = r.nonNegativeInteger("n_shared_experts", 0) * s.moe.expertFfnHiddenSize;
+    // Group-limited routing: V2's "group_limited_greedy" and V3's "noaux_tc" pick topk_group of
+    // n_group groups first; "greedy" (V2-Lite) routes over all experts.
+    const std::int64_t groups = r.nonNegativeInteger("n_group", 0);
+    const std::string method = r.has("topk_method") && r.json().at("topk_method").is_string()
+                                   ? r.json().at("topk_method").get<std::string>() : "greedy";
+    if (groups > 1 && method != "greedy") {
+      s.moe.routingGroups = groups;
+      s.moe.routingGroupTopK = r.positiveInteger("topk_group");
+    }
   }
   s.mtpLayers = r.nonNegativeInteger("num_nextn_predict_layers", 0);
   s.dropout = r.fraction("attention_dropout", 0.0);

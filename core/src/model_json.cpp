@@ -165,6 +165,8 @@ Result<ModelSpec> modelSpecFromJson(const Json& document, const std::string& fil
       s.moe.expertFfnHiddenSize = m.nonNegativeInteger("expert_ffn_hidden_size", 0);
       s.moe.firstDenseLayers = m.nonNegativeInteger("first_dense_layers", 0);
       s.moe.sharedExpertFfnHiddenSize = m.nonNegativeInteger("shared_expert_ffn_hidden_size", 0);
+      s.moe.routingGroups = m.nonNegativeInteger("routing_groups", 0);
+      s.moe.routingGroupTopK = m.nonNegativeInteger("routing_group_topk", 0);
       m.rejectUnknownKeys();
     } else {
       r.accept({"moe"});
@@ -252,6 +254,10 @@ Json modelSpecToJson(const ModelSpec& s) {
                 {"first_dense_layers", s.moe.firstDenseLayers}};
     // Written only when present, so a model without shared experts keeps its hash.
     if (s.moe.sharedExpertFfnHiddenSize > 0) j["moe"]["shared_expert_ffn_hidden_size"] = s.moe.sharedExpertFfnHiddenSize;
+    if (s.moe.routingGroups > 0) {
+      j["moe"]["routing_groups"] = s.moe.routingGroups;
+      j["moe"]["routing_group_topk"] = s.moe.routingGroupTopK;
+    }
   }
   if (s.mla.enabled()) {
     j["mla"] = {{"q_lora_rank", s.mla.qLoraRank},

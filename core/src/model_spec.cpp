@@ -183,6 +183,8 @@ Result<void> validateModelSpec(const ModelSpec& s, const std::string& file) {
         std::tuple{s.moe.expertFfnHiddenSize, "moe/expert_ffn_hidden_size", limits::kMaxWidth},
         std::tuple{s.moe.firstDenseLayers, "moe/first_dense_layers", limits::kMaxLayers},
         std::tuple{s.moe.sharedExpertFfnHiddenSize, "moe/shared_expert_ffn_hidden_size", limits::kMaxWidth},
+        std::tuple{s.moe.routingGroups, "moe/routing_groups", limits::kMaxExperts},
+        std::tuple{s.moe.routingGroupTopK, "moe/routing_group_topk", limits::kMaxExperts},
         std::tuple{s.mla.qLoraRank, "mla/q_lora_rank", limits::kMaxWidth},
         std::tuple{s.mla.kvLoraRank, "mla/kv_lora_rank", limits::kMaxWidth},
         std::tuple{s.mla.qkNopeHeadDim, "mla/qk_nope_head_dim", limits::kMaxWidth},
@@ -288,6 +290,14 @@ Result<void> validateModelSpec(const ModelSpec& s, const std::string& file) {
     if (s.moe.sharedExpertFfnHiddenSize < 0) {
       return bad("/moe/shared_expert_ffn_hidden_size",
                  "must not be negative, got " + std::to_string(s.moe.sharedExpertFfnHiddenSize));
+    }
+    if (s.moe.routingGroups < 0 || s.moe.routingGroups == 1 || (s.moe.routingGroups > 0 && s.moe.numExperts % s.moe.routingGroups != 0)) {
+      return bad("/moe/routing_groups", "must be 0 (no group-limited routing) or a divisor of num_experts " +
+                                            std::to_string(s.moe.numExperts) + " above 1, got " + std::to_string(s.moe.routingGroups));
+    }
+    if ((s.moe.routingGroups > 0) != (s.moe.routingGroupTopK > 0) || s.moe.routingGroupTopK > s.moe.routingGroups) {
+      return bad("/moe/routing_group_topk", "must be from 1 to routing_groups " + std::to_string(s.moe.routingGroups) +
+                                                " with routing_groups, 0 without, got " + std::to_string(s.moe.routingGroupTopK));
     }
   }
   if (auto r = validateMla(s, bad); !r) return r;

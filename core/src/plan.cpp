@@ -77,6 +77,14 @@ Result<GradSync> parseGradSync(const std::string& name) {
   return fail(Error::badInput("unknown gradient sync \"" + name + "\" (expected micro_batch or step)"));
 }
 
+std::string toString(MoeDispatcher value) { return value == MoeDispatcher::kDeepEp ? "deepep" : "alltoall"; }
+
+Result<MoeDispatcher> parseMoeDispatcher(const std::string& name) {
+  if (name == "alltoall") return MoeDispatcher::kAllToAll;
+  if (name == "deepep") return MoeDispatcher::kDeepEp;
+  return fail(Error::badInput("unknown MoE dispatcher \"" + name + "\" (expected alltoall or deepep)"));
+}
+
 std::string toString(Optimizer value) {
   switch (value) {
     case Optimizer::kAdamW: return "adamw";
@@ -286,6 +294,19 @@ Result<void> validatePlan(const Plan& plan, const std::string& file) {
     if (plan.numMicroBatches() % p.pp != 0) {
       return bad("/batch/global_batch_size", "the interleaved schedule needs the micro-batch count (" +
                                                  str(plan.numMicroBatches()) + ") to be a multiple of pp " + str(p.pp));
+    }
+  }
+
+  // Megatron-Core's conditions for overlapping the expert all-to-alls (transformer_config.py).
+  if (plan.execution.epCommOverlap) {
+    if (p.ep < 2) return bad("/execution/ep_comm_overlap", "needs expert parallelism (ep > 1), got ep " + str(p.ep));
+    if (p.pp > 1 && p.virtualStages < 2) {
+      return bad("/execution/ep_comm_overlap", "with pp " + str(p.pp) + " needs virtual stages (the interleaved schedule)");
+    }
+    for (const auto& s : plan.stages) {
+      if (s.recompute == RecomputePolicy::kFull && s.recomputeLayers > 0) {
+        return bad("/execution/ep_comm_overlap", "cannot be combined with full recompute");
+      }
     }
   }
 

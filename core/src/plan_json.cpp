@@ -138,6 +138,8 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
       if (auto g = parseGradAccumulation(accumulation)) p.execution.gradAccumulation = *g;
       p.execution.fp32Params = e.boolean("fp32_params", false);
       if (auto g = parseGradSync(e.choice("grad_sync", {"micro_batch", "step"}, "micro_batch"))) p.execution.gradSync = *g;
+      if (auto d = parseMoeDispatcher(e.choice("moe_dispatcher", {"alltoall", "deepep"}, "alltoall"))) p.execution.moeDispatcher = *d;
+      p.execution.epCommOverlap = e.boolean("ep_comm_overlap", false);
       if (e.has("host_us_per_op")) {
         const double us = e.number("host_us_per_op");
         if (!(us >= 0 && us <= 1e6)) e.fail("host_us_per_op", "must be between 0 and 1e6 microseconds");
@@ -257,6 +259,8 @@ Json planToJson(const Plan& p) {
   if (p.execution.cpCommType != CpCommType::kP2p) j["execution"]["cp_comm_type"] = toString(p.execution.cpCommType);
   if (p.execution.fp32Params) j["execution"]["fp32_params"] = true;
   if (p.execution.gradSync != GradSync::kMicroBatch) j["execution"]["grad_sync"] = toString(p.execution.gradSync);
+  if (p.execution.moeDispatcher != MoeDispatcher::kAllToAll) j["execution"]["moe_dispatcher"] = toString(p.execution.moeDispatcher);
+  if (p.execution.epCommOverlap) j["execution"]["ep_comm_overlap"] = true;
   Json pred = Json::object();
   const auto& pr = p.predictions;
   auto put = [&](const char* key, const std::optional<double>& v) {

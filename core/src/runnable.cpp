@@ -70,6 +70,9 @@ Result<void> checkRunnable(const Plan& plan) {
     return bad("offload with optimizer " + toString(plan.optimizer) + ": the executor's host step is AdamW (LAMB and LARS need "
                "whole-parameter norms across the host and device parts)");
   }
+  if (plan.execution.moeDispatcher != MoeDispatcher::kAllToAll || plan.execution.epCommOverlap) {
+    return bad("execution.moe_dispatcher / ep_comm_overlap: the executor dispatches tokens with plain all-to-alls, not overlapped");
+  }
   if (plan.zeroStage >= 2 && plan.execution.gradSync == GradSync::kStep) {
     return bad("execution.grad_sync = step: the executor reduce-scatters sharded gradients every micro-batch (micro_batch)");
   }

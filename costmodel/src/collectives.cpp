@@ -15,6 +15,18 @@ std::int64_t degree(const Parallelism& p, const std::string& name) {
   return p.pp;
 }
 
+// A member's achievable rate on one level of its group.
+double levelRate(const LinkLevel* level, const GroupPlacement& g) {
+  double r = level->bytesPerSecond * (level->efficiency > 0 ? level->efficiency : linkEfficiency(level->kind));
+  // DGX-1's hybrid cube mesh gives each V100 six NVLinks: four to GPUs of its own quad, two to the
+  // other quad. A group of up to four GPUs (one quad) can use four of them, a pair two.
+  if (level->kind == LinkKind::kHybridCubeMesh && level == g.inner) {
+    const double links = g.perNode >= 8 ? 6.0 : g.perNode >= 4 ? 4.0 : 2.0;
+    r *= links / 6.0;
+  }
+  return r;
+}
+
 }  // namespace
 
 GroupPlacement placeGroup(const ClusterSpec& cluster, const Parallelism& parallel, Dim dim) {
@@ -54,16 +66,7 @@ double collectiveSeconds(Collective kind, double bytes, const GroupPlacement& g)
   if (g.size <= 1 && kind != Collective::kSendRecv) return 0.0;
   const LinkLevel* slowest = g.outer ? g.outer : g.inner;
   if (!slowest) return 0.0;
-  auto rate = [&](const LinkLevel* level) {
-    double r = level->bytesPerSecond * (level->efficiency > 0 ? level->efficiency : linkEfficiency(level->kind));
-    // DGX-1's hybrid cube mesh gives each V100 six NVLinks: four to GPUs of its own quad, two to the
-    // other quad. A group of up to four GPUs (one quad) can use four of them, a pair two.
-    if (level->kind == LinkKind::kHybridCubeMesh && level == g.inner) {
-      const double links = g.perNode >= 8 ? 6.0 : g.perNode >= 4 ? 4.0 : 2.0;
-      r *= links / 6.0;
-    }
-    return r;
-  };
+  auto rate = [&](const LinkLevel* level) { return levelRate(level, g); };
   // Bandwidth per GPU along the ring: inside a node the member's own link; across nodes the node's
   // members share the traffic over their own NICs (rail-optimised DGX networks), capped by the node.
   double bandwidth = rate(slowest);
@@ -83,15 +86,24 @@ double collectiveSeconds(Collective kind, double bytes, const GroupPlacement& g)
       // the network at the member's own rate.
       const double offNode = g.outer ? (n - static_cast<double>(g.perNode)) / n : 0.0;
       const double onNode = (static_cast<double>(g.perNode) - 1) / n;
-      double t = 0;
-      if (g.inner && onNode > 0) t = std::max(t, onNode * bytes / rate(g.inner));
-      if (g.outer && offNode > 0) t = std::max(t, offNode * bytes / rate(g.outer));
-      return launch + t + (n - 1) * latency;
+      return allToAllSeconds(bytes, g, offNode, onNode);
     }
     case Collective::kSendRecv:
       return bytes / rate(slowest) + latency;  // point to point: no collective launch
   }
   return 0.0;
+}
+
+double allToAllSeconds(double bytes, const GroupPlacement& g, double offNodeShare, double onNodeShare) {
+  if (bytes <= 0 || g.size <= 1) return 0.0;
+  const LinkLevel* slowest = g.outer ? g.outer : g.inner;
+  if (!slowest) return 0.0;
+  auto rate = [&](const LinkLevel* level) { return levelRate(level, g); };
+  double t = 0;
+  if (g.inner && onNodeShare > 0) t = std::max(t, onNodeShare * bytes / rate(g.inner));
+  if (g.outer && offNodeShare > 0) t = std::max(t, offNodeShare * bytes / rate(g.outer));
+  const double latency = g.outer ? g.outer->latencySeconds : g.inner->latencySeconds;
+  return slowest->launchSeconds + t + (static_cast<double>(g.size) - 1) * latency;
 }
 
 }  // namespace colo::costmodel

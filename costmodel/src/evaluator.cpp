@@ -40,6 +40,12 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   cfg.dtypeBytes = bytesPerElement(plan.precision);
   cfg.activationBytes = activationBytesOf(plan.precision);
   cfg.topK = T.topK;
+  if (plan.model.spec) {
+    cfg.routingGroups = plan.model.spec->moe.routingGroups;
+    cfg.routingGroupTopK = plan.model.spec->moe.routingGroupTopK;
+  }
+  cfg.dedupDispatch = plan.execution.moeDispatcher == MoeDispatcher::kDeepEp;
+  cfg.epCommOverlap = plan.execution.epCommOverlap;
   cfg.kvWidth = T.kvWidth;
   cfg.qWidth = T.qWidth > 0 ? T.qWidth : T.hidden;
   cfg.keyWidth = T.keyWidth > 0 ? T.keyWidth : T.kvWidth;

@@ -217,6 +217,39 @@ ProductShares productShares(const OpTemplate& op, const LayerConfig& c) {
 
 }  // namespace
 
+double expertDispatchSeconds(double bytes, const LayerConfig& c, const GroupPlacement& ep) {
+  const double n = static_cast<double>(ep.size);
+  const double perNode = static_cast<double>(ep.perNode);
+  if (!c.dedupDispatch || !ep.outer || ep.perNode >= ep.size || c.topK < 1) {
+    return collectiveSeconds(Collective::kAllToAll, bytes, ep);
+  }
+  // DeepEP sends each token once to every other node holding one of its k experts, then forwards it
+  // over NVLink to those experts' GPUs. With experts spread evenly over the group's N nodes a token
+  // reaches N(1 - (1 - 1/N)^k) nodes; group-limited routing caps that: g of G groups, G/N groups to a
+  // node (DeepSeek-V3: G = N = 8, g = 4) or N/G nodes to a group.
+  const double nodes = n / perNode;
+  const double k = static_cast<double>(c.topK);
+  double reached = nodes * (1.0 - std::pow(1.0 - 1.0 / nodes, k));
+  if (c.routingGroups > 0 && c.routingGroupTopK > 0) {
+    const double groups = static_cast<double>(c.routingGroups);
+    const double picked = static_cast<double>(c.routingGroupTopK);
+    if (c.routingGroups % static_cast<std::int64_t>(nodes) == 0) {
+      // P(a node holds none of the picked groups) = C(G - G/N, g) / C(G, g).
+      const double perNodeGroups = groups / nodes;
+      double none = 1.0;
+      for (double i = 0; i < picked; ++i) none *= std::max(0.0, (groups - perNodeGroups - i) / (groups - i));
+      reached = std::min(reached, nodes * (1.0 - none));
+    } else if (static_cast<std::int64_t>(nodes) % c.routingGroups == 0) {
+      reached = std::min(reached, picked * nodes / groups);
+    }
+  }
+  const double remote = reached * (nodes - 1.0) / nodes;  // the token's own node is one of N
+  const double offNode = remote / k;                     // of the k copies' bytes
+  // Inside the node: the copies for its own GPUs, and the forwarding of what arrived from other nodes.
+  const double onNode = (perNode - 1.0) / n + (nodes - 1.0) / nodes * (perNode - 1.0) / perNode;
+  return allToAllSeconds(bytes, ep, offNode, onNode);
+}
+
 LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const DeviceModel& device,
                     const GroupPlacement& tpGroup, const GroupPlacement& cpGroup, const GroupPlacement& epGroup,
                     LookupCounts* counts, std::vector<OpCost>* opCosts) {
@@ -430,9 +463,18 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
   if (layer.moe && c.ep > 1) {
     const double bytes = b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.topK) *
                          static_cast<double>(c.hidden) * static_cast<double>(c.activationBytes) / seqSplit;
-    const double a2a = collectiveSeconds(Collective::kAllToAll, bytes, epGroup);
+    const double a2a = expertDispatchSeconds(bytes, c, epGroup);
     out.epCommFwd = 2 * a2a;
     out.epCommBwd = 2 * a2a;
+    // Megatron-Core's batch-level overlap: one micro-batch's forward runs beside another's backward,
+    // so the all-to-alls of each hide behind the other's compute; what is hidden still slows it.
+    if (c.epCommOverlap) {
+      const double comm = out.epCommFwd + out.epCommBwd;
+      const double cover = out.fwd + out.bwd;
+      const double exposed = std::max(0.0, comm - cover) + device.overlapSlowdown * std::min(comm, cover);
+      out.epCommFwd *= exposed / comm;
+      out.epCommBwd *= exposed / comm;
+    }
     out.opsFwd += 2;
     out.opsBwd += 2;
   }

@@ -61,6 +61,10 @@ struct LayerConfig {
   std::int64_t dtypeBytes = 2;       // GEMM operands
   std::int64_t activationBytes = 2;  // activations, their communication and memory (16-bit under fp8)
   std::int64_t topK = 1;
+  std::int64_t routingGroups = 0;     // group-limited routing (MoeSpec): groups, and groups per token
+  std::int64_t routingGroupTopK = 0;
+  bool dedupDispatch = false;         // DeepEP: one network copy per token and destination node
+  bool epCommOverlap = false;         // expert all-to-alls behind another micro-batch's compute
   std::int64_t kvWidth = 0;       // values: kv heads x head dim (MLA: heads x v_head_dim)
   std::int64_t qWidth = 0;        // query heads x head dim (the context-parallel all-to-alls)
   std::int64_t keyWidth = 0;      // keys as attention reads them: kv heads x head dim (MLA: heads x qk_head_dim)
@@ -146,6 +150,9 @@ struct OpCost {
 
 /// `opCosts`, when given, receives every op's forward and backward compute (FlashAttention's fused
 /// kernel as one "attn.flash" entry); their sums are the layer's fwd and bwd.
+/// One expert dispatch (or combine) all-to-all of `bytes` (every token's k copies) over the
+/// expert-parallel group, by the plan's dispatcher (docs/costmodel.md, "Expert parallelism").
+[[nodiscard]] double expertDispatchSeconds(double bytes, const LayerConfig& config, const GroupPlacement& ep);
 [[nodiscard]] LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& config, const DeviceModel& device,
                                   const GroupPlacement& tpGroup, const GroupPlacement& cpGroup,
                                   const GroupPlacement& epGroup, LookupCounts* counts = nullptr,

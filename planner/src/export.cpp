@@ -66,7 +66,16 @@ std::string megatron(const Plan& p) {
   a << "--tensor-model-parallel-size " << q.tp << " \\\n--pipeline-model-parallel-size " << q.pp << " \\\n";
   if (q.cp > 1) a << "--context-parallel-size " << q.cp << " \\\n";
   if (q.cp > 1 && p.execution.cpCommType != CpCommType::kP2p) a << "--cp-comm-type " << toString(p.execution.cpCommType) << " \\\n";
-  if (q.ep > 1) a << "--expert-model-parallel-size " << q.ep << " \\\n";
+  if (q.ep > 1) {
+    // colo costs all-to-all dispatch (Megatron's default is allgather), or DeepEP's through flex.
+    a << "--expert-model-parallel-size " << q.ep << " \\\n";
+    if (p.execution.moeDispatcher == MoeDispatcher::kDeepEp) {
+      a << "--moe-token-dispatcher-type flex \\\n--moe-flex-dispatcher-backend deepep \\\n";
+    } else {
+      a << "--moe-token-dispatcher-type alltoall \\\n";
+    }
+    if (p.execution.epCommOverlap) a << "--overlap-moe-expert-parallel-comm \\\n";
+  }
   if (q.etp > 0) a << "--expert-tensor-parallel-size " << q.etp << " \\\n";
   const bool layout = !flagsExpressSplit(p);
   if (layout) a << "--pipeline-model-parallel-layout \"" << megatronLayout(p) << "\" \\\n";
@@ -110,6 +119,9 @@ std::string megatron(const Plan& p) {
     if (s.moe.expertFfnHiddenSize > 0) a << "--moe-ffn-hidden-size " << s.moe.expertFfnHiddenSize << " \\\n";
     if (s.moe.sharedExpertFfnHiddenSize > 0) {
       a << "--moe-shared-expert-intermediate-size " << s.moe.sharedExpertFfnHiddenSize << " \\\n";
+    }
+    if (s.moe.routingGroups > 0) {
+      a << "--moe-router-num-groups " << s.moe.routingGroups << " \\\n--moe-router-group-topk " << s.moe.routingGroupTopK << " \\\n";
     }
     if (s.moe.firstDenseLayers > 0 || s.moe.layerFrequency > 1) {
       // Megatron's per-layer pattern: 1 marks an MoE layer.

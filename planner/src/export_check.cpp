@@ -320,6 +320,25 @@ class MegatronCheck {
       if (worldSize % (etp_ * ep_ * pp_) != 0) problem("expert_grid", "world % (expert tp x ep x pp) != 0");
       if (num("--moe-router-topk", 2) == 1 && !has("--moe-router-pre-softmax")) problem("moe_topk1", "top-1 routing with softmax scores needs --moe-router-pre-softmax");
     }
+    const std::int64_t groups = num("--moe-router-num-groups", 0);
+    if (groups > 0 && (!has("--moe-router-group-topk") || num("--num-experts", 0) % groups != 0)) {
+      problem("router_groups", "--moe-router-num-groups " + std::to_string(groups) + " needs --moe-router-group-topk and a divisor of --num-experts");
+    }
+    const auto* type = a_.find("--moe-token-dispatcher-type");
+    const std::string dispatcher = type && !type->empty() ? type->front() : "allgather";
+    if (has("--moe-enable-deepep") && dispatcher != "flex") problem("deepep_flex", "--moe-enable-deepep needs --moe-token-dispatcher-type flex");
+    if (has("--delay-wgrad-compute") && !has("--overlap-moe-expert-parallel-comm")) {
+      problem("ep_overlap", "--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm");
+    }
+    if (has("--overlap-moe-expert-parallel-comm")) {
+      const auto* g = a_.find("--recompute-granularity");
+      const bool vpp = has("--num-layers-per-virtual-pipeline-stage") || has("--num-virtual-stages-per-pipeline-rank") ||
+                       has("--pipeline-model-parallel-layout");
+      if (ep_ < 2) problem("ep_overlap", "--overlap-moe-expert-parallel-comm needs expert parallelism");
+      if (dispatcher != "alltoall" && dispatcher != "flex") problem("ep_overlap", "--overlap-moe-expert-parallel-comm needs the alltoall or flex dispatcher");
+      if (pp_ > 1 && !vpp) problem("ep_overlap", "--overlap-moe-expert-parallel-comm with pp > 1 needs virtual pipeline stages");
+      if (g && !g->empty() && g->front() == "full") problem("ep_overlap", "--overlap-moe-expert-parallel-comm with full recompute");
+    }
     if (const auto* freq = a_.find("--moe-layer-freq"); freq && !freq->empty() && freq->front().front() == '[') {
       const auto entries = static_cast<std::int64_t>(std::count(freq->front().begin(), freq->front().end(), ',')) + 1;
       if (entries != layers_) problem("moe_layer_freq_len", "--moe-layer-freq lists " + std::to_string(entries) + " layers of " + std::to_string(layers_));

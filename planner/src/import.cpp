@@ -136,6 +136,10 @@ Result<ModelSpec> megatronModel(const Reader& r) {
     s.moe.topK = topk;
     s.moe.expertFfnHiddenSize = expertFfn;
     s.moe.sharedExpertFfnHiddenSize = shared;
+    COLO_TRY(groups, r.integer("--moe-router-num-groups", 0));
+    COLO_TRY(groupTopK, r.integer("--moe-router-group-topk", 0));
+    s.moe.routingGroups = groups;
+    s.moe.routingGroupTopK = groupTopK;
     if (const auto freq = r.text("--moe-layer-freq"); freq && freq->front() == '[') {
       // Leading dense layers, then every layer MoE (colo's first_dense_layers).
       std::int64_t dense = 0;
@@ -340,6 +344,13 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
   p.execution.overlapGradReduce = r.has("--overlap-grad-reduce");
   p.execution.overlapParamGather = r.has("--overlap-param-gather");
   p.execution.tpCommOverlap = r.has("--tp-comm-overlap");
+  // The flex dispatcher runs DeepEP (its default backend, or --moe-enable-deepep); hybridep and ncclep
+  // are costed as plain all-to-alls.
+  const std::string flexBackend = r.text("--moe-flex-dispatcher-backend").value_or("deepep");
+  if (r.text("--moe-token-dispatcher-type").value_or("allgather") == "flex" && flexBackend == "deepep") {
+    p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
+  }
+  p.execution.epCommOverlap = r.has("--overlap-moe-expert-parallel-comm");
   p.execution.gradAccumulation = r.has("--no-gradient-accumulation-fusion") ? GradAccumulation::kMainGrad : GradAccumulation::kFused;
   if (const auto type = r.text("--cp-comm-type")) {
     auto parsedType = parseCpCommType(*type);

@@ -119,7 +119,8 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
                           "pipeline_model_parallel_layout", "recompute_granularity", "recompute_method", "recompute_num_layers",
                           "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq",
                           "mtp_num_layers", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
-                          "window_size", "softmax_type"}) {
+                          "window_size", "softmax_type", "moe_router_num_groups", "moe_router_group_topk",
+                          "moe_token_dispatcher_type", "moe_flex_dispatcher_backend"}) {
     flag(dashed(key), model(key));
   }
   flag("--num-virtual-stages-per-pipeline-rank", model("virtual_pipeline_model_parallel_size"));
@@ -136,8 +137,12 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   if (model("add_bias_linear") == std::optional<std::string>("false")) args << "--disable-bias-linear\n";
   for (const auto& [key, name] : std::vector<std::pair<const char*, const char*>>{
            {"sequence_parallel", "--sequence-parallel"}, {"multi_latent_attention", "--multi-latent-attention"},
-           {"qk_layernorm", "--qk-layernorm"}, {"tp_comm_overlap", "--tp-comm-overlap"}}) {
+           {"qk_layernorm", "--qk-layernorm"}, {"tp_comm_overlap", "--tp-comm-overlap"}, {"moe_enable_deepep", "--moe-enable-deepep"}}) {
     if (on(model(key))) args << name << "\n";
+  }
+  // Megatron-Bridge's comm_overlap section names the expert all-to-all overlap too.
+  if (on(model("overlap_moe_expert_parallel_comm")) || on(get({"comm_overlap"}, "overlap_moe_expert_parallel_comm"))) {
+    args << "--overlap-moe-expert-parallel-comm\n";
   }
   // Batch, sequence, data parallelism, precision, offload.
   flag("--global-batch-size", get({"train", "train_config"}, "global_batch_size"));

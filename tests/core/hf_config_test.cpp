@@ -107,7 +107,11 @@ TEST(HfConfig, TheModelsOf2025MapToTheirPublishedCounts) {
   EXPECT_EQ(v3Count.total - v3Count.mtp,
             countParameters(*test::loadModelOrFail(test::dataFile("models/deepseek-v3.json")).spec).total);
 
+  // Node-limited routing: 8 groups, 4 per token ("noaux_tc"); V2-Lite routes greedily over all.
+  EXPECT_EQ(v3.moe.routingGroups, 8);
+  EXPECT_EQ(v3.moe.routingGroupTopK, 4);
   const ModelSpec lite = hf("deepseek-v2-lite");
+  EXPECT_EQ(lite.moe.routingGroups, 0);
   EXPECT_EQ(lite.mla.qLoraRank, 0);  // "q_lora_rank": null
   EXPECT_EQ(lite.moe.sharedExpertFfnHiddenSize, 2 * 1408);
   const ParamCount liteCount = countParameters(lite);
@@ -138,6 +142,14 @@ TEST(HfConfig, TheModelsOf2025MapToTheirPublishedCounts) {
   ASSERT_FALSE(scattered);
   EXPECT_EQ(scattered.error().path, "/mlp_only_layers");
   Json freq = test::loadJson(test::dataFile("hf/deepseek-v3/config.json"));
+  Json groups = freq;
+  groups["n_group"] = 3;  // 256 experts do not split into 3 groups
+  auto badGroups = modelSpecFromHfConfig(groups, "v3/config.json");
+  ASSERT_FALSE(badGroups);
+  EXPECT_EQ(badGroups.error().path, "/moe/routing_groups");
+  groups["n_group"] = 8;
+  groups["topk_group"] = 9;
+  ASSERT_FALSE(modelSpecFromHfConfig(groups, "v3/config.json"));
   freq["moe_layer_freq"] = 2;
   auto badFreq = modelSpecFromHfConfig(freq, "v3/config.json");
   ASSERT_FALSE(badFreq);

@@ -209,6 +209,31 @@ TEST(Plan, GradientSyncOncePerStepIsWrittenOnlyWhenSetAndColoRunRefusesIt) {
   EXPECT_EQ(refused.error().path, "/execution/grad_sync");
 }
 
+TEST(Plan, MoeDispatchAndExpertOverlapAreWrittenOnlyWhenSetAndColoRunRefusesThem) {
+  Plan p = megatronPlan();
+  EXPECT_FALSE(planToJson(p)["execution"].contains("moe_dispatcher"));
+  EXPECT_FALSE(planToJson(p)["execution"].contains("ep_comm_overlap"));
+  p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
+  Json j = planToJson(p);
+  EXPECT_EQ(j["execution"]["moe_dispatcher"], "deepep");
+  auto back = planFromJson(j, "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_EQ(back->execution.moeDispatcher, MoeDispatcher::kDeepEp);
+  EXPECT_FALSE(checkRunnable(*back));
+  Json bad = j;
+  bad["execution"]["moe_dispatcher"] = "nvshmem";
+  auto refused = planFromJson(bad, "p.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/moe_dispatcher");
+  // The overlap is written when set, and refused where Megatron-Core refuses it (no expert parallelism).
+  p.execution.epCommOverlap = true;
+  j = planToJson(p);
+  EXPECT_EQ(j["execution"]["ep_comm_overlap"], true);
+  auto noExperts = planFromJson(j, "p.json");
+  ASSERT_FALSE(noExperts);
+  EXPECT_EQ(noExperts.error().path, "/execution/ep_comm_overlap");
+}
+
 TEST(Plan, TheOptimizerIsWrittenOnlyWhenNotAdamW) {
   Plan p = megatronPlan();
   EXPECT_FALSE(planToJson(p).contains("optimizer"));  // older plans keep their hash

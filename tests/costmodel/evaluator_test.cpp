@@ -673,6 +673,62 @@ TEST(Evaluator, MixtureOfExpertsPaysForAllToAll) {
   EXPECT_LT(ev.stages[0].paramsPerGpu, dense.stages[0].paramsPerGpu / 4);  // experts spread over 8 GPUs
 }
 
+TEST(Evaluator, DeepEpSendsATokenOnceToEachNodeAndGroupLimitedRoutingCapsTheNodes) {
+  // DeepSeek-V3 over 8 nodes (ep 64): the all-to-all dispatcher sends each of a token's 8 expert copies
+  // apart, 7/8 of them off the node; DeepEP sends it once to each other node holding one of its experts.
+  // Node-limited routing (8 groups, 4 per token, one group to a node) caps that at 4 nodes, 3.5 remote:
+  // half the network bytes. Without it, 8 random experts reach 8(1 - (7/8)^8) = 5.25 nodes, 4.59 remote.
+  Plan p = makePlan("deepseek-v3", "dgx-h100-x2048", 64, 1, 1, 64);
+  p.parallel.ep = 64;
+  ASSERT_EQ(p.model.spec->moe.routingGroups, 8);
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const Evaluation a2a = evaluateOrFail(p);
+  p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
+  const Evaluation deepep = evaluateOrFail(p);
+  EXPECT_NEAR(deepep.time.epComm / a2a.time.epComm, 0.5, 0.05);
+  Plan ungrouped = p;
+  ModelSpec spec = *p.model.spec;
+  spec.moe.routingGroups = spec.moe.routingGroupTopK = 0;
+  ungrouped.model = Model{ModelSource::kSpec, "", spec, std::nullopt};
+  const double remote = 7.0 * (1.0 - std::pow(7.0 / 8.0, 8.0));
+  EXPECT_NEAR(evaluateOrFail(ungrouped).time.epComm / a2a.time.epComm, remote / 7.0, 0.05);
+  // Inside one node there is nothing to deduplicate.
+  Plan node = makePlan("deepseek-v3", "dgx-h100-x2048", 8, 1, 1, 8);
+  node.parallel.ep = 8;
+  const Evaluation nodeA2a = evaluateOrFail(node);
+  node.execution.moeDispatcher = MoeDispatcher::kDeepEp;
+  EXPECT_NEAR(evaluateOrFail(node).time.epComm, nodeA2a.time.epComm, 1e-12);
+}
+
+TEST(Evaluator, OverlappedExpertAllToAllsHideBehindAnotherMicroBatchsCompute) {
+  // Megatron-Core's --overlap-moe-expert-parallel-comm: the all-to-alls of one micro-batch run beside
+  // the other's compute; what exceeds it stays exposed, and what is hidden still slows the compute.
+  Plan p = makePlan("deepseek-v3", "dgx-h100-x2048", 64, 1, 1, 64);
+  p.parallel.ep = 64;
+  const Evaluation plain = evaluateOrFail(p);
+  p.execution.epCommOverlap = true;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const Evaluation overlapped = evaluateOrFail(p);
+  EXPECT_LT(overlapped.time.epComm, plain.time.epComm);
+  EXPECT_GT(overlapped.time.epComm, 0.0);
+  EXPECT_LT(overlapped.stepSeconds, plain.stepSeconds);
+  // On a network a thousand times slower almost nothing can hide.
+  for (auto& link : p.cluster.links) link.bytesPerSecond /= 1000;
+  Plan slowPlain = p;
+  slowPlain.execution.epCommOverlap = false;
+  const Evaluation slow = evaluateOrFail(p), slowRef = evaluateOrFail(slowPlain);
+  EXPECT_LT((slowRef.time.epComm - slow.time.epComm) / slowRef.time.epComm, 0.05);
+  // Megatron-Core's conditions: expert parallelism, virtual stages under pipelining, no full recompute.
+  Plan bad = makePlan("deepseek-v3", "dgx-h100-x2048", 64, 1, 1, 64);
+  bad.execution.epCommOverlap = true;
+  auto refused = validatePlan(bad);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/ep_comm_overlap");
+  bad.parallel.ep = 64;
+  setRecompute(bad, RecomputePolicy::kFull);
+  EXPECT_FALSE(validatePlan(bad));
+}
+
 TEST(Evaluator, LatentAttentionSplitsItsUpProjectionsAndAttendsAtItsOwnWidths) {
   // DeepSeek-V3 (4 layers: 3 dense + 1 MoE) on one B200 node: the up projections split by heads under
   // tensor parallelism while the down projections are replicated; the fused attention kernel works

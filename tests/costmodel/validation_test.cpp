@@ -623,6 +623,20 @@ TEST(Validation, BlackwellRowsAndDeepSeekStyleExpertsAreRead) {
   auto o = validation::evaluateCase(*c);
   ASSERT_TRUE(o) << o.error().toString();
   EXPECT_GT(o->predictedStepSeconds, 0);
+  EXPECT_EQ(c->plan.execution.moeDispatcher, MoeDispatcher::kAllToAll);
+  // The same row saying Megatron-Core's flex dispatcher with DeepEP, node-limited routing and the
+  // expert all-to-all overlap.
+  row["model"]["moe_router_num_groups"] = 8;
+  row["model"]["moe_router_group_topk"] = 4;
+  row["parallel"]["moe_token_dispatcher_type"] = "flex";
+  row["parallel"]["moe_enable_deepep"] = true;
+  row["parallel"]["overlap"] = "--overlap-grad-reduce --overlap-moe-expert-parallel-comm";
+  auto deepep = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(deepep) << deepep.error().toString();
+  EXPECT_EQ(deepep->plan.model.spec->moe.routingGroups, 8);
+  EXPECT_EQ(deepep->plan.model.spec->moe.routingGroupTopK, 4);
+  EXPECT_EQ(deepep->plan.execution.moeDispatcher, MoeDispatcher::kDeepEp);
+  EXPECT_TRUE(deepep->plan.execution.epCommOverlap);
 }
 
 TEST(Validation, PowerLimitedHbm2eH100sAreNotTheDatasheetPart) {

@@ -77,7 +77,8 @@ TEST(Export, MegatronArgumentsCarryLatentAttentionAndSharedExperts) {
   for (const char* flag : {"--multi-latent-attention", "--q-lora-rank 1536", "--kv-lora-rank 512", "--qk-head-dim 128",
                            "--qk-pos-emb-head-dim 64", "--v-head-dim 128", "--num-experts 256", "--moe-router-topk 8",
                            "--moe-ffn-hidden-size 2048", "--moe-shared-expert-intermediate-size 2048",
-                           "--moe-layer-freq \"[0,0,0,1,1]\"", "--expert-model-parallel-size 8"}) {
+                           "--moe-layer-freq \"[0,0,0,1,1]\"", "--expert-model-parallel-size 8",
+                           "--moe-router-num-groups 8", "--moe-router-group-topk 4", "--moe-token-dispatcher-type alltoall"}) {
     EXPECT_NE(megatron->find(flag), std::string::npos) << flag << "\n" << *megatron;
   }
   EXPECT_EQ(megatron->find("--group-query-attention"), std::string::npos);

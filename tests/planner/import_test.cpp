@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "colo/core/library.h"
 #include "colo/planner/export.h"
+#include "colo/planner/export_check.h"
 #include "core/test_support.h"
 
 namespace colo::planner {
@@ -67,6 +69,8 @@ void expectSamePlan(const Plan& a, const Plan& b, const std::string& what, bool 
   EXPECT_EQ(a.execution.tpCommOverlap, b.execution.tpCommOverlap);
   EXPECT_EQ(a.execution.cpCommType, b.execution.cpCommType);
   EXPECT_EQ(a.execution.gradAccumulation, b.execution.gradAccumulation);
+  EXPECT_EQ(a.execution.moeDispatcher, b.execution.moeDispatcher);
+  EXPECT_EQ(a.execution.epCommOverlap, b.execution.epCommOverlap);
 }
 
 std::vector<Plan> roundTripPlans() {
@@ -101,6 +105,39 @@ TEST(Import, MegatronExportThenImportGivesBackThePlan) {
     ASSERT_TRUE(back) << p.name << ": " << back.error().toString() << "\n" << *args;
     expectSamePlan(p, *back, p.name);
   }
+}
+
+TEST(Import, MegatronMoeDispatchAndExpertOverlapSurviveExportAndImport) {
+  // DeepEP through the flex dispatcher and Megatron-Core's expert all-to-all overlap: emitted, accepted
+  // by the argument schema, read back.
+  Plan p = basePlan("mixtral-8x7b", "dgx-h100-x64", 64, 2, 1, 1, 8, 1, 256, RecomputePolicy::kSelective);
+  p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
+  p.execution.epCommOverlap = true;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const auto args = exportPlan(p, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(args) << args.error().toString();
+  for (const char* flag : {"--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep", "--overlap-moe-expert-parallel-comm"}) {
+    EXPECT_NE(args->find(flag), std::string::npos) << flag << "\n" << *args;
+  }
+  auto schema = loadExportSchema("megatron-lm");
+  ASSERT_TRUE(schema) << schema.error().toString();
+  for (const auto& problem : checkMegatronArguments(*args, *schema, p.cluster.totalGpus())) {
+    ADD_FAILURE() << problem.rule << ": " << problem.message;
+  }
+  auto back = importMegatron(*args, ImportContext{p.cluster, p.model, 0, 0});
+  ASSERT_TRUE(back) << back.error().toString();
+  expectSamePlan(p, *back, "mixtral deepep");
+  // The schema's rules: the overlap needs virtual stages under pipelining; DeepEP needs flex.
+  std::set<std::string> rules;
+  std::string piped = *args;
+  piped.replace(piped.find("--pipeline-model-parallel-size 1"), 32, "--pipeline-model-parallel-size 2");
+  for (const auto& problem : checkMegatronArguments(piped, *schema, 64)) rules.insert(problem.rule);
+  EXPECT_TRUE(rules.contains("ep_overlap"));
+  std::string plainA2a = *args;
+  plainA2a.replace(plainA2a.find("--moe-token-dispatcher-type flex"), 32, "--moe-token-dispatcher-type alltoall --moe-enable-deepep");
+  rules.clear();
+  for (const auto& problem : checkMegatronArguments(plainA2a, *schema, 64)) rules.insert(problem.rule);
+  EXPECT_TRUE(rules.contains("deepep_flex"));
 }
 
 TEST(Import, MegatronArgumentsAloneStateTheArchitecture) {

@@ -34,6 +34,13 @@ struct MoeSpec {
   /// (DeepSeek: n_shared_experts x moe_intermediate_size; Qwen2-MoE: shared_expert_intermediate_size);
   /// 0: no shared experts.
   std::int64_t sharedExpertFfnHiddenSize = 0;
+  /// Group-limited routing (DeepSeek-V2's device-limited, V3's node-limited): the experts form
+  /// `routingGroups` equal groups and each token picks its experts from its best `routingGroupTopK`
+  /// groups (HF n_group / topk_group; Megatron's --moe-router-num-groups / --moe-router-group-topk).
+  /// With the groups laid on the expert-parallel group's nodes, a token reaches at most that many
+  /// nodes, which a deduplicating dispatcher (DeepEP) turns into less network traffic. 0: none.
+  std::int64_t routingGroups = 0;
+  std::int64_t routingGroupTopK = 0;
   [[nodiscard]] bool enabled() const { return numExperts > 0; }
   [[nodiscard]] bool isMoeLayer(std::int64_t layer) const {
     return enabled() && layer >= firstDenseLayers && layer % layerFrequency == layerFrequency - 1;

@@ -45,6 +45,14 @@ enum class GradSync {
 [[nodiscard]] std::string toString(GradSync value);  ///< micro_batch, step
 [[nodiscard]] Result<GradSync> parseGradSync(const std::string& name);
 
+/// How an MoE layer's tokens reach their experts' ranks and come back: all-to-alls that send every
+/// (token, expert) copy apart (Megatron-Core's alltoall dispatcher, colo-run), or DeepEP's
+/// (Megatron-Core's flex dispatcher) that sends a token once to each node holding any of its
+/// experts and forwards it inside the node over NVLink.
+enum class MoeDispatcher { kAllToAll, kDeepEp };
+[[nodiscard]] std::string toString(MoeDispatcher value);  ///< alltoall, deepep
+[[nodiscard]] Result<MoeDispatcher> parseMoeDispatcher(const std::string& name);
+
 /// The optimizer: its states per parameter decide the optimizer memory (docs/costmodel.md).
 /// kAdamW: two fp32 moments. kLamb: Adam's moments with a per-parameter trust ratio (You et al. 2019,
 /// for batches of 32k-64k). kLars: one momentum buffer with a per-parameter trust ratio (You et al. 2017).
@@ -120,6 +128,11 @@ struct Execution {
   CpCommType cpCommType = CpCommType::kP2p;  ///< context-parallel exchange (Megatron's default: p2p)
   GradAccumulation gradAccumulation = GradAccumulation::kFused;
   GradSync gradSync = GradSync::kMicroBatch;  ///< ZeRO >= 2 only; see GradSync
+  MoeDispatcher moeDispatcher = MoeDispatcher::kAllToAll;  ///< MoE models with ep > 1
+  /// Expert-parallel all-to-alls hidden behind another micro-batch's compute (Megatron-Core's
+  /// --overlap-moe-expert-parallel-comm: the forward of one micro-batch runs beside the backward of
+  /// another); needs ep > 1, virtual stages when pp > 1, no full recompute.
+  bool epCommOverlap = false;
   /// The parameters are kept in fp32 and are the optimizer's master weights; 16-bit copies exist only
   /// while a layer is gathered or in use (PyTorch FSDP/FSDP2's mixed-precision policy, torch.amp).
   /// false: 16-bit training weights beside fp32 master copies inside the optimizer (Megatron,

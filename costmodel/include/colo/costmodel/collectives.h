@@ -35,5 +35,9 @@ enum class Dim { kTp, kCp, kDp, kPp, kExpert };
 /// level; across nodes the per-GPU network rails of the members of a node work in parallel
 /// (hierarchical bandwidth = min(inner, perNode x outer)). Latency grows with the ring's steps.
 [[nodiscard]] double collectiveSeconds(Collective kind, double bytes, const GroupPlacement& group);
+/// An all-to-all whose traffic leaving each node is `offNodeShare` of every member's buffer and whose
+/// traffic inside the node is `onNodeShare` of it (a plain all-to-all: (n - perNode)/n and
+/// (perNode - 1)/n; a deduplicating MoE dispatcher sends less across nodes and forwards inside).
+[[nodiscard]] double allToAllSeconds(double bytes, const GroupPlacement& g, double offNodeShare, double onNodeShare);
 
 }  // namespace colo::costmodel
