@@ -58,6 +58,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"offload-optimizer", "F", "fraction of optimizer states on the host (ZeRO >= 1)"},
       {"calibration", "FILE", "scales fitted on your own runs of this cluster (colo-profile calibrate)"},
       {"offload-params", "F", "fraction of parameters on the host (ZeRO 3)"},
+      {"offload-target", "T", "where offloaded states live: cpu (host memory, default) or nvme (ZeRO-Infinity)"},
       {"rank-order", "ORDER", "placement, innermost first (default tp-cp-dp-pp)"},
       {"costdb", "DB", "SQLite cost database (colo-profile): measured GEMMs, kernels, collectives, copies before the analytic model"},
       {"explain", "", "say where each class of figures came from: measured, interpolated, calibrated or analytic"},
@@ -231,6 +232,9 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   if (!offParams) return fail(offParams.error());
   plan.offload.optimizerFraction = *offOpt;
   plan.offload.paramsFraction = *offParams;
+  const std::string target = args.value("offload-target", "cpu");
+  if (target != "cpu" && target != "nvme") return fail(Error::badInput("--offload-target: expected cpu or nvme, got \"" + target + "\""));
+  plan.offload.target = target == "nvme" ? OffloadTarget::kNvme : OffloadTarget::kCpu;
 
   const std::int64_t chunks = *pp * *vpp;
   const std::int64_t layers = plan.model.numLayers();
@@ -374,11 +378,22 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, 
   out << "memory    peak " << formatBytes(ev.peakMemoryBytes)
       << (bands.memory ? " (" + bands.memory->describe() + ")" : "") << " of " << formatBytes(ev.gpuMemoryBytes)
       << " per GPU: " << (ev.fits ? "fits" : "DOES NOT FIT");
+  if (!ev.fitsHost) out << " (offloaded states do not fit the node, below)";
   if (bands.memoryAtRisk(ev)) {
     out << ", AT RISK: at the top of its error band the peak is "
         << formatBytes(ev.peakMemoryBytes * (1 + bands.memory->high));
   }
   out << "\n";
+  if (ev.hostBytesPerNode > 0) {
+    out << "host      " << formatBytes(ev.hostBytesPerNode) << " of offloaded states per node"
+        << (plan.cluster.hostMemoryBytes > 0 ? " in " + formatBytes(plan.cluster.hostMemoryBytes) + " of host memory (90% usable): " +
+                                                   (ev.fitsHost ? "fits" : "DOES NOT FIT; offload.target nvme or more GPUs")
+                                             : " (the cluster file gives no host_memory_GiB: not judged)")
+        << "\n";
+  } else if (ev.nvmeBytesPerNode > 0) {
+    out << "nvme      " << formatBytes(ev.nvmeBytesPerNode) << " of offloaded states per node on "
+        << formatBytes(plan.cluster.nvmeCapacityBytes) << " of NVMe: " << (ev.fitsHost ? "fits" : "DOES NOT FIT") << "\n";
+  }
   const auto& t = ev.time;
   TextTable time({"where the step goes", "seconds", "share"}, {false, true, true});
   const std::pair<const char*, double> parts[] = {

@@ -180,7 +180,7 @@ std::string renderCandidates(const std::vector<planner::Candidate>& list, bool r
     ++rowNumber;
     const auto& p = c.plan;
     std::string rec = planner::recomputeSummary(p);
-    if (p.offload.optimizerFraction > 0) rec += " +offload";
+    if (p.offload.optimizerFraction > 0) rec += p.offload.target == OffloadTarget::kNvme ? " +nvme" : " +offload";
     // The likely range of the measured step around the prediction (validated runs most like it), and a
     // fit that the top of the memory band would break.
     const costmodel::PredictionBands bands = in.calibration ? costmodel::PredictionBands{} : costmodel::bandsOf(p, c.evaluation);

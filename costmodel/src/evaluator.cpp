@@ -23,6 +23,21 @@ std::int64_t activationBytesOf(DType precision) {
   return precision == DType::kFp8 ? 2 : bytesPerElement(precision);
 }
 
+// Where offloaded states live, per node, and whether the node holds them (Evaluation::fitsHost).
+void judgeOffloadCapacity(const Plan& plan, Evaluation& ev) {
+  double perGpu = 0;
+  for (const auto& st : ev.stages) perGpu = std::max(perGpu, st.memory.host);
+  const double demand = perGpu * detail::gpusOnNode(plan);
+  if (demand <= 0) return;
+  if (plan.offload.target == OffloadTarget::kNvme) {
+    ev.nvmeBytesPerNode = demand;
+    ev.fitsHost = plan.cluster.nvmeCapacityBytes > 0 && demand <= plan.cluster.nvmeCapacityBytes;
+  } else {
+    ev.hostBytesPerNode = demand;
+    ev.fitsHost = plan.cluster.hostMemoryBytes <= 0 || demand <= 0.9 * plan.cluster.hostMemoryBytes;
+  }
+}
+
 // The per-layer costing configuration a plan implies.
 LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   LayerConfig cfg;
@@ -424,7 +439,8 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   ev.modelTflopsPerGpu = modelFlops / ev.stepSeconds / gpus / 1e12;
   ev.hardwareTflopsPerGpu = hardwareFlops / ev.stepSeconds / gpus / 1e12;
   ev.mfu = ev.modelTflopsPerGpu * 1e12 / device.peakFlopsPerSecond;
-  ev.fits = ev.peakMemoryBytes <= ev.gpuMemoryBytes;
+  judgeOffloadCapacity(plan, ev);
+  ev.fits = ev.peakMemoryBytes <= ev.gpuMemoryBytes && ev.fitsHost;
   return ev;
 }
 
@@ -528,6 +544,9 @@ Json Evaluation::toJson() const {
           {"peak_memory_bytes", peakMemoryBytes},
           {"gpu_memory_bytes", gpuMemoryBytes},
           {"fits", fits},
+          {"host_bytes_per_node", hostBytesPerNode},
+          {"nvme_bytes_per_node", nvmeBytesPerNode},
+          {"fits_host", fitsHost},
           {"bubble_fraction", bubbleFraction},
           {"micro_batches", microBatches},
           {"gemm_time_sources", {{"exact", gemmExact}, {"interpolated", gemmInterpolated}, {"roofline", gemmRoofline}}},

@@ -65,7 +65,7 @@ void RunCalibration::apply(Evaluation& ev) const {
     }
     ev.peakMemoryBytes = std::max(ev.peakMemoryBytes, m.total());
   }
-  ev.fits = ev.peakMemoryBytes <= ev.gpuMemoryBytes;
+  ev.fits = ev.peakMemoryBytes <= ev.gpuMemoryBytes && ev.fitsHost;
 }
 
 Json RunCalibration::toJson() const {

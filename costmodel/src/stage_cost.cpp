@@ -136,6 +136,15 @@ bool stageStaysGathered(const Plan& plan) {
   return plan.zeroStage >= 3 && plan.parallel.pp > 1 && plan.execution.gradSync == GradSync::kStep;
 }
 
+double gpusOnNode(const Plan& plan) {
+  return static_cast<double>(std::max<std::int64_t>(1, std::min(plan.cluster.gpusPerNode, plan.cluster.totalGpus())));
+}
+
+double offloadBytesPerSecond(const Plan& plan, double pcieBytesPerSecond) {
+  if (plan.offload.target != OffloadTarget::kNvme || plan.cluster.nvmeBytesPerSecond <= 0) return pcieBytesPerSecond;
+  return std::min(pcieBytesPerSecond, plan.cluster.nvmeBytesPerSecond / gpusOnNode(plan));
+}
+
 StateBytes stateBytesOf(const Plan& plan) {
   StateBytes b;
   const bool fp32 = plan.precision == DType::kFp32;
@@ -207,7 +216,8 @@ StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, 
   if (plan.offload.paramsFraction > 0 && plan.cluster.pcieBytesPerSecond > 0) {
     const double passes = stageStaysGathered(plan) ? 1.0 / static_cast<double>(plan.numMicroBatches()) : 2.0 + (w.rec > 0 ? 1.0 : 0.0);
     const double shard = plan.zeroStage >= 3 ? static_cast<double>(gradRanks) : 1.0;
-    const double fetch = passes * w.params / shard * plan.offload.paramsFraction * bytes.gathered / plan.cluster.pcieBytesPerSecond;
+    const double fetch = passes * w.params / shard * plan.offload.paramsFraction * bytes.gathered /
+                         offloadBytesPerSecond(plan, plan.cluster.pcieBytesPerSecond);
     t.offload = std::max(0.1 * fetch, fetch - 0.8 * (w.fwd + w.bwd + w.rec));
   }
   // Summing this micro-batch's gradients into the accumulated ones, after its backward: one pass over
@@ -262,8 +272,14 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
   }
   if (plan.offload.optimizerFraction > 0) {
     const double offParams = localParams * plan.offload.optimizerFraction;
-    tail.offloadPcie = offParams * (bytes.gradient + bytes.weight) / in.pcieBytesPerSecond;
+    tail.offloadPcie = offParams * (bytes.gradient + bytes.weight) / offloadBytesPerSecond(plan, in.pcieBytesPerSecond);
     tail.optimizer += offParams / device.cpuAdamParamsPerSecond + tail.offloadPcie;
+    // On NVMe the host step reads the fp32 master and moments in and writes them back out, at the
+    // node's NVMe bandwidth shared by its GPUs (ZeRO-Infinity's swapping).
+    if (plan.offload.target == OffloadTarget::kNvme && plan.cluster.nvmeBytesPerSecond > 0) {
+      const double states = 4.0 * optimizerMoments(plan.optimizer) + 4.0;
+      tail.optimizer += 2.0 * offParams * states / (plan.cluster.nvmeBytesPerSecond / gpusOnNode(plan));
+    }
   }
   // A tied embedding lives on the first and the last stage: their word-embedding gradients are
   // all-reduced between the two after the backward, before the optimizer (Megatron's embedding group,

@@ -119,6 +119,12 @@ struct StageTail {
   double optimizer = 0;
   double offloadPcie = 0;  // part of optimizer
 };
+/// The rate at which offloaded states reach one GPU: PCIe from host memory; with offload.target nvme the
+/// node's NVMe bandwidth shared by its GPUs, at most PCIe (ZeRO-Infinity stages NVMe reads in host memory).
+[[nodiscard]] double offloadBytesPerSecond(const Plan& plan, double pcieBytesPerSecond);
+/// GPUs of the plan on one node (they share its host memory and NVMe).
+[[nodiscard]] double gpusOnNode(const Plan& plan);
+
 struct OptimizerInputs {
   const KernelTable* measuredAdam = nullptr;  // measured adam_step kernels, when the database has them
   double pcieBytesPerSecond = 0;

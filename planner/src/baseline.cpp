@@ -60,7 +60,7 @@ Result<BaselinePlan> baselinePlan(Baseline baseline, const Model& model, const C
     if (auto valid = validatePlan(p); !valid) return fail(valid.error());
     auto ev = costmodel::evaluatePlan(p);
     if (!ev) return fail(ev.error());
-    ev->fits = ev->peakMemoryBytes <= budget;
+    ev->fits = ev->peakMemoryBytes <= budget && ev->fitsHost;
     return BaselinePlan{std::move(p), *ev, std::move(rules)};
   };
   if (baseline != Baseline::kMegatron) {

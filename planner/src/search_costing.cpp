@@ -139,7 +139,12 @@ std::optional<Candidate> costConfig(const Space& space, const Config& c, const P
         offloaded.offload.optimizerFraction = optimizer;
         offloaded.offload.paramsFraction = parameters;
         costmodel::Evaluation e;
-        const bool ok = recomputeToFit(offloaded, e, budget, evaluate);
+        bool ok = recomputeToFit(offloaded, e, budget, evaluate) && e.fitsHost;
+        // States the node's host memory cannot hold go to its NVMe (ZeRO-Infinity), where it has one.
+        if (!e.fitsHost && offloaded.cluster.nvmeCapacityBytes > 0 && offloaded.cluster.nvmeBytesPerSecond > 0) {
+          offloaded.offload.target = OffloadTarget::kNvme;
+          ok = recomputeToFit(offloaded, e, budget, evaluate) && e.fitsHost;
+        }
         if (ok || e.peakMemoryBytes < final.peakMemoryBytes) {
           q = offloaded;
           final = e;
@@ -152,7 +157,7 @@ std::optional<Candidate> costConfig(const Space& space, const Config& c, const P
   Candidate cand;
   cand.plan = std::move(p);
   cand.evaluation = final;
-  cand.fits = final.peakMemoryBytes <= budget;
+  cand.fits = final.peakMemoryBytes <= budget && final.fitsHost;
   return cand;
 }
 

@@ -101,7 +101,7 @@ void rank(std::vector<Candidate>& all, const Space& space, const Enumeration& en
                                 ", recompute " + recomputeSummary(closest.plan) + "), against a budget of " +
                                 formatBytes(budget) + " (" + formatFixed(100 * options.maxMemoryFraction, 0) + "% of " +
                                 formatBytes(cluster.gpu.memoryBytes) + "); " + closest.reason;
-    } else if (st.pruned.contains("memory lower bound: model states exceed the budget")) {
+    } else if (st.pruned.contains("memory lower bound: model states exceed the budget") && leastStates > 0) {
       result.infeasibleReason = "no plan fits: the model states alone need at least " + formatBytes(leastStates) +
                                 " per GPU in the most sharded configuration (" + leastStatesConfig +
                                 "), against a budget of " + formatBytes(budget) + " (" +

@@ -610,6 +610,42 @@ TEST(Evaluator, OffloadedParametersCrossPcieBeforeEveryUse) {
   EXPECT_GT(off.stepSeconds, resident.stepSeconds);
 }
 
+TEST(Evaluator, OffloadedStatesMustFitTheNodesHostMemoryOrItsNvme) {
+  // GPT-3 175B on one A100 with everything offloaded: fp32 master and moments (12 B), fp32 gradients
+  // (4 B) and 16-bit weights (2 B) per parameter, 3.2 TB, more than 90% of the node's 2 TiB of host
+  // memory: the plan does not fit although the GPU holds its part. On the node's NVMe (28 TiB) it fits,
+  // and the host step then swaps the optimizer states (fp32 master and moments, 12 B) in and out at the
+  // NVMe's bandwidth.
+  Plan p = makePlan("gpt3-175b", "dgx-a100-80gb", 1, 1, 1, 64, 8);
+  p.zeroStage = 3;
+  setRecompute(p, RecomputePolicy::kFull);
+  p.offload.optimizerFraction = 1.0;
+  p.offload.paramsFraction = 1.0;
+  const Evaluation host = evaluateOrFail(p);
+  EXPECT_LE(host.peakMemoryBytes, host.gpuMemoryBytes);
+  const double params = host.stages[0].paramsPerGpu;
+  EXPECT_NEAR(host.hostBytesPerNode, 18 * params, 1e-6 * host.hostBytesPerNode);
+  EXPECT_FALSE(host.fitsHost);
+  EXPECT_FALSE(host.fits);
+  p.offload.target = OffloadTarget::kNvme;
+  const Evaluation nvme = evaluateOrFail(p);
+  EXPECT_NEAR(nvme.nvmeBytesPerNode, 18 * params, 1e-6 * nvme.nvmeBytesPerNode);
+  EXPECT_EQ(nvme.hostBytesPerNode, 0);
+  EXPECT_TRUE(nvme.fits);
+  const double swap = 2 * params * 12 / p.cluster.nvmeBytesPerSecond;
+  EXPECT_NEAR(nvme.time.optimizer - host.time.optimizer, swap, 0.01 * swap);
+  // Without NVMe there is nowhere to put them.
+  p.cluster.nvmeCapacityBytes = 0;
+  EXPECT_FALSE(evaluateOrFail(p).fits);
+  // Half the optimizer on the host of a 2-GPU plan is well inside it.
+  Plan small = makePlan("llama2-7b", "dgx-a100-80gb", 8, 1, 1, 64);
+  small.zeroStage = 1;
+  small.offload.optimizerFraction = 0.5;
+  const Evaluation fine = evaluateOrFail(small);
+  EXPECT_GT(fine.hostBytesPerNode, 0);
+  EXPECT_TRUE(fine.fitsHost);
+}
+
 TEST(Evaluator, MoreMicroBatchesShrinkTheBubbleAndInterleavingShrinksItMore) {
   Plan few = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 128);
   Plan many = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 1536);

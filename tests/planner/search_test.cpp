@@ -187,9 +187,10 @@ TEST(Search, TightMemoryTurnsOnRecomputeThenOffload) {
 }
 
 TEST(Search, OneGpuFitsGpt3OnlyByOffloadingEverything) {
-  // GPT-3 175B on one 80 GB A100: the model states (2.9 TiB) fit only in host memory. The memory bound
+  // GPT-3 175B on one 80 GB A100: the model states (2.9 TiB) fit only off the GPU. The memory bound
   // must not prune what offload makes fit (it once answered "no plan fits"); the plan found is ZeRO-3
-  // with parameters, gradients and optimizer states on the host, and it pays PCIe for every fetch.
+  // with parameters, gradients and optimizer states offloaded, and it pays PCIe for every fetch. They
+  // are more than the node's 2 TiB of host memory, so they go to its NVMe (ZeRO-Infinity).
   const auto s = setup("gpt3-175b", "dgx-a100-80gb", 1);
   SearchOptions o;
   o.globalBatchSize = 1536;
@@ -202,6 +203,15 @@ TEST(Search, OneGpuFitsGpt3OnlyByOffloadingEverything) {
   EXPECT_EQ(best.plan.offload.paramsFraction, 1.0);
   EXPECT_EQ(best.plan.offload.optimizerFraction, 1.0);
   EXPECT_GT(best.evaluation.time.offload, 0);
+  EXPECT_EQ(best.plan.offload.target, OffloadTarget::kNvme);
+  EXPECT_TRUE(best.evaluation.fitsHost);
+  EXPECT_TRUE(best.evaluation.fits);
+  // A cluster without NVMe has nowhere to put them: nothing fits.
+  auto noNvme = s.cluster;
+  noNvme.nvmeCapacityBytes = 0;
+  auto full = search(s.model, noNvme, o);
+  ASSERT_TRUE(full);
+  EXPECT_FALSE(full->feasible());
   o.allowOffload = false;  // without offload nothing fits, and the reason says to allow it
   auto none = search(s.model, s.cluster, o);
   ASSERT_TRUE(none);

@@ -86,7 +86,13 @@ struct Evaluation {
   double mfu = 0;                   ///< model FLOPs utilisation of the precision's peak
   double peakMemoryBytes = 0;       ///< max over stages
   double gpuMemoryBytes = 0;
-  bool fits = false;
+  /// What offload keeps off the GPUs, per node (the node's GPUs times the largest per-GPU share), in
+  /// host memory or, with offload.target nvme, on NVMe; and whether the node holds it (90% of its host
+  /// memory: the rest is the system's and the framework's; an unstated host size is not judged).
+  double hostBytesPerNode = 0;
+  double nvmeBytesPerNode = 0;
+  bool fitsHost = true;
+  bool fits = false;                ///< on the GPU and, when offloading, on the host or NVMe
   double bubbleFraction = 0;
   std::int64_t microBatches = 0;
   std::int64_t gemmExact = 0;         ///< GEMM shapes timed from the cost database exactly
