@@ -8,6 +8,7 @@
 #include "colo/core/units.h"
 #include "colo/core/version.h"
 #include "colo/planner/autoparallel.h"
+#include "colo/planner/search.h"
 #include "colo/planner/sharding.h"
 #include "commands.h"
 #include "inputs.h"
@@ -76,6 +77,70 @@ void printSummary(const planner::AutoParallelResult& r, std::ostream& out) {
     out << buf;
   } else if (haveMegatron) {
     out << "  Megatron's split with layer-level recompute does not fit this budget; the joint solve does\n";
+  }
+}
+
+// What the degree-level search's plan uses that the operator-level space (one 1-D or 2-D mesh per
+// stage, 1F1B, ZeRO-0/1/3) has no place for.
+std::string outsideOperatorSpace(const Plan& p) {
+  std::vector<std::string> why;
+  const auto& q = p.parallel;
+  if (q.cp > 1 && q.tp > 1 && q.dp > 1) why.push_back("context parallelism beside tensor and data parallelism (a 3-axis mesh)");
+  if (q.virtualStages > 1) why.push_back("the interleaved schedule");
+  if (p.schedule == Schedule::kZeroBubble) why.push_back("the zero-bubble schedule");
+  if (p.zeroStage == 2) why.push_back("ZeRO-2");
+  if (q.ep > 1 && q.expertTp() != q.tp) why.push_back("experts folded over other ranks (expert_tp != tp)");
+  std::string out;
+  for (const auto& w : why) out += (out.empty() ? "" : ", ") + w;
+  return out;
+}
+
+// The degree-level search's best on the same model, cluster and batch (costed by the evaluator, a
+// different model from the operator-level one: a few percent apart on the same plan).
+struct DegreeBest {
+  std::optional<planner::Candidate> best;
+  std::string outside;  // what it uses outside the operator-level space
+};
+
+DegreeBest degreeBest(const Model& model, const ClusterSpec& cluster, const planner::AutoParallelOptions& a) {
+  planner::SearchOptions so;
+  so.globalBatchSize = a.globalBatchSize;
+  so.seqLen = a.seqLen;
+  so.precision = a.precision;
+  so.maxMemoryFraction = a.maxMemoryFraction;
+  so.allowOffload = a.allowOffload;
+  so.topK = 1;
+  DegreeBest d;
+  auto r = planner::search(model, cluster, so);
+  if (!r || !r->feasible()) return d;
+  if (a.memoryBudgetBytes > 0 && r->top.front().evaluation.peakMemoryBytes > a.memoryBudgetBytes) return d;
+  d.best = r->top.front();
+  d.outside = outsideOperatorSpace(d.best->plan);
+  return d;
+}
+
+void printDegreeComparison(const planner::AutoParallelResult& r, const DegreeBest& d, std::ostream& out) {
+  if (!d.best) {
+    out << "  degree-level search (colo-plan search): no plan fits this budget\n";
+    return;
+  }
+  const Plan& p = d.best->plan;
+  const double degree = d.best->evaluation.stepSeconds;
+  std::ostringstream layout;
+  layout << "tp " << p.parallel.tp << " pp " << p.parallel.pp << " dp " << p.parallel.dp;
+  if (p.parallel.cp > 1) layout << " cp " << p.parallel.cp;
+  if (p.parallel.ep > 1) layout << " ep " << p.parallel.ep;
+  if (p.parallel.virtualStages > 1) layout << " vpp " << p.parallel.virtualStages;
+  layout << ", mbs " << p.microBatchSize << ", ZeRO-" << p.zeroStage;
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "  degree-level search (colo-plan search): %s (%s); the joint solve is %.3fx its speed\n",
+                seconds(degree).c_str(), layout.str().c_str(), degree / r.joint.stepSeconds);
+  out << buf;
+  if (degree < r.joint.stepSeconds) {
+    out << "  the degree-level plan is faster"
+        << (d.outside.empty() ? " (the two cost models differ by a few percent on the same plan)"
+                              : ": it uses " + d.outside + ", outside the operator-level space")
+        << "; --out writes it\n";
   }
 }
 
@@ -192,9 +257,12 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
   if (!args->has("json")) options.progress = &progress;
   auto result = planner::autoParallel(model, cluster, options);
   if (!result) return reportError(result.error(), err);
-  // --out: the plan file, with where it came from.
+  // The degree-level search's best beside it: autoparallel never recommends a slower plan than it.
+  const DegreeBest degree = args->has("solver-only") ? DegreeBest{} : degreeBest(model, cluster, options);
+  const bool degreeFaster = degree.best && degree.best->evaluation.stepSeconds < result->joint.stepSeconds;
+  // --out: the plan file (the faster of the two), with where it came from.
   auto writePlan = [&](const std::string& file) -> Result<void> {
-    auto plan = planner::operatorPlanFile(model, cluster, options, *result);
+    auto plan = degreeFaster ? Result<Plan>(degree.best->plan) : planner::operatorPlanFile(model, cluster, options, *result);
     if (!plan) return fail(plan.error());
     plan->provenance.toolVersion = kVersion;
     plan->provenance.modelHash = contentHash(plan->model.toJson());
@@ -205,7 +273,14 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
     return writeJsonFileAtomic(file, planToJson(*plan));
   };
   if (args->has("json")) {
-    out << result->toJson().dump(2) << "\n";
+    Json j = result->toJson();
+    if (degree.best) {
+      j["degree_search"] = {{"step_time_s", degree.best->evaluation.stepSeconds},
+                            {"plan", planToJson(degree.best->plan)},
+                            {"outside_operator_space", degree.outside},
+                            {"faster_than_joint", degreeFaster}};
+    }
+    out << j.dump(2) << "\n";
     if (const auto file = args->value("out")) {
       if (auto written = writePlan(*file); !written) return reportError(written.error(), err);
     }
@@ -219,14 +294,19 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
                 static_cast<long long>(result->conversionsCached), static_cast<long long>(result->candidates));
   out << buf;
   printSummary(*result, out);
+  if (!args->has("solver-only")) printDegreeComparison(*result, degree, out);
   out << "\nper-operator plan (axes: what each mesh axis splits; layouts in Colossal-AI's [b, s, f] notation;\n"
          "time per micro-batch: kernels, collectives and recompute; saved: activations kept per micro-batch)\n";
   printOperatorBlocks(result->joint, out);
   if (const auto file = args->value("out")) {
     if (auto written = writePlan(*file); !written) return reportError(written.error(), err);
-    out << "\nwrote " << *file << (result->joint.runnable ? " (colo-run runs it: " + result->joint.expressedAs + ")"
-                                                             : " (simulation-only; its degree fields hold Megatron's split)")
-        << "; `colo-plan evaluate --plan " << *file << "` re-costs it\n";
+    if (degreeFaster) {
+      out << "\nwrote " << *file << ": the degree-level search's plan (faster than the joint solve)";
+    } else {
+      out << "\nwrote " << *file << (result->joint.runnable ? " (colo-run runs it: " + result->joint.expressedAs + ")"
+                                                               : " (simulation-only; its degree fields hold Megatron's split)");
+    }
+    out << "; `colo-plan evaluate --plan " << *file << "` re-costs it\n";
   }
   return 0;
 }

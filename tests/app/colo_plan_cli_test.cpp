@@ -580,11 +580,38 @@ TEST(ColoPlanAutoParallel, PrintsThePerOperatorPlanBesideMegatrons) {
   EXPECT_TRUE(j.err.empty()) << j.err;
 }
 
+TEST(ColoPlanAutoParallel, NeverRecommendsASlowerPlanThanTheDegreeLevelSearch) {
+  // Qwen3-30B-A3B on 512 H100s: the degree-level search's best uses ZeRO-2, which the operator-level
+  // space has no place for, and is faster; the report says so and --out writes that plan.
+  const std::string file = (std::filesystem::temp_directory_path() / "colo-autoparallel-degree.json").string();
+  const auto r = run("autoparallel --model qwen3-30b-a3b --cluster dgx-h100-x64 --gpus 512 --gbs 1024 --out " + file);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  for (const char* expected : {"degree-level search (colo-plan search):", "the degree-level plan is faster: it uses ZeRO-2",
+                               "the degree-level search's plan (faster than the joint solve)"}) {
+    EXPECT_NE(r.out.find(expected), std::string::npos) << expected << "\n" << r.out;
+  }
+  const Json written = test::loadJson(file);
+  EXPECT_EQ(written["zero_stage"], 2);
+  EXPECT_FALSE(written.contains("operator_plan"));
+  const auto e = run("evaluate --plan " + file + " --json");
+  ASSERT_EQ(e.exitCode, 0) << e.err;
+  const auto j = run("autoparallel --model qwen3-30b-a3b --cluster dgx-h100-x64 --gpus 512 --gbs 1024 --json");
+  ASSERT_EQ(j.exitCode, 0) << j.err;
+  const Json doc = Json::parse(j.out);
+  EXPECT_TRUE(doc["degree_search"]["faster_than_joint"].get<bool>());
+  EXPECT_LT(doc["degree_search"]["step_time_s"].get<double>(), doc["joint"]["step_time_s"].get<double>());
+  EXPECT_NEAR(Json::parse(e.out)["step_time_s"].get<double>(), doc["degree_search"]["step_time_s"].get<double>(), 1e-9);
+  std::filesystem::remove(file);
+}
+
 TEST(ColoPlanAutoParallel, OutWritesAPlanThatEvaluateReproduces) {
   const std::string file = (std::filesystem::temp_directory_path() / "colo-autoparallel-plan.json").string();
   const auto r = run("autoparallel --model llama3-8b --cluster dgx-h100 --gbs 64 --json --out " + file);
   ASSERT_EQ(r.exitCode, 0) << r.err;
   const Json solved = Json::parse(r.out);
+  // Here the joint plan is the faster one, so --out holds it.
+  ASSERT_TRUE(solved.contains("degree_search")) << r.out;
+  ASSERT_FALSE(solved["degree_search"]["faster_than_joint"].get<bool>());
   const auto e = run("evaluate --plan " + file + " --json");
   ASSERT_EQ(e.exitCode, 0) << e.err;
   const Json again = Json::parse(e.out);
