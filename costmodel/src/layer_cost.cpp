@@ -316,7 +316,15 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         fwd = gemmOn(dev, g->m, g->n, g->k, g->count);
         // Backward: the input gradient [m, n] x [n, k] and the weight gradient [k, m] x [m, n], each at
         // its own shape (measured where the database has it, else the roofline).
-        bwd = gemmOn(dev, g->m, g->k, g->n, g->count) + gemmOn(dev, g->k, g->n, g->m, g->count);
+        double wgrad = gemmOn(dev, g->k, g->n, g->m, g->count);
+        // Megatron's gradient-accumulation fusion (and Transformer Engine's fused wgrad accumulation)
+        // has the weight-gradient GEMM add into the fp32 main_grad: it reads and writes the [k, n]
+        // weight in fp32, which bounds short products (an expert's few hundred tokens) by memory.
+        if (c.wgradIntoFp32 && op.kind != OpKind::kBatchedMatMul) {
+          const double io = (g->m * g->k + g->m * g->n) * static_cast<double>(c.dtypeBytes) + g->k * g->n * 8.0;
+          wgrad = std::max(wgrad, g->count * io / dev.memoryBytesPerSecond);
+        }
+        bwd = gemmOn(dev, g->m, g->k, g->n, g->count) + wgrad;
         break;
       }
       default: {

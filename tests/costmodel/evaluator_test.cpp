@@ -765,6 +765,25 @@ TEST(Evaluator, OverlappedExpertAllToAllsHideBehindAnotherMicroBatchsCompute) {
   EXPECT_FALSE(validatePlan(bad));
 }
 
+TEST(Evaluator, FusedWeightGradientsReadAndWriteTheirFp32MainGrad) {
+  // Megatron's gradient-accumulation fusion adds each weight gradient into fp32 main_grad inside the
+  // GEMM, reading and writing the whole [k, n] weight at 4 bytes: negligible beside a dense layer's
+  // thousands of tokens, the bound of an expert's few hundred (DeepSeek-V3: 256 experts, 8 per token).
+  Plan moe = makePlan("deepseek-v3", "dgx-b200", 8, 1, 1, 8);
+  moe.parallel.ep = 8;
+  moe.seqLen = 1024;
+  moe.execution.gradAccumulation = GradAccumulation::kFused;
+  const Evaluation fused = evaluateOrFail(moe);
+  moe.execution.gradAccumulation = GradAccumulation::kAutograd;
+  const Evaluation autograd = evaluateOrFail(moe);
+  EXPECT_GT(fused.time.compute, 1.01 * autograd.time.compute);
+  Plan dense = makePlan("llama3-8b", "dgx-h100", 8, 1, 1, 8);
+  dense.execution.gradAccumulation = GradAccumulation::kFused;
+  const double a = evaluateOrFail(dense).time.compute;
+  dense.execution.gradAccumulation = GradAccumulation::kAutograd;
+  EXPECT_NEAR(evaluateOrFail(dense).time.compute, a, 1e-9 * a);
+}
+
 TEST(Evaluator, LatentAttentionSplitsItsUpProjectionsAndAttendsAtItsOwnWidths) {
   // DeepSeek-V3 (4 layers: 3 dense + 1 MoE) on one B200 node: the up projections split by heads under
   // tensor parallelism while the down projections are replicated; the fused attention kernel works
