@@ -290,7 +290,8 @@ void readBatchAndZero(const Json& tr, const Json& par, const Settings& set, std:
 
 // Megatron-Core's MoE token dispatcher and expert-parallel overlap as the row states them (its
 // moe_token_dispatcher_type / moe_enable_deepep / overlap_moe_expert_parallel_comm fields, or the
-// flags in any text of its parallel section). The overlap is kept only where Megatron-Core allows it.
+// flags in any text of its parallel section). The overlap is kept only where the plan's validation
+// (Megatron-Core's conditions) allows it.
 void readMoeExecution(const Json& par, Plan& p) {
   if (!p.model.spec || !p.model.spec->moe.enabled() || p.parallel.ep < 2) return;
   std::string words;
@@ -302,9 +303,8 @@ void readMoeExecution(const Json& par, Plan& p) {
   if (has(words, "deepep") || has(words, "flex")) p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
   const bool overlap = has(words, "overlap-moe-expert-parallel-comm") || has(words, "overlap_moe_expert_parallel_comm") ||
                        has(words, "ep a2a overlap") || has(words, "a2a overlap");
-  bool fullRecompute = false;
-  for (const auto& s : p.stages) fullRecompute |= s.recompute == RecomputePolicy::kFull && s.recomputeLayers > 0;
-  p.execution.epCommOverlap = overlap && (p.parallel.pp == 1 || p.parallel.virtualStages > 1) && !fullRecompute;
+  p.execution.epCommOverlap = overlap;
+  if (overlap && !validatePlan(p)) p.execution.epCommOverlap = false;
 }
 
 // What the row says of recompute.

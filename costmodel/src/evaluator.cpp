@@ -55,10 +55,8 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   cfg.dtypeBytes = bytesPerElement(plan.precision);
   cfg.activationBytes = activationBytesOf(plan.precision);
   cfg.topK = T.topK;
-  if (plan.model.spec) {
-    cfg.routingGroups = plan.model.spec->moe.routingGroups;
-    cfg.routingGroupTopK = plan.model.spec->moe.routingGroupTopK;
-  }
+  cfg.routingGroups = T.routingGroups;
+  cfg.routingGroupTopK = T.routingGroupTopK;
   cfg.dedupDispatch = plan.execution.moeDispatcher == MoeDispatcher::kDeepEp;
   cfg.epCommOverlap = plan.execution.epCommOverlap;
   cfg.wgradIntoFp32 = plan.execution.gradAccumulation == GradAccumulation::kFused && plan.precision != DType::kFp32;
@@ -201,6 +199,8 @@ Result<Evaluator> Evaluator::create(const Model& model, const ClusterSpec& clust
     // so context parallelism moves per-head keys of qk_head_dim and values of v_head_dim, not the latent.
     impl->templates.keyWidth = s.mla.enabled() ? s.numAttentionHeads * s.mla.qkHeadDim() : s.kvHeads() * s.headSize();
     impl->templates.outWidth = s.mla.enabled() ? s.numAttentionHeads * s.mla.vHeadDim : s.numAttentionHeads * s.headSize();
+    impl->templates.routingGroups = s.moe.routingGroups;
+    impl->templates.routingGroupTopK = s.moe.routingGroupTopK;
   }
   impl->numLayers = graph->info().numLayers;
   return Evaluator(std::move(impl));

@@ -138,6 +138,8 @@ struct ModelTemplates {
   std::int64_t keyWidth = 0;  // 0: kvWidth
   std::int64_t outWidth = 0;  // 0: qWidth
   std::int64_t topK = 1;
+  std::int64_t routingGroups = 0;     // group-limited routing (MoeSpec)
+  std::int64_t routingGroupTopK = 0;
 };
 
 [[nodiscard]] ModelTemplates digest(const OpGraph& graph, std::int64_t topK, std::int64_t kvWidth, bool tiedHead);
