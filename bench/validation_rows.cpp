@@ -427,6 +427,13 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
     p.precision = volta ? DType::kFp16 : DType::kBf16;  // "16-bit" or not stated: what the GPU runs fastest
   }
   if (!p.cluster.gpu.hasPeak(p.precision)) p.precision = DType::kFp16;
+  // torchao's float8 recipes (torchtitan's float8 converter) as the row names them; its default is
+  // tensorwise. Without "torchao" an fp8 row is Transformer Engine's, whose casts are fused.
+  if (p.precision == DType::kFp8 && has(precisionText, "torchao")) {
+    p.execution.float8Recipe = !has(precisionText, "rowwise")                                ? Float8Recipe::kTensorwise
+                               : has(precisionText, "gw_hp") || has(precisionText, "gw hp") ? Float8Recipe::kRowwiseGwHp
+                                                                                             : Float8Recipe::kRowwise;
+  }
   auto flag = [&](const char* key) { return set.pick(key).is_boolean() && set.pick(key).get<bool>(); };
   p.execution.flashAttention = set.pick("attention").is_string() && set.pick("attention").get<std::string>() == "flash";
   // Overlaps the row states (Megatron's flags in `parallel.overlap`) win over assumed ones.

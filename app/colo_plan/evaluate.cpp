@@ -45,6 +45,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"stages", "L1,L2,..", "layers of each pipeline chunk (default: even split)"},
       {"schedule", "S", "gpipe, 1f1b (default; interleaved when --vpp > 1), interleaved, zb"},
       {"precision", "P", "bf16, fp16, fp8, fp32 (default: bf16, or fp16 on GPUs without bf16)"},
+      {"float8-recipe", "R", "with --precision fp8, how linears are cast: transformer_engine (default; casts fused), or torchao's tensorwise, rowwise, rowwise_with_gw_hp (torchtitan's float8.recipe_name)"},
       {"attention", "A", "flash (default) or unfused"},
       {"no-overlap-grad-reduce", "", "do not overlap data-parallel gradient reduction with backward"},
       {"no-overlap-param-gather", "", "do not overlap ZeRO parameter gathers with forward"},
@@ -82,7 +83,7 @@ Error toOptionError(Error e) {
       {"/parallel/ep", "--ep"},  {"/parallel/virtual_stages", "--vpp"}, {"/parallel/sequence_parallel", "--sp"},
       {"/parallel/rank_order", "--rank-order"}, {"/parallel", "--tp/--pp/--dp/--cp"},
       {"/batch/global_batch_size", "--gbs"}, {"/batch/micro_batch_size", "--mbs"}, {"/batch/seq_len", "--seq-len"},
-      {"/zero_stage", "--zero"}, {"/schedule", "--schedule"}, {"/precision", "--precision"},
+      {"/zero_stage", "--zero"}, {"/schedule", "--schedule"}, {"/precision", "--precision"}, {"/execution/float8_recipe", "--float8-recipe"},
       {"/offload/optimizer_fraction", "--offload-optimizer"}, {"/offload/params_fraction", "--offload-params"},
       {"/offload/target", "--offload-optimizer"}, {"/stages", "--stages"}};
   if (e.file.empty()) {
@@ -218,6 +219,9 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   if (!dispatcher) return fail(Error::badInput("--moe-dispatcher: " + dispatcher.error().message));
   plan.execution.moeDispatcher = *dispatcher;
   plan.execution.epCommOverlap = args.has("ep-comm-overlap");
+  auto recipe = parseFloat8Recipe(args.value("float8-recipe", "transformer_engine"));
+  if (!recipe) return fail(Error::badInput("--float8-recipe: " + recipe.error().message));
+  plan.execution.float8Recipe = *recipe;
   if (const auto text = args.value("host-us-per-op")) {
     char* end = nullptr;
     const double us = std::strtod(text->c_str(), &end);
@@ -361,6 +365,9 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, 
               : ", grad accumulation " + toString(plan.execution.gradAccumulation))
       << (plan.execution.fp32Params && plan.precision != DType::kFp32 ? ", fp32 params" : "")
       << (plan.zeroStage >= 2 && plan.execution.gradSync == GradSync::kStep ? ", gradients synced once per step" : "")
+      << (plan.precision == DType::kFp8 && plan.execution.float8Recipe != Float8Recipe::kTransformerEngine
+              ? ", torchao float8 " + toString(plan.execution.float8Recipe)
+              : "")
       << (plan.execution.moeDispatcher == MoeDispatcher::kDeepEp ? ", DeepEP dispatch" : "")
       << (plan.execution.epCommOverlap ? ", expert all-to-alls overlapped" : "") << "\n";
   // A calibrated prediction has no band from the development runs: it says what it was calibrated on.
@@ -430,7 +437,8 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
   if (args->has("help")) {
     out << "usage: colo-plan evaluate --model M --cluster C [--gpus N] --tp T --pp P --dp D [--cp C] [--ep E] [--etp T]\n"
            "         [--vpp V] [--sp] --mbs B --gbs G [--seq-len S] [--zero 0|1|2|3] [--optimizer adamw|lamb|lars] [--recompute none|selective|full|op]\n"
-           "         [--schedule gpipe|1f1b|interleaved|zb] [--precision bf16|fp16|fp8|fp32] [--json]\n"
+           "         [--schedule gpipe|1f1b|interleaved|zb] [--precision bf16|fp16|fp8|fp32]\n"
+           "         [--float8-recipe transformer_engine|tensorwise|rowwise|rowwise_with_gw_hp] [--json]\n"
            "       colo-plan evaluate --plan plan.json [--json]\n\n"
            "Predicts the step time and per-GPU memory of one plan, with where the time and memory go.\n\n"
         << describeOptions(evaluateOptions());

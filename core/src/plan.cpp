@@ -85,6 +85,25 @@ Result<MoeDispatcher> parseMoeDispatcher(const std::string& name) {
   return fail(Error::badInput("unknown MoE dispatcher \"" + name + "\" (expected alltoall or deepep)"));
 }
 
+std::string toString(Float8Recipe value) {
+  switch (value) {
+    case Float8Recipe::kTensorwise: return "tensorwise";
+    case Float8Recipe::kRowwise: return "rowwise";
+    case Float8Recipe::kRowwiseGwHp: return "rowwise_with_gw_hp";
+    case Float8Recipe::kTransformerEngine: break;
+  }
+  return "transformer_engine";
+}
+
+Result<Float8Recipe> parseFloat8Recipe(const std::string& name) {
+  for (const Float8Recipe r :
+       {Float8Recipe::kTransformerEngine, Float8Recipe::kTensorwise, Float8Recipe::kRowwise, Float8Recipe::kRowwiseGwHp}) {
+    if (toString(r) == name) return r;
+  }
+  return fail(Error::badInput("unknown float8 recipe \"" + name +
+                              "\" (expected one of: transformer_engine, tensorwise, rowwise, rowwise_with_gw_hp)"));
+}
+
 std::string toString(Optimizer value) {
   switch (value) {
     case Optimizer::kAdamW: return "adamw";
@@ -308,6 +327,11 @@ Result<void> validatePlan(const Plan& plan, const std::string& file) {
         return bad("/execution/ep_comm_overlap", "cannot be combined with full recompute");
       }
     }
+  }
+
+  if (plan.execution.float8Recipe != Float8Recipe::kTransformerEngine && plan.precision != DType::kFp8) {
+    return bad("/execution/float8_recipe", "\"" + toString(plan.execution.float8Recipe) +
+                                               "\" casts to float8 and needs precision fp8, got " + toString(plan.precision));
   }
 
   // Memory management.

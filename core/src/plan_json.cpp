@@ -140,6 +140,10 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
       if (auto g = parseGradSync(e.choice("grad_sync", {"micro_batch", "step"}, "micro_batch"))) p.execution.gradSync = *g;
       if (auto d = parseMoeDispatcher(e.choice("moe_dispatcher", {"alltoall", "deepep"}, "alltoall"))) p.execution.moeDispatcher = *d;
       p.execution.epCommOverlap = e.boolean("ep_comm_overlap", false);
+      if (auto f = parseFloat8Recipe(e.choice("float8_recipe", {"transformer_engine", "tensorwise", "rowwise", "rowwise_with_gw_hp"},
+                                              "transformer_engine"))) {
+        p.execution.float8Recipe = *f;
+      }
       if (e.has("host_us_per_op")) {
         const double us = e.number("host_us_per_op");
         if (!(us >= 0 && us <= 1e6)) e.fail("host_us_per_op", "must be between 0 and 1e6 microseconds");
@@ -261,6 +265,7 @@ Json planToJson(const Plan& p) {
   if (p.execution.gradSync != GradSync::kMicroBatch) j["execution"]["grad_sync"] = toString(p.execution.gradSync);
   if (p.execution.moeDispatcher != MoeDispatcher::kAllToAll) j["execution"]["moe_dispatcher"] = toString(p.execution.moeDispatcher);
   if (p.execution.epCommOverlap) j["execution"]["ep_comm_overlap"] = true;
+  if (p.execution.float8Recipe != Float8Recipe::kTransformerEngine) j["execution"]["float8_recipe"] = toString(p.execution.float8Recipe);
   Json pred = Json::object();
   const auto& pr = p.predictions;
   auto put = [&](const char* key, const std::optional<double>& v) {

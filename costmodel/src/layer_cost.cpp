@@ -215,6 +215,52 @@ ProductShares productShares(const OpTemplate& op, const LayerConfig& c) {
   return {};
 }
 
+// torchao's float8 casts around one linear layer (torchtitan's float8 converters; docs/costmodel.md,
+// "FP8"): the kernels each recipe runs on its three operands, input [m, k], weight [k, n] and output
+// gradient [m, n] (element counts), and the bytes each moves, as torchao's roofline of its recipes
+// counts them, with torch.compile fusing an activation's amax (and, rowwise, its read) into the kernel
+// before it. Every kernel costs at least the launch floor.
+struct CastSeconds {
+  double fwd = 0, bwd = 0;
+  int kernelsFwd = 0, kernelsBwd = 0;
+};
+CastSeconds float8CastSeconds(Float8Recipe recipe, double input, double weight, double gradOutput, double bw, double floor) {
+  CastSeconds s;
+  auto fwd = [&](double bytes) { s.fwd += std::max(floor, bytes / bw); ++s.kernelsFwd; };
+  auto bwd = [&](double bytes) { s.bwd += std::max(floor, bytes / bw); ++s.kernelsBwd; };
+  switch (recipe) {
+    case Float8Recipe::kTensorwise:
+      fwd(4 * input);   // bf16 in, fp8 out twice (row- and column-major for the two GEMMs that use it)
+      fwd(2 * weight);  // the weight's amax (nothing before it to fuse with)
+      fwd(3 * weight);  // its cast for the forward GEMM
+      bwd(3 * weight);  // and for the input-gradient GEMM
+      bwd(4 * gradOutput);
+      break;
+    case Float8Recipe::kRowwise:
+      // A row's scale serves one GEMM only, so an operand is cast once per GEMM that reads it, along
+      // that GEMM's reduction axis; the second cast goes through a transposed 16-bit copy.
+      fwd(3 * input);       // fp8 along rows, and the transposed bf16 copy (its read fused before)
+      bwd(3 * input);       // that copy to fp8, for the weight-gradient GEMM
+      fwd(3 * weight);      // fp8 along rows, for the forward GEMM
+      bwd(4 * weight);      // the transposed bf16 copy (read 2 B, write 2 B) ...
+      bwd(3 * weight);      // ... to fp8, for the input-gradient GEMM
+      bwd(3 * gradOutput);  // likewise the output gradient: fp8 along rows and the transposed copy,
+      bwd(3 * gradOutput);  // then that copy to fp8
+      break;
+    case Float8Recipe::kRowwiseGwHp:
+      // The weight-gradient GEMM stays in bf16: activations are cast along rows only, fused into the
+      // kernel before them (which writes the fp8 copy beside its 16-bit output).
+      fwd(1 * input);
+      fwd(3 * weight);
+      bwd(3 * weight);
+      bwd(1 * gradOutput);
+      break;
+    case Float8Recipe::kTransformerEngine:
+      break;
+  }
+  return s;
+}
+
 }  // namespace
 
 double expertDispatchSeconds(double bytes, const LayerConfig& c, const GroupPlacement& ep) {
@@ -312,11 +358,17 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
           out.gemmFlopsFwdPerGpu += flops;
         }
         if (!g) break;
-        const DeviceModel& dev = op.kind == OpKind::kBatchedMatMul ? attentionDevice : device;
+        // torchao's recipes convert nn.Linear only, and torchtitan leaves the output head out
+        // (filter_fqns "output"): the head and grouped expert GEMMs stay at 16 bits.
+        const bool torchao = c.float8Recipe != Float8Recipe::kTransformerEngine;
+        const bool sixteenBit = op.kind == OpKind::kBatchedMatMul ||
+                                (torchao && (op.kind == OpKind::kGroupedMatMul || op.shard == Shard::kVocab));
+        const DeviceModel& dev = sixteenBit ? attentionDevice : device;
         fwd = gemmOn(dev, g->m, g->n, g->k, g->count);
         // Backward: the input gradient [m, n] x [n, k] and the weight gradient [k, m] x [m, n], each at
         // its own shape (measured where the database has it, else the roofline).
-        double wgrad = gemmOn(dev, g->k, g->n, g->m, g->count);
+        const bool wgradHp = c.float8Recipe == Float8Recipe::kRowwiseGwHp;
+        double wgrad = gemmOn(wgradHp ? attentionDevice : dev, g->k, g->n, g->m, g->count);
         // Megatron's gradient-accumulation fusion (and Transformer Engine's fused wgrad accumulation)
         // has the weight-gradient GEMM add into the fp32 main_grad: it reads and writes the [k, n]
         // weight in fp32, which bounds short products (an expert's few hundred tokens) by memory.
@@ -325,6 +377,18 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
           wgrad = std::max(wgrad, g->count * io / dev.memoryBytesPerSecond);
         }
         bwd = gemmOn(dev, g->m, g->k, g->n, g->count) + wgrad;
+        if (torchao && !sixteenBit) {
+          // Under tensor parallelism torchtitan's float8 layouts (tensorwise only) cast the operand a
+          // sequence-parallel all-gather brings before gathering it: on the shard, and gathered in fp8.
+          const bool castShard = c.float8Recipe == Float8Recipe::kTensorwise && c.sequenceParallel;
+          const double input = g->m * g->k * g->count / (castShard && op.shard == Shard::kColumn ? tp : 1.0);
+          const double gradOutput = g->m * g->n * g->count / (castShard && op.shard == Shard::kRow ? tp : 1.0);
+          const CastSeconds cast = float8CastSeconds(c.float8Recipe, input, g->k * g->n * g->count, gradOutput, bw, floor);
+          fwd += cast.fwd;
+          bwd += cast.bwd;
+          out.opsFwd += cast.kernelsFwd;
+          out.opsBwd += cast.kernelsBwd;
+        }
         break;
       }
       default: {
@@ -457,7 +521,13 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
   // replaces each by a reduce-scatter plus an all-gather of the same total time.
   if (c.tp > 1) {
     const double bytes = b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.hidden) * static_cast<double>(c.activationBytes);
-    const double allReduce = collectiveSeconds(Collective::kAllReduce, bytes, tpGroup);
+    double allReduce = collectiveSeconds(Collective::kAllReduce, bytes, tpGroup);
+    // torchtitan's float8 tensorwise layouts all-gather in fp8 (forward, and the output gradient
+    // backward): each reduce-scatter and all-gather pair moves 1.5 bytes per element instead of 2 x 2.
+    if (c.float8Recipe == Float8Recipe::kTensorwise && c.sequenceParallel) {
+      allReduce = collectiveSeconds(Collective::kReduceScatter, bytes, tpGroup) +
+                  collectiveSeconds(Collective::kAllGather, bytes / 2.0, tpGroup);
+    }
     const double moeExtra = layer.moe ? 1.0 : 0.0;  // the expert block ends in a reduction too
     // With overlap 15% stays exposed; the hidden 85% still slows the GEMMs it runs beside.
     const double exposed = c.tpCommOverlap ? 0.15 + 0.85 * device.overlapSlowdown : 1.0;

@@ -181,6 +181,10 @@ std::string megatron(const Plan& p) {
   if (s.sandwichNorm) header += "# note: the norms after attention and the MLP (Gemma) have no pretrain_gpt.py flag either\n";
   if (s.qkL2Norm) header += "# note: Llama 4's weightless query/key L2 norm has no pretrain_gpt.py flag (Megatron-Core's qk_l2_norm)\n";
   if (s.finalLogitSoftcap > 0) header += "# note: Gemma 2's final logit soft-capping has no pretrain_gpt.py flag\n";
+  if (p.precision == DType::kFp8 && p.execution.float8Recipe != Float8Recipe::kTransformerEngine) {
+    header += "# note: the plan was costed with torchao's " + toString(p.execution.float8Recipe) +
+              " float8 recipe (torchtitan); Megatron-LM casts through Transformer Engine (--fp8-format), whose casts are fused and cost less\n";
+  }
   if (s.attentionLogitSoftcap > 0) header += "# note: Gemma 2's attention logit soft-capping has no pretrain_gpt.py flag\n";
   return header + text + "\n";
 }

@@ -220,6 +220,19 @@ Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& cont
   q.virtualStages = p.schedule == Schedule::kInterleaved ? 2 : 1;  // torchtitan's default: two stages per rank
   const std::string converters = kv->contains("model.converters") ? kv->at("model.converters") : "";
   p.precision = converters.find("float8") != std::string::npos ? DType::kFp8 : DType::kBf16;
+  if (p.precision == DType::kFp8) {
+    // torchao's recipe (float8.recipe_name; quantize.linear.float8.recipe_name since late 2025); unset
+    // means tensorwise.
+    std::string recipe = "tensorwise";
+    for (const char* key : {"float8.recipe_name", "quantize.linear.float8.recipe_name"}) {
+      if (kv->contains(key)) recipe = kv->at(key);
+    }
+    auto parsed = parseFloat8Recipe(recipe);
+    if (!parsed || *parsed == Float8Recipe::kTransformerEngine) {
+      return fail(Error::badInput("float8.recipe_name: expected tensorwise, rowwise or rowwise_with_gw_hp, got \"" + recipe + "\""));
+    }
+    p.execution.float8Recipe = *parsed;
+  }
   const std::string mode = kv->contains("activation_checkpoint.mode") ? kv->at("activation_checkpoint.mode") : "selective";
   const std::string option = kv->contains("activation_checkpoint.selective_ac_option") ? kv->at("activation_checkpoint.selective_ac_option") : "op";
   RecomputePolicy policy = mode == "full" ? RecomputePolicy::kFull

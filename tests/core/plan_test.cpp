@@ -209,6 +209,34 @@ TEST(Plan, GradientSyncOncePerStepIsWrittenOnlyWhenSetAndColoRunRefusesIt) {
   EXPECT_EQ(refused.error().path, "/execution/grad_sync");
 }
 
+TEST(Plan, Float8RecipeIsWrittenOnlyWhenTorchaosAndNeedsFp8) {
+  Plan p = megatronPlan();
+  p.cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x2048.json"));  // fp8 needs Hopper
+  p.parallel.dp = 128;
+  p.globalBatchSize = 2048;  // 16 micro-batches a replica, a multiple of pp
+  p.provenance.clusterHash = contentHash(clusterToJson(p.cluster));
+  p.precision = DType::kFp8;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  EXPECT_FALSE(planToJson(p)["execution"].contains("float8_recipe"));
+  p.execution.float8Recipe = Float8Recipe::kRowwiseGwHp;
+  Json j = planToJson(p);
+  EXPECT_EQ(j["execution"]["float8_recipe"], "rowwise_with_gw_hp");
+  auto back = planFromJson(j, "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_EQ(back->execution.float8Recipe, Float8Recipe::kRowwiseGwHp);
+  Json unknown = j;
+  unknown["execution"]["float8_recipe"] = "mxfp8";
+  auto refused = planFromJson(unknown, "p.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/float8_recipe");
+  Json bf16 = j;
+  bf16["precision"] = "bf16";
+  auto notFp8 = planFromJson(bf16, "p.json");
+  ASSERT_FALSE(notFp8);
+  EXPECT_EQ(notFp8.error().path, "/execution/float8_recipe");
+  EXPECT_NE(notFp8.error().message.find("bf16"), std::string::npos) << notFp8.error().message;
+}
+
 TEST(Plan, MoeDispatchAndExpertOverlapAreWrittenOnlyWhenSetAndColoRunRefusesThem) {
   Plan p = megatronPlan();
   EXPECT_FALSE(planToJson(p)["execution"].contains("moe_dispatcher"));

@@ -784,6 +784,46 @@ TEST(Evaluator, FusedWeightGradientsReadAndWriteTheirFp32MainGrad) {
   EXPECT_NEAR(evaluateOrFail(dense).time.compute, a, 1e-9 * a);
 }
 
+TEST(Evaluator, TorchaoFloat8RecipesPayForTheirCastsAndTensorwiseGathersInFp8) {
+  // Transformer Engine fuses each cast into the kernel before the GEMM; torchao's recipes run casts of
+  // their own, rowwise more of them (every operand along both axes), and rowwise_with_gw_hp keeps the
+  // weight-gradient GEMM at 16 bits. One GPU: nothing but compute differs.
+  Plan one = makePlan("llama3-8b", "dgx-h100", 1, 1, 1, 1);
+  one.seqLen = 8192;
+  one.precision = DType::kFp8;
+  auto compute = [&](Float8Recipe recipe) {
+    Plan p = one;
+    p.execution.float8Recipe = recipe;
+    return evaluateOrFail(p).time.compute;
+  };
+  const double te = compute(Float8Recipe::kTransformerEngine);
+  const double tensorwise = compute(Float8Recipe::kTensorwise);
+  const double rowwise = compute(Float8Recipe::kRowwise);
+  const double gwHp = compute(Float8Recipe::kRowwiseGwHp);
+  EXPECT_GT(tensorwise, 1.02 * te);
+  EXPECT_GT(rowwise, 1.02 * tensorwise);
+  EXPECT_GT(gwHp, te);
+  // Under tensor parallelism with sequence parallelism torchtitan's tensorwise layouts all-gather the
+  // cast fp8 operand: the all-gathers move half the bytes, the reduce-scatters stay at 16 bits.
+  Plan tp = makePlan("llama3-8b", "dgx-h100", 8, 8, 1, 8);
+  tp.seqLen = 8192;
+  tp.precision = DType::kFp8;
+  tp.parallel.sequenceParallel = true;
+  tp.execution.float8Recipe = Float8Recipe::kRowwise;
+  const double rowwiseTp = evaluateOrFail(tp).time.tpComm;
+  tp.execution.float8Recipe = Float8Recipe::kTensorwise;
+  const double tensorwiseTp = evaluateOrFail(tp).time.tpComm;
+  EXPECT_LT(tensorwiseTp, 0.85 * rowwiseTp);
+  EXPECT_GT(tensorwiseTp, 0.6 * rowwiseTp);
+  // A recipe is only for fp8 runs.
+  Plan bf16 = one;
+  bf16.precision = DType::kBf16;
+  bf16.execution.float8Recipe = Float8Recipe::kRowwise;
+  auto refused = evaluatePlan(bf16);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/float8_recipe");
+}
+
 TEST(Evaluator, LatentAttentionSplitsItsUpProjectionsAndAttendsAtItsOwnWidths) {
   // DeepSeek-V3 (4 layers: 3 dense + 1 MoE) on one B200 node: the up projections split by heads under
   // tensor parallelism while the down projections are replicated; the fused attention kernel works

@@ -639,6 +639,25 @@ TEST(Validation, BlackwellRowsAndDeepSeekStyleExpertsAreRead) {
   EXPECT_TRUE(deepep->plan.execution.epCommOverlap);
 }
 
+TEST(Validation, Float8RowsNameTheirCastingRecipe) {
+  // torchtitan's float8 rows name torchao and its recipe; an fp8 row without torchao is Transformer
+  // Engine's (Megatron, NeMo), whose casts are fused into the kernels before the GEMMs.
+  Json row = unseenRow();
+  row["hardware"] = Json::parse(R"({"gpu": "H100 SXM", "gpu_memory_gb": 80, "gpus_per_node": 8, "num_gpus": 16})");
+  auto recipeOf = [&](const std::string& precision) {
+    row["training"]["precision"] = precision;
+    auto c = validation::caseFromRow(row, assumptionsFile());
+    EXPECT_TRUE(c) << (c ? "" : c.error().toString());
+    EXPECT_TRUE(!c || c->plan.precision == DType::kFp8) << precision;
+    return c ? c->plan.execution.float8Recipe : Float8Recipe::kTransformerEngine;
+  };
+  EXPECT_EQ(recipeOf("bf16 + float8 tensorwise Linear (torchao)"), Float8Recipe::kTensorwise);
+  EXPECT_EQ(recipeOf("bf16 + float8 rowwise Linear (torchao)"), Float8Recipe::kRowwise);
+  EXPECT_EQ(recipeOf("float8 rowwise_with_gw_hp (torchao)"), Float8Recipe::kRowwiseGwHp);
+  EXPECT_EQ(recipeOf("float8 (torchao)"), Float8Recipe::kTensorwise);
+  EXPECT_EQ(recipeOf("FP8 hybrid (Transformer Engine)"), Float8Recipe::kTransformerEngine);
+}
+
 TEST(Validation, PowerLimitedHbm2eH100sAreNotTheDatasheetPart) {
   // torchtitan's benchmarks ran on Meta's H100s: 96 GB HBM2e, 500 W, 800 TFLOP/s bf16 and 2.4 TB/s. The
   // same row on the SXM5 datasheet part (700 W, HBM3) is predicted faster by about the ratio of peaks.

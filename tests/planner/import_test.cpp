@@ -237,6 +237,16 @@ TEST(Import, TorchtitanTomlReadsFsdpAndPerOpCheckpointing) {
   EXPECT_EQ(async->parallel.dp, 4);
   EXPECT_TRUE(async->execution.tpCommOverlap);
   EXPECT_EQ(async->precision, DType::kFp8);
+  EXPECT_EQ(async->execution.float8Recipe, Float8Recipe::kTensorwise);  // torchao's default recipe
+  std::string rowwise = tp;
+  rowwise += "\n[float8]\nrecipe_name = \"rowwise\"\n";
+  auto rows = importTorchtitan(rowwise, ImportContext{cluster, std::nullopt, 0, 0});
+  ASSERT_TRUE(rows) << rows.error().toString();
+  EXPECT_EQ(rows->execution.float8Recipe, Float8Recipe::kRowwise);
+  auto unknown = importTorchtitan(tp + "\n[float8]\nrecipe_name = \"mxfp8\"\n", ImportContext{cluster, std::nullopt, 0, 0});
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().message.find("float8.recipe_name"), std::string::npos);
+  EXPECT_NE(unknown.error().message.find("mxfp8"), std::string::npos);
   EXPECT_EQ(async->execution.gradSync, GradSync::kMicroBatch);
   // With pipeline parallelism PyTorch's pipelining syncs the FSDP gradients once per step.
   std::string piped = text.str();

@@ -53,6 +53,17 @@ enum class MoeDispatcher { kAllToAll, kDeepEp };
 [[nodiscard]] std::string toString(MoeDispatcher value);  ///< alltoall, deepep
 [[nodiscard]] Result<MoeDispatcher> parseMoeDispatcher(const std::string& name);
 
+/// How an fp8 run casts the linear layers' operands to float8 (docs/costmodel.md, "FP8").
+/// kTransformerEngine: Transformer Engine's delayed or current scaling; each cast is fused into the
+/// kernel before the GEMM (LayerNorm, activation) and not costed apart. The others are torchao's
+/// dynamic-scaling recipes (torchtitan's float8.recipe_name), whose casts are kernels of their own:
+/// kTensorwise (one scale per tensor; torchtitan then runs tensor parallelism's all-gathers in fp8),
+/// kRowwise (one scale per row; every operand cast along both axes), kRowwiseGwHp (rowwise, with the
+/// weight-gradient GEMM kept in bf16).
+enum class Float8Recipe { kTransformerEngine, kTensorwise, kRowwise, kRowwiseGwHp };
+[[nodiscard]] std::string toString(Float8Recipe value);  ///< transformer_engine, tensorwise, rowwise, rowwise_with_gw_hp
+[[nodiscard]] Result<Float8Recipe> parseFloat8Recipe(const std::string& name);
+
 /// The optimizer: its states per parameter decide the optimizer memory (docs/costmodel.md).
 /// kAdamW: two fp32 moments. kLamb: Adam's moments with a per-parameter trust ratio (You et al. 2019,
 /// for batches of 32k-64k). kLars: one momentum buffer with a per-parameter trust ratio (You et al. 2017).
@@ -133,6 +144,7 @@ struct Execution {
   /// --overlap-moe-expert-parallel-comm: the forward of one micro-batch runs beside the backward of
   /// another); needs ep > 1, virtual stages when pp > 1, no full recompute.
   bool epCommOverlap = false;
+  Float8Recipe float8Recipe = Float8Recipe::kTransformerEngine;  ///< precision fp8 only
   /// The parameters are kept in fp32 and are the optimizer's master weights; 16-bit copies exist only
   /// while a layer is gathered or in use (PyTorch FSDP/FSDP2's mixed-precision policy, torch.amp).
   /// false: 16-bit training weights beside fp32 master copies inside the optimizer (Megatron,
