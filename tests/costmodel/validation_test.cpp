@@ -639,6 +639,28 @@ TEST(Validation, BlackwellRowsAndDeepSeekStyleExpertsAreRead) {
   EXPECT_TRUE(deepep->plan.execution.epCommOverlap);
 }
 
+TEST(Validation, MlperfGpt3RowsRunTheInterleavedScheduleUnlessTheySayOtherwise) {
+  // NVIDIA's MLPerf GPT-3 implementations interleave their pipeline (v3.1: 12 chunks by default, v4.1
+  // configs: 6): a row that does not say how many chunks gets the fastest that fits; NeMo's own
+  // performance rows keep 1F1B unless they say so.
+  Json row = unseenRow();
+  row["source"]["citation"] = "MLCommons Training v4.1 results, NVIDIA GPT-3 175B submission (NeMo Megatron, FP8)";
+  row["model"] = Json::parse(R"({"name": "GPT-3 175B", "arch": "GPT-3", "num_layers": 96, "hidden_size": 12288,
+      "num_attention_heads": 96, "seq_len": 2048, "vocab_size": 51200})");
+  row["hardware"] = Json::parse(R"({"gpu": "H100 SXM", "gpu_memory_gb": 80, "gpus_per_node": 8, "num_gpus": 512})");
+  row["parallel"] = Json::parse(R"({"tp": 4, "pp": 8, "dp": 16, "virtual_pipeline_stages": null})");
+  row["training"] = Json::parse(R"J({"precision": "FP8 (Transformer Engine)", "micro_batch_size": 1, "global_batch_size": 256})J");
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_EQ(c->plan.schedule, Schedule::kInterleaved);
+  EXPECT_GT(c->plan.parallel.virtualStages, 1);
+  EXPECT_TRUE(c->plan.execution.tpCommOverlap);
+  row["source"]["citation"] = "NeMo 24.07 performance summary";
+  auto nemo = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(nemo) << nemo.error().toString();
+  EXPECT_EQ(nemo->plan.schedule, Schedule::kOneFOneB);
+}
+
 TEST(Validation, Float8RowsNameTheirCastingRecipe) {
   // torchtitan's float8 rows name torchao and its recipe; an fp8 row without torchao is Transformer
   // Engine's (Megatron, NeMo), whose casts are fused into the kernels before the GEMMs.
