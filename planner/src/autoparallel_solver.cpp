@@ -41,6 +41,73 @@ void unpack(std::uint64_t key, std::size_t count, int& entry, std::vector<std::p
   entry = static_cast<int>(key);
 }
 
+// The states of one step of the DP by packed key, in insertion order (a solve does not depend on
+// hashing), indexed by open addressing: linear probing over a power-of-two table of positions,
+// Fibonacci-hashed. The solver's hottest structure: a node-based map spent a third of the solve in
+// allocation and bucket arithmetic.
+class StateMap {
+ public:
+  using Item = std::pair<std::uint64_t, Entry>;
+  /// The entry of `key` (a default Entry when new) and whether it was inserted. The pointer holds until
+  /// the next insertion.
+  std::pair<Entry*, bool> tryEmplace(std::uint64_t key) {
+    if ((m_items.size() + 1) * 2 > m_index.size()) rehash(std::max<std::size_t>(16, m_index.size() * 2));
+    for (std::size_t i = slot(key);; i = (i + 1) & m_mask) {
+      const std::uint32_t at = m_index[i];
+      if (at == kEmpty) {
+        m_index[i] = static_cast<std::uint32_t>(m_items.size());
+        m_items.emplace_back(key, Entry{});
+        return {&m_items.back().second, true};
+      }
+      if (m_items[at].first == key) return {&m_items[at].second, false};
+    }
+  }
+  [[nodiscard]] const Entry& at(std::uint64_t key) const {
+    if (!m_index.empty()) {
+      for (std::size_t i = slot(key);; i = (i + 1) & m_mask) {
+        const std::uint32_t at = m_index[i];
+        if (at == kEmpty) break;
+        if (m_items[at].first == key) return m_items[at].second;
+      }
+    }
+    throw std::out_of_range("autoparallel solver: no state " + std::to_string(key));
+  }
+  void reserve(std::size_t n) {
+    m_items.reserve(n);
+    std::size_t size = 16;
+    while (size < 2 * n) size *= 2;
+    if (size > m_index.size()) rehash(size);
+  }
+  void clear() {
+    m_items.clear();
+    std::fill(m_index.begin(), m_index.end(), kEmpty);
+  }
+  [[nodiscard]] std::size_t size() const { return m_items.size(); }
+  [[nodiscard]] std::vector<Item>::const_iterator begin() const { return m_items.begin(); }
+  [[nodiscard]] std::vector<Item>::const_iterator end() const { return m_items.end(); }
+
+ private:
+  static constexpr std::uint32_t kEmpty = std::numeric_limits<std::uint32_t>::max();
+  [[nodiscard]] std::size_t slot(std::uint64_t key) const {
+    return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> m_shift) & m_mask;
+  }
+  void rehash(std::size_t size) {
+    m_index.assign(size, kEmpty);
+    m_mask = size - 1;
+    m_shift = 64;
+    for (std::size_t s = size; s > 1; s /= 2) --m_shift;
+    for (std::size_t k = 0; k < m_items.size(); ++k) {
+      std::size_t i = slot(m_items[k].first);
+      while (m_index[i] != kEmpty) i = (i + 1) & m_mask;
+      m_index[i] = static_cast<std::uint32_t>(k);
+    }
+  }
+  std::vector<Item> m_items;
+  std::vector<std::uint32_t> m_index;
+  std::size_t m_mask = 0;
+  int m_shift = 64;
+};
+
 }  // namespace
 
 BlockSolver::BlockSolver(const Block& block, const CostContext& context, LayoutConverter& converter)
@@ -155,10 +222,10 @@ class BlockDp {
     if (m_s.m_block->hasInput) {
       for (const Layout e : entries) {
         if (e.partial() || !fits(e, m_s.m_block->input, m_s.m_context.samples, mesh)) continue;
-        m_steps[0][pack(e.index() * 2, {{e.index(), false}})] = start;
+        *m_steps[0].tryEmplace(pack(e.index() * 2, {{e.index(), false}})).first = start;
       }
     } else {
-      m_steps[0][pack(0, {})] = start;
+      *m_steps[0].tryEmplace(pack(0, {})).first = start;
     }
     for (std::size_t u = 0; u < m_n; ++u) {
       advance(u);
@@ -192,7 +259,28 @@ class BlockDp {
                   const std::vector<std::size_t>& inputAt, double memoryPrice, bool withRecompute, std::array<Kept, 2>& kept) const;
   static Entry extend(const Entry& from, std::uint64_t key, const Strategy& st, std::size_t s, const Step& step, double objective,
                       bool recompute, std::uint8_t keepBefore);
-  static void prune(std::unordered_map<std::uint64_t, Entry>& states);
+  // What a unit's choices do not take from the state.
+  struct UnitFixed {
+    std::vector<std::size_t> inputAt;  // per input: its place among the live tensors
+    std::array<bool, 2> choices{};     // keep, recompute allowed
+    std::vector<char> allowed;         // per strategy
+    std::vector<double> sync, state;   // per strategy: amortised gradient reduction seconds, state bytes
+    double memoryPrice = 0;            // per activation byte
+    bool outputBit = false;            // whether the output's recompute bit matters later
+  };
+  // One choice of a unit from a given input signature.
+  struct Option {
+    Step step;
+    double cost = 0, price = 0;  // objective added; its activation part
+    std::size_t strategy = 0;
+    bool recompute = false;
+    std::uint8_t keepBefore = 0;
+    int outCode = 0;             // the output's layout and recompute bit
+  };
+  [[nodiscard]] UnitFixed unitFixed(std::size_t u) const;
+  // Appends to `out` the unit's cheapest choice for each output code, given the inputs in `state`.
+  void options(std::size_t u, const UnitFixed& f, const std::vector<std::pair<int, bool>>& state, std::vector<Option>& out) const;
+  static void prune(StateMap& states);
   void advance(std::size_t u);
   void cut(std::size_t k);
   // The best way from each entry to each state at a cut, joined segment by segment.
@@ -214,9 +302,9 @@ class BlockDp {
   const SolveWeights& m_w;
   std::size_t m_n;
   std::vector<std::vector<int>> m_live;
-  std::vector<std::unordered_map<std::uint64_t, Entry>> m_steps;
+  std::vector<StateMap> m_steps;
   std::vector<std::size_t> m_cuts;
-  std::map<std::size_t, std::unordered_map<std::uint64_t, Entry>> m_reached;  // states reaching each cut, before the restart
+  std::map<std::size_t, StateMap> m_reached;  // states reaching each cut, before the restart
 };
 
 std::array<bool, 2> BlockDp::recomputeChoices(std::size_t u) const {
@@ -288,31 +376,108 @@ void BlockDp::keptInputs(std::size_t u, std::size_t s, const std::vector<std::pa
   }
 }
 
-void BlockDp::advance(std::size_t u) {
+BlockDp::UnitFixed BlockDp::unitFixed(std::size_t u) const {
   const Unit& unit = m_s.m_block->units[u];
   const auto& strategies = m_s.m_strategies[u];
+  UnitFixed f;
   const auto& before = m_live[u];
-  std::vector<std::size_t> inputAt;
   for (const int input : unit.inputs) {
-    inputAt.push_back(static_cast<std::size_t>(std::find(before.begin(), before.end(), input + 1) - before.begin()));
+    f.inputAt.push_back(static_cast<std::size_t>(std::find(before.begin(), before.end(), input + 1) - before.begin()));
   }
-  const auto choices = recomputeChoices(u);
-  // Per strategy, what does not depend on the state.
-  std::vector<char> allowed(strategies.size(), 1);
-  std::vector<double> syncOf(strategies.size(), 0.0), stateOf(strategies.size(), 0.0);
+  f.choices = recomputeChoices(u);
+  f.allowed.assign(strategies.size(), 1);
+  f.sync.assign(strategies.size(), 0.0);
+  f.state.assign(strategies.size(), 0.0);
   for (std::size_t s = 0; s < strategies.size(); ++s) {
     const Strategy& st = strategies[s];
-    allowed[s] = !m_w.allow || m_w.allow(*m_s.m_block, u, st);
-    syncOf[s] = m_s.m_syncSeconds[u][s] * m_w.syncExposed / m_w.microBatches;
-    stateOf[s] = st.stateParams * (m_w.stateBytesPerParam + m_w.optimizerBytesPerParam / st.optimizerShard);
+    f.allowed[s] = !m_w.allow || m_w.allow(*m_s.m_block, u, st);
+    f.sync[s] = m_s.m_syncSeconds[u][s] * m_w.syncExposed / m_w.microBatches;
+    f.state[s] = st.stateParams * (m_w.stateBytesPerParam + m_w.optimizerBytesPerParam / st.optimizerShard);
   }
-  const double memoryPrice = m_w.lambda * m_w.activationCopies;
+  f.memoryPrice = m_w.lambda * m_w.activationCopies;
+  f.outputBit = bitMatters(static_cast<int>(u) + 1, u + 1);
+  return f;
+}
+
+void BlockDp::options(std::size_t u, const UnitFixed& f, const std::vector<std::pair<int, bool>>& state, std::vector<Option>& out) const {
+  // Every (strategy, recompute) choice of the unit given its inputs' layouts and recompute bits; of the
+  // choices that leave the same output code only the cheapest (the first on a tie) can win, since they
+  // extend the same state into the same next state.
+  const auto& strategies = m_s.m_strategies[u];
+  const std::size_t first = out.size();
+  std::array<int, 2 * kLayouts> byCode;  // output code -> its option's place in `out`
+  byCode.fill(-1);
+  std::array<Kept, 2> keptBoth;
+  for (std::size_t s = 0; s < strategies.size(); ++s) {
+    if (!f.allowed[s]) continue;
+    const Strategy& st = strategies[s];
+    double convFwd = 0, convBwd = 0, convOps = 0;
+    for (std::size_t i = 0; i < f.inputAt.size(); ++i) {
+      const auto l = static_cast<std::size_t>(state[f.inputAt[i]].first);
+      convFwd += m_s.m_convFwd[u][i][s][l];
+      convBwd += m_s.m_convBwd[u][i][s][l];
+      convOps += m_s.m_convOps[u][i][s][l];
+    }
+    if (!std::isfinite(convFwd) || !std::isfinite(convBwd)) continue;
+    keptInputs(u, s, state, f.inputAt, f.memoryPrice, f.choices[1], keptBoth);
+    for (int r = 0; r < 2; ++r) {
+      if (!f.choices[static_cast<std::size_t>(r)]) continue;
+      const bool recompute = r == 1;
+      const Kept& kept = keptBoth[static_cast<std::size_t>(r)];
+      Option o;
+      Step& step = o.step;
+      step.recompute = kept.redo + (recompute ? st.fwd + st.commFwd + convFwd : 0.0);
+      step.activation = kept.bytes + (recompute ? 0.0 : st.ownSaved);
+      step.comm = st.commFwd + st.commBwd + convFwd + convBwd;
+      step.seconds = st.fwd + st.bwd + step.comm + f.sync[s] + step.recompute;
+      step.state = f.state[s];
+      step.forward = st.fwd + st.commFwd + convFwd;
+      // Collectives of conversions are counted once each way (half of both directions' count each).
+      step.opsFwd = st.opsFwd + convOps / 2;
+      step.opsBwd = st.opsBwd + convOps / 2;
+      step.opsRec = recompute ? st.opsFwd + convOps / 2 : 0.0;
+      o.price = f.memoryPrice * step.activation;
+      o.cost = step.seconds + m_w.lambda * step.state + o.price;
+      o.strategy = s;
+      o.recompute = recompute;
+      o.keepBefore = kept.before;
+      o.outCode = (st.out.index() << 1) | (recompute && f.outputBit ? 1 : 0);
+      int& at = byCode[static_cast<std::size_t>(o.outCode)];
+      if (at < 0) {
+        at = static_cast<int>(out.size() - first);
+        out.push_back(o);
+      } else if (o.cost < out[first + static_cast<std::size_t>(at)].cost) {
+        out[first + static_cast<std::size_t>(at)] = o;
+      }
+    }
+  }
+}
+
+void BlockDp::advance(std::size_t u) {
+  const auto& strategies = m_s.m_strategies[u];
+  const auto& before = m_live[u];
+  const UnitFixed f = unitFixed(u);
   auto& out = m_steps[u + 1];
   out.reserve(m_steps[u].size() * 2);
   std::vector<std::pair<int, bool>> state, next;
-  std::array<Kept, 2> keptBoth;
   const bool producesLive = m_s.m_lastUse[u + 1] > static_cast<int>(u);
-  const bool outputBit = bitMatters(static_cast<int>(u) + 1, u + 1);
+  // The choices depend on the state only through the unit's inputs (its signature): where states share
+  // signatures they are computed once per signature, else once per state.
+  auto signatureOf = [&f](const std::vector<std::pair<int, bool>>& live) {
+    std::uint64_t signature = 0;
+    for (const std::size_t at : f.inputAt) signature = (signature << 6) | (static_cast<std::uint64_t>(live[at].first) << 1) | (live[at].second ? 1u : 0u);
+    return signature;
+  };
+  std::unordered_map<std::uint64_t, std::pair<std::size_t, std::size_t>> bySignature;  // -> [begin, end) in `pool`
+  {
+    int code = 0;
+    for (const auto& [key, entry] : m_steps[u]) {
+      unpack(key, before.size(), code, state);
+      bySignature.try_emplace(signatureOf(state));
+    }
+  }
+  const bool share = bySignature.size() * 2 <= m_steps[u].size();
+  std::vector<Option> pool;
   for (const auto& [key, entry] : m_steps[u]) {
     int code = 0;
     unpack(key, before.size(), code, state);
@@ -323,41 +488,28 @@ void BlockDp::advance(std::size_t u) {
       if (m_s.m_lastUse[static_cast<std::size_t>(t)] > static_cast<int>(u)) next.push_back({state[i].first, state[i].second && bitMatters(t, u + 1)});
     }
     const std::uint64_t survivors = pack(code, next);
-    for (std::size_t s = 0; s < strategies.size(); ++s) {
-      if (!allowed[s]) continue;
-      const Strategy& st = strategies[s];
-      double convFwd = 0, convBwd = 0, convOps = 0;
-      for (std::size_t i = 0; i < inputAt.size(); ++i) {
-        const auto l = static_cast<std::size_t>(state[inputAt[i]].first);
-        convFwd += m_s.m_convFwd[u][i][s][l];
-        convBwd += m_s.m_convBwd[u][i][s][l];
-        convOps += m_s.m_convOps[u][i][s][l];
+    std::pair<std::size_t, std::size_t> range;
+    if (share) {
+      auto& cached = bySignature[signatureOf(state)];
+      if (cached.second == 0) {
+        cached.first = pool.size();
+        options(u, f, state, pool);
+        cached.second = pool.size() + 1;  // one past, so that no choice reads as not computed
       }
-      if (!std::isfinite(convFwd) || !std::isfinite(convBwd)) continue;
-      keptInputs(u, s, state, inputAt, memoryPrice, choices[1], keptBoth);
-      for (int r = 0; r < 2; ++r) {
-        if (!choices[static_cast<std::size_t>(r)]) continue;
-        const bool recompute = r == 1;
-        const Kept& kept = keptBoth[static_cast<std::size_t>(r)];
-        Step step;
-        step.recompute = kept.redo + (recompute ? st.fwd + st.commFwd + convFwd : 0.0);
-        step.activation = kept.bytes + (recompute ? 0.0 : st.ownSaved);
-        step.comm = st.commFwd + st.commBwd + convFwd + convBwd;
-        step.seconds = st.fwd + st.bwd + step.comm + syncOf[s] + step.recompute;
-        step.state = stateOf[s];
-        step.forward = st.fwd + st.commFwd + convFwd;
-        // Collectives of conversions are counted once each way (half of both directions' count each).
-        step.opsFwd = st.opsFwd + convOps / 2;
-        step.opsBwd = st.opsBwd + convOps / 2;
-        step.opsRec = recompute ? st.opsFwd + convOps / 2 : 0.0;
-        const double objective = entry.objective + step.seconds + m_w.lambda * step.state + memoryPrice * step.activation;
-        const std::uint64_t nextKey =
-            producesLive ? (survivors << 6) | (static_cast<std::uint64_t>(st.out.index()) << 1) | (recompute && outputBit ? 1u : 0u)
-                         : survivors;
-        auto [it, inserted] = out.try_emplace(nextKey);
-        if (!inserted && it->second.objective <= objective) continue;
-        it->second = extend(entry, key, st, s, step, objective, recompute, kept.before);
-      }
+      range = {cached.first, cached.second - 1};
+    } else {
+      pool.clear();
+      options(u, f, state, pool);
+      range = {0, pool.size()};
+    }
+    for (std::size_t i = range.first; i < range.second; ++i) {
+      const Option& o = pool[i];
+      // Summed in the order the objective has always been summed, so ties break as they did.
+      const double objective = entry.objective + o.step.seconds + m_w.lambda * o.step.state + o.price;
+      const std::uint64_t nextKey = producesLive ? (survivors << 6) | static_cast<std::uint64_t>(o.outCode) : survivors;
+      auto [slot, inserted] = out.tryEmplace(nextKey);
+      if (!inserted && slot->objective <= objective) continue;
+      *slot = extend(entry, key, strategies[o.strategy], o.strategy, o.step, objective, o.recompute, o.keepBefore);
     }
   }
   prune(out);
@@ -387,13 +539,14 @@ Entry BlockDp::extend(const Entry& from, std::uint64_t key, const Strategy& st, 
   return e;
 }
 
-void BlockDp::prune(std::unordered_map<std::uint64_t, Entry>& states) {
+void BlockDp::prune(StateMap& states) {
   if (states.size() <= kBeam) return;
   std::vector<std::pair<double, std::uint64_t>> order;
   for (const auto& [k, e] : states) order.push_back({e.objective, k});
   std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kBeam), order.end());
-  std::unordered_map<std::uint64_t, Entry> kept;
-  for (std::size_t i = 0; i < kBeam; ++i) kept.emplace(order[i].second, states.at(order[i].second));
+  StateMap kept;
+  kept.reserve(kBeam);
+  for (std::size_t i = 0; i < kBeam; ++i) *kept.tryEmplace(order[i].second).first = states.at(order[i].second);
   states = std::move(kept);
 }
 
@@ -407,7 +560,8 @@ void BlockDp::cut(std::size_t k) {
     unpack(key, 1, code, state);
     Entry fresh;
     fresh.objective = 0;
-    m_steps[k].try_emplace(pack(state[0].first * 2 + (state[0].second ? 1 : 0), state), fresh);
+    auto [slot, inserted] = m_steps[k].tryEmplace(pack(state[0].first * 2 + (state[0].second ? 1 : 0), state));
+    if (inserted) *slot = fresh;
   }
   m_cuts.push_back(k);
 }
