@@ -1,6 +1,8 @@
 // The per-block dynamic programme of the operator-level solver (autoparallel_solver.h).
 #include "autoparallel_solver.h"
 
+#include "autoparallel_state_map.h"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -40,73 +42,6 @@ void unpack(std::uint64_t key, std::size_t count, int& entry, std::vector<std::p
   }
   entry = static_cast<int>(key);
 }
-
-// The states of one step of the DP by packed key, in insertion order (a solve does not depend on
-// hashing), indexed by open addressing: linear probing over a power-of-two table of positions,
-// Fibonacci-hashed. The solver's hottest structure: a node-based map spent a third of the solve in
-// allocation and bucket arithmetic.
-class StateMap {
- public:
-  using Item = std::pair<std::uint64_t, Entry>;
-  /// The entry of `key` (a default Entry when new) and whether it was inserted. The pointer holds until
-  /// the next insertion.
-  std::pair<Entry*, bool> tryEmplace(std::uint64_t key) {
-    if ((m_items.size() + 1) * 2 > m_index.size()) rehash(std::max<std::size_t>(16, m_index.size() * 2));
-    for (std::size_t i = slot(key);; i = (i + 1) & m_mask) {
-      const std::uint32_t at = m_index[i];
-      if (at == kEmpty) {
-        m_index[i] = static_cast<std::uint32_t>(m_items.size());
-        m_items.emplace_back(key, Entry{});
-        return {&m_items.back().second, true};
-      }
-      if (m_items[at].first == key) return {&m_items[at].second, false};
-    }
-  }
-  [[nodiscard]] const Entry& at(std::uint64_t key) const {
-    if (!m_index.empty()) {
-      for (std::size_t i = slot(key);; i = (i + 1) & m_mask) {
-        const std::uint32_t at = m_index[i];
-        if (at == kEmpty) break;
-        if (m_items[at].first == key) return m_items[at].second;
-      }
-    }
-    throw std::out_of_range("autoparallel solver: no state " + std::to_string(key));
-  }
-  void reserve(std::size_t n) {
-    m_items.reserve(n);
-    std::size_t size = 16;
-    while (size < 2 * n) size *= 2;
-    if (size > m_index.size()) rehash(size);
-  }
-  void clear() {
-    m_items.clear();
-    std::fill(m_index.begin(), m_index.end(), kEmpty);
-  }
-  [[nodiscard]] std::size_t size() const { return m_items.size(); }
-  [[nodiscard]] std::vector<Item>::const_iterator begin() const { return m_items.begin(); }
-  [[nodiscard]] std::vector<Item>::const_iterator end() const { return m_items.end(); }
-
- private:
-  static constexpr std::uint32_t kEmpty = std::numeric_limits<std::uint32_t>::max();
-  [[nodiscard]] std::size_t slot(std::uint64_t key) const {
-    return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> m_shift) & m_mask;
-  }
-  void rehash(std::size_t size) {
-    m_index.assign(size, kEmpty);
-    m_mask = size - 1;
-    m_shift = 64;
-    for (std::size_t s = size; s > 1; s /= 2) --m_shift;
-    for (std::size_t k = 0; k < m_items.size(); ++k) {
-      std::size_t i = slot(m_items[k].first);
-      while (m_index[i] != kEmpty) i = (i + 1) & m_mask;
-      m_index[i] = static_cast<std::uint32_t>(k);
-    }
-  }
-  std::vector<Item> m_items;
-  std::vector<std::uint32_t> m_index;
-  std::size_t m_mask = 0;
-  int m_shift = 64;
-};
 
 }  // namespace
 
@@ -280,7 +215,7 @@ class BlockDp {
   [[nodiscard]] UnitFixed unitFixed(std::size_t u) const;
   // Appends to `out` the unit's cheapest choice for each output code, given the inputs in `state`.
   void options(std::size_t u, const UnitFixed& f, const std::vector<std::pair<int, bool>>& state, std::vector<Option>& out) const;
-  static void prune(StateMap& states);
+  static void prune(StateMap<Entry>& states);
   void advance(std::size_t u);
   void cut(std::size_t k);
   // The best way from each entry to each state at a cut, joined segment by segment.
@@ -302,9 +237,9 @@ class BlockDp {
   const SolveWeights& m_w;
   std::size_t m_n;
   std::vector<std::vector<int>> m_live;
-  std::vector<StateMap> m_steps;
+  std::vector<StateMap<Entry>> m_steps;
   std::vector<std::size_t> m_cuts;
-  std::map<std::size_t, StateMap> m_reached;  // states reaching each cut, before the restart
+  std::map<std::size_t, StateMap<Entry>> m_reached;  // states reaching each cut, before the restart
 };
 
 std::array<bool, 2> BlockDp::recomputeChoices(std::size_t u) const {
@@ -539,12 +474,12 @@ Entry BlockDp::extend(const Entry& from, std::uint64_t key, const Strategy& st, 
   return e;
 }
 
-void BlockDp::prune(StateMap& states) {
+void BlockDp::prune(StateMap<Entry>& states) {
   if (states.size() <= kBeam) return;
   std::vector<std::pair<double, std::uint64_t>> order;
   for (const auto& [k, e] : states) order.push_back({e.objective, k});
   std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(kBeam), order.end());
-  StateMap kept;
+  StateMap<Entry> kept;
   kept.reserve(kBeam);
   for (std::size_t i = 0; i < kBeam; ++i) *kept.tryEmplace(order[i].second).first = states.at(order[i].second);
   states = std::move(kept);
