@@ -50,7 +50,8 @@ void printSummary(const planner::AutoParallelResult& r, std::ostream& out) {
   TextTable t({"", "joint (per operator)", "megatron (column/row split, layer-level recompute)"}, {false, false, false});
   auto both = [&](const std::string& label, const std::string& a, const std::string& b) { t.addRow({label, a, b}); };
   auto meshOf = [](const planner::OperatorPlan& p) {
-    return std::to_string(p.pipelineStages) + " stage" + (p.pipelineStages > 1 ? "s" : "") + " x mesh " + p.mesh;
+    return std::to_string(p.pipelineStages) + " stage" + (p.pipelineStages > 1 ? "s" : "") + " x mesh " + p.mesh +
+           (p.virtualStages > 1 ? ", " + std::to_string(p.virtualStages) + " chunks each (interleaved)" : "");
   };
   const bool haveMegatron = !m.mesh.empty();
   both("layout", meshOf(j), haveMegatron ? meshOf(m) : "-");
@@ -161,7 +162,8 @@ void printOperatorBlocks(const planner::OperatorPlan& p, std::ostream& out) {
 
 void printOperatorPlan(const planner::OperatorPlan& p, std::ostream& out) {
   TextTable t({"", p.method == "megatron" ? "megatron (column/row split)" : "per-operator plan"}, {false, false});
-  t.addRow({"layout", std::to_string(p.pipelineStages) + " stage(s) x mesh " + p.mesh});
+  t.addRow({"layout", std::to_string(p.pipelineStages) + " stage(s) x mesh " + p.mesh +
+                         (p.virtualStages > 1 ? ", " + std::to_string(p.virtualStages) + " chunks each (interleaved)" : "")});
   t.addRow({"micro-batch", std::to_string(p.microBatchSize) + " samples x " + std::to_string(p.microBatches)});
   t.addRow({"step time", seconds(p.stepSeconds)});
   t.addRow({"peak memory", formatBytes(p.peakMemoryBytes) + " of " + formatBytes(p.budgetBytes) + (p.fits ? "" : " (DOES NOT FIT)")});

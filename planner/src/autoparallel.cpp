@@ -148,27 +148,31 @@ std::vector<Solution> Search::solve(const MeshSolvers& ms, const SolveWeights& w
 
 bool Search::consider(const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches, Best& best,
                       Best& leanest, double* fastest) {
-  // Without offload first: when that fits, offloading only adds transfers.
-  ++m_candidates;
-  const Assembly plain = assemble(m_c, ms, sol, pp, microBatches, 0.0, 0.0);
-  if (fastest) *fastest = std::min(*fastest, plain.step);
-  if (plain.memory < leanest.assembly.memory) leanest = {plain, &ms, sol, pp, microBatches};
-  if (plain.memory <= m_c.budget) {
-    if (plain.step < best.assembly.step) best = {plain, &ms, sol, pp, microBatches};
-    return true;
-  }
-  const bool offload = m_c.options.allowOffload && !sol.megatron && m_c.cluster->pcieBytesPerSecond > 0;
-  if (!offload) return false;
   bool fit = false;
-  for (const double alpha : {0.0, 0.25, 0.5, 0.75, 1.0}) {
-    for (const double beta : {0.0, 0.25, 0.5, 0.75, 1.0}) {
-      if (alpha == 0 && beta == 0) continue;
-      ++m_candidates;
-      const Assembly a = assemble(m_c, ms, sol, pp, microBatches, alpha, beta);
-      if (a.memory < leanest.assembly.memory) leanest = {a, &ms, sol, pp, microBatches};
-      if (a.memory > m_c.budget) continue;
+  const auto& wanted = m_onlyChunks.empty() ? m_c.options.virtualStages : m_onlyChunks;
+  for (const std::int64_t vpp : chunkCounts(wanted, m_c.numLayers, pp, microBatches)) {
+    // Without offload first: when that fits, offloading only adds transfers.
+    ++m_candidates;
+    const Assembly plain = assemble(m_c, ms, sol, pp, microBatches, 0.0, 0.0, vpp);
+    if (fastest) *fastest = std::min(*fastest, plain.step);
+    if (plain.memory < leanest.assembly.memory) leanest = {plain, &ms, sol, pp, microBatches, vpp};
+    if (plain.memory <= m_c.budget) {
+      if (plain.step < best.assembly.step) best = {plain, &ms, sol, pp, microBatches, vpp};
       fit = true;
-      if (a.step < best.assembly.step) best = {a, &ms, sol, pp, microBatches};
+      continue;
+    }
+    const bool offload = m_c.options.allowOffload && !sol.megatron && m_c.cluster->pcieBytesPerSecond > 0;
+    if (!offload) continue;
+    for (const double alpha : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+      for (const double beta : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+        if (alpha == 0 && beta == 0) continue;
+        ++m_candidates;
+        const Assembly a = assemble(m_c, ms, sol, pp, microBatches, alpha, beta, vpp);
+        if (a.memory < leanest.assembly.memory) leanest = {a, &ms, sol, pp, microBatches, vpp};
+        if (a.memory > m_c.budget) continue;
+        fit = true;
+        if (a.step < best.assembly.step) best = {a, &ms, sol, pp, microBatches, vpp};
+      }
     }
   }
   return fit;
@@ -192,8 +196,12 @@ std::vector<Search::Combo> Search::combos() const {
       if (size != gpus) continue;
       for (const auto samples : microBatchSizes(o.globalBatchSize, gpus, pp, m_c.seqLen)) {
         const std::int64_t microBatches = o.globalBatchSize / samples;
-        // No plan of this layout beats its GEMMs at the large-GEMM rate with the 1F1B bubble.
-        const double bound = static_cast<double>(microBatches + pp - 1) * m_c.flopsPerSample *
+        // No plan of this layout beats its GEMMs at the large-GEMM rate with the smallest bubble its
+        // chunk counts allow.
+        const auto chunks = chunkCounts(o.virtualStages, m_c.numLayers, pp, microBatches);
+        if (chunks.empty()) continue;
+        const double most = static_cast<double>(*std::max_element(chunks.begin(), chunks.end()));
+        const double bound = (static_cast<double>(microBatches) + static_cast<double>(pp - 1) / most) * m_c.flopsPerSample *
                              static_cast<double>(samples) / static_cast<double>(pp * gpus) / m_c.peakRate;
         out.push_back({pp, shape, samples, microBatches, bound});
       }
@@ -207,9 +215,9 @@ std::vector<Search::Combo> Search::combos() const {
 bool Search::solveJoint(const Combo& k, MeshSolvers& ms) {
   // Free memory first; when that does not fit, the least price on the sweep that fits, by bisection
   // (a higher price never costs less time nor more memory). False when even the highest price does not fit.
-  double fastest = kInf;  // the quickest assembled step at the probed price, fitting or not
+  double fastest = kInf;  // the quickest assembled step at free memory, fitting or not
   Best mine;              // this combination's best fitting plan
-  auto probe = [&](std::size_t i) { return probeJoint(k, ms, m_lambdas[i], mine, &fastest); };
+  auto probe = [&](std::size_t i) { return probeJoint(k, ms, m_lambdas[i], mine, i == 0 ? &fastest : nullptr); };
   if (probe(0)) return true;
   // Free memory gives this combination's fastest plans: when they are no faster than the best plan
   // found, no price of memory makes them so.
@@ -218,7 +226,15 @@ bool Search::solveJoint(const Combo& k, MeshSolvers& ms) {
   std::size_t lo = 0, hi = m_lambdas.size() - 1;
   while (hi - lo > 1) {
     const std::size_t mid = (lo + hi) / 2;
-    (probe(mid) ? hi : lo) = mid;
+    double quickest = kInf;
+    if (probeJoint(k, ms, m_lambdas[mid], mine, &quickest)) {
+      hi = mid;
+      continue;
+    }
+    lo = mid;
+    // What fits needs a price above this one, where no plan is quicker: when the quickest here cannot
+    // beat the best plan found, nothing of this combination can.
+    if (quickest >= m_joint.assembly.step) return true;
   }
   // The budget's exact point is usually between the grid's prices: the best combinations are refined
   // there once all are known (run()).
@@ -396,6 +412,7 @@ OperatorPlan Search::report(const Best& best, const std::string& method) const {
   p.method = method;
   p.mesh = best.solvers->mesh->toString();
   p.pipelineStages = best.pp;
+  p.virtualStages = best.vpp;
   p.microBatchSize = best.solvers->samples;
   p.microBatches = best.microBatches;
   p.stepSeconds = a.step;

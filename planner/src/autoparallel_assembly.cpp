@@ -38,13 +38,27 @@ Figures figuresOf(const BlockPlan& p, double host) {
 
 }  // namespace
 
+std::vector<std::int64_t> chunkCounts(const std::vector<std::int64_t>& wanted, std::int64_t layers, std::int64_t pp,
+                                      std::int64_t microBatches) {
+  static const std::vector<std::int64_t> kDefault{1, 2, 3, 4, 6, 8};
+  std::vector<std::int64_t> out;
+  for (const auto v : wanted.empty() ? kDefault : wanted) {
+    if (v < 1) continue;
+    // Megatron's interleaved schedule: equal chunks, and micro-batches in groups of the stages.
+    if (v > 1 && (pp == 1 || layers % (pp * v) != 0 || microBatches % pp != 0)) continue;
+    out.push_back(v);
+  }
+  return out;
+}
+
 Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches,
-                  double alpha, double beta) {
+                  double alpha, double beta, std::int64_t vpp) {
   Assembly a;
   a.alpha = alpha;
   a.beta = beta;
   const double P = static_cast<double>(pp);
   const double M = static_cast<double>(microBatches);
+  const double V = static_cast<double>(std::max<std::int64_t>(1, vpp));
   const auto& dev = c.device;
   const double pcie = c.cluster->pcieBytesPerSecond > 0 ? c.cluster->pcieBytesPerSecond : 16e9;
   Figures layers;  // one stage's layers, per micro-batch
@@ -71,7 +85,14 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   const double embSeconds = emb.seconds + sol.embeddingConversion;
   // Stage figures: the first stage holds the embedding, the last the head (one stage: both).
   struct Stage {
-    double seconds, compute, comm, recompute, activation, state, optimizerParams, sync[3], copies;
+    double seconds, compute, comm, recompute, activation, headActivation, state, optimizerParams, sync[3], copies;
+  };
+  // Micro-batches whose activations stage i holds at its peak: 1F1B keeps pp - i; the interleaved
+  // schedule's warm-up keeps 2(pp - i - 1) + (v - 1)pp + 1 chunk-micro-batches of 1/v of the stage's
+  // layers (Megatron's schedule; Korthikanti et al. 2022: pp(1 + (pp - 1)/(pp v)) on the first stage).
+  auto inFlight = [&](double i) {
+    const double chunks = V == 1.0 ? P - i : (2.0 * (P - i - 1.0) + (V - 1.0) * P + 1.0) / V;
+    return std::min(chunks, M);
   };
   auto stage = [&](bool first, bool last) {
     Stage s{};
@@ -80,11 +101,11 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     s.comm = layers.comm + (first ? emb.comm + sol.embeddingConversion : 0) + (last ? head.comm : 0);
     s.recompute = layers.recompute + (first ? emb.recompute : 0) + (last ? head.recompute : 0);
     s.activation = layers.activation - offloaded + (first ? emb.activation : 0) + (last ? head.activation : 0);
+    s.headActivation = last ? head.activation : 0;  // held for one micro-batch: its backward follows its forward
     s.state = layers.state + (first ? emb.state : 0) + (last ? head.state : 0);
     s.optimizerParams = layers.optimizerParams + (first ? emb.optimizerParams : 0) + (last ? head.optimizerParams : 0);
     for (int j = 0; j < 3; ++j) s.sync[j] = layers.sync[j] + (first ? emb.sync[j] : 0) + (last ? head.sync[j] : 0);
-    // 1F1B: the first stage holds pp micro-batches' activations at its peak, the last one.
-    s.copies = first ? std::min(P, M) : 1.0;
+    s.copies = inFlight(first ? 0.0 : P - 1.0);
     return s;
   };
   std::vector<Stage> stages{stage(true, pp == 1)};
@@ -100,17 +121,18 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
                          static_cast<double>(ms.mesh->size());
     hop = 2.0 * costmodel::collectiveSeconds(costmodel::Collective::kSendRecv, bytes, group);
   }
+  // A micro-batch crosses a stage boundary once per chunk; the bubble is pp - 1 chunks' time.
   double slowest = 0;
-  for (const auto& s : stages) slowest = std::max(slowest, s.seconds + hop);
+  for (const auto& s : stages) slowest = std::max(slowest, s.seconds + V * hop);
   const Stage& critical = *std::max_element(stages.begin(), stages.end(), [](const Stage& x, const Stage& y) {
     return x.seconds < y.seconds;
   });
   a.compute = M * critical.compute;
-  a.comm = M * (critical.comm + hop);
+  a.comm = M * (critical.comm + V * hop);
   a.recompute = M * critical.recompute;
   a.offload = M * offloadExposed;
-  a.bubble = (P - 1.0) * slowest;
-  const double pipeline = (M + P - 1.0) * slowest;
+  a.bubble = (P - 1.0) * slowest / V;
+  const double pipeline = M * slowest + a.bubble;
   // Gradient reductions after the last backward, hidden behind up to 90% of it (as the evaluator's
   // data-parallel tail), the hidden part slowing what it overlaps.
   double tail = 0, peak = 0;
@@ -128,7 +150,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
       a.optimizer = onDevice + hostStep;
     }
     const double state = s.state - beta * s.optimizerParams * 12.0;
-    const double acts = s.copies * s.activation;
+    const double acts = s.copies * (s.activation - s.headActivation) + std::min(s.copies, 1.0) * s.headActivation;
     // The caching allocator's fragmentation allowance on activations, as the evaluator counts it.
     double total = state + 1.08 * acts + dev.contextBytes;
     // What goes to host memory must fit there: every GPU of a node offloads alike.

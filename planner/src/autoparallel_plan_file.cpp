@@ -14,7 +14,7 @@ namespace {
 // A stored operator plan, read and checked against the model and cluster.
 struct Stored {
   std::vector<std::int64_t> shape;
-  std::int64_t pp = 1, samples = 1;
+  std::int64_t pp = 1, vpp = 1, samples = 1;
   double price = 0, alpha = 0, beta = 0;
   Layout entry;
   std::map<const Block*, std::vector<std::pair<std::array<Role, 2>, int>>> units;  // roles and recompute per unit
@@ -52,6 +52,16 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
   if (!beta || *beta < 0 || *beta > 1) return bad("/optimizer_offload_fraction", "must be in [0, 1]");
   out.pp = static_cast<std::int64_t>(*pp);
   out.samples = static_cast<std::int64_t>(*samples);
+  // Files written before interleaving was solved have no virtual_stages: 1F1B.
+  const auto vpp = stored.contains("virtual_stages") ? number("virtual_stages") : std::optional<double>(1.0);
+  const std::int64_t microBatches = c.options.globalBatchSize / out.samples;
+  if (!vpp || *vpp < 1 || *vpp != static_cast<double>(static_cast<std::int64_t>(*vpp)) ||
+      chunkCounts({static_cast<std::int64_t>(*vpp)}, c.numLayers, out.pp, microBatches).empty()) {
+    return bad("/virtual_stages", "must be 1, or chunks per stage that divide the " + std::to_string(c.numLayers) + " layers over " +
+                                      std::to_string(out.pp) + " stages with micro-batches (" + std::to_string(microBatches) +
+                                      ") in groups of the stages");
+  }
+  out.vpp = static_cast<std::int64_t>(*vpp);
   out.price = *price;
   out.alpha = *alpha;
   out.beta = *beta;
@@ -116,10 +126,11 @@ Result<OperatorPlan> Search::reproduce(const Json& json, const std::string& file
   if (!solution) return fail(Error::badInput(solution.error().message, file, "/operator_plan/blocks"));
   solution->recompute = st.recompute;
   Best best;
-  best.assembly = assemble(m_c, ms, *solution, st.pp, microBatches, st.alpha, st.beta);
+  best.assembly = assemble(m_c, ms, *solution, st.pp, microBatches, st.alpha, st.beta, st.vpp);
   best.solvers = &ms;
   best.solution = *solution;
   best.pp = st.pp;
+  best.vpp = st.vpp;
   best.microBatches = microBatches;
   return report(best, st.method);
 }
@@ -152,7 +163,7 @@ Result<Solution> Search::solveFixed(const MeshSolvers& ms, const SolveWeights& w
 }
 
 Result<OperatorPlan> Search::megatronAt(const std::vector<std::int64_t>& shape, const MegatronRule& rule, RecomputeMode mode,
-                                        std::int64_t pp, std::int64_t samples) {
+                                        std::int64_t pp, std::int64_t samples, std::int64_t vpp) {
   auto mesh = makeMesh(*m_c.cluster, shape, "plan");
   if (!mesh) return fail(mesh.error());
   const Combo k{pp, shape, samples, m_c.options.globalBatchSize / samples, 0.0};
@@ -161,8 +172,10 @@ Result<OperatorPlan> Search::megatronAt(const std::vector<std::int64_t>& shape, 
   const std::vector<MegatronRule> only{rule};
   m_onlyRules = &only;
   m_onlyMode = mode;
+  m_onlyChunks = {vpp};
   solveMegatron(k, ms);
   m_onlyRules = nullptr;
+  m_onlyChunks.clear();
   const Best& chosen = m_megatron.solvers ? m_megatron : m_megatronLean;
   if (!chosen.solvers) return fail(Error::badInput("the plan's split does not apply to its model on mesh " + mesh->toString()));
   return report(chosen, "megatron");
@@ -194,7 +207,9 @@ Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction) {
   if (plan.operatorPlan.is_object()) return evaluateOperatorPlan(plan);
   if (par.cp > 1) return refuse("context parallelism (cp " + std::to_string(par.cp) + ") is not one of Megatron's operator rules here");
   if (par.ep > 1) return refuse("expert parallelism (ep " + std::to_string(par.ep) + ") beside tp is not modelled per operator");
-  if (par.virtualStages > 1 || plan.schedule != Schedule::kOneFOneB) return refuse("the operator view assembles 1F1B pipelines only");
+  if (plan.schedule == Schedule::kGpipe || plan.schedule == Schedule::kZeroBubble) {
+    return refuse("the operator view assembles 1F1B and interleaved 1F1B pipelines only, not " + toString(plan.schedule));
+  }
   if (plan.zeroStage == 2) return refuse("ZeRO-2 shards the gradients, which no operator role holds apart from the weights");
   if (plan.zeroStage == 3 && par.pp > 1) return refuse("ZeRO-3 under pipelining gathers a stage's weights once a step, not per operator");
   if (plan.offload.paramsFraction > 0) return refuse("parameter offload is not an operator role");
@@ -226,7 +241,7 @@ Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction) {
   const RecomputeMode mode = policy == RecomputePolicy::kFull        ? RecomputeMode::kFull
                              : policy == RecomputePolicy::kSelective ? RecomputeMode::kSelective
                                                                      : RecomputeMode::kNone;
-  return search.megatronAt(shape, rule, mode, par.pp, plan.microBatchSize * par.dp);
+  return search.megatronAt(shape, rule, mode, par.pp, plan.microBatchSize * par.dp, par.virtualStages);
 }
 
 Result<Plan> operatorPlanFile(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options,
@@ -242,6 +257,8 @@ Result<Plan> operatorPlanFile(const Model& model, const ClusterSpec& cluster, co
   p.parallel.tp = degrees.tp;
   p.parallel.dp = degrees.dp;
   p.parallel.pp = degrees.pipelineStages;
+  p.parallel.virtualStages = degrees.virtualStages;
+  p.schedule = degrees.virtualStages > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;
   p.parallel.sequenceParallel = degrees.sequenceParallel && degrees.tp > 1;
   p.microBatchSize = std::max<std::int64_t>(1, degrees.microBatchSize / std::max<std::int64_t>(1, degrees.dp));
   p.globalBatchSize = options.globalBatchSize;
@@ -253,7 +270,7 @@ Result<Plan> operatorPlanFile(const Model& model, const ClusterSpec& cluster, co
   const RecomputePolicy policy = degrees.recomputePolicy == "full"        ? RecomputePolicy::kFull
                                  : degrees.recomputePolicy == "selective" ? RecomputePolicy::kSelective
                                                                           : RecomputePolicy::kNone;
-  p.stages = uniformStages(model.numLayers(), p.parallel.pp, policy);
+  p.stages = uniformStages(model.numLayers(), p.parallel.pp * p.parallel.virtualStages, policy);
   if (op.runnable && op.optimizerOffloadFraction > 0) {
     p.zeroStage = std::max(p.zeroStage, 1);
     p.offload.optimizerFraction = op.optimizerOffloadFraction;

@@ -60,10 +60,15 @@ struct Assembly {
   double alpha = 0, beta = 0;
 };
 
-/// The step of `solution` with `pp` stages of `microBatches`, offloading `alpha` of each layer's kept
-/// activations and `beta` of the optimizer states (docs/autoparallel.md, "Assembly").
+/// The step of `solution` with `pp` stages of `vpp` model chunks each (1: 1F1B, more: Megatron's
+/// interleaved 1F1B) and `microBatches`, offloading `alpha` of each layer's kept activations and `beta`
+/// of the optimizer states (docs/autoparallel.md, "Assembly").
 [[nodiscard]] Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp,
-                                std::int64_t microBatches, double alpha, double beta);
+                                std::int64_t microBatches, double alpha, double beta, std::int64_t vpp = 1);
+/// The chunks per stage worth trying for `pp` stages and `microBatches`: `wanted` (empty: 1, 2, 3, 4,
+/// 6, 8) where the chunks divide `layers` and, above 1, the micro-batches divide by the stages.
+[[nodiscard]] std::vector<std::int64_t> chunkCounts(const std::vector<std::int64_t>& wanted, std::int64_t layers, std::int64_t pp,
+                                                    std::int64_t microBatches);
 
 /// The model expanded and checked for a search. Errors: kBadInput naming the option.
 [[nodiscard]] Result<Context> makeContext(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options);
@@ -80,14 +85,14 @@ class Search {
   Result<Solution> solveFixed(const MeshSolvers& ms, const SolveWeights& w, Layout entry);
   /// Megatron's split on one mesh with one rule and layer-level recompute mode, assembled as is.
   Result<OperatorPlan> megatronAt(const std::vector<std::int64_t>& shape, const MegatronRule& rule, RecomputeMode mode,
-                                  std::int64_t pp, std::int64_t samples);
+                                  std::int64_t pp, std::int64_t samples, std::int64_t vpp = 1);
 
  private:
   struct Best {
     Assembly assembly;
     const MeshSolvers* solvers = nullptr;
     Solution solution;
-    std::int64_t pp = 1, microBatches = 1;
+    std::int64_t pp = 1, microBatches = 1, vpp = 1;
   };
   struct Combo {
     std::int64_t pp = 1;
@@ -116,6 +121,7 @@ class Search {
   std::vector<double> m_lambdas;
   const std::vector<MegatronRule>* m_onlyRules = nullptr;  // megatronAt: the one rule and mode to solve
   RecomputeMode m_onlyMode = RecomputeMode::kNone;
+  std::vector<std::int64_t> m_onlyChunks;  // megatronAt: the one chunk count to assemble
   Best m_joint, m_jointLean, m_megatron, m_megatronLean;
   // A combination whose budget lies between two prices of the grid, and its best fitting step.
   struct Bracket {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "colo/core/runnable.h"
+#include "colo/costmodel/evaluator.h"
 #include "colo/planner/sharding.h"
 #include "core/test_support.h"
 
@@ -325,6 +326,78 @@ TEST(AutoParallel, ARunnablePlanFileCarriesItsDegreeLevelEquivalent) {
   EXPECT_TRUE(checkRunnable(*file)) << checkRunnable(*file).error().message;
   ASSERT_TRUE(file->predictions.stepTimeSeconds);
   EXPECT_DOUBLE_EQ(*file->predictions.stepTimeSeconds, r->joint.stepSeconds);
+}
+
+// Megatron's interleaved schedule, per operator: v chunks per stage cut the bubble to (p - 1)/v of a
+// stage's time and hold more micro-batches on the first stage (Korthikanti's p(1 + (p - 1)/(pv))),
+// as the evaluator says of the same plan; the joint search tries chunk counts and stores its choice.
+TEST(AutoParallel, InterleavedStagesShrinkTheBubbleAndHoldMoreActivations) {
+  const Model model = test::loadModelOrFail(test::dataFile("models/gpt3-175b.json"));
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json"));
+  Plan p;
+  p.model = model;
+  p.cluster = cluster;
+  p.parallel.tp = 8;
+  p.parallel.pp = 16;
+  p.parallel.sequenceParallel = true;
+  p.microBatchSize = 1;
+  p.globalBatchSize = 64;
+  p.seqLen = 2048;
+  p.zeroStage = 1;
+  p.stages = uniformStages(model.numLayers(), 16, RecomputePolicy::kSelective);
+  auto plain = operatorView(p);
+  ASSERT_TRUE(plain) << plain.error().toString();
+  EXPECT_EQ(plain->virtualStages, 1);
+  Plan interleaved = p;
+  interleaved.parallel.virtualStages = 3;
+  interleaved.schedule = Schedule::kInterleaved;
+  interleaved.stages = uniformStages(model.numLayers(), 48, RecomputePolicy::kSelective);
+  ASSERT_TRUE(validatePlan(interleaved)) << validatePlan(interleaved).error().message;
+  auto view = operatorView(interleaved);
+  ASSERT_TRUE(view) << view.error().toString();
+  EXPECT_EQ(view->virtualStages, 3);
+  EXPECT_LT(view->bubble, 0.4 * plain->bubble);
+  EXPECT_LT(view->stepSeconds, plain->stepSeconds);
+  EXPECT_GT(view->activationBytes, plain->activationBytes);
+  // Against the evaluator on the same plans: the bubble shrinks alike.
+  auto evPlain = costmodel::evaluatePlan(p);
+  auto evInterleaved = costmodel::evaluatePlan(interleaved);
+  ASSERT_TRUE(evPlain && evInterleaved);
+  const double opGain = plain->stepSeconds / view->stepSeconds;
+  const double evGain = evPlain->stepSeconds / evInterleaved->stepSeconds;
+  EXPECT_NEAR(opGain, evGain, 0.05 * evGain);
+  // Gpipe has no operator view.
+  Plan gpipe = p;
+  gpipe.schedule = Schedule::kGpipe;
+  auto refused = operatorView(gpipe);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("gpipe"), std::string::npos) << refused.error().message;
+  // The joint search on a bubble-bound layout chooses chunks, and its plan file keeps them.
+  AutoParallelOptions o;
+  o.globalBatchSize = 64;
+  o.meshes = {{8}};
+  o.pipelineDegrees = {16};
+  o.allowOffload = false;
+  auto r = autoParallel(model, cluster, o);
+  ASSERT_TRUE(r) << r.error().toString();
+  EXPECT_GT(r->joint.virtualStages, 1);
+  o.virtualStages = {1};
+  auto oneChunk = autoParallel(model, cluster, o);
+  ASSERT_TRUE(oneChunk) << oneChunk.error().toString();
+  EXPECT_EQ(oneChunk->joint.virtualStages, 1);
+  EXPECT_LT(r->joint.stepSeconds, oneChunk->joint.stepSeconds);
+  o.virtualStages = {};
+  auto file = operatorPlanFile(model, cluster, o, *r);
+  ASSERT_TRUE(file) << file.error().toString();
+  EXPECT_EQ(file->operatorPlan["virtual_stages"], r->joint.virtualStages);
+  auto again = evaluateOperatorPlan(*file, "op.json");
+  ASSERT_TRUE(again) << again.error().toString();
+  EXPECT_NEAR(again->stepSeconds, r->joint.stepSeconds, 1e-9 * r->joint.stepSeconds);
+  Plan badChunks = *file;
+  badChunks.operatorPlan["virtual_stages"] = 5;  // 96 layers over 16 stages do not split in 5
+  auto bad = evaluateOperatorPlan(badChunks, "op.json");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().path, "/operator_plan/virtual_stages");
 }
 
 // A ZeRO-3 (FSDP) degree-level plan seen per operator: every weight-bearing operator shards its weights

@@ -37,6 +37,9 @@ struct AutoParallelOptions {
   /// whose inner axis divides a node, for every pipeline degree.
   std::vector<std::vector<std::int64_t>> meshes;
   std::vector<std::int64_t> pipelineDegrees;  ///< empty: 1, 2, 4, ... while stages keep a layer
+  /// Model chunks per pipeline stage tried (Megatron's interleaved 1F1B when > 1; empty: 1, 2, 3, 4, 6
+  /// and 8, where the chunks divide the layers and the micro-batches divide by the stages).
+  std::vector<std::int64_t> virtualStages;
   bool allowOffload = true;                   ///< activations and optimizer states to host memory
   /// Host time to issue one kernel or collective (the evaluator's host floor, docs/costmodel.md): a
   /// block whose kernels finish sooner waits for the host. 0: the host keeps ahead (CUDA graphs).
@@ -81,6 +84,7 @@ struct OperatorPlan {
   std::string method;                 ///< "joint" or "megatron"
   std::string mesh;                   ///< "2x8"
   std::int64_t pipelineStages = 1;
+  std::int64_t virtualStages = 1;     ///< model chunks per stage: > 1 is the interleaved 1F1B schedule
   std::int64_t microBatchSize = 1;    ///< samples per micro-batch over one stage's mesh
   std::int64_t microBatches = 1;
   double stepSeconds = 0;
