@@ -191,6 +191,7 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
       {"seq-len", "S", "tokens per sample"},
       {"mesh", "AxB", "one pipeline stage's mesh, e.g. 8 or 2x8 (default: every 1-D and 2-D mesh)"},
       {"pp", "P", "pipeline stages (default: 1, 2, 4, ...)"},
+      {"vpp", "V", "model chunks per stage: 1 for plain 1F1B, more for the interleaved schedule (default: 1, 2, 3, 4, 6 and 8 where they divide the layers)"},
       {"max-memory-fraction", "F", "memory budget as a share of GPU memory (default 0.95)"},
       {"memory-gib", "GIB", "memory budget per GPU in GiB (overrides the fraction)"},
       {"precision", "P", "bf16, fp16, fp8, fp32 (default: bf16, or fp16 on GPUs without bf16)"},
@@ -202,7 +203,7 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
   auto args = Args::parse(argv, specs);
   if (!args) return reportError(args.error(), err);
   if (args->has("help")) {
-    out << "usage: colo-plan autoparallel --model M --cluster C --gbs G [--mesh 2x8] [--pp P] [--memory-gib G] [--json]\n\n"
+    out << "usage: colo-plan autoparallel --model M --cluster C --gbs G [--mesh 2x8] [--pp P] [--vpp V] [--memory-gib G] [--json]\n\n"
            "Gives every operator its own sharding on a device mesh, and chooses which activations to keep,\n"
            "recompute or offload and how much optimizer state to offload in the same solve, under the memory\n"
            "budget; prints the plan beside Megatron's column/row split and a table per distinct layer.\n\n"
@@ -244,6 +245,11 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
     auto pp = args->positiveInteger("pp", 1);
     if (!pp) return reportError(pp.error(), err);
     options.pipelineDegrees.push_back(*pp);
+  }
+  if (args->has("vpp")) {
+    auto vpp = args->positiveInteger("vpp", 1);
+    if (!vpp) return reportError(vpp.error(), err);
+    options.virtualStages.push_back(*vpp);
   }
   auto& [model, cluster] = *mc;
   if (options.meshes.size() == 1) {

@@ -342,8 +342,11 @@ Result<AutoParallelResult> Search::run() {
   for (double x = -16.0; x <= -8.0 + 1e-9; x += 1.0) m_lambdas.push_back(std::pow(10.0, x));
   const auto work = combos();
   if (work.empty()) {
-    return fail(Error::badInput("--mesh/--pp: no mesh shape and micro-batch cover one pipeline stage of the cluster's " +
-                                std::to_string(total) + " GPUs with global batch " + std::to_string(o.globalBatchSize)));
+    return fail(Error::badInput(std::string(o.virtualStages.empty() ? "--mesh/--pp" : "--mesh/--pp/--vpp") +
+                                ": no mesh shape and micro-batch cover one pipeline stage of the cluster's " + std::to_string(total) +
+                                " GPUs with global batch " + std::to_string(o.globalBatchSize) +
+                                (o.virtualStages.empty() ? "" : " in chunks that divide the " + std::to_string(m_c.numLayers) +
+                                                                   " layers (with micro-batches in groups of the stages)")));
   }
   // (pp, mesh) -> the least micro-batch that does not fit at any price: larger ones need more memory.
   std::map<std::pair<std::int64_t, std::vector<std::int64_t>>, std::int64_t> tooLarge;

@@ -242,6 +242,12 @@ TEST(AutoParallel, BadInputNamesTheOption) {
   auto pp = autoParallel(model, cluster, o);
   ASSERT_FALSE(pp);
   EXPECT_NE(pp.error().message.find("--pp 3"), std::string::npos);
+  o.pipelineDegrees = {2};
+  o.virtualStages = {5};  // tiny-gpt's layers do not split into 2 stages of 5 chunks
+  auto chunks = autoParallel(model, cluster, o);
+  ASSERT_FALSE(chunks);
+  EXPECT_NE(chunks.error().message.find("--vpp"), std::string::npos) << chunks.error().message;
+  o.virtualStages = {};
   o.pipelineDegrees = {};
   o.memoryBudgetBytes = 1024.0;  // a kilobyte
   auto tiny = autoParallel(model, cluster, o);
