@@ -580,6 +580,27 @@ TEST(ColoPlanAutoParallel, PrintsThePerOperatorPlanBesideMegatrons) {
   EXPECT_TRUE(j.err.empty()) << j.err;
 }
 
+TEST(ColoPlanAutoParallel, InterleavesStagesUnlessTold) {
+  // 16 stages with 32 micro-batches: interleaving shrinks the bubble, so the solve takes chunks; --vpp 1
+  // keeps plain 1F1B; a chunk count the layers cannot take is named (exit 2).
+  const std::string base = "autoparallel --model gpt3-175b --cluster dgx-a100-80gb-x16 --gbs 64 --mesh 8 --pp 16 --no-offload --json";
+  const auto chunked = run(base);
+  ASSERT_EQ(chunked.exitCode, 0) << chunked.err;
+  const Json a = Json::parse(chunked.out);
+  EXPECT_GT(a["joint"]["virtual_stages"].get<int>(), 1);
+  const auto plain = run(base + " --vpp 1");
+  ASSERT_EQ(plain.exitCode, 0) << plain.err;
+  const Json b = Json::parse(plain.out);
+  EXPECT_EQ(b["joint"]["virtual_stages"], 1);
+  EXPECT_LT(a["joint"]["step_time_s"].get<double>(), b["joint"]["step_time_s"].get<double>());
+  const auto text = run("autoparallel --model gpt3-175b --cluster dgx-a100-80gb-x16 --gbs 64 --mesh 8 --pp 16 --no-offload --vpp 2");
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_NE(text.out.find("16 stages x mesh 8, 2 chunks each (interleaved)"), std::string::npos) << text.out;
+  const auto bad = run(base + " --vpp 5");
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find("--vpp"), std::string::npos) << bad.err;
+}
+
 TEST(ColoPlanAutoParallel, NeverRecommendsASlowerPlanThanTheDegreeLevelSearch) {
   // Qwen3-30B-A3B on 512 H100s: the degree-level search's best uses ZeRO-2, which the operator-level
   // space has no place for, and is faster; the report says so and --out writes that plan.
