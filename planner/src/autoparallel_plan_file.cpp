@@ -3,6 +3,7 @@
 // operator by operator (colo-studio's Operators tab). docs/autoparallel.md, "Saved plans".
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <map>
 
 #include "autoparallel_search.h"
@@ -28,6 +29,12 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
     if (!stored.contains(key) || !stored[key].is_number()) return std::nullopt;
     return stored[key].get<double>();
   };
+  // A count: a whole number from 1 to 2^20 (anything larger is no pipeline), else nullopt.
+  auto count = [&](const char* key) -> std::optional<std::int64_t> {
+    const auto v = number(key);
+    if (!v || !(*v >= 1 && *v <= 1048576.0) || *v != std::floor(*v)) return std::nullopt;
+    return static_cast<std::int64_t>(*v);
+  };
   Stored out;
   if (!stored.contains("mesh_shape") || !stored["mesh_shape"].is_array()) return bad("/mesh_shape", "missing or not a list of axis sizes");
   for (const auto& v : stored["mesh_shape"]) {
@@ -36,32 +43,31 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
   }
   auto mesh = makeMesh(*c.cluster, out.shape, "operator_plan.mesh_shape");
   if (!mesh) return fail(Error::badInput(mesh.error().message, file, where + "/mesh_shape"));
-  const auto pp = number("pipeline_stages");
-  const auto samples = number("micro_batch_size");
+  const auto pp = count("pipeline_stages");
+  const auto samples = count("micro_batch_size");
   const auto price = number("memory_price");
   const auto alpha = number("activation_offload_fraction");
   const auto beta = number("optimizer_offload_fraction");
-  if (!pp || *pp < 1 || c.cluster->totalGpus() != static_cast<std::int64_t>(*pp) * mesh->size()) {
+  if (!pp || c.cluster->totalGpus() != *pp * mesh->size()) {
     return bad("/pipeline_stages", "stages x the mesh's GPUs must be the cluster's " + std::to_string(c.cluster->totalGpus()));
   }
-  if (!samples || *samples < 1 || c.options.globalBatchSize % static_cast<std::int64_t>(*samples) != 0) {
+  if (!samples || c.options.globalBatchSize % *samples != 0) {
     return bad("/micro_batch_size", "must divide the global batch " + std::to_string(c.options.globalBatchSize));
   }
   if (!price || *price < 0) return bad("/memory_price", "missing or negative");
   if (!alpha || *alpha < 0 || *alpha > 1) return bad("/activation_offload_fraction", "must be in [0, 1]");
   if (!beta || *beta < 0 || *beta > 1) return bad("/optimizer_offload_fraction", "must be in [0, 1]");
-  out.pp = static_cast<std::int64_t>(*pp);
-  out.samples = static_cast<std::int64_t>(*samples);
+  out.pp = *pp;
+  out.samples = *samples;
   // Files written before interleaving was solved have no virtual_stages: 1F1B.
-  const auto vpp = stored.contains("virtual_stages") ? number("virtual_stages") : std::optional<double>(1.0);
+  const auto vpp = stored.contains("virtual_stages") ? count("virtual_stages") : std::optional<std::int64_t>(1);
   const std::int64_t microBatches = c.options.globalBatchSize / out.samples;
-  if (!vpp || *vpp < 1 || *vpp != static_cast<double>(static_cast<std::int64_t>(*vpp)) ||
-      chunkCounts({static_cast<std::int64_t>(*vpp)}, c.numLayers, out.pp, microBatches).empty()) {
+  if (!vpp || chunkCounts({*vpp}, c.numLayers, out.pp, microBatches).empty()) {
     return bad("/virtual_stages", "must be 1, or chunks per stage that divide the " + std::to_string(c.numLayers) + " layers over " +
                                       std::to_string(out.pp) + " stages with micro-batches (" + std::to_string(microBatches) +
                                       ") in groups of the stages");
   }
-  out.vpp = static_cast<std::int64_t>(*vpp);
+  out.vpp = *vpp;
   out.price = *price;
   out.alpha = *alpha;
   out.beta = *beta;

@@ -404,6 +404,15 @@ TEST(AutoParallel, InterleavedStagesShrinkTheBubbleAndHoldMoreActivations) {
   auto bad = evaluateOperatorPlan(badChunks, "op.json");
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().path, "/operator_plan/virtual_stages");
+  badChunks.operatorPlan["virtual_stages"] = 1e300;
+  auto huge = evaluateOperatorPlan(badChunks, "op.json");
+  ASSERT_FALSE(huge);
+  EXPECT_EQ(huge.error().path, "/operator_plan/virtual_stages");
+  badChunks.operatorPlan["virtual_stages"] = r->joint.virtualStages;
+  badChunks.operatorPlan["pipeline_stages"] = 1e300;
+  auto stages = evaluateOperatorPlan(badChunks, "op.json");
+  ASSERT_FALSE(stages);
+  EXPECT_EQ(stages.error().path, "/operator_plan/pipeline_stages");
 }
 
 // A ZeRO-3 (FSDP) degree-level plan seen per operator: every weight-bearing operator shards its weights
