@@ -83,13 +83,13 @@ void printSummary(const planner::AutoParallelResult& r, std::ostream& out) {
 }
 
 // What the degree-level search's plan uses that the operator-level space (one 1-D or 2-D mesh per
-// stage, 1F1B or interleaved 1F1B with 2, 3, 4, 6 or 8 chunks, ZeRO-0/1/3) has no place for.
+// stage, 1F1B or interleaved 1F1B with planner::kDefaultChunkCounts, ZeRO-0/1/3) has no place for.
 std::string outsideOperatorSpace(const Plan& p) {
-  static constexpr std::int64_t kChunks[] = {2, 3, 4, 6, 8};
   std::vector<std::string> why;
   const auto& q = p.parallel;
   if (q.cp > 1 && q.tp > 1 && q.dp > 1) why.push_back("context parallelism beside tensor and data parallelism (a 3-axis mesh)");
-  if (q.virtualStages > 1 && std::find(std::begin(kChunks), std::end(kChunks), q.virtualStages) == std::end(kChunks)) {
+  const auto& chunks = planner::kDefaultChunkCounts;
+  if (std::find(chunks.begin(), chunks.end(), q.virtualStages) == chunks.end()) {
     why.push_back(std::to_string(q.virtualStages) + " chunks per stage (the operator-level search tries 2, 3, 4, 6 and 8)");
   }
   if (p.schedule == Schedule::kGpipe) why.push_back("the GPipe schedule");

@@ -40,9 +40,8 @@ Figures figuresOf(const BlockPlan& p, double host) {
 
 std::vector<std::int64_t> chunkCounts(const std::vector<std::int64_t>& wanted, std::int64_t layers, std::int64_t pp,
                                       std::int64_t microBatches) {
-  static const std::vector<std::int64_t> kDefault{1, 2, 3, 4, 6, 8};
   std::vector<std::int64_t> out;
-  for (const auto v : wanted.empty() ? kDefault : wanted) {
+  for (const auto v : wanted.empty() ? kDefaultChunkCounts : wanted) {
     if (v < 1) continue;
     // Megatron's interleaved schedule: equal chunks, and micro-batches in groups of the stages.
     if (v > 1 && (pp == 1 || layers % (pp * v) != 0 || microBatches % pp != 0)) continue;

@@ -65,8 +65,8 @@ struct Assembly {
 /// of the optimizer states (docs/autoparallel.md, "Assembly").
 [[nodiscard]] Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp,
                                 std::int64_t microBatches, double alpha, double beta, std::int64_t vpp = 1);
-/// The chunks per stage worth trying for `pp` stages and `microBatches`: `wanted` (empty: 1, 2, 3, 4,
-/// 6, 8) where the chunks divide `layers` and, above 1, the micro-batches divide by the stages.
+/// The chunks per stage worth trying for `pp` stages and `microBatches`: `wanted` (empty:
+/// kDefaultChunkCounts) where the chunks divide `layers` and, above 1, the micro-batches divide by the stages.
 [[nodiscard]] std::vector<std::int64_t> chunkCounts(const std::vector<std::int64_t>& wanted, std::int64_t layers, std::int64_t pp,
                                                     std::int64_t microBatches);
 

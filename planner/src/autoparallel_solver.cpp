@@ -398,10 +398,11 @@ void BlockDp::advance(std::size_t u) {
   const bool producesLive = m_s.m_lastUse[u + 1] > static_cast<int>(u);
   // The choices depend on the state only through the unit's inputs (its signature): where states share
   // signatures they are computed once per signature, else once per state.
-  auto signatureOf = [&f](const std::vector<std::pair<int, bool>>& live) {
-    std::uint64_t signature = 0;
-    for (const std::size_t at : f.inputAt) signature = (signature << 6) | (static_cast<std::uint64_t>(live[at].first) << 1) | (live[at].second ? 1u : 0u);
-    return signature;
+  std::vector<std::pair<int, bool>> inputs;
+  auto signatureOf = [&f, &inputs](const std::vector<std::pair<int, bool>>& live) {
+    inputs.clear();
+    for (const std::size_t at : f.inputAt) inputs.push_back(live[at]);
+    return pack(0, inputs);
   };
   std::unordered_map<std::uint64_t, std::pair<std::size_t, std::size_t>> bySignature;  // -> [begin, end) in `pool`
   {

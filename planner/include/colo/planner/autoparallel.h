@@ -27,6 +27,9 @@
 
 namespace colo::planner {
 
+/// Model chunks per pipeline stage the operator-level search tries by default (1: plain 1F1B).
+inline const std::vector<std::int64_t> kDefaultChunkCounts{1, 2, 3, 4, 6, 8};
+
 struct AutoParallelOptions {
   std::int64_t globalBatchSize = 0;           ///< samples per step (required)
   std::int64_t seqLen = 0;                    ///< 0: the model's default
@@ -37,8 +40,8 @@ struct AutoParallelOptions {
   /// whose inner axis divides a node, for every pipeline degree.
   std::vector<std::vector<std::int64_t>> meshes;
   std::vector<std::int64_t> pipelineDegrees;  ///< empty: 1, 2, 4, ... while stages keep a layer
-  /// Model chunks per pipeline stage tried (Megatron's interleaved 1F1B when > 1; empty: 1, 2, 3, 4, 6
-  /// and 8, where the chunks divide the layers and the micro-batches divide by the stages).
+  /// Model chunks per pipeline stage tried (Megatron's interleaved 1F1B when > 1; empty:
+  /// kDefaultChunkCounts, where the chunks divide the layers and the micro-batches divide by the stages).
   std::vector<std::int64_t> virtualStages;
   bool allowOffload = true;                   ///< activations and optimizer states to host memory
   /// Host time to issue one kernel or collective (the evaluator's host floor, docs/costmodel.md): a
