@@ -27,6 +27,7 @@ option(COLO_BUILD_EXECUTOR "build the profiler and executor (LibTorch)" ON)
 option(COLO_BUILD_TESTS "build the test suites" ON)
 set(COLO_WITH_CUDA AUTO CACHE STRING "build CUDA kernels: AUTO, ON or OFF")
 set_property(CACHE COLO_WITH_CUDA PROPERTY STRINGS AUTO ON OFF)
+set(COLO_CUDA_ARCHITECTURES "80;90" CACHE STRING "GPU architectures the CUDA kernels are compiled for")
 option(COLO_WERROR "treat compiler warnings as errors" OFF)
 
 # _colo_require(<option> <what> <packages...>): stop the configure when a part is ON and its
@@ -87,7 +88,8 @@ if(COLO_BUILD_TESTS)
   set(_colo_tests_why "GoogleTest found")
 endif()
 
-# CUDA stays automatic: no part the README promises needs it yet.
+# CUDA: AUTO builds the CUDA kernels where a CUDA compiler is found (nvcc on PATH, CUDACXX or
+# /usr/local/cuda); CI asks for ON, so a machine without nvcc fails there instead of skipping them.
 set(_colo_cuda_why "not requested (-DCOLO_WITH_CUDA=OFF)")
 set(_colo_with_cuda OFF)
 if(NOT COLO_WITH_CUDA STREQUAL "OFF")
@@ -104,6 +106,7 @@ if(NOT COLO_WITH_CUDA STREQUAL "OFF")
 endif()
 if(_colo_with_cuda)
   enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)  # CUDA::cudart for the kernels and their tests
 endif()
 
 function(_colo_describe name value why)
@@ -128,10 +131,7 @@ function(colo_print_configuration)
   if(NOT EXISTS ${PROJECT_SOURCE_DIR}/executor/CMakeLists.txt)
     set(_exec_note "; builds the profiler (the executor module has no code yet)")
   endif()
-  set(_cuda_note "")
-  if(NOT EXISTS ${PROJECT_SOURCE_DIR}/kernels/CMakeLists.txt)
-    set(_cuda_note "; the kernels module has no code yet, nothing to build")
-  endif()
+  set(_cuda_note "; CUDA kernels for sm ${COLO_CUDA_ARCHITECTURES}")
   _colo_describe(COLO_BUILD_UI ${COLO_BUILD_UI} "${_colo_ui_why}" "${_ui_note}")
   _colo_describe(COLO_BUILD_EXECUTOR ${COLO_BUILD_EXECUTOR} "${_colo_exec_why}" "${_exec_note}")
   _colo_describe(COLO_WITH_CUDA ${_colo_with_cuda} "${_colo_cuda_why}" "${_cuda_note}")

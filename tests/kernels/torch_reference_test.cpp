@@ -1,0 +1,109 @@
+// The CPU references against LibTorch's own operators and autograd: an implementation colo did not write.
+#include <torch/torch.h>
+
+#include "colo/kernels/reference.h"
+#include "kernels_test_support.h"
+
+namespace colo::kernels {
+namespace {
+
+using namespace test;
+using ref::Index;
+
+torch::Tensor tensor(const Vec& v, std::vector<std::int64_t> shape) {
+  return torch::tensor(v, torch::kFloat32).reshape(shape).clone().requires_grad_(true);
+}
+Vec values(const torch::Tensor& t) {
+  auto c = t.detach().contiguous().to(torch::kFloat32);
+  return Vec(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
+}
+
+constexpr Index kRows = 6, kCols = 40;
+
+TEST(KernelsAgainstLibTorch, NormsEqualLibTorchsAndTheirAutogradGradients) {
+  const Vec x = randomVec(kRows * kCols, 1, 2.0f, 1.0f), w = randomVec(kCols, 2, 0.3f, 1.0f), b = randomVec(kCols, 3);
+  const Vec dy = randomVec(kRows * kCols, 4);
+  auto tx = tensor(x, {kRows, kCols}), tw = tensor(w, {kCols}), tb = tensor(b, {kCols});
+  auto ty = torch::layer_norm(tx, {kCols}, tw, tb, 1e-5);
+  ty.backward(torch::tensor(dy).reshape({kRows, kCols}));
+  Vec y(x.size()), mean(kRows), rstd(kRows), dx(x.size()), dw(kCols), db(kCols);
+  ref::layernormForward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), kRows, kCols, 1e-5f);
+  ref::layernormBackward(dy.data(), x.data(), w.data(), mean.data(), rstd.data(), dx.data(), dw.data(), db.data(), kRows, kCols);
+  EXPECT_TRUE(near(y, values(ty), 1e-5f));
+  EXPECT_TRUE(near(dx, values(tx.grad()), 1e-5f));
+  EXPECT_TRUE(near(dw, values(tw.grad()), 1e-5f));
+  EXPECT_TRUE(near(db, values(tb.grad()), 1e-5f));
+
+  auto rx = tensor(x, {kRows, kCols}), rw = tensor(w, {kCols});
+  auto ry = rx * torch::rsqrt(rx.pow(2).mean(-1, true) + 1e-5) * rw;  // RMSNorm as Llama's reference code
+  ry.backward(torch::tensor(dy).reshape({kRows, kCols}));
+  ref::rmsnormForward(x.data(), w.data(), y.data(), rstd.data(), kRows, kCols, 1e-5f);
+  ref::rmsnormBackward(dy.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), kRows, kCols);
+  EXPECT_TRUE(near(y, values(ry), 1e-5f));
+  EXPECT_TRUE(near(dx, values(rx.grad()), 1e-5f));
+  EXPECT_TRUE(near(dw, values(rw.grad()), 1e-5f));
+}
+
+TEST(KernelsAgainstLibTorch, ActivationsEqualLibTorchsSiluAndTanhGelu) {
+  const Vec gateUp = randomVec(kRows * 2 * kCols, 5, 2.0f), dy = randomVec(kRows * kCols, 6);
+  auto gu = tensor(gateUp, {kRows, 2 * kCols});
+  auto halves = gu.chunk(2, -1);
+  auto ts = torch::silu(halves[0]) * halves[1];
+  ts.backward(torch::tensor(dy).reshape({kRows, kCols}));
+  Vec y(kRows * kCols), dgu(gateUp.size());
+  ref::swigluForward(gateUp.data(), y.data(), kRows, kCols);
+  ref::swigluBackward(dy.data(), gateUp.data(), dgu.data(), kRows, kCols);
+  EXPECT_TRUE(near(y, values(ts), 1e-5f));
+  EXPECT_TRUE(near(dgu, values(gu.grad()), 1e-5f));
+
+  const Vec x = randomVec(kRows * kCols, 7, 2.0f), b = randomVec(kCols, 8);
+  auto tx = tensor(x, {kRows, kCols}), tb = tensor(b, {kCols});
+  auto tg = torch::gelu(tx + tb, "tanh");
+  tg.backward(torch::tensor(dy).reshape({kRows, kCols}));
+  Vec dx(x.size()), db(kCols);
+  ref::biasGeluForward(x.data(), b.data(), y.data(), kRows, kCols);
+  ref::biasGeluBackward(dy.data(), x.data(), b.data(), dx.data(), db.data(), kRows, kCols);
+  EXPECT_TRUE(near(y, values(tg), 1e-5f));
+  EXPECT_TRUE(near(dx, values(tx.grad()), 1e-5f));
+  EXPECT_TRUE(near(db, values(tb.grad()), 1e-5f));
+}
+
+TEST(KernelsAgainstLibTorch, CrossEntropyEqualsLibTorchsOnTheWholeVocabulary) {
+  constexpr Index rows = 5, vocab = 300;
+  const Vec logits = randomVec(rows * vocab, 9, 3.0f);
+  const std::vector<Index> targets{7, 299, 0, -100, 150};
+  auto tl = tensor(logits, {rows, vocab});
+  auto tt = torch::tensor(std::vector<std::int64_t>(targets.begin(), targets.end()), torch::kLong);
+  auto loss = torch::nn::functional::cross_entropy(tl, tt, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+  loss.backward();
+  Vec mx(rows), se(rows), tg(rows), lse(rows), l(rows), d(logits.size());
+  ref::crossEntropyShardStats(logits.data(), targets.data(), 0, mx.data(), se.data(), tg.data(), rows, vocab);
+  const std::vector<const float*> m{mx.data()}, s{se.data()}, t{tg.data()};
+  ref::crossEntropyCombine(m, s, t, targets.data(), lse.data(), l.data(), rows);
+  const Vec grad(rows, 1.0f / 4);  // the mean over the four rows that count
+  ref::crossEntropyShardBackward(logits.data(), targets.data(), 0, lse.data(), grad.data(), d.data(), rows, vocab);
+  EXPECT_NEAR((l[0] + l[1] + l[2] + l[4]) / 4, loss.item<float>(), 1e-5);
+  EXPECT_TRUE(near(d, values(tl.grad()), 1e-6f));
+}
+
+TEST(KernelsAgainstLibTorch, AdamwTakesTorchOptimAdamWsSteps) {
+  const Vec p0 = randomVec(50, 10);
+  auto tp = tensor(p0, {50});
+  torch::optim::AdamW optimizer({tp}, torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+  Vec p = p0, m(50, 0.0f), v(50, 0.0f);
+  for (int step = 1; step <= 3; ++step) {
+    const Vec g = randomVec(50, 20 + step);
+    tp.mutable_grad() = torch::tensor(g);
+    optimizer.step();
+    const std::vector<ref::FlatTensor<float>> list{{p.data(), g.data(), m.data(), v.data(), nullptr, 50}};
+    ref::AdamWConfig c;
+    c.lr = 1e-2f;
+    c.weightDecay = 0.1f;
+    c.step = step;
+    ref::adamwStep<float>(list, c, 1.0f);
+  }
+  EXPECT_TRUE(near(p, values(tp), 1e-6f));
+}
+
+}  // namespace
+}  // namespace colo::kernels
