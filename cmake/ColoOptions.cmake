@@ -77,6 +77,18 @@ if(COLO_BUILD_EXECUTOR)
     _colo_require(COLO_BUILD_EXECUTOR "LibTorch (TorchConfig.cmake) was not found" libtorch-dev libgloo-dev)
   endif()
   set(_colo_exec_why "LibTorch found")
+  # A CUDA LibTorch (PyTorch's, on a GPU machine) lists its CUDA libraries: the executor and profiler
+  # then run on CUDA tensors, NCCL process groups and the CUDA kernels.
+  set(COLO_TORCH_CUDA OFF)
+  if(TORCH_CUDA_LIBRARIES OR CAFFE2_USE_CUDA)
+    set(COLO_TORCH_CUDA ON)
+    set(_colo_exec_why "CUDA LibTorch found")
+  endif()
+  # A LibTorch built with the old C++ ABI (older PyTorch wheels) needs it for every target: colo's
+  # strings cross into LibTorch. The new ABI is GCC's default, so nothing is added for it.
+  if(TORCH_CXX_FLAGS MATCHES "_GLIBCXX_USE_CXX11_ABI=0")
+    add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-D_GLIBCXX_USE_CXX11_ABI=0>)
+  endif()
 endif()
 
 set(_colo_tests_why "not requested (-DCOLO_BUILD_TESTS=OFF)")

@@ -2,6 +2,7 @@
 #include <torch/torch.h>
 
 #include "colo/kernels/reference.h"
+#include "colo/kernels/torch_ops.h"
 #include "kernels_test_support.h"
 
 namespace colo::kernels {
@@ -103,6 +104,69 @@ TEST(KernelsAgainstLibTorch, AdamwTakesTorchOptimAdamWsSteps) {
     ref::adamwStep<float>(list, c, 1.0f);
   }
   EXPECT_TRUE(near(p, values(tp), 1e-6f));
+}
+
+// The autograd operations (what the executor's model calls) on CPU tensors: forward and gradients equal
+// LibTorch's unfused composition, in fp32 and, within bf16 rounding, in bf16.
+TEST(KernelsTorchOps, FusedOperationsEqualTheUnfusedCompositionAndItsGradients) {
+  for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    const double tol = dtype == torch::kFloat32 ? 1e-5 : 3e-2;
+    auto leaf = [&](std::vector<std::int64_t> shape, int seed) {
+      torch::manual_seed(seed);
+      return torch::randn(shape).to(dtype).requires_grad_(true);
+    };
+    auto check = [&](const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& fused,
+                     const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& plain, std::vector<std::vector<std::int64_t>> shapes,
+                     const char* what) {
+      std::vector<torch::Tensor> a, b;
+      for (std::size_t i = 0; i < shapes.size(); ++i) {
+        a.push_back(leaf(shapes[i], static_cast<int>(i) + 1));
+        b.push_back(a.back().detach().clone().requires_grad_(true));
+      }
+      auto ya = fused(a), yb = plain(b);
+      const bool lossInFp32 = std::string(what) == "cross_entropy";
+      ASSERT_EQ(ya.scalar_type(), lossInFp32 ? torch::kFloat32 : dtype) << what;
+      EXPECT_TRUE(torch::allclose(ya.to(torch::kFloat32), yb.to(torch::kFloat32), tol, tol)) << what;
+      auto dy = torch::randn(ya.sizes()).to(ya.scalar_type());
+      ya.backward(dy);
+      yb.backward(dy);
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        ASSERT_TRUE(a[i].grad().defined()) << what << " input " << i;
+        EXPECT_TRUE(torch::allclose(a[i].grad().to(torch::kFloat32), b[i].grad().to(torch::kFloat32), 2 * tol, 2 * tol)) << what << " input " << i;
+      }
+    };
+    using V = const std::vector<torch::Tensor>&;
+    check([](V t) { return torch_ops::rmsNorm(t[0], t[1], 1e-5); },
+          [](V t) { return (t[0].to(torch::kFloat32) * torch::rsqrt(t[0].to(torch::kFloat32).pow(2).mean(-1, true) + 1e-5) * t[1].to(torch::kFloat32)).to(t[0].scalar_type()); },
+          {{2, 5, 64}, {64}}, "rms_norm");
+    check([](V t) { return torch_ops::layerNorm(t[0], t[1], t[2], 1e-5); },
+          [](V t) { return torch::layer_norm(t[0].to(torch::kFloat32), {64}, t[1].to(torch::kFloat32), t[2].to(torch::kFloat32), 1e-5).to(t[0].scalar_type()); },
+          {{2, 5, 64}, {64}, {64}}, "layer_norm");
+    check([](V t) { return torch_ops::swiglu(t[0], t[1]); },
+          [](V t) { return (torch::silu(t[0].to(torch::kFloat32)) * t[1].to(torch::kFloat32)).to(t[0].scalar_type()); }, {{3, 4, 48}, {3, 4, 48}},
+          "swiglu");
+    check([](V t) { return torch_ops::biasGelu(t[0], t[1]); },
+          [](V t) { return torch::gelu(t[0].to(torch::kFloat32) + t[1].to(torch::kFloat32), "tanh").to(t[0].scalar_type()); }, {{3, 4, 48}, {48}},
+          "bias_gelu");
+    const auto angles = torch::outer(torch::arange(5, torch::kFloat64), torch::pow(10000.0, -torch::arange(0, 16, 2, torch::kFloat64) / 16.0));
+    const auto cos = angles.cos().to(torch::kFloat32), sin = angles.sin().to(torch::kFloat32);
+    check([&](V t) { return torch_ops::rotary(t[0], cos, sin); },
+          [&](V t) {
+            auto x = t[0].to(torch::kFloat32);
+            auto halves = x.chunk(2, -1);
+            auto c = torch::cat({cos, cos}, -1).view({1, 5, 1, 16}), s = torch::cat({sin, sin}, -1).view({1, 5, 1, 16});
+            return (x * c + torch::cat({-halves[1], halves[0]}, -1) * s).to(t[0].scalar_type());
+          },
+          {{2, 5, 3, 16}}, "rotary");
+    const auto target = torch::tensor(std::vector<std::int64_t>{3, -100, 99, 0, 42, 7});
+    check([&](V t) { return torch_ops::vocabParallelCrossEntropy(t[0], target, 0, [](torch::Tensor&, bool) {}); },
+          [&](V t) {
+            return torch::nn::functional::cross_entropy(t[0].to(torch::kFloat32), target,
+                                                        torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kNone));
+          },
+          {{6, 100}}, "cross_entropy");
+  }
+  EXPECT_THROW(torch_ops::rmsNorm(torch::ones({2, 4}, torch::kFloat64), torch::ones({4}, torch::kFloat64), 1e-5), c10::Error);
 }
 
 }  // namespace

@@ -1,0 +1,34 @@
+#pragma once
+// The fused kernels as LibTorch autograd operations, for the executor's model and the profiler: a CUDA
+// tensor runs the CUDA kernel (on LibTorch's current stream), a CPU tensor the CPU reference. float32
+// and bfloat16 tensors; anything else is a c10::Error naming the operation. Library colo::kernels_torch,
+// built with LibTorch; it runs CUDA tensors only when built against a CUDA LibTorch with the CUDA
+// kernels (cudaAvailable()).
+#include <torch/torch.h>
+
+#include <functional>
+
+namespace colo::kernels::torch_ops {
+
+/// Whether this build can run the fused kernels on CUDA tensors.
+[[nodiscard]] bool cudaAvailable();
+
+/// RMSNorm over the last dimension: x / rms(x) * weight.
+at::Tensor rmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
+/// LayerNorm over the last dimension.
+at::Tensor layerNorm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, double eps);
+/// silu(gate) * up (same shapes).
+at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up);
+/// gelu_tanh(x + bias), bias over the last dimension.
+at::Tensor biasGelu(const at::Tensor& x, const at::Tensor& bias);
+/// Rotary embedding of x [batch, seq, heads, headDim] by cos and sin [seq, headDim / 2] (rotate-half).
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+/// Reduces a float tensor in place over the tensor-parallel group (max or sum); identity for one rank.
+using AllReduce = std::function<void(at::Tensor&, bool max)>;
+/// Per-row loss of logits [rows, shard] (this rank's vocabulary columns from `vocabStart`) against
+/// target [rows] (negative: ignored), reduced over the shards by `allReduce`; no fp32 logits copy.
+at::Tensor vocabParallelCrossEntropy(const at::Tensor& logits, const at::Tensor& target, std::int64_t vocabStart,
+                                     AllReduce allReduce);
+
+}  // namespace colo::kernels::torch_ops
