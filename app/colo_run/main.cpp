@@ -58,6 +58,7 @@ std::vector<app::OptionSpec> runOptions() {
           {"compare", "PLAN", "then run this baseline plan of the same model (or \"megatron\": the Megatron-style baseline colo-plan compare uses) and print both side by side"},
           {"json", "", "print one JSON object at the end"},
           {"quiet", "", "no per-step progress"},
+          {"fused-kernels", "auto|on|off", "colo's fused kernels (norms, SwiGLU, rotary, cross-entropy) in the model: auto = on CUDA devices only"},
           {"no-overlap", "", "ZeRO-2/3: no prefetch of the next unit's weights, each gradient reduce-scatter finished before the backward goes on (same losses; to measure what the overlap hides)"},
           {"help", "", "show this help"}};
 }
@@ -288,6 +289,11 @@ Result<executor::RunOptions> optionsFrom(const app::Args& args, const std::strin
   if (!timeout) return fail(timeout.error());
   o.timeoutSeconds = static_cast<int>(*timeout);
   o.overlap = !args.has("no-overlap");
+  const std::string fused = args.value("fused-kernels", "auto");
+  if (fused != "auto" && fused != "on" && fused != "off") {
+    return fail(Error::badInput("--fused-kernels: expected auto, on or off, got \"" + fused + "\""));
+  }
+  o.fusedKernels = fused == "on" ? executor::FusedKernels::kOn : fused == "off" ? executor::FusedKernels::kOff : executor::FusedKernels::kAuto;
   o.progress = !args.has("quiet");  // on stderr, so --json output stays one object on stdout
   return o;
 }

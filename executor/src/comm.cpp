@@ -7,6 +7,13 @@
 
 #include "colo/core/rank_layout.h"
 
+#if defined(COLO_TORCH_CUDA)
+#ifndef USE_C10D_NCCL
+#define USE_C10D_NCCL  // PyTorch's CUDA builds have the NCCL process group; its header asks for this
+#endif
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
 namespace colo::executor::detail {
 
 at::Tensor Pending::wait() {
@@ -20,14 +27,23 @@ at::Tensor Pending::wait() {
 
 namespace {
 
+// One process group. On NCCL (m_device a CUDA device) a CPU tensor handed to a collective (a loss, a
+// norm, routing counts) travels through a device copy; Gloo takes it as it is.
 template <class PG>
 class GroupComm final : public Comm {
  public:
-  GroupComm(c10::intrusive_ptr<PG> pg, int rank, int size) : m_pg(std::move(pg)), m_rank(rank), m_size(size) {}
+  GroupComm(c10::intrusive_ptr<PG> pg, int rank, int size, torch::Device device = torch::kCPU)
+      : m_pg(std::move(pg)), m_rank(rank), m_size(size), m_device(device) {}
   int rank() const override { return m_rank; }
   int size() const override { return m_size; }
   void allReduce(at::Tensor& t, c10d::ReduceOp op) override {
     if (m_size == 1) return;
+    if (m_device.is_cuda() && !t.is_cuda()) {
+      at::Tensor onDevice = t.to(m_device);
+      allReduce(onDevice, op);
+      t.copy_(onDevice);
+      return;
+    }
     if (t.scalar_type() == at::kBFloat16) {
       // Gloo reduces bf16 only in newer LibTorch versions: reduce in fp32 (also the more exact sum).
       at::Tensor wide = t.to(at::kFloat);
@@ -46,6 +62,7 @@ class GroupComm final : public Comm {
   }
   at::Tensor allGather(const at::Tensor& t, std::int64_t dim) override {
     if (m_size == 1) return t;
+    if (m_device.is_cuda() && !t.is_cuda()) return allGather(t.to(m_device), dim).to(t.device());
     if (t.scalar_type() == at::kBFloat16) return allGather(t.to(at::kFloat), dim).to(at::kBFloat16);
     std::vector<at::Tensor> in{t.contiguous()};
     std::vector<std::vector<at::Tensor>> out(1);
@@ -75,6 +92,7 @@ class GroupComm final : public Comm {
   }
   at::Tensor allToAll(const at::Tensor& t, const std::vector<std::int64_t>& sendRows, const std::vector<std::int64_t>& recvRows) override {
     if (m_size == 1) return t;
+    if (m_device.is_cuda() && !t.is_cuda()) return allToAll(t.to(m_device), sendRows, recvRows).to(t.device());
     if (t.scalar_type() == at::kBFloat16) return allToAll(t.to(at::kFloat), sendRows, recvRows).to(at::kBFloat16);
     // By point-to-point sends and receives: Gloo's alltoallv mismatches message sizes under load
     // (pytorch/gloo#334, seen here too), and every member knows every count.
@@ -126,6 +144,7 @@ class GroupComm final : public Comm {
   static constexpr int kAllToAllTag = 1 << 20;  // clear of the pipeline's send/recv tags
   c10::intrusive_ptr<PG> m_pg;
   int m_rank, m_size;
+  torch::Device m_device;
   int m_allToAlls = 0;
 };
 
@@ -149,11 +168,14 @@ class SelfComm final : public Comm {
 }  // namespace
 
 Result<Groups> makeGroups(const WorldInfo& world, const Parallelism& parallel, bool embeddingGroup,
-                          const std::string& backend, int timeoutSeconds) {
+                          const std::string& backend, int timeoutSeconds, const torch::Device& device) {
+#if !defined(COLO_TORCH_CUDA)
   if (backend == "nccl") {
     return fail(Error::badInput("--backend nccl: this build's LibTorch has no NCCL process group (build against the "
                                 "CUDA LibTorch of an installed PyTorch to get it); use --backend gloo"));
   }
+#endif
+  if (backend == "nccl" && !device.is_cuda()) return fail(Error::badInput("--backend nccl needs a CUDA device"));
   try {
     const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeoutSeconds) * 1000);
     c10d::TCPStoreOptions storeOptions;
@@ -162,7 +184,7 @@ Result<Groups> makeGroups(const WorldInfo& world, const Parallelism& parallel, b
     storeOptions.numWorkers = world.world;
     storeOptions.timeout = timeout;
     auto store = c10::make_intrusive<c10d::TCPStore>(world.masterAddr, storeOptions);
-    auto device = c10d::ProcessGroupGloo::createDeviceForHostname(world.masterAddr == "localhost" ? "127.0.0.1" : world.masterAddr);
+    auto glooDevice = c10d::ProcessGroupGloo::createDeviceForHostname(world.masterAddr == "localhost" ? "127.0.0.1" : world.masterAddr);
     // Members of a group, in group-rank order, are the ranks that differ from this one only along `dims`.
     auto make = [&](const std::string& name, const std::vector<std::int64_t>& members) -> std::unique_ptr<Comm> {
       if (members.size() <= 1) return std::make_unique<SelfComm>();
@@ -173,10 +195,18 @@ Result<Groups> makeGroups(const WorldInfo& world, const Parallelism& parallel, b
         key += std::to_string(members[i]) + ",";
       }
       if (myIndex < 0) return nullptr;
+      auto prefixed = c10::make_intrusive<c10d::PrefixStore>(key, store);
+#if defined(COLO_TORCH_CUDA)
+      if (backend == "nccl") {
+        auto options = c10d::ProcessGroupNCCL::Options::create();
+        options->timeout = timeout;
+        auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, myIndex, static_cast<int>(members.size()), options);
+        return std::make_unique<GroupComm<c10d::ProcessGroupNCCL>>(pg, myIndex, static_cast<int>(members.size()), device);
+      }
+#endif
       auto options = c10d::ProcessGroupGloo::Options::create();
       options->timeout = timeout;
-      options->devices.push_back(device);
-      auto prefixed = c10::make_intrusive<c10d::PrefixStore>(key, store);
+      options->devices.push_back(glooDevice);
       auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, myIndex, static_cast<int>(members.size()), options);
       return std::make_unique<GroupComm<c10d::ProcessGroupGloo>>(pg, myIndex, static_cast<int>(members.size()));
     };

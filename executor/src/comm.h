@@ -70,9 +70,10 @@ struct Groups {
   int tpRank = 0, dpRank = 0, ppRank = 0, cpRank = 0, epRank = 0;
 };
 
-/// Connects to the job's TCPStore and creates this rank's groups (every rank must call it).
+/// Connects to the job's TCPStore and creates this rank's groups (every rank must call it): Gloo, or
+/// NCCL on `device` (a CUDA device; needs a CUDA LibTorch).
 /// Errors: kBadInput for a backend this build lacks, kInternal with the c10d message.
 [[nodiscard]] Result<Groups> makeGroups(const WorldInfo& world, const Parallelism& parallel, bool embeddingGroup,
-                                        const std::string& backend, int timeoutSeconds);
+                                        const std::string& backend, int timeoutSeconds, const torch::Device& device = torch::kCPU);
 
 }  // namespace colo::executor::detail

@@ -4,12 +4,14 @@
 // scatters along the sequence and the column-parallel inputs all-gathers.
 #include "model.h"
 #include "ring_attention.h"
+#include "colo/kernels/torch_ops.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
 
 namespace colo::executor::detail {
+namespace torch_ops = colo::kernels::torch_ops;
 namespace {
 
 using torch::Tensor;
@@ -329,7 +331,11 @@ torch::Tensor Chunk::mlp(const std::string& prefix, const torch::Tensor& x) {
   Tensor up = linear(x, p(prefix + "up.weight"), bias(prefix + "up.bias"));
   Tensor a;
   switch (m_cfg.spec.activation) {
-    case Activation::kSwiGlu: a = torch::silu(linear(x, p(prefix + "gate.weight"), nullptr)) * up; break;
+    case Activation::kSwiGlu: {
+      Tensor gate = linear(x, p(prefix + "gate.weight"), nullptr);
+      a = m_cfg.fused ? torch_ops::swiglu(gate, up) : torch::silu(gate) * up;
+      break;
+    }
     case Activation::kGeGlu: a = torch::gelu(linear(x, p(prefix + "gate.weight"), nullptr)) * up; break;
     case Activation::kRelu: a = torch::relu(up); break;
     case Activation::kSilu: a = torch::silu(up); break;
@@ -354,6 +360,10 @@ void Chunk::use(int unit) {
 }
 
 torch::Tensor Chunk::norm(const torch::Tensor& x, const std::string& prefix) {
+  if (m_cfg.fused) {
+    return m_cfg.spec.norm == NormKind::kLayerNorm ? torch_ops::layerNorm(x, p(prefix + ".weight"), p(prefix + ".bias"), 1e-5)
+                                                   : torch_ops::rmsNorm(x, p(prefix + ".weight"), 1e-5);
+  }
   if (m_cfg.spec.norm == NormKind::kLayerNorm) {
     return torch::layer_norm(x, {m_cfg.spec.hiddenSize}, p(prefix + ".weight"), p(prefix + ".bias"), 1e-5);
   }
@@ -415,6 +425,9 @@ torch::Tensor Chunk::layer(std::int64_t i, const torch::Tensor& hIn, const Forwa
   if (m_cos.defined()) {
     auto rope = [&](const Tensor& t) {
       const std::int64_t r = m_cos.size(1);
+      if (m_cfg.fused && r == t.size(3)) {  // the whole head turns: the fused kernel (cos, sin of each pair once)
+        return torch_ops::rotary(t, m_cos.narrow(0, 0, n).narrow(1, 0, r / 2), m_sin.narrow(0, 0, n).narrow(1, 0, r / 2));
+      }
       Tensor rot = t.narrow(3, 0, r);
       auto halves = rot.chunk(2, -1);
       Tensor rotated = torch::cat({-halves[1], halves[0]}, -1);
@@ -494,7 +507,13 @@ torch::Tensor Chunk::forward(const torch::Tensor& input, const torch::Tensor& la
   const Tensor& head = s.tieWordEmbeddings ? p("embedding.word") : p("head.weight");
   Tensor logits = torch::matmul(h, head.t());
   const std::int64_t part = head.size(0);
-  Tensor loss = VocabParallelCrossEntropy::apply(logits.reshape({-1, part}), labels.reshape({-1}), m_cfg.tpRank * part, tp);
+  Tensor loss;
+  if (m_cfg.fused) {
+    loss = torch_ops::vocabParallelCrossEntropy(logits.reshape({-1, part}), labels.reshape({-1}), m_cfg.tpRank * part,
+                                                [tp](at::Tensor& t, bool max) { tp->allReduce(t, max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM); });
+  } else {
+    loss = VocabParallelCrossEntropy::apply(logits.reshape({-1, part}), labels.reshape({-1}), m_cfg.tpRank * part, tp);
+  }
   Tensor out = done(kOutUnit, loss.mean());
   return wordAtEnd ? done(kWordUnit, out) : out;
 }

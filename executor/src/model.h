@@ -60,6 +60,7 @@ struct ModelConfig {
   double auxLossScale = 0;
   torch::Device device = torch::kCPU;
   torch::Dtype dtype = torch::kFloat32;
+  bool fused = false;  ///< colo's fused kernels for norms, SwiGLU, GeLU, rotary and the cross-entropy
   std::uint64_t seed = 0;
 };
 

@@ -112,6 +112,7 @@ Json RunResult::toJson() const {
           {"model", model},
           {"device", device},
           {"backend", backend},
+          {"fused_kernels", fusedKernels},
           {"world", world},
           {"parallel", {{"tp", tp}, {"pp", pp}, {"dp", dp}, {"vpp", vpp}}},
           {"first_step", firstStep},
@@ -148,6 +149,7 @@ Result<RunResult> resultFromJson(const Json& j) {
     r.model = j.at("model").get<std::string>();
     r.device = j.at("device").get<std::string>();
     r.backend = j.at("backend").get<std::string>();
+    r.fusedKernels = j.value("fused_kernels", false);
     r.world = j.at("world").get<std::int64_t>();
     r.tp = j.at("parallel").at("tp").get<std::int64_t>();
     r.pp = j.at("parallel").at("pp").get<std::int64_t>();

@@ -24,6 +24,7 @@
 #include "colo/executor/executor.h"
 #include "checkpoint.h"
 #include "comm.h"
+#include "device.h"
 #include "model.h"
 #include "ring_attention.h"
 #include "state.h"
@@ -253,7 +254,11 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     torch::manual_seed(o.seed);
     const auto& par = plan.parallel;
     const bool tied = spec.tieWordEmbeddings;
-    auto groupsOr = detail::makeGroups(w, par, tied, o.backend, o.timeoutSeconds);
+    auto deviceOr = detail::Device::forBackend(o.backend, w.localRank);
+    if (!deviceOr) return fail(deviceOr.error());
+    detail::Device& device = *deviceOr;
+    const torch::Device dev = device.device();
+    auto groupsOr = detail::makeGroups(w, par, tied, o.backend, o.timeoutSeconds, dev);
     if (!groupsOr) return fail(groupsOr.error());
     detail::Groups& g = *groupsOr;
     const double residentBeforeModel = residentBytes();
@@ -273,6 +278,8 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     cfg.epRank = g.epRank;
     cfg.epComm = g.ep.get();
     cfg.seed = o.seed;
+    cfg.device = dev;
+    cfg.fused = o.fusedKernels == FusedKernels::kOn || (o.fusedKernels == FusedKernels::kAuto && device.cuda());
     cfg.auxLossScale = o.moeAuxLossCoeff / static_cast<double>(plan.globalBatchSize / (plan.microBatchSize * par.dp) * par.tp);
     auto mine = buildChunks(plan, cfg, g.ppRank);
     for (auto& [c, chunk] : mine) chunk->useDeferredLinears(plan.schedule == Schedule::kZeroBubble);
@@ -298,6 +305,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       stateConfig.reshardAfterForward = pp == 1;
       stateConfig.offloadFraction = plan.offload.optimizerFraction;
       stateConfig.overlap = o.overlap;
+      stateConfig.device = dev;
       states.push_back(std::make_unique<detail::ModelState>(chunkList, stateConfig, g));
     }
     auto forEach = [&](auto&& f) {
@@ -319,6 +327,8 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     const auto& order = *orderOr;
 
     RunResult result = describeRun(o, w, firstStep);
+    result.device = device.describe();
+    result.fusedKernels = cfg.fused;
     if (auto predicted = predict(plan, o.costDbFile, result); !predicted) return fail(predicted.error());
 
     // Fault injection for tests: COLO_RUN_FAULT=RANK:STEP kills that rank at the start of that step.
@@ -329,7 +339,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     const std::int64_t seq = plan.seqLen;
     const bool sp = par.sequenceParallel && par.tp > 1;
     // Context parallelism: this rank's tokens are two chunks of the sequence (ring_attention.h).
-    const Tensor positions = detail::contextParallelPositions(seq, static_cast<int>(par.cp), g.cpRank);
+    const Tensor positions = detail::contextParallelPositions(seq, static_cast<int>(par.cp), g.cpRank).to(dev);
     const std::int64_t seqLocal = (sp ? seq / par.tp : seq) / par.cp;
     const std::int64_t hidden = spec.hiddenSize;
     double libtorch = 0;
@@ -337,6 +347,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     for (std::int64_t step = firstStep; step < o.steps; ++step) {
       if (w.rank == faultRank && step == faultStep) std::raise(SIGKILL);
       const auto stepStart = Clock::now();
+      device.startStep();
       forEach([](detail::ModelState& st) { st.beginStep(); });
       // Inputs and labels of this rank's micro-batch j: global samples dpRank * mLocal * mbs + j * mbs + i.
       auto tokens = [&](std::int64_t j) {
@@ -345,7 +356,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
           auto sample = data->sample(o.seed, step, g.dpRank * mLocal * mbs + j * mbs + i, seq);
           flat.insert(flat.end(), sample.begin(), sample.end());
         }
-        return torch::tensor(flat, torch::kInt64).view({mbs, seq + 1});
+        return torch::tensor(flat, torch::kInt64).view({mbs, seq + 1}).to(dev);
       };
       std::map<std::pair<std::int64_t, std::int64_t>, std::pair<Tensor, Tensor>> live;  // (chunk, mb) -> (input, output)
       std::vector<detail::WorkPtr> sends;
@@ -364,7 +375,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
             labels = t.narrow(1, 1, seq).index_select(1, positions);
           }
           if (c > 0) {
-            input = torch::empty({mbs, seqLocal, hidden}, compute);
+            input = torch::empty({mbs, seqLocal, hidden}, torch::TensorOptions().dtype(compute).device(dev));
             timed(libtorch, [&] { g.pp->recv(input, static_cast<int>((c - 1) % pp), tagOf(c - 1, j, false)); });
             input.requires_grad_(true);
           }
@@ -398,7 +409,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
           if (c == chunks - 1) {
             timed(libtorch, [&] { torch::autograd::backward({out / static_cast<double>(mLocal)}); });
           } else {
-            Tensor grad = torch::empty({mbs, seqLocal, hidden}, compute);
+            Tensor grad = torch::empty({mbs, seqLocal, hidden}, torch::TensorOptions().dtype(compute).device(dev));
             timed(libtorch, [&] {
               g.pp->recv(grad, static_cast<int>((c + 1) % pp), tagOf(c, j, true));
               torch::autograd::backward({out}, {grad});
@@ -442,7 +453,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       if (mine.contains(chunks - 1) && g.tpRank == 0) loss += lossSum;
       timed(libtorch, [&] { g.world->allReduce(loss); });
       const double stepLoss = loss.item<double>() / static_cast<double>(mLocal * dp * par.cp);  // each cp rank: its tokens' mean
-      const double seconds = since(stepStart);
+      const double seconds = device.stepSeconds(since(stepStart));
       result.losses.push_back(stepLoss);
       result.stepSeconds.push_back(seconds);
       result.gradNorms.push_back(gradNorm);
@@ -464,7 +475,8 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     std::sort(steady.begin(), steady.end());
     result.stepTimeSeconds = steady[steady.size() / 2];
     result.tokensPerSecond = static_cast<double>(result.tokensPerStep) / result.stepTimeSeconds;
-    const double peakResident = peakResidentBytes();
+    // On a GPU: LibTorch's caching allocator, peak allocated (what the planner predicts) and reserved.
+    const double peakResident = device.cuda() ? device.peakReservedBytes() : peakResidentBytes();
     double modelStates = 0, hostBytes = 0, copySeconds = 0, waitSeconds = 0;
     forEach([&](detail::ModelState& st) {
       modelStates += st.peakModelStateBytes();
@@ -475,7 +487,8 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     const auto stepsRun = static_cast<double>(std::max<std::size_t>(1, result.losses.size()));
     result.offloadCopySeconds = copySeconds / stepsRun;
     result.zeroCommWaitSeconds = waitSeconds / stepsRun;
-    Tensor peak = torch::tensor({peakResident, peakResident - residentBeforeModel, modelStates, hostBytes}, torch::kFloat64);
+    const double tensorBytes = device.cuda() ? device.peakAllocatedBytes() : peakResident - residentBeforeModel;
+    Tensor peak = torch::tensor({peakResident, tensorBytes, modelStates, hostBytes}, torch::kFloat64);
     g.world->allReduce(peak, c10d::ReduceOp::MAX);
     result.peakMemoryBytes = peak[0].item<double>();
     result.tensorMemoryBytes = peak[1].item<double>();

@@ -185,3 +185,40 @@ TEST_F(ColoRun, ReportComparesLikeWithLikeAndExplainsTheStep) {
 
 }  // namespace
 }  // namespace colo
+
+namespace colo {
+namespace {
+
+// colo's fused kernels in the model (RMSNorm, SwiGLU, rotary and the vocabulary-parallel cross-entropy
+// for Llama; LayerNorm for GPT) train as LibTorch's operators do. On the CPU the references run, through
+// the same autograd wrappers that launch the CUDA kernels on a GPU.
+TEST_F(ColoRun, FusedKernelsTrainLikeLibTorchsOperators) {
+  const std::string single = plan("single", "tiny-llama", "--gpus 1");
+  const Json plain = train(single, "--steps 6 --fused-kernels off");
+  const Json fused = train(single, "--steps 6 --fused-kernels on");
+  EXPECT_FALSE(plain["fused_kernels"].get<bool>());
+  EXPECT_TRUE(fused["fused_kernels"].get<bool>());
+  expectSameLosses(fused, plain, 1e-5);
+  // Tensor parallelism: the cross-entropy's max and sums are all-reduced over the vocabulary shards.
+  const Json tp2 = train(plan("tp2", "tiny-llama", "--gpus 2 --tp 2 --sp"), "--steps 6 --fused-kernels on");
+  expectSameLosses(tp2, plain, 1e-5);
+  const Json bf16 = train(plan("bf16", "tiny-llama", "--gpus 1 --precision bf16"), "--steps 6 --fused-kernels on");
+  expectSameLosses(bf16, plain, 2e-2);
+  const std::string gpt = plan("gpt", "tiny-gpt", "--gpus 1");
+  expectSameLosses(train(gpt, "--steps 4 --fused-kernels on"), train(gpt, "--steps 4"), 1e-5);
+  // Auto is LibTorch's operators on the CPU.
+  EXPECT_FALSE(train(single, "--steps 1")["fused_kernels"].get<bool>());
+  auto bad = test::runProgram("colo-run", single + " --data " + data() + " --fused-kernels maybe");
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find("--fused-kernels"), std::string::npos) << bad.err;
+}
+
+// NCCL needs a CUDA LibTorch and a GPU: without them one clear error, before any rank starts.
+TEST_F(ColoRun, NcclWithoutACudaBuildOrDeviceIsOneClearError) {
+  auto r = test::runProgram("colo-run", plan("single", "tiny-gpt", "--gpus 1") + " --data " + data() + " --backend nccl --steps 1");
+  EXPECT_EQ(r.exitCode, 2) << r.err;
+  EXPECT_NE(r.err.find("--backend nccl"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace colo

@@ -30,6 +30,10 @@ struct WorldInfo {
   [[nodiscard]] static bool launchedByLauncher();
 };
 
+/// The fused kernels (colo::kernels) in the model: auto uses them on CUDA devices, LibTorch's own
+/// operators on the CPU (their references there run single-threaded).
+enum class FusedKernels { kAuto, kOn, kOff };
+
 struct RunOptions {
   Plan plan;
   std::string planFile;
@@ -56,11 +60,13 @@ struct RunOptions {
   /// backward (off: each collective finishes where it starts; the losses are identical).
   bool overlap = true;
   int threads = 0;                      ///< intra-op threads per rank (0: cores / local ranks)
+  FusedKernels fusedKernels = FusedKernels::kAuto;
 };
 
 /// What one run measured (identical on every rank after the run).
 struct RunResult {
   std::string planName, planHash, model, device, backend;
+  bool fusedKernels = false;            ///< the model ran colo's fused kernels (RMSNorm, SwiGLU, rotary, cross-entropy, ...)
   std::int64_t world = 1, tp = 1, pp = 1, dp = 1, vpp = 1;
   std::int64_t firstStep = 0;           ///< 0, or the step a resumed run started at
   std::int64_t tokensPerStep = 0;

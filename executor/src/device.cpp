@@ -1,0 +1,92 @@
+#include "device.h"
+
+#if defined(COLO_TORCH_CUDA)
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+namespace colo::executor::detail {
+
+#if defined(COLO_TORCH_CUDA)
+struct Device::Events {
+  at::cuda::CUDAEvent start{cudaEventDefault}, stop{cudaEventDefault};
+};
+#else
+struct Device::Events {};
+#endif
+
+Result<Device> Device::forBackend(const std::string& backend, int localRank) {
+  if (backend != "nccl") return Device(torch::Device(torch::kCPU));
+#if defined(COLO_TORCH_CUDA)
+  if (!torch::cuda::is_available() || torch::cuda::device_count() == 0) {
+    return fail(Error::badInput("--backend nccl: no CUDA device is visible to this process (check CUDA_VISIBLE_DEVICES and the driver)"));
+  }
+  const auto index = static_cast<c10::DeviceIndex>(localRank % static_cast<int>(torch::cuda::device_count()));
+  c10::cuda::set_device(index);
+  Device d(torch::Device(torch::kCUDA, index));
+  d.m_events = std::make_shared<Events>();
+  return d;
+#else
+  (void)localRank;
+  return fail(Error::badInput("--backend nccl: this build's LibTorch has no CUDA (build against the CUDA LibTorch of an installed "
+                              "PyTorch: scripts/gpu-check.sh shows how); use --backend gloo"));
+#endif
+}
+
+std::string Device::describe() const {
+  if (!cuda()) return "cpu";
+#if defined(COLO_TORCH_CUDA)
+  const auto* p = at::cuda::getDeviceProperties(m_device.index());
+  return "cuda:" + std::to_string(m_device.index()) + " (" + p->name + ")";
+#else
+  return m_device.str();
+#endif
+}
+
+void Device::synchronize() const {
+  if (cuda()) torch::cuda::synchronize(m_device.index());
+}
+
+void Device::startStep() {
+#if defined(COLO_TORCH_CUDA)
+  if (m_events) m_events->start.record(at::cuda::getCurrentCUDAStream(m_device.index()));
+#endif
+}
+
+double Device::stepSeconds(double wallSeconds) {
+#if defined(COLO_TORCH_CUDA)
+  if (m_events) {
+    m_events->stop.record(at::cuda::getCurrentCUDAStream(m_device.index()));
+    m_events->stop.synchronize();
+    return static_cast<double>(m_events->start.elapsed_time(m_events->stop)) / 1e3;
+  }
+#endif
+  return wallSeconds;
+}
+
+double Device::peakAllocatedBytes() const {
+#if defined(COLO_TORCH_CUDA)
+  if (cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(m_device.index());
+    return static_cast<double>(stats.allocated_bytes[0].peak);  // [0]: the aggregate over pools
+  }
+#endif
+  return 0;
+}
+
+double Device::peakReservedBytes() const {
+#if defined(COLO_TORCH_CUDA)
+  if (cuda()) return static_cast<double>(c10::cuda::CUDACachingAllocator::getDeviceStats(m_device.index()).reserved_bytes[0].peak);
+#endif
+  return 0;
+}
+
+void Device::resetPeak() const {
+#if defined(COLO_TORCH_CUDA)
+  if (cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(m_device.index());
+#endif
+}
+
+}  // namespace colo::executor::detail
