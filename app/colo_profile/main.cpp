@@ -265,7 +265,8 @@ int check(const std::vector<std::string>& argv) {
 const std::vector<app::OptionSpec>& collectiveSpecs() {
   static const std::vector<app::OptionSpec> specs{
       {"db", "DB", "cost database to write (created when missing)"},
-      {"world", "N", "processes (ranks) on this machine (default 2)"},
+      {"world", "N", "processes (ranks) on this machine (default 2; nccl: 1 or more, one GPU each)"},
+      {"backend", "B", "gloo (CPU tensors, default) or nccl (CUDA tensors; a CUDA LibTorch build)"},
       {"port", "P", "TCPStore port on 127.0.0.1 (default 29631)"},
       {"sizes", "B1,B2", "message sizes in bytes per rank (default 1 KiB to 64 MiB)"},
       {"reps", "N", "timed repetitions per size (default 5)"},
@@ -284,7 +285,11 @@ Result<profiler::CollectiveOptions> collectiveOptions(const app::Args& args) {
   for (const auto* r : {&world, &port, &reps}) {
     if (!*r) return fail(r->error());
   }
-  if (*world < 2) return fail(Error::badInput("--world: collectives need at least 2 ranks"));
+  o.backend = args.value("backend", "gloo");
+  if (o.backend != "gloo" && o.backend != "nccl") return fail(Error::badInput("--backend: expected gloo or nccl, got \"" + o.backend + "\""));
+  if (*world < (o.backend == "nccl" ? 1 : 2)) {
+    return fail(Error::badInput("--world: " + o.backend + " collectives need at least " + (o.backend == "nccl" ? "1 rank" : "2 ranks")));
+  }
   if (*port > 65535) return fail(Error::badInput("--port: must be below 65536"));
   auto sizes = intList(args, "sizes", o.sizes);
   if (!sizes) return fail(sizes.error());
@@ -299,7 +304,7 @@ int collectives(const std::vector<std::string>& argv) {
   auto args = app::Args::parse(argv, collectiveSpecs());
   if (!args) return report(args.error());
   if (args->has("help")) {
-    std::cout << "usage: colo-profile collectives --db DB [--world N] [--sizes B1,B2,...] [--port P] [--json]\n\n"
+    std::cout << "usage: colo-profile collectives --db DB [--world N] [--backend gloo|nccl] [--sizes B1,B2,...] [--port P] [--json]\n\n"
                  "Measures all-reduce, all-gather and broadcast through c10d/Gloo across N local processes and fits\n"
                  "latency and bandwidth.\n\n"
               << app::describeOptions(collectiveSpecs());
@@ -318,7 +323,7 @@ int collectives(const std::vector<std::string>& argv) {
   if (!dbPath) return report(Error::badInput("missing --db"));
   auto db = costmodel::CostDatabase::openForWrite(*dbPath);
   if (!db) return report(db.error());
-  auto name = profiler::deviceName("cpu");
+  auto name = profiler::deviceName(o->backend == "nccl" ? "cuda" : "cpu");
   if (!name) return report(name.error());
 
   // Ranks 1..N-1 are this program again; rank 0 runs here.
@@ -327,7 +332,7 @@ int collectives(const std::vector<std::string>& argv) {
   for (const auto s : o->sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(s);
   for (int rank = 1; rank < o->world; ++rank) {
     std::vector<std::string> childArgs{"/proc/self/exe", "collectives", "--rank", std::to_string(rank), "--world",
-                                       std::to_string(o->world), "--port", std::to_string(o->port), "--sizes", sizes,
+                                       std::to_string(o->world), "--backend", o->backend, "--port", std::to_string(o->port), "--sizes", sizes,
                                        "--reps", std::to_string(o->repetitions)};
     std::vector<char*> cargs;
     for (auto& a : childArgs) cargs.push_back(a.data());
@@ -361,7 +366,7 @@ int collectives(const std::vector<std::string>& argv) {
     }
     std::cout << Json{{"device", *name}, {"measurements", measured->size()}, {"fits", j}}.dump(2) << "\n";
   } else {
-    std::cout << *name << ": " << measured->size() << " collective measurements (gloo, " << o->world << " ranks) in "
+    std::cout << *name << ": " << measured->size() << " collective measurements (" << o->backend << ", " << o->world << " ranks) in "
               << *dbPath << "\n";
     for (const auto& f : fits) {
       std::cout << "  link level " << f.level << " (ring model over " << f.points << " measurements): latency "

@@ -2,20 +2,12 @@
 
 #if defined(COLO_TORCH_CUDA)
 #include <ATen/cuda/CUDAContext.h>
-#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
 namespace colo::executor::detail {
 
-#if defined(COLO_TORCH_CUDA)
-struct Device::Events {
-  at::cuda::CUDAEvent start{cudaEventDefault}, stop{cudaEventDefault};
-};
-#else
-struct Device::Events {};
-#endif
 
 Result<Device> Device::forBackend(const std::string& backend, int localRank) {
   if (backend != "nccl") return Device(torch::Device(torch::kCPU));
@@ -25,9 +17,7 @@ Result<Device> Device::forBackend(const std::string& backend, int localRank) {
   }
   const auto index = static_cast<c10::DeviceIndex>(localRank % static_cast<int>(torch::cuda::device_count()));
   c10::cuda::set_device(index);
-  Device d(torch::Device(torch::kCUDA, index));
-  d.m_events = std::make_shared<Events>();
-  return d;
+  return Device(torch::Device(torch::kCUDA, index));
 #else
   (void)localRank;
   return fail(Error::badInput("--backend nccl: this build's LibTorch has no CUDA (build against the CUDA LibTorch of an installed "
@@ -49,21 +39,11 @@ void Device::synchronize() const {
   if (cuda()) torch::cuda::synchronize(m_device.index());
 }
 
-void Device::startStep() {
-#if defined(COLO_TORCH_CUDA)
-  if (m_events) m_events->start.record(at::cuda::getCurrentCUDAStream(m_device.index()));
-#endif
-}
+void Device::startStep() { m_timer->start(); }
 
 double Device::stepSeconds(double wallSeconds) {
-#if defined(COLO_TORCH_CUDA)
-  if (m_events) {
-    m_events->stop.record(at::cuda::getCurrentCUDAStream(m_device.index()));
-    m_events->stop.synchronize();
-    return static_cast<double>(m_events->start.elapsed_time(m_events->stop)) / 1e3;
-  }
-#endif
-  return wallSeconds;
+  const double seconds = m_timer->seconds();
+  return cuda() ? seconds : wallSeconds;
 }
 
 double Device::peakAllocatedBytes() const {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "colo/core/error.h"
+#include "colo/kernels/torch_ops.h"
 
 namespace colo::executor::detail {
 
@@ -32,10 +33,9 @@ class Device {
   void resetPeak() const;
 
  private:
-  explicit Device(torch::Device d) : m_device(d) {}
+  explicit Device(torch::Device d) : m_device(d), m_timer(std::make_shared<kernels::torch_ops::DeviceTimer>(d)) {}
   torch::Device m_device;
-  struct Events;
-  std::shared_ptr<Events> m_events;  // CUDA events (CUDA builds only)
+  std::shared_ptr<kernels::torch_ops::DeviceTimer> m_timer;
 };
 
 }  // namespace colo::executor::detail

@@ -6,8 +6,11 @@
 
 #include "colo/kernels/cuda.h"
 #include "colo/kernels/reference.h"
-#if defined(COLO_KERNELS_TORCH_CUDA)
+#if defined(COLO_TORCH_CUDA)
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#endif
+#if defined(COLO_KERNELS_TORCH_CUDA)
 // The CUDA call of a dispatch, on stream `s` (compiled only where the CUDA kernels are linked).
 #define COLO_ON_GPU(...) [&](void* s) -> int { return __VA_ARGS__; }
 #else
@@ -273,6 +276,44 @@ struct CrossEntropyFn : torch::autograd::Function<CrossEntropyFn> {
 };
 
 }  // namespace
+
+#if defined(COLO_TORCH_CUDA)
+struct DeviceTimer::Events {
+  at::cuda::CUDAEvent start{cudaEventDefault}, stop{cudaEventDefault};
+};
+#else
+struct DeviceTimer::Events {};
+#endif
+
+DeviceTimer::DeviceTimer(const at::Device& device) : m_device(device) {
+#if defined(COLO_TORCH_CUDA)
+  if (device.is_cuda()) m_events = std::make_unique<Events>();
+#endif
+}
+
+DeviceTimer::~DeviceTimer() = default;
+
+void DeviceTimer::start() {
+#if defined(COLO_TORCH_CUDA)
+  if (m_events) {
+    m_events->start.record(at::cuda::getCurrentCUDAStream(m_device.index()));
+    return;
+  }
+#endif
+  m_start = std::chrono::steady_clock::now();
+}
+
+double DeviceTimer::seconds() {
+#if defined(COLO_TORCH_CUDA)
+  if (m_events) {
+    m_events->stop.record(at::cuda::getCurrentCUDAStream(m_device.index()));
+    m_events->stop.synchronize();
+    return static_cast<double>(m_events->start.elapsed_time(m_events->stop)) / 1e3;
+  }
+#endif
+  if (m_device.is_cuda()) torch::cuda::synchronize(m_device.index());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
+}
 
 bool cudaAvailable() {
 #if defined(COLO_KERNELS_TORCH_CUDA)

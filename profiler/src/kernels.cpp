@@ -98,12 +98,13 @@ Result<std::pair<Timing, std::optional<Timing>>> timeKernel(const std::string& k
     }
     auto timeIt = [&](bool withBackward) {
       std::vector<double> samples;
+      Stopwatch watch(*dev);
       for (int i = 0; i < warmup + repetitions; ++i) {
-        const auto start = Clock::now();
+        watch.start();
         Tensor out = forward();
         if (withBackward) out.backward(out.dim() == 0 ? Tensor() : torch::ones_like(out));
-        synchronize(*dev);
-        if (i >= warmup) samples.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+        const double seconds = watch.seconds();
+        if (i >= warmup) samples.push_back(seconds);
       }
       return summarize(samples);
     };
@@ -129,13 +130,14 @@ Result<Timing> timeCopy(const std::string& direction, bool pinned, std::int64_t 
     Tensor host = torch::empty({bytes}, hostOptions);
     Tensor onDevice = torch::empty({bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(*dev));
     std::vector<double> samples;
+    Stopwatch watch(*dev);
     for (int i = 0; i < warmup + repetitions; ++i) {
       synchronize(*dev);
-      const auto start = Clock::now();
+      watch.start();
       if (direction == "h2d") onDevice.copy_(host, /*non_blocking=*/pinned);
       else host.copy_(onDevice, /*non_blocking=*/pinned);
-      synchronize(*dev);
-      if (i >= warmup) samples.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      const double seconds = watch.seconds();
+      if (i >= warmup) samples.push_back(seconds);
     }
     return summarize(samples);
   } catch (const c10::Error& e) {

@@ -124,11 +124,11 @@ Result<Timing> timeModelStep(const ModelSpec& s, std::int64_t seq, std::int64_t 
     for (int i = 0; i < warmup; ++i) step();
     detail::synchronize(*dev);
     std::vector<double> samples;
+    detail::Stopwatch watch(*dev);
     for (int i = 0; i < repetitions; ++i) {
-      const auto start = std::chrono::steady_clock::now();
+      watch.start();
       step();
-      detail::synchronize(*dev);
-      samples.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      samples.push_back(watch.seconds());
     }
     return detail::summarize(samples);
   } catch (const c10::Error& e) {

@@ -67,11 +67,11 @@ Result<Timing> timeGemm(std::int64_t m, std::int64_t n, std::int64_t k, std::int
     for (int i = 0; i < warmup; ++i) run(i);
     detail::synchronize(*dev);
     std::vector<double> samples;
+    detail::Stopwatch watch(*dev);
     for (int i = 0; i < repetitions; ++i) {
-      const auto start = Clock::now();
+      watch.start();
       auto c = run(i);
-      detail::synchronize(*dev);
-      samples.push_back(std::chrono::duration<double>(Clock::now() - start).count() / static_cast<double>(count));
+      samples.push_back(watch.seconds() / static_cast<double>(count));
     }
     return detail::summarize(samples);
   } catch (const c10::Error& e) {

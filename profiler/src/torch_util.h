@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "colo/kernels/torch_ops.h"
+
 #include "colo/core/cluster.h"
 #include "colo/core/error.h"
 #include "colo/profiler/profiler.h"
@@ -49,6 +51,9 @@ inline Result<torch::Device> torchDevice(const std::string& name) {
 inline void synchronize(const torch::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize();
 }
+
+/// Times work on a device: CUDA events on a CUDA device, the steady clock on the CPU.
+using Stopwatch = colo::kernels::torch_ops::DeviceTimer;
 
 inline Timing summarize(std::vector<double> samples) {
   std::sort(samples.begin(), samples.end());

@@ -6,9 +6,30 @@
 // kernels (cudaAvailable()).
 #include <torch/torch.h>
 
+#include <chrono>
 #include <functional>
+#include <memory>
 
 namespace colo::kernels::torch_ops {
+
+/// Times work on a device: CUDA events on LibTorch's current stream on a CUDA device (the GPU's clock; a
+/// CUDA LibTorch build), the steady clock after synchronizing elsewhere.
+class DeviceTimer {
+ public:
+  explicit DeviceTimer(const at::Device& device);
+  ~DeviceTimer();
+  DeviceTimer(const DeviceTimer&) = delete;
+  DeviceTimer& operator=(const DeviceTimer&) = delete;
+  void start();
+  /// Seconds since start(), after the device has finished the work.
+  [[nodiscard]] double seconds();
+
+ private:
+  at::Device m_device;
+  std::chrono::steady_clock::time_point m_start;
+  struct Events;
+  std::unique_ptr<Events> m_events;
+};
 
 /// Whether this build can run the fused kernels on CUDA tensors.
 [[nodiscard]] bool cudaAvailable();

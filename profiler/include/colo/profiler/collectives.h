@@ -1,6 +1,7 @@
 #pragma once
 /// \file
-/// Collective measurement through c10d: Gloo across local processes (one per rank) on this machine.
+/// Collective measurement through c10d across local processes (one per rank) on this machine: Gloo on
+/// CPU tensors, or NCCL on CUDA device `rank` (a CUDA LibTorch; world 1 too: NCCL's own overhead).
 /// costmodel::fitLinkLevels() turns the measurements into a link level's latency and bandwidth.
 
 #include <cstdint>
@@ -15,6 +16,7 @@ namespace colo::profiler {
 
 struct CollectiveOptions {
   int world = 2;
+  std::string backend = "gloo";     ///< gloo, or nccl (CUDA LibTorch builds with a GPU per rank)
   int port = 29631;                 ///< TCPStore port on 127.0.0.1
   /// Bytes per rank: 1 KiB to 64 MiB, enough for the ring fit's latency and bandwidth terms (Gloo on a
   /// CPU reaches its bandwidth well below 64 MiB; 256 MiB took four times as long and changed no fit).

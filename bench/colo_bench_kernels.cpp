@@ -1,0 +1,132 @@
+// colo-bench-kernels: each fused kernel against LibTorch's unfused composition of the same operation,
+// forward + backward, on the CPU or a CUDA device, at a ~350M GPT's shapes (or smaller, --tokens).
+//
+//   colo-bench-kernels [--device cpu|cuda] [--dtype bf16|fp32] [--tokens N] [--hidden H] [--vocab V]
+//                      [--repetitions R] [--json]
+//
+// Prints, per kernel, the median milliseconds of each and the speed-up (unfused / fused). On the CPU
+// the fused side runs the single-threaded references: the figures there only show that it runs.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "colo/kernels/torch_ops.h"
+
+namespace {
+
+namespace ops = colo::kernels::torch_ops;
+using torch::Tensor;
+
+struct Options {
+  std::string device = "cpu", dtype = "bf16";
+  std::int64_t tokens = 8192, hidden = 1024, vocab = 50304;
+  int repetitions = 20;
+  bool json = false;
+};
+
+// Median seconds of fn() (forward and backward) after warm-up, timed on the device's clock.
+double medianSeconds(const torch::Device& device, int repetitions, const std::function<void()>& fn) {
+  for (int i = 0; i < 3; ++i) fn();
+  std::vector<double> samples;
+  ops::DeviceTimer timer(device);
+  for (int i = 0; i < repetitions; ++i) {
+    timer.start();
+    fn();
+    samples.push_back(timer.seconds());
+  }
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+int usage(const std::string& why) {
+  std::cerr << "colo-bench-kernels: " << why << "\nusage: colo-bench-kernels [--device cpu|cuda] [--dtype bf16|fp32] [--tokens N] "
+               "[--hidden H] [--vocab V] [--repetitions R] [--json]\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    auto number = [&](std::int64_t& into) {
+      const std::string v = next();
+      char* end = nullptr;
+      into = std::strtoll(v.c_str(), &end, 10);
+      return !v.empty() && *end == '\0' && into > 0 && into <= (std::int64_t{1} << 24);
+    };
+    std::int64_t reps = 0;
+    if (a == "--device") o.device = next();
+    else if (a == "--dtype") o.dtype = next();
+    else if (a == "--tokens") { if (!number(o.tokens)) return usage("--tokens: expected a positive whole number"); }
+    else if (a == "--hidden") { if (!number(o.hidden)) return usage("--hidden: expected a positive whole number"); }
+    else if (a == "--vocab") { if (!number(o.vocab)) return usage("--vocab: expected a positive whole number"); }
+    else if (a == "--repetitions") { if (!number(reps) || reps > 10000) return usage("--repetitions: expected 1..10000"); o.repetitions = static_cast<int>(reps); }
+    else if (a == "--json") o.json = true;
+    else return usage("unknown argument \"" + a + "\"");
+  }
+  if (o.device != "cpu" && o.device != "cuda") return usage("--device: expected cpu or cuda, got \"" + o.device + "\"");
+  if (o.dtype != "bf16" && o.dtype != "fp32") return usage("--dtype: expected bf16 or fp32, got \"" + o.dtype + "\"");
+  if (o.hidden % 64 != 0) return usage("--hidden: expected a multiple of 64 (heads of 64)");
+  if (o.device == "cuda" && (!torch::cuda::is_available() || !ops::cudaAvailable())) {
+    std::cerr << "colo-bench-kernels: --device cuda needs a CUDA device and a build with the CUDA kernels (CUDA LibTorch + nvcc)\n";
+    return 2;
+  }
+  try {
+    const torch::Device device = o.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+    const auto dt = o.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32;
+    const auto opt = torch::TensorOptions().dtype(dt).device(device);
+    const std::int64_t t = o.tokens, h = o.hidden, heads = h / 64, ffn = 4 * h;
+    auto leaf = [&](std::vector<std::int64_t> shape) { return torch::randn(shape, opt).requires_grad_(true); };
+    Tensor x = leaf({t, h}), w = leaf({h}), b = leaf({h}), gate = leaf({t, ffn}), up = leaf({t, ffn}), ffnBias = leaf({ffn});
+    Tensor q = leaf({1, t, heads, 64});
+    auto angles = torch::outer(torch::arange(t, torch::kFloat32), torch::rand({32})).to(device);
+    Tensor cos = angles.cos(), sin = angles.sin();
+    Tensor logits = leaf({t, o.vocab});
+    Tensor target = torch::randint(0, o.vocab, {t}, torch::TensorOptions().dtype(torch::kLong).device(device));
+    auto backward = [](const Tensor& y) { y.backward(torch::ones_like(y)); };
+    struct Case {
+      std::string name;
+      std::function<void()> fused, unfused;
+    };
+    const std::vector<Case> cases{
+        {"rmsnorm", [&] { backward(ops::rmsNorm(x, w, 1e-5)); },
+         [&] { backward(x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-5) * w); }},
+        {"layernorm", [&] { backward(ops::layerNorm(x, w, b, 1e-5)); }, [&] { backward(torch::layer_norm(x, {h}, w, b, 1e-5)); }},
+        {"swiglu", [&] { backward(ops::swiglu(gate, up)); }, [&] { backward(torch::silu(gate) * up); }},
+        {"bias_gelu", [&] { backward(ops::biasGelu(gate, ffnBias)); }, [&] { backward(torch::gelu(gate + ffnBias, "tanh")); }},
+        {"rotary", [&] { backward(ops::rotary(q, cos, sin)); },
+         [&] {
+           auto halves = q.chunk(2, -1);
+           auto c = torch::cat({cos, cos}, -1).view({1, t, 1, 64}).to(dt), s = torch::cat({sin, sin}, -1).view({1, t, 1, 64}).to(dt);
+           backward(q * c + torch::cat({-halves[1], halves[0]}, -1) * s);
+         }},
+        {"cross_entropy", [&] { ops::vocabParallelCrossEntropy(logits, target, 0, [](Tensor&, bool) {}).mean().backward(); },
+         [&] { torch::cross_entropy_loss(logits.to(torch::kFloat32), target).backward(); }},
+    };
+    nlohmann::json out = {{"device", o.device}, {"dtype", o.dtype}, {"tokens", t}, {"hidden", h}, {"vocab", o.vocab}, {"kernels", nlohmann::json::array()}};
+    if (!o.json) std::cout << "kernel          fused ms   unfused ms   speed-up   (" << o.device << ", " << o.dtype << ", " << t << " tokens)\n";
+    for (const auto& c : cases) {
+      const double fused = medianSeconds(device, o.repetitions, c.fused), unfused = medianSeconds(device, o.repetitions, c.unfused);
+      out["kernels"].push_back({{"kernel", c.name}, {"fused_s", fused}, {"unfused_s", unfused}, {"speedup", unfused / fused}});
+      if (!o.json) {
+        std::cout << std::left << std::setw(14) << c.name << std::right << std::fixed << std::setprecision(3) << std::setw(10) << fused * 1e3
+                  << std::setw(13) << unfused * 1e3 << std::setprecision(2) << std::setw(10) << unfused / fused << "x\n";
+      }
+    }
+    if (o.json) std::cout << out.dump(2) << "\n";
+    return 0;
+  } catch (const c10::Error& e) {
+    std::cerr << "colo-bench-kernels: LibTorch: " << e.what_without_backtrace() << "\n";
+    return 1;
+  }
+}

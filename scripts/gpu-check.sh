@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# One GPU visit in one command (about 8 minutes on one H100 with 16 cores):
+#
+#   scripts/gpu-debs.sh              # once, on a machine with Debian's registry: .gpu-debs/*.deb
+#   scripts/gpu-check.sh [OUT_DIR]   # on the GPU machine (default OUT_DIR: $OUT, else gpu-out)
+#
+# On a bare GPU machine with nvidia-smi, nvcc, CMake, ninja and python3 with a CUDA PyTorch, it unpacks
+# the carried .deb files (SQLite, nlohmann/json, Boost headers, GoogleTest) into a private prefix,
+# configures colo against PyTorch's LibTorch (torch.utils.cmake_prefix_path) with the CUDA kernels for
+# this GPU, builds with every core, runs the gpu-labelled tests and the kernel tests, times each fused
+# kernel against LibTorch's unfused operators, profiles a cost database of the library models' shapes
+# on this GPU, trains a ~350M GPT (gpt2-medium, bf16, seq 1024) with colo-run and its eager-PyTorch twin,
+# and writes every figure to OUT_DIR: summary.json, visit.log, costdb.sqlite, gpu-tests.xml,
+# kernels.json, colo-run.json, eager.json. Each step has its own time limit; a failed step is recorded
+# and the visit goes on. Without a GPU it stops at once with exit 3 and says why.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+repo=$(pwd)
+out=${1:-${OUT:-gpu-out}}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+log="$out/visit.log"
+: >"$log"
+summary="$out/summary.json"
+started=$(date +%s)
+declare -a steps=()
+
+note() { echo "[$(($(date +%s) - started))s] $*" | tee -a "$log"; }
+# record NAME STATUS DETAIL
+record() { steps+=("{\"step\": \"$1\", \"status\": \"$2\", \"detail\": \"${3//\"/\'}\", \"at_s\": $(($(date +%s) - started))}"); }
+finish() {
+  { echo "{\"steps\": ["; (IFS=,; echo "${steps[*]}"); echo "]}"; } >"$summary"
+  note "summary in $summary"
+}
+# run NAME LIMIT_SECONDS COMMAND...: the command's output goes to the log; its status is recorded.
+run() {
+  local name=$1 limit=$2
+  shift 2
+  note "== $name (limit ${limit}s): $*"
+  timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
+  local rc=$?
+  if [ $rc -eq 0 ]; then record "$name" ok ""; else record "$name" failed "exit $rc"; note "$name failed (exit $rc)"; fi
+  return $rc
+}
+
+# 1. A GPU, or a clean stop.
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >>"$log" 2>&1; then
+  note "no GPU here: nvidia-smi is missing or sees no device; this script needs a CUDA GPU"
+  record gpu failed "no nvidia-smi or no device"
+  finish
+  exit 3
+fi
+if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >>"$log" 2>&1; then
+  note "python3 has no CUDA PyTorch (import torch; torch.cuda.is_available() is not true)"
+  record pytorch failed "no CUDA PyTorch"
+  finish
+  exit 3
+fi
+gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)
+record gpu ok "$gpu"
+note "GPU: $gpu"
+sm=$(python3 -c 'import torch; p = torch.cuda.get_device_properties(0); print(f"{p.major}{p.minor}")')
+
+# 2. The carried build dependencies, unpacked into a private prefix (never into /).
+prefix=/tmp/colo-debs
+if ! ls .gpu-debs/*.deb >/dev/null 2>&1; then
+  note "no .gpu-debs/*.deb: run scripts/gpu-debs.sh on a machine with Debian's registry and carry .gpu-debs"
+  record debs failed "missing .gpu-debs"
+  finish
+  exit 3
+fi
+mkdir -p "$prefix"
+for f in .gpu-debs/*.deb; do dpkg -x "$f" "$prefix"; done
+export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+record debs ok "$(ls .gpu-debs/*.deb | wc -l) packages"
+
+# 3. Configure against PyTorch's LibTorch; NCCL's header from PyTorch's NCCL wheel where it is there.
+torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+nccl_include=$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "include"))' 2>/dev/null || true)
+cxxflags=""
+[ -n "$nccl_include" ] && [ -f "$nccl_include/nccl.h" ] && cxxflags="-I$nccl_include"
+jobs=$(nproc)
+build=build-gpu
+configure() {
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_UI=OFF -DCOLO_BUILD_TESTS=ON -DCOLO_WITH_CUDA=ON \
+    -DCOLO_CUDA_ARCHITECTURES="$sm" -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
+    -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" -DSQLite3_INCLUDE_DIR="$prefix/usr/include" \
+    -DSQLite3_LIBRARY="$prefix/usr/lib/x86_64-linux-gnu/libsqlite3.so" -DCMAKE_CXX_FLAGS="$cxxflags" "$@"
+}
+executor=ON
+if ! run configure 180 configure; then
+  note "configure with LibTorch failed: the CUDA kernels and their tests alone, without the executor and profiler"
+  executor=OFF
+  rm -rf "$build"
+  run configure-kernels-only 120 configure -DCOLO_BUILD_EXECUTOR=OFF || { finish; exit 1; }
+fi
+grep -E "COLO_|CUDA LibTorch" "$build/CMakeCache.txt" | grep -E "COLO_TORCH_CUDA|COLO_WITH_CUDA|COLO_CUDA_ARCH" >>"$log" 2>&1
+
+# 4. Build (-k 0: one target that does not compile leaves the others to run).
+targets=(colo_kernels_tests colo_kernels_cuda_tests colo-plan)
+[ "$executor" = ON ] && targets+=(colo_kernels_torch_tests colo-bench-kernels colo-profile colo-run)
+run build 300 cmake --build "$build" -j "$jobs" --target "${targets[@]}" -- -k 0
+
+# 5. Tests: the gpu label and the kernels' CPU suites.
+run gpu-tests 120 ctest --test-dir "$build" -R "Kernels|CudaKernels|KernelsTorchOps|KernelsAgainstLibTorch" --output-on-failure \
+  --output-junit "$out/gpu-tests.xml"
+
+# 6. Each fused kernel against LibTorch's unfused operators, at the 350M model's shapes.
+if [ -x "$build/bin/colo-bench-kernels" ]; then
+  run kernels-bench 120 bash -c "'$build/bin/colo-bench-kernels' --device cuda --dtype bf16 --tokens 8192 --hidden 1024 --vocab 50304 --json > '$out/kernels.json'"
+fi
+
+# 7. A cost database of the library models' shapes on this GPU (each model bounded in time; --resume adds).
+if [ -x "$build/bin/colo-profile" ]; then
+  for model in gpt2-medium llama3-8b llama3-70b gpt3-175b mixtral-8x7b; do
+    run "profile-$model" 60 "$build/bin/colo-profile" --model "$model" --db "$out/costdb.sqlite" --device cuda --dtype bf16 \
+      --tp 1,2,4,8 --mbs 1,2 --resume --quiet
+  done
+fi
+
+if [ -x "$build/bin/colo-profile" ]; then
+  run collectives-nccl 60 "$build/bin/colo-profile" collectives --db "$out/costdb.sqlite" --backend nccl --world "$(nvidia-smi -L | wc -l)" --quiet
+fi
+
+# 8. The ~350M GPT: colo-run (bf16, fused kernels, NCCL) and its eager-PyTorch twin, with predictions.
+if [ -x "$build/bin/colo-run" ]; then
+  work=/tmp/colo-gpu-run
+  mkdir -p "$work"
+  "$build/bin/colo-run" prepare data/corpus/declaration.txt --out "$work/tokens.u16" >>"$log" 2>&1
+  "$build/bin/colo-plan" evaluate --model gpt2-medium --cluster dgx-h100 --gpus 1 --precision bf16 --seq-len 1024 --mbs 8 --gbs 8 \
+    --out "$work/plan.json" >>"$log" 2>&1
+  costdb=()
+  [ -s "$out/costdb.sqlite" ] && costdb=(--costdb "$out/costdb.sqlite")
+  run colo-run 180 bash -c "'$build/bin/colo-run' '$work/plan.json' --data '$work/tokens.u16' --backend nccl --steps 20 --json ${costdb[*]} > '$out/colo-run.json'"
+fi
+run eager-twin 120 bash -c "python3 scripts/gpu/eager_gpt.py --layers 24 --hidden 1024 --heads 16 --vocab 50257 --seq 1024 --batch 8 > '$out/eager.json'"
+
+# 9. The figures side by side.
+python3 - "$out" >>"$log" 2>&1 <<'PY'
+import json, os, sys
+out = sys.argv[1]
+def load(name):
+    try:
+        return json.load(open(os.path.join(out, name)))
+    except Exception:
+        return None
+colo, eager = load("colo-run.json"), load("eager.json")
+if colo and eager:
+    params = eager["params"]; tokens = colo["tokens_per_step"]
+    flops = 6 * params * tokens + 12 * 24 * 1024 * 1024 * tokens
+    colo_mfu = flops / colo["step_time_s"] / 989e12
+    print(f"colo-run step {colo['step_time_s']*1e3:.1f} ms (MFU {colo_mfu:.1%}), eager {eager['step_s']*1e3:.1f} ms (MFU {eager['mfu']:.1%})")
+    if colo.get("predicted_step_time_s"):
+        print(f"predicted step {colo['predicted_step_time_s']*1e3:.1f} ms ({colo['predicted_step_time_s']/colo['step_time_s']-1:+.1%}), "
+              f"peak allocated {colo['tensor_memory_bytes']/2**30:.2f} GiB vs predicted {colo.get('predicted_peak_memory_bytes', 0)/2**30:.2f} GiB")
+PY
+finish
+exit 0
