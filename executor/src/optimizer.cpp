@@ -1,6 +1,7 @@
 // The optimizer step on a shard of the flat fp32 master weights. AdamW as PyTorch's (decoupled weight
 // decay, bias-corrected moments); LAMB and LARS scale each parameter's update by a trust ratio of norms
 // taken over the whole parameter, so a sharded or tensor-parallel run steps exactly as one process.
+#include "colo/kernels/torch_ops.h"
 #include "state.h"
 
 namespace colo::executor::detail {
@@ -22,6 +23,10 @@ void optimizerStep(const OptimizerSettings& o, Tensor& p, const Tensor& g, Tenso
   const double t = static_cast<double>(o.step);
   switch (o.kind) {
     case Optimizer::kAdamW: {
+      if (o.fused && p.is_contiguous() && m.is_contiguous() && v.is_contiguous()) {
+        kernels::torch_ops::adamwStep(p, g, m, v, {o.lr, o.beta1, o.beta2, o.epsilon, o.weightDecay, o.step});
+        break;
+      }
       m.mul_(o.beta1).add_(g, 1.0 - o.beta1);
       v.mul_(o.beta2).addcmul_(g, g, 1.0 - o.beta2);
       const double c1 = 1.0 - std::pow(o.beta1, t), c2 = 1.0 - std::pow(o.beta2, t);

@@ -29,6 +29,7 @@ struct OptimizerSettings {
   double lr = 0, beta1 = 0.9, beta2 = 0.95, epsilon = 1e-8, weightDecay = 0.1, momentum = 0.9, trust = 0.001;
   std::int64_t step = 1;  ///< 1-based, for Adam's bias correction
   double clip = 1;        ///< the factor the gradients are scaled by (global-norm clipping)
+  bool fused = false;     ///< AdamW by colo's fused kernel (kernels/), not LibTorch's operators
 };
 
 /// One optimizer step on a shard: weights `p` (fp32, updated in place), gradients `g`, moments `m`

@@ -445,6 +445,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       opt.momentum = o.momentum;
       opt.trust = o.trustCoefficient;
       opt.step = step + 1;
+      opt.fused = cfg.fused;
       opt.clip = o.clipNorm > 0 ? std::min(1.0, o.clipNorm / (gradNorm + 1e-6)) : 1.0;
       timed(libtorch, [&] { forEach([&](detail::ModelState& st) { st.step(opt); }); });
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "colo/kernels/cuda.h"
 #include "colo/kernels/reference.h"
@@ -328,6 +329,25 @@ Tensor layerNorm(const Tensor& x, const Tensor& weight, const Tensor& bias, doub
 Tensor swiglu(const Tensor& gate, const Tensor& up) { return SwigluFn::apply(gate, up); }
 Tensor biasGelu(const Tensor& x, const Tensor& bias) { return BiasGeluFn::apply(x, bias); }
 Tensor rotary(const Tensor& x, const Tensor& cos, const Tensor& sin) { return RotaryFn::apply(x, cos, sin); }
+
+void adamwStep(Tensor& param, const Tensor& gradIn, Tensor& expAvg, Tensor& expAvgSq, const AdamW& c, double gradScale) {
+  TORCH_CHECK(param.scalar_type() == at::kFloat && expAvg.scalar_type() == at::kFloat && expAvgSq.scalar_type() == at::kFloat,
+              "colo fused adamw: weights and moments must be float32");
+  TORCH_CHECK(param.is_contiguous() && expAvg.is_contiguous() && expAvgSq.is_contiguous(), "colo fused adamw: tensors must be contiguous");
+  TORCH_CHECK(gradIn.numel() == param.numel() && expAvg.numel() == param.numel() && expAvgSq.numel() == param.numel(),
+              "colo fused adamw: sizes differ");
+  const Tensor grad = gradIn.contiguous();
+  const ref::AdamWConfig config{static_cast<float>(c.lr),  static_cast<float>(c.beta1),       static_cast<float>(c.beta2),
+                                static_cast<float>(c.eps), static_cast<float>(c.weightDecay), c.step};
+  const auto scale = static_cast<float>(gradScale);
+  byType(grad, "adamw", [&](auto tag) {
+    using G = decltype(tag);
+    const std::vector<ref::FlatTensor<G>> list{
+        {ptr<float>(param), cptr<G>(grad), ptr<float>(expAvg), ptr<float>(expAvgSq), nullptr, param.numel()}};
+    dispatch(param, "adamw", [&] { ref::adamwStep<G>(list, config, scale); },
+             COLO_ON_GPU(cuda::adamwStep<G>(list, config, scale, s)));
+  });
+}
 
 Tensor vocabParallelCrossEntropy(const Tensor& logits, const Tensor& target, std::int64_t vocabStart, AllReduce allReduce) {
   // The reducer lives in the autograd graph only during the forward (the backward needs no collective).

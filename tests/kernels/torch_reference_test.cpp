@@ -169,5 +169,22 @@ TEST(KernelsTorchOps, FusedOperationsEqualTheUnfusedCompositionAndItsGradients) 
   EXPECT_THROW(torch_ops::rmsNorm(torch::ones({2, 4}, torch::kFloat64), torch::ones({4}, torch::kFloat64), 1e-5), c10::Error);
 }
 
+// The executor's fused optimizer step equals torch.optim.AdamW over three steps, clipped gradients included.
+TEST(KernelsTorchOps, FusedAdamwEqualsTorchOptimAdamW) {
+  torch::manual_seed(3);
+  auto reference = torch::randn({1000}).requires_grad_(true);
+  torch::optim::AdamW optimizer({reference}, torch::optim::AdamWOptions(3e-3).betas({0.9, 0.95}).weight_decay(0.1));
+  auto p = reference.detach().clone(), m = torch::zeros({1000}), v = torch::zeros({1000});
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    auto g = torch::randn({1000});
+    reference.mutable_grad() = g * 0.5;
+    optimizer.step();
+    torch_ops::adamwStep(p, g, m, v, {3e-3, 0.9, 0.95, 1e-8, 0.1, step}, 0.5);
+  }
+  EXPECT_TRUE(torch::allclose(p, reference.detach(), 1e-6, 1e-6));
+  auto wrong = torch::zeros({10}, torch::kFloat64);
+  EXPECT_THROW(torch_ops::adamwStep(wrong, wrong, wrong, wrong, {}), c10::Error);
+}
+
 }  // namespace
 }  // namespace colo::kernels

@@ -45,6 +45,16 @@ at::Tensor biasGelu(const at::Tensor& x, const at::Tensor& bias);
 /// Rotary embedding of x [batch, seq, heads, headDim] by cos and sin [seq, headDim / 2] (rotate-half).
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+/// One AdamW step (decoupled weight decay, bias-corrected moments) on flat fp32 tensors of one shape,
+/// in place: the fused multi-tensor kernel on CUDA, its reference on the CPU. `grad` (fp32 or bf16) is
+/// multiplied by gradScale first.
+struct AdamW {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 0.01;
+  std::int64_t step = 1;
+};
+void adamwStep(at::Tensor& param, const at::Tensor& grad, at::Tensor& expAvg, at::Tensor& expAvgSq, const AdamW& config,
+               double gradScale = 1.0);
+
 /// Reduces a float tensor in place over the tensor-parallel group (max or sum); identity for one rank.
 using AllReduce = std::function<void(at::Tensor&, bool max)>;
 /// Per-row loss of logits [rows, shard] (this rank's vocabulary columns from `vocabStart`) against
