@@ -7,6 +7,7 @@
 #include "colo/kernels/torch_ops.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/version.h>
 
 #include <cmath>
 
@@ -396,6 +397,14 @@ torch::Tensor Chunk::attentionCore(const torch::Tensor& q, const torch::Tensor& 
     kh = kh.repeat_interleave(heads / kvHeads, 1);
     vh = vh.repeat_interleave(heads / kvHeads, 1);
   }
+#if TORCH_VERSION_MAJOR >= 2
+  // On a GPU with LibTorch 2.x: PyTorch's fused attention (FlashAttention or memory-efficient kernels),
+  // causal, no probabilities kept. Attention dropout needs the seeded mask below, so it keeps the
+  // explicit path.
+  if (q.is_cuda() && m_cfg.spec.dropout <= 0) {
+    return at::scaled_dot_product_attention(qh, kh, vh, {}, 0.0, /*is_causal=*/true).permute({0, 2, 1, 3}).reshape({q.size(0), s, heads * d});
+  }
+#endif
   Tensor scores = torch::matmul(qh, kh.transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
   Tensor causal = torch::ones({s, s}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
   scores = scores.masked_fill(causal, -std::numeric_limits<float>::infinity());
