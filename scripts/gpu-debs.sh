@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 mkdir -p .gpu-debs
-grep -qx '/.gpu-debs/' .git/info/exclude 2>/dev/null || echo '/.gpu-debs/' >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.gpu-debs/' "$exclude" 2>/dev/null || echo '/.gpu-debs/' >>"$exclude"
 cd .gpu-debs
 apt-get download nlohmann-json3-dev libboost1.74-dev libgtest-dev googletest libsqlite3-dev libsqlite3-0 2>&1 | grep -v "^W: " || true
 ls -1 *.deb
