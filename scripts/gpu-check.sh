@@ -13,6 +13,9 @@
 # and writes every figure to OUT_DIR: summary.json, visit.log, costdb.sqlite, gpu-tests.xml,
 # kernels.json, colo-run.json, eager.json. Each step has its own time limit; a failed step is recorded
 # and the visit goes on. Without a GPU it stops at once with exit 3 and says why.
+#
+# COLO_GPU_CHECK_REHEARSE=1 runs every step on a machine without a GPU instead (CPU LibTorch, the CPU
+# device, tiny models, the system's packages when .gpu-debs is absent): it checks the script itself.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$(pwd)
@@ -43,63 +46,78 @@ run() {
   return $rc
 }
 
+rehearse=${COLO_GPU_CHECK_REHEARSE:-0}
+device=cuda
+backend=nccl
+if [ "$rehearse" = 1 ]; then
+  device=cpu
+  backend=gloo
+  note "rehearsal: CPU device, Gloo, tiny shapes"
+fi
+
 # 1. A GPU, or a clean stop.
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >>"$log" 2>&1; then
+if [ "$rehearse" = 1 ]; then
+  record gpu skipped "rehearsal"
+elif ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >>"$log" 2>&1; then
   note "no GPU here: nvidia-smi is missing or sees no device; this script needs a CUDA GPU"
   record gpu failed "no nvidia-smi or no device"
   finish
   exit 3
-fi
-if ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >>"$log" 2>&1; then
+elif ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >>"$log" 2>&1; then
   note "python3 has no CUDA PyTorch (import torch; torch.cuda.is_available() is not true)"
   record pytorch failed "no CUDA PyTorch"
   finish
   exit 3
+else
+  gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)
+  record gpu ok "$gpu"
+  note "GPU: $gpu"
 fi
-gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)
-record gpu ok "$gpu"
-note "GPU: $gpu"
-sm=$(python3 -c 'import torch; p = torch.cuda.get_device_properties(0); print(f"{p.major}{p.minor}")')
+if [ "$rehearse" = 1 ]; then sm=80; else sm=$(python3 -c 'import torch; p = torch.cuda.get_device_properties(0); print(f"{p.major}{p.minor}")'); fi
 
 # 2. The carried build dependencies, unpacked into a private prefix (never into /).
 prefix=/tmp/colo-debs
-if ! ls .gpu-debs/*.deb >/dev/null 2>&1; then
+if [ "$rehearse" = 1 ] && ! ls .gpu-debs/*.deb >/dev/null 2>&1; then
+  record debs skipped "rehearsal: the system's packages"
+elif ! ls .gpu-debs/*.deb >/dev/null 2>&1; then
   note "no .gpu-debs/*.deb: run scripts/gpu-debs.sh on a machine with Debian's registry and carry .gpu-debs"
   record debs failed "missing .gpu-debs"
   finish
   exit 3
+else
+  mkdir -p "$prefix"
+  for f in .gpu-debs/*.deb; do dpkg -x "$f" "$prefix"; done
+  export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  record debs ok "$(ls .gpu-debs/*.deb | wc -l) packages"
 fi
-mkdir -p "$prefix"
-for f in .gpu-debs/*.deb; do dpkg -x "$f" "$prefix"; done
-export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-record debs ok "$(ls .gpu-debs/*.deb | wc -l) packages"
+sqlite=()
+[ -f "$prefix/usr/include/sqlite3.h" ] && sqlite=(-DSQLite3_INCLUDE_DIR="$prefix/usr/include" -DSQLite3_LIBRARY="$prefix/usr/lib/x86_64-linux-gnu/libsqlite3.so")
 
 # 3. Configure against PyTorch's LibTorch; NCCL's header from PyTorch's NCCL wheel where it is there.
-torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)
 nccl_include=$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "include"))' 2>/dev/null || true)
 cxxflags=""
 [ -n "$nccl_include" ] && [ -f "$nccl_include/nccl.h" ] && cxxflags="-I$nccl_include"
 jobs=$(nproc)
-build=build-gpu
-configure() {
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_UI=OFF -DCOLO_BUILD_TESTS=ON -DCOLO_WITH_CUDA=ON \
-    -DCOLO_CUDA_ARCHITECTURES="$sm" -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
-    -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" -DSQLite3_INCLUDE_DIR="$prefix/usr/include" \
-    -DSQLite3_LIBRARY="$prefix/usr/lib/x86_64-linux-gnu/libsqlite3.so" -DCMAKE_CXX_FLAGS="$cxxflags" "$@"
-}
+build=${COLO_GPU_BUILD_DIR:-build-gpu}
+cmake_args=(-S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCOLO_BUILD_UI=OFF -DCOLO_BUILD_TESTS=ON -DCOLO_WITH_CUDA=ON
+  -DCOLO_CUDA_ARCHITECTURES="$sm" -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
+  -DCMAKE_PREFIX_PATH="$torch_prefix;$prefix/usr" "${sqlite[@]}" -DCMAKE_CXX_FLAGS="$cxxflags")
 executor=ON
-if ! run configure 180 configure; then
+if ! run configure 180 cmake "${cmake_args[@]}"; then
   note "configure with LibTorch failed: the CUDA kernels and their tests alone, without the executor and profiler"
   executor=OFF
   rm -rf "$build"
-  run configure-kernels-only 120 configure -DCOLO_BUILD_EXECUTOR=OFF || { finish; exit 1; }
+  run configure-kernels-only 120 cmake "${cmake_args[@]}" -DCOLO_BUILD_EXECUTOR=OFF || { finish; exit 1; }
 fi
 grep -E "COLO_|CUDA LibTorch" "$build/CMakeCache.txt" | grep -E "COLO_TORCH_CUDA|COLO_WITH_CUDA|COLO_CUDA_ARCH" >>"$log" 2>&1
 
 # 4. Build (-k 0: one target that does not compile leaves the others to run).
 targets=(colo_kernels_tests colo_kernels_cuda_tests colo-plan)
 [ "$executor" = ON ] && targets+=(colo_kernels_torch_tests colo-bench-kernels colo-profile colo-run)
-run build 300 cmake --build "$build" -j "$jobs" --target "${targets[@]}" -- -k 0
+build_limit=300
+[ "$rehearse" = 1 ] && build_limit=1800  # two cores, not sixteen
+run build "$build_limit" cmake --build "$build" -j "$jobs" --target "${targets[@]}" -- -k 0
 
 # 5. Tests: the gpu label and the kernels' CPU suites.
 run gpu-tests 120 ctest --test-dir "$build" -R "Kernels|CudaKernels|KernelsTorchOps|KernelsAgainstLibTorch" --output-on-failure \
@@ -107,19 +125,26 @@ run gpu-tests 120 ctest --test-dir "$build" -R "Kernels|CudaKernels|KernelsTorch
 
 # 6. Each fused kernel against LibTorch's unfused operators, at the 350M model's shapes.
 if [ -x "$build/bin/colo-bench-kernels" ]; then
-  run kernels-bench 120 bash -c "'$build/bin/colo-bench-kernels' --device cuda --dtype bf16 --tokens 8192 --hidden 1024 --vocab 50304 --json > '$out/kernels.json'"
+  shape="--tokens 8192 --hidden 1024 --vocab 50304"
+  [ "$rehearse" = 1 ] && shape="--tokens 128 --hidden 128 --vocab 512 --repetitions 2"
+  run kernels-bench 120 bash -c "'$build/bin/colo-bench-kernels' --device $device --dtype bf16 $shape --json > '$out/kernels.json'"
 fi
 
 # 7. A cost database of the library models' shapes on this GPU (each model bounded in time; --resume adds).
 if [ -x "$build/bin/colo-profile" ]; then
-  for model in gpt2-medium llama3-8b llama3-70b gpt3-175b mixtral-8x7b; do
-    run "profile-$model" 60 "$build/bin/colo-profile" --model "$model" --db "$out/costdb.sqlite" --device cuda --dtype bf16 \
+  models="gpt2-medium llama3-8b llama3-70b gpt3-175b mixtral-8x7b"
+  [ "$rehearse" = 1 ] && models="tiny-gpt"
+  for model in $models; do
+    run "profile-$model" 60 "$build/bin/colo-profile" --model "$model" --db "$out/costdb.sqlite" --device "$device" --dtype bf16 \
       --tp 1,2,4,8 --mbs 1,2 --resume --quiet
   done
 fi
 
 if [ -x "$build/bin/colo-profile" ]; then
-  run collectives-nccl 60 "$build/bin/colo-profile" collectives --db "$out/costdb.sqlite" --backend nccl --world "$(nvidia-smi -L | wc -l)" --quiet
+  world=2
+  [ "$rehearse" = 1 ] || world=$(nvidia-smi -L | wc -l)
+  run "collectives-$backend" 60 "$build/bin/colo-profile" collectives --db "$out/costdb.sqlite" --backend "$backend" --world "$world" \
+    --sizes 1024,1048576,16777216 --quiet
 fi
 
 # 8. The ~350M GPT: colo-run (bf16, fused kernels, NCCL) and its eager-PyTorch twin, with predictions.
@@ -127,13 +152,18 @@ if [ -x "$build/bin/colo-run" ]; then
   work=/tmp/colo-gpu-run
   mkdir -p "$work"
   "$build/bin/colo-run" prepare data/corpus/declaration.txt --out "$work/tokens.u16" >>"$log" 2>&1
-  "$build/bin/colo-plan" evaluate --model gpt2-medium --cluster dgx-h100 --gpus 1 --precision bf16 --seq-len 1024 --mbs 8 --gbs 8 \
-    --out "$work/plan.json" >>"$log" 2>&1
+  if [ "$rehearse" = 1 ]; then
+    "$build/bin/colo-plan" evaluate --model tiny-gpt --cluster localhost-cpu --gpus 1 --precision bf16 --seq-len 64 --mbs 2 --gbs 2 \
+      --out "$work/plan.json" >>"$log" 2>&1
+  else
+    "$build/bin/colo-plan" evaluate --model gpt2-medium --cluster dgx-h100 --gpus 1 --precision bf16 --seq-len 1024 --mbs 8 --gbs 8 \
+      --out "$work/plan.json" >>"$log" 2>&1
+  fi
   costdb=()
   [ -s "$out/costdb.sqlite" ] && costdb=(--costdb "$out/costdb.sqlite")
-  run colo-run 180 bash -c "'$build/bin/colo-run' '$work/plan.json' --data '$work/tokens.u16' --backend nccl --steps 20 --json ${costdb[*]} > '$out/colo-run.json'"
+  run colo-run 180 bash -c "'$build/bin/colo-run' '$work/plan.json' --data '$work/tokens.u16' --backend $backend --steps 20 --json ${costdb[*]} > '$out/colo-run.json'"
 fi
-run eager-twin 120 bash -c "python3 scripts/gpu/eager_gpt.py --layers 24 --hidden 1024 --heads 16 --vocab 50257 --seq 1024 --batch 8 > '$out/eager.json'"
+[ "$rehearse" = 1 ] || run eager-twin 120 bash -c "python3 scripts/gpu/eager_gpt.py --layers 24 --hidden 1024 --heads 16 --vocab 50257 --seq 1024 --batch 8 > '$out/eager.json'"
 
 # 9. The figures side by side.
 python3 - "$out" >>"$log" 2>&1 <<'PY'

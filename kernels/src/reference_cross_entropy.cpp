@@ -19,7 +19,7 @@ void crossEntropyShardStats(const T* logits, const Index* targets, Index vocabSt
       if (x > m) {
         s = s * std::exp(m - x) + 1.0f;
         m = x;
-      } else {
+      } else if (x != -std::numeric_limits<float>::infinity()) {  // a masked logit adds nothing (and no NaN)
         s += std::exp(x - m);
       }
     }

@@ -181,6 +181,14 @@ TEST(KernelsReference, VocabularyParallelCrossEntropyEqualsTheWholeVocabularyAnd
     };
     EXPECT_TRUE(near(got.dlogits, numericGrad(logits, meanLoss, Vec{1.0f}, 1e-2f), 2e-3f)) << shards << " shards";
   }
+  // Masked logits (-inf, as a padded vocabulary gives) add nothing, wherever they come in the row; a shard
+  // with nothing but masked logits contributes a zero sum.
+  const float inf = std::numeric_limits<float>::infinity();
+  const Vec masked{-inf, 1.0f, 2.0f, -inf, -inf, -inf};
+  const auto m = shardedCrossEntropy(masked, {2}, 1, 6, 2, {1.0f});
+  EXPECT_NEAR(m.loss[0], std::log(std::exp(1.0) + std::exp(2.0)) - 2.0, 1e-6);
+  EXPECT_EQ(m.dlogits[0], 0.0f);
+  EXPECT_EQ(m.dlogits[4], 0.0f);
   // Logits far beyond exp's range stay finite (the max is subtracted first).
   Vec huge(vocab, 1.0e4f);
   huge[3] = 1.0e4f + 1.0f;

@@ -34,6 +34,7 @@ __device__ __forceinline__ void store(float* p, Index i, float v) { p[i] = v; }
 __device__ __forceinline__ void store(__nv_bfloat16* p, Index i, float v) { p[i] = __float2bfloat16_rn(v); }
 
 constexpr int kBlock = 256;  // threads per block of the row kernels
+constexpr Index kMaxRows = 2147483647;  // one block per row: the grid's x limit
 
 __device__ __forceinline__ float warpSum(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);

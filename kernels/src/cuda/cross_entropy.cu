@@ -10,16 +10,15 @@ namespace detail {
 namespace {
 
 // Merges (m2, s2) into (m, s): both sums of exp(x - their max).
+// (the reference's per-element step when s2 is 1: one exponential, -inf skipped, +inf kept finite).
 __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
   if (m2 == -CUDART_INF_F) return;
-  if (m == -CUDART_INF_F) {
-    m = m2;
-    s = s2;
+  if (m >= m2) {
+    s += s2 * __expf(m2 - m);
     return;
   }
-  const float top = fmaxf(m, m2);
-  s = s * __expf(m - top) + s2 * __expf(m2 - top);
-  m = top;
+  s = s * __expf(m - m2) + s2;  // m == -inf: s == 0 and __expf(-inf) == 0
+  m = m2;
 }
 
 template <class T>
@@ -73,6 +72,7 @@ template <class T>
 Status crossEntropyShardStats(const T* logits, const Index* targets, Index vocabStart, float* rowMax, float* sumExp, float* targetLogit,
                               Index rows, Index shardVocab, Stream stream) {
   if (rows <= 0) return 0;
+  if (rows > kMaxRows) return static_cast<Status>(cudaErrorInvalidValue);
   statsKernel<<<static_cast<unsigned>(rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(dev(logits), targets, vocabStart, rowMax,
                                                                                               sumExp, targetLogit, shardVocab);
   return launched();

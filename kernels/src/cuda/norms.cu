@@ -117,6 +117,7 @@ using namespace detail;
 template <class T>
 Status rmsnormForward(const T* x, const T* weight, T* y, float* rstd, Index rows, Index cols, float eps, Stream stream) {
   if (rows <= 0) return 0;
+  if (rows > kMaxRows) return static_cast<Status>(cudaErrorInvalidValue);
   rmsnormForwardKernel<<<static_cast<unsigned>(rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(dev(x), dev(weight), dev(y), rstd, cols, eps);
   return launched();
 }
@@ -125,17 +126,18 @@ template <class T>
 Status rmsnormBackward(const T* dy, const T* x, const T* weight, const float* rstd, T* dx, float* dweight, Index rows, Index cols,
                        Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  if (rows > 0) {
-    rmsnormBackwardKernel<<<static_cast<unsigned>(rows), kBlock, 0, s>>>(dev(dy), dev(x), dev(weight), rstd, dev(dx), cols);
-    if (auto e = launched()) return e;
-  }
-  return paramGrads(dev(dy), dev(x), nullptr, rstd, dweight, nullptr, rows, cols, s);
+  if (rows > kMaxRows) return static_cast<Status>(cudaErrorInvalidValue);
+  // The weight gradient first: it re-reads dy and x, which an in-place dx would overwrite.
+  if (auto e = paramGrads(dev(dy), dev(x), nullptr, rstd, dweight, nullptr, rows, cols, s)) return e;
+  if (rows > 0) rmsnormBackwardKernel<<<static_cast<unsigned>(rows), kBlock, 0, s>>>(dev(dy), dev(x), dev(weight), rstd, dev(dx), cols);
+  return launched();
 }
 
 template <class T>
 Status layernormForward(const T* x, const T* weight, const T* bias, T* y, float* mean, float* rstd, Index rows, Index cols, float eps,
                         Stream stream) {
   if (rows <= 0) return 0;
+  if (rows > kMaxRows) return static_cast<Status>(cudaErrorInvalidValue);
   layernormForwardKernel<<<static_cast<unsigned>(rows), kBlock, 0, static_cast<cudaStream_t>(stream)>>>(
       dev(x), dev(weight), dev(bias), dev(y), mean, rstd, cols, eps);
   return launched();
@@ -145,11 +147,12 @@ template <class T>
 Status layernormBackward(const T* dy, const T* x, const T* weight, const float* mean, const float* rstd, T* dx, float* dweight,
                          float* dbias, Index rows, Index cols, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
+  if (rows > kMaxRows) return static_cast<Status>(cudaErrorInvalidValue);
+  if (auto e = paramGrads(dev(dy), dev(x), mean, rstd, dweight, dbias, rows, cols, s)) return e;  // before an in-place dx
   if (rows > 0) {
     layernormBackwardKernel<<<static_cast<unsigned>(rows), kBlock, 0, s>>>(dev(dy), dev(x), dev(weight), mean, rstd, dev(dx), cols);
-    if (auto e = launched()) return e;
   }
-  return paramGrads(dev(dy), dev(x), mean, rstd, dweight, dbias, rows, cols, s);
+  return launched();
 }
 
 #define COLO_NORMS(T)                                                                                                  \

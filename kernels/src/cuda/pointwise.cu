@@ -95,11 +95,12 @@ Status biasGeluForward(const T* x, const T* bias, T* y, Index rows, Index cols, 
 template <class T>
 Status biasGeluBackward(const T* dy, const T* x, const T* bias, T* dx, float* dbias, Index rows, Index cols, Stream stream) {
   auto s = static_cast<cudaStream_t>(stream);
-  biasGeluBackwardKernel<<<blocksFor(rows * cols), kBlock, 0, s>>>(dev(dy), dev(x), dev(bias), dev(dx), rows, cols);
-  if (auto e = launched()) return e;
+  // The bias gradient first: it re-reads dy and x, which an in-place dx would overwrite.
   if (auto e = cudaMemsetAsync(dbias, 0, sizeof(float) * cols, s)) return static_cast<Status>(e);
   const unsigned groups = static_cast<unsigned>(rows < kRowGroups ? (rows < 1 ? 1 : rows) : kRowGroups);
   biasGeluBiasGradKernel<<<dim3(blocksFor(cols), groups), kBlock, 0, s>>>(dev(dy), dev(x), dev(bias), dbias, rows, cols);
+  if (auto e = launched()) return e;
+  biasGeluBackwardKernel<<<blocksFor(rows * cols), kBlock, 0, s>>>(dev(dy), dev(x), dev(bias), dev(dx), rows, cols);
   return launched();
 }
 
