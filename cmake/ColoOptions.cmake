@@ -83,6 +83,17 @@ if(COLO_BUILD_EXECUTOR)
   if(TORCH_CUDA_LIBRARIES OR CAFFE2_USE_CUDA)
     set(COLO_TORCH_CUDA ON)
     set(_colo_exec_why "CUDA LibTorch found")
+    # NCCL's header, which LibTorch does not ship: beside PyTorch's NCCL wheel, NCCL_HOME or the CUDA
+    # toolkit. It must be the NCCL LibTorch was built with (the process group's options depend on it).
+    execute_process(COMMAND python3 -c "import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], 'include'))"
+                    OUTPUT_VARIABLE _colo_nccl_hint OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    find_path(COLO_NCCL_INCLUDE_DIR nccl.h HINTS "${_colo_nccl_hint}" "$ENV{NCCL_HOME}/include" /usr/local/cuda/include)
+    if(COLO_NCCL_INCLUDE_DIR)
+      set(_colo_exec_why "CUDA LibTorch found, nccl.h in ${COLO_NCCL_INCLUDE_DIR}")
+    else()
+      message(WARNING "CUDA LibTorch found but no nccl.h: colo-run trains on one GPU; several GPUs (--backend nccl) "
+                      "need COLO_NCCL_INCLUDE_DIR (pip's nvidia-nccl wheel has it)")
+    endif()
   endif()
   # A LibTorch built with the old C++ ABI (older PyTorch wheels) needs it for every target: colo's
   # strings cross into LibTorch. The new ABI is GCC's default, so nothing is added for it.

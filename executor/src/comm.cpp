@@ -7,7 +7,14 @@
 
 #include "colo/core/rank_layout.h"
 
-#if defined(COLO_TORCH_CUDA)
+// Gloo where LibTorch ships its headers (Debian's does); NCCL on a CUDA LibTorch where nccl.h is found
+// (CMake looks beside PyTorch's NCCL wheel: COLO_NCCL_INCLUDE_DIR).
+#if __has_include(<gloo/algorithm.h>)
+#define COLO_HAS_GLOO 1
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+#if defined(COLO_TORCH_CUDA) && __has_include(<nccl.h>)
+#define COLO_HAS_NCCL 1
 #ifndef USE_C10D_NCCL
 #define USE_C10D_NCCL  // PyTorch's CUDA builds have the NCCL process group; its header asks for this
 #endif
@@ -29,6 +36,14 @@ namespace {
 
 // One process group. On NCCL (m_device a CUDA device) a CPU tensor handed to a collective (a loss, a
 // norm, routing counts) travels through a device copy; Gloo takes it as it is.
+#if defined(COLO_HAS_NCCL)
+template <class PG>
+constexpr bool kIsNccl = std::is_same_v<PG, c10d::ProcessGroupNCCL>;
+#else
+template <class PG>
+constexpr bool kIsNccl = false;
+#endif
+
 template <class PG>
 class GroupComm final : public Comm {
  public:
@@ -93,6 +108,17 @@ class GroupComm final : public Comm {
   at::Tensor allToAll(const at::Tensor& t, const std::vector<std::int64_t>& sendRows, const std::vector<std::int64_t>& recvRows) override {
     if (m_size == 1) return t;
     if (m_device.is_cuda() && !t.is_cuda()) return allToAll(t.to(m_device), sendRows, recvRows).to(t.device());
+    if constexpr (kIsNccl<PG>) {
+      // NCCL's own all-to-all: queued sends to peers that are still sending can stall each other on the
+      // GPU (a send waits for its receive), which point-to-point pairs below would risk.
+      at::Tensor in = t.contiguous();
+      std::vector<std::int64_t> shape = in.sizes().vec();
+      shape[0] = std::accumulate(recvRows.begin(), recvRows.end(), std::int64_t{0});
+      at::Tensor out = at::empty(shape, in.options());
+      std::vector<std::int64_t> outSplits = recvRows, inSplits = sendRows;
+      m_pg->alltoall_base(out, in, outSplits, inSplits)->wait();
+      return out;
+    }
     if (t.scalar_type() == at::kBFloat16) return allToAll(t.to(at::kFloat), sendRows, recvRows).to(at::kBFloat16);
     // By point-to-point sends and receives: Gloo's alltoallv mismatches message sizes under load
     // (pytorch/gloo#334, seen here too), and every member knows every count.
@@ -137,7 +163,10 @@ class GroupComm final : public Comm {
     return m_pg->recv(v, src, tag);
   }
   void barrier() override {
-    if (m_size > 1) m_pg->barrier()->wait();
+    if (m_size <= 1) return;
+    c10d::BarrierOptions options;
+    if (m_device.is_cuda()) options.device_ids = {m_device.index()};  // NCCL would guess the device from the rank
+    m_pg->barrier(options)->wait();
   }
 
  private:
@@ -165,6 +194,35 @@ class SelfComm final : public Comm {
   void barrier() override {}
 };
 
+// A process group of `size` members over `store`, as this member; each throws where this build lacks it.
+std::unique_ptr<Comm> glooGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
+                                const std::string& host) {
+#if defined(COLO_HAS_GLOO)
+  auto options = c10d::ProcessGroupGloo::Options::create();
+  options->timeout = timeout;
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
+  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+  return std::make_unique<GroupComm<c10d::ProcessGroupGloo>>(pg, rank, size);
+#else
+  (void)store, (void)rank, (void)size, (void)timeout, (void)host;
+  throw std::runtime_error("--backend gloo: this LibTorch ships no Gloo headers (gloo/algorithm.h); use --backend nccl");
+#endif
+}
+
+std::unique_ptr<Comm> ncclGroup(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
+                                const torch::Device& device) {
+#if defined(COLO_HAS_NCCL)
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+  return std::make_unique<GroupComm<c10d::ProcessGroupNCCL>>(pg, rank, size, device);
+#else
+  (void)store, (void)rank, (void)size, (void)timeout, (void)device;
+  throw std::runtime_error("--backend nccl: this build found no nccl.h (CMake looks beside PyTorch's NCCL wheel, or set "
+                           "COLO_NCCL_INCLUDE_DIR); one GPU still runs, several need it");
+#endif
+}
+
 }  // namespace
 
 Result<Groups> makeGroups(const WorldInfo& world, const Parallelism& parallel, bool embeddingGroup,
@@ -184,7 +242,7 @@ Result<Groups> makeGroups(const WorldInfo& world, const Parallelism& parallel, b
     storeOptions.numWorkers = world.world;
     storeOptions.timeout = timeout;
     auto store = c10::make_intrusive<c10d::TCPStore>(world.masterAddr, storeOptions);
-    auto glooDevice = c10d::ProcessGroupGloo::createDeviceForHostname(world.masterAddr == "localhost" ? "127.0.0.1" : world.masterAddr);
+    const std::string host = world.masterAddr == "localhost" ? "127.0.0.1" : world.masterAddr;
     // Members of a group, in group-rank order, are the ranks that differ from this one only along `dims`.
     auto make = [&](const std::string& name, const std::vector<std::int64_t>& members) -> std::unique_ptr<Comm> {
       if (members.size() <= 1) return std::make_unique<SelfComm>();
@@ -196,19 +254,8 @@ Result<Groups> makeGroups(const WorldInfo& world, const Parallelism& parallel, b
       }
       if (myIndex < 0) return nullptr;
       auto prefixed = c10::make_intrusive<c10d::PrefixStore>(key, store);
-#if defined(COLO_TORCH_CUDA)
-      if (backend == "nccl") {
-        auto options = c10d::ProcessGroupNCCL::Options::create();
-        options->timeout = timeout;
-        auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, myIndex, static_cast<int>(members.size()), options);
-        return std::make_unique<GroupComm<c10d::ProcessGroupNCCL>>(pg, myIndex, static_cast<int>(members.size()), device);
-      }
-#endif
-      auto options = c10d::ProcessGroupGloo::Options::create();
-      options->timeout = timeout;
-      options->devices.push_back(glooDevice);
-      auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, myIndex, static_cast<int>(members.size()), options);
-      return std::make_unique<GroupComm<c10d::ProcessGroupGloo>>(pg, myIndex, static_cast<int>(members.size()));
+      const int size = static_cast<int>(members.size());
+      return backend == "nccl" ? ncclGroup(prefixed, myIndex, size, timeout, device) : glooGroup(prefixed, myIndex, size, timeout, host);
     };
     const RankCoordinates me = coordinatesOf(world.rank, parallel);
     auto along = [&](const std::string& dim) {

@@ -2,8 +2,9 @@
 // Private: c10d process groups behind one small interface, so the rest of the executor does not care
 // whether it runs on LibTorch 1.13 (ProcessGroup) or 2.x (Backend), on Gloo or NCCL.
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/torch.h>
 
 #include <functional>
@@ -17,7 +18,7 @@
 
 namespace colo::executor::detail {
 
-using WorkPtr = decltype(std::declval<c10d::ProcessGroupGloo&>().barrier());
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;  // what every c10d collective returns, LibTorch 1.13 and 2.x
 
 /// A collective in flight. `wait()` blocks until it is done and returns its result (once: a second call
 /// is an error); the inputs it reads stay alive inside it until then.

@@ -1,11 +1,15 @@
 // Collectives through c10d across local processes: Gloo on CPU tensors, NCCL on each rank's GPU.
 // Every rank runs the same sequence; rank 0 records medians.
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if __has_include(<gloo/algorithm.h>)
+#define COLO_HAS_GLOO 1
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 
 #include <chrono>
 
-#if defined(COLO_TORCH_CUDA)
+#if defined(COLO_TORCH_CUDA) && __has_include(<nccl.h>)
+#define COLO_HAS_NCCL 1
 #ifndef USE_C10D_NCCL
 #define USE_C10D_NCCL  // PyTorch's CUDA builds have the NCCL process group; its header asks for this
 #endif
@@ -75,8 +79,11 @@ Result<std::vector<costmodel::CollectiveMeasurement>> runCollectiveWorker(const 
     return fail(Error::badInput(nccl ? "NCCL collectives need a world of at least 1 and a rank inside it"
                                      : "collectives need a world of at least 2 and a rank inside it"));
   }
-#if !defined(COLO_TORCH_CUDA)
-  if (nccl) return fail(Error::badInput("--backend nccl: this build's LibTorch has no CUDA (build against PyTorch's CUDA LibTorch)"));
+#if !defined(COLO_HAS_NCCL)
+  if (nccl) return fail(Error::badInput("--backend nccl: this build has no NCCL (a CUDA LibTorch and nccl.h are needed)"));
+#endif
+#if !defined(COLO_HAS_GLOO)
+  if (!nccl) return fail(Error::badInput("--backend gloo: this LibTorch ships no Gloo headers (gloo/algorithm.h); use --backend nccl"));
 #endif
   try {
     c10d::TCPStoreOptions storeOptions;
@@ -85,7 +92,7 @@ Result<std::vector<costmodel::CollectiveMeasurement>> runCollectiveWorker(const 
     storeOptions.numWorkers = o.world;
     storeOptions.timeout = std::chrono::milliseconds(o.timeoutSeconds * 1000);
     auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", storeOptions);
-#if defined(COLO_TORCH_CUDA)
+#if defined(COLO_HAS_NCCL)
     if (nccl) {
       if (!torch::cuda::is_available() || static_cast<int>(torch::cuda::device_count()) < o.world) {
         return fail(Error::badInput("--backend nccl --world " + std::to_string(o.world) + ": needs that many CUDA devices, this machine has " +
@@ -99,11 +106,15 @@ Result<std::vector<costmodel::CollectiveMeasurement>> runCollectiveWorker(const 
       return measure(*pg, o, rank, torch::Device(torch::kCUDA, index), o.world == 1 ? "self" : "nvlink", progress);
     }
 #endif
+#if defined(COLO_HAS_GLOO)
     auto pgOptions = c10d::ProcessGroupGloo::Options::create();
     pgOptions->timeout = std::chrono::milliseconds(o.timeoutSeconds * 1000);
     pgOptions->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, o.world, pgOptions);
     return measure(*pg, o, rank, torch::Device(torch::kCPU), "loopback", progress);
+#else
+    return fail(Error::internal("no process group"));
+#endif
   } catch (const c10::Error& e) {
     return fail(Error::internal(std::string("c10d (rank ") + std::to_string(rank) + "): " + e.what_without_backtrace()));
   } catch (const std::exception& e) {
