@@ -93,7 +93,7 @@ fi
 sqlite=()
 [ -f "$prefix/usr/include/sqlite3.h" ] && sqlite=(-DSQLite3_INCLUDE_DIR="$prefix/usr/include" -DSQLite3_LIBRARY="$prefix/usr/lib/x86_64-linux-gnu/libsqlite3.so")
 
-# 3. Configure against PyTorch's LibTorch; NCCL's header from PyTorch's NCCL wheel where it is there.
+# 3. Configure against PyTorch's LibTorch (CMake finds NCCL's header beside PyTorch's NCCL wheel).
 torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)
 nccl_include=$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "include"))' 2>/dev/null || true)
 cxxflags=""
