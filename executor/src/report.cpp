@@ -216,6 +216,12 @@ std::string renderResult(const RunResult& r) {
       << formatBytes(r.tensorMemoryBytes) << "   " << pct(r.tensorMemoryBytes, r.predictedTensorBytes)
       << "  (measured: peak resident set less the " << formatBytes(r.peakMemoryBytes - r.tensorMemoryBytes)
       << " resident before the model was built)\n";
+  } else if (!cpu && r.tensorMemoryBytes > 0) {
+    // On a GPU the planner's peak is live tensors: LibTorch's peak allocated, with the allocator's
+    // reserved peak (what nvidia-smi sees, less the CUDA context) beside it.
+    o << "peak memory  " << std::setw(12) << formatBytes(r.predictedPeakMemoryBytes) << " " << std::setw(12)
+      << formatBytes(r.tensorMemoryBytes) << "   " << pct(r.tensorMemoryBytes, r.predictedPeakMemoryBytes)
+      << "  (measured: peak allocated; reserved " << formatBytes(r.peakMemoryBytes) << ")\n";
   } else {
     o << "peak memory  " << std::setw(12) << formatBytes(r.predictedPeakMemoryBytes) << " " << std::setw(12)
       << formatBytes(r.peakMemoryBytes) << "   " << pct(r.peakMemoryBytes, r.predictedPeakMemoryBytes)
