@@ -14,6 +14,9 @@
 # kernels.json, colo-run.json, eager.json. Each step has its own time limit; a failed step is recorded
 # and the visit goes on. Without a GPU it stops at once with exit 3 and says why.
 #
+# COLO_GPU_CHECK_BUDGET=SECONDS bounds the whole visit: each step's limit is cut to what is left (less a
+# margin for the summary), and a step that would start with under 15 s left is skipped and recorded so.
+#
 # COLO_GPU_CHECK_REHEARSE=1 runs every step on a machine without a GPU instead (CPU LibTorch, the CPU
 # device, tiny models, the system's packages when .gpu-debs is absent): it checks the script itself.
 set -uo pipefail
@@ -29,16 +32,23 @@ started=$(date +%s)
 declare -a steps=()
 
 note() { echo "[$(($(date +%s) - started))s] $*" | tee -a "$log"; }
-# record NAME STATUS DETAIL
-record() { steps+=("{\"step\": \"$1\", \"status\": \"$2\", \"detail\": \"${3//\"/\'}\", \"at_s\": $(($(date +%s) - started))}"); }
+# record NAME STATUS DETAIL (the summary is rewritten at once: a visit cut off still leaves it)
+write_summary() { { echo "{\"steps\": ["; (IFS=,; echo "${steps[*]}"); echo "]}"; } >"$summary"; }
+record() { steps+=("{\"step\": \"$1\", \"status\": \"$2\", \"detail\": \"${3//\"/\'}\", \"at_s\": $(($(date +%s) - started))}"); write_summary; }
 finish() {
-  { echo "{\"steps\": ["; (IFS=,; echo "${steps[*]}"); echo "]}"; } >"$summary"
+  write_summary
   note "summary in $summary"
 }
+budget=${COLO_GPU_CHECK_BUDGET:-0}
 # run NAME LIMIT_SECONDS COMMAND...: the command's output goes to the log; its status is recorded.
 run() {
   local name=$1 limit=$2
   shift 2
+  if [ "$budget" -gt 0 ]; then
+    local left=$((budget - 10 - ($(date +%s) - started)))
+    if [ "$left" -lt 15 ]; then note "== $name skipped: ${left}s of the budget left"; record "$name" skipped "budget spent"; return 1; fi
+    [ "$limit" -gt "$left" ] && limit=$left
+  fi
   note "== $name (limit ${limit}s): $*"
   timeout --kill-after=10 "$limit" "$@" >>"$log" 2>&1
   local rc=$?
@@ -123,31 +133,18 @@ run build "$build_limit" cmake --build "$build" -j "$jobs" --target "${targets[@
 run gpu-tests 120 ctest --test-dir "$build" -R "Kernels|CudaKernels|KernelsTorchOps|KernelsAgainstLibTorch" --output-on-failure \
   --output-junit "$out/gpu-tests.xml"
 
-# 6. Each fused kernel against LibTorch's unfused operators, at the 350M model's shapes.
-if [ -x "$build/bin/colo-bench-kernels" ]; then
-  shape="--tokens 8192 --hidden 1024 --vocab 50304"
-  [ "$rehearse" = 1 ] && shape="--tokens 128 --hidden 128 --vocab 512 --repetitions 2"
-  run kernels-bench 120 bash -c "'$build/bin/colo-bench-kernels' --device $device --dtype bf16 $shape --json > '$out/kernels.json'"
-fi
+# 6. A cost database of the 350M model's shapes on this GPU first (colo-run's prediction reads it), then
+# the ~350M GPT: colo-run (bf16, fused kernels, NCCL) and its eager-PyTorch twin; then each fused kernel
+# against LibTorch's unfused operators; then the larger library models' shapes (each bounded in time;
+# --resume adds) and the collectives, as the budget allows.
+profile_model() {
+  run "profile-$1" "$2" "$build/bin/colo-profile" --model "$1" --db "$out/costdb.sqlite" --device "$device" --dtype bf16 \
+    --tp 1,2,4,8 --mbs 1,2 --resume --quiet
+}
+first_model=gpt2-medium
+[ "$rehearse" = 1 ] && first_model=tiny-gpt
+[ -x "$build/bin/colo-profile" ] && profile_model "$first_model" 60
 
-# 7. A cost database of the library models' shapes on this GPU (each model bounded in time; --resume adds).
-if [ -x "$build/bin/colo-profile" ]; then
-  models="gpt2-medium llama3-8b llama3-70b gpt3-175b mixtral-8x7b"
-  [ "$rehearse" = 1 ] && models="tiny-gpt"
-  for model in $models; do
-    run "profile-$model" 60 "$build/bin/colo-profile" --model "$model" --db "$out/costdb.sqlite" --device "$device" --dtype bf16 \
-      --tp 1,2,4,8 --mbs 1,2 --resume --quiet
-  done
-fi
-
-if [ -x "$build/bin/colo-profile" ]; then
-  world=2
-  [ "$rehearse" = 1 ] || world=$(nvidia-smi -L | wc -l)
-  run "collectives-$backend" 60 "$build/bin/colo-profile" collectives --db "$out/costdb.sqlite" --backend "$backend" --world "$world" \
-    --sizes 1024,1048576,16777216 --quiet
-fi
-
-# 8. The ~350M GPT: colo-run (bf16, fused kernels, NCCL) and its eager-PyTorch twin, with predictions.
 if [ -x "$build/bin/colo-run" ]; then
   work=/tmp/colo-gpu-run
   mkdir -p "$work"
@@ -161,9 +158,25 @@ if [ -x "$build/bin/colo-run" ]; then
   fi
   costdb=()
   [ -s "$out/costdb.sqlite" ] && costdb=(--costdb "$out/costdb.sqlite")
-  run colo-run 180 bash -c "'$build/bin/colo-run' '$work/plan.json' --data '$work/tokens.u16' --backend $backend --steps 20 --json ${costdb[*]} > '$out/colo-run.json'"
+  run colo-run 120 bash -c "'$build/bin/colo-run' '$work/plan.json' --data '$work/tokens.u16' --backend $backend --steps 20 --json ${costdb[*]} > '$out/colo-run.json'"
 fi
-[ "$rehearse" = 1 ] || run eager-twin 120 bash -c "python3 scripts/gpu/eager_gpt.py --layers 24 --hidden 1024 --heads 16 --vocab 50257 --seq 1024 --batch 8 > '$out/eager.json'"
+[ "$rehearse" = 1 ] || run eager-twin 90 bash -c "python3 scripts/gpu/eager_gpt.py --layers 24 --hidden 1024 --heads 16 --vocab 50257 --seq 1024 --batch 8 > '$out/eager.json'"
+
+if [ -x "$build/bin/colo-bench-kernels" ]; then
+  shape="--tokens 8192 --hidden 1024 --vocab 50304"
+  [ "$rehearse" = 1 ] && shape="--tokens 128 --hidden 128 --vocab 512 --repetitions 2"
+  run kernels-bench 90 bash -c "'$build/bin/colo-bench-kernels' --device $device --dtype bf16 $shape --json > '$out/kernels.json'"
+fi
+
+if [ -x "$build/bin/colo-profile" ]; then
+  world=2
+  [ "$rehearse" = 1 ] || world=$(nvidia-smi -L | wc -l)
+  run "collectives-$backend" 30 "$build/bin/colo-profile" collectives --db "$out/costdb.sqlite" --backend "$backend" --world "$world" \
+    --sizes 1024,1048576,16777216 --quiet
+  if [ "$rehearse" != 1 ]; then
+    for model in llama3-8b mixtral-8x7b llama3-70b gpt3-175b; do profile_model "$model" 45; done
+  fi
+fi
 
 # 9. The figures side by side.
 python3 - "$out" >>"$log" 2>&1 <<'PY'
