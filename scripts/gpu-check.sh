@@ -11,7 +11,7 @@
 # kernel against LibTorch's unfused operators, profiles a cost database of the library models' shapes
 # on this GPU, trains a ~350M GPT (gpt2-medium, bf16, seq 1024) with colo-run and its eager-PyTorch twin,
 # and writes every figure to OUT_DIR: summary.json, visit.log, costdb.sqlite, gpu-tests.xml,
-# kernels.json, colo-run.json, eager.json. Each step has its own time limit; a failed step is recorded
+# kernels.json, colo-run.json, colo-run-unfused.json (LibTorch's own operators), eager.json. Each step has its own time limit; a failed step is recorded
 # and the visit goes on. Without a GPU it stops at once with exit 3 and says why.
 #
 # COLO_GPU_CHECK_BUDGET=SECONDS bounds the whole visit: each step's limit is cut to what is left (less a
@@ -159,6 +159,7 @@ if [ -x "$build/bin/colo-run" ]; then
   costdb=()
   [ -s "$out/costdb.sqlite" ] && costdb=(--costdb "$out/costdb.sqlite")
   run colo-run 120 bash -c "'$build/bin/colo-run' '$work/plan.json' --data '$work/tokens.u16' --backend $backend --steps 20 --json ${costdb[*]} > '$out/colo-run.json'"
+  run colo-run-unfused 90 bash -c "'$build/bin/colo-run' '$work/plan.json' --data '$work/tokens.u16' --backend $backend --steps 20 --json --fused-kernels off > '$out/colo-run-unfused.json'"
 fi
 [ "$rehearse" = 1 ] || run eager-twin 90 bash -c "python3 scripts/gpu/eager_gpt.py --layers 24 --hidden 1024 --heads 16 --vocab 50257 --seq 1024 --batch 8 > '$out/eager.json'"
 

@@ -279,6 +279,7 @@ Chunk::Chunk(const ModelConfig& config, std::int64_t firstLayer, std::int64_t la
     m_cos = both.cos().to(torch::kFloat32).to(m_cfg.device);
     m_sin = both.sin().to(torch::kFloat32).to(m_cfg.device);
   }
+  m_positions = m_positions.to(m_cfg.device);  // learned position embeddings index with it on the weights' device
 }
 
 Param& Chunk::add(const std::string& name, std::vector<std::int64_t> fullShape, int shardDim, char init, bool tpReplicated,

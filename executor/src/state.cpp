@@ -191,7 +191,7 @@ double ModelState::reduceGradients(std::int64_t bucketBytes, bool tiedAcrossStag
     }
   }
   const auto replicas = static_cast<double>(m_cfg.dp);
-  Tensor local = torch::zeros({1}, torch::kFloat64);
+  Tensor local = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(m_master.device()));
   if (m_cfg.zeroStage <= 1) {
     for (auto& s : m_slots) {
       Tensor slice = m_grads.narrow(0, s.offset, s.numel);

@@ -43,7 +43,7 @@ class Gpt(nn.Module):
         for blk in self.blocks:
             x = blk(x)
         logits = self.norm(x) @ self.word.weight.t()
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.view(-1))
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.reshape(-1))
 
 
 def main():
