@@ -557,12 +557,70 @@ std::vector<CopyMeasurement> CostDatabase::copiesFor(const std::string& deviceNa
   return out;
 }
 
+namespace {
+
+std::vector<std::string> words(const std::string& name) {
+  std::vector<std::string> out;
+  std::string word;
+  for (const char c : lower(name) + " ") {
+    if (std::isalnum(static_cast<unsigned char>(c))) {
+      word += c;
+    } else if (!word.empty()) {
+      out.push_back(std::move(word));
+      word.clear();
+    }
+  }
+  return out;
+}
+
+bool hasDigit(const std::string& w) { return std::any_of(w.begin(), w.end(), [](unsigned char c) { return std::isdigit(c); }); }
+bool hasAlpha(const std::string& w) { return std::any_of(w.begin(), w.end(), [](unsigned char c) { return std::isalpha(c); }); }
+bool isMemory(const std::string& w) { return w.size() > 2 && w.ends_with("gb") && std::isdigit(static_cast<unsigned char>(w.front())); }
+
+// The GPU's model among a name's words: the first with letters and digits that is no memory size or
+// memory kind ("h100", "a100", "gb200"), else the first with digits ("4090").
+std::string modelWord(const std::vector<std::string>& ws) {
+  for (const auto& w : ws) {
+    if (hasDigit(w) && hasAlpha(w) && !isMemory(w) && !w.starts_with("hbm") && !w.starts_with("sxm")) return w;
+  }
+  for (const auto& w : ws) {
+    if (hasDigit(w) && !isMemory(w)) return w;
+  }
+  return {};
+}
+
+std::string memoryWord(const std::vector<std::string>& ws) {
+  for (const auto& w : ws) {
+    if (isMemory(w)) return w;
+  }
+  return {};
+}
+
+std::string formFactor(const std::vector<std::string>& ws) {
+  for (const auto& w : ws) {
+    if (w == "pcie") return "pcie";
+    if (w.starts_with("sxm")) return "sxm";
+  }
+  return {};
+}
+
+}  // namespace
+
+bool deviceMatchesGpu(const std::string& device, const std::string& gpu) {
+  const std::string d = lower(device), g = lower(gpu);
+  if (d.find(g) != std::string::npos || g.find(d) != std::string::npos) return true;
+  const auto dw = words(device), gw = words(gpu);
+  const std::string model = modelWord(dw);
+  if (model.empty() || std::find(gw.begin(), gw.end(), model) == gw.end()) return false;
+  const std::string dm = memoryWord(dw), gm = memoryWord(gw), df = formFactor(dw), gf = formFactor(gw);
+  if (!dm.empty() && !gm.empty() && dm != gm) return false;
+  return df.empty() || gf.empty() || df == gf;
+}
+
 std::vector<std::string> CostDatabase::devicesMatching(const std::string& gpuName) const {
   std::vector<std::string> out;
-  const std::string wanted = lower(gpuName);
   for (auto& name : devices()) {
-    const std::string device = lower(name);
-    if (device.find(wanted) != std::string::npos || wanted.find(device) != std::string::npos) out.push_back(std::move(name));
+    if (deviceMatchesGpu(name, gpuName)) out.push_back(std::move(name));
   }
   return out;
 }
@@ -626,10 +684,8 @@ std::vector<GemmMeasurement> CostDatabase::gemmsFor(const std::string& gpuName) 
                          -1, &stmt, nullptr) != SQLITE_OK) {
     return out;
   }
-  const std::string wanted = lower(gpuName);
   while (sqlite3_step(stmt) == SQLITE_ROW) {
-    const std::string device = lower(columnText(stmt, 0));
-    if (device.find(wanted) == std::string::npos && wanted.find(device) == std::string::npos) continue;
+    if (!deviceMatchesGpu(columnText(stmt, 0), gpuName)) continue;
     auto dtype = parseDType(columnText(stmt, 1));
     if (!dtype) continue;
     out.push_back({sqlite3_column_int64(stmt, 2), sqlite3_column_int64(stmt, 3), sqlite3_column_int64(stmt, 4), *dtype,

@@ -3,6 +3,10 @@
 #include <set>
 #include <sstream>
 
+#if defined(COLO_TORCH_CUDA)
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
 #include "colo/costmodel/evaluator.h"
 #include "kernels.h"
 #include "torch_util.h"
@@ -31,7 +35,13 @@ Result<std::string> deviceName(const std::string& device) {
   if (!d) return fail(d.error());
   if (d->is_cpu()) return "cpu: " + cpuModel();
   try {
+#if defined(COLO_TORCH_CUDA)
+    // The card's own name (what a cluster file's GPU is matched against): "cuda: NVIDIA H200".
+    const auto* p = at::cuda::getDeviceProperties(d->has_index() ? d->index() : 0);
+    return std::string("cuda: ") + p->name;
+#else
     return std::string("cuda: device ") + std::to_string(d->index());
+#endif
   } catch (const c10::Error& e) {
     return fail(Error::internal(std::string("cannot name the CUDA device: ") + e.what_without_backtrace()));
   }
@@ -40,7 +50,13 @@ Result<std::string> deviceName(const std::string& device) {
 std::string deviceFingerprint(const std::string& device) {
   std::ostringstream f;
   f << "libtorch " << TORCH_VERSION << "; threads " << at::get_num_threads();
-  if (device == "cuda") f << "; cuda devices " << torch::cuda::device_count();
+  if (device == "cuda") {
+    f << "; cuda devices " << static_cast<int>(torch::cuda::device_count());
+#if defined(COLO_TORCH_CUDA)
+    const auto* p = at::cuda::getDeviceProperties(0);
+    f << "; sm_" << p->major << p->minor << "; " << p->multiProcessorCount << " SMs; " << (p->totalGlobalMem >> 20) << " MiB";
+#endif
+  }
   return f.str();
 }
 

@@ -245,3 +245,36 @@ TEST(CostDatabase, NonFiniteTimesAreRefusedNamingTableAndColumn) {
 
 }  // namespace
 }  // namespace colo::costmodel
+
+namespace colo::costmodel {
+namespace {
+
+// What CUDA calls a card against what the shipped cluster files call it.
+TEST(CostDatabaseDevices, ACardServesTheClusterOfItsModelMemoryAndFormFactor) {
+  EXPECT_TRUE(deviceMatchesGpu("cuda: NVIDIA H200", "H200-SXM-141GB"));
+  EXPECT_TRUE(deviceMatchesGpu("cuda: NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"));
+  EXPECT_TRUE(deviceMatchesGpu("cuda: NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"));
+  EXPECT_TRUE(deviceMatchesGpu("cuda: NVIDIA GeForce RTX 4090", "GeForce RTX 4090"));
+  EXPECT_TRUE(deviceMatchesGpu("cpu: Intel(R) Xeon(R) CPU @ 2.20GHz", "cpu"));
+  EXPECT_TRUE(deviceMatchesGpu("anything", ""));
+  EXPECT_FALSE(deviceMatchesGpu("cuda: NVIDIA H200", "H100-SXM5-80GB"));
+  EXPECT_FALSE(deviceMatchesGpu("cuda: NVIDIA H100 80GB HBM3", "H100-SXM-96GB-HBM2e-500W"));  // another memory
+  EXPECT_FALSE(deviceMatchesGpu("cuda: NVIDIA H100 PCIe", "H100-SXM5-80GB"));                 // another form factor
+  EXPECT_FALSE(deviceMatchesGpu("cuda: NVIDIA A100-SXM4-40GB", "A100-SXM4-80GB"));
+  EXPECT_FALSE(deviceMatchesGpu("cuda: NVIDIA GB200", "B200-SXM-180GB"));
+  EXPECT_FALSE(deviceMatchesGpu("cuda: device 0", "H200-SXM-141GB"));
+}
+
+// The H200 database measured on a GPU visit ships under data/costdb and serves the hgx-h200 cluster.
+TEST(CostDatabaseDevices, TheShippedH200DatabaseServesTheH200Cluster) {
+  auto db = CostDatabase::open(std::string(COLO_SOURCE_DIR) + "/data/costdb/h200-bf16.sqlite");
+  ASSERT_TRUE(db) << db.error().toString();
+  EXPECT_EQ(db->devicesMatching("H200-SXM-141GB"), std::vector<std::string>{"cuda: NVIDIA H200"});
+  EXPECT_TRUE(db->devicesMatching("H100-SXM5-80GB").empty());
+  EXPECT_GT(db->gemmsFor("H200-SXM-141GB").size(), 400u);
+  EXPECT_GT(db->kernelsFor("cuda: NVIDIA H200").size(), 200u);
+  EXPECT_FALSE(db->collectivesFor("cuda: NVIDIA H200").empty());
+}
+
+}  // namespace
+}  // namespace colo::costmodel

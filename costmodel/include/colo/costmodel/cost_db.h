@@ -118,6 +118,13 @@ class CostDatabase {
   std::unique_ptr<Impl> m_impl;
 };
 
+/// Whether measurements of `device` (a cost database's device name, e.g. "cuda: NVIDIA H100 80GB HBM3")
+/// serve a cluster whose GPU is named `gpu` (e.g. "H100-SXM5-80GB"). Either name inside the other,
+/// ignoring case (an empty `gpu` matches every device); else the device's model ("h100", "a100",
+/// "4090") is one of the GPU name's words and their memory sizes ("80gb") and form factors (PCIe, SXM)
+/// do not differ where both name one.
+[[nodiscard]] bool deviceMatchesGpu(const std::string& device, const std::string& gpu);
+
 /// In-memory GEMM times of one device and precision, answering lookups without SQLite on the hot path.
 class GemmTable {
  public:
