@@ -44,6 +44,19 @@ class UnitHooks {
   virtual torch::Tensor leave(int unit, const torch::Tensor& out) = 0;
 };
 
+/// Which of colo's fused kernels (kernels/) a run uses in place of LibTorch's operators.
+struct FusedKernelSet {
+  bool rmsNorm = false, layerNorm = false, swiglu = false, rotary = false, crossEntropy = false, adamw = false;
+  /// Every kernel (--fused-kernels on).
+  [[nodiscard]] static FusedKernelSet all();
+  /// Those measured faster than LibTorch's operators on a GPU (--fused-kernels auto on CUDA).
+  [[nodiscard]] static FusedKernelSet fasterOnGpu();
+  /// The kernels of this set that a model with this spec and optimizer runs (LayerNorm only where the
+  /// model has LayerNorms, and so on).
+  [[nodiscard]] FusedKernelSet usedBy(const ModelSpec& spec, Optimizer optimizer) const;
+  [[nodiscard]] std::vector<std::string> names() const;
+};
+
 struct ModelConfig {
   ModelSpec spec;
   std::int64_t seqLen = 0;
@@ -60,7 +73,7 @@ struct ModelConfig {
   double auxLossScale = 0;
   torch::Device device = torch::kCPU;
   torch::Dtype dtype = torch::kFloat32;
-  bool fused = false;  ///< colo's fused kernels for norms, SwiGLU, GeLU, rotary and the cross-entropy
+  FusedKernelSet fused;  ///< which of colo's fused kernels the model uses
   std::uint64_t seed = 0;
 };
 
@@ -121,6 +134,8 @@ class Chunk {
                               const ForwardContext& context);
   torch::Tensor norm(const torch::Tensor& x, const std::string& prefix);
   torch::Tensor dropout(const torch::Tensor& x, std::int64_t layer, int site, const ForwardContext& context);
+  /// The seed of one dropout site's mask: (seed, step, micro-batch, layer, site, tp rank).
+  std::uint64_t dropoutKey(std::int64_t layer, int site, const ForwardContext& context) const;
   torch::autograd::variable_list recompute(Fn fn, const torch::autograd::variable_list& inputs);
 
   ModelConfig m_cfg;

@@ -113,6 +113,7 @@ Json RunResult::toJson() const {
           {"device", device},
           {"backend", backend},
           {"fused_kernels", fusedKernels},
+          {"fused_kernel_names", fusedKernelNames},
           {"world", world},
           {"parallel", {{"tp", tp}, {"pp", pp}, {"dp", dp}, {"vpp", vpp}}},
           {"first_step", firstStep},
@@ -150,6 +151,7 @@ Result<RunResult> resultFromJson(const Json& j) {
     r.device = j.at("device").get<std::string>();
     r.backend = j.at("backend").get<std::string>();
     r.fusedKernels = j.value("fused_kernels", false);
+    r.fusedKernelNames = j.value("fused_kernel_names", std::vector<std::string>{});
     r.world = j.at("world").get<std::int64_t>();
     r.tp = j.at("parallel").at("tp").get<std::int64_t>();
     r.pp = j.at("parallel").at("pp").get<std::int64_t>();
@@ -197,6 +199,11 @@ std::string renderResult(const RunResult& r) {
   if (!r.losses.empty()) {
     o << "loss      " << fixed(r.losses.front(), 4) << " at step " << r.firstStep << " -> " << fixed(r.losses.back(), 4)
       << " at step " << r.firstStep + static_cast<std::int64_t>(r.losses.size()) - 1 << "\n";
+  }
+  if (!r.fusedKernelNames.empty()) {
+    o << "kernels   colo's fused";
+    for (std::size_t i = 0; i < r.fusedKernelNames.size(); ++i) o << (i ? ", " : " ") << r.fusedKernelNames[i];
+    o << "; LibTorch's operators for the rest\n";
   }
   o << "                   predicted     measured   measured vs predicted\n";
   o << "step time    " << std::setw(12) << formatSeconds(r.predictedStepTimeSeconds) << " " << std::setw(12)

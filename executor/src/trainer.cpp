@@ -279,7 +279,8 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     cfg.epComm = g.ep.get();
     cfg.seed = o.seed;
     cfg.device = dev;
-    cfg.fused = o.fusedKernels == FusedKernels::kOn || (o.fusedKernels == FusedKernels::kAuto && device.cuda());
+    if (o.fusedKernels == FusedKernels::kOn) cfg.fused = detail::FusedKernelSet::all();
+    if (o.fusedKernels == FusedKernels::kAuto && device.cuda()) cfg.fused = detail::FusedKernelSet::fasterOnGpu();
     cfg.auxLossScale = o.moeAuxLossCoeff / static_cast<double>(plan.globalBatchSize / (plan.microBatchSize * par.dp) * par.tp);
     auto mine = buildChunks(plan, cfg, g.ppRank);
     for (auto& [c, chunk] : mine) chunk->useDeferredLinears(plan.schedule == Schedule::kZeroBubble);
@@ -328,13 +329,17 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
 
     RunResult result = describeRun(o, w, firstStep);
     result.device = device.describe();
-    result.fusedKernels = cfg.fused;
+    result.fusedKernelNames = cfg.fused.usedBy(spec, plan.optimizer).names();
+    result.fusedKernels = !result.fusedKernelNames.empty();
     if (auto predicted = predict(plan, o.costDbFile, result); !predicted) return fail(predicted.error());
 
-    // Fault injection for tests: COLO_RUN_FAULT=RANK:STEP kills that rank at the start of that step.
-    int faultRank = -1;
+    // Fault injection for tests: COLO_RUN_FAULT=RANK:STEP[:SIGNAL] sends that rank the signal (default
+    // SIGKILL; 11: a crash) at the start of that step.
+    int faultRank = -1, faultSignal = SIGKILL;
     std::int64_t faultStep = -1;
-    if (const char* f = std::getenv("COLO_RUN_FAULT")) std::sscanf(f, "%d:%lld", &faultRank, reinterpret_cast<long long*>(&faultStep));
+    if (const char* f = std::getenv("COLO_RUN_FAULT")) {
+      std::sscanf(f, "%d:%lld:%d", &faultRank, reinterpret_cast<long long*>(&faultStep), &faultSignal);
+    }
 
     const std::int64_t seq = plan.seqLen;
     const bool sp = par.sequenceParallel && par.tp > 1;
@@ -345,7 +350,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     double libtorch = 0;
     const auto runStart = Clock::now();
     for (std::int64_t step = firstStep; step < o.steps; ++step) {
-      if (w.rank == faultRank && step == faultStep) std::raise(SIGKILL);
+      if (w.rank == faultRank && step == faultStep) std::raise(faultSignal);
       const auto stepStart = Clock::now();
       device.startStep();
       forEach([](detail::ModelState& st) { st.beginStep(); });
@@ -445,7 +450,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       opt.momentum = o.momentum;
       opt.trust = o.trustCoefficient;
       opt.step = step + 1;
-      opt.fused = cfg.fused;
+      opt.fused = cfg.fused.adamw;
       opt.clip = o.clipNorm > 0 ? std::min(1.0, o.clipNorm / (gradNorm + 1e-6)) : 1.0;
       timed(libtorch, [&] { forEach([&](detail::ModelState& st) { st.step(opt); }); });
 

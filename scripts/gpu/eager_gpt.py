@@ -16,9 +16,9 @@ import torch.nn.functional as F
 
 
 class Block(nn.Module):
-    def __init__(self, h, heads):
+    def __init__(self, h, heads, dropout):
         super().__init__()
-        self.heads = heads
+        self.heads, self.dropout = heads, dropout
         self.norm1, self.norm2 = nn.LayerNorm(h), nn.LayerNorm(h)
         self.qkv, self.proj = nn.Linear(h, 3 * h), nn.Linear(h, h)
         self.up, self.down = nn.Linear(h, 4 * h), nn.Linear(4 * h, h)
@@ -26,20 +26,23 @@ class Block(nn.Module):
     def forward(self, x):
         b, s, h = x.shape
         q, k, v = self.qkv(self.norm1(x)).view(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, h)
-        x = x + self.proj(a)
-        return x + self.down(F.gelu(self.up(self.norm2(x)), approximate="tanh"))
+        a = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout, is_causal=True).transpose(1, 2).reshape(b, s, h)
+        x = x + F.dropout(self.proj(a), self.dropout)
+        return x + F.dropout(self.down(F.gelu(self.up(self.norm2(x)), approximate="tanh")), self.dropout)
 
 
 class Gpt(nn.Module):
-    def __init__(self, layers, h, heads, vocab, seq):
+    def __init__(self, layers, h, heads, vocab, seq, dropout):
         super().__init__()
         self.word, self.pos = nn.Embedding(vocab, h), nn.Embedding(seq, h)
-        self.blocks = nn.ModuleList(Block(h, heads) for _ in range(layers))
+        for table in (self.word, self.pos):
+            nn.init.normal_(table.weight, std=0.02)  # GPT-2's initialisation, as colo-run's
+        self.dropout = dropout
+        self.blocks = nn.ModuleList(Block(h, heads, dropout) for _ in range(layers))
         self.norm = nn.LayerNorm(h)
 
     def forward(self, ids, labels):
-        x = self.word(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))
+        x = F.dropout(self.word(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device)), self.dropout)
         for blk in self.blocks:
             x = blk(x)
         logits = self.norm(x) @ self.word.weight.t()
@@ -50,12 +53,13 @@ def main():
     p = argparse.ArgumentParser()
     for name, default in [("layers", 24), ("hidden", 1024), ("heads", 16), ("vocab", 50257), ("seq", 1024), ("batch", 8), ("steps", 20)]:
         p.add_argument("--" + name, type=int, default=default)
+    p.add_argument("--dropout", type=float, default=0.1, help="GPT-2's dropout (attention, residuals, embeddings)")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16 peak (H100/H200 SXM: 989)")
     a = p.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("eager_gpt.py: no CUDA device")
     torch.manual_seed(0)
-    model = Gpt(a.layers, a.hidden, a.heads, a.vocab, a.seq).cuda()
+    model = Gpt(a.layers, a.hidden, a.heads, a.vocab, a.seq, a.dropout).cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     params = sum(t.numel() for t in model.parameters())
     ids = torch.randint(0, a.vocab, (a.batch, a.seq + 1), device="cuda")

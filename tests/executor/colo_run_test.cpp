@@ -88,6 +88,19 @@ TEST_F(ColoRun, AKilledRankEndsTheJobWithoutLeftovers) {
   EXPECT_EQ(processesNaming(file), 0);
 }
 
+// A rank that crashes (a segmentation fault inside LibTorch, NCCL or CUDA) says so with its stack, and
+// the launcher ends the job naming the rank and the signal.
+TEST_F(ColoRun, ACrashedRankPrintsItsStackAndEndsTheJob) {
+  const std::string file = plan("crashed", "tiny-gpt", "--gpus 2 --dp 2");
+  setenv("COLO_RUN_FAULT", "1:1:11", 1);
+  auto r = test::runProgram("colo-run", file + " --data " + data() + " --threads 1 --steps 50 --quiet");
+  unsetenv("COLO_RUN_FAULT");
+  EXPECT_NE(r.exitCode, 0);
+  EXPECT_NE(r.err.find("colo-run: rank 1: fatal signal; stack:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 1 failed (killed by signal 11)"), std::string::npos) << r.err;
+  EXPECT_EQ(processesNaming(file), 0);
+}
+
 TEST_F(ColoRun, RecordsRunsAndComparesWithABaseline) {
   const std::string runs = m_dir.path("runs.sqlite");
   const std::string a = plan("a", "tiny-gpt", "--gpus 2 --tp 2");
@@ -198,6 +211,9 @@ TEST_F(ColoRun, FusedKernelsTrainLikeLibTorchsOperators) {
   const Json fused = train(single, "--steps 6 --fused-kernels on");
   EXPECT_FALSE(plain["fused_kernels"].get<bool>());
   EXPECT_TRUE(fused["fused_kernels"].get<bool>());
+  EXPECT_EQ(fused["fused_kernel_names"].get<std::vector<std::string>>(),
+            (std::vector<std::string>{"rmsnorm", "swiglu", "rotary", "cross_entropy", "adamw"}));
+  EXPECT_TRUE(plain["fused_kernel_names"].empty());
   expectSameLosses(fused, plain, 1e-5);
   // Tensor parallelism: the cross-entropy's max and sums are all-reduced over the vocabulary shards.
   const Json tp2 = train(plan("tp2", "tiny-llama", "--gpus 2 --tp 2 --sp"), "--steps 6 --fused-kernels on");
@@ -205,7 +221,9 @@ TEST_F(ColoRun, FusedKernelsTrainLikeLibTorchsOperators) {
   const Json bf16 = train(plan("bf16", "tiny-llama", "--gpus 1 --precision bf16"), "--steps 6 --fused-kernels on");
   expectSameLosses(bf16, plain, 2e-2);
   const std::string gpt = plan("gpt", "tiny-gpt", "--gpus 1");
-  expectSameLosses(train(gpt, "--steps 4 --fused-kernels on"), train(gpt, "--steps 4"), 1e-5);
+  const Json gptFused = train(gpt, "--steps 4 --fused-kernels on");
+  EXPECT_EQ(gptFused["fused_kernel_names"].get<std::vector<std::string>>(), (std::vector<std::string>{"layernorm", "cross_entropy", "adamw"}));
+  expectSameLosses(gptFused, train(gpt, "--steps 4"), 1e-5);
   // Auto is LibTorch's operators on the CPU.
   EXPECT_FALSE(train(single, "--steps 1")["fused_kernels"].get<bool>());
   auto bad = test::runProgram("colo-run", single + " --data " + data() + " --fused-kernels maybe");

@@ -30,8 +30,10 @@ struct WorldInfo {
   [[nodiscard]] static bool launchedByLauncher();
 };
 
-/// The fused kernels (colo::kernels) in the model: auto uses them on CUDA devices, LibTorch's own
-/// operators on the CPU (their references there run single-threaded).
+/// The fused kernels (colo::kernels) in the model. auto: on CUDA devices those measured faster than
+/// LibTorch's own operators (RMSNorm, rotary, the vocabulary-parallel cross-entropy, AdamW; LayerNorm and
+/// SwiGLU were slower on an H200: docs/gpu.md), LibTorch's operators on the CPU (the references there run
+/// single-threaded). on: every fused kernel the model has a use for. off: none.
 enum class FusedKernels { kAuto, kOn, kOff };
 
 struct RunOptions {
@@ -66,7 +68,8 @@ struct RunOptions {
 /// What one run measured (identical on every rank after the run).
 struct RunResult {
   std::string planName, planHash, model, device, backend;
-  bool fusedKernels = false;            ///< the model ran colo's fused kernels (RMSNorm, SwiGLU, rotary, cross-entropy, ...)
+  bool fusedKernels = false;            ///< the model ran at least one of colo's fused kernels
+  std::vector<std::string> fusedKernelNames;  ///< which: rmsnorm, layernorm, swiglu, rotary, cross_entropy, adamw
   std::int64_t world = 1, tp = 1, pp = 1, dp = 1, vpp = 1;
   std::int64_t firstStep = 0;           ///< 0, or the step a resumed run started at
   std::int64_t tokensPerStep = 0;
