@@ -137,13 +137,15 @@ run gpu-tests 120 ctest --test-dir "$build" -R "Kernels|CudaKernels|KernelsTorch
 # the ~350M GPT: colo-run (bf16, fused kernels, NCCL) and its eager-PyTorch twin; then each fused kernel
 # against LibTorch's unfused operators; then the larger library models' shapes (each bounded in time;
 # --resume adds) and the collectives, as the budget allows.
+# profile_model MODEL LIMIT [MICRO_BATCHES]
 profile_model() {
   run "profile-$1" "$2" "$build/bin/colo-profile" --model "$1" --db "$out/costdb.sqlite" --device "$device" --dtype bf16 \
-    --tp 1,2,4,8 --mbs 1,2 --resume --quiet
+    --tp 1,2,4,8 --mbs "${3:-1,2}" --resume --quiet
 }
 first_model=gpt2-medium
 [ "$rehearse" = 1 ] && first_model=tiny-gpt
-[ -x "$build/bin/colo-profile" ] && profile_model "$first_model" 60
+# The benchmark's own micro-batch (8) too, so its prediction reads its exact shapes.
+[ -x "$build/bin/colo-profile" ] && profile_model "$first_model" 60 1,2,8
 
 if [ -x "$build/bin/colo-run" ]; then
   work=/tmp/colo-gpu-run
