@@ -639,6 +639,34 @@ TEST(Validation, BlackwellRowsAndDeepSeekStyleExpertsAreRead) {
   EXPECT_TRUE(deepep->plan.execution.epCommOverlap);
 }
 
+TEST(Validation, SimuMaxsB200RunsReduceTheirGradientsAfterTheBackward) {
+  // SimuMax's launcher passes neither --overlap-grad-reduce nor --overlap-param-gather (Megatron-LM's
+  // defaults: off), where Megatron-Core's published scripts turn both on: the same row under the two
+  // citations differs by exactly the exposed data-parallel traffic.
+  Json row = unseenRow();
+  row["source"]["citation"] = "MooreThreads/SimuMax, B200 release v1.2 validation ('real' Megatron-LM measurements)";
+  row["model"] = Json::parse(R"J({"name": "Llama 3 70B (truncated to 12 layers)", "arch": "Llama 3", "num_layers": 12,
+      "hidden_size": 8192, "num_attention_heads": 64, "num_query_groups": 8, "ffn_hidden_size": 28672,
+      "vocab_size": 128256, "seq_len": 4096})J");
+  row["hardware"] = Json::parse(R"({"gpu": "B200 SXM", "gpu_memory_gb": 180, "gpus_per_node": 8, "num_gpus": 8})");
+  row["parallel"] = Json::parse(R"({"tp": 2, "pp": 1, "dp": 4, "sequence_parallel": true, "distributed_optimizer": true})");
+  row["training"] = Json::parse(R"J({"precision": "bf16 (TransformerEngine)", "recompute": "none", "micro_batch_size": 1,
+      "global_batch_size": 32})J");
+  row["measured"] = Json::parse(R"({"iteration_time_ms": 1387.0})");
+  auto simumax = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(simumax) << simumax.error().toString();
+  EXPECT_FALSE(simumax->plan.execution.overlapGradReduce);
+  EXPECT_FALSE(simumax->plan.execution.overlapParamGather);
+  row["source"]["citation"] = "Megatron-Core performance scripts";
+  auto mcore = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(mcore) << mcore.error().toString();
+  EXPECT_TRUE(mcore->plan.execution.overlapGradReduce);
+  auto exposed = validation::evaluateCase(*simumax);
+  auto hidden = validation::evaluateCase(*mcore);
+  ASSERT_TRUE(exposed && hidden);
+  EXPECT_GT(exposed->predictedStepSeconds, hidden->predictedStepSeconds * 1.01);
+}
+
 TEST(Validation, MlperfGpt3RowsRunTheInterleavedScheduleUnlessTheySayOtherwise) {
   // NVIDIA's MLPerf GPT-3 implementations interleave their pipeline (v3.1: 12 chunks by default, v4.1
   // configs: 6): a row that does not say how many chunks gets the fastest that fits; NeMo's own
