@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU visit in one command (about 3 minutes on one H200 with 16 cores, 70 s of it the build):
+# One GPU visit in one command (about 5 minutes on one H200 with 16 cores, 70 s of it the build):
 #
 #   scripts/gpu-debs.sh              # once, on a machine with Debian's registry: .gpu-debs/*.deb
 #   scripts/gpu-check.sh [OUT_DIR]   # on the GPU machine (default OUT_DIR: $OUT, else gpu-out)
@@ -9,10 +9,14 @@
 # configures colo against PyTorch's LibTorch (torch.utils.cmake_prefix_path) with the CUDA kernels for
 # this GPU, builds with every core, runs the gpu-labelled tests and the kernel tests, times each fused
 # kernel against LibTorch's unfused operators, profiles a cost database of the library models' shapes
-# on this GPU, trains a ~350M GPT (gpt2-medium, bf16, seq 1024) with colo-run and its eager-PyTorch twin,
-# and writes every figure to OUT_DIR: summary.json, visit.log, costdb.sqlite, gpu-tests.xml,
-# kernels.json, colo-run.json, colo-run-unfused.json (LibTorch's own operators), eager.json. Each step has its own time limit; a failed step is recorded
-# and the visit goes on. Without a GPU it stops at once with exit 3 and says why.
+# on this GPU, trains a ~350M GPT (gpt2-medium, bf16, seq 1024) and a 1.3B GPT (gpt3-1.3b, seq 2048)
+# with colo-run and their eager-PyTorch twins, traces two steps of each 350M run (Kineto; summed by
+# kernel and phase with scripts/gpu/trace_summary.py), and writes every figure to OUT_DIR:
+# summary.json (each step's status), visit.log (everything printed, the tests' results included),
+# costdb.sqlite, and results.json (colo-run, colo-run-traced, colo-run-1.3b, colo-run-unfused with
+# LibTorch's own operators, eager, eager-1.3b, trace-colo, trace-eager, kernels: each step's JSON).
+# Each step has its own time limit; a failed step is recorded and the visit goes on. Without a GPU it
+# stops at once with exit 3 and says why.
 #
 # COLO_GPU_CHECK_BUDGET=SECONDS bounds the whole visit: each step's limit is cut to what is left (less a
 # margin for the summary), and a step that would start with under 15 s left is skipped and recorded so.
@@ -28,12 +32,30 @@ out=$(cd "$out" && pwd)
 log="$out/visit.log"
 : >"$log"
 summary="$out/summary.json"
+# Each step's JSON goes to $results; results.json in OUT_DIR holds them all, rewritten after each step.
+work=/tmp/colo-gpu-run
+results="$work/results"
+rm -rf "$results"
+mkdir -p "$results"
 started=$(date +%s)
 declare -a steps=()
 
 note() { echo "[$(($(date +%s) - started))s] $*" | tee -a "$log"; }
 # record NAME STATUS DETAIL (the summary is rewritten at once: a visit cut off still leaves it)
-write_summary() { { echo "{\"steps\": ["; (IFS=,; echo "${steps[*]}"); echo "]}"; } >"$summary"; }
+write_summary() {
+  { echo "{\"steps\": ["; (IFS=,; echo "${steps[*]}"); echo "]}"; } >"$summary"
+  python3 - "$results" "$out/results.json" <<'PY' 2>/dev/null || true
+import json, os, sys
+merged = {}
+for name in sorted(os.listdir(sys.argv[1])):
+    if name.endswith(".json"):
+        try:
+            merged[name[:-5]] = json.load(open(os.path.join(sys.argv[1], name)))
+        except ValueError:
+            merged[name[:-5]] = "unreadable: " + open(os.path.join(sys.argv[1], name)).read()[-2000:]
+json.dump(merged, open(sys.argv[2], "w"), indent=1)
+PY
+}
 record() { steps+=("{\"step\": \"$1\", \"status\": \"$2\", \"detail\": \"${3//\"/\'}\", \"at_s\": $(($(date +%s) - started))}"); write_summary; }
 finish() {
   write_summary
@@ -83,6 +105,9 @@ else
   record gpu ok "$gpu"
   note "GPU: $gpu"
 fi
+# The cluster file of this card (the cost database's device matches its GPU name).
+cluster=dgx-h100
+[ "$rehearse" != 1 ] && nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && cluster=hgx-h200
 if [ "$rehearse" = 1 ]; then sm=80; else sm=$(python3 -c 'import torch; p = torch.cuda.get_device_properties(0); print(f"{p.major}{p.minor}")'); fi
 
 # 2. The carried build dependencies, unpacked into a private prefix (never into /).
@@ -131,7 +156,7 @@ run build "$build_limit" cmake --build "$build" -j "$jobs" --target "${targets[@
 
 # 5. Tests: the gpu label and the kernels' CPU suites.
 run gpu-tests 120 ctest --test-dir "$build" -R "Kernels|CudaKernels|KernelsTorchOps|KernelsAgainstLibTorch" --output-on-failure \
-  --output-junit "$out/gpu-tests.xml"
+  --output-junit "$work/gpu-tests.xml"
 
 # 6. A cost database of the 350M model's shapes on this GPU first (colo-run's prediction reads it), then
 # the ~350M GPT: colo-run (bf16, fused kernels, NCCL) and its eager-PyTorch twin; then each fused kernel
@@ -148,32 +173,54 @@ first_model=gpt2-medium
 [ -x "$build/bin/colo-profile" ] && profile_model "$first_model" 60 1,2,8
 
 if [ -x "$build/bin/colo-run" ]; then
-  work=/tmp/colo-gpu-run
-  mkdir -p "$work"
   "$build/bin/colo-run" prepare data/corpus/declaration.txt --out "$work/tokens.u16" >>"$log" 2>&1
-  if [ "$rehearse" = 1 ]; then
-    "$build/bin/colo-plan" evaluate --model tiny-gpt --cluster localhost-cpu --gpus 1 --precision bf16 --seq-len 64 --mbs 2 --gbs 2 \
-      --out "$work/plan.json" >>"$log" 2>&1
-  else
-    # The cluster file of this card (the cost database's device matches its GPU name).
-    cluster=dgx-h100
-    nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && cluster=hgx-h200
-    "$build/bin/colo-plan" evaluate --model gpt2-medium --cluster "$cluster" --gpus 1 --precision bf16 --seq-len 1024 --mbs 8 --gbs 8 \
-      --out "$work/plan.json" >>"$log" 2>&1
-    [ -s "$out/costdb.sqlite" ] && "$build/bin/colo-plan" evaluate --model gpt2-medium --cluster "$cluster" --gpus 1 --precision bf16 \
-      --seq-len 1024 --mbs 8 --gbs 8 --costdb "$out/costdb.sqlite" --explain >>"$log" 2>&1
-  fi
-  costdb=()
-  [ -s "$out/costdb.sqlite" ] && costdb=(--costdb "$out/costdb.sqlite")
-  run colo-run 120 bash -c "'$build/bin/colo-run' '$work/plan.json' --data '$work/tokens.u16' --backend $backend --steps 20 --json ${costdb[*]} > '$out/colo-run.json'"
-  run colo-run-unfused 90 bash -c "'$build/bin/colo-run' '$work/plan.json' --data '$work/tokens.u16' --backend $backend --steps 20 --json --fused-kernels off > '$out/colo-run-unfused.json'"
+  # plan_for MODEL SEQ NAME: a one-GPU bf16 plan with micro-batch 8, predicted on this card's cluster
+  # file (and with this visit's cost database, explained, into the log).
+  plan_for() {
+    if [ "$rehearse" = 1 ]; then
+      "$build/bin/colo-plan" evaluate --model tiny-gpt --cluster localhost-cpu --gpus 1 --precision bf16 --seq-len 64 --mbs 2 --gbs 2 \
+        --out "$work/$3.plan.json" >>"$log" 2>&1
+      return
+    fi
+    "$build/bin/colo-plan" evaluate --model "$1" --cluster "$cluster" --gpus 1 --precision bf16 --seq-len "$2" --mbs 8 --gbs 8 \
+      --out "$work/$3.plan.json" >>"$log" 2>&1
+    [ -s "$out/costdb.sqlite" ] && "$build/bin/colo-plan" evaluate --model "$1" --cluster "$cluster" --gpus 1 --precision bf16 \
+      --seq-len "$2" --mbs 8 --gbs 8 --costdb "$out/costdb.sqlite" --explain >>"$log" 2>&1
+  }
+  # colo_run NAME PLAN LIMIT ARGS...: colo-run's JSON result into results/NAME.json.
+  colo_run() {
+    local name=$1 planName=$2 limit=$3
+    shift 3
+    run "$name" "$limit" bash -c "'$build/bin/colo-run' '$work/$planName.plan.json' --data '$work/tokens.u16' --backend $backend --json $* \
+      > '$results/$name.json'"
+  }
+  costdb=""
+  [ -s "$out/costdb.sqlite" ] && costdb="--costdb $out/costdb.sqlite"
+  plan_for gpt2-medium 1024 gpt2-medium
+  colo_run colo-run gpt2-medium 120 --steps 20 "$costdb"
+  # Where the step's time goes: two steps in Kineto's trace, summed by kernel and by colo's phase.
+  colo_run colo-run-traced gpt2-medium 90 --steps 6 --quiet --trace "$work/trace-colo.json"
+  [ -s "$work/trace-colo.json" ] && python3 scripts/gpu/trace_summary.py "$work/trace-colo.json" >"$results/trace-colo.json" 2>>"$log"
 fi
-[ "$rehearse" = 1 ] || run eager-twin 90 bash -c "python3 scripts/gpu/eager_gpt.py --layers 24 --hidden 1024 --heads 16 --vocab 50257 --seq 1024 --batch 8 > '$out/eager.json'"
+if [ "$rehearse" != 1 ]; then
+  run eager-twin 90 bash -c "python3 scripts/gpu/eager_gpt.py --layers 24 --hidden 1024 --heads 16 --vocab 50257 --seq 1024 --batch 8 \
+    --trace '$work/trace-eager.json' > '$results/eager.json'"
+  [ -s "$work/trace-eager.json" ] && python3 scripts/gpu/trace_summary.py "$work/trace-eager.json" >"$results/trace-eager.json" 2>>"$log"
+fi
+# A 1.3B GPT at sequence 2048 (GPT-3 XL): the size the issue's MFU target is about, both ways.
+if [ -x "$build/bin/colo-run" ] && [ "$rehearse" != 1 ]; then
+  profile_model gpt3-1.3b 45 8
+  plan_for gpt3-1.3b 2048 gpt3-1.3b
+  colo_run colo-run-1.3b gpt3-1.3b 100 --steps 12 "$costdb"
+  run eager-twin-1.3b 90 bash -c "python3 scripts/gpu/eager_gpt.py --layers 24 --hidden 2048 --heads 16 --vocab 50257 --seq 2048 --batch 8 \
+    --steps 10 > '$results/eager-1.3b.json'"
+fi
+[ -x "$build/bin/colo-run" ] && colo_run colo-run-unfused gpt2-medium 90 --steps 20 --fused-kernels off
 
 if [ -x "$build/bin/colo-bench-kernels" ]; then
   shape="--tokens 8192 --hidden 1024 --vocab 50304"
   [ "$rehearse" = 1 ] && shape="--tokens 128 --hidden 128 --vocab 512 --repetitions 2"
-  run kernels-bench 90 bash -c "'$build/bin/colo-bench-kernels' --device $device --dtype bf16 $shape --json > '$out/kernels.json'"
+  run kernels-bench 90 bash -c "'$build/bin/colo-bench-kernels' --device $device --dtype bf16 $shape --json > '$results/kernels.json'"
 fi
 
 if [ -x "$build/bin/colo-profile" ]; then
@@ -195,15 +242,19 @@ def load(name):
         return json.load(open(os.path.join(out, name)))
     except Exception:
         return None
-colo, eager = load("colo-run.json"), load("eager.json")
-if colo and eager:
+results = load("results.json") or {}
+for colo_name, eager_name, layers, hidden, seq in [("colo-run", "eager", 24, 1024, 1024), ("colo-run-1.3b", "eager-1.3b", 24, 2048, 2048)]:
+    colo, eager = results.get(colo_name), results.get(eager_name)
+    if not isinstance(colo, dict) or not isinstance(eager, dict):
+        continue
     params = eager["params"]; tokens = colo["tokens_per_step"]
-    flops = 6 * params * tokens + 12 * 24 * 1024 * 1024 * tokens
+    flops = 6 * params * tokens + 12 * layers * hidden * seq * tokens
     colo_mfu = flops / colo["step_time_s"] / 989e12
-    print(f"colo-run step {colo['step_time_s']*1e3:.1f} ms (MFU {colo_mfu:.1%}), eager {eager['step_s']*1e3:.1f} ms (MFU {eager['mfu']:.1%})")
+    print(f"{colo_name}: step {colo['step_time_s']*1e3:.1f} ms (MFU {colo_mfu:.1%}), eager {eager['step_s']*1e3:.1f} ms (MFU {eager['mfu']:.1%})")
     if colo.get("predicted_step_time_s"):
-        print(f"predicted step {colo['predicted_step_time_s']*1e3:.1f} ms ({colo['predicted_step_time_s']/colo['step_time_s']-1:+.1%}), "
-              f"peak allocated {colo['tensor_memory_bytes']/2**30:.2f} GiB vs predicted {colo.get('predicted_peak_memory_bytes', 0)/2**30:.2f} GiB")
+        print(f"  predicted step {colo['predicted_step_time_s']*1e3:.1f} ms ({colo['predicted_step_time_s']/colo['step_time_s']-1:+.1%}), "
+              f"peak allocated {colo['tensor_memory_bytes']/2**30:.2f} GiB vs predicted {colo.get('predicted_tensor_bytes', 0)/2**30:.2f} GiB"
+              f" (eager {eager['peak_allocated_bytes']/2**30:.2f} GiB)")
 PY
 finish
 exit 0

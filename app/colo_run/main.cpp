@@ -63,6 +63,7 @@ std::vector<app::OptionSpec> runOptions() {
           {"quiet", "", "no per-step progress"},
           {"fused-kernels", "auto|on|off", "colo's fused kernels (norms, SwiGLU, rotary, cross-entropy) in the model: auto = on CUDA devices only"},
           {"no-overlap", "", "ZeRO-2/3: no prefetch of the next unit's weights, each gradient reduce-scatter finished before the backward goes on (same losses; to measure what the overlap hides)"},
+          {"trace", "FILE", "rank 0 records its last two steps as a Chrome trace (host operators, CUDA kernels, colo's phases; open in Perfetto; scripts/gpu/trace_summary.py sums it)"},
           {"help", "", "show this help"}};
 }
 
@@ -317,6 +318,7 @@ Result<executor::RunOptions> optionsFrom(const app::Args& args, const std::strin
     return fail(Error::badInput("--fused-kernels: expected auto, on or off, got \"" + fused + "\""));
   }
   o.fusedKernels = fused == "on" ? executor::FusedKernels::kOn : fused == "off" ? executor::FusedKernels::kOff : executor::FusedKernels::kAuto;
+  o.traceFile = args.value("trace", "");
   o.progress = !args.has("quiet");  // on stderr, so --json output stays one object on stdout
   return o;
 }

@@ -28,6 +28,7 @@
 #include "model.h"
 #include "ring_attention.h"
 #include "state.h"
+#include "trace.h"
 
 namespace colo::executor {
 namespace {
@@ -348,9 +349,11 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     const std::int64_t seqLocal = (sp ? seq / par.tp : seq) / par.cp;
     const std::int64_t hidden = spec.hiddenSize;
     double libtorch = 0;
+    detail::StepTrace trace(w.rank == 0 ? o.traceFile : std::string(), device.cuda());
     const auto runStart = Clock::now();
     for (std::int64_t step = firstStep; step < o.steps; ++step) {
       if (w.rank == faultRank && step == faultStep) std::raise(faultSignal);
+      if (step == std::max(firstStep, o.steps - o.traceSteps)) trace.start();
       const auto stepStart = Clock::now();
       device.startStep();
       forEach([](detail::ModelState& st) { st.beginStep(); });
@@ -384,7 +387,10 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
             timed(libtorch, [&] { g.pp->recv(input, static_cast<int>((c - 1) % pp), tagOf(c - 1, j, false)); });
             input.requires_grad_(true);
           }
-          Tensor out = timed(libtorch, [&] { return chunk.forward(input, labels, {step, j}); });
+          Tensor out = timed(libtorch, [&] {
+            RECORD_USER_SCOPE(detail::kPhaseForward);
+            return chunk.forward(input, labels, {step, j});
+          });
           if (c == chunks - 1) {
             lossSum += out.item<double>();
           } else {
@@ -396,6 +402,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
           // Zero-bubble: the weight gradients this micro-batch's input backward left for later.
           // Under ZeRO-2/3 they complete the units the input backward held, which are reduce-scattered now.
           timed(libtorch, [&] {
+            RECORD_USER_SCOPE(detail::kPhaseBackward);
             chunk.weightGradients(j, [&](const Tensor& weight, const Tensor& gradient) {
               bool taken = false;
               forEach([&](detail::ModelState& st) { taken = taken || st.addWeightGradient(j, weight, gradient); });
@@ -412,11 +419,15 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
           forEach([&](detail::ModelState& st) { st.holdGradients(deferred); });
           auto& [input, out] = live.at({c, j});
           if (c == chunks - 1) {
-            timed(libtorch, [&] { torch::autograd::backward({out / static_cast<double>(mLocal)}); });
+            timed(libtorch, [&] {
+              RECORD_USER_SCOPE(detail::kPhaseBackward);
+              torch::autograd::backward({out / static_cast<double>(mLocal)});
+            });
           } else {
             Tensor grad = torch::empty({mbs, seqLocal, hidden}, torch::TensorOptions().dtype(compute).device(dev));
             timed(libtorch, [&] {
               g.pp->recv(grad, static_cast<int>((c + 1) % pp), tagOf(c, j, true));
+              RECORD_USER_SCOPE(detail::kPhaseBackward);
               torch::autograd::backward({out}, {grad});
             });
           }
@@ -427,7 +438,10 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
           live.erase({c, j});
           chunk.deferWeightGradients(-1);
           forEach([](detail::ModelState& st) { st.holdGradients(-1); });
-          timed(libtorch, [&] { forEach([](detail::ModelState& st) { st.afterBackward(); }); });
+          timed(libtorch, [&] {
+            RECORD_USER_SCOPE(detail::kPhaseBackward);
+            forEach([](detail::ModelState& st) { st.afterBackward(); });
+          });
         }
       }
       for (auto& s : sends) timed(libtorch, [&] { s->wait(); });
@@ -435,6 +449,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       timed(libtorch, [&] { forEach([](detail::ModelState& st) { st.endStep(); }); });
 
       const double gradNorm = timed(libtorch, [&] {
+        RECORD_USER_SCOPE(detail::kPhaseReduce);
         Tensor squares = torch::zeros({1}, torch::kFloat64);
         forEach([&](detail::ModelState& st) { squares += st.reduceGradients(o.bucketBytes, tied && pp > 1); });
         g.world->allReduce(squares);
@@ -452,7 +467,10 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       opt.step = step + 1;
       opt.fused = cfg.fused.adamw;
       opt.clip = o.clipNorm > 0 ? std::min(1.0, o.clipNorm / (gradNorm + 1e-6)) : 1.0;
-      timed(libtorch, [&] { forEach([&](detail::ModelState& st) { st.step(opt); }); });
+      timed(libtorch, [&] {
+        RECORD_USER_SCOPE(detail::kPhaseOptimizer);
+        forEach([&](detail::ModelState& st) { st.step(opt); });
+      });
 
       // The step's loss over all micro-batches of all replicas (the last stage's first tp rank has it).
       Tensor loss = torch::zeros({1}, torch::kFloat64);
@@ -474,6 +492,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
         if (auto wrote = checkpoint(o, plan, g, w.rank, step + 1, states, lastCheckpoint); !wrote) return fail(wrote.error());
       }
     }
+    if (const std::string traced = trace.stop(); !traced.empty()) std::cerr << "colo-run: " << traced << "\n";
     result.wallSeconds = since(runStart);
     result.computeSeconds = libtorch;
     result.checkpoint = lastCheckpoint;

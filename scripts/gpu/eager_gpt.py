@@ -54,6 +54,7 @@ def main():
     for name, default in [("layers", 24), ("hidden", 1024), ("heads", 16), ("vocab", 50257), ("seq", 1024), ("batch", 8), ("steps", 20)]:
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--dropout", type=float, default=0.1, help="GPT-2's dropout (attention, residuals, embeddings)")
+    p.add_argument("--trace", help="then record two more steps as a Chrome trace here (phases named as colo-run's)")
     p.add_argument("--peak-tflops", type=float, default=989.0, help="the GPU's dense bf16 peak (H100/H200 SXM: 989)")
     a = p.parse_args()
     if not torch.cuda.is_available():
@@ -77,6 +78,19 @@ def main():
         stop.synchronize()
         if step >= 3:
             times.append(start.elapsed_time(stop) / 1e3)
+    if a.trace:
+        from torch.profiler import ProfilerActivity, profile, record_function
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(2):
+                with record_function("colo:forward"), torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(ids[:, :-1], ids[:, 1:])
+                with record_function("colo:backward"):
+                    loss.backward()
+                with record_function("colo:optimizer"):
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+        prof.export_chrome_trace(a.trace)
     t = statistics.median(times)
     tokens = a.batch * a.seq
     flops = 6 * params * tokens + 12 * a.layers * a.hidden * a.seq * tokens  # PaLM's count, attention included

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -99,6 +100,30 @@ TEST_F(ColoRun, ACrashedRankPrintsItsStackAndEndsTheJob) {
   EXPECT_NE(r.err.find("colo-run: rank 1: fatal signal; stack:"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("rank 1 failed (killed by signal 11)"), std::string::npos) << r.err;
   EXPECT_EQ(processesNaming(file), 0);
+}
+
+// --trace: rank 0's last two steps as a Chrome trace with colo's phases, where LibTorch has Kineto
+// (PyTorch's LibTorch); without it (Debian's) one line says no trace was written and the run goes on.
+TEST_F(ColoRun, TraceRecordsTheLastStepsPhasesOrSaysWhyNot) {
+  const std::string file = plan("traced", "tiny-gpt", "--gpus 2 --dp 2");
+  const std::string trace = m_dir.path("trace.json");
+  auto r = test::runProgram("colo-run", file + " --data " + data() + " --threads 1 --steps 3 --quiet --json --trace " + trace);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(Json::parse(r.out)["losses"].size(), 3u);
+  if (!std::filesystem::exists(trace)) {
+    EXPECT_NE(r.err.find("colo-run: --trace: no trace written: "), std::string::npos) << r.err;
+    GTEST_SKIP() << "this LibTorch records no trace: " << r.err;
+  }
+  std::ifstream in(trace);
+  const Json j = Json::parse(in);
+  std::map<std::string, int> phases;
+  for (const auto& e : j["traceEvents"]) {
+    if (e.value("cat", "") == "user_annotation") ++phases[e.value("name", "")];
+  }
+  EXPECT_EQ(phases["colo:forward"], 2);  // two steps of one micro-batch each
+  EXPECT_EQ(phases["colo:optimizer"], 2);
+  EXPECT_GE(phases["colo:backward"], 2);
+  EXPECT_EQ(phases["colo:reduce"], 2);
 }
 
 TEST_F(ColoRun, RecordsRunsAndComparesWithABaseline) {

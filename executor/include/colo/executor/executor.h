@@ -63,6 +63,9 @@ struct RunOptions {
   bool overlap = true;
   int threads = 0;                      ///< intra-op threads per rank (0: cores / local ranks)
   FusedKernels fusedKernels = FusedKernels::kAuto;
+  /// Rank 0 records its last `traceSteps` steps here as a Chrome trace (empty: no trace).
+  std::string traceFile;
+  std::int64_t traceSteps = 2;
 };
 
 /// What one run measured (identical on every rank after the run).
