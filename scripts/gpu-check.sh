@@ -172,6 +172,13 @@ first_model=gpt2-medium
 # The benchmark's own micro-batch (8) too, so its prediction reads its exact shapes.
 [ -x "$build/bin/colo-profile" ] && profile_model "$first_model" 60 1,2,8
 
+# Each fused kernel against LibTorch's unfused operators.
+if [ -x "$build/bin/colo-bench-kernels" ]; then
+  shape="--tokens 8192 --hidden 1024 --vocab 50304"
+  [ "$rehearse" = 1 ] && shape="--tokens 128 --hidden 128 --vocab 512 --repetitions 2"
+  run kernels-bench 90 bash -c "'$build/bin/colo-bench-kernels' --device $device --dtype bf16 $shape --json > '$results/kernels.json'"
+fi
+
 if [ -x "$build/bin/colo-run" ]; then
   "$build/bin/colo-run" prepare data/corpus/declaration.txt --out "$work/tokens.u16" >>"$log" 2>&1
   # plan_for MODEL SEQ NAME: a one-GPU bf16 plan with micro-batch 8, predicted on this card's cluster
@@ -198,6 +205,8 @@ if [ -x "$build/bin/colo-run" ]; then
   [ -s "$out/costdb.sqlite" ] && costdb="--costdb $out/costdb.sqlite"
   plan_for gpt2-medium 1024 gpt2-medium
   colo_run colo-run gpt2-medium 120 --steps 20 "$costdb"
+  # Every fused kernel in the model (LayerNorm too), against auto's measured-faster set above.
+  colo_run colo-run-all-fused gpt2-medium 90 --steps 20 --fused-kernels on
   # Where the step's time goes: two steps in Kineto's trace, summed by kernel and by colo's phase.
   colo_run colo-run-traced gpt2-medium 90 --steps 6 --quiet --trace "$work/trace-colo.json"
   [ -s "$work/trace-colo.json" ] && python3 scripts/gpu/trace_summary.py "$work/trace-colo.json" >"$results/trace-colo.json" 2>>"$log"
@@ -212,16 +221,20 @@ if [ -x "$build/bin/colo-run" ] && [ "$rehearse" != 1 ]; then
   profile_model gpt3-1.3b 45 8
   plan_for gpt3-1.3b 2048 gpt3-1.3b
   colo_run colo-run-1.3b gpt3-1.3b 100 --steps 12 "$costdb"
+  colo_run colo-run-1.3b-all-fused gpt3-1.3b 100 --steps 12 --fused-kernels on
   run eager-twin-1.3b 90 bash -c "python3 scripts/gpu/eager_gpt.py --layers 24 --hidden 2048 --heads 16 --vocab 50257 --seq 2048 --batch 8 \
     --steps 10 > '$results/eager-1.3b.json'"
 fi
 [ -x "$build/bin/colo-run" ] && colo_run colo-run-unfused gpt2-medium 90 --steps 20 --fused-kernels off
-
-if [ -x "$build/bin/colo-bench-kernels" ]; then
-  shape="--tokens 8192 --hidden 1024 --vocab 50304"
-  [ "$rehearse" = 1 ] && shape="--tokens 128 --hidden 128 --vocab 512 --repetitions 2"
-  run kernels-bench 90 bash -c "'$build/bin/colo-bench-kernels' --device $device --dtype bf16 $shape --json > '$results/kernels.json'"
+# A colo-run that died of a signal: its stack again under cuda-gdb (symbols of colo-run's own functions
+# come from its symbol table) and the offsets its crash report printed, named by addr2line.
+if [ -x "$build/bin/colo-run" ] && grep -q "fatal signal" "$log"; then
+  offsets=$(grep -o "colo-run+0x[0-9a-f]*" "$log" | sed 's/colo-run+//' | sort -u | head -40)
+  [ -n "$offsets" ] && command -v addr2line >/dev/null && addr2line -f -C -e "$build/bin/colo-run" $offsets >>"$log" 2>&1
+  command -v cuda-gdb >/dev/null && run crash-under-gdb 60 cuda-gdb -batch -ex run -ex bt -ex "info registers rip rsp" \
+    --args "$build/bin/colo-run" "$work/gpt2-medium.plan.json" --data "$work/tokens.u16" --backend $backend --steps 2 --quiet --json
 fi
+
 
 if [ -x "$build/bin/colo-profile" ]; then
   world=2

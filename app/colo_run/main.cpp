@@ -1,7 +1,7 @@
 // colo-run: trains a saved plan. Started by hand it spawns the plan's ranks on this machine; started by
 // torchrun, SLURM or mpirun (RANK and WORLD_SIZE set) it is one rank of that job.
 #include <arpa/inet.h>
-#include <execinfo.h>
+#include <ftw.h>
 #include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "args.h"
+#include "fatal.h"
 #include "colo/core/library.h"
 #include "colo/core/units.h"
 #include "colo/core/version.h"
@@ -70,24 +71,12 @@ std::vector<app::OptionSpec> runOptions() {
 std::atomic<int> gSignal{0};
 void onSignal(int s) { gSignal = s; }
 
-// A fatal signal (a crash inside LibTorch, NCCL or CUDA, or an abort) says which process of the job it
-// hit and where, then ends the process as the signal would have. The prefix is made before any crash:
-// the handler itself only writes.
-char gFatalPrefix[96] = "colo-run: fatal signal; stack:\n";
-void onFatal(int s) {
-  const ssize_t wrote = write(STDERR_FILENO, gFatalPrefix, std::strlen(gFatalPrefix));
-  (void)wrote;
-  void* frames[64];
-  backtrace_symbols_fd(frames, backtrace(frames, 64), STDERR_FILENO);
-  std::signal(s, SIG_DFL);
-  raise(s);
-}
-void reportFatalSignalsAs(const std::string& role) {
-  std::snprintf(gFatalPrefix, sizeof gFatalPrefix, "colo-run: %s: fatal signal; stack:\n", role.c_str());
-  void* warm[1];
-  backtrace(warm, 1);  // loads the unwinder now, not inside the handler
-  for (const int s : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) std::signal(s, onFatal);
-}
+// Removes a directory and what it holds (the launcher's result files). By nftw, not
+// std::filesystem::remove_all: PyTorch's libtorch.so exports its own copy of that function, the dynamic
+// linker binds colo-run's call to it, and there it calls a null pointer (seen on an H200 with PyTorch
+// 2.11: every launcher died of signal 11 after its ranks had finished, its result unprinted).
+int removeEntry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }
+void removeTree(const std::string& dir) { nftw(dir.c_str(), removeEntry, 16, FTW_DEPTH | FTW_PHYS); }
 
 // Whether a TCP port on the loopback interface can be bound now.
 bool portFree(int port) {
@@ -233,8 +222,9 @@ Result<executor::RunResult> readResult(const std::string& file) {
 }
 
 int printResult(const executor::RunResult& r, bool json) {
-  if (json) std::cout << r.toJson().dump(2) << "\n";
-  else std::cout << executor::renderResult(r);
+  // Flushed at once: whatever happens after, the result is out.
+  if (json) std::cout << r.toJson().dump(2) << std::endl;
+  else std::cout << executor::renderResult(r) << std::flush;
   return 0;
 }
 
@@ -242,7 +232,7 @@ int printResult(const executor::RunResult& r, bool json) {
 int rankMain(const app::Args& args, executor::RunOptions options) {
   auto world = executor::WorldInfo::fromEnvironment();
   if (!world) return report(world.error());
-  reportFatalSignalsAs("rank " + std::to_string(world->rank));
+  app::reportFatalSignalsAs("rank " + std::to_string(world->rank));
   auto result = executor::runRank(options, *world);
   if (!result) {
     std::cerr << "colo-run: rank " << world->rank << ": error: " << result.error().toString() << "\n";
@@ -342,7 +332,7 @@ int run(const std::vector<std::string>& argv) {
   auto options = optionsFrom(*args, planFile);
   if (!options) return report(options.error());
   if (executor::WorldInfo::launchedByLauncher()) return rankMain(*args, std::move(*options));
-  reportFatalSignalsAs("launcher");
+  app::reportFatalSignalsAs("launcher");
 
   // Checked before any rank starts: the plan against this machine, the data, the baseline.
   const auto& p = options->plan.parallel;
@@ -375,10 +365,7 @@ int run(const std::vector<std::string>& argv) {
   std::filesystem::create_directories(resultDir);
   struct RemoveOnExit {
     std::string dir;
-    ~RemoveOnExit() {
-      std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
-    }
+    ~RemoveOnExit() { removeTree(dir); }
   } cleanup{resultDir};
   std::optional<executor::RunOptions> baseline;
   std::optional<std::string> other = args->value("compare");

@@ -212,10 +212,28 @@ double ModelState::reduceGradients(std::int64_t bucketBytes, bool tiedAcrossStag
     }
     if (m_cfg.dp > 1 || m_cfg.average != replicas) m_grads.div_(m_cfg.average);
     // Every parameter once (tensor-parallel replicas and the tied copy once); every replica counts it.
+    // Summed in fp64 over runs of adjacent counted parameters, in pieces of at most 8M elements (a 64 MiB
+    // fp64 temporary): a few kernels per piece rather than four per parameter (1,550 kernels a step
+    // for a 350M GPT on a GPU).
+    constexpr std::int64_t kPiece = std::int64_t{1} << 23;
+    auto addSquares = [&](std::int64_t offset, std::int64_t length) {
+      for (std::int64_t at = 0; at < length; at += kPiece) {
+        Tensor piece = m_grads.narrow(0, offset + at, std::min(kPiece, length - at)).to(torch::kFloat64);
+        local += piece.mul_(piece).sum();
+      }
+    };
+    std::int64_t runStart = 0, runLength = 0;
     for (auto& s : m_slots) {
       if (s.param->tiedCopy || (s.param->tpReplicated && m_g.tpRank != 0)) continue;
-      local += m_grads.narrow(0, s.offset, s.numel).to(torch::kFloat64).pow(2).sum();
+      if (runLength > 0 && s.offset == runStart + runLength) {
+        runLength += s.numel;
+        continue;
+      }
+      if (runLength > 0) addSquares(runStart, runLength);
+      runStart = s.offset;
+      runLength = s.numel;
     }
+    if (runLength > 0) addSquares(runStart, runLength);
     return local.item<double>() / replicas;
   }
   // ZeRO-2/3: the shards hold sums over dp of this rank's part of every unit.

@@ -134,33 +134,45 @@ struct LayerNormFn : torch::autograd::Function<LayerNormFn> {
   }
 };
 
-// The kernels take gate and up as one [rows, 2 * cols] tensor (the fused gate-and-up projection).
+// On a GPU the kernels read gate and up where they are (two tensors); the CPU reference takes them as one
+// [rows, 2 * cols] tensor, gate first.
 struct SwigluFn : torch::autograd::Function<SwigluFn> {
-  static Tensor forward(AutogradContext* ctx, const Tensor& gate, const Tensor& up) {
-    TORCH_CHECK(gate.sizes() == up.sizes(), "colo fused swiglu: gate ", gate.sizes(), " and up ", up.sizes(), " differ");
-    Tensor gu = at::cat({gate, up.to(gate.scalar_type())}, -1).contiguous();
+  static Tensor forward(AutogradContext* ctx, const Tensor& gateIn, const Tensor& upIn) {
+    TORCH_CHECK(gateIn.sizes() == upIn.sizes(), "colo fused swiglu: gate ", gateIn.sizes(), " and up ", upIn.sizes(), " differ");
+    Tensor gate = gateIn.contiguous(), up = upIn.to(gate.scalar_type()).contiguous();
     const std::int64_t rows = rowsOf(gate), cols = colsOf(gate);
     Tensor y = at::empty(gate.sizes(), gate.options());
-    byType(gu, "swiglu", [&](auto tag) {
+    byType(gate, "swiglu", [&](auto tag) {
       using T = decltype(tag);
-      dispatch(gu, "swiglu", [&] { ref::swigluForward(cptr<T>(gu), ptr<T>(y), rows, cols); },
-               COLO_ON_GPU(cuda::swigluForward(cptr<T>(gu), ptr<T>(y), rows, cols, s)));
+      dispatch(gate, "swiglu",
+               [&] {
+                 Tensor gu = at::cat({gate, up}, -1).contiguous();
+                 ref::swigluForward(cptr<T>(gu), ptr<T>(y), rows, cols);
+               },
+               COLO_ON_GPU(cuda::swigluForwardSplit(cptr<T>(gate), cptr<T>(up), ptr<T>(y), rows, cols, s)));
     });
-    ctx->save_for_backward({gu});
+    ctx->save_for_backward({gate, up});
     return y;
   }
   static variable_list backward(AutogradContext* ctx, variable_list g) {
-    const Tensor gu = ctx->get_saved_variables()[0];
-    Tensor dy = g[0].to(gu.scalar_type()).contiguous();
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &gate = saved[0], &up = saved[1];
+    Tensor dy = g[0].to(gate.scalar_type()).contiguous();
     const std::int64_t rows = rowsOf(dy), cols = colsOf(dy);
-    Tensor dgu = at::empty_like(gu);
-    byType(gu, "swiglu backward", [&](auto tag) {
+    Tensor dGate = at::empty_like(gate), dUp = at::empty_like(up);
+    byType(gate, "swiglu backward", [&](auto tag) {
       using T = decltype(tag);
-      dispatch(gu, "swiglu backward", [&] { ref::swigluBackward(cptr<T>(dy), cptr<T>(gu), ptr<T>(dgu), rows, cols); },
-               COLO_ON_GPU(cuda::swigluBackward(cptr<T>(dy), cptr<T>(gu), ptr<T>(dgu), rows, cols, s)));
+      dispatch(gate, "swiglu backward",
+               [&] {
+                 Tensor gu = at::cat({gate, up}, -1).contiguous(), dgu = at::empty_like(gu);
+                 ref::swigluBackward(cptr<T>(dy), cptr<T>(gu), ptr<T>(dgu), rows, cols);
+                 auto halves = dgu.chunk(2, -1);
+                 dGate.copy_(halves[0]);
+                 dUp.copy_(halves[1]);
+               },
+               COLO_ON_GPU(cuda::swigluBackwardSplit(cptr<T>(dy), cptr<T>(gate), cptr<T>(up), ptr<T>(dGate), ptr<T>(dUp), rows, cols, s)));
     });
-    auto halves = dgu.chunk(2, -1);
-    return {halves[0], halves[1]};
+    return {dGate, dUp};
   }
 };
 

@@ -2,6 +2,7 @@
 #include <chrono>
 #include <functional>
 
+#include "colo/kernels/torch_ops.h"
 #include "kernels.h"
 #include "torch_util.h"
 
@@ -82,8 +83,18 @@ Result<std::pair<Timing, std::optional<Timing>>> timeKernel(const std::string& k
         auto halves = x.chunk(2, -1);
         return x * cos + torch::cat({-halves[1], halves[0]}, -1) * sin;
       };
+    } else if (key == "adam_step" && adamImplementation(device) != "torch.optim.AdamW") {
+      // One step of colo's fused AdamW over `elements` fp32 master weights (adamImplementation).
+      x = torch::randn({elements}, o.dtype(torch::kFloat32));
+      auto grad = torch::randn({elements}, o.dtype(torch::kFloat32)), m = torch::zeros_like(x), v = torch::zeros_like(x);
+      keep.insert(keep.end(), {grad, m, v});
+      forward = [&, grad, m, v]() mutable {
+        kernels::torch_ops::adamwStep(x, grad, m, v, {1e-4, 0.9, 0.95, 1e-8, 0.1, 1});
+        return x;
+      };
+      differentiable = false;
     } else if (key == "adam_step") {
-      // One AdamW step (LibTorch's, as the executor runs it) over `elements` fp32 master weights.
+      // One step of LibTorch's AdamW (what colo-run steps with on the CPU) over `elements` fp32 weights.
       x = torch::randn({elements}, o.dtype(torch::kFloat32)).requires_grad_(true);
       x.mutable_grad() = torch::randn({elements}, o.dtype(torch::kFloat32));
       auto optimizer = std::make_shared<torch::optim::AdamW>(std::vector<Tensor>{x}, torch::optim::AdamWOptions(1e-4));
@@ -143,6 +154,10 @@ Result<Timing> timeCopy(const std::string& direction, bool pinned, std::int64_t 
   } catch (const c10::Error& e) {
     return fail(Error::internal(std::string("LibTorch: ") + e.what_without_backtrace()));
   }
+}
+
+std::string adamImplementation(const std::string& device) {
+  return device.rfind("cuda", 0) == 0 && kernels::torch_ops::cudaAvailable() ? "colo fused AdamW (multi-tensor kernel)" : "torch.optim.AdamW";
 }
 
 }  // namespace colo::profiler::detail

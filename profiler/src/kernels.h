@@ -20,6 +20,11 @@ namespace colo::profiler::detail {
                                                                           std::int64_t width, DType dtype,
                                                                           const std::string& device, int warmup, int repetitions);
 
+/// Which AdamW step timeKernel("adam_step") times on `device`: colo's fused multi-tensor kernel on a
+/// CUDA device where the build has it (what colo-run steps with there, as frameworks step with their
+/// fused Adam), LibTorch's torch::optim::AdamW otherwise. The name goes into the database's impl column.
+[[nodiscard]] std::string adamImplementation(const std::string& device);
+
 /// One host-device copy of `bytes` ("h2d" or "d2h", pinned or pageable host memory) on a CUDA device.
 /// Errors: kBadInput on a device that is not CUDA.
 [[nodiscard]] Result<Timing> timeCopy(const std::string& direction, bool pinned, std::int64_t bytes, const std::string& device,

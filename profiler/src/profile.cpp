@@ -218,7 +218,7 @@ Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& 
     }
     auto t = detail::timeKernel("adam_step", params, 0, DType::kFp32, options.device, 1, std::max(2, options.repetitions / 2));
     if (!t) return fail(t.error());
-    kernels.push_back({"adam_step.fwd", DType::kFp32, shape, "torch.optim.AdamW", t->first.median, t->first.spread,
+    kernels.push_back({"adam_step.fwd", DType::kFp32, shape, detail::adamImplementation(options.device), t->first.median, t->first.spread,
                        t->first.repetitions});
     ++report.kernels;
     if (progress) progress->progress(1.0, "kernel adam_step " + shape);

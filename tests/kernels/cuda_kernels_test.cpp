@@ -69,14 +69,27 @@ constexpr float tolerance() {
 }
 
 template <class T>
-class CudaKernels : public ::testing::Test {};
+class CudaKernels : public ::testing::Test {
+ protected:
+  void norms(Index cols);
+  void pointwise(Index cols);
+};
 using Types = ::testing::Types<float, bf16>;
 TYPED_TEST_SUITE(CudaKernels, Types);
 
+// Rows of 1000 are whole packs (8 bf16, 4 fp32: the packed kernels); rows of 1003 are not (one element
+// at a time). Neither is a multiple of the block, and there are several rows per row group.
 TYPED_TEST(CudaKernels, NormsMatchTheReference) {
-  using T = TypeParam;
   COLO_SKIP_WITHOUT_GPU();
-  const Index rows = 130, cols = 1000;  // not a multiple of the block, and several rows per row group
+  for (const Index cols : {Index{1000}, Index{1003}}) {
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    this->norms(cols);
+  }
+}
+
+template <class T>
+void CudaKernels<T>::norms(Index cols) {
+  const Index rows = 130;
   const auto x = as<T>(randomVec(rows * cols, 1, 2.0f, 0.5f)), w = as<T>(randomVec(cols, 2, 0.3f, 1.0f));
   const auto b = as<T>(randomVec(cols, 3)), dy = as<T>(randomVec(rows * cols, 4));
   // RMSNorm
@@ -106,10 +119,18 @@ TYPED_TEST(CudaKernels, NormsMatchTheReference) {
   EXPECT_TRUE(near(dDb.back(), db, 1e-4f));
 }
 
+// Rows of 1024 go by packs, rows of 333 one element at a time.
 TYPED_TEST(CudaKernels, PointwiseKernelsMatchTheReference) {
-  using T = TypeParam;
   COLO_SKIP_WITHOUT_GPU();
-  const Index rows = 129, cols = 333;
+  for (const Index cols : {Index{333}, Index{1024}}) {
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    this->pointwise(cols);
+  }
+}
+
+template <class T>
+void CudaKernels<T>::pointwise(Index cols) {
+  const Index rows = 129;
   const auto gateUp = as<T>(randomVec(rows * 2 * cols, 5)), dy = as<T>(randomVec(rows * cols, 6));
   std::vector<T> y(rows * cols), dGateUp(gateUp.size());
   ref::swigluForward(gateUp.data(), y.data(), rows, cols);
@@ -119,6 +140,27 @@ TYPED_TEST(CudaKernels, PointwiseKernelsMatchTheReference) {
   COLO_CUDA_OK(cuda::swigluBackward(dDy.get(), dGU.get(), dDGU.get(), rows, cols, nullptr));
   EXPECT_TRUE(near(floats(dY.back()), floats(y), tolerance<T>()));
   EXPECT_TRUE(near(floats(dDGU.back()), floats(dGateUp), tolerance<T>()));
+  // The same on gate and up as two tensors.
+  std::vector<T> gate(rows * cols), up(rows * cols);
+  for (Index r = 0; r < rows; ++r) {
+    for (Index c = 0; c < cols; ++c) {
+      gate[r * cols + c] = gateUp[r * 2 * cols + c];
+      up[r * cols + c] = gateUp[r * 2 * cols + cols + c];
+    }
+  }
+  DeviceVec<T> dGate(gate), dUp(up), dY2(y.size()), dDGate(gate.size()), dDUp(up.size());
+  COLO_CUDA_OK(cuda::swigluForwardSplit(dGate.get(), dUp.get(), dY2.get(), rows, cols, nullptr));
+  COLO_CUDA_OK(cuda::swigluBackwardSplit(dDy.get(), dGate.get(), dUp.get(), dDGate.get(), dDUp.get(), rows, cols, nullptr));
+  EXPECT_TRUE(near(floats(dY2.back()), floats(y), tolerance<T>()));
+  const auto gotGate = floats(dDGate.back()), gotUp = floats(dDUp.back()), want = floats(dGateUp);
+  Vec joined(want.size());
+  for (Index r = 0; r < rows; ++r) {
+    for (Index c = 0; c < cols; ++c) {
+      joined[r * 2 * cols + c] = gotGate[r * cols + c];
+      joined[r * 2 * cols + cols + c] = gotUp[r * cols + c];
+    }
+  }
+  EXPECT_TRUE(near(joined, want, tolerance<T>()));
 
   const auto x = as<T>(randomVec(rows * cols, 7)), bias = as<T>(randomVec(cols, 8));
   std::vector<T> dx(x.size());

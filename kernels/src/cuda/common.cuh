@@ -3,6 +3,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "colo/kernels/cuda.h"
 
 namespace colo::kernels::cuda::detail {
@@ -32,6 +34,31 @@ __device__ __forceinline__ float load(const float* p, Index i) { return p[i]; }
 __device__ __forceinline__ float load(const __nv_bfloat16* p, Index i) { return __bfloat162float(p[i]); }
 __device__ __forceinline__ void store(float* p, Index i, float v) { p[i] = v; }
 __device__ __forceinline__ void store(__nv_bfloat16* p, Index i, float v) { p[i] = __float2bfloat16_rn(v); }
+
+/// Packs: 16 bytes of elements (8 bf16 or 4 fp32) moved by one load or store instruction. A kernel
+/// takes its packed path when every row length and pointer it touches is a whole number of packs.
+template <class D>
+inline constexpr int kPack = 16 / static_cast<int>(sizeof(D));
+
+template <class D>
+__device__ __forceinline__ void loadPack(const D* p, Index i, float (&out)[kPack<D>]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p + i);
+  const D* e = reinterpret_cast<const D*>(&raw);
+#pragma unroll
+  for (int k = 0; k < kPack<D>; ++k) out[k] = load(e, k);
+}
+
+template <class D>
+__device__ __forceinline__ void storePack(D* p, Index i, const float (&in)[kPack<D>]) {
+  uint4 raw;
+  D* e = reinterpret_cast<D*>(&raw);
+#pragma unroll
+  for (int k = 0; k < kPack<D>; ++k) store(e, k, in[k]);
+  *reinterpret_cast<uint4*>(p + i) = raw;
+}
+
+/// Whether `p` starts on a pack boundary (16 bytes).
+inline bool packAligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 constexpr int kBlock = 256;  // threads per block of the row kernels
 constexpr Index kMaxRows = 2147483647;  // one block per row: the grid's x limit

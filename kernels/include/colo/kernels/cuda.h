@@ -59,6 +59,12 @@ template <class T>
 Status swigluForward(const T* gateUp, T* y, Index rows, Index cols, Stream stream);
 template <class T>
 Status swigluBackward(const T* dy, const T* gateUp, T* dGateUp, Index rows, Index cols, Stream stream);
+/// SwiGLU on gate and up as two [rows, cols] tensors (no [rows, 2 cols] copy of them); dy may not alias
+/// dGate or dUp.
+template <class T>
+Status swigluForwardSplit(const T* gate, const T* up, T* y, Index rows, Index cols, Stream stream);
+template <class T>
+Status swigluBackwardSplit(const T* dy, const T* gate, const T* up, T* dGate, T* dUp, Index rows, Index cols, Stream stream);
 template <class T>
 Status biasGeluForward(const T* x, const T* bias, T* y, Index rows, Index cols, Stream stream);
 template <class T>
