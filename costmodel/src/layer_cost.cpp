@@ -138,6 +138,11 @@ std::optional<ScaledGemm> scaledGemm(const OpTemplate& op, const LayerConfig& c)
     case OpKind::kMatMul: {
       double n = static_cast<double>(op.n);
       double k = static_cast<double>(op.k);
+      // The vocabulary padded to a multiple of 128 x tp, as Megatron-LM (--make-vocab-size-divisible-by,
+      // default 128) and colo-run lay out the head: 50,257 runs as 50,304. The padding is physics for
+      // the GEMM's speed, not only its flops: cuBLAS has no Hopper kernel for an odd row length and
+      // falls back to one that is 5x slower (measured on an H200, docs/gpu.md).
+      if (op.shard == Shard::kVocab) n = std::ceil(n / (128.0 * tp)) * 128.0 * tp;
       // Split by output columns: column-parallel linears, the vocabulary and per-head projections.
       if (op.shard == Shard::kColumn || op.shard == Shard::kVocab || op.shard == Shard::kHeads) n /= tp;
       if (op.shard == Shard::kRow) k /= tp;

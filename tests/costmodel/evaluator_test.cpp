@@ -45,6 +45,23 @@ Evaluation evaluateOrFail(const Plan& p) {
   return ev ? *ev : Evaluation{};
 }
 
+// The head's GEMMs run on the vocabulary padded to a multiple of 128 x tp (Megatron-LM's
+// --make-vocab-size-divisible-by 128, and colo-run's layout): GPT-2's 50,257 as 50,304 at tp 1 and
+// 50,432 split in two at tp 2. These are the shapes colo-profile measures.
+TEST(Evaluator, TheHeadRunsOnTheVocabularyPaddedTo128TimesTp) {
+  for (const auto& [tp, perRank] : {std::pair{1, 50304}, std::pair{2, 25216}}) {
+    Plan p = makePlan("gpt2-medium", "dgx-a100-80gb", 2, tp, 1, 8);
+    auto ev = Evaluator::create(p.model, p.cluster, p.seqLen);
+    ASSERT_TRUE(ev) << ev.error().toString();
+    const auto shapes = ev->gemmShapes(p);
+    auto has = [&](std::int64_t n) {
+      return std::any_of(shapes.begin(), shapes.end(), [&](const auto& g) { return g.n == n || g.m == n; });
+    };
+    EXPECT_TRUE(has(perRank)) << "tp " << tp;
+    EXPECT_FALSE(has(50257 / tp)) << "tp " << tp;
+  }
+}
+
 TEST(Evaluator, OptimizerStepMovesWhatTheMixedPrecisionOptimizerMoves) {
   // fp16 with loss scaling copies and unscales 16-bit gradients before Adam (54 B per parameter);
   // bf16 accumulates fp32 gradients in backward (42 B); the step runs at HBM speed.
