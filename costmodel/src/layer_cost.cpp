@@ -64,7 +64,12 @@ LayerTemplate makeTemplate(const OpGraph& graph, std::int64_t layer, std::int64_
     if (op.kind == OpKind::kLayerNorm || op.kind == OpKind::kRmsNorm) o.width = graph.info().hiddenSize;
     if (op.kind == OpKind::kSoftmax) o.width = op.dim("elements") / std::max<std::int64_t>(1, op.dim("elements") / s);
     if (op.kind == OpKind::kCrossEntropy) o.width = op.dim("classes");
-    if (op.kind == OpKind::kEmbedding) o.width = op.dim("width");
+    // A lookup moves its tokens' rows, whatever the table's size: the kernel colo-profile times as
+    // "embedding" is tokens x width (its `rows` dimension is the vocabulary, the table).
+    if (op.kind == OpKind::kEmbedding) {
+      o.width = op.dim("width");
+      o.elements = static_cast<double>(op.dim("tokens") * std::max<std::int64_t>(1, o.width));
+    }
     if (op.kind == OpKind::kBatchedMatMul) {
       o.attentionCore = true;
       if (bmmIndex == 0) {

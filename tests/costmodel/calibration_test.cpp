@@ -91,6 +91,35 @@ Plan tinyPlan(std::int64_t dp) {
   return p;
 }
 
+// An embedding lookup is timed at its tokens x width (what colo-profile's "embedding" kernel moves),
+// not at the table's vocabulary x width: the token and position lookups of a micro-batch read the same
+// measured kernel.
+TEST(Calibration, AnEmbeddingLookupIsTimedByItsTokensNotItsTable) {
+  test::ScratchDir dir;
+  const std::string file = dir.path("embedding.sqlite");
+  const Plan plan = tinyPlan(1);
+  const std::int64_t width = plan.model.spec->hiddenSize;
+  const double elements = static_cast<double>(plan.microBatchSize * plan.seqLen * width);
+  {
+    auto db = CostDatabase::openForWrite(file);
+    ASSERT_TRUE(db) << db.error().toString();
+    ASSERT_TRUE(db->addKernels("cpu: test", {{"embedding.fwd", DType::kFp32, kernelShape(elements, width), "aten", 3e-3, 0, 3},
+                                             {"embedding.bwd", DType::kFp32, kernelShape(elements, width), "aten", 5e-3, 0, 3}}));
+  }
+  auto db = CostDatabase::open(file);
+  ASSERT_TRUE(db);
+  auto ops = opTimesOf(plan, &*db);
+  ASSERT_TRUE(ops) << ops.error().toString();
+  int lookups = 0;
+  for (const auto& o : *ops) {
+    if (o.kind != "embedding") continue;
+    ++lookups;
+    EXPECT_DOUBLE_EQ(o.forwardSeconds, 3e-3) << o.op;
+    EXPECT_DOUBLE_EQ(o.backwardSeconds, 5e-3) << o.op;
+  }
+  EXPECT_EQ(lookups, 2);  // tokens and positions
+}
+
 TEST(Calibration, EvaluatorUsesEveryKindOfMeasurementInTheDatabase) {
   test::ScratchDir dir;
   const std::string file = dir.path("cal.sqlite");
