@@ -210,6 +210,10 @@ if [ -x "$build/bin/colo-run" ]; then
   # Where the step's time goes: two steps in Kineto's trace, summed by kernel and by colo's phase.
   colo_run colo-run-traced gpt2-medium 90 --steps 6 --quiet --trace "$work/trace-colo.json"
   [ -s "$work/trace-colo.json" ] && python3 scripts/gpu/trace_summary.py "$work/trace-colo.json" >"$results/trace-colo.json" 2>>"$log"
+  # The same with every fused kernel: colo's norm kernels against LibTorch's above, in device time.
+  colo_run colo-run-all-fused-traced gpt2-medium 90 --steps 6 --quiet --fused-kernels on --trace "$work/trace-colo-fused.json"
+  [ -s "$work/trace-colo-fused.json" ] &&
+    python3 scripts/gpu/trace_summary.py "$work/trace-colo-fused.json" >"$results/trace-colo-fused.json" 2>>"$log"
 fi
 if [ "$rehearse" != 1 ]; then
   run eager-twin 90 bash -c "python3 scripts/gpu/eager_gpt.py --layers 24 --hidden 1024 --heads 16 --vocab 50257 --seq 1024 --batch 8 \
@@ -226,6 +230,18 @@ if [ -x "$build/bin/colo-run" ] && [ "$rehearse" != 1 ]; then
     --steps 10 > '$results/eager-1.3b.json'"
 fi
 [ -x "$build/bin/colo-run" ] && colo_run colo-run-unfused gpt2-medium 90 --steps 20 --fused-kernels off
+# The Llama family on the GPU (RMSNorm, SwiGLU, rotary, grouped-query attention, a tied 128K vocabulary):
+# Llama 3.2 1B's config.json, micro-batch 4 at sequence 2048, predicted with its profiled shapes.
+if [ -x "$build/bin/colo-run" ] && [ "$rehearse" != 1 ]; then
+  llama=scripts/gpu/llama3.2-1b.json
+  run profile-llama3.2-1b 45 "$build/bin/colo-profile" --model "$llama" --db "$out/costdb.sqlite" --device "$device" --dtype bf16 \
+    --tp 1,2,4,8 --mbs 1,2,4 --resume --quiet
+  "$build/bin/colo-plan" evaluate --model "$llama" --cluster "$cluster" --gpus 1 --precision bf16 --seq-len 2048 --mbs 4 --gbs 4 \
+    --out "$work/llama3.2-1b.plan.json" >>"$log" 2>&1
+  "$build/bin/colo-plan" evaluate --model "$llama" --cluster "$cluster" --gpus 1 --precision bf16 --seq-len 2048 --mbs 4 --gbs 4 \
+    --costdb "$out/costdb.sqlite" --explain >>"$log" 2>&1
+  colo_run colo-run-llama3.2-1b llama3.2-1b 100 --steps 12 "$costdb"
+fi
 # A colo-run that died of a signal: its stack again under cuda-gdb (symbols of colo-run's own functions
 # come from its symbol table) and the offsets its crash report printed, named by addr2line.
 if [ -x "$build/bin/colo-run" ] && grep -q "fatal signal" "$log"; then
@@ -256,6 +272,18 @@ def load(name):
     except Exception:
         return None
 results = load("results.json") or {}
+def memory(name, colo):
+    gib = 2**30
+    start, held = colo.get("step_start_tensor_bytes", 0), colo.get("forward_held_bytes", 0)
+    states, predicted_states = colo.get("model_state_bytes", 0), colo.get("predicted_model_state_bytes", 0)
+    print(f"  {name} memory: model states {states/gib:.2f} GiB (predicted {predicted_states/gib:.2f}), allocated at step start "
+          f"{start/gib:.2f} GiB, held after the forward +{held/gib:.2f} GiB, peak {colo.get('tensor_memory_bytes', 0)/gib:.2f} GiB "
+          f"(predicted {colo.get('predicted_tensor_bytes', 0)/gib:.2f}; above model states {(colo.get('predicted_tensor_bytes', 0) - predicted_states)/gib:.2f})")
+llama = results.get("colo-run-llama3.2-1b")
+if isinstance(llama, dict):
+    print(f"colo-run-llama3.2-1b: step {llama['step_time_s']*1e3:.1f} ms, predicted {llama.get('predicted_step_time_s', 0)*1e3:.1f} ms, "
+          f"losses {llama['losses'][0]:.2f} -> {llama['losses'][-1]:.2f}")
+    memory("llama3.2-1b", llama)
 for colo_name, eager_name, layers, hidden, seq in [("colo-run", "eager", 24, 1024, 1024), ("colo-run-1.3b", "eager-1.3b", 24, 2048, 2048)]:
     colo, eager = results.get(colo_name), results.get(eager_name)
     if not isinstance(colo, dict) or not isinstance(eager, dict):
@@ -268,6 +296,7 @@ for colo_name, eager_name, layers, hidden, seq in [("colo-run", "eager", 24, 102
         print(f"  predicted step {colo['predicted_step_time_s']*1e3:.1f} ms ({colo['predicted_step_time_s']/colo['step_time_s']-1:+.1%}), "
               f"peak allocated {colo['tensor_memory_bytes']/2**30:.2f} GiB vs predicted {colo.get('predicted_tensor_bytes', 0)/2**30:.2f} GiB"
               f" (eager {eager['peak_allocated_bytes']/2**30:.2f} GiB)")
+    memory(colo_name, colo)
 PY
 finish
 exit 0

@@ -56,6 +56,13 @@ double Device::peakAllocatedBytes() const {
   return 0;
 }
 
+double Device::allocatedBytes() const {
+#if defined(COLO_TORCH_CUDA)
+  if (cuda()) return static_cast<double>(c10::cuda::CUDACachingAllocator::getDeviceStats(m_device.index()).allocated_bytes[0].current);
+#endif
+  return 0;
+}
+
 double Device::peakReservedBytes() const {
 #if defined(COLO_TORCH_CUDA)
   if (cuda()) return static_cast<double>(c10::cuda::CUDACachingAllocator::getDeviceStats(m_device.index()).reserved_bytes[0].peak);

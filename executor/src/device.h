@@ -29,6 +29,8 @@ class Device {
   [[nodiscard]] double stepSeconds(double wallSeconds);
   /// The allocator's peak of allocated bytes on this device since the last reset (0 on the CPU).
   [[nodiscard]] double peakAllocatedBytes() const;
+  /// The allocator's allocated bytes on this device now (0 on the CPU).
+  [[nodiscard]] double allocatedBytes() const;
   [[nodiscard]] double peakReservedBytes() const;
   void resetPeak() const;
 

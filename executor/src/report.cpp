@@ -128,6 +128,8 @@ Json RunResult::toJson() const {
           {"predicted_peak_memory_bytes", predictedPeakMemoryBytes},
           {"tensor_memory_bytes", tensorMemoryBytes},
           {"predicted_tensor_bytes", predictedTensorBytes},
+          {"step_start_tensor_bytes", stepStartTensorBytes},
+          {"forward_held_bytes", forwardHeldBytes},
           {"model_state_bytes", modelStateBytes},
           {"predicted_model_state_bytes", predictedModelStateBytes},
           {"host_memory_bytes", hostMemoryBytes},
@@ -170,6 +172,8 @@ Result<RunResult> resultFromJson(const Json& j) {
     // Added later: results written before them read as unknown.
     r.tensorMemoryBytes = j.value("tensor_memory_bytes", 0.0);
     r.predictedTensorBytes = j.value("predicted_tensor_bytes", 0.0);
+    r.stepStartTensorBytes = j.value("step_start_tensor_bytes", 0.0);
+    r.forwardHeldBytes = j.value("forward_held_bytes", 0.0);
     r.modelStateBytes = j.value("model_state_bytes", 0.0);
     r.predictedModelStateBytes = j.value("predicted_model_state_bytes", 0.0);
     r.hostMemoryBytes = j.value("host_memory_bytes", 0.0);

@@ -351,12 +351,15 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     double libtorch = 0;
     detail::StepTrace trace(w.rank == 0 ? o.traceFile : std::string(), device.cuda());
     const auto runStart = Clock::now();
+    double stepStartBytes = 0, forwardHeld = 0;  // the allocator's, on a GPU: the last step's (RunResult)
     for (std::int64_t step = firstStep; step < o.steps; ++step) {
       if (w.rank == faultRank && step == faultStep) std::raise(faultSignal);
       if (step == std::max(firstStep, o.steps - o.traceSteps)) trace.start();
       const auto stepStart = Clock::now();
       device.startStep();
       forEach([](detail::ModelState& st) { st.beginStep(); });
+      stepStartBytes = device.allocatedBytes();
+      forwardHeld = 0;
       // Inputs and labels of this rank's micro-batch j: global samples dpRank * mLocal * mbs + j * mbs + i.
       auto tokens = [&](std::int64_t j) {
         std::vector<std::int64_t> flat;
@@ -391,6 +394,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
             RECORD_USER_SCOPE(detail::kPhaseForward);
             return chunk.forward(input, labels, {step, j});
           });
+          forwardHeld = std::max(forwardHeld, device.allocatedBytes() - stepStartBytes);
           if (c == chunks - 1) {
             lossSum += out.item<double>();
           } else {
@@ -513,12 +517,14 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     result.offloadCopySeconds = copySeconds / stepsRun;
     result.zeroCommWaitSeconds = waitSeconds / stepsRun;
     const double tensorBytes = device.cuda() ? device.peakAllocatedBytes() : peakResident - residentBeforeModel;
-    Tensor peak = torch::tensor({peakResident, tensorBytes, modelStates, hostBytes}, torch::kFloat64);
+    Tensor peak = torch::tensor({peakResident, tensorBytes, modelStates, hostBytes, stepStartBytes, forwardHeld}, torch::kFloat64);
     g.world->allReduce(peak, c10d::ReduceOp::MAX);
     result.peakMemoryBytes = peak[0].item<double>();
     result.tensorMemoryBytes = peak[1].item<double>();
     result.modelStateBytes = peak[2].item<double>();
     result.hostMemoryBytes = peak[3].item<double>();
+    result.stepStartTensorBytes = peak[4].item<double>();
+    result.forwardHeldBytes = peak[5].item<double>();
     g.world->barrier();
     return result;
   } catch (const c10::Error& e) {

@@ -205,10 +205,14 @@ INSERT INTO runs(plan_name, plan_hash, model, device, backend, world, tp, pp, dp
 }
 
 TEST(RunResult, JsonRoundTripAndTables) {
-  const RunResult r = sampleRun();
+  RunResult r = sampleRun();
+  r.stepStartTensorBytes = 7e9;
+  r.forwardHeldBytes = 8e9;
   auto back = resultFromJson(r.toJson());
   ASSERT_TRUE(back) << back.error().toString();
   EXPECT_EQ(back->losses, r.losses);
+  EXPECT_DOUBLE_EQ(back->stepStartTensorBytes, 7e9);
+  EXPECT_DOUBLE_EQ(back->forwardHeldBytes, 8e9);
   EXPECT_EQ(back->dp, 2);
   const std::string table = renderResult(r);
   EXPECT_NE(table.find("+25.0%"), std::string::npos) << table;  // 250 ms measured vs 200 ms predicted

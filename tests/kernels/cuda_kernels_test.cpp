@@ -77,11 +77,12 @@ class CudaKernels : public ::testing::Test {
 using Types = ::testing::Types<float, bf16>;
 TYPED_TEST_SUITE(CudaKernels, Types);
 
-// Rows of 1000 are whole packs (8 bf16, 4 fp32: the packed kernels); rows of 1003 are not (one element
-// at a time). Neither is a multiple of the block, and there are several rows per row group.
+// Rows of 64 and 1000 are whole packs (8 bf16, 4 fp32) of at most 8 a lane: a warp a row, some lanes
+// idle; rows of 4096 are whole packs but longer (a block a row); rows of 1003 are not packs (one element
+// at a time). None is a multiple of the block, and the column reduction has several row groups.
 TYPED_TEST(CudaKernels, NormsMatchTheReference) {
   COLO_SKIP_WITHOUT_GPU();
-  for (const Index cols : {Index{1000}, Index{1003}}) {
+  for (const Index cols : {Index{64}, Index{1000}, Index{4096}, Index{1003}}) {
     SCOPED_TRACE("cols " + std::to_string(cols));
     this->norms(cols);
   }

@@ -1,8 +1,10 @@
-// RMSNorm and LayerNorm: one block per row for the row statistics and dx; the weight (and bias)
-// gradients by a column reduction over groups of rows, accumulated with atomics into cleared fp32.
-// Where rows are whole packs (16 bytes) and pointers pack-aligned, each thread moves packs (a row of
-// 1024 bf16 is 128 packs: one block of 128 threads), and the column reduction gives each thread a
-// column pack over a group of rows; otherwise one element at a time.
+// RMSNorm and LayerNorm. Where rows are whole packs (16 bytes) and pointers pack-aligned, and a row is at
+// most 8 packs a lane (2,048 bf16, 1,024 fp32), one warp owns a row: it loads the row once into registers
+// and reduces with shuffles alone (no shared memory, no block barrier), four rows to a block. Longer
+// packed rows take one block per row, each thread a pack at a time; unpacked rows one element at a time.
+// The weight (and bias) gradients: a column reduction over groups of rows; a block sums its rows in
+// shared memory first, so each column takes one atomic add per group into cleared fp32.
+#include <algorithm>
 #include <initializer_list>
 
 #include "common.cuh"
@@ -232,31 +234,205 @@ __global__ void layernormBackwardPacked(const D* dy, const D* x, const D* w, con
   }
 }
 
-// The column reduction by packs: the thread of column pack c sums rows blockIdx.y, + gridDim.y, ...
-template <class D>
-__global__ void normParamGradPacked(const D* dy, const D* x, const float* mean, const float* rstd, float* dweight, float* dbias,
-                                    Index rows, Index cols) {
+// Warp-per-row kernels: lane l holds the row's packs l, l + 32, ..., l + 32 (P - 1) in registers.
+constexpr int kWarpRows = 4;  // rows (warps) a block
+
+template <class D, int P>
+__device__ __forceinline__ void loadRow(const D* row, Index packs, float (&v)[P][kPack<D>]) {
   constexpr int N = kPack<D>;
-  const Index c = (static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x) * N;
-  if (c >= cols) return;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const Index p = lane + 32 * j;
+    if (p < packs) {
+      loadPack(row, p * N, v[j]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < N; ++k) v[j][k] = 0;
+    }
+  }
+}
+
+// kLayer: LayerNorm (mean, bias) rather than RMSNorm.
+template <class D, int P, bool kLayer>
+__global__ void normForwardWarp(const D* x, const D* w, const D* b, D* y, float* mean, float* rstd, Index rows, Index cols, float eps) {
+  constexpr int N = kPack<D>;
+  const Index row = static_cast<Index>(blockIdx.x) * kWarpRows + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const Index packs = cols / N;
+  const float n = static_cast<float>(cols);
+  float v[P][N];
+  loadRow<D, P>(x + row * cols, packs, v);
+  float mu = 0;
+  if constexpr (kLayer) {
+    float sum = 0;
+#pragma unroll
+    for (int j = 0; j < P; ++j)
+#pragma unroll
+      for (int k = 0; k < N; ++k) sum += v[j][k];
+    mu = warpSum(sum) / n;
+  }
+  float squares = 0;  // about the mean, from registers: no cancellation for rows with a large mean
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    if (lane + 32 * j < packs) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) squares += (v[j][k] - mu) * (v[j][k] - mu);
+    }
+  }
+  const float s = rsqrtf(warpSum(squares) / n + eps);
+  if (lane == 0) {
+    if constexpr (kLayer) mean[row] = mu;
+    rstd[row] = s;
+  }
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const Index p = lane + 32 * j;
+    if (p >= packs) continue;
+    float g[N], o[N];
+    loadPack(w, p * N, g);
+    if constexpr (kLayer) {
+      loadPack(b, p * N, o);
+    } else {
+#pragma unroll
+      for (int k = 0; k < N; ++k) o[k] = 0;
+    }
+#pragma unroll
+    for (int k = 0; k < N; ++k) o[k] += (v[j][k] - mu) * s * g[k];
+    storePack(y, row * cols + p * N, o);
+  }
+}
+
+// dx = s * (dy * w - mean(dy * w) - xhat * mean(dy * w * xhat)), xhat = (x - mu) * s; for RMSNorm mu = 0
+// and the mean(dy * w) term is absent.
+template <class D, int P, bool kLayer>
+__global__ void normBackwardWarp(const D* dy, const D* x, const D* w, const float* mean, const float* rstd, D* dx, Index rows,
+                                 Index cols) {
+  constexpr int N = kPack<D>;
+  const Index row = static_cast<Index>(blockIdx.x) * kWarpRows + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const Index packs = cols / N;
+  const float n = static_cast<float>(cols);
+  const float mu = kLayer ? mean[row] : 0.0f, s = rstd[row];
+  float d[P][N], v[P][N];
+  loadRow<D, P>(dy + row * cols, packs, d);
+  loadRow<D, P>(x + row * cols, packs, v);
+  float sumG = 0, sumGx = 0;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const Index p = lane + 32 * j;
+    if (p >= packs) continue;
+    float g[N];
+    loadPack(w, p * N, g);
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      d[j][k] *= g[k];  // from here on d holds dy * w
+      v[j][k] = (v[j][k] - mu) * s;  // and v holds xhat
+      sumG += d[j][k];
+      sumGx += d[j][k] * v[j][k];
+    }
+  }
+  const float meanG = kLayer ? warpSum(sumG) / n : 0.0f;
+  const float meanGx = warpSum(sumGx) / n;
+#pragma unroll
+  for (int j = 0; j < P; ++j) {
+    const Index p = lane + 32 * j;
+    if (p >= packs) continue;
+#pragma unroll
+    for (int k = 0; k < N; ++k) d[j][k] = s * (d[j][k] - meanG - v[j][k] * meanGx);
+    storePack(dx, row * cols + p * N, d[j]);
+  }
+}
+
+// Packs a lane for a warp-per-row launch: 1, 2, 4 or 8, or 0 where the row is longer (block per row).
+template <class D>
+int warpPacks(Index cols) {
+  const Index perLane = (cols / kPack<D> + 31) / 32;
+  for (int p : {1, 2, 4, 8}) {
+    if (perLane <= p) return p;
+  }
+  return 0;
+}
+
+template <class D, bool kLayer>
+bool forwardByWarps(const D* x, const D* w, const D* b, D* y, float* mean, float* rstd, Index rows, Index cols, float eps,
+                    cudaStream_t s) {
+  const auto blocks = static_cast<unsigned>((rows + kWarpRows - 1) / kWarpRows);
+  const unsigned threads = 32 * kWarpRows;
+  switch (warpPacks<D>(cols)) {
+    case 1: normForwardWarp<D, 1, kLayer><<<blocks, threads, 0, s>>>(x, w, b, y, mean, rstd, rows, cols, eps); return true;
+    case 2: normForwardWarp<D, 2, kLayer><<<blocks, threads, 0, s>>>(x, w, b, y, mean, rstd, rows, cols, eps); return true;
+    case 4: normForwardWarp<D, 4, kLayer><<<blocks, threads, 0, s>>>(x, w, b, y, mean, rstd, rows, cols, eps); return true;
+    case 8: normForwardWarp<D, 8, kLayer><<<blocks, threads, 0, s>>>(x, w, b, y, mean, rstd, rows, cols, eps); return true;
+    default: return false;
+  }
+}
+
+template <class D, bool kLayer>
+bool backwardByWarps(const D* dy, const D* x, const D* w, const float* mean, const float* rstd, D* dx, Index rows, Index cols,
+                     cudaStream_t s) {
+  const auto blocks = static_cast<unsigned>((rows + kWarpRows - 1) / kWarpRows);
+  const unsigned threads = 32 * kWarpRows;
+  switch (warpPacks<D>(cols)) {
+    case 1: normBackwardWarp<D, 1, kLayer><<<blocks, threads, 0, s>>>(dy, x, w, mean, rstd, dx, rows, cols); return true;
+    case 2: normBackwardWarp<D, 2, kLayer><<<blocks, threads, 0, s>>>(dy, x, w, mean, rstd, dx, rows, cols); return true;
+    case 4: normBackwardWarp<D, 4, kLayer><<<blocks, threads, 0, s>>>(dy, x, w, mean, rstd, dx, rows, cols); return true;
+    case 8: normBackwardWarp<D, 8, kLayer><<<blocks, threads, 0, s>>>(dy, x, w, mean, rstd, dx, rows, cols); return true;
+    default: return false;
+  }
+}
+
+// The column reduction by packs, summed over the block's rows first: a block of 32 x kGradRowLanes
+// threads covers 32 column packs; thread (l, r) sums the rows r, r + kGradRowLanes, ... of its group,
+// the block adds its row lanes in shared memory, and one atomic a column goes out per group.
+constexpr int kGradRowLanes = 8;
+
+template <class D>
+__global__ void normParamGradBlock(const D* dy, const D* x, const float* mean, const float* rstd, float* dweight, float* dbias, Index rows,
+                                   Index cols, Index rowsPerGroup) {
+  constexpr int N = kPack<D>;
+  __shared__ float sums[2][kGradRowLanes][32 * N];
+  const int lane = threadIdx.x % 32, rowLane = threadIdx.x / 32;
+  const Index c = (static_cast<Index>(blockIdx.x) * 32 + lane) * N;
+  const Index first = static_cast<Index>(blockIdx.y) * rowsPerGroup;
+  const Index last = first + rowsPerGroup < rows ? first + rowsPerGroup : rows;
   float gw[N], gb[N];
 #pragma unroll
   for (int k = 0; k < N; ++k) gw[k] = gb[k] = 0;
-  for (Index r = blockIdx.y; r < rows; r += gridDim.y) {
-    float d[N], v[N];
-    loadPack(dy, r * cols + c, d);
-    loadPack(x, r * cols + c, v);
-    const float mu = mean ? mean[r] : 0.0f, s = rstd[r];
+  if (c < cols) {
+#pragma unroll 4
+    for (Index r = first + rowLane; r < last; r += kGradRowLanes) {
+      float d[N], v[N];
+      loadPack(dy, r * cols + c, d);
+      loadPack(x, r * cols + c, v);
+      const float mu = mean ? mean[r] : 0.0f, s = rstd[r];
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      gw[k] += d[k] * (v[k] - mu) * s;
-      gb[k] += d[k];
+      for (int k = 0; k < N; ++k) {
+        gw[k] += d[k] * (v[k] - mu) * s;
+        gb[k] += d[k];
+      }
     }
   }
 #pragma unroll
   for (int k = 0; k < N; ++k) {
-    atomicAdd(dweight + c + k, gw[k]);
-    if (dbias) atomicAdd(dbias + c + k, gb[k]);
+    sums[0][rowLane][lane * N + k] = gw[k];
+    sums[1][rowLane][lane * N + k] = gb[k];
+  }
+  __syncthreads();
+  // Thread t of the block adds column element t (and t + blockDim.x, ...) over the row lanes.
+  for (int e = threadIdx.x; e < 32 * N; e += blockDim.x) {
+    const Index col = static_cast<Index>(blockIdx.x) * 32 * N + e;
+    if (col >= cols) continue;
+    float w = 0, bsum = 0;
+#pragma unroll
+    for (int r = 0; r < kGradRowLanes; ++r) {
+      w += sums[0][r][e];
+      bsum += sums[1][r][e];
+    }
+    atomicAdd(dweight + col, w);
+    if (dbias) atomicAdd(dbias + col, bsum);
   }
 }
 
@@ -285,12 +461,13 @@ Status paramGrads(const D* dy, const D* x, const float* mean, const float* rstd,
     if (auto e = cudaMemsetAsync(dbias, 0, sizeof(float) * cols, s)) return static_cast<Status>(e);
   }
   if (rows > 0 && packed<D>(cols, {dy, x})) {
-    // About 512 blocks in all: each thread sums its column pack over rows / groups rows.
-    const int threads = packThreads<D>(cols);
-    const unsigned xBlocks = static_cast<unsigned>((cols / kPack<D> + threads - 1) / threads);
-    const Index want = 512 / static_cast<Index>(xBlocks);
-    const unsigned groups = static_cast<unsigned>(want < 1 ? 1 : (want > rows ? rows : want));
-    normParamGradPacked<D><<<dim3(xBlocks, groups), threads, 0, s>>>(dy, x, mean, rstd, dweight, dbias, rows, cols);
+    // About 512 blocks in all, groups of at least 64 rows: each thread sums a column pack over 8 of them.
+    const auto xBlocks = static_cast<unsigned>((cols / kPack<D> + 31) / 32);
+    const Index byRows = (rows + 63) / 64, byBlocks = 512 / static_cast<Index>(xBlocks);
+    const Index groups = std::max<Index>(1, std::min(byRows, byBlocks));
+    const Index perGroup = (rows + groups - 1) / groups;
+    normParamGradBlock<D><<<dim3(xBlocks, static_cast<unsigned>(groups)), 32 * kGradRowLanes, 0, s>>>(dy, x, mean, rstd, dweight, dbias,
+                                                                                                      rows, cols, perGroup);
     return launched();
   }
   const unsigned groups = static_cast<unsigned>(rows < kRowGroups ? (rows < 1 ? 1 : rows) : kRowGroups);
@@ -308,6 +485,9 @@ Status rmsnormForward(const T* x, const T* weight, T* y, float* rstd, Index rows
   if (rows <= 0) return 0;
   if (rows > kMaxRows) return static_cast<Status>(cudaErrorInvalidValue);
   if (packed<DeviceT<T>>(cols, {x, weight, y})) {
+    if (forwardByWarps<DeviceT<T>, false>(dev(x), dev(weight), nullptr, dev(y), nullptr, rstd, rows, cols, eps, static_cast<cudaStream_t>(stream))) {
+      return launched();
+    }
     rmsnormForwardPacked<<<static_cast<unsigned>(rows), packThreads<DeviceT<T>>(cols), 0, static_cast<cudaStream_t>(stream)>>>(
         dev(x), dev(weight), dev(y), rstd, cols, eps);
     return launched();
@@ -323,7 +503,9 @@ Status rmsnormBackward(const T* dy, const T* x, const T* weight, const float* rs
   if (rows > kMaxRows) return static_cast<Status>(cudaErrorInvalidValue);
   // The weight gradient first: it re-reads dy and x, which an in-place dx would overwrite.
   if (auto e = paramGrads(dev(dy), dev(x), nullptr, rstd, dweight, nullptr, rows, cols, s)) return e;
-  if (rows > 0 && packed<DeviceT<T>>(cols, {dy, x, weight, dx})) {
+  const bool byPacks = rows > 0 && packed<DeviceT<T>>(cols, {dy, x, weight, dx});
+  if (byPacks && backwardByWarps<DeviceT<T>, false>(dev(dy), dev(x), dev(weight), nullptr, rstd, dev(dx), rows, cols, s)) return launched();
+  if (byPacks) {
     rmsnormBackwardPacked<<<static_cast<unsigned>(rows), packThreads<DeviceT<T>>(cols), 0, s>>>(dev(dy), dev(x), dev(weight), rstd, dev(dx),
                                                                                                 cols);
   } else if (rows > 0) {
@@ -338,6 +520,9 @@ Status layernormForward(const T* x, const T* weight, const T* bias, T* y, float*
   if (rows <= 0) return 0;
   if (rows > kMaxRows) return static_cast<Status>(cudaErrorInvalidValue);
   if (packed<DeviceT<T>>(cols, {x, weight, bias, y})) {
+    if (forwardByWarps<DeviceT<T>, true>(dev(x), dev(weight), dev(bias), dev(y), mean, rstd, rows, cols, eps, static_cast<cudaStream_t>(stream))) {
+      return launched();
+    }
     layernormForwardPacked<<<static_cast<unsigned>(rows), packThreads<DeviceT<T>>(cols), 0, static_cast<cudaStream_t>(stream)>>>(
         dev(x), dev(weight), dev(bias), dev(y), mean, rstd, cols, eps);
     return launched();
@@ -353,7 +538,9 @@ Status layernormBackward(const T* dy, const T* x, const T* weight, const float* 
   auto s = static_cast<cudaStream_t>(stream);
   if (rows > kMaxRows) return static_cast<Status>(cudaErrorInvalidValue);
   if (auto e = paramGrads(dev(dy), dev(x), mean, rstd, dweight, dbias, rows, cols, s)) return e;  // before an in-place dx
-  if (rows > 0 && packed<DeviceT<T>>(cols, {dy, x, weight, dx})) {
+  const bool byPacks = rows > 0 && packed<DeviceT<T>>(cols, {dy, x, weight, dx});
+  if (byPacks && backwardByWarps<DeviceT<T>, true>(dev(dy), dev(x), dev(weight), mean, rstd, dev(dx), rows, cols, s)) return launched();
+  if (byPacks) {
     layernormBackwardPacked<<<static_cast<unsigned>(rows), packThreads<DeviceT<T>>(cols), 0, s>>>(dev(dy), dev(x), dev(weight), mean, rstd,
                                                                                                   dev(dx), cols);
   } else if (rows > 0) {

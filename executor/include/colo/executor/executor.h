@@ -98,6 +98,10 @@ struct RunResult {
   /// steps): the communication the overlap did not hide.
   double zeroCommWaitSeconds = 0;
   double predictedTensorBytes = 0;      ///< weights, gradients, optimizer, activations and buffers of the peak stage
+  /// On a GPU (0 elsewhere), the last step, max over ranks: what the allocator held when the step began
+  /// (model states and whatever else lives across steps), and the most the step's forwards held above it
+  /// right after a forward (saved activations and the outputs kept for the backward).
+  double stepStartTensorBytes = 0, forwardHeldBytes = 0;
   double predictedComputeSeconds = 0;   ///< per step: forward, backward, recompute and optimizer kernels
   std::string predictionSource;         ///< where the predictions come from (the plan, or a cost database)
   double computeSeconds = 0;            ///< in LibTorch forward/backward/optimizer calls, rank 0, all steps
