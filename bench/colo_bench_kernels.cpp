@@ -2,13 +2,18 @@
 // forward + backward, on the CPU or a CUDA device, at a ~350M GPT's shapes (or smaller, --tokens).
 //
 //   colo-bench-kernels [--device cpu|cuda] [--dtype bf16|fp32] [--tokens N] [--hidden H] [--vocab V]
-//                      [--repetitions R] [--json]
+//                      [--repetitions R] [--only NAME] [--trace FILE] [--sync-debug] [--json]
 //
-// Prints, per kernel, the median milliseconds of each and the speed-up (unfused / fused). On the CPU
-// the fused side runs the single-threaded references: the figures there only show that it runs.
+// Prints, per kernel, the median milliseconds of each (on the device's clock: CUDA events around one
+// forward and backward), the median host milliseconds it takes to issue them, and the speed-up
+// (unfused / fused). A device time no longer than the host's says the host bounds it. --trace records
+// the timed repetitions in a Kineto trace, each side in a colo:fused-NAME or colo:unfused-NAME scope
+// (scripts/gpu/trace_summary.py sums it); --sync-debug has LibTorch warn at each synchronising call.
+// On the CPU the fused side runs the single-threaded references: the figures there only show that it runs.
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <iomanip>
@@ -18,6 +23,10 @@
 #include <vector>
 
 #include "colo/kernels/torch_ops.h"
+#include "colo/kernels/trace.h"
+#if defined(COLO_TORCH_CUDA)
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 namespace {
 
@@ -28,26 +37,41 @@ struct Options {
   std::string device = "cpu", dtype = "bf16";
   std::int64_t tokens = 8192, hidden = 1024, vocab = 50304;
   int repetitions = 20;
-  bool json = false;
+  bool json = false, syncDebug = false;
+  std::string only, trace;
 };
 
-// Median seconds of fn() (forward and backward) after warm-up, timed on the device's clock.
-double medianSeconds(const torch::Device& device, int repetitions, const std::function<void()>& fn) {
+struct Timing {
+  double device = 0, host = 0;  // medians, seconds
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median seconds of fn() (forward and backward) after warm-up: on the device's clock, and on the host's
+// from the call to its return (what issuing the work costs; on the CPU the work itself).
+Timing medianSeconds(const torch::Device& device, int repetitions, const std::function<void()>& fn, const std::string& scope) {
   for (int i = 0; i < 3; ++i) fn();
-  std::vector<double> samples;
+  std::vector<double> onDevice, onHost;
   ops::DeviceTimer timer(device);
   for (int i = 0; i < repetitions; ++i) {
     timer.start();
-    fn();
-    samples.push_back(timer.seconds());
+    const auto begin = std::chrono::steady_clock::now();
+    {
+      RECORD_USER_SCOPE(scope.c_str());
+      fn();
+    }
+    onHost.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+    onDevice.push_back(timer.seconds());
   }
-  std::sort(samples.begin(), samples.end());
-  return samples[samples.size() / 2];
+  return {median(onDevice), median(onHost)};
 }
 
 int usage(const std::string& why) {
   std::cerr << "colo-bench-kernels: " << why << "\nusage: colo-bench-kernels [--device cpu|cuda] [--dtype bf16|fp32] [--tokens N] "
-               "[--hidden H] [--vocab V] [--repetitions R] [--json]\n";
+               "[--hidden H] [--vocab V] [--repetitions R] [--only NAME] [--trace FILE] [--sync-debug] [--json]\n";
   return 2;
 }
 
@@ -72,6 +96,9 @@ int main(int argc, char** argv) {
     else if (a == "--vocab") { if (!number(o.vocab)) return usage("--vocab: expected a positive whole number"); }
     else if (a == "--repetitions") { if (!number(reps) || reps > 10000) return usage("--repetitions: expected 1..10000"); o.repetitions = static_cast<int>(reps); }
     else if (a == "--json") o.json = true;
+    else if (a == "--only") o.only = next();
+    else if (a == "--trace") o.trace = next();
+    else if (a == "--sync-debug") o.syncDebug = true;
     else return usage("unknown argument \"" + a + "\"");
   }
   if (o.device != "cpu" && o.device != "cuda") return usage("--device: expected cpu or cuda, got \"" + o.device + "\"");
@@ -113,16 +140,32 @@ int main(int argc, char** argv) {
         {"cross_entropy", [&] { ops::vocabParallelCrossEntropy(logits, target, 0, [](Tensor&, bool) {}).mean().backward(); },
          [&] { torch::cross_entropy_loss(logits.to(torch::kFloat32), target).backward(); }},
     };
+    if (!o.only.empty() && std::none_of(cases.begin(), cases.end(), [&](const Case& c) { return c.name == o.only; })) {
+      return usage("--only: no kernel named \"" + o.only + "\"");
+    }
+#if defined(COLO_TORCH_CUDA)
+    if (o.syncDebug) c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_WARN);
+#endif
+    ops::KinetoTrace trace(o.trace, device.is_cuda(), "colo-bench-kernels");
+    trace.start();
     nlohmann::json out = {{"device", o.device}, {"dtype", o.dtype}, {"tokens", t}, {"hidden", h}, {"vocab", o.vocab}, {"kernels", nlohmann::json::array()}};
-    if (!o.json) std::cout << "kernel          fused ms   unfused ms   speed-up   (" << o.device << ", " << o.dtype << ", " << t << " tokens)\n";
+    if (!o.json) {
+      std::cout << "kernel          fused ms  (host)   unfused ms  (host)   speed-up   (" << o.device << ", " << o.dtype << ", " << t
+                << " tokens)\n";
+    }
     for (const auto& c : cases) {
-      const double fused = medianSeconds(device, o.repetitions, c.fused), unfused = medianSeconds(device, o.repetitions, c.unfused);
-      out["kernels"].push_back({{"kernel", c.name}, {"fused_s", fused}, {"unfused_s", unfused}, {"speedup", unfused / fused}});
+      if (!o.only.empty() && c.name != o.only) continue;
+      const Timing fused = medianSeconds(device, o.repetitions, c.fused, "colo:fused-" + c.name);
+      const Timing unfused = medianSeconds(device, o.repetitions, c.unfused, "colo:unfused-" + c.name);
+      out["kernels"].push_back({{"kernel", c.name}, {"fused_s", fused.device}, {"unfused_s", unfused.device}, {"speedup", unfused.device / fused.device},
+                                {"fused_host_s", fused.host}, {"unfused_host_s", unfused.host}});
       if (!o.json) {
-        std::cout << std::left << std::setw(14) << c.name << std::right << std::fixed << std::setprecision(3) << std::setw(10) << fused * 1e3
-                  << std::setw(13) << unfused * 1e3 << std::setprecision(2) << std::setw(10) << unfused / fused << "x\n";
+        std::cout << std::left << std::setw(14) << c.name << std::right << std::fixed << std::setprecision(3) << std::setw(10)
+                  << fused.device * 1e3 << std::setw(9) << fused.host * 1e3 << std::setw(13) << unfused.device * 1e3 << std::setw(9)
+                  << unfused.host * 1e3 << std::setprecision(2) << std::setw(10) << unfused.device / fused.device << "x\n";
       }
     }
+    if (const std::string traced = trace.stop(); !traced.empty()) std::cerr << "colo-bench-kernels: " << traced << "\n";
     if (o.json) std::cout << out.dump(2) << "\n";
     return 0;
   } catch (const c10::Error& e) {

@@ -21,6 +21,9 @@
 # COLO_GPU_CHECK_BUDGET=SECONDS bounds the whole visit: each step's limit is cut to what is left (less a
 # margin for the summary), and a step that would start with under 15 s left is skipped and recorded so.
 #
+# COLO_GPU_CHECK_ONLY="PATTERN ..." runs only the steps whose names match one of the shell patterns (and
+# always the set-up: configure, build): a short second visit, e.g. COLO_GPU_CHECK_ONLY="gpu-tests kernels-*".
+#
 # COLO_GPU_CHECK_REHEARSE=1 runs every step on a machine without a GPU instead (CPU LibTorch, the CPU
 # device, tiny models, the system's packages when .gpu-debs is absent): it checks the script itself.
 set -uo pipefail
@@ -62,10 +65,23 @@ finish() {
   note "summary in $summary"
 }
 budget=${COLO_GPU_CHECK_BUDGET:-0}
+only=${COLO_GPU_CHECK_ONLY:-}
+# selected NAME: whether COLO_GPU_CHECK_ONLY leaves step NAME in.
+selected() {
+  [ -z "$only" ] && return 0
+  case "$1" in configure | configure-kernels-only | build) return 0 ;; esac
+  local pattern
+  for pattern in $only; do
+    # shellcheck disable=SC2254
+    case "$1" in $pattern) return 0 ;; esac
+  done
+  return 1
+}
 # run NAME LIMIT_SECONDS COMMAND...: the command's output goes to the log; its status is recorded.
 run() {
   local name=$1 limit=$2
   shift 2
+  if ! selected "$name"; then record "$name" skipped "not in COLO_GPU_CHECK_ONLY"; return 1; fi
   if [ "$budget" -gt 0 ]; then
     local left=$((budget - 10 - ($(date +%s) - started)))
     if [ "$left" -lt 15 ]; then note "== $name skipped: ${left}s of the budget left"; record "$name" skipped "budget spent"; return 1; fi
@@ -177,6 +193,15 @@ if [ -x "$build/bin/colo-bench-kernels" ]; then
   shape="--tokens 8192 --hidden 1024 --vocab 50304"
   [ "$rehearse" = 1 ] && shape="--tokens 128 --hidden 128 --vocab 512 --repetitions 2"
   run kernels-bench 90 bash -c "'$build/bin/colo-bench-kernels' --device $device --dtype bf16 $shape --json > '$results/kernels.json'"
+  # The norms in Kineto's trace: device time per kernel and the host's CUDA calls, fused against LibTorch's.
+  for kernel in layernorm rmsnorm; do
+    run "kernels-trace-$kernel" 30 "$build/bin/colo-bench-kernels" --device $device --dtype bf16 $shape --only $kernel \
+      --trace "$work/trace-kernels-$kernel.json"
+    [ -s "$work/trace-kernels-$kernel.json" ] && python3 scripts/gpu/trace_summary.py "$work/trace-kernels-$kernel.json" --steps 20 \
+      >"$results/trace-kernels-$kernel.json" 2>>"$log"
+  done
+  # LibTorch's warning at each synchronising call it makes (a few repetitions: one warning each).
+  run kernels-sync-debug 30 "$build/bin/colo-bench-kernels" --device $device --dtype bf16 $shape --only layernorm --repetitions 2 --sync-debug
 fi
 
 if [ -x "$build/bin/colo-run" ]; then
@@ -235,12 +260,13 @@ fi
 if [ -x "$build/bin/colo-run" ] && [ "$rehearse" != 1 ]; then
   llama=scripts/gpu/llama3.2-1b.json
   run profile-llama3.2-1b 45 "$build/bin/colo-profile" --model "$llama" --db "$out/costdb.sqlite" --device "$device" --dtype bf16 \
-    --tp 1,2,4,8 --mbs 1,2,4 --resume --quiet
+    --tp 1,2,4,8 --mbs 1,2,4 --seq-len 2048 --resume --quiet
   "$build/bin/colo-plan" evaluate --model "$llama" --cluster "$cluster" --gpus 1 --precision bf16 --seq-len 2048 --mbs 4 --gbs 4 \
     --out "$work/llama3.2-1b.plan.json" >>"$log" 2>&1
   "$build/bin/colo-plan" evaluate --model "$llama" --cluster "$cluster" --gpus 1 --precision bf16 --seq-len 2048 --mbs 4 --gbs 4 \
     --costdb "$out/costdb.sqlite" --explain >>"$log" 2>&1
   colo_run colo-run-llama3.2-1b llama3.2-1b 100 --steps 12 "$costdb"
+  colo_run colo-run-llama3.2-1b-unfused llama3.2-1b 100 --steps 12 --fused-kernels off
 fi
 # A colo-run that died of a signal: its stack again under cuda-gdb (symbols of colo-run's own functions
 # come from its symbol table) and the offsets its crash report printed, named by addr2line.
@@ -261,6 +287,9 @@ if [ -x "$build/bin/colo-profile" ]; then
     for model in llama3-8b mixtral-8x7b llama3-70b gpt3-175b; do profile_model "$model" 45; done
   fi
 fi
+
+# The kernel benchmark's traces come back compressed (a few MB): Perfetto opens them.
+for f in "$work"/trace-kernels-*.json; do [ -s "$f" ] && gzip -c "$f" >"$out/$(basename "$f").gz"; done
 
 # 9. The figures side by side.
 python3 - "$out" >>"$log" 2>&1 <<'PY'
@@ -284,6 +313,10 @@ if isinstance(llama, dict):
     print(f"colo-run-llama3.2-1b: step {llama['step_time_s']*1e3:.1f} ms, predicted {llama.get('predicted_step_time_s', 0)*1e3:.1f} ms, "
           f"losses {llama['losses'][0]:.2f} -> {llama['losses'][-1]:.2f}")
     memory("llama3.2-1b", llama)
+    unfused = results.get("colo-run-llama3.2-1b-unfused")
+    if isinstance(unfused, dict):
+        print(f"  with LibTorch's operators (--fused-kernels off): {unfused['step_time_s']*1e3:.1f} ms, "
+              f"peak {unfused.get('tensor_memory_bytes', 0)/2**30:.2f} GiB")
 for colo_name, eager_name, layers, hidden, seq in [("colo-run", "eager", 24, 1024, 1024), ("colo-run-1.3b", "eager-1.3b", 24, 2048, 2048)]:
     colo, eager = results.get(colo_name), results.get(eager_name)
     if not isinstance(colo, dict) or not isinstance(eager, dict):

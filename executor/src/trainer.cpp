@@ -349,7 +349,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     const std::int64_t seqLocal = (sp ? seq / par.tp : seq) / par.cp;
     const std::int64_t hidden = spec.hiddenSize;
     double libtorch = 0;
-    detail::StepTrace trace(w.rank == 0 ? o.traceFile : std::string(), device.cuda());
+    detail::StepTrace trace(w.rank == 0 ? o.traceFile : std::string(), device.cuda(), "colo-run");
     const auto runStart = Clock::now();
     double stepStartBytes = 0, forwardHeld = 0;  // the allocator's, on a GPU: the last step's (RunResult)
     for (std::int64_t step = firstStep; step < o.steps; ++step) {

@@ -5,8 +5,10 @@
 
 Per step (the trace holds the last --steps steps): the device's busy time against the traced span,
 the kernels by total time (and by kind: matrix products, attention, colo's fused kernels, copies,
-the rest), kernel launches, and for each of colo's phases (forward, backward, gradient reduction,
-optimizer) its host time and the device time of the kernels launched inside it.
+the rest), kernel launches, for each of colo's phases (forward, backward, gradient reduction,
+optimizer; or whatever colo:* scopes the trace holds) its host time and the device time of the kernels
+launched inside it, and the CUDA runtime calls by host time, overall and by phase (a synchronising call
+that waits for the device shows here).
 """
 import argparse
 import bisect
@@ -74,6 +76,15 @@ def summarize(trace, steps, top):
     phase_host = collections.Counter()
     for s in scopes:
         phase_host[s["name"]] += s["dur"]
+    runtime = collections.defaultdict(lambda: [0.0, 0])
+    runtime_by_phase = collections.defaultdict(lambda: collections.defaultdict(lambda: [0.0, 0]))
+    for call in (e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")):
+        runtime[call["name"]][0] += call["dur"]
+        runtime[call["name"]][1] += 1
+        phase = next((sc["name"] for sc in reversed(scopes[:bisect.bisect_right(starts, call["ts"])])
+                      if sc["ts"] <= call["ts"] <= sc["ts"] + sc["dur"]), "outside colo's phases")
+        runtime_by_phase[phase][call["name"]][0] += call["dur"]
+        runtime_by_phase[phase][call["name"]][1] += 1
 
     per = lambda us: round(us / steps / 1e3, 3)  # ms a step
     busy = union_us([(k["ts"], k["ts"] + k["dur"]) for k in device])
@@ -87,6 +98,11 @@ def summarize(trace, steps, top):
         "device_ms_per_step_by_kind": {k: per(v) for k, v in by_kind.most_common()},
         "device_ms_per_step_by_phase": {k: per(v) for k, v in by_phase.most_common()},
         "host_ms_per_step_by_phase": {k: per(v) for k, v in phase_host.most_common()},
+        "runtime_calls": [{"name": n, "ms_per_step": per(t), "calls_per_step": round(c / steps, 1)}
+                          for n, (t, c) in sorted(runtime.items(), key=lambda x: -x[1][0])[:12]],
+        "runtime_calls_by_phase": {phase: [{"name": n, "ms_per_step": per(t), "calls_per_step": round(c / steps, 1)}
+                                           for n, (t, c) in sorted(calls.items(), key=lambda x: -x[1][0])[:6]]
+                                   for phase, calls in runtime_by_phase.items()},
         "top_kernels": [{"name": n[:160], "ms_per_step": per(t), "calls_per_step": round(c / steps, 1), "kind": kind_of(n)}
                         for n, (t, c) in sorted(by_name.items(), key=lambda x: -x[1][0])[:top]],
     }

@@ -1,4 +1,4 @@
-#include "trace.h"
+#include "colo/kernels/trace.h"
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
@@ -6,12 +6,12 @@
 #include <iostream>
 #include <set>
 
-namespace colo::executor::detail {
+namespace colo::kernels::torch_ops {
 
 namespace prof = torch::autograd::profiler;
 namespace impl = torch::profiler::impl;
 
-void StepTrace::start() {
+void KinetoTrace::start() {
   if (m_file.empty() || m_started) return;
   m_started = true;
   try {
@@ -22,11 +22,11 @@ void StepTrace::start() {
     prof::enableProfiler(config, activities);
     m_recording = true;
   } catch (const c10::Error& e) {
-    std::cerr << "colo-run: --trace: this LibTorch cannot record a trace: " << e.what_without_backtrace() << "\n";
+    std::cerr << m_who << ": --trace: this LibTorch cannot record a trace: " << e.what_without_backtrace() << "\n";
   }
 }
 
-std::string StepTrace::stop() {
+std::string KinetoTrace::stop() {
   if (!m_recording) return {};
   m_recording = false;
   try {
@@ -40,8 +40,8 @@ std::string StepTrace::stop() {
   }
 }
 
-StepTrace::~StepTrace() {
+KinetoTrace::~KinetoTrace() {
   if (m_recording) (void)stop();
 }
 
-}  // namespace colo::executor::detail
+}  // namespace colo::kernels::torch_ops
