@@ -308,6 +308,12 @@ def memory(name, colo):
     print(f"  {name} memory: model states {states/gib:.2f} GiB (predicted {predicted_states/gib:.2f}), allocated at step start "
           f"{start/gib:.2f} GiB, held after the forward +{held/gib:.2f} GiB, peak {colo.get('tensor_memory_bytes', 0)/gib:.2f} GiB "
           f"(predicted {colo.get('predicted_tensor_bytes', 0)/gib:.2f}; above model states {(colo.get('predicted_tensor_bytes', 0) - predicted_states)/gib:.2f})")
+kernels = results.get("kernels")
+if isinstance(kernels, dict):
+    for k in kernels.get("kernels", []):
+        print(f"kernel {k['kernel']}: fused {k['fused_s']*1e6:.1f} us, LibTorch {k['unfused_s']*1e6:.1f} us on the device "
+              f"({k['speedup']:.2f}x); as called {k.get('speedup_as_called', 0):.2f}x; host {k.get('fused_host_s', 0)*1e6:.0f} "
+              f"vs {k.get('unfused_host_s', 0)*1e6:.0f} us")
 llama = results.get("colo-run-llama3.2-1b")
 if isinstance(llama, dict):
     print(f"colo-run-llama3.2-1b: step {llama['step_time_s']*1e3:.1f} ms, predicted {llama.get('predicted_step_time_s', 0)*1e3:.1f} ms, "

@@ -323,7 +323,7 @@ std::string renderSources(const Plan& plan, const costmodel::Evaluation& e) {
   }
   t.addRow({"GEMMs", gemm.str()});
   t.addRow({"other kernels", std::to_string(e.kernelsMeasured) + " measured, " + std::to_string(e.kernelsRoofline) +
-                                 " by memory bandwidth" + (plan.execution.flashAttention ? "; attention core: fused-kernel roofline" : "")});
+                                  " by memory bandwidth" + (plan.execution.flashAttention ? " (flash attention among them: its measured fused kernel, else its roofline)" : "")});
   t.addRow({"optimizer step", c.optimizerMeasured ? "measured AdamW step (adam_step), linear in parameters"
                                                   : formatFixed(costmodel::optimizerStepBytes(plan.precision, plan.execution.fp32Params, plan.optimizer), 0) +
                                                         " bytes per parameter (" + toString(plan.precision) +

@@ -285,6 +285,7 @@ std::vector<Evaluator::KernelShape> Evaluator::kernelShapes(const Plan& plan) co
         out.push_back({k->key, static_cast<std::int64_t>(k->elements), k->width, T.hidden});
       }
     }
+    if (const auto k = detail::flashKernel(layer, cfg)) out.push_back({k->key, static_cast<std::int64_t>(k->elements), k->width, T.hidden});
   };
   for (const auto& cls : T.classes) add(cls);
   add(T.embedding);

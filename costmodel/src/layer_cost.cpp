@@ -174,6 +174,27 @@ std::optional<ScaledGemm> scaledGemm(const OpTemplate& op, const LayerConfig& c)
   }
 }
 
+std::optional<ScaledKernel> flashKernel(const LayerTemplate& layer, const LayerConfig& c) {
+  if (!c.flash) return std::nullopt;
+  const OpTemplate* scores = nullptr;
+  const OpTemplate* context = nullptr;
+  bool dropout = false;  // of the attention probabilities: the fused kernel draws the mask inside
+  for (const auto& op : layer.ops) {
+    dropout = dropout || (op.kind == OpKind::kDropout && op.attentionCore);
+    if (op.kind != OpKind::kBatchedMatMul) continue;
+    if (!scores) scores = &op;
+    else if (!context) context = &op;
+  }
+  if (!scores || scores->window > 0 || scores->batch <= 0) return std::nullopt;
+  // Per head: scores->k is the query/key head dim, the context product's n the value head dim.
+  const std::int64_t keyDim = scores->k, valueDim = context ? context->n : scores->k;
+  std::string key = std::string("flash_attention") + (scores->causal ? ".causal" : "") + ".d" + std::to_string(keyDim);
+  if (valueDim != keyDim) key += ".v" + std::to_string(valueDim);
+  if (dropout) key += ".dropout";
+  const double count = static_cast<double>(scores->batch) * static_cast<double>(c.microBatch) / static_cast<double>(c.tp);
+  return ScaledKernel{key, std::round(count * static_cast<double>(scores->m) / static_cast<double>(c.cp)), scores->n};
+}
+
 std::optional<ScaledKernel> scaledKernel(const OpTemplate& op, const LayerConfig& c) {
   if (op.kernel.empty() || (c.flash && op.attentionCore)) return std::nullopt;
   const double tp = static_cast<double>(c.tp);
@@ -503,8 +524,18 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
                                                 : 0.5;
     const double work = density * flops;
     const double rate = device.attentionPeakFlopsPerSecond * device.sustainedClock;
-    const double fwd = std::max(floor, work / (rate * device.flashFwdEfficiency));
-    const double bwd = std::max(floor, 2.5 * work / (rate * device.flashBwdEfficiency));
+    double fwd = std::max(floor, work / (rate * device.flashFwdEfficiency));
+    double bwd = std::max(floor, 2.5 * work / (rate * device.flashBwdEfficiency));
+    // The fused kernel as measured on this device (colo-profile on a GPU) replaces the roofline.
+    if (c.kernels && !c.kernels->empty()) {
+      if (const auto fk = flashKernel(layer, c)) {
+        const auto f = c.kernels->lookup(fk->key + ".fwd", fk->elements, fk->width);
+        const auto g = c.kernels->lookup(fk->key + ".bwd", fk->elements, fk->width);
+        if (f) fwd = f->first;
+        if (g) bwd = g->first;
+        if (counts) ++(f ? counts->kernelsMeasured : counts->kernelsRoofline);
+      }
+    }
     out.fwd += fwd;
     out.bwd += bwd;
     out.opsFwd += 1;

@@ -91,6 +91,12 @@ struct ScaledKernel {
 };
 [[nodiscard]] std::optional<ScaledKernel> scaledKernel(const OpTemplate& op, const LayerConfig& config);
 
+/// The fused attention kernel a layer runs under FlashAttention, as a measured kernel's key:
+/// "flash_attention[.causal].d<query/key head dim>[.v<value head dim>][.dropout]", elements = heads x samples x
+/// queries on one GPU, width = keys. Nullopt without flash attention or attention scores, and for
+/// sliding windows (their time stays the roofline's).
+[[nodiscard]] std::optional<ScaledKernel> flashKernel(const LayerTemplate& layer, const LayerConfig& config);
+
 /// Time (seconds, one micro-batch) and memory (bytes) of one layer template under a config.
 struct LayerCost {
   double fwd = 0;           // kernels

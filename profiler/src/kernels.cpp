@@ -1,6 +1,9 @@
 // Non-GEMM kernels as the LibTorch training step runs them, timed forward and forward + backward.
+#include <torch/version.h>
+
 #include <chrono>
 #include <functional>
+#include <string>
 
 #include "colo/kernels/torch_ops.h"
 #include "kernels.h"
@@ -31,6 +34,8 @@ Result<std::pair<Timing, std::optional<Timing>>> timeKernel(const std::string& k
     bool differentiable = true;
     Tensor x, y, wgt, bias;
     std::vector<Tensor> keep;
+    namespace ops = kernels::torch_ops;
+    const bool fused = kernelImplementation(key, device) != "aten";
     if (key == "layernorm") {
       x = input({rows, w});
       wgt = torch::ones({w}, o).requires_grad_(true);
@@ -39,7 +44,7 @@ Result<std::pair<Timing, std::optional<Timing>>> timeKernel(const std::string& k
     } else if (key == "rmsnorm") {
       x = input({rows, w});
       wgt = torch::ones({w}, o).requires_grad_(true);
-      forward = [&] { return x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-5) * wgt; };
+      forward = [&] { return fused ? ops::rmsNorm(x, wgt, 1e-5) : x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-5) * wgt; };
     } else if (key == "softmax") {
       x = input({rows, w});
       forward = [&] { return torch::softmax(x, -1); };
@@ -57,12 +62,15 @@ Result<std::pair<Timing, std::optional<Timing>>> timeKernel(const std::string& k
     } else if (key == "swiglu" || key == "geglu") {
       x = input({elements});
       y = input({elements});
-      forward = [&] { return (key == "swiglu" ? torch::silu(x) : torch::gelu(x)) * y; };
+      forward = [&] { return fused ? ops::swiglu(x, y) : (key == "swiglu" ? torch::silu(x) : torch::gelu(x)) * y; };
     } else if (key == "cross_entropy") {
       x = input({rows, w});
       auto targets = torch::randint(0, w, {rows}, torch::TensorOptions().dtype(torch::kLong).device(*dev));
       keep.push_back(targets);
-      forward = [&, targets] { return torch::cross_entropy_loss(x.to(torch::kFloat32), targets); };
+      forward = [&, targets] {
+        return fused ? ops::vocabParallelCrossEntropy(x, targets, 0, [](Tensor&, bool) {}).mean()
+                     : torch::cross_entropy_loss(x.to(torch::kFloat32), targets);
+      };
     } else if (key == "embedding") {
       // A lookup of `rows` tokens into a table of as many rows (the traffic of the lookup and of the
       // gradient's scatter-add; the dense zero-fill of a larger vocabulary is not in it).
@@ -74,15 +82,44 @@ Result<std::pair<Timing, std::optional<Timing>>> timeKernel(const std::string& k
       // q or k rotated by position: x * cos + rotate_half(x) * sin over heads of 64.
       const std::int64_t head = 64;
       const std::int64_t r = std::max<std::int64_t>(1, elements / head);
-      x = input({r, head});
-      auto cos = torch::rand({r, head}, o);
-      auto sin = torch::rand({r, head}, o);
-      keep.push_back(cos);
-      keep.push_back(sin);
-      forward = [&, cos, sin] {
-        auto halves = x.chunk(2, -1);
-        return x * cos + torch::cat({-halves[1], halves[0]}, -1) * sin;
+      if (fused) {
+        // colo's kernel: x [1, r, 1, 64] by cos and sin [r, 32].
+        x = input({1, r, 1, head});
+        auto cos = torch::rand({r, head / 2}, o.dtype(torch::kFloat32)), sin = torch::rand({r, head / 2}, o.dtype(torch::kFloat32));
+        keep.insert(keep.end(), {cos, sin});
+        forward = [&, cos, sin] { return ops::rotary(x, cos, sin); };
+      } else {
+        x = input({r, head});
+        auto cos = torch::rand({r, head}, o);
+        auto sin = torch::rand({r, head}, o);
+        keep.push_back(cos);
+        keep.push_back(sin);
+        forward = [&, cos, sin] {
+          auto halves = x.chunk(2, -1);
+          return x * cos + torch::cat({-halves[1], halves[0]}, -1) * sin;
+        };
+      }
+    } else if (key.rfind("flash_attention", 0) == 0) {
+#if TORCH_VERSION_MAJOR >= 2
+      // LibTorch's fused attention (FlashAttention or cuDNN's on a GPU) over elements / width heads of
+      // width queries and keys: key "flash_attention[.causal].d<qk head dim>[.v<value head dim>][.dropout]"
+      // (dropout of the probabilities at GPT's 0.1: the mask is drawn inside the kernel).
+      const bool causal = key.find(".causal") != std::string::npos;
+      const double rate = key.find(".dropout") != std::string::npos ? 0.1 : 0.0;
+      const auto dimAfter = [&](const std::string& tag, std::int64_t otherwise) {
+        const auto at = key.find(tag);
+        return at == std::string::npos ? otherwise : std::stoll(key.substr(at + tag.size()));
       };
+      const std::int64_t d = dimAfter(".d", 0), vd = dimAfter(".v", d);
+      if (d <= 0 || width <= 0) return fail(Error::badInput("kernel " + key + ": no head dim or no keys"));
+      x = input({1, rows, w, d});
+      y = input({1, rows, w, d});
+      auto values = input({1, rows, w, vd});
+      keep.push_back(values);
+      forward = [&, values, causal, rate] { return at::scaled_dot_product_attention(x, y, values, {}, rate, causal); };
+#else
+      return fail(Error::badInput("no LibTorch kernel for \"" + key + "\" before LibTorch 2"));
+#endif
     } else if (key == "adam_step" && adamImplementation(device) != "torch.optim.AdamW") {
       // One step of colo's fused AdamW over `elements` fp32 master weights (adamImplementation).
       x = torch::randn({elements}, o.dtype(torch::kFloat32));
@@ -111,7 +148,7 @@ Result<std::pair<Timing, std::optional<Timing>>> timeKernel(const std::string& k
       std::vector<double> samples;
       Stopwatch watch(*dev);
       for (int i = 0; i < warmup + repetitions; ++i) {
-        watch.start();
+        watch.start(kHideHostSeconds);
         Tensor out = forward();
         if (withBackward) out.backward(out.dim() == 0 ? Tensor() : torch::ones_like(out));
         const double seconds = watch.seconds();
@@ -154,6 +191,11 @@ Result<Timing> timeCopy(const std::string& direction, bool pinned, std::int64_t 
   } catch (const c10::Error& e) {
     return fail(Error::internal(std::string("LibTorch: ") + e.what_without_backtrace()));
   }
+}
+
+std::string kernelImplementation(const std::string& key, const std::string& device) {
+  const bool colo = key == "rmsnorm" || key == "rotary" || key == "cross_entropy" || key == "swiglu";
+  return colo && device.rfind("cuda", 0) == 0 && kernels::torch_ops::cudaAvailable() ? "colo fused" : "aten";
 }
 
 std::string adamImplementation(const std::string& device) {

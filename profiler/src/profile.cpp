@@ -85,7 +85,7 @@ Result<Timing> timeGemm(std::int64_t m, std::int64_t n, std::int64_t k, std::int
     std::vector<double> samples;
     detail::Stopwatch watch(*dev);
     for (int i = 0; i < repetitions; ++i) {
-      watch.start();
+      watch.start(detail::kHideHostSeconds);
       auto c = run(i);
       samples.push_back(watch.seconds() / static_cast<double>(count));
     }
@@ -128,6 +128,8 @@ Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& 
       p.seqLen = seq;
       p.execution.flashAttention = false;  // measure the unfused attention GEMMs too
       for (const auto& s : evaluator->gemmShapes(p)) shapes.insert(s);
+      for (const auto& k : evaluator->kernelShapes(p)) kernelShapes.insert(k);
+      p.execution.flashAttention = true;  // and the fused attention kernel
       for (const auto& k : evaluator->kernelShapes(p)) kernelShapes.insert(k);
     }
   }
@@ -194,9 +196,10 @@ Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& 
       if (t.error().code == ErrorCode::kBadInput) continue;  // a kernel without a LibTorch twin: the roofline stays
       return fail(t.error());
     }
-    kernels.push_back({k.key + ".fwd", options.dtype, shape, "aten", t->first.median, t->first.spread, t->first.repetitions});
+    const std::string impl = detail::kernelImplementation(k.key, options.device);
+    kernels.push_back({k.key + ".fwd", options.dtype, shape, impl, t->first.median, t->first.spread, t->first.repetitions});
     if (t->second) {
-      kernels.push_back({k.key + ".bwd", options.dtype, shape, "aten", t->second->median, t->second->spread,
+      kernels.push_back({k.key + ".bwd", options.dtype, shape, impl, t->second->median, t->second->spread,
                          t->second->repetitions});
     }
     ++report.kernels;

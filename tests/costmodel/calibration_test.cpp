@@ -1,4 +1,5 @@
 // Calibration of the analytic model from a real SQLite cost database.
+#include <algorithm>
 #include "colo/costmodel/calibration.h"
 
 #include <gtest/gtest.h>
@@ -118,6 +119,50 @@ TEST(Calibration, AnEmbeddingLookupIsTimedByItsTokensNotItsTable) {
     EXPECT_DOUBLE_EQ(o.backwardSeconds, 5e-3) << o.op;
   }
   EXPECT_EQ(lookups, 2);  // tokens and positions
+}
+
+// Flash attention's fused kernel, measured (colo-profile times it under the key the cost model asks
+// for), replaces its roofline; the profiler's list of kernels to measure holds that key.
+TEST(Calibration, AMeasuredFlashAttentionKernelReplacesItsRoofline) {
+  test::ScratchDir dir;
+  const std::string file = dir.path("flash.sqlite");
+  Plan plan = tinyPlan(1);
+  plan.execution.flashAttention = true;
+  const auto& spec = *plan.model.spec;
+  const std::int64_t headDim = spec.hiddenSize / spec.numAttentionHeads;
+  const std::string key = "flash_attention.causal.d" + std::to_string(headDim);
+  const double elements = static_cast<double>(plan.microBatchSize * spec.numAttentionHeads * plan.seqLen);
+  auto ev = Evaluator::create(plan.model, plan.cluster, plan.seqLen);
+  ASSERT_TRUE(ev) << ev.error().toString();
+  const auto shapes = ev->kernelShapes(plan);
+  EXPECT_TRUE(std::any_of(shapes.begin(), shapes.end(), [&](const auto& k) {
+    return k.key == key && k.elements == static_cast<std::int64_t>(elements) && k.width == plan.seqLen;
+  })) << key;
+  auto roofline = opTimesOf(plan, nullptr);
+  ASSERT_TRUE(roofline) << roofline.error().toString();
+  {
+    auto db = CostDatabase::openForWrite(file);
+    ASSERT_TRUE(db) << db.error().toString();
+    ASSERT_TRUE(db->addKernels("cpu: test", {{key + ".fwd", DType::kFp32, kernelShape(elements, plan.seqLen), "aten", 7e-3, 0, 3},
+                                             {key + ".bwd", DType::kFp32, kernelShape(elements, plan.seqLen), "aten", 9e-3, 0, 3}}));
+  }
+  auto db = CostDatabase::open(file);
+  ASSERT_TRUE(db);
+  auto ops = opTimesOf(plan, &*db);
+  ASSERT_TRUE(ops) << ops.error().toString();
+  int found = 0;
+  for (const auto& o : *ops) {
+    if (o.op != "attn.flash") continue;
+    ++found;
+    EXPECT_DOUBLE_EQ(o.forwardSeconds, 7e-3);
+    EXPECT_DOUBLE_EQ(o.backwardSeconds, 9e-3);
+  }
+  EXPECT_GT(found, 0);
+  for (const auto& o : *roofline) {
+    if (o.op == "attn.flash") {
+      EXPECT_LT(o.forwardSeconds, 7e-3);  // the roofline's own figure differs
+    }
+  }
 }
 
 TEST(Calibration, EvaluatorUsesEveryKindOfMeasurementInTheDatabase) {
