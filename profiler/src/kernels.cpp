@@ -40,7 +40,7 @@ Result<std::pair<Timing, std::optional<Timing>>> timeKernel(const std::string& k
       x = input({rows, w});
       wgt = torch::ones({w}, o).requires_grad_(true);
       bias = torch::zeros({w}, o).requires_grad_(true);
-      forward = [&] { return torch::layer_norm(x, {w}, wgt, bias, 1e-5); };
+      forward = [&] { return fused ? ops::layerNorm(x, wgt, bias, 1e-5) : torch::layer_norm(x, {w}, wgt, bias, 1e-5); };
     } else if (key == "rmsnorm") {
       x = input({rows, w});
       wgt = torch::ones({w}, o).requires_grad_(true);
@@ -194,7 +194,7 @@ Result<Timing> timeCopy(const std::string& direction, bool pinned, std::int64_t 
 }
 
 std::string kernelImplementation(const std::string& key, const std::string& device) {
-  const bool colo = key == "rmsnorm" || key == "rotary" || key == "cross_entropy" || key == "swiglu";
+  const bool colo = key == "rmsnorm" || key == "layernorm" || key == "rotary" || key == "cross_entropy" || key == "swiglu";
   return colo && device.rfind("cuda", 0) == 0 && kernels::torch_ops::cudaAvailable() ? "colo fused" : "aten";
 }
 

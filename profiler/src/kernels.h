@@ -26,8 +26,8 @@ namespace colo::profiler::detail {
 [[nodiscard]] std::string adamImplementation(const std::string& device);
 
 /// Which implementation timeKernel(key) times on `device`: "colo fused" for the kernels colo-run runs
-/// as colo's own on a CUDA device (RMSNorm, rotary, the vocabulary-parallel cross-entropy, SwiGLU:
-/// its --fused-kernels auto set) where the build has them, "aten" (LibTorch's operators) otherwise.
+/// as colo's own on a CUDA device (RMSNorm, LayerNorm, rotary, the vocabulary-parallel cross-entropy,
+/// SwiGLU: its --fused-kernels auto set) where the build has them, "aten" (LibTorch's operators) otherwise.
 [[nodiscard]] std::string kernelImplementation(const std::string& key, const std::string& device);
 
 /// One host-device copy of `bytes` ("h2d" or "d2h", pinned or pageable host memory) on a CUDA device.
