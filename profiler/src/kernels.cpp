@@ -1,6 +1,7 @@
 // Non-GEMM kernels as the LibTorch training step runs them, timed forward and forward + backward.
 #include <torch/version.h>
 
+#include <cctype>
 #include <chrono>
 #include <functional>
 #include <string>
@@ -106,9 +107,19 @@ Result<std::pair<Timing, std::optional<Timing>>> timeKernel(const std::string& k
       // (dropout of the probabilities at GPT's 0.1: the mask is drawn inside the kernel).
       const bool causal = key.find(".causal") != std::string::npos;
       const double rate = key.find(".dropout") != std::string::npos ? 0.1 : 0.0;
-      const auto dimAfter = [&](const std::string& tag, std::int64_t otherwise) {
-        const auto at = key.find(tag);
-        return at == std::string::npos ? otherwise : std::stoll(key.substr(at + tag.size()));
+      // The number after `tag` (".d" not matching ".dropout": a digit must follow), or `otherwise`.
+      const auto dimAfter = [&](const std::string& tag, std::int64_t otherwise) -> std::int64_t {
+        for (auto at = key.find(tag); at != std::string::npos; at = key.find(tag, at + 1)) {
+          const auto from = at + tag.size();
+          std::int64_t value = 0;
+          std::size_t digits = 0;
+          while (from + digits < key.size() && std::isdigit(static_cast<unsigned char>(key[from + digits])) && digits < 9) {
+            value = value * 10 + (key[from + digits] - '0');
+            ++digits;
+          }
+          if (digits > 0) return value;
+        }
+        return otherwise;
       };
       const std::int64_t d = dimAfter(".d", 0), vd = dimAfter(".v", d);
       if (d <= 0 || width <= 0) return fail(Error::badInput("kernel " + key + ": no head dim or no keys"));

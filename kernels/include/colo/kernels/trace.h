@@ -4,6 +4,7 @@
 // records its last steps with it, colo-bench-kernels --trace its repetitions; scripts/gpu/trace_summary.py
 // sums a trace by kernel and scope.
 #include <string>
+#include <utility>
 
 namespace colo::kernels::torch_ops {
 
