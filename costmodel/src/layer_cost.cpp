@@ -327,6 +327,45 @@ double expertDispatchSeconds(double bytes, const LayerConfig& c, const GroupPlac
   return allToAllSeconds(bytes, ep, offNode, onNode);
 }
 
+namespace {
+
+// All-gather of one sequence-parallel activation ([b, s/cp, h] in 16 bits) over the tensor-parallel group.
+double tensorParallelGather(const LayerConfig& c, const GroupPlacement& tpGroup) {
+  const double bytes = static_cast<double>(c.microBatch) * (static_cast<double>(c.seqLen) / static_cast<double>(c.cp)) *
+                       static_cast<double>(c.hidden) * static_cast<double>(c.activationBytes);
+  return collectiveSeconds(Collective::kAllGather, bytes, tpGroup);
+}
+
+// Tensor-parallel collectives on the full activation: an all-reduce after each row-parallel linear
+// (forward) and on the input gradient of each column-parallel one (backward). Sequence parallelism
+// replaces each by a reduce-scatter and an all-gather, two collectives that each pay their launch.
+// (A column-parallel linear under sequence parallelism saves only its shard of the input, so its
+// backward gathers the input again for the weight gradient, beside the input-gradient GEMM: costLayer
+// adds what of that gather outlasts the GEMM, and the slowdown of the part hidden.)
+void tensorParallelComm(const LayerTemplate& layer, const LayerConfig& c, const DeviceModel& device,
+                        const GroupPlacement& tpGroup, LayerCost& out) {
+  const double bytes = static_cast<double>(c.microBatch) * (static_cast<double>(c.seqLen) / static_cast<double>(c.cp)) *
+                       static_cast<double>(c.hidden) * static_cast<double>(c.activationBytes);
+  double pair = collectiveSeconds(Collective::kAllReduce, bytes, tpGroup);
+  if (c.sequenceParallel) {
+    // torchtitan's float8 tensorwise layouts all-gather in fp8 (forward, and the output gradient
+    // backward): each pair moves 1.5 bytes per element instead of 2 x 2.
+    const double gatherBytes = c.float8Recipe == Float8Recipe::kTensorwise ? bytes / 2.0 : bytes;
+    pair = collectiveSeconds(Collective::kReduceScatter, bytes, tpGroup) +
+           collectiveSeconds(Collective::kAllGather, gatherBytes, tpGroup);
+  }
+  const double moeExtra = layer.moe ? 1.0 : 0.0;  // the expert block ends in a reduction too
+  // With overlap 15% stays exposed; the hidden 85% still slows the GEMMs it runs beside.
+  const double exposed = c.tpCommOverlap ? 0.15 + 0.85 * device.overlapSlowdown : 1.0;
+  out.tpCommFwd = (static_cast<double>(layer.rowOps) + moeExtra) * pair * exposed;
+  out.tpCommBwd = (static_cast<double>(layer.columnOps) + moeExtra) * pair * exposed;
+  const double perCollective = c.sequenceParallel ? 2.0 : 1.0;  // a reduce-scatter and an all-gather
+  out.opsFwd += (static_cast<double>(layer.rowOps) + moeExtra) * perCollective;
+  out.opsBwd += (static_cast<double>(layer.columnOps) + moeExtra) * perCollective;
+}
+
+}  // namespace
+
 LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const DeviceModel& device,
                     const GroupPlacement& tpGroup, const GroupPlacement& cpGroup, const GroupPlacement& epGroup,
                     LookupCounts* counts, std::vector<OpCost>* opCosts) {
@@ -367,6 +406,10 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
   const OpTemplate* scores = nullptr;
   const OpTemplate* context = nullptr;
   const OpTemplate* previous = nullptr;
+  // Under sequence parallelism each column-parallel linear's backward gathers its saved input shard
+  // again beside its input-gradient GEMM (tensorParallelComm): what that costs, summed here.
+  const double regather = c.tp > 1 && c.sequenceParallel ? tensorParallelGather(c, tpGroup) : 0.0;
+  double regatherExposed = 0;
   for (const auto& op : layer.ops) {
     // Compute.
     double fwd = 0;
@@ -407,7 +450,13 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
           const double io = (g->m * g->k + g->m * g->n) * static_cast<double>(c.dtypeBytes) + g->k * g->n * 8.0;
           wgrad = std::max(wgrad, g->count * io / dev.memoryBytesPerSecond);
         }
-        bwd = gemmOn(dev, g->m, g->k, g->n, g->count) + wgrad;
+        const double dgrad = gemmOn(dev, g->m, g->k, g->n, g->count);
+        if (regather > 0 && op.shard == Shard::kColumn && op.kind == OpKind::kMatMul) {
+          const double hidden = c.tpCommOverlap ? regather : std::min(regather, dgrad);
+          regatherExposed += std::max(0.0, regather - hidden) + device.overlapSlowdown * hidden;
+          out.opsBwd += 1;
+        }
+        bwd = dgrad + wgrad;
         if (torchao && !sixteenBit) {
           // Under tensor parallelism torchtitan's float8 layouts (tensorwise only) cast the operand a
           // sequence-parallel all-gather brings before gathering it: on the shard, and gathered in fp8.
@@ -557,27 +606,8 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
                                    : attnSaved;
   out.savedOp = std::min(out.savedFull, out.savedInput + attentionKept + opKeptOutputs);
 
-  // Tensor-parallel collectives on the full activation: all-reduce after each row-parallel linear
-  // (forward) and on the input gradient of each column-parallel one (backward); sequence parallelism
-  // replaces each by a reduce-scatter plus an all-gather of the same total time.
-  if (c.tp > 1) {
-    const double bytes = b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.hidden) * static_cast<double>(c.activationBytes);
-    double allReduce = collectiveSeconds(Collective::kAllReduce, bytes, tpGroup);
-    // torchtitan's float8 tensorwise layouts all-gather in fp8 (forward, and the output gradient
-    // backward): each reduce-scatter and all-gather pair moves 1.5 bytes per element instead of 2 x 2.
-    if (c.float8Recipe == Float8Recipe::kTensorwise && c.sequenceParallel) {
-      allReduce = collectiveSeconds(Collective::kReduceScatter, bytes, tpGroup) +
-                  collectiveSeconds(Collective::kAllGather, bytes / 2.0, tpGroup);
-    }
-    const double moeExtra = layer.moe ? 1.0 : 0.0;  // the expert block ends in a reduction too
-    // With overlap 15% stays exposed; the hidden 85% still slows the GEMMs it runs beside.
-    const double exposed = c.tpCommOverlap ? 0.15 + 0.85 * device.overlapSlowdown : 1.0;
-    out.tpCommFwd = (static_cast<double>(layer.rowOps) + moeExtra) * allReduce * exposed;
-    out.tpCommBwd = (static_cast<double>(layer.columnOps) + moeExtra) * allReduce * exposed;
-    const double perCollective = c.sequenceParallel ? 2.0 : 1.0;  // a reduce-scatter and an all-gather
-    out.opsFwd += (static_cast<double>(layer.rowOps) + moeExtra) * perCollective;
-    out.opsBwd += (static_cast<double>(layer.columnOps) + moeExtra) * perCollective;
-  }
+  if (c.tp > 1) tensorParallelComm(layer, c, device, tpGroup, out);
+  out.tpCommBwd += regatherExposed;
   // Expert parallelism: dispatch and combine all-to-alls, each way.
   if (layer.moe && c.ep > 1) {
     const double bytes = b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.topK) *
