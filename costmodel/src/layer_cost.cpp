@@ -329,6 +329,21 @@ double expertDispatchSeconds(double bytes, const LayerConfig& c, const GroupPlac
 
 namespace {
 
+// Measured times of a kernel on this device (colo-profile on a GPU) replace the estimate, each way
+// on its own. `kernelOf` names the kernel and its scaled shape; it is only called when the config has
+// measured kernels (it builds a key string, which the search's hot path does without).
+template <class KernelOf>
+void applyMeasured(const LayerConfig& c, KernelOf&& kernelOf, double& fwd, double& bwd, LookupCounts* counts) {
+  if (!c.kernels || c.kernels->empty()) return;
+  const std::optional<ScaledKernel> kernel = kernelOf();
+  if (!kernel) return;
+  const auto f = c.kernels->lookup(kernel->key + ".fwd", kernel->elements, kernel->width);
+  const auto g = c.kernels->lookup(kernel->key + ".bwd", kernel->elements, kernel->width);
+  if (f) fwd = f->first;
+  if (g) bwd = g->first;
+  if (counts) ++(f ? counts->kernelsMeasured : counts->kernelsRoofline);
+}
+
 // All-gather of one sequence-parallel activation ([b, s/cp, h] in 16 bits) over the tensor-parallel group.
 double tensorParallelGather(const LayerConfig& c, const GroupPlacement& tpGroup) {
   const double bytes = static_cast<double>(c.microBatch) * (static_cast<double>(c.seqLen) / static_cast<double>(c.cp)) *
@@ -492,16 +507,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         if (op.kind == OpKind::kAdd) bwd = 0.0;
         else if (op.kind == OpKind::kDropout) bwd = fwd;
         else bwd = std::max(floor, 1.5 * bytes / bw);
-        // Measured times of this kernel on this device replace the estimate.
-        if (c.kernels && !c.kernels->empty()) {
-          if (const auto sk = scaledKernel(op, c)) {
-            const auto f = c.kernels->lookup(sk->key + ".fwd", sk->elements, sk->width);
-            const auto g = c.kernels->lookup(sk->key + ".bwd", sk->elements, sk->width);
-            if (f) fwd = f->first;
-            if (g) bwd = g->first;
-            if (counts) ++(f ? counts->kernelsMeasured : counts->kernelsRoofline);
-          }
-        }
+        applyMeasured(c, [&] { return scaledKernel(op, c); }, fwd, bwd, counts);
         break;
       }
     }
@@ -575,16 +581,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     const double rate = device.attentionPeakFlopsPerSecond * device.sustainedClock;
     double fwd = std::max(floor, work / (rate * device.flashFwdEfficiency));
     double bwd = std::max(floor, 2.5 * work / (rate * device.flashBwdEfficiency));
-    // The fused kernel as measured on this device (colo-profile on a GPU) replaces the roofline.
-    if (c.kernels && !c.kernels->empty()) {
-      if (const auto fk = flashKernel(layer, c)) {
-        const auto f = c.kernels->lookup(fk->key + ".fwd", fk->elements, fk->width);
-        const auto g = c.kernels->lookup(fk->key + ".bwd", fk->elements, fk->width);
-        if (f) fwd = f->first;
-        if (g) bwd = g->first;
-        if (counts) ++(f ? counts->kernelsMeasured : counts->kernelsRoofline);
-      }
-    }
+    applyMeasured(c, [&] { return flashKernel(layer, c); }, fwd, bwd, counts);
     out.fwd += fwd;
     out.bwd += bwd;
     out.opsFwd += 1;
