@@ -355,7 +355,7 @@ Result<AutoParallelResult> Search::run() {
     if (o.cancel && o.cancel->cancelled()) break;
     if (o.progress && i % 8 == 0) {
       o.progress->progress(static_cast<double>(i) / static_cast<double>(work.size()),
-                           std::to_string(k.pp) + " stages x mesh " + DeviceMesh{k.shape, nullptr}.toString());
+                           std::to_string(k.pp) + " stages x mesh " + DeviceMesh{k.shape, nullptr, {}}.toString());
     }
     const bool jointCanWin = k.bound < m_joint.assembly.step;
     const bool megatronCanWin = k.bound < m_megatron.assembly.step;

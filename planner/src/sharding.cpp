@@ -35,6 +35,7 @@ std::int64_t DeviceMesh::size() const {
 }
 
 costmodel::GroupPlacement DeviceMesh::group(int axis) const {
+  if (static_cast<std::size_t>(axis) < placed.size()) return placed[static_cast<std::size_t>(axis)];
   // The inner axis takes consecutive ranks (the plan's tp position), the outer axis strides over it
   // (dp's position): the cost model places such groups on the cluster's link levels.
   Parallelism p;
@@ -94,6 +95,7 @@ Result<DeviceMesh> makeMesh(const ClusterSpec& cluster, std::vector<std::int64_t
     return std::unexpected(Error::badInput(label + ": the inner axis (" + std::to_string(inner) +
                                            ") must divide a node's " + std::to_string(gpn) + " GPUs or span whole nodes"));
   }
+  for (int a = 0; a < mesh.axes(); ++a) mesh.placed.push_back(mesh.group(a));
   return mesh;
 }
 

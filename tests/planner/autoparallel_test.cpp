@@ -41,6 +41,19 @@ TEST(Sharding, MeshShapesAreCheckedAgainstTheCluster) {
   // The inner axis is one node's NVSwitch, the outer crosses nodes.
   EXPECT_FALSE(mesh->group(1).crossesNodes());
   EXPECT_TRUE(mesh->group(0).crossesNodes());
+  // makeMesh places both groups once; a mesh built without it places them on each call, the same way.
+  ASSERT_EQ(mesh->placed.size(), 2u);
+  const DeviceMesh bare{mesh->shape, &cluster, {}};
+  for (int a = 0; a < 2; ++a) {
+    const auto cached = mesh->group(a), placed = bare.group(a);
+    EXPECT_EQ(cached.size, placed.size);
+    EXPECT_EQ(cached.stride, placed.stride);
+    EXPECT_EQ(cached.perNode, placed.perNode);
+    EXPECT_EQ(cached.inner, placed.inner);
+    EXPECT_EQ(cached.outer, placed.outer);
+  }
+  EXPECT_EQ(mesh->group(0).size, 2);
+  EXPECT_EQ(mesh->group(1).size, 8);
   auto odd = makeMesh(cluster, {3, 3});
   ASSERT_FALSE(odd);
   EXPECT_NE(odd.error().message.find("--mesh 3x3"), std::string::npos) << odd.error().message;

@@ -61,6 +61,9 @@ struct TensorDims {
 struct DeviceMesh {
   std::vector<std::int64_t> shape;
   const ClusterSpec* cluster = nullptr;
+  /// group(0) and group(1) as makeMesh placed them (the solver asks for them in its inner loops);
+  /// empty for a mesh built otherwise, whose group() places the group on each call.
+  std::vector<costmodel::GroupPlacement> placed;
   [[nodiscard]] int axes() const { return static_cast<int>(shape.size()); }
   [[nodiscard]] std::int64_t axisSize(int axis) const { return axis < axes() ? shape[static_cast<std::size_t>(axis)] : 1; }
   [[nodiscard]] std::int64_t size() const;
