@@ -131,7 +131,7 @@ Result<std::pair<Timing, std::optional<Timing>>> timeKernel(const std::string& k
 #else
       return fail(Error::badInput("no LibTorch kernel for \"" + key + "\" before LibTorch 2"));
 #endif
-    } else if (key == "adam_step" && adamImplementation(device) != "torch.optim.AdamW") {
+    } else if (key == "adam_step" && coloSteps(device)) {
       // One step of colo's fused AdamW over `elements` fp32 master weights (adamImplementation).
       x = torch::randn({elements}, o.dtype(torch::kFloat32));
       auto grad = torch::randn({elements}, o.dtype(torch::kFloat32)), m = torch::zeros_like(x), v = torch::zeros_like(x);
@@ -204,13 +204,17 @@ Result<Timing> timeCopy(const std::string& direction, bool pinned, std::int64_t 
   }
 }
 
+bool coloSteps(const std::string& device) {
+  return device.rfind("cuda", 0) == 0 && kernels::torch_ops::cudaAvailable();
+}
+
 std::string kernelImplementation(const std::string& key, const std::string& device) {
   const bool colo = key == "rmsnorm" || key == "layernorm" || key == "rotary" || key == "cross_entropy" || key == "swiglu";
-  return colo && device.rfind("cuda", 0) == 0 && kernels::torch_ops::cudaAvailable() ? "colo fused" : "aten";
+  return colo && coloSteps(device) ? "colo fused" : "aten";
 }
 
 std::string adamImplementation(const std::string& device) {
-  return device.rfind("cuda", 0) == 0 && kernels::torch_ops::cudaAvailable() ? "colo fused AdamW (multi-tensor kernel)" : "torch.optim.AdamW";
+  return coloSteps(device) ? "colo fused AdamW (multi-tensor kernel)" : "torch.optim.AdamW";
 }
 
 }  // namespace colo::profiler::detail

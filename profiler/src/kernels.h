@@ -20,6 +20,10 @@ namespace colo::profiler::detail {
                                                                           std::int64_t width, DType dtype,
                                                                           const std::string& device, int warmup, int repetitions);
 
+/// Whether `device` runs colo's own kernels (a CUDA device, in a build that has them): what colo-run
+/// steps with there, and so what the profiler times.
+[[nodiscard]] bool coloSteps(const std::string& device);
+
 /// Which AdamW step timeKernel("adam_step") times on `device`: colo's fused multi-tensor kernel on a
 /// CUDA device where the build has it (what colo-run steps with there, as frameworks step with their
 /// fused Adam), LibTorch's torch::optim::AdamW otherwise. The name goes into the database's impl column.
