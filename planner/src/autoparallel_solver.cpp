@@ -394,46 +394,55 @@ void BlockDp::advance(std::size_t u) {
   const UnitFixed f = unitFixed(u);
   auto& out = m_steps[u + 1];
   out.reserve(m_steps[u].size() * 2);
-  std::vector<std::pair<int, bool>> state, next;
   const bool producesLive = m_s.m_lastUse[u + 1] > static_cast<int>(u);
+  // A key holds the entry code, then 6 bits per live tensor (its layout and recompute bit; pack()).
+  // What carries over to the next step is read off the key: the tensors that stay live, each with its
+  // recompute bit kept only while it still matters.
+  const std::size_t count = before.size();
+  auto field = [count](std::uint64_t key, std::size_t i) { return (key >> (6 * (count - 1 - i))) & 63u; };
+  std::array<bool, 16> stays{}, bitStays{};
+  for (std::size_t i = 0; i < count; ++i) {
+    const int t = before[i];
+    stays[i] = m_s.m_lastUse[static_cast<std::size_t>(t)] > static_cast<int>(u);
+    bitStays[i] = bitMatters(t, u + 1);
+  }
+  auto survivorsOf = [&](std::uint64_t key) {
+    std::uint64_t next = key >> (6 * count);  // the entry code
+    for (std::size_t i = 0; i < count; ++i) {
+      if (!stays[i]) continue;
+      const std::uint64_t x = field(key, i);
+      next = (next << 6) | (bitStays[i] ? x : x & ~std::uint64_t{1});
+    }
+    return next;
+  };
   // The choices depend on the state only through the unit's inputs (its signature): where states share
   // signatures they are computed once per signature, else once per state.
-  std::vector<std::pair<int, bool>> inputs;
-  auto signatureOf = [&f, &inputs](const std::vector<std::pair<int, bool>>& live) {
-    inputs.clear();
-    for (const std::size_t at : f.inputAt) inputs.push_back(live[at]);
-    return pack(0, inputs);
+  auto signatureOf = [&](std::uint64_t key) {
+    std::uint64_t sig = 0;
+    for (const std::size_t at : f.inputAt) sig = (sig << 6) | field(key, at);
+    return sig;
   };
   std::unordered_map<std::uint64_t, std::pair<std::size_t, std::size_t>> bySignature;  // -> [begin, end) in `pool`
-  {
-    int code = 0;
-    for (const auto& [key, entry] : m_steps[u]) {
-      unpack(key, before.size(), code, state);
-      bySignature.try_emplace(signatureOf(state));
-    }
-  }
+  for (const auto& item : m_steps[u]) bySignature.try_emplace(signatureOf(item.first));
   const bool share = bySignature.size() * 2 <= m_steps[u].size();
+  std::vector<std::pair<int, bool>> state;
   std::vector<Option> pool;
   for (const auto& [key, entry] : m_steps[u]) {
-    int code = 0;
-    unpack(key, before.size(), code, state);
-    // The next state's key up to the unit's own output: the tensors that stay live.
-    next.clear();
-    for (std::size_t i = 0; i < before.size(); ++i) {
-      const int t = before[i];
-      if (m_s.m_lastUse[static_cast<std::size_t>(t)] > static_cast<int>(u)) next.push_back({state[i].first, state[i].second && bitMatters(t, u + 1)});
-    }
-    const std::uint64_t survivors = pack(code, next);
+    const std::uint64_t survivors = survivorsOf(key);
     std::pair<std::size_t, std::size_t> range;
     if (share) {
-      auto& cached = bySignature[signatureOf(state)];
+      auto& cached = bySignature[signatureOf(key)];
       if (cached.second == 0) {
+        int code = 0;
+        unpack(key, count, code, state);
         cached.first = pool.size();
         options(u, f, state, pool);
         cached.second = pool.size() + 1;  // one past, so that no choice reads as not computed
       }
       range = {cached.first, cached.second - 1};
     } else {
+      int code = 0;
+      unpack(key, count, code, state);
       pool.clear();
       options(u, f, state, pool);
       range = {0, pool.size()};
