@@ -344,11 +344,15 @@ void applyMeasured(const LayerConfig& c, KernelOf&& kernelOf, double& fwd, doubl
   if (counts) ++(f ? counts->kernelsMeasured : counts->kernelsRoofline);
 }
 
-// All-gather of one sequence-parallel activation ([b, s/cp, h] in 16 bits) over the tensor-parallel group.
+// One micro-batch's full activation [b, s/cp, h], the buffer every tensor-parallel collective moves.
+double activationBytes(const LayerConfig& c) {
+  return static_cast<double>(c.microBatch) * (static_cast<double>(c.seqLen) / static_cast<double>(c.cp)) *
+         static_cast<double>(c.hidden) * static_cast<double>(c.activationBytes);
+}
+
+// All-gather of one sequence-parallel activation (in 16 bits) over the tensor-parallel group.
 double tensorParallelGather(const LayerConfig& c, const GroupPlacement& tpGroup) {
-  const double bytes = static_cast<double>(c.microBatch) * (static_cast<double>(c.seqLen) / static_cast<double>(c.cp)) *
-                       static_cast<double>(c.hidden) * static_cast<double>(c.activationBytes);
-  return collectiveSeconds(Collective::kAllGather, bytes, tpGroup);
+  return collectiveSeconds(Collective::kAllGather, activationBytes(c), tpGroup);
 }
 
 // Tensor-parallel collectives on the full activation: an all-reduce after each row-parallel linear
@@ -359,8 +363,7 @@ double tensorParallelGather(const LayerConfig& c, const GroupPlacement& tpGroup)
 // adds what of that gather outlasts the GEMM, and the slowdown of the part hidden.)
 void tensorParallelComm(const LayerTemplate& layer, const LayerConfig& c, const DeviceModel& device,
                         const GroupPlacement& tpGroup, LayerCost& out) {
-  const double bytes = static_cast<double>(c.microBatch) * (static_cast<double>(c.seqLen) / static_cast<double>(c.cp)) *
-                       static_cast<double>(c.hidden) * static_cast<double>(c.activationBytes);
+  const double bytes = activationBytes(c);
   double pair = collectiveSeconds(Collective::kAllReduce, bytes, tpGroup);
   if (c.sequenceParallel) {
     // torchtitan's float8 tensorwise layouts all-gather in fp8 (forward, and the output gradient
