@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 namespace colo::costmodel {
 namespace {
@@ -500,7 +501,7 @@ std::vector<KernelMeasurement> CostDatabase::kernelsFor(const std::string& devic
   sqlite3_stmt* stmt = nullptr;
   if (sqlite3_prepare_v2(m_impl->db,
                          "SELECT k.op, k.dtype, k.shape, k.impl, k.median_s, k.spread_s, k.repetitions FROM kernels k "
-                         "JOIN devices d ON d.id = k.device_id WHERE d.name = ? ORDER BY k.op, k.shape",
+                         "JOIN devices d ON d.id = k.device_id WHERE d.name = ? ORDER BY k.op, k.shape, k.impl",
                          -1, &stmt, nullptr) != SQLITE_OK) {
     return out;
   }
@@ -715,7 +716,13 @@ std::string kernelShape(std::int64_t elements, std::int64_t width) {
   return std::to_string(elements) + "x" + std::to_string(width);
 }
 
+bool isColoImplementation(const std::string& impl) { return impl.rfind("colo", 0) == 0; }
+
 KernelTable::KernelTable(const std::vector<KernelMeasurement>& rows, DType dtype) {
+  // One row per (op, shape): where a device holds two implementations of a kernel, the one colo-run runs.
+  // The profiler records colo's own kernel only where colo-run can run it on that device, so its row
+  // wins over LibTorch's; between two of the same kind, the first (kernelsFor orders by implementation).
+  std::map<std::pair<std::string, std::string>, std::pair<std::size_t, bool>> seen;  // -> row, colo's
   for (const auto& r : rows) {
     if (r.dtype != dtype || r.seconds <= 0) continue;
     const auto x = r.shape.find('x');
@@ -724,7 +731,14 @@ KernelTable::KernelTable(const std::vector<KernelMeasurement>& rows, DType dtype
     const double elements = std::strtod(r.shape.c_str(), &end);
     const long long width = std::strtoll(r.shape.c_str() + x + 1, nullptr, 10);
     if (elements <= 0) continue;
-    m_rows.push_back({r.op, elements, width, r.seconds});
+    const bool colo = isColoImplementation(r.impl);
+    const auto [it, inserted] = seen.try_emplace({r.op, r.shape}, m_rows.size(), colo);
+    if (inserted) {
+      m_rows.push_back({r.op, elements, width, r.seconds});
+    } else if (colo && !it->second.second) {
+      m_rows[it->second.first].seconds = r.seconds;
+      it->second.second = true;
+    }
   }
 }
 

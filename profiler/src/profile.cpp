@@ -176,7 +176,9 @@ Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& 
   // Non-GEMM kernels: forward and backward, one transaction for all.
   std::set<std::string> have;
   if (options.resume) {
-    for (const auto& k : db.kernelsFor(*name)) have.insert(k.op + "|" + toString(k.dtype) + "|" + k.shape);
+    // Keyed by implementation too: a row of another implementation (LibTorch's where colo's kernel now
+    // runs) does not stand for this one.
+    for (const auto& k : db.kernelsFor(*name)) have.insert(k.op + "|" + toString(k.dtype) + "|" + k.shape + "|" + k.impl);
   }
   std::vector<costmodel::KernelMeasurement> kernels;
   std::int64_t kernelDone = 0;
@@ -187,7 +189,8 @@ Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& 
       break;
     }
     const std::string shape = costmodel::kernelShape(k.elements, k.width);
-    if (options.resume && have.contains(k.key + ".fwd|" + toString(options.dtype) + "|" + shape)) {
+    const std::string impl = detail::kernelImplementation(k.key, options.device);
+    if (options.resume && have.contains(k.key + ".fwd|" + toString(options.dtype) + "|" + shape + "|" + impl)) {
       ++report.skipped;
       continue;
     }
@@ -196,7 +199,6 @@ Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& 
       if (t.error().code == ErrorCode::kBadInput) continue;  // a kernel without a LibTorch twin: the roofline stays
       return fail(t.error());
     }
-    const std::string impl = detail::kernelImplementation(k.key, options.device);
     kernels.push_back({k.key + ".fwd", options.dtype, shape, impl, t->first.median, t->first.spread, t->first.repetitions});
     if (t->second) {
       kernels.push_back({k.key + ".bwd", options.dtype, shape, impl, t->second->median, t->second->spread,
@@ -215,7 +217,7 @@ Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& 
       break;
     }
     const std::string shape = costmodel::kernelShape(params, 0);
-    if (options.resume && have.contains("adam_step.fwd|fp32|" + shape)) {
+    if (options.resume && have.contains("adam_step.fwd|fp32|" + shape + "|" + detail::adamImplementation(options.device))) {
       ++report.skipped;
       continue;
     }

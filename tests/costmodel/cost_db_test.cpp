@@ -154,6 +154,31 @@ TEST(CostDatabaseV2, KernelsCollectivesAndResume) {
   EXPECT_TRUE(reopened->devicesMatching("h100").empty());
 }
 
+TEST(CostDatabaseV2, ColoRunsOwnKernelIsTheOneLookedUpWhereBothAreMeasured) {
+  // A device profiled before colo's fused kernels existed, then again: both rows stay in the file, and
+  // the table prices the kernel colo-run runs, whichever row comes first.
+  test::ScratchDir dir;
+  auto db = CostDatabase::openForWrite(dir.path("both.sqlite"));
+  ASSERT_TRUE(db) << db.error().toString();
+  ASSERT_TRUE(db->addKernels("cuda: test", {{"rmsnorm.fwd", DType::kBf16, "8192x1024", "aten", 2.5e-4, 1e-6, 20},
+                                            {"rmsnorm.fwd", DType::kBf16, "8192x1024", "colo fused", 6e-5, 1e-6, 20},
+                                            {"gelu.fwd", DType::kBf16, "8192x1024", "aten", 1e-4, 1e-6, 20}}));
+  const auto rows = db->kernelsFor("cuda: test");
+  ASSERT_EQ(rows.size(), 3u);
+  for (const auto& order : {rows, std::vector<KernelMeasurement>(rows.rbegin(), rows.rend())}) {
+    const KernelTable table(order, DType::kBf16);
+    const auto rms = table.lookup("rmsnorm.fwd", 8192, 1024);
+    ASSERT_TRUE(rms);
+    EXPECT_DOUBLE_EQ(rms->first, 6e-5);
+    const auto gelu = table.lookup("gelu.fwd", 8192, 1024);
+    ASSERT_TRUE(gelu);
+    EXPECT_DOUBLE_EQ(gelu->first, 1e-4);  // only LibTorch's: that one
+  }
+  EXPECT_TRUE(isColoImplementation("colo fused AdamW (multi-tensor kernel)"));
+  EXPECT_FALSE(isColoImplementation("aten"));
+  EXPECT_FALSE(isColoImplementation("torch.optim.AdamW"));
+}
+
 TEST(CostDatabaseV2, VersionOneFilesAreMigratedInPlace) {
   test::ScratchDir dir;
   const auto file = dir.path("v1.sqlite");

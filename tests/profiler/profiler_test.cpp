@@ -104,6 +104,37 @@ TEST(Profiler, ProfilesResumesAndSurvivesInterruption) {
   }
 }
 
+TEST(Profiler, ResumeMeasuresAKernelWhoseStoredRowIsAnotherImplementation) {
+  // A file whose kernel rows were all measured as another implementation than this device runs now
+  // (LibTorch's where colo's kernel runs, or the other way round): --resume measures them again
+  // instead of taking them as done, and keeps the GEMMs it has.
+  test::ScratchDir dir;
+  const Model model = test::loadModelOrFail(test::dataFile("models/tiny-gpt.json"));
+  auto first = costmodel::CostDatabase::openForWrite(dir.path("first.sqlite"));
+  ASSERT_TRUE(first);
+  auto r1 = profileModel(model, *first, quick());
+  ASSERT_TRUE(r1) << r1.error().toString();
+  const auto name = r1->deviceName;
+  std::vector<costmodel::KernelMeasurement> other = first->kernelsFor(name);
+  ASSERT_FALSE(other.empty());
+  for (auto& k : other) k.impl = "another implementation";
+  auto second = costmodel::CostDatabase::openForWrite(dir.path("second.sqlite"));
+  ASSERT_TRUE(second);
+  ASSERT_TRUE(second->addGemms(name, first->gemmsFor(name), "torch"));
+  ASSERT_TRUE(second->addKernels(name, other));
+  auto o = quick();
+  o.resume = true;
+  auto r2 = profileModel(model, *second, o);
+  ASSERT_TRUE(r2) << r2.error().toString();
+  EXPECT_EQ(r2->measured, 0);                  // every GEMM was there
+  EXPECT_EQ(r2->kernels, r1->kernels);         // every kernel measured again
+  EXPECT_EQ(second->kernelsFor(name).size(), 2 * other.size());
+  // Resumed once more, nothing is left to measure.
+  auto r3 = profileModel(model, *second, o);
+  ASSERT_TRUE(r3) << r3.error().toString();
+  EXPECT_EQ(r3->kernels, 0);
+}
+
 TEST(Profiler, LlamaKernelsIncludeRotaryAndRmsNorm) {
   test::ScratchDir dir;
   const Model model = test::loadModelOrFail(test::dataFile("models/tiny-llama.json"));

@@ -192,6 +192,10 @@ class KernelTable {
   std::vector<Row> m_rows;
 };
 
+/// Whether a kernel row's implementation is colo's own kernel ("colo fused", "colo fused AdamW ...") rather
+/// than LibTorch's operators; KernelTable prefers it where a device holds both.
+[[nodiscard]] bool isColoImplementation(const std::string& impl);
+
 /// "<elements>x<width>" as kernels are stored.
 [[nodiscard]] std::string kernelShape(std::int64_t elements, std::int64_t width);
 
