@@ -18,7 +18,8 @@ namespace {
 
 // Bytes of an activation element: the precision's, except under fp8, where only GEMM operands are 8-bit
 // (Transformer Engine casts each GEMM's inputs, mostly fused into the kernel before it, and keeps
-// activations, their communication and what backward saves in bf16).
+// activations, their communication and what backward saves in bf16, but for the fp8 copy of each
+// linear layer's input that Transformer Engine keeps for the weight gradient: layer_cost.cpp).
 std::int64_t activationBytesOf(DType precision) {
   return precision == DType::kFp8 ? 2 : bytesPerElement(precision);
 }

@@ -560,7 +560,13 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         savedSplit = tp / static_cast<double>(c.etp);
         break;
     }
-    const double saved = op.savedBytes * tokenScale / savedSplit;
+    // Transformer Engine keeps a linear layer's input for the weight gradient in its fp8 copy (Linear,
+    // LayerNormLinear, LayerNormMLP and GroupedLinear save the quantized input when the recipe runs the
+    // weight gradient in fp8, its default): 1 byte per element instead of the template's 2. Megatron's
+    // output layer is not a Transformer Engine module and torchao's recipes save the 16-bit input.
+    const bool fp8Input = c.dtypeBytes == 1 && c.float8Recipe == Float8Recipe::kTransformerEngine &&
+                          (op.kind == OpKind::kMatMul || op.kind == OpKind::kGroupedMatMul) && op.shard != Shard::kVocab;
+    const double saved = op.savedBytes * tokenScale / savedSplit * (fp8Input ? 0.5 : 1.0);
     out.savedFull += saved;
     if (op.attentionCore) attnSaved += saved;
     quadraticSaved += op.savedQuadratic * tokenScale / savedSplit;
