@@ -350,9 +350,17 @@ double activationBytes(const LayerConfig& c) {
          static_cast<double>(c.hidden) * static_cast<double>(c.activationBytes);
 }
 
-// All-gather of one sequence-parallel activation (in 16 bits) over the tensor-parallel group.
+// Whether Transformer Engine runs this layer's linears in fp8: its sequence-parallel all-gathers then
+// move the fp8 cast (docs/costmodel.md, "fp8 all-gathers").
+bool transformerEngineFp8(const LayerConfig& c) {
+  return c.dtypeBytes == 1 && c.float8Recipe == Float8Recipe::kTransformerEngine;
+}
+
+// All-gather of one sequence-parallel activation over the tensor-parallel group, as the input of a
+// column-parallel linear's backward: 16 bits, or the saved fp8 copy under Transformer Engine.
 double tensorParallelGather(const LayerConfig& c, const GroupPlacement& tpGroup) {
-  return collectiveSeconds(Collective::kAllGather, activationBytes(c), tpGroup);
+  const double bytes = activationBytes(c);
+  return collectiveSeconds(Collective::kAllGather, transformerEngineFp8(c) ? bytes / 2.0 : bytes, tpGroup);
 }
 
 // Tensor-parallel collectives on the full activation: an all-reduce after each row-parallel linear
@@ -365,21 +373,26 @@ void tensorParallelComm(const LayerTemplate& layer, const LayerConfig& c, const 
                         const GroupPlacement& tpGroup, LayerCost& out) {
   const double bytes = activationBytes(c);
   double pair = collectiveSeconds(Collective::kAllReduce, bytes, tpGroup);
+  double moePair = pair;
   if (c.sequenceParallel) {
-    // torchtitan's float8 tensorwise layouts all-gather in fp8 (forward, and the output gradient
-    // backward): each pair moves 1.5 bytes per element instead of 2 x 2.
-    const double gatherBytes = c.float8Recipe == Float8Recipe::kTensorwise ? bytes / 2.0 : bytes;
-    pair = collectiveSeconds(Collective::kReduceScatter, bytes, tpGroup) +
-           collectiveSeconds(Collective::kAllGather, gatherBytes, tpGroup);
+    // torchtitan's float8 tensorwise layouts, and Transformer Engine's fp8 linears, all-gather in fp8
+    // (the forward input, and the output gradient backward): each pair moves 1.5 bytes per element
+    // instead of 2 x 2. The reduce-scatters carry the GEMMs' 16-bit outputs.
+    const bool fp8Gather = c.float8Recipe == Float8Recipe::kTensorwise || transformerEngineFp8(c);
+    const double scatter = collectiveSeconds(Collective::kReduceScatter, bytes, tpGroup);
+    pair = scatter + collectiveSeconds(Collective::kAllGather, fp8Gather ? bytes / 2.0 : bytes, tpGroup);
+    // Megatron's MoE token dispatcher gathers the 16-bit hidden states itself, outside TE's linears.
+    moePair = transformerEngineFp8(c) ? scatter + collectiveSeconds(Collective::kAllGather, bytes, tpGroup) : pair;
   }
-  const double moeExtra = layer.moe ? 1.0 : 0.0;  // the expert block ends in a reduction too
+  const double moeExtra = layer.moe ? moePair : 0.0;  // the expert block ends in a reduction too
   // With overlap 15% stays exposed; the hidden 85% still slows the GEMMs it runs beside.
   const double exposed = c.tpCommOverlap ? 0.15 + 0.85 * device.overlapSlowdown : 1.0;
-  out.tpCommFwd = (static_cast<double>(layer.rowOps) + moeExtra) * pair * exposed;
-  out.tpCommBwd = (static_cast<double>(layer.columnOps) + moeExtra) * pair * exposed;
+  out.tpCommFwd = (static_cast<double>(layer.rowOps) * pair + moeExtra) * exposed;
+  out.tpCommBwd = (static_cast<double>(layer.columnOps) * pair + moeExtra) * exposed;
   const double perCollective = c.sequenceParallel ? 2.0 : 1.0;  // a reduce-scatter and an all-gather
-  out.opsFwd += (static_cast<double>(layer.rowOps) + moeExtra) * perCollective;
-  out.opsBwd += (static_cast<double>(layer.columnOps) + moeExtra) * perCollective;
+  const double moeOps = layer.moe ? 1.0 : 0.0;
+  out.opsFwd += (static_cast<double>(layer.rowOps) + moeOps) * perCollective;
+  out.opsBwd += (static_cast<double>(layer.columnOps) + moeOps) * perCollective;
 }
 
 }  // namespace
