@@ -1,5 +1,6 @@
 // Published rows to colo plans (data/validation/README.md, "Reading a row colo has never seen").
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <regex>
@@ -312,6 +313,7 @@ struct RecomputeReading {
   RecomputePolicy policy = RecomputePolicy::kNone;
   std::optional<std::int64_t> layers;  // Megatron's --recompute-num-layers N
   bool open = false;                   // nothing said: the cheapest policy that fits is chosen
+  std::optional<double> share;         // checkpointing every n-th block: 1/n of each chunk's layers
 };
 
 // "recompute": a policy name, free text ("full (--checkpoint-activations)", "activation checkpointing":
@@ -369,7 +371,34 @@ Result<RecomputeReading> readRecompute(const Json& tr, const Settings& set, cons
     policy = *parsed;
     *assumed = true;
   }
-  return RecomputeReading{policy, recomputeLayers, recomputeOpen};
+  return RecomputeReading{.policy = policy, .layers = recomputeLayers, .open = recomputeOpen, .share = std::nullopt};
+}
+
+// Checkpointing every n-th block ("selective (checkpoint every n blocks)": IBM's fms-fsdp wraps every
+// x-th LLaMABlock, `apply_fsdp_checkpointing(model, every_xth_item)`) is full recompute of 1/n of the
+// layers. n from the words ("every 3 blocks", "every other block"), else from the row's own published
+// HFU against MFU: HFU counts the recomputed forward, a third of a layer's training FLOPs (forward and
+// both backward products, attention included), so HFU / MFU = 1 + share / 3.
+void readBlockCheckpointing(const Json& tr, const Json& measured, RecomputeReading& r, bool* assumed) {
+  const std::string words = lower(text(tr, "recompute"));
+  static const std::regex everyBlocks(R"(every[ -](\d+|n|x|other|second)[-a-z]*[ -](blocks?|layers?))");
+  std::smatch m;
+  if (!std::regex_search(words, m, everyBlocks)) return;
+  std::optional<double> share;
+  const std::string n = m[1];
+  if (n == "other" || n == "second") share = 0.5;
+  else if (std::isdigit(static_cast<unsigned char>(n[0])) && std::stoll(n) > 0) share = 1.0 / static_cast<double>(std::stoll(n));
+  const auto hfu = number(measured, "hfu");
+  const auto mfu = number(measured, "mfu");
+  if (!share && hfu && mfu && *mfu > 0 && *hfu >= *mfu) {
+    share = std::clamp(3.0 * (*hfu / *mfu - 1.0), 0.0, 1.0);
+    *assumed = true;
+  }
+  if (!share) return;
+  r.policy = RecomputePolicy::kFull;
+  r.share = share;
+  r.layers.reset();
+  r.open = false;
 }
 
 // The layers of each chunk (from the run's assumptions entry, else balanced) and their recompute.
@@ -400,6 +429,9 @@ Result<void> assignStages(const Settings& set, const ModelSpec& spec, const Reco
     st.recompute = r.policy;
     st.recomputeLayers = r.policy == RecomputePolicy::kNone ? 0 : st.layers;
     if (r.policy == RecomputePolicy::kFull && r.layers) st.recomputeLayers = std::min(*r.layers, st.layers);
+    if (r.policy == RecomputePolicy::kFull && r.share) {
+      st.recomputeLayers = std::llround(*r.share * static_cast<double>(st.layers));
+    }
   }
   return {};
 }
@@ -627,6 +659,7 @@ Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions) {
   readBatchAndZero(tr, par, set, spec->seqLen, p, &assumed);
   auto recompute = readRecompute(tr, set, c.id, &assumed);
   if (!recompute) return fail(recompute.error());
+  readBlockCheckpointing(tr, row["measured"], *recompute, &assumed);
   if (auto st = assignStages(set, *spec, *recompute, c.id, p, &assumed); !st) return fail(st.error());
   if (auto ex = readPrecisionAndExecution(tr, par, set, c.id, p); !ex) return fail(ex.error());
   if (recompute->open || vppOpen) {

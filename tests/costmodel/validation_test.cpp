@@ -563,6 +563,43 @@ TEST(Validation, RecomputeIsReadFromMegatronsFlagsAndOtherWords) {
   EXPECT_EQ(c->plan.stages[0].recomputeLayers, 2);
 }
 
+TEST(Validation, CheckpointingEveryNthBlockRecomputesThatShareOfTheLayers) {
+  // IBM's fms-fsdp "selective" checkpointing wraps every n-th block: full recompute of 1/n of them. n from
+  // the words, else from the row's own HFU against MFU (HFU counts the recomputed forward: 1 + share/3).
+  struct Case {
+    const char* words;
+    std::optional<double> hfu;
+    std::int64_t layers;  // of the single 16-layer chunk
+    bool inferred;  // n read from HFU / MFU: the row no longer counts as fully published
+  };
+  auto base = validation::caseFromRow(unseenRow(), assumptionsFile());
+  ASSERT_TRUE(base) << base.error().toString();
+  const Case cases[] = {{"selective (checkpoint every 4th block)", std::nullopt, 4, false},
+                        {"checkpointing every other block", std::nullopt, 8, false},
+                        {"selective (checkpoint every n blocks)", 0.59, 8, true},  // 0.59 / 0.51: share 0.47
+                        {"selective (checkpoint every n blocks)", 0.51, 0, true}};
+  for (const auto& k : cases) {
+    Json row = unseenRow();
+    row["training"]["recompute"] = k.words;
+    if (k.hfu) {
+      row["measured"]["hfu"] = *k.hfu;
+      row["measured"]["mfu"] = 0.51;
+    }
+    auto c = validation::caseFromRow(row, assumptionsFile());
+    ASSERT_TRUE(c) << k.words << ": " << c.error().toString();
+    ASSERT_EQ(c->plan.stages.size(), 1u);
+    EXPECT_EQ(c->plan.stages[0].recompute, RecomputePolicy::kFull) << k.words;
+    EXPECT_EQ(c->plan.stages[0].recomputeLayers, k.layers) << k.words;
+    EXPECT_EQ(c->fullyPublished, base->fullyPublished && !k.inferred) << k.words;
+  }
+  // Without n and without both figures it stays the framework's selective policy.
+  Json row = unseenRow();
+  row["training"]["recompute"] = "selective (checkpoint every n blocks)";
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_EQ(c->plan.stages[0].recompute, RecomputePolicy::kSelective);
+}
+
 TEST(Validation, FieldsUnderOtherNamesAreReadAsTheirCanonicalOnes) {
   // Megatron argument names, Hugging Face config names and short forms.
   Json row = Json::parse(R"({
