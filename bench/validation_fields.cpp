@@ -191,6 +191,10 @@ Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, 
   if (!preset) return fail(preset.error());
   ModelSpec s = *preset;
   s.name = text(m, "name").empty() ? id : text(m, "name");
+  // What the row says against its family's preset: "no bias" (MPT, llm-foundry's `no_bias: true`), and
+  // MPT's embedding goes straight into the first block (BLOOM's preset puts a norm there).
+  if (has(arch, "no bias") || has(arch, "without bias")) s.qkvBias = s.attentionOutputBias = s.mlpBias = false;
+  if (has(arch, "mpt")) s.embeddingNorm = false;
   auto need = [&](const char* key) -> Result<std::int64_t> {
     const auto v = number(m, key);
     if (!v || *v < 1) return fail(rowError(id, std::string("model.") + key, "missing or not positive"));

@@ -600,6 +600,23 @@ TEST(Validation, CheckpointingEveryNthBlockRecomputesThatShareOfTheLayers) {
   EXPECT_EQ(c->plan.stages[0].recompute, RecomputePolicy::kSelective);
 }
 
+TEST(Validation, AnMptRowHasNoBiasesAndNoNormAfterItsEmbedding) {
+  // MPT is ALiBi like BLOOM (the preset the harness starts from) but drops every bias (llm-foundry's
+  // no_bias) and BLOOM's norm after the embedding.
+  Json row = unseenRow();
+  row["model"]["arch"] = "MPT (ALiBi, GeLU, expansion 4, no bias)";
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  const ModelSpec& s = *c->plan.model.spec;
+  EXPECT_EQ(s.positionEmbedding, PositionEmbedding::kAlibi);
+  EXPECT_FALSE(s.qkvBias || s.attentionOutputBias || s.mlpBias);
+  EXPECT_FALSE(s.embeddingNorm);
+  row["model"]["arch"] = "BLOOM (ALiBi)";
+  c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_TRUE(c->plan.model.spec->embeddingNorm && c->plan.model.spec->mlpBias);
+}
+
 TEST(Validation, FieldsUnderOtherNamesAreReadAsTheirCanonicalOnes) {
   // Megatron argument names, Hugging Face config names and short forms.
   Json row = Json::parse(R"({
