@@ -138,12 +138,14 @@ struct Report {
   std::vector<double> memoryErrors;
   std::map<std::string, std::vector<double>> memoryByFigure;  // what the figure counts -> |errors|
   std::map<std::string, std::vector<double>> bySource;
+  std::vector<std::string> notFitting;  // runs that happened, predicted not to fit their GPUs
 
   void add(const colo::validation::Case& c, const colo::validation::Outcome& o) {
     const double e = std::fabs(o.stepError);
     errors.push_back(e);
     if (c.fullyPublished) fullErrors.push_back(e);
     bySource[c.id.substr(0, c.id.find('_'))].push_back(e);
+    if (!o.predictedToFit) notFitting.push_back(c.id);
     std::string memMeasured = "-", memPredicted = "-", memError = "-";
     if (o.memoryError) {
       // What the figure counts: the device (nvidia-smi), the allocator's reserved or its live tensors.
@@ -177,6 +179,10 @@ struct Report {
       std::cout << "  " << source << ": median " << colo::formatFixed(100 * medianOf(v), 1) << "%, mean "
                 << colo::formatFixed(100 * meanOf(v), 1) << "% (" << v.size() << ")\n";
     }
+    // Every run here ran on its GPUs: a plan predicted not to fit is a wrong answer to the first question.
+    std::cout << "predicted not to fit the GPUs they ran on: " << notFitting.size() << " of " << errors.size() << " runs";
+    for (std::size_t i = 0; i < notFitting.size(); ++i) std::cout << (i == 0 ? " (" : ", ") << notFitting[i];
+    std::cout << (notFitting.empty() ? "\n" : ")\n");
     if (memoryErrors.empty()) return;
     std::cout << "memory |error|: mean " << colo::formatFixed(100 * meanOf(memoryErrors), 1) << "% over "
               << memoryErrors.size() << " runs\n";

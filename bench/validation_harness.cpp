@@ -30,6 +30,7 @@ Result<Outcome> evaluateCase(const Case& c) {
   } else {
     o.predictedStepSeconds = ev->stepSeconds;
   }
+  o.predictedToFit = ev->fits;
   o.measuredSeconds = c.measuredStepSeconds.value_or(0);
   o.stepError = o.measuredSeconds > 0 ? (o.predictedStepSeconds - o.measuredSeconds) / o.measuredSeconds : 0;
   if (c.measuredMemoryBytes) {

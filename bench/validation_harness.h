@@ -48,6 +48,7 @@ struct Outcome {
   std::optional<double> memoryError;
   std::optional<double> predictedReservedBytes;  // when the row also gives a reserved figure
   std::optional<double> reservedError;
+  bool predictedToFit = true;  // the run happened on its GPUs: false is a wrong "does not fit"
   /// Last on purpose: an 8-byte member leaves no tail padding, where libc++ 16's std::expected
   /// (Result<Outcome>) keeps its has-value flag and a copy of the value would overwrite it (LLVM 70494).
   const Case* source = nullptr;

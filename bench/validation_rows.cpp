@@ -481,6 +481,7 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
   if (has(cpComm, "a2a") || has(cpComm, "all_to_all") || has(cpComm, "ulysses")) p.execution.cpCommType = CpCommType::kAllToAll;
   else if (has(cpComm, "all_gather") || has(cpComm, "allgather")) p.execution.cpCommType = CpCommType::kAllGather;
   p.execution.fp32Params = flag("fp32_params");
+  p.execution.fusedCrossEntropy = flag("fused_cross_entropy");
   if (set.pick("host_us_per_op").is_number()) p.execution.hostMicrosecondsPerOp = set.pick("host_us_per_op").get<double>();
   // How micro-batch gradients are summed: one mode, or one per precision ({"bf16": ..., "fp16": ...}),
   // as DeepSpeed's BF16 and FP16 optimizers differ.

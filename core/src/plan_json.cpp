@@ -137,6 +137,7 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
           e.choice("grad_accumulation", {"fused", "main_grad", "autograd", "fp32_copy"}, "fused");
       if (auto g = parseGradAccumulation(accumulation)) p.execution.gradAccumulation = *g;
       p.execution.fp32Params = e.boolean("fp32_params", false);
+      p.execution.fusedCrossEntropy = e.boolean("fused_cross_entropy", false);
       if (auto g = parseGradSync(e.choice("grad_sync", {"micro_batch", "step"}, "micro_batch"))) p.execution.gradSync = *g;
       if (auto d = parseMoeDispatcher(e.choice("moe_dispatcher", {"alltoall", "deepep"}, "alltoall"))) p.execution.moeDispatcher = *d;
       p.execution.epCommOverlap = e.boolean("ep_comm_overlap", false);
@@ -262,6 +263,7 @@ Json planToJson(const Plan& p) {
   // Written only when not the default, so that older plans keep their hash.
   if (p.execution.cpCommType != CpCommType::kP2p) j["execution"]["cp_comm_type"] = toString(p.execution.cpCommType);
   if (p.execution.fp32Params) j["execution"]["fp32_params"] = true;
+  if (p.execution.fusedCrossEntropy) j["execution"]["fused_cross_entropy"] = true;
   if (p.execution.gradSync != GradSync::kMicroBatch) j["execution"]["grad_sync"] = toString(p.execution.gradSync);
   if (p.execution.moeDispatcher != MoeDispatcher::kAllToAll) j["execution"]["moe_dispatcher"] = toString(p.execution.moeDispatcher);
   if (p.execution.epCommOverlap) j["execution"]["ep_comm_overlap"] = true;

@@ -344,6 +344,13 @@ void applyMeasured(const LayerConfig& c, KernelOf&& kernelOf, double& fwd, doubl
   if (counts) ++(f ? counts->kernelsMeasured : counts->kernelsRoofline);
 }
 
+// What a fused cross-entropy reads forward and keeps for backward, per sample: the 16-bit logits and a
+// log-sum-exp per row (flash-attn's CrossEntropyLoss, LLM Foundry's `fused_crossentropy`).
+double fusedLossSavedBytes(const OpTemplate& op, const LayerConfig& c) {
+  const double rows = op.elements / static_cast<double>(std::max<std::int64_t>(1, op.width));
+  return op.elements * static_cast<double>(c.activationBytes) + 4.0 * rows;
+}
+
 // One micro-batch's full activation [b, s/cp, h], the buffer every tensor-parallel collective moves.
 double activationBytes(const LayerConfig& c) {
   return static_cast<double>(c.microBatch) * (static_cast<double>(c.seqLen) / static_cast<double>(c.cp)) *
@@ -514,6 +521,10 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
                               previous->shard == Shard::kSequence;
         double traffic = op.bytes;
         if (op.kind == OpKind::kDropout) traffic += op.savedBytes;
+        // A fused cross-entropy reads the 16-bit logits once and writes a statistic per row; its
+        // backward reads them again and writes their 16-bit gradient (twice the forward's traffic).
+        const bool fusedLoss = op.kind == OpKind::kCrossEntropy && c.fusedCrossEntropy;
+        if (fusedLoss) traffic = fusedLossSavedBytes(op, c);
         if (fusedAdd) traffic = op.bytes / 3.0;
         const double bytes = traffic * tokenScale / split;
         fwd = fusedAdd ? bytes / bw : std::max(floor, bytes / bw);
@@ -522,7 +533,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         // passed through to both inputs without a kernel of its own.
         if (op.kind == OpKind::kAdd) bwd = 0.0;
         else if (op.kind == OpKind::kDropout) bwd = fwd;
-        else bwd = std::max(floor, 1.5 * bytes / bw);
+        else bwd = std::max(floor, (fusedLoss ? 2.0 : 1.5) * bytes / bw);
         applyMeasured(c, [&] { return scaledKernel(op, c); }, fwd, bwd, counts);
         break;
       }
@@ -579,7 +590,9 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     // output layer is not a Transformer Engine module and torchao's recipes save the 16-bit input.
     const bool fp8Input = c.dtypeBytes == 1 && c.float8Recipe == Float8Recipe::kTransformerEngine &&
                           (op.kind == OpKind::kMatMul || op.kind == OpKind::kGroupedMatMul) && op.shard != Shard::kVocab;
-    const double saved = op.savedBytes * tokenScale / savedSplit * (fp8Input ? 0.5 : 1.0);
+    // A fused cross-entropy keeps the 16-bit logits and a statistic per row, not an fp32 copy.
+    const double opSaved = op.kind == OpKind::kCrossEntropy && c.fusedCrossEntropy ? fusedLossSavedBytes(op, c) : op.savedBytes;
+    const double saved = opSaved * tokenScale / savedSplit * (fp8Input ? 0.5 : 1.0);
     out.savedFull += saved;
     if (op.attentionCore) attnSaved += saved;
     quadraticSaved += op.savedQuadratic * tokenScale / savedSplit;

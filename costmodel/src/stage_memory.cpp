@@ -75,7 +75,8 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
       (last && plan.schedule != Schedule::kGpipe) ? in.layers->head.savedFull * in.byteScale : 0.0;
   mem.activations = (w.saved - headActivations) * inFlight + headActivations + w.working;
 
-  // Buffers: sequence-parallel gathers, the logits' 16-bit copy and gradient beside their fp32 upcast,
+  // Buffers: sequence-parallel gathers, the logits' 16-bit copy and gradient beside their fp32 upcast
+  // (a fused cross-entropy keeps the 16-bit logits themselves, counted as saved: only the gradient),
   // data-parallel gradient buckets, ZeRO-3 gathered layers.
   const double dt = in.byteScale * static_cast<double>(T.dtypeBytes);
   const double mbs = static_cast<double>(plan.microBatchSize);
@@ -86,7 +87,8 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   if (last) {
     for (const auto& op : T.head.ops) {
       if (op.kind == OpKind::kCrossEntropy) {
-        buffers += op.savedBytes / 4.0 * dt * 2 * mbs / static_cast<double>(par.cp) / static_cast<double>(par.tp);
+        const double copies = plan.execution.fusedCrossEntropy ? 1.0 : 2.0;
+        buffers += op.savedBytes / 4.0 * dt * copies * mbs / static_cast<double>(par.cp) / static_cast<double>(par.tp);
       }
     }
   }

@@ -172,6 +172,22 @@ TEST(Plan, TheContextParallelExchangeIsWrittenOnlyWhenNotTheDefault) {
   EXPECT_EQ(refused.error().path, "/execution/cp_comm_type");
 }
 
+TEST(Plan, AFusedCrossEntropyIsWrittenOnlyWhenSet) {
+  Plan p = megatronPlan();
+  EXPECT_FALSE(planToJson(p)["execution"].contains("fused_cross_entropy"));
+  p.execution.fusedCrossEntropy = true;
+  const Json j = planToJson(p);
+  EXPECT_EQ(j["execution"]["fused_cross_entropy"], true);
+  auto back = planFromJson(j, "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_TRUE(back->execution.fusedCrossEntropy);
+  Json bad = j;
+  bad["execution"]["fused_cross_entropy"] = 1;
+  auto refused = planFromJson(bad, "p.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/fused_cross_entropy");
+}
+
 TEST(Plan, Fp32ParametersAreWrittenOnlyWhenSet) {
   Plan p = megatronPlan();
   EXPECT_FALSE(planToJson(p)["execution"].contains("fp32_params"));

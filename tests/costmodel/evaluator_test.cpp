@@ -538,6 +538,27 @@ TEST(Evaluator, TheLastStageKeepsTheLossLogits) {
   EXPECT_NEAR(gpipe.stages.back().memory.activations / (m * (layers + logits)), 1.0, 0.02)
       << gpipe.stages.back().memory.activations << " vs " << m * (layers + logits);
 }
+TEST(Evaluator, AFusedCrossEntropyKeepsTheSixteenBitLogitsInsteadOfAnFp32Copy) {
+  // Megatron's loss upcasts the logits to fp32 and keeps that copy (4 B a logit), beside the 16-bit
+  // logits and their gradient (2 + 2 B). A fused kernel (flash-attn's, LLM Foundry's default) keeps the
+  // 16-bit logits and a log-sum-exp per row, and writes only the 16-bit gradient: 4 B a logit fewer.
+  Plan p = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 8, 1024);
+  p.parallel.sequenceParallel = true;
+  const double rows = 2048, vocab = 50257, t = 8;
+  const Evaluation upcast = evaluateOrFail(p);
+  p.execution.fusedCrossEntropy = true;
+  const Evaluation fused = evaluateOrFail(p);
+  const auto& a = upcast.stages.back().memory;
+  const auto& f = fused.stages.back().memory;
+  EXPECT_NEAR(a.activations - f.activations, (4 - 2) * rows * vocab / t - 4 * rows / t, 1e-6 * a.activations);
+  EXPECT_NEAR(a.buffers - f.buffers, 2 * rows * vocab / t, 1.0);
+  EXPECT_NEAR(upcast.stages.front().memory.total(), fused.stages.front().memory.total(), 1.0);  // only the last stage has the loss
+  // Fewer bytes moved: the fused kernel reads the logits once each way instead of ~36 B a logit forward.
+  EXPECT_LT(fused.stages.back().forwardSeconds, upcast.stages.back().forwardSeconds);
+  EXPECT_LT(fused.stages.back().backwardSeconds, upcast.stages.back().backwardSeconds);
+  EXPECT_NEAR(fused.stages.front().forwardSeconds, upcast.stages.front().forwardSeconds, 1e-12);
+}
+
 TEST(Evaluator, SelectiveRecomputeBeatsFullAndBothSaveMemory) {
   Plan base = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 1536);
   base.parallel.sequenceParallel = true;

@@ -150,6 +150,12 @@ struct Execution {
   /// false: 16-bit training weights beside fp32 master copies inside the optimizer (Megatron,
   /// DeepSpeed). Ignored in fp32 training. See docs/costmodel.md, "Memory".
   bool fp32Params = false;
+  /// The loss reads the 16-bit logits in one fused kernel and keeps them (with a per-row statistic) for
+  /// its backward, which writes a 16-bit gradient: flash-attn's CrossEntropyLoss (LLM Foundry's default
+  /// `loss_fn: fused_crossentropy`), Liger's. false: the logits are upcast to fp32 first and the fp32
+  /// copy is what backward keeps (Megatron's vocab-parallel cross-entropy, torchtitan, plain PyTorch).
+  /// See docs/costmodel.md, "Fused cross-entropy".
+  bool fusedCrossEntropy = false;
   /// Host time the framework spends issuing one op (Python module code, dispatcher, autograd, launch):
   /// a layer whose kernels finish faster than the host issues them waits for the host. 0: the host
   /// keeps ahead (CUDA graphs). See docs/costmodel.md, "Host floor".
