@@ -36,6 +36,7 @@ const std::vector<OptionSpec>& searchOptions() {
       {"max-memory-fraction", "F", "a plan fits when its peak is at most F of GPU memory (default 0.95)"},
       {"precision", "P", "bf16, fp16, fp8, fp32 (default: bf16, or fp16 on GPUs without bf16)"},
       {"attention", "A", "flash (default) or unfused"},
+      {"fused-cross-entropy", "", "the loss reads the 16-bit logits in one kernel, without an fp32 copy (flash-attn's, LLM Foundry's default, Liger)"},
       {"zero-bubble", "", "also consider the zero-bubble (ZB-H1) schedule"},
       {"no-offload", "", "never offload optimizer states to the host"},
       {"optimizer", "O", "adamw (default), lamb or lars: the optimizer every candidate trains with"},
@@ -116,6 +117,7 @@ Result<void> readSearchInputs(const Args& args, const Model& model, const Cluste
     options.execution = from->execution;
     if (!args.has("attention")) options.flashAttention = from->execution.flashAttention;
   }
+  if (args.has("fused-cross-entropy")) options.execution.fusedCrossEntropy = true;
   options.allowZeroBubble = args.has("zero-bubble");
   options.allowOffload = !args.has("no-offload");
   if (auto optimizer = parseOptimizer(args.value("optimizer", from ? toString(from->optimizer) : "adamw")); !optimizer) {

@@ -431,6 +431,10 @@ TEST(ColoPlanTools, ImportTheJobYouRunThenSearchFromIt) {
   ASSERT_EQ(run("search --from-plan " + job + " --quiet --top 1 --out " + faster).exitCode, 0);
   EXPECT_EQ(test::loadJson(faster)["execution"].value("fp32_params", false), true);
   EXPECT_EQ(test::loadJson(faster)["execution"]["grad_accumulation"], "autograd");
+  // A fused loss asked for is every candidate's.
+  const std::string fusedLoss = dir.path("fused.json");
+  ASSERT_EQ(run("search --from-plan " + job + " --fused-cross-entropy --fix tp=1,pp=1,mbs=1 --quiet --top 1 --out " + fusedLoss).exitCode, 0);
+  EXPECT_EQ(test::loadJson(fusedLoss)["execution"].value("fused_cross_entropy", false), true);
   // What is missing or wrong is named.
   const auto noCluster = run("import --format megatron --launch " + args);
   EXPECT_EQ(noCluster.exitCode, 2);
