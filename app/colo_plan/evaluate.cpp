@@ -52,6 +52,8 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"tp-comm-overlap", "", "overlap tensor-parallel collectives with GEMMs"},
       {"fp32-params", "", "parameters kept in fp32 as the optimizer's master, 16-bit only while in use (PyTorch FSDP, torchtitan)"},
       {"fused-cross-entropy", "", "the loss reads the 16-bit logits in one kernel, without an fp32 copy (flash-attn's, LLM Foundry's default, Liger)"},
+      {"cross-entropy-in-place", "", "with --fused-cross-entropy: the loss writes the logits' gradient into them (Transformer Engine's, Megatron's --cross-entropy-fusion-impl te)"},
+      {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
       {"moe-dispatcher", "D", "MoE token dispatch: alltoall (default; every token-expert copy apart) or deepep (one copy per destination node, forwarded over NVLink)"},
       {"ep-comm-overlap", "", "hide the expert all-to-alls behind another micro-batch's compute (Megatron-Core's --overlap-moe-expert-parallel-comm)"},
       {"grad-sync", "WHEN", "ZeRO >= 2: micro_batch (default; reduce-scatter into the shard every micro-batch, DeepSpeed, colo-run) or step (once, after the last micro-batch, as FSDP under PyTorch's pipelining)"},
@@ -206,6 +208,8 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   plan.execution.tpCommOverlap = args.has("tp-comm-overlap");
   plan.execution.fp32Params = args.has("fp32-params");
   plan.execution.fusedCrossEntropy = args.has("fused-cross-entropy");
+  plan.execution.teDummyWgrads = args.has("te-dummy-wgrads");
+  plan.execution.crossEntropyInPlace = args.has("cross-entropy-in-place");
   if (auto cpComm = args.value("cp-comm-type")) {
     auto parsed = parseCpCommType(*cpComm);
     if (!parsed) return fail(Error::badInput("--cp-comm-type: " + parsed.error().message));
@@ -366,7 +370,8 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, 
               ? ""
               : ", grad accumulation " + toString(plan.execution.gradAccumulation))
       << (plan.execution.fp32Params && plan.precision != DType::kFp32 ? ", fp32 params" : "")
-      << (plan.execution.fusedCrossEntropy ? ", fused cross-entropy" : "")
+      << (plan.execution.fusedCrossEntropy ? (plan.execution.crossEntropyInPlace ? ", fused cross-entropy in place" : ", fused cross-entropy") : "")
+      << (plan.execution.teDummyWgrads ? ", TE placeholder wgrads" : "")
       << (plan.zeroStage >= 2 && plan.execution.gradSync == GradSync::kStep ? ", gradients synced once per step" : "")
       << (plan.precision == DType::kFp8 && plan.execution.float8Recipe != Float8Recipe::kTransformerEngine
               ? ", torchao float8 " + toString(plan.execution.float8Recipe)

@@ -37,6 +37,8 @@ const std::vector<OptionSpec>& searchOptions() {
       {"precision", "P", "bf16, fp16, fp8, fp32 (default: bf16, or fp16 on GPUs without bf16)"},
       {"attention", "A", "flash (default) or unfused"},
       {"fused-cross-entropy", "", "the loss reads the 16-bit logits in one kernel, without an fp32 copy (flash-attn's, LLM Foundry's default, Liger)"},
+      {"cross-entropy-in-place", "", "with --fused-cross-entropy: the loss writes the logits' gradient into them (Transformer Engine's, Megatron's --cross-entropy-fusion-impl te)"},
+      {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
       {"zero-bubble", "", "also consider the zero-bubble (ZB-H1) schedule"},
       {"no-offload", "", "never offload optimizer states to the host"},
       {"optimizer", "O", "adamw (default), lamb or lars: the optimizer every candidate trains with"},
@@ -118,6 +120,8 @@ Result<void> readSearchInputs(const Args& args, const Model& model, const Cluste
     if (!args.has("attention")) options.flashAttention = from->execution.flashAttention;
   }
   if (args.has("fused-cross-entropy")) options.execution.fusedCrossEntropy = true;
+  if (args.has("te-dummy-wgrads")) options.execution.teDummyWgrads = true;
+  if (args.has("cross-entropy-in-place")) options.execution.crossEntropyInPlace = true;
   options.allowZeroBubble = args.has("zero-bubble");
   options.allowOffload = !args.has("no-offload");
   if (auto optimizer = parseOptimizer(args.value("optimizer", from ? toString(from->optimizer) : "adamw")); !optimizer) {

@@ -329,6 +329,17 @@ Result<void> validatePlan(const Plan& plan, const std::string& file) {
     }
   }
 
+  // Transformer Engine hands autograd a placeholder only when the weight-gradient GEMM accumulates
+  // into main_grad itself (fuse_wgrad_accumulation, Megatron's gradient accumulation fusion).
+  if (plan.execution.teDummyWgrads && plan.execution.gradAccumulation != GradAccumulation::kFused) {
+    return bad("/execution/te_dummy_wgrads", "needs grad_accumulation fused (the weight-gradient GEMM accumulating into "
+                                             "main_grad), got " + toString(plan.execution.gradAccumulation));
+  }
+
+  if (plan.execution.crossEntropyInPlace && !plan.execution.fusedCrossEntropy) {
+    return bad("/execution/cross_entropy_in_place", "describes a fused cross-entropy: set fused_cross_entropy too");
+  }
+
   if (plan.execution.float8Recipe != Float8Recipe::kTransformerEngine && plan.precision != DType::kFp8) {
     return bad("/execution/float8_recipe", "\"" + toString(plan.execution.float8Recipe) +
                                                "\" casts to float8 and needs precision fp8, got " + toString(plan.precision));

@@ -138,6 +138,8 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
       if (auto g = parseGradAccumulation(accumulation)) p.execution.gradAccumulation = *g;
       p.execution.fp32Params = e.boolean("fp32_params", false);
       p.execution.fusedCrossEntropy = e.boolean("fused_cross_entropy", false);
+      p.execution.teDummyWgrads = e.boolean("te_dummy_wgrads", false);
+      p.execution.crossEntropyInPlace = e.boolean("cross_entropy_in_place", false);
       if (auto g = parseGradSync(e.choice("grad_sync", {"micro_batch", "step"}, "micro_batch"))) p.execution.gradSync = *g;
       if (auto d = parseMoeDispatcher(e.choice("moe_dispatcher", {"alltoall", "deepep"}, "alltoall"))) p.execution.moeDispatcher = *d;
       p.execution.epCommOverlap = e.boolean("ep_comm_overlap", false);
@@ -264,6 +266,8 @@ Json planToJson(const Plan& p) {
   if (p.execution.cpCommType != CpCommType::kP2p) j["execution"]["cp_comm_type"] = toString(p.execution.cpCommType);
   if (p.execution.fp32Params) j["execution"]["fp32_params"] = true;
   if (p.execution.fusedCrossEntropy) j["execution"]["fused_cross_entropy"] = true;
+  if (p.execution.teDummyWgrads) j["execution"]["te_dummy_wgrads"] = true;
+  if (p.execution.crossEntropyInPlace) j["execution"]["cross_entropy_in_place"] = true;
   if (p.execution.gradSync != GradSync::kMicroBatch) j["execution"]["grad_sync"] = toString(p.execution.gradSync);
   if (p.execution.moeDispatcher != MoeDispatcher::kAllToAll) j["execution"]["moe_dispatcher"] = toString(p.execution.moeDispatcher);
   if (p.execution.epCommOverlap) j["execution"]["ep_comm_overlap"] = true;

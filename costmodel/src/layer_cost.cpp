@@ -523,8 +523,11 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         if (op.kind == OpKind::kDropout) traffic += op.savedBytes;
         // A fused cross-entropy reads the 16-bit logits once and writes a statistic per row; its
         // backward reads them again and writes their 16-bit gradient (twice the forward's traffic).
+        // In place (Transformer Engine's), the forward reads them twice (the row statistics, then the
+        // loss) and writes the gradient over them; the backward scales it, a read and a write.
         const bool fusedLoss = op.kind == OpKind::kCrossEntropy && c.fusedCrossEntropy;
-        if (fusedLoss) traffic = fusedLossSavedBytes(op, c);
+        if (fusedLoss) traffic = fusedLossSavedBytes(op, c) + (c.crossEntropyInPlace ? 2.0 * op.elements * static_cast<double>(c.activationBytes) : 0.0);
+        const double lossBackward = c.crossEntropyInPlace ? 2.0 / 3.0 : 2.0;
         if (fusedAdd) traffic = op.bytes / 3.0;
         const double bytes = traffic * tokenScale / split;
         fwd = fusedAdd ? bytes / bw : std::max(floor, bytes / bw);
@@ -533,7 +536,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         // passed through to both inputs without a kernel of its own.
         if (op.kind == OpKind::kAdd) bwd = 0.0;
         else if (op.kind == OpKind::kDropout) bwd = fwd;
-        else bwd = std::max(floor, (fusedLoss ? 2.0 : 1.5) * bytes / bw);
+        else bwd = std::max(floor, (fusedLoss ? lossBackward : 1.5) * bytes / bw);
         applyMeasured(c, [&] { return scaledKernel(op, c); }, fwd, bwd, counts);
         break;
       }

@@ -68,6 +68,7 @@ struct LayerConfig {
   bool wgradIntoFp32 = false;         // the weight-gradient GEMM accumulates into fp32 main_grad (reads and writes it)
   Float8Recipe float8Recipe = Float8Recipe::kTransformerEngine;  // fp8 only: how the linears' operands are cast
   bool fusedCrossEntropy = false;     // the loss reads and keeps the 16-bit logits (no fp32 upcast)
+  bool crossEntropyInPlace = false;   // ... and writes their gradient into them in the forward (TE's)
   std::int64_t kvWidth = 0;       // values: kv heads x head dim (MLA: heads x v_head_dim)
   std::int64_t qWidth = 0;        // query heads x head dim (the context-parallel all-to-alls)
   std::int64_t keyWidth = 0;      // keys as attention reads them: kv heads x head dim (MLA: heads x qk_head_dim)

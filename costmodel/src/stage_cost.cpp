@@ -51,6 +51,7 @@ std::vector<ChunkCost> costChunks(const Plan& plan, const ModelTemplates& T, con
     ChunkCost& cc = chunks[c];
     for (std::int64_t i = 0; i < sp.layers; ++i, ++layer) {
       const LayerCost& lc = layers.classes[T.layerClass[layer]];
+      cc.layerClasses |= std::uint64_t{1} << std::min<std::size_t>(T.layerClass[layer], 63);
       const bool recomputes = i < sp.recomputeLayers;
       cc.fwd += lc.fwd;
       cc.bwd += lc.bwd;
@@ -122,6 +123,7 @@ StageWork sumStage(const std::vector<ChunkCost>& chunks, const Plan& plan, std::
     w.params += cc.params;
     w.expertParams += cc.expertParams;
     w.layers += plan.stages[c].layers;
+    w.layerClasses |= cc.layerClasses;
     w.gemmFlops += cc.gemmFlopsFwd;
     w.recomputeFlops += cc.recomputeFlops;
   }

@@ -42,6 +42,7 @@ struct ChunkCost {
   double expertParams = 0;  // the routed experts' part of params
   double gemmFlopsFwd = 0;
   double recomputeFlops = 0;
+  std::uint64_t layerClasses = 0;  // bit c: the chunk holds a layer of class c (classes 63 on share bit 63)
 };
 
 /// The costed layers of a model: one cost per layer class, the embedding and the head.
@@ -64,6 +65,7 @@ struct StageWork {
   double params = 0, expertParams = 0;
   double gemmFlops = 0, recomputeFlops = 0;
   std::int64_t layers = 0;
+  std::uint64_t layerClasses = 0;  // ChunkCost::layerClasses of the stage's chunks
 };
 [[nodiscard]] StageWork sumStage(const std::vector<ChunkCost>& chunks, const Plan& plan, std::int64_t stage);
 

@@ -1,5 +1,7 @@
 // Per-GPU memory of a pipeline stage by kind (docs/costmodel.md, "Memory").
 #include <algorithm>
+#include <array>
+#include <string_view>
 
 #include "stage_cost.h"
 
@@ -25,6 +27,46 @@ double microBatchesInFlight(const Plan& plan, std::int64_t stage) {
     }
   }
   return 1;
+}
+
+// Transformer Engine's placeholder weight gradients (execution.te_dummy_wgrads; docs/costmodel.md,
+// "Placeholder weight gradients"): with fused weight-gradient accumulation each TE linear hands autograd
+// an uninitialised tensor of its weight's shape, taken from a cache that keeps one per distinct shape and
+// dtype for the rest of the run. The stage's layers' distinct per-GPU weight shapes, in bytes: attention
+// and MLP linears (column- and row-parallel, and the replicated low-rank projections of MLA), and one
+// expert's matrices of a grouped GEMM. The router (a plain parameter) and the vocabulary-parallel head
+// and embedding (Megatron's own layers, not TE's) get real gradients.
+double placeholderWgradBytes(const ModelTemplates& T, std::uint64_t classes, const Parallelism& par, double elementBytes) {
+  struct ShapeSeen {
+    double rows = 0, cols = 0;
+  };
+  std::array<ShapeSeen, 64> seen{};
+  std::size_t count = 0;
+  double total = 0;
+  const double tp = static_cast<double>(par.tp);
+  const double etp = static_cast<double>(par.expertTp());
+  for (std::size_t c = 0; c < T.classes.size(); ++c) {
+    if ((classes & (std::uint64_t{1} << std::min<std::size_t>(c, 63))) == 0) continue;
+    for (const auto& op : T.classes[c].ops) {
+      if (op.params <= 0 || std::string_view(op.name).ends_with("router")) continue;
+      double rows = static_cast<double>(op.n), cols = static_cast<double>(op.k);  // [out, in], as torch keeps it
+      if (op.kind == OpKind::kMatMul) {
+        if (op.shard == Shard::kVocab) continue;
+        if (op.shard == Shard::kColumn || op.shard == Shard::kHeads) rows /= tp;
+        if (op.shard == Shard::kRow) cols /= tp;
+      } else if (op.kind == OpKind::kGroupedMatMul) {
+        if (rows >= cols) rows /= etp; else cols /= etp;  // as scaledGemm splits an expert
+      } else {
+        continue;
+      }
+      const bool known = std::any_of(seen.begin(), seen.begin() + static_cast<std::ptrdiff_t>(count),
+                                     [&](const ShapeSeen& s) { return s.rows == rows && s.cols == cols; });
+      if (known) continue;
+      if (count < seen.size()) seen[count++] = {rows, cols};
+      total += rows * cols * elementBytes;
+    }
+  }
+  return total;
 }
 
 }  // namespace
@@ -65,6 +107,7 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   // memory: each bucket is copied out as it is reduced (DeepSpeed's offload_optimizer; the 16-bit bucket
   // buffers stay, counted below).
   if (plan.zeroStage >= 2 && gradientsSharded(plan)) mem.gradients *= 1.0 - plan.offload.optimizerFraction;
+  if (plan.execution.teDummyWgrads) mem.gradients += placeholderWgradBytes(T, w.layerClasses, par, bytes.gathered);
 
   // Activations. The head's saved tensors (the final norm's input, the fp32 logits the loss keeps for
   // its backward) belong to the last virtual stage, whose backward follows its forward at once under
@@ -87,7 +130,8 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   if (last) {
     for (const auto& op : T.head.ops) {
       if (op.kind == OpKind::kCrossEntropy) {
-        const double copies = plan.execution.fusedCrossEntropy ? 1.0 : 2.0;
+        // Upcast: the 16-bit logits and their gradient; fused: the gradient; fused in place: nothing.
+        const double copies = !plan.execution.fusedCrossEntropy ? 2.0 : plan.execution.crossEntropyInPlace ? 0.0 : 1.0;
         buffers += op.savedBytes / 4.0 * dt * copies * mbs / static_cast<double>(par.cp) / static_cast<double>(par.tp);
       }
     }

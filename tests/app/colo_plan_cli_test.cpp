@@ -260,6 +260,32 @@ TEST(ColoPlanEvaluate, InconsistentDegreesAreBadInputWithTheReason) {
   EXPECT_NE(layers.err.find("layers are not divisible by pp*vpp = 5"), std::string::npos) << layers.err;
 }
 
+// Planning a Megatron-Core job with Transformer Engine: its placeholder weight gradients and its
+// in-place loss, as a user asks for them; the in-place loss alone is refused naming the field.
+TEST(ColoPlanEvaluate, TransformerEngineMemoryFlagsChangeThePeak) {
+  const std::string plan =
+      "evaluate --model llama3-70b --cluster dgx-h100-x64 --tp 8 --pp 8 --sp --mbs 1 --gbs 64 --zero 1 --json";
+  const auto plain = run(plan);
+  ASSERT_EQ(plain.exitCode, 0) << plain.err;
+  const auto te = run(plan + " --te-dummy-wgrads --fused-cross-entropy --cross-entropy-in-place");
+  ASSERT_EQ(te.exitCode, 0) << te.err;
+  const Json a = Json::parse(plain.out), b = Json::parse(te.out);
+  // The first stage has no loss: only the placeholders, one layer's linear shards in bf16.
+  const double oneLayer = ((8192.0 + 2 * 1024) / 8 * 8192 + 8192.0 * 8192 / 8 + 2 * 28672.0 / 8 * 8192 + 8192.0 * 28672 / 8) * 2;
+  EXPECT_NEAR(b["stages"][0]["memory_bytes"]["gradients"].get<double>() - a["stages"][0]["memory_bytes"]["gradients"].get<double>(),
+              oneLayer, 1.0);
+  // The last stage also drops the fp32 logits and their buffers.
+  EXPECT_LT(b["stages"][7]["memory_bytes"]["total"].get<double>(), a["stages"][7]["memory_bytes"]["total"].get<double>());
+  const auto text = run("evaluate --model llama3-70b --cluster dgx-h100-x64 --tp 8 --pp 8 --sp --mbs 1 --gbs 64 --zero 1 "
+                        "--te-dummy-wgrads --fused-cross-entropy --cross-entropy-in-place");
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_NE(text.out.find("fused cross-entropy in place, TE placeholder wgrads"), std::string::npos) << text.out;
+  const auto alone = run("evaluate --model llama3-70b --cluster dgx-h100-x64 --tp 8 --pp 8 --mbs 1 --gbs 64 --cross-entropy-in-place");
+  EXPECT_EQ(alone.exitCode, 2);
+  EXPECT_NE(alone.err.find("cross_entropy_in_place"), std::string::npos) << alone.err;
+  EXPECT_EQ(lines(alone.err), 1u) << alone.err;
+}
+
 TEST(ColoPlanEvaluate, SavedPlanReproducesExactly) {
   test::ScratchDir dir;
   const std::string planFile = dir.path("plan.json");

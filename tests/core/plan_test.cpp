@@ -188,6 +188,24 @@ TEST(Plan, AFusedCrossEntropyIsWrittenOnlyWhenSet) {
   EXPECT_EQ(refused.error().path, "/execution/fused_cross_entropy");
 }
 
+TEST(Plan, TransformerEnginePlaceholderWgradsAreWrittenOnlyWhenSetAndNeedFusedAccumulation) {
+  Plan p = megatronPlan();
+  EXPECT_FALSE(planToJson(p)["execution"].contains("te_dummy_wgrads"));
+  p.execution.gradAccumulation = GradAccumulation::kFused;
+  p.execution.teDummyWgrads = true;
+  const Json j = planToJson(p);
+  EXPECT_EQ(j["execution"]["te_dummy_wgrads"], true);
+  auto back = planFromJson(j, "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_TRUE(back->execution.teDummyWgrads);
+  // TE hands autograd a placeholder only when the weight-gradient GEMM accumulates into main_grad.
+  p.execution.gradAccumulation = GradAccumulation::kAutograd;
+  auto refused = validatePlan(p, "p.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/te_dummy_wgrads");
+  EXPECT_NE(refused.error().message.find("autograd"), std::string::npos) << refused.error().message;
+}
+
 TEST(Plan, Fp32ParametersAreWrittenOnlyWhenSet) {
   Plan p = megatronPlan();
   EXPECT_FALSE(planToJson(p)["execution"].contains("fp32_params"));

@@ -559,6 +559,76 @@ TEST(Evaluator, AFusedCrossEntropyKeepsTheSixteenBitLogitsInsteadOfAnFp32Copy) {
   EXPECT_NEAR(fused.stages.front().forwardSeconds, upcast.stages.front().forwardSeconds, 1e-12);
 }
 
+// Transformer Engine (2.3 on) with fused weight-gradient accumulation hands autograd a placeholder of
+// each linear's weight shape from a cache that keeps one tensor per distinct shape: every stage holds one
+// layer's per-GPU linear weights more, in 16 bits, however many layers it has. The router and the
+// vocabulary-parallel head get real gradients and add nothing.
+TEST(Evaluator, TransformerEngineKeepsOnePlaceholderWeightGradientPerDistinctShape) {
+  Plan p = makePlan("llama3-70b", "dgx-h100-x64", 64, 4, 2, 64);
+  p.parallel.sequenceParallel = true;
+  const double h = 8192, kv = 8 * 128, ffn = 28672, t = 4;
+  const double oneLayer = ((h + 2 * kv) / t * h + h * h / t + 2 * ffn / t * h + h * ffn / t) * 2.0;
+  const Evaluation plain = evaluateOrFail(p);
+  p.execution.teDummyWgrads = true;
+  const Evaluation te = evaluateOrFail(p);
+  for (std::size_t s = 0; s < 2; ++s) {
+    EXPECT_NEAR(te.stages[s].memory.gradients - plain.stages[s].memory.gradients, oneLayer, 1.0) << "stage " << s;
+    EXPECT_NEAR(te.stages[s].memory.total() - plain.stages[s].memory.total(), oneLayer, 1.0) << "stage " << s;
+  }
+  EXPECT_NEAR(te.stepSeconds, plain.stepSeconds, 1e-12);  // memory only
+  // A MoE layer: the dense attention's two shapes and one expert's two (ep 8 and tp 2 split the experts'
+  // ffn by the expert tensor parallelism); the router's gradient is real.
+  Plan m = makePlan("mixtral-8x7b", "dgx-h100-x64", 16, 2, 1, 64);
+  m.parallel.sequenceParallel = true;
+  m.parallel.ep = 8;
+  m.parallel.etp = 1;
+  const double mh = 4096, mkv = 8 * 128, mffn = 14336, mt = 2;
+  const double moeLayer = ((mh + 2 * mkv) / mt * mh + mh * mh / mt + 2 * mffn * mh + mh * mffn) * 2.0;
+  const Evaluation moePlain = evaluateOrFail(m);
+  m.execution.teDummyWgrads = true;
+  const Evaluation moeTe = evaluateOrFail(m);
+  EXPECT_NEAR(moeTe.stages[0].memory.gradients - moePlain.stages[0].memory.gradients, moeLayer, 1.0);
+}
+
+TEST(Evaluator, AnInPlaceFusedLossKeepsNoGradientBufferAndMovesSixBytesALogitForward) {
+  // Transformer Engine's parallel_cross_entropy writes the logits' gradient over the logits in its
+  // forward (two passes reading them, one writing) and scales it in place backward: against a fused loss
+  // that writes a separate gradient backward, no 2 B a logit of buffer, 4 B a logit more forward traffic
+  // and 2 B less backward.
+  Plan p = makePlan("llama3-70b", "dgx-h100-x64", 64, 8, 8, 64);
+  p.parallel.sequenceParallel = true;
+  p.execution.fusedCrossEntropy = true;
+  const Evaluation fused = evaluateOrFail(p);
+  p.execution.crossEntropyInPlace = true;
+  const Evaluation inPlace = evaluateOrFail(p);
+  const double rows = 8192, vocab = 128256, t = 8;
+  const auto& f = fused.stages.back().memory;
+  const auto& i = inPlace.stages.back().memory;
+  EXPECT_NEAR(f.buffers - i.buffers, 2 * rows * vocab / t, 1.0);
+  EXPECT_NEAR(f.activations, i.activations, 1.0);
+  auto lossTimes = [&](const Plan& plan) {
+    auto ops = opTimesOf(plan);
+    EXPECT_TRUE(ops) << (ops ? "" : ops.error().toString());
+    for (const auto& op : *ops) {
+      if (op.kind == "cross_entropy") return std::pair{op.forwardSeconds, op.backwardSeconds};
+    }
+    ADD_FAILURE() << "no cross_entropy op";
+    return std::pair{0.0, 0.0};
+  };
+  Plan fusedPlan = p;
+  fusedPlan.execution.crossEntropyInPlace = false;
+  const auto [fusedFwd, fusedBwd] = lossTimes(fusedPlan);
+  const auto [inPlaceFwd, inPlaceBwd] = lossTimes(p);
+  EXPECT_NEAR(inPlaceFwd / fusedFwd, 3.0, 0.01);    // 6 B a logit against 2 (and a statistic per row)
+  EXPECT_NEAR(inPlaceBwd / fusedBwd, 1.0, 0.01);    // 4 B a logit both: a read and a write
+  EXPECT_NEAR(inPlaceBwd / inPlaceFwd, 2.0 / 3.0, 0.01);
+  // Only meaningful with a fused loss: the flag alone is refused.
+  p.execution.fusedCrossEntropy = false;
+  auto refused = evaluatePlan(p);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/cross_entropy_in_place");
+}
+
 TEST(Evaluator, SelectiveRecomputeBeatsFullAndBothSaveMemory) {
   Plan base = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 1536);
   base.parallel.sequenceParallel = true;

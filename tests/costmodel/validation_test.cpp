@@ -715,10 +715,37 @@ TEST(Validation, SimuMaxsB200RunsReduceTheirGradientsAfterTheBackward) {
   auto mcore = validation::caseFromRow(row, assumptionsFile());
   ASSERT_TRUE(mcore) << mcore.error().toString();
   EXPECT_TRUE(mcore->plan.execution.overlapGradReduce);
+  // SimuMax's rows also run Transformer Engine 2.11's in-place fused loss and keep its placeholder weight
+  // gradients (the framework entry); give the Megatron-Core case the same so that only the overlaps differ.
+  EXPECT_TRUE(simumax->plan.execution.fusedCrossEntropy && simumax->plan.execution.crossEntropyInPlace);
+  EXPECT_TRUE(simumax->plan.execution.teDummyWgrads);
+  EXPECT_FALSE(mcore->plan.execution.fusedCrossEntropy);
+  mcore->plan.execution.fusedCrossEntropy = mcore->plan.execution.crossEntropyInPlace = true;
+  mcore->plan.execution.teDummyWgrads = true;
   auto exposed = validation::evaluateCase(*simumax);
   auto hidden = validation::evaluateCase(*mcore);
   ASSERT_TRUE(exposed && hidden);
   EXPECT_GT(exposed->predictedStepSeconds, hidden->predictedStepSeconds * 1.01);
+}
+
+TEST(Validation, MegatronBridgeRowsKeepTransformerEnginesPlaceholderGradientsAndNeMo2024RowsDoNot) {
+  // Transformer Engine caches its placeholder weight gradients from 2.3 (April 2025): Megatron-Bridge
+  // (2025 on) runs it, NeMo's 2024 containers ran TE 1.x, whose placeholders died at once.
+  Json row = unseenRow();
+  row["source"]["citation"] = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md (Megatron-Bridge performance summary)";
+  auto bridge = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(bridge) << bridge.error().toString();
+  EXPECT_TRUE(bridge->plan.execution.teDummyWgrads);
+  EXPECT_TRUE(bridge->plan.execution.tpCommOverlap);  // otherwise NeMo's settings
+  row["source"]["citation"] = "NVIDIA NeMo docs, performance_summary.md (NeMo 24.07 container)";
+  auto nemo = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(nemo) << nemo.error().toString();
+  EXPECT_FALSE(nemo->plan.execution.teDummyWgrads);
+  auto withPlaceholders = costmodel::evaluatePlan(bridge->plan);
+  auto without = costmodel::evaluatePlan(nemo->plan);
+  ASSERT_TRUE(withPlaceholders && without);
+  EXPECT_GT(withPlaceholders->stages.front().memory.gradients, without->stages.front().memory.gradients);
+  EXPECT_NEAR(withPlaceholders->stepSeconds, without->stepSeconds, 1e-12);
 }
 
 TEST(Validation, MlperfGpt3RowsRunTheInterleavedScheduleUnlessTheySayOtherwise) {

@@ -156,6 +156,16 @@ struct Execution {
   /// copy is what backward keeps (Megatron's vocab-parallel cross-entropy, torchtitan, plain PyTorch).
   /// See docs/costmodel.md, "Fused cross-entropy".
   bool fusedCrossEntropy = false;
+  /// With fusedCrossEntropy: the fused loss writes the logits' gradient into the logits themselves during
+  /// the forward, and the backward scales it in place (Transformer Engine's parallel_cross_entropy before
+  /// July 2026, Megatron's --cross-entropy-fusion-impl te): no gradient buffer beside the kept logits,
+  /// and a forward that reads them twice and writes them once. See docs/costmodel.md, "Fused cross-entropy".
+  bool crossEntropyInPlace = false;
+  /// Transformer Engine's linears (2.3 on) with fused weight-gradient accumulation hand autograd a
+  /// placeholder weight gradient and keep it, one tensor per distinct weight shape and dtype, for the
+  /// rest of the run (Megatron-Core and Megatron-Bridge with TE, gradient accumulation fusion on).
+  /// See docs/costmodel.md, "Placeholder weight gradients".
+  bool teDummyWgrads = false;
   /// Host time the framework spends issuing one op (Python module code, dispatcher, autograd, launch):
   /// a layer whose kernels finish faster than the host issues them waits for the host. 0: the host
   /// keeps ahead (CUDA graphs). See docs/costmodel.md, "Host floor".
