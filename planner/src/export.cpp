@@ -172,6 +172,11 @@ std::string megatron(const Plan& p) {
                        " (checked against data/export-schemas/megatron-lm.json)\n"
                        "# set TRAIN_ITERS, LR, TOKENIZER_MODEL and DATA_PATH before launching: the plan does not say them\n";
   if (p.zeroStage > 1) header += "# note: Megatron-LM shards optimizer states only (ZeRO-1); the plan's ZeRO-" + std::to_string(p.zeroStage) + " has no Megatron flag\n";
+  if (p.execution.fusedCrossEntropy) {
+    header += p.execution.crossEntropyInPlace
+                  ? "# note: the plan's loss is Transformer Engine's in-place fusion (--cross-entropy-loss-fusion --cross-entropy-fusion-impl te), which this Megatron-LM refuses (validate_args); its native fusion keeps an fp32 softmax\n"
+                  : "# note: the plan's fused loss keeps no fp32 logits; Megatron-LM's native fusion (--cross-entropy-loss-fusion) keeps an fp32 softmax\n";
+  }
 
   if (!r.uniform) header += "# note: colo recomputes a different number of layers per stage; Megatron takes one count (the largest)\n";
   if (s.activation == Activation::kGeGlu) {

@@ -352,6 +352,12 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
   }
   p.execution.epCommOverlap = r.has("--overlap-moe-expert-parallel-comm");
   p.execution.gradAccumulation = r.has("--no-gradient-accumulation-fusion") ? GradAccumulation::kMainGrad : GradAccumulation::kFused;
+  // --cross-entropy-loss-fusion runs Megatron's native fusion (it still keeps the fp32 softmax: colo's
+  // default loss) unless --cross-entropy-fusion-impl te picks Transformer Engine's, which writes the
+  // gradient over the 16-bit logits in place (Megatron-LM refuses that pair from mid-2026 on).
+  if (r.has("--cross-entropy-loss-fusion") && r.text("--cross-entropy-fusion-impl").value_or("native") == "te") {
+    p.execution.fusedCrossEntropy = p.execution.crossEntropyInPlace = true;
+  }
   if (const auto type = r.text("--cp-comm-type")) {
     auto parsedType = parseCpCommType(*type);
     if (!parsedType) return fail(Error::badInput("--cp-comm-type: " + parsedType.error().message));

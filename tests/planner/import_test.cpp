@@ -140,6 +140,25 @@ TEST(Import, MegatronMoeDispatchAndExpertOverlapSurviveExportAndImport) {
   EXPECT_TRUE(rules.contains("deepep_flex"));
 }
 
+TEST(Import, MegatronsTransformerEngineLossFusionIsTheInPlaceFusedLoss) {
+  // --cross-entropy-loss-fusion --cross-entropy-fusion-impl te: Transformer Engine's in-place loss; the
+  // native implementation (the flag alone) keeps the fp32 softmax, colo's default loss.
+  const Plan p = roundTripPlans()[0];
+  const std::string args = *exportPlan(p, ExportFormat::kMegatron, "plan.json");
+  const ImportContext context{p.cluster, p.model, 0, 0};
+  auto te = importMegatron(args + " \\\n--cross-entropy-loss-fusion \\\n--cross-entropy-fusion-impl te\n", context);
+  ASSERT_TRUE(te) << te.error().toString();
+  EXPECT_TRUE(te->execution.fusedCrossEntropy);
+  EXPECT_TRUE(te->execution.crossEntropyInPlace);
+  auto native = importMegatron(args + " \\\n--cross-entropy-loss-fusion\n", context);
+  ASSERT_TRUE(native) << native.error().toString();
+  EXPECT_FALSE(native->execution.fusedCrossEntropy);
+  EXPECT_FALSE(native->execution.crossEntropyInPlace);
+  // Exported, such a plan says that the Megatron-LM its arguments are checked against refuses TE's fusion.
+  const std::string exported = *exportPlan(*te, ExportFormat::kMegatron, "plan.json");
+  EXPECT_NE(exported.find("--cross-entropy-fusion-impl te), which this Megatron-LM refuses"), std::string::npos) << exported;
+}
+
 TEST(Import, MegatronArgumentsAloneStateTheArchitecture) {
   // Without --model: the architecture from the arguments; the vocabulary from --vocab-size.
   const Plan p = roundTripPlans()[0];
