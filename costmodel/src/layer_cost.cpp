@@ -591,7 +591,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     // LayerNormLinear, LayerNormMLP and GroupedLinear save the quantized input when the recipe runs the
     // weight gradient in fp8, its default): 1 byte per element instead of the template's 2. Megatron's
     // output layer is not a Transformer Engine module and torchao's recipes save the 16-bit input.
-    const bool fp8Input = c.dtypeBytes == 1 && c.float8Recipe == Float8Recipe::kTransformerEngine &&
+    const bool fp8Input = transformerEngineFp8(c) &&
                           (op.kind == OpKind::kMatMul || op.kind == OpKind::kGroupedMatMul) && op.shard != Shard::kVocab;
     // A fused cross-entropy keeps the 16-bit logits and a statistic per row, not an fp32 copy.
     const double opSaved = op.kind == OpKind::kCrossEntropy && c.fusedCrossEntropy ? fusedLossSavedBytes(op, c) : op.savedBytes;
