@@ -43,22 +43,19 @@ double placeholderWgradBytes(const ModelTemplates& T, std::uint64_t classes, con
   std::array<ShapeSeen, 64> seen{};
   std::size_t count = 0;
   double total = 0;
-  const double tp = static_cast<double>(par.tp);
-  const double etp = static_cast<double>(par.expertTp());
+  // A weight's per-GPU shard is the [k, n] operand of the GEMM the op runs on one GPU (scaledGemm).
+  LayerConfig shards;
+  shards.tp = par.tp;
+  shards.ep = par.ep;
+  shards.etp = par.expertTp();
   for (std::size_t c = 0; c < T.classes.size(); ++c) {
     if ((classes & (std::uint64_t{1} << std::min<std::size_t>(c, 63))) == 0) continue;
     for (const auto& op : T.classes[c].ops) {
-      if (op.params <= 0 || std::string_view(op.name).ends_with("router")) continue;
-      double rows = static_cast<double>(op.n), cols = static_cast<double>(op.k);  // [out, in], as torch keeps it
-      if (op.kind == OpKind::kMatMul) {
-        if (op.shard == Shard::kVocab) continue;
-        if (op.shard == Shard::kColumn || op.shard == Shard::kHeads) rows /= tp;
-        if (op.shard == Shard::kRow) cols /= tp;
-      } else if (op.kind == OpKind::kGroupedMatMul) {
-        if (rows >= cols) rows /= etp; else cols /= etp;  // as scaledGemm splits an expert
-      } else {
-        continue;
-      }
+      if (op.params <= 0 || op.shard == Shard::kVocab || std::string_view(op.name).ends_with("router")) continue;
+      if (op.kind != OpKind::kMatMul && op.kind != OpKind::kGroupedMatMul) continue;
+      const auto gemm = scaledGemm(op, shards);
+      if (!gemm) continue;
+      const double rows = gemm->n, cols = gemm->k;  // [out, in], as torch keeps it
       const bool known = std::any_of(seen.begin(), seen.begin() + static_cast<std::ptrdiff_t>(count),
                                      [&](const ShapeSeen& s) { return s.rows == rows && s.cols == cols; });
       if (known) continue;
