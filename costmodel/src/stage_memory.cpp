@@ -113,7 +113,7 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   if (inFlightOut) *inFlightOut = inFlight;
   const double headActivations =
       (last && plan.schedule != Schedule::kGpipe) ? in.layers->head.savedFull * in.byteScale : 0.0;
-  mem.activations = (w.saved - headActivations) * inFlight + headActivations + w.working;
+  const double layersSaved = (w.saved - headActivations) * inFlight;
 
   // Buffers: sequence-parallel gathers, the logits' 16-bit copy and gradient beside their fp32 upcast
   // (a fused cross-entropy keeps the 16-bit logits themselves, counted as saved: only the gradient),
@@ -124,14 +124,25 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
       mbs * static_cast<double>(T.seqLen) / static_cast<double>(par.cp) * static_cast<double>(T.hidden) * dt;
   double buffers = 0;
   if (par.tp > 1) buffers += 2 * fullActivation;
+  double logitCopies = 0;
   if (last) {
     for (const auto& op : T.head.ops) {
       if (op.kind == OpKind::kCrossEntropy) {
         // Upcast: the 16-bit logits and their gradient; fused: the gradient; fused in place: nothing.
         const double copies = !plan.execution.fusedCrossEntropy ? 2.0 : plan.execution.crossEntropyInPlace ? 0.0 : 1.0;
-        buffers += op.savedBytes / 4.0 * dt * copies * mbs / static_cast<double>(par.cp) / static_cast<double>(par.tp);
+        logitCopies += op.savedBytes / 4.0 * dt * copies * mbs / static_cast<double>(par.cp) / static_cast<double>(par.tp);
       }
     }
+  }
+  // The head's tensors of a micro-batch (its saved logits, their 16-bit copies) live from its forward
+  // to the loss's backward; a recomputed layer's working set exists only inside that layer's backward,
+  // which runs after the loss's backward has freed them. The two phases never overlap: the larger sets
+  // the peak (docs/costmodel.md, "full recompute's working set and the head").
+  if (w.working > headActivations + logitCopies) {
+    mem.activations = layersSaved + w.working;
+  } else {
+    mem.activations = layersSaved + headActivations;
+    buffers += logitCopies;
   }
   if (par.dp * par.cp > 1) buffers += std::min(w.params * bytes.gradient, 2 * 40e6 * bytes.gradient);
   if (plan.zeroStage == 3 && !stageStaysGathered(plan)) {

@@ -442,8 +442,9 @@ TEST(Evaluator, PerOpRecomputeKeepsEveryOtherProductAsTorchtitanDoes) {
   // torchtitan's per-op selective checkpointing on a Llama 3 8B layer (FlashAttention): it keeps the
   // layer input, the attention output and its softmax statistics, and the 1st, 3rd, 5th and 7th of the
   // products wq, wk, wv, wo, w1, w3, w2 (q, v, gate and down); everything else is run again.
-  Plan p = makePlan("llama3-8b", "dgx-h100", 8, 1, 1, 8);
-  const double s = 8192, h = 4096, kv = 1024, ffn = 14336, heads = 32, L = 32;
+  // Two stages: the first, measured here, has no head whose logits could outweigh the working set.
+  Plan p = makePlan("llama3-8b", "dgx-h100", 8, 1, 2, 8);
+  const double s = 8192, h = 4096, kv = 1024, ffn = 14336, heads = 32, L = 16;
   const double kept = 2 * s * (h + h + h + kv + ffn + h) + heads * s * 4;
   const double input = 2 * s * h;
   setRecompute(p, RecomputePolicy::kNone);
@@ -452,10 +453,11 @@ TEST(Evaluator, PerOpRecomputeKeepsEveryOtherProductAsTorchtitanDoes) {
   const Evaluation op = evaluateOrFail(p);
   setRecompute(p, RecomputePolicy::kFull);
   const Evaluation full = evaluateOrFail(p);
-  // Against full recompute, each layer keeps (kept - input) more, and the backward's working set (the
-  // layer's activations rebuilt) is smaller by what was kept.
+  // Against full recompute, each layer of each micro-batch in flight keeps (kept - input) more, and the
+  // backward's working set (the layer's activations rebuilt) is smaller by what was kept.
   const double delta = op.stages[0].memory.activations - full.stages[0].memory.activations;
-  EXPECT_NEAR(delta / (L * (kept - input) - kept), 1.0, 0.01);
+  const double inFlight = op.stages[0].inFlightMicroBatches;
+  EXPECT_NEAR(delta / (inFlight * L * (kept - input) - kept), 1.0, 0.01);
   EXPECT_LT(op.peakMemoryBytes, none.peakMemoryBytes);
   EXPECT_GT(op.peakMemoryBytes, full.peakMemoryBytes);
   // It re-runs the unkept products and the cheap kernels, less than full recompute re-runs.
@@ -538,6 +540,49 @@ TEST(Evaluator, TheLastStageKeepsTheLossLogits) {
   EXPECT_NEAR(gpipe.stages.back().memory.activations / (m * (layers + logits)), 1.0, 0.02)
       << gpipe.stages.back().memory.activations << " vs " << m * (layers + logits);
 }
+TEST(Evaluator, FullRecomputesWorkingSetAndTheLossLogitsAreNeverLiveTogether) {
+  // Full recompute rebuilds a layer inside that layer's backward, which runs after the loss's backward has
+  // freed the head's tensors (the fp32 logits the loss keeps, the 16-bit logits and their gradient): the
+  // last stage's peak holds the layer checkpoints plus the larger of the two, not both. Llama 3 8B on one
+  // GPU: at 1,024 tokens and mbs 8 the logits (8,192 rows of 128,256) outweigh a layer's working set; at
+  // 8,192 tokens, mbs 1, without FlashAttention, the layer's s^2 attention tensors outweigh the logits.
+  const double h = 4096, vocab = 128256, layers = 32;
+  const auto lastStage = [](std::int64_t mbs, std::int64_t seq) {
+    Plan p = makePlan("llama3-8b", "dgx-h100", 1, 1, 1, mbs, mbs);
+    p.seqLen = seq;
+    p.execution.flashAttention = false;
+    setRecompute(p, RecomputePolicy::kFull);
+    const auto full = evaluateOrFail(p).stages.back().memory;
+    setRecompute(p, RecomputePolicy::kNone);
+    const auto none = evaluateOrFail(p).stages.back().memory;
+    return std::pair{full, none};
+  };
+  {
+    const double rows = 8 * 1024;
+    const auto [full, none] = lastStage(8, 1024);
+    // The head's phase sets the peak: its fp32 logits stay in the activations and the 16-bit copies in
+    // the buffers, as without recompute; the layers keep only their inputs (2 s b h each).
+    EXPECT_NEAR(full.buffers, none.buffers, 1.0);
+    EXPECT_NEAR(none.buffers, 2 * 2 * rows * vocab, 0.01 * none.buffers);
+    const double checkpoints = layers * 2 * rows * h;
+    EXPECT_NEAR(full.activations / (checkpoints + 4 * rows * vocab + 2 * rows * h), 1.0, 0.03) << full.activations;
+    // Where the head's phase sets the peak, full recompute's working set adds nothing on the last stage.
+    EXPECT_LT(full.activations, checkpoints + 4 * rows * vocab + 2 * rows * h + 0.03 * full.activations);
+  }
+  {
+    const double rows = 8192;
+    const auto [full, none] = lastStage(1, 8192);
+    // The layer's phase sets the peak: twice one layer's saved activations beside the checkpoints, and
+    // neither the fp32 logits nor their 16-bit copies.
+    const double head = 4 * rows * vocab + 2 * rows * h;  // the fp32 logits and the final norm's input
+    const double oneLayer = (none.activations - head) / layers;
+    EXPECT_GT(2 * oneLayer, head + 2 * 2 * rows * vocab);
+    EXPECT_NEAR(none.buffers - full.buffers, 2 * 2 * rows * vocab, 0.01 * none.buffers);
+    const double checkpoints = layers * 2 * rows * h;
+    EXPECT_NEAR(full.activations / (checkpoints + 2 * oneLayer), 1.0, 0.01) << full.activations;
+  }
+}
+
 TEST(Evaluator, AFusedCrossEntropyKeepsTheSixteenBitLogitsInsteadOfAnFp32Copy) {
   // Megatron's loss upcasts the logits to fp32 and keeps that copy (4 B a logit), beside the 16-bit
   // logits and their gradient (2 + 2 B). A fused kernel (flash-attn's, LLM Foundry's default) keeps the
