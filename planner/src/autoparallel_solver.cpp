@@ -99,6 +99,18 @@ BlockSolver::BlockSolver(const Block& block, const CostContext& context, LayoutC
     for (const int input : units[u].inputs) m_lastUse[static_cast<std::size_t>(input + 1)] = static_cast<int>(u);
   }
   if (n > 0) m_lastUse[n] = static_cast<int>(n);
+  m_inputKept.resize(n);
+  for (std::size_t c = 0; c < n; ++c) {
+    m_inputKept[c].assign(units[c].inputs.size(), {0.0, 0.0});
+    for (std::size_t i = 0; i < units[c].inputs.size(); ++i) {
+      for (const auto& st : m_strategies[c]) {
+        const double saved = st.inputSaved * m_inputShare[c][i];
+        const double whole = m_inputDims[c][i].bytes(context.samples) * m_share[static_cast<std::size_t>(st.in.index())];
+        m_inputKept[c][i][0] = std::max(m_inputKept[c][i][0], saved);
+        m_inputKept[c][i][1] = std::max({m_inputKept[c][i][1], saved, whole});
+      }
+    }
+  }
   m_lastSaver.assign(n + 1, -1);
   for (std::size_t u = 0; u < n; ++u) {
     if (units[u].inputSaved <= 0) continue;
@@ -162,6 +174,7 @@ class BlockDp {
     } else {
       *m_steps[0].tryEmplace(pack(0, {})).first = start;
     }
+    leaveOutFruitlessRecompute();
     for (std::size_t u = 0; u < m_n; ++u) {
       advance(u);
       const auto& live = m_live[u + 1];
@@ -213,6 +226,7 @@ class BlockDp {
     int outCode = 0;             // the output's layout and recompute bit
   };
   [[nodiscard]] UnitFixed unitFixed(std::size_t u) const;
+  void leaveOutFruitlessRecompute();
   // Appends to `out` the unit's cheapest choice for each output code, given the inputs in `state`.
   void options(std::size_t u, const UnitFixed& f, const std::vector<std::pair<int, bool>>& state, std::vector<Option>& out) const;
   static void prune(StateMap<Entry>& states);
@@ -240,6 +254,7 @@ class BlockDp {
   std::vector<StateMap<Entry>> m_steps;
   std::vector<std::size_t> m_cuts;
   std::map<std::size_t, StateMap<Entry>> m_reached;  // states reaching each cut, before the restart
+  std::vector<char> m_noRecompute;                   // per unit: recompute can never pay at this price
 };
 
 std::array<bool, 2> BlockDp::recomputeChoices(std::size_t u) const {
@@ -311,6 +326,37 @@ void BlockDp::keptInputs(std::size_t u, std::size_t s, const std::vector<std::pa
   }
 }
 
+void BlockDp::leaveOutFruitlessRecompute() {
+  // Against keeping it, recomputing unit u under any strategy adds at least its forward again (its own
+  // inputs cost no less to keep whole; its consumers pay conversions again) and spares at most its own
+  // saved bytes and what its consumers could keep of its output, at this price of memory. When the least
+  // that adds exceeds the most that spares, any plan recomputing u loses to the same plan keeping it, so
+  // the choice is left out and the optimum is exactly what it was (a strict inequality keeps ties).
+  // Units go last to first: a consumer whose recompute is left out can keep only what its backward reads
+  // of the input, not the whole input a recompute of its own would need. Free memory leaves out every
+  // recompute of a unit with a forward to run.
+  m_noRecompute.assign(m_n, 0);
+  if (m_w.recompute != RecomputeMode::kPerUnit || m_w.forceRecompute) return;
+  const double price = m_w.lambda * m_w.activationCopies;
+  const auto& units = m_s.m_block->units;
+  std::vector<double> spared(m_n, 0.0);  // per unit: the most its consumers can keep of its output
+  for (std::size_t c = m_n; c-- > 0;) {
+    const auto choices = recomputeChoices(c);
+    double leastExtra = kInf;
+    const auto& strategies = m_s.m_strategies[c];
+    for (const auto& st : strategies) {
+      if (m_w.allow && !m_w.allow(*m_s.m_block, c, st)) continue;
+      leastExtra = std::min(leastExtra, st.fwd + st.commFwd - price * st.ownSaved);
+    }
+    const bool mayRecompute = choices[1] && !(choices[0] && leastExtra - price * spared[c] > 0);
+    m_noRecompute[c] = mayRecompute ? 0 : 1;
+    for (std::size_t i = 0; i < units[c].inputs.size(); ++i) {
+      const int producer = units[c].inputs[i];
+      if (producer >= 0) spared[static_cast<std::size_t>(producer)] += m_s.m_inputKept[c][i][mayRecompute ? 1 : 0];
+    }
+  }
+}
+
 BlockDp::UnitFixed BlockDp::unitFixed(std::size_t u) const {
   const Unit& unit = m_s.m_block->units[u];
   const auto& strategies = m_s.m_strategies[u];
@@ -331,6 +377,7 @@ BlockDp::UnitFixed BlockDp::unitFixed(std::size_t u) const {
   }
   f.memoryPrice = m_w.lambda * m_w.activationCopies;
   f.outputBit = bitMatters(static_cast<int>(u) + 1, u + 1);
+  if (m_noRecompute[u]) f.choices[1] = false;
   return f;
 }
 

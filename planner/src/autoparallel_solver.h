@@ -91,6 +91,9 @@ class BlockSolver {
   std::array<double, kLayouts> m_share{};                          // per layout: the share of a tensor one GPU holds
   std::vector<int> m_lastUse;                                   // per unit output (and the input, index 0 = -1): last consumer
   std::vector<int> m_lastSaver;                                 // the same: last consumer that keeps it for backward (-1: none)
+  // Per unit, per input: the most bytes the unit can keep of that input, over its strategies, when it
+  // keeps its output ([0]) and when it recomputes ([1]): what recomputing the input's producer spares it.
+  std::vector<std::vector<std::array<double, 2>>> m_inputKept;
 };
 
 }  // namespace colo::planner::detail

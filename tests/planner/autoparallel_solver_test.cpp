@@ -1,0 +1,77 @@
+// The per-block solver of the operator-level search (planner/src/autoparallel_solver.h), tested below
+// the public API: its shortcuts must not change what it finds.
+#include "autoparallel_solver.h"
+
+#include <gtest/gtest.h>
+
+#include "colo/core/library.h"
+#include "colo/costmodel/hardware.h"
+#include "colo/planner/sharding.h"
+#include "core/test_support.h"
+
+namespace colo::planner::detail {
+namespace {
+
+// At a low price of memory a unit whose forward costs more than everything its recompute could spare
+// is never recomputed, so the solve leaves that choice out (BlockDp::recomputeNeverPays). A forced-choice
+// hook that forces nothing turns the shortcut off: both solves must give the same plans, to the bit, at
+// every price from free memory to ten seconds a GiB. GPT-3 2.7B's layer without FlashAttention (its
+// score and softmax tensors make recompute worth it at high prices) on a 2x8 mesh.
+TEST(AutoParallelSolver, LeavingOutRecomputeThatCannotPayChangesNoPlan) {
+  const Model model = test::loadModelOrFail(test::dataFile("models/gpt3-2.7b.json"));
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json"));
+  GraphOptions go;
+  go.seqLen = model.defaultSeqLen();
+  go.batch = 1;
+  go.dtypeBytes = 2;
+  auto graph = model.expand(go);
+  ASSERT_TRUE(graph) << graph.error().toString();
+  auto mesh = makeMesh(cluster, {2, 8});
+  ASSERT_TRUE(mesh) << mesh.error().toString();
+  LayoutConverter converter(*mesh);
+  CostContext cc;
+  cc.mesh = &*mesh;
+  cc.device = costmodel::deviceModel(cluster.gpu, DType::kBf16);
+  cc.samples = 16;
+  cc.flash = false;
+  const Block block = makeBlock(*graph, 0, "layer");
+  const BlockSolver solver(block, cc, converter);
+  std::vector<Layout> entries;
+  for (int l = 0; l < kLayouts; ++l) {
+    const Layout e = Layout::fromIndex(l);
+    if (!e.partial() && fits(e, block.input, cc.samples, *mesh)) entries.push_back(e);
+  }
+  ASSERT_FALSE(entries.empty());
+  int pricesRecomputing = 0, pricesKeeping = 0;
+  for (const double lambda : {0.0, 1e-16, 1e-14, 1e-13, 1e-12, 1e-11, 1e-10, 1e-9, 1e-8}) {
+    SolveWeights w;
+    w.lambda = lambda;
+    w.activationCopies = 4;
+    w.microBatches = 8;
+    SolveWeights unpruned = w;
+    unpruned.forceRecompute = [](const Block&, std::size_t) { return -1; };
+    const auto fast = solver.solve(entries, w);
+    const auto full = solver.solve(entries, unpruned);
+    ASSERT_EQ(fast.size(), full.size()) << "lambda " << lambda;
+    bool recomputes = false;
+    for (std::size_t i = 0; i < fast.size(); ++i) {
+      EXPECT_EQ(fast[i].entry, full[i].entry);
+      EXPECT_EQ(fast[i].exit, full[i].exit);
+      EXPECT_EQ(fast[i].objective, full[i].objective) << "lambda " << lambda;
+      EXPECT_EQ(fast[i].activationBytes, full[i].activationBytes) << "lambda " << lambda;
+      ASSERT_EQ(fast[i].units.size(), full[i].units.size());
+      for (std::size_t u = 0; u < fast[i].units.size(); ++u) {
+        EXPECT_EQ(fast[i].units[u].strategy, full[i].units[u].strategy) << "lambda " << lambda << " unit " << u;
+        EXPECT_EQ(fast[i].units[u].recompute, full[i].units[u].recompute) << "lambda " << lambda << " unit " << u;
+        recomputes = recomputes || full[i].units[u].recompute;
+      }
+    }
+    (recomputes ? pricesRecomputing : pricesKeeping)++;
+  }
+  // Not vacuous: the sweep spans prices where recompute wins and prices where it does not.
+  EXPECT_GT(pricesRecomputing, 0);
+  EXPECT_GT(pricesKeeping, 0);
+}
+
+}  // namespace
+}  // namespace colo::planner::detail
