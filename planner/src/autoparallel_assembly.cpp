@@ -112,13 +112,17 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   // Activations and their gradients between stages.
   double hop = 0;
   if (pp > 1) {
-    Parallelism par;
-    par.tp = ms.mesh->size();
-    par.pp = pp;
-    const auto group = costmodel::placeGroup(*c.cluster, par, costmodel::Dim::kPp);
-    const double bytes = static_cast<double>(ms.samples) * static_cast<double>(c.seqLen * c.hidden) * 2.0 /
-                         static_cast<double>(ms.mesh->size());
-    hop = 2.0 * costmodel::collectiveSeconds(costmodel::Collective::kSendRecv, bytes, group);
+    auto [memo, fresh] = ms.hopSeconds.try_emplace(pp, 0.0);
+    if (fresh) {
+      Parallelism par;
+      par.tp = ms.mesh->size();
+      par.pp = pp;
+      const auto group = costmodel::placeGroup(*c.cluster, par, costmodel::Dim::kPp);
+      const double bytes = static_cast<double>(ms.samples) * static_cast<double>(c.seqLen * c.hidden) * 2.0 /
+                           static_cast<double>(ms.mesh->size());
+      memo->second = 2.0 * costmodel::collectiveSeconds(costmodel::Collective::kSendRecv, bytes, group);
+    }
+    hop = memo->second;
   }
   // A micro-batch crosses a stage boundary once per chunk; the bubble is pp - 1 chunks' time.
   double slowest = 0;
@@ -135,8 +139,14 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   // Gradient reductions after the last backward, hidden behind up to 90% of it (as the evaluator's
   // data-parallel tail), the hidden part slowing what it overlaps.
   double tail = 0, peak = 0;
-  for (const auto& s : stages) {
-    const double C = gradientSyncSeconds(*ms.mesh, s.sync);
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const Stage& s = stages[i];
+    auto& memo = ms.lastSync[i];
+    if (memo.bytes != std::array<double, 3>{s.sync[0], s.sync[1], s.sync[2]}) {
+      memo.bytes = {s.sync[0], s.sync[1], s.sync[2]};
+      memo.seconds = gradientSyncSeconds(*ms.mesh, s.sync);
+    }
+    const double C = memo.seconds;
     const double cover = 0.9 * (s.seconds * 2.0 / 3.0);
     double exposed = std::max(0.1 * C, C - cover);
     exposed += dev.overlapSlowdown * (C - exposed);

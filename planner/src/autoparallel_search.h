@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <array>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,6 +26,15 @@ struct MeshSolvers {
   std::vector<std::unique_ptr<BlockSolver>> layers;  // per layer class
   std::unique_ptr<BlockSolver> embedding, head;
   std::int64_t samples = 1;
+  // Memos of what assembling a step asks again for every chunk count and offload fraction of the same
+  // solution: the activation hop between stages per pipeline degree, and the last gradient reductions
+  // costed (one per stage kind).
+  mutable std::map<std::int64_t, double> hopSeconds;
+  struct SyncMemo {
+    std::array<double, 3> bytes{-1.0, -1.0, -1.0};
+    double seconds = 0;
+  };
+  mutable std::array<SyncMemo, 2> lastSync;
 };
 
 // One way to run every block, at one interface layout.
