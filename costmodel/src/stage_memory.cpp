@@ -136,12 +136,15 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   }
   // The head's tensors of a micro-batch (its saved logits, their 16-bit copies) live from its forward
   // to the loss's backward; a recomputed layer's working set exists only inside that layer's backward,
-  // which runs after the loss's backward has freed them. The two phases never overlap: the larger sets
-  // the peak (docs/costmodel.md, "full recompute's working set and the head").
-  if (w.working > headActivations + logitCopies) {
+  // which runs after the loss's and the output layer's backward have freed them. The two phases never
+  // overlap: the larger sets the peak (docs/costmodel.md, "full recompute's working set and the head").
+  // Zero bubble defers weight gradients, the output layer's too: the logits' gradient waits for it
+  // while the layers' backward runs, so there both are counted.
+  const bool phasesApart = plan.schedule != Schedule::kZeroBubble;
+  if (phasesApart && w.working > headActivations + logitCopies) {
     mem.activations = layersSaved + w.working;
   } else {
-    mem.activations = layersSaved + headActivations;
+    mem.activations = layersSaved + headActivations + (phasesApart ? 0.0 : w.working);
     buffers += logitCopies;
   }
   if (par.dp * par.cp > 1) buffers += std::min(w.params * bytes.gradient, 2 * 40e6 * bytes.gradient);

@@ -112,17 +112,19 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   // Activations and their gradients between stages.
   double hop = 0;
   if (pp > 1) {
-    auto [memo, fresh] = ms.hopSeconds.try_emplace(pp, 0.0);
-    if (fresh) {
+    // (A MeshSolvers belongs to one Search, whose context is fixed: pp is all the hop still depends on.)
+    if (const auto memo = ms.hopSeconds.find(pp); memo != ms.hopSeconds.end()) {
+      hop = memo->second;
+    } else {
       Parallelism par;
       par.tp = ms.mesh->size();
       par.pp = pp;
       const auto group = costmodel::placeGroup(*c.cluster, par, costmodel::Dim::kPp);
       const double bytes = static_cast<double>(ms.samples) * static_cast<double>(c.seqLen * c.hidden) * 2.0 /
                            static_cast<double>(ms.mesh->size());
-      memo->second = 2.0 * costmodel::collectiveSeconds(costmodel::Collective::kSendRecv, bytes, group);
+      hop = 2.0 * costmodel::collectiveSeconds(costmodel::Collective::kSendRecv, bytes, group);
+      ms.hopSeconds.emplace(pp, hop);
     }
-    hop = memo->second;
   }
   // A micro-batch crosses a stage boundary once per chunk; the bubble is pp - 1 chunks' time.
   double slowest = 0;

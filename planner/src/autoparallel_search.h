@@ -28,7 +28,7 @@ struct MeshSolvers {
   std::int64_t samples = 1;
   // Memos of what assembling a step asks again for every chunk count and offload fraction of the same
   // solution: the activation hop between stages per pipeline degree, and the last gradient reductions
-  // costed (one per stage kind).
+  // costed (one per stage kind). A MeshSolvers belongs to one Search, run on one thread.
   mutable std::map<std::int64_t, double> hopSeconds;
   struct SyncMemo {
     std::array<double, 3> bytes{-1.0, -1.0, -1.0};

@@ -581,6 +581,21 @@ TEST(Evaluator, FullRecomputesWorkingSetAndTheLossLogitsAreNeverLiveTogether) {
     const double checkpoints = layers * 2 * rows * h;
     EXPECT_NEAR(full.activations / (checkpoints + 2 * oneLayer), 1.0, 0.01) << full.activations;
   }
+  {
+    // Zero bubble defers the output layer's weight gradient with the rest: the logits' gradient outlives
+    // the loss's backward, so the last stage counts the head beside the working set again.
+    const double rows = 8192;
+    Plan p = makePlan("llama3-8b", "dgx-h100", 2, 1, 2, 4, 1);
+    p.seqLen = 8192;
+    p.execution.flashAttention = false;
+    setRecompute(p, RecomputePolicy::kFull);
+    const auto oneF = evaluateOrFail(p).stages.back();
+    p.schedule = Schedule::kZeroBubble;
+    const auto zb = evaluateOrFail(p).stages.back();
+    ASSERT_EQ(oneF.inFlightMicroBatches, zb.inFlightMicroBatches);
+    EXPECT_NEAR(zb.memory.buffers - oneF.memory.buffers, 2 * 2 * rows * vocab, 0.01 * zb.memory.buffers);
+    EXPECT_NEAR(zb.memory.activations - oneF.memory.activations, 4 * rows * vocab + 2 * rows * h, 0.02 * 4 * rows * vocab);
+  }
 }
 
 TEST(Evaluator, AFusedCrossEntropyKeepsTheSixteenBitLogitsInsteadOfAnFp32Copy) {

@@ -13,9 +13,10 @@ namespace colo::planner::detail {
 namespace {
 
 // At a low price of memory a unit whose forward costs more than everything its recompute could spare
-// is never recomputed, so the solve leaves that choice out (BlockDp::recomputeNeverPays). A forced-choice
-// hook that forces nothing turns the shortcut off: both solves must give the same plans, to the bit, at
-// every price from free memory to ten seconds a GiB. GPT-3 2.7B's layer without FlashAttention (its
+// is never recomputed, so the solve leaves that choice out (BlockDp::leaveOutFruitlessRecompute). A
+// forced-choice hook that forces nothing turns the shortcut off: both solves must give the same plans
+// (objectives to the bit, and here the same choices: this layer has no exactly tied plans) at every
+// price from free memory to ten seconds a GiB. GPT-3 2.7B's layer without FlashAttention (its
 // score and softmax tensors make recompute worth it at high prices) on a 2x8 mesh.
 TEST(AutoParallelSolver, LeavingOutRecomputeThatCannotPayChangesNoPlan) {
   const Model model = test::loadModelOrFail(test::dataFile("models/gpt3-2.7b.json"));
@@ -63,6 +64,7 @@ TEST(AutoParallelSolver, LeavingOutRecomputeThatCannotPayChangesNoPlan) {
       for (std::size_t u = 0; u < fast[i].units.size(); ++u) {
         EXPECT_EQ(fast[i].units[u].strategy, full[i].units[u].strategy) << "lambda " << lambda << " unit " << u;
         EXPECT_EQ(fast[i].units[u].recompute, full[i].units[u].recompute) << "lambda " << lambda << " unit " << u;
+        EXPECT_EQ(fast[i].units[u].keepBeforeConversion, full[i].units[u].keepBeforeConversion) << "lambda " << lambda;
         recomputes = recomputes || full[i].units[u].recompute;
       }
     }
