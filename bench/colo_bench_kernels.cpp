@@ -1,5 +1,6 @@
 // colo-bench-kernels: each fused kernel against LibTorch's unfused composition of the same operation,
-// forward + backward, on the CPU or a CUDA device, at a ~350M GPT's shapes (or smaller, --tokens).
+// forward + backward, on the CPU or a CUDA device, at a ~350M GPT's shapes (or smaller, --tokens); and
+// the optimizer's two (the gradients' fp64 sum of squares, AdamW) over flat fp32 buffers of 48 h^2.
 //
 //   colo-bench-kernels [--device cpu|cuda] [--dtype bf16|fp32] [--tokens N] [--hidden H] [--vocab V]
 //                      [--repetitions R] [--only NAME] [--trace FILE] [--sync-debug] [--json]
@@ -129,6 +130,14 @@ int main(int argc, char** argv) {
     Tensor logits = leaf({t, o.vocab});
     Tensor target = torch::randint(0, o.vocab, {t}, torch::TensorOptions().dtype(torch::kLong).device(device));
     auto backward = [](const Tensor& y) { y.backward(torch::ones_like(y)); };
+    // The optimizer's flat fp32 buffers (master weights, gradients, moments) of 12 h^2 x 4 parameters
+    // (four layers), whatever --dtype says, and the gradient norm's fp64 accumulator.
+    const auto flat = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+    const std::int64_t params = 48 * h * h;
+    Tensor master = torch::randn({params}, flat), grads = torch::randn({params}, flat) * 1e-3;
+    Tensor moment1 = torch::zeros({params}, flat), moment2 = torch::zeros({params}, flat);
+    Tensor squares = torch::zeros({1}, flat.dtype(torch::kFloat64));
+    const ops::AdamW adamw{1e-4, 0.9, 0.95, 1e-8, 0.1, 1};
     struct Case {
       std::string name;
       std::function<void()> fused, unfused;
@@ -147,6 +156,19 @@ int main(int argc, char** argv) {
          }},
         {"cross_entropy", [&] { ops::vocabParallelCrossEntropy(logits, target, 0, [](Tensor&, bool) {}).mean().backward(); },
          [&] { torch::cross_entropy_loss(logits.to(torch::kFloat32), target).backward(); }},
+        // The gradient norm's sum of squares in fp64: one read, against an fp64 copy squared and summed.
+        {"sum_of_squares", [&] { ops::addSumOfSquares(grads, squares); },
+         [&] { squares += grads.to(torch::kFloat64).pow(2).sum(); }},
+        // AdamW with a clipping coefficient: one kernel, against LibTorch's operators (the executor's
+        // unfused path: the clip multiply, the moments, decay, the bias-corrected update).
+        {"adamw", [&] { ops::adamwStep(master, grads, moment1, moment2, adamw, 0.5); },
+         [&] {
+           Tensor g = grads * 0.5;
+           moment1.mul_(adamw.beta1).add_(g, 1.0 - adamw.beta1);
+           moment2.mul_(adamw.beta2).addcmul_(g, g, 1.0 - adamw.beta2);
+           master.mul_(1.0 - adamw.lr * adamw.weightDecay);
+           master.addcdiv_(moment1, (moment2 / (1.0 - adamw.beta2)).sqrt_().add_(adamw.eps), -adamw.lr / (1.0 - adamw.beta1));
+         }},
     };
     if (!o.only.empty() && std::none_of(cases.begin(), cases.end(), [&](const Case& c) { return c.name == o.only; })) {
       return usage("--only: no kernel named \"" + o.only + "\"");

@@ -1,6 +1,8 @@
 // The optimizer step on a shard of the flat fp32 master weights. AdamW as PyTorch's (decoupled weight
 // decay, bias-corrected moments); LAMB and LARS scale each parameter's update by a trust ratio of norms
 // taken over the whole parameter, so a sharded or tensor-parallel run steps exactly as one process.
+#include <algorithm>
+
 #include "colo/kernels/torch_ops.h"
 #include "state.h"
 
@@ -18,15 +20,18 @@ Tensor trustRatio(const Tensor& weightNorm, const Tensor& updateNorm) {
 
 }  // namespace
 
-void optimizerStep(const OptimizerSettings& o, Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const OptimizerSettings::Norms& norms) {
+void optimizerStep(const OptimizerSettings& o, Tensor& p, const Tensor& gIn, Tensor& m, Tensor& v, const OptimizerSettings::Norms& norms) {
   torch::NoGradGuard noGrad;
   const double t = static_cast<double>(o.step);
+  // The clipping coefficient: inside the fused AdamW's read of the gradients (no pass of its own), else
+  // a scaled copy of them.
+  if (o.kind == Optimizer::kAdamW && o.fused && p.is_contiguous() && m.is_contiguous() && v.is_contiguous()) {
+    kernels::torch_ops::adamwStep(p, gIn, m, v, {o.lr, o.beta1, o.beta2, o.epsilon, o.weightDecay, o.step}, std::min(o.clip, 1.0));
+    return;
+  }
+  const Tensor g = o.clip < 1.0 ? gIn * o.clip : gIn;
   switch (o.kind) {
     case Optimizer::kAdamW: {
-      if (o.fused && p.is_contiguous() && m.is_contiguous() && v.is_contiguous()) {
-        kernels::torch_ops::adamwStep(p, g, m, v, {o.lr, o.beta1, o.beta2, o.epsilon, o.weightDecay, o.step});
-        break;
-      }
       m.mul_(o.beta1).add_(g, 1.0 - o.beta1);
       v.mul_(o.beta2).addcmul_(g, g, 1.0 - o.beta2);
       const double c1 = 1.0 - std::pow(o.beta1, t), c2 = 1.0 - std::pow(o.beta2, t);

@@ -32,8 +32,9 @@ struct OptimizerSettings {
   bool fused = false;     ///< AdamW by colo's fused kernel (kernels/), not LibTorch's operators
 };
 
-/// One optimizer step on a shard: weights `p` (fp32, updated in place), gradients `g`, moments `m`
-/// and `v` (LARS uses `m` only). `norms` gives each element the norm of its whole parameter.
+/// One optimizer step on a shard: weights `p` (fp32, updated in place), gradients `g` (read, scaled by
+/// `o.clip` where it is below 1, never written), moments `m` and `v` (LARS uses `m` only). `norms` gives
+/// each element the norm of its whole parameter.
 void optimizerStep(const OptimizerSettings& o, torch::Tensor& p, const torch::Tensor& g, torch::Tensor& m, torch::Tensor& v,
                    const OptimizerSettings::Norms& norms);
 

@@ -1,10 +1,20 @@
-// CPU references: AdamW and LAMB over flat fp32 master buffers (multi-tensor).
+// CPU references: the gradients' sum of squares; AdamW and LAMB over flat fp32 master buffers (multi-tensor).
 #include <cmath>
 
 #include "colo/kernels/reference.h"
 #include "optim_math.h"
 
 namespace colo::kernels::ref {
+
+template <class T>
+void addSumOfSquares(const T* x, Index n, double* out) {
+  double sum = 0;
+  for (Index i = 0; i < n; ++i) {
+    const double v = toFloat(x[i]);
+    sum += v * v;
+  }
+  *out += sum;
+}
 
 template <class G>
 void adamwStep(std::span<const FlatTensor<G>> tensors, const AdamWConfig& config, float gradScale) {
@@ -42,6 +52,8 @@ void lambStep(std::span<const FlatTensor<G>> tensors, const LambConfig& config, 
   }
 }
 
+template void addSumOfSquares<float>(const float*, Index, double*);
+template void addSumOfSquares<bf16>(const bf16*, Index, double*);
 template void adamwStep<float>(std::span<const FlatTensor<float>>, const AdamWConfig&, float);
 template void adamwStep<bf16>(std::span<const FlatTensor<bf16>>, const AdamWConfig&, float);
 template void lambStep<float>(std::span<const FlatTensor<float>>, const LambConfig&, float);

@@ -370,6 +370,21 @@ void adamwStep(Tensor& param, const Tensor& gradIn, Tensor& expAvg, Tensor& expA
   });
 }
 
+void addSumOfSquares(const Tensor& xIn, Tensor& out) {
+  TORCH_CHECK(out.scalar_type() == at::kDouble && out.numel() == 1 && out.is_contiguous() && out.device() == xIn.device(),
+              "colo sum of squares: out must be one float64 element on the input's device");
+  const Tensor x = xIn.contiguous();
+  byType(x, "sum_of_squares", [&](auto tag) {
+    using T = decltype(tag);
+    Tensor scratch;
+#if defined(COLO_KERNELS_TORCH_CUDA)
+    if (x.is_cuda()) scratch = at::empty({cuda::sumOfSquaresScratch()}, out.options());
+#endif
+    dispatch(x, "sum_of_squares", [&] { ref::addSumOfSquares(cptr<T>(x), x.numel(), ptr<double>(out)); },
+             COLO_ON_GPU(cuda::addSumOfSquares(cptr<T>(x), x.numel(), ptr<double>(scratch), ptr<double>(out), s)));
+  });
+}
+
 Tensor vocabParallelCrossEntropy(const Tensor& logits, const Tensor& target, std::int64_t vocabStart, AllReduce allReduce) {
   // The reducer lives in the autograd graph only during the forward (the backward needs no collective).
   return CrossEntropyFn::apply(logits, target, vocabStart, &allReduce);

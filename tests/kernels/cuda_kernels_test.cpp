@@ -274,6 +274,34 @@ TYPED_TEST(CudaKernels, MultiTensorOptimizersMatchTheReference) {
   }
 }
 
+// The gradient norm's reduction on the device equals the CPU reference (both fp64 sums, in different
+// orders), adds into what `out` holds, gives the same bits when repeated, and leaves out alone for n = 0.
+template <class T>
+void checkSumOfSquares() {
+  for (const Index n : {Index{1}, Index{1003}, Index{(1 << 22) + 7}}) {
+    const auto host = as<T>(randomVec(static_cast<std::size_t>(n), 500u + static_cast<unsigned>(n % 97)));
+    double expected = 2.0;
+    ref::addSumOfSquares(host.data(), n, &expected);
+    DeviceVec<T> x(host);
+    DeviceVec<double> scratch(static_cast<std::size_t>(cuda::sumOfSquaresScratch()));
+    DeviceVec<double> out(std::vector<double>{2.0});
+    COLO_CUDA_OK(cuda::addSumOfSquares(x.get(), n, scratch.get(), out.get(), nullptr));
+    const double first = out.back()[0];
+    EXPECT_NEAR(first, expected, 1e-12 * expected) << "n " << n;
+    DeviceVec<double> again(std::vector<double>{2.0});
+    COLO_CUDA_OK(cuda::addSumOfSquares(x.get(), n, scratch.get(), again.get(), nullptr));
+    EXPECT_EQ(again.back()[0], first) << "n " << n;
+    COLO_CUDA_OK(cuda::addSumOfSquares(x.get(), 0, scratch.get(), again.get(), nullptr));
+    EXPECT_EQ(again.back()[0], first);
+  }
+}
+
+TEST(CudaKernels, SumOfSquaresEqualsTheReferenceAndRepeatsExactly) {
+  COLO_SKIP_WITHOUT_GPU();
+  checkSumOfSquares<float>();
+  checkSumOfSquares<bf16>();
+}
+
 TEST(CudaKernels, EventTimerMeasuresWorkOnTheStream) {
   COLO_SKIP_WITHOUT_GPU();
   cuda::EventTimer timer;

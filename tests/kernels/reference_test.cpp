@@ -215,6 +215,24 @@ TEST(KernelsReference, Bf16KernelsFollowTheirFp32ReferencesWithinBf16Rounding) {
   EXPECT_TRUE(near(toFloats(sb), s32, 3.0f / 128));
 }
 
+// The gradient norm's reduction: squares summed in fp64 (4096^2 + 0.001^2 keeps its 1e-6, which an fp32
+// sum would round away), added to what `out` holds; bf16 inputs widened exactly.
+TEST(KernelsReference, SumOfSquaresAccumulatesInFp64IntoOut) {
+  const Vec x{4096.0f, 0.001f, -3.0f};
+  double out = 10.0;
+  ref::addSumOfSquares(x.data(), 2, &out);
+  const double small = static_cast<double>(x[1]) * static_cast<double>(x[1]);
+  EXPECT_DOUBLE_EQ(out, 10.0 + 16777216.0 + small);
+  EXPECT_GT(out, 16777226.0);
+  ref::addSumOfSquares(x.data() + 2, 1, &out);
+  ref::addSumOfSquares(x.data(), 0, &out);
+  EXPECT_DOUBLE_EQ(out, 10.0 + 16777216.0 + small + 9.0);
+  const auto xb = toBf16(Vec{0.5f, -1.5f});
+  double outB = 0;
+  ref::addSumOfSquares(xb.data(), 2, &outB);
+  EXPECT_DOUBLE_EQ(outB, 0.25 + 2.25);
+}
+
 TEST(KernelsReference, AdamwAndLambStepTheFormulasOnEveryTensorOfTheList) {
   Vec p1{1.0f, -2.0f, 0.5f}, g1{0.1f, 0.2f, -0.3f}, m1(3, 0.0f), v1(3, 0.0f);
   Vec p2{3.0f}, g2{-1.0f}, m2{0.5f}, v2{0.25f};

@@ -186,5 +186,28 @@ TEST(KernelsTorchOps, FusedAdamwEqualsTorchOptimAdamW) {
   EXPECT_THROW(torch_ops::adamwStep(wrong, wrong, wrong, wrong, {}), c10::Error);
 }
 
+// The executor's gradient-norm reduction: equal to LibTorch's fp64 sum of squares, added into `out`, on
+// the CPU and, where this build runs CUDA kernels, on the GPU; a wrong `out` is refused.
+TEST(KernelsTorchOps, SumOfSquaresAddsLibTorchsFp64SumIntoOut) {
+  torch::manual_seed(5);
+  std::vector<torch::Device> devices{torch::kCPU};
+  if (torch_ops::cudaAvailable() && torch::cuda::is_available()) devices.emplace_back(torch::kCUDA);
+  for (const auto& device : devices) {
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const auto x = torch::randn({3, 1001}).to(dtype).to(device);
+      auto out = torch::full({1}, 1.5, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+      torch_ops::addSumOfSquares(x, out);
+      const double expected = 1.5 + x.to(torch::kFloat64).pow(2).sum().item<double>();
+      EXPECT_NEAR(out.item<double>(), expected, 1e-12 * expected) << device << " " << dtype;
+      // A non-contiguous view is read as its elements.
+      auto viewOut = torch::zeros({1}, out.options());
+      torch_ops::addSumOfSquares(x.t(), viewOut);
+      EXPECT_NEAR(viewOut.item<double>(), expected - 1.5, 1e-12 * expected);
+    }
+  }
+  auto wrong = torch::zeros({1}, torch::kFloat32);
+  EXPECT_THROW(torch_ops::addSumOfSquares(torch::ones({4}), wrong), c10::Error);
+}
+
 }  // namespace
 }  // namespace colo::kernels

@@ -1,5 +1,6 @@
 // AdamW and LAMB over many flat buffers at once: a table of up to kTable tensors travels as a kernel
-// argument (Apex's multi_tensor_apply idea); blocks along y pick the tensor, along x its elements.
+// argument (Apex's multi_tensor_apply idea); blocks along y pick the tensor, along x its elements. And
+// the gradients' sum of squares for the global norm, in two deterministic passes.
 #include <algorithm>
 
 #include "../optim_math.h"
@@ -21,6 +22,48 @@ struct Table {
   __nv_bfloat16* copy[kTable];
   Index numel[kTable];
 };
+
+constexpr unsigned kSquaresBlocks = 1024;  // partial sums of addSumOfSquares (its scratch)
+
+__device__ __forceinline__ double warpSumDouble(double v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// The sum of `v` over the block, in thread 0. `shared` holds kBlock / 32 doubles.
+__device__ __forceinline__ double blockSumDouble(double v, double* shared) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  v = warpSumDouble(v);
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  double total = 0;
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < static_cast<int>(blockDim.x) / 32; ++w) total += shared[w];
+  }
+  return total;
+}
+
+// Each block's sum of squares of its grid-stride share of x, into partials[blockIdx.x].
+template <class D>
+__global__ void squaresKernel(const D* x, Index n, double* partials) {
+  __shared__ double shared[kBlock / 32];
+  double sum = 0;
+  for (Index i = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += static_cast<Index>(gridDim.x) * blockDim.x) {
+    const double v = load(x, i);
+    sum += v * v;
+  }
+  sum = blockSumDouble(sum, shared);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+// One block: *out += the partial sums, in a fixed order.
+__global__ void squaresTotalKernel(const double* partials, unsigned count, double* out) {
+  __shared__ double shared[kBlock / 32];
+  double sum = 0;
+  for (unsigned i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
+  sum = blockSumDouble(sum, shared);
+  if (threadIdx.x == 0) *out += sum;
+}
 
 template <class G>
 __global__ void adamwKernel(Table<G> t, float lr, float beta1, float beta2, float eps, float wd, math::AdamFactors f, float gradScale) {
@@ -103,6 +146,19 @@ Status forEachGroup(std::span<const ref::FlatTensor<G>> tensors, Launch launch) 
 
 using namespace detail;
 
+Index sumOfSquaresScratch() { return detail::kSquaresBlocks; }
+
+template <class T>
+Status addSumOfSquares(const T* x, Index n, double* scratch, double* out, Stream stream) {
+  if (n <= 0) return 0;
+  auto s = static_cast<cudaStream_t>(stream);
+  const unsigned blocks = std::min(detail::kSquaresBlocks, detail::blocksFor(n, 4 * detail::kBlock));
+  detail::squaresKernel<<<blocks, detail::kBlock, 0, s>>>(detail::dev(x), n, scratch);
+  if (auto e = detail::launched()) return e;
+  detail::squaresTotalKernel<<<1, detail::kBlock, 0, s>>>(scratch, blocks, out);
+  return detail::launched();
+}
+
 template <class G>
 Status adamwStep(std::span<const ref::FlatTensor<G>> tensors, const ref::AdamWConfig& c, float gradScale, Stream stream) {
   const math::AdamFactors f = math::adamFactors(c.beta1, c.beta2, c.step);
@@ -131,6 +187,8 @@ Status lambStep(std::span<const ref::FlatTensor<G>> tensors, const ref::LambConf
   });
 }
 
+template Status addSumOfSquares<float>(const float*, Index, double*, double*, Stream);
+template Status addSumOfSquares<bf16>(const bf16*, Index, double*, double*, Stream);
 template Status adamwStep<float>(std::span<const ref::FlatTensor<float>>, const ref::AdamWConfig&, float, Stream);
 template Status adamwStep<bf16>(std::span<const ref::FlatTensor<bf16>>, const ref::AdamWConfig&, float, Stream);
 template Status lambStep<float>(std::span<const ref::FlatTensor<float>>, const ref::LambConfig&, float, float*, Stream);

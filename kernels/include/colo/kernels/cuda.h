@@ -83,6 +83,13 @@ template <class T>
 Status crossEntropyShardBackward(const T* logits, const Index* targets, Index vocabStart, const float* logSumExp,
                                  const float* gradLoss, T* dlogits, Index rows, Index shardVocab, Stream stream);
 
+/// Adds the sum of squares of x[0..n) (fp64 accumulation, one read of x) into *out, a device double:
+/// per-block partial sums into `scratch` (sumOfSquaresScratch() device doubles), then one block adds
+/// them in a fixed order, so the result does not depend on scheduling.
+[[nodiscard]] Index sumOfSquaresScratch();
+template <class T>
+Status addSumOfSquares(const T* x, Index n, double* scratch, double* out, Stream stream);
+
 /// The multi-tensor optimizers: `tensors` is a host list of device buffers (any length; launched in
 /// groups). LAMB needs `scratch`, device memory of lambScratchFloats(tensors.size()) floats.
 template <class G>

@@ -84,6 +84,11 @@ struct FlatTensor {
   Index numel = 0;
 };
 
+/// Adds the sum of squares of x[0..n), accumulated in fp64, into *out: the global gradient norm's
+/// reduction, one read of the gradients (Megatron's multi-tensor L2 norm reads them once too).
+template <class T>
+void addSumOfSquares(const T* x, Index n, double* out);
+
 struct AdamWConfig {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weightDecay = 0.01f;
   Index step = 1;  ///< the step being taken, from 1 (bias correction)

@@ -58,6 +58,11 @@ struct AdamW {
 void adamwStep(at::Tensor& param, const at::Tensor& grad, at::Tensor& expAvg, at::Tensor& expAvgSq, const AdamW& config,
                double gradScale = 1.0);
 
+/// Adds the sum of squares of `x` (float32 or bfloat16; read once, accumulated in fp64) into `out`, a
+/// one-element float64 tensor on x's device: the CUDA kernels on CUDA (no host synchronisation), the
+/// reference on the CPU.
+void addSumOfSquares(const at::Tensor& x, at::Tensor& out);
+
 /// Reduces a float tensor in place over the tensor-parallel group (max or sum); identity for one rank.
 using AllReduce = std::function<void(at::Tensor&, bool max)>;
 /// Per-row loss of logits [rows, shard] (this rank's vocabulary columns from `vocabStart`) against
