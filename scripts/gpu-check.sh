@@ -250,6 +250,10 @@ if [ -x "$build/bin/colo-run" ] && [ "$rehearse" != 1 ]; then
   profile_model gpt3-1.3b 45 8
   plan_for gpt3-1.3b 2048 gpt3-1.3b
   colo_run colo-run-1.3b gpt3-1.3b 100 --steps 12 "$costdb"
+  # Where the 1.3B step's time goes (its GEMMs against their isolated times in the database).
+  colo_run colo-run-1.3b-traced gpt3-1.3b 60 --steps 4 --quiet --trace "$work/trace-colo-1.3b.json"
+  [ -s "$work/trace-colo-1.3b.json" ] &&
+    python3 scripts/gpu/trace_summary.py "$work/trace-colo-1.3b.json" >"$results/trace-colo-1.3b.json" 2>>"$log"
   colo_run colo-run-1.3b-all-fused gpt3-1.3b 100 --steps 12 --fused-kernels on
   run eager-twin-1.3b 90 bash -c "python3 scripts/gpu/eager_gpt.py --layers 24 --hidden 2048 --heads 16 --vocab 50257 --seq 2048 --batch 8 \
     --steps 10 > '$results/eager-1.3b.json'"
