@@ -47,6 +47,7 @@ class UnitHooks {
 /// Which of colo's fused kernels (kernels/) a run uses in place of LibTorch's operators.
 struct FusedKernelSet {
   bool rmsNorm = false, layerNorm = false, swiglu = false, rotary = false, crossEntropy = false, adamw = false;
+  bool gradNorm = false;  ///< the global gradient norm's sum of squares (every model and optimizer)
   /// Every kernel (--fused-kernels on).
   [[nodiscard]] static FusedKernelSet all();
   /// Those measured faster than LibTorch's operators on a GPU (--fused-kernels auto on CUDA).

@@ -20,20 +20,21 @@ Tensor trustRatio(const Tensor& weightNorm, const Tensor& updateNorm) {
 
 }  // namespace
 
-void optimizerStep(const OptimizerSettings& o, Tensor& p, const Tensor& gIn, Tensor& m, Tensor& v, const OptimizerSettings::Norms& norms) {
+void optimizerStep(const OptimizerSettings& o, Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const OptimizerSettings::Norms& norms) {
   torch::NoGradGuard noGrad;
   const double t = static_cast<double>(o.step);
-  // The clipping coefficient: inside the fused AdamW's read of the gradients (no pass of its own), else
-  // a scaled copy of them.
+  // The clipping coefficient c scales the gradients as they are read: inside the fused AdamW's read,
+  // else in the scalars of the unfused operators (g's moments: c g and c^2 g^2), with no scaled copy of
+  // the whole shard.
+  const double c = std::min(o.clip, 1.0);
   if (o.kind == Optimizer::kAdamW && o.fused && p.is_contiguous() && m.is_contiguous() && v.is_contiguous()) {
-    kernels::torch_ops::adamwStep(p, gIn, m, v, {o.lr, o.beta1, o.beta2, o.epsilon, o.weightDecay, o.step}, std::min(o.clip, 1.0));
+    kernels::torch_ops::adamwStep(p, g, m, v, {o.lr, o.beta1, o.beta2, o.epsilon, o.weightDecay, o.step}, c);
     return;
   }
-  const Tensor g = o.clip < 1.0 ? gIn * o.clip : gIn;
   switch (o.kind) {
     case Optimizer::kAdamW: {
-      m.mul_(o.beta1).add_(g, 1.0 - o.beta1);
-      v.mul_(o.beta2).addcmul_(g, g, 1.0 - o.beta2);
+      m.mul_(o.beta1).add_(g, (1.0 - o.beta1) * c);
+      v.mul_(o.beta2).addcmul_(g, g, (1.0 - o.beta2) * c * c);
       const double c1 = 1.0 - std::pow(o.beta1, t), c2 = 1.0 - std::pow(o.beta2, t);
       p.mul_(1.0 - o.lr * o.weightDecay);
       Tensor denominator = (v / c2).sqrt_().add_(o.epsilon);
@@ -43,8 +44,8 @@ void optimizerStep(const OptimizerSettings& o, Tensor& p, const Tensor& gIn, Ten
     case Optimizer::kLamb: {
       // You et al. 2019, Algorithm 2 with Adam's bias correction (as NVIDIA's and Colossal-AI's LAMB):
       // u = m^ / (sqrt(v^) + eps) + wd * w;  w -= lr * (||w|| / ||u||) * u.
-      m.mul_(o.beta1).add_(g, 1.0 - o.beta1);
-      v.mul_(o.beta2).addcmul_(g, g, 1.0 - o.beta2);
+      m.mul_(o.beta1).add_(g, (1.0 - o.beta1) * c);
+      v.mul_(o.beta2).addcmul_(g, g, (1.0 - o.beta2) * c * c);
       const double c1 = 1.0 - std::pow(o.beta1, t), c2 = 1.0 - std::pow(o.beta2, t);
       Tensor update = (m / c1) / ((v / c2).sqrt_().add_(o.epsilon));
       update.add_(p, o.weightDecay);
@@ -56,10 +57,10 @@ void optimizerStep(const OptimizerSettings& o, Tensor& p, const Tensor& gIn, Ten
       // You et al. 2017, Algorithm 1: local lr = eta * ||w|| / (||g|| + wd * ||w||);
       // buffer = momentum * buffer + local lr * (g + wd * w);  w -= lr * buffer.
       Tensor weightNorm = norms(p);
-      Tensor gradNorm = norms(g);
+      Tensor gradNorm = norms(g).mul_(c);
       Tensor local = o.trust * trustRatio(weightNorm, gradNorm + o.weightDecay * weightNorm);
       local = torch::where(weightNorm.gt(0).logical_and(gradNorm.gt(0)), local, torch::ones_like(local));
-      m.mul_(o.momentum).add_(local * (g + o.weightDecay * p));
+      m.mul_(o.momentum).add_(local * torch::add(g * c, p, o.weightDecay));
       p.add_(m, -o.lr);
       break;
     }

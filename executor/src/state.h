@@ -87,7 +87,7 @@ class ModelState final {
   /// After the step's backwards: the tied-embedding, sequence-parallel and data-parallel reductions
   /// (averaged over dp).
   /// This rank's share of the squared gradient norm (summed over all ranks it is the global one).
-  double reduceGradients(std::int64_t bucketBytes, bool tiedAcrossStages);
+  double reduceGradients(std::int64_t bucketBytes, bool tiedAcrossStages, bool fusedNorm);
   /// The optimizer step on this rank's shard, then the weights the next forward reads.
   void step(const OptimizerSettings& o);
   /// Releases what ZeRO-3 kept gathered across micro-batches.

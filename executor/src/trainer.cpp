@@ -281,7 +281,9 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     cfg.seed = o.seed;
     cfg.device = dev;
     if (o.fusedKernels == FusedKernels::kOn) cfg.fused = detail::FusedKernelSet::all();
-    if (o.fusedKernels == FusedKernels::kAuto && device.cuda()) cfg.fused = detail::FusedKernelSet::fasterOnGpu();
+    if (o.fusedKernels == FusedKernels::kAuto && device.cuda() && kernels::torch_ops::cudaAvailable()) {
+      cfg.fused = detail::FusedKernelSet::fasterOnGpu();
+    }
     cfg.auxLossScale = o.moeAuxLossCoeff / static_cast<double>(plan.globalBatchSize / (plan.microBatchSize * par.dp) * par.tp);
     auto mine = buildChunks(plan, cfg, g.ppRank);
     for (auto& [c, chunk] : mine) chunk->useDeferredLinears(plan.schedule == Schedule::kZeroBubble);
@@ -455,7 +457,7 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       const double gradNorm = timed(libtorch, [&] {
         RECORD_USER_SCOPE(detail::kPhaseReduce);
         Tensor squares = torch::zeros({1}, torch::kFloat64);
-        forEach([&](detail::ModelState& st) { squares += st.reduceGradients(o.bucketBytes, tied && pp > 1); });
+        forEach([&](detail::ModelState& st) { squares += st.reduceGradients(o.bucketBytes, tied && pp > 1, cfg.fused.gradNorm); });
         g.world->allReduce(squares);
         return std::sqrt(squares.item<double>());
       });

@@ -254,7 +254,7 @@ TEST_F(ColoRun, FusedKernelsTrainLikeLibTorchsOperators) {
   EXPECT_FALSE(plain["fused_kernels"].get<bool>());
   EXPECT_TRUE(fused["fused_kernels"].get<bool>());
   EXPECT_EQ(fused["fused_kernel_names"].get<std::vector<std::string>>(),
-            (std::vector<std::string>{"rmsnorm", "swiglu", "rotary", "cross_entropy", "adamw"}));
+            (std::vector<std::string>{"rmsnorm", "swiglu", "rotary", "cross_entropy", "adamw", "grad_norm"}));
   EXPECT_TRUE(plain["fused_kernel_names"].empty());
   expectSameLosses(fused, plain, 1e-5);
   // Tensor parallelism: the cross-entropy's max and sums are all-reduced over the vocabulary shards.
@@ -264,7 +264,7 @@ TEST_F(ColoRun, FusedKernelsTrainLikeLibTorchsOperators) {
   expectSameLosses(bf16, plain, 2e-2);
   const std::string gpt = plan("gpt", "tiny-gpt", "--gpus 1");
   const Json gptFused = train(gpt, "--steps 4 --fused-kernels on");
-  EXPECT_EQ(gptFused["fused_kernel_names"].get<std::vector<std::string>>(), (std::vector<std::string>{"layernorm", "cross_entropy", "adamw"}));
+  EXPECT_EQ(gptFused["fused_kernel_names"].get<std::vector<std::string>>(), (std::vector<std::string>{"layernorm", "cross_entropy", "adamw", "grad_norm"}));
   expectSameLosses(gptFused, train(gpt, "--steps 4"), 1e-5);
   // Auto is LibTorch's operators on the CPU.
   EXPECT_FALSE(train(single, "--steps 1")["fused_kernels"].get<bool>());

@@ -276,14 +276,16 @@ TYPED_TEST(CudaKernels, MultiTensorOptimizersMatchTheReference) {
 
 // The gradient norm's reduction on the device equals the CPU reference (both fp64 sums, in different
 // orders), adds into what `out` holds, gives the same bits when repeated, and leaves out alone for n = 0.
+// One scratch serves every call, largest first, so a second pass that read partial sums beyond its own
+// blocks would add the previous call's.
 template <class T>
 void checkSumOfSquares() {
-  for (const Index n : {Index{1}, Index{1003}, Index{(1 << 22) + 7}}) {
+  DeviceVec<double> scratch(static_cast<std::size_t>(cuda::sumOfSquaresScratch()));
+  for (const Index n : {Index{(1 << 22) + 7}, Index{300000}, Index{1003}, Index{1}}) {
     const auto host = as<T>(randomVec(static_cast<std::size_t>(n), 500u + static_cast<unsigned>(n % 97)));
     double expected = 2.0;
     ref::addSumOfSquares(host.data(), n, &expected);
     DeviceVec<T> x(host);
-    DeviceVec<double> scratch(static_cast<std::size_t>(cuda::sumOfSquaresScratch()));
     DeviceVec<double> out(std::vector<double>{2.0});
     COLO_CUDA_OK(cuda::addSumOfSquares(x.get(), n, scratch.get(), out.get(), nullptr));
     const double first = out.back()[0];
