@@ -63,19 +63,23 @@ inline bool packAligned(const void* p) { return reinterpret_cast<std::uintptr_t>
 constexpr int kBlock = 256;  // threads per block of the row kernels
 constexpr Index kMaxRows = 2147483647;  // one block per row: the grid's x limit
 
-__device__ __forceinline__ float warpSum(float v) {
+/// The sum of `v` over the warp, in every lane (float for the row kernels, double for the norm's partials).
+template <class T>
+__device__ __forceinline__ T warpSum(T v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
 
-/// The sum of `v` over the block, returned to every thread. `shared` holds kBlock / 32 floats.
-__device__ __forceinline__ float blockSum(float v, float* shared) {
+/// The sum of `v` over the block, returned to every thread, its warps added in a fixed order (so a
+/// repeat gives the same bits). `shared` holds kBlock / 32 values.
+template <class T>
+__device__ __forceinline__ T blockSum(T v, T* shared) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   v = warpSum(v);
   __syncthreads();  // `shared` may still be read from a previous call
   if (lane == 0) shared[warp] = v;
   __syncthreads();
-  float total = 0;
+  T total = 0;
   for (int w = 0; w < static_cast<int>(blockDim.x) / 32; ++w) total += shared[w];
   return total;
 }

@@ -25,24 +25,6 @@ struct Table {
 
 constexpr unsigned kSquaresBlocks = 1024;  // partial sums of addSumOfSquares (its scratch)
 
-__device__ __forceinline__ double warpSumDouble(double v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// The sum of `v` over the block, in thread 0. `shared` holds kBlock / 32 doubles.
-__device__ __forceinline__ double blockSumDouble(double v, double* shared) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  v = warpSumDouble(v);
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  double total = 0;
-  if (threadIdx.x == 0) {
-    for (int w = 0; w < static_cast<int>(blockDim.x) / 32; ++w) total += shared[w];
-  }
-  return total;
-}
-
 // Each block's sum of squares of its grid-stride share of x, into partials[blockIdx.x].
 template <class D>
 __global__ void squaresKernel(const D* x, Index n, double* partials) {
@@ -52,7 +34,7 @@ __global__ void squaresKernel(const D* x, Index n, double* partials) {
     const double v = load(x, i);
     sum += v * v;
   }
-  sum = blockSumDouble(sum, shared);
+  sum = blockSum(sum, shared);
   if (threadIdx.x == 0) partials[blockIdx.x] = sum;
 }
 
@@ -61,7 +43,7 @@ __global__ void squaresTotalKernel(const double* partials, unsigned count, doubl
   __shared__ double shared[kBlock / 32];
   double sum = 0;
   for (unsigned i = threadIdx.x; i < count; i += blockDim.x) sum += partials[i];
-  sum = blockSumDouble(sum, shared);
+  sum = blockSum(sum, shared);
   if (threadIdx.x == 0) *out += sum;
 }
 
