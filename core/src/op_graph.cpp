@@ -163,6 +163,7 @@ std::string toString(OpKind kind) {
     case OpKind::kAdd: return "add";
     case OpKind::kTopK: return "topk";
     case OpKind::kCrossEntropy: return "cross_entropy";
+    case OpKind::kPermute: return "permute";
     case OpKind::kElementwise: return "elementwise";
   }
   return "elementwise";

@@ -343,17 +343,24 @@ class Builder {
       op.savedBytes = routed * kk * m_dt;
       chain(std::move(op), extra);
     };
+    // The token dispatch (Megatron-Core's alltoall dispatcher, token_dispatcher.py): each token's k copies
+    // are permuted into expert order before the expert-parallel all-to-all ("permutation 1"), and the
+    // received chunks sorted by local expert after it ("permutation 2", sort_chunks_by_idxs, when a GPU
+    // holds several experts). Each reads and writes the routed rows; the combine mirrors both.
     m_cursor = input;  // experts read the normalised hidden state, dispatched by the router
+    permute("moe.permute", routed * h, 0, {routing});
+    permute("moe.sort", routed * h, experts, {});
     if (gated) {
-      grouped("moe.experts.gate_up", 2 * ffn, h, 2 * h * ffn + (bias ? 2 * ffn : 0), {routing});
+      grouped("moe.experts.gate_up", 2 * ffn, h, 2 * h * ffn + (bias ? 2 * ffn : 0), {});
       elementwise("moe.experts." + toString(m_spec.activation), OpKind::kGatedActivation, Shard::kExpert, routed * ffn,
                   6.0, 2 * routed * ffn * m_dt, 0, 2);
     } else {
-      grouped("moe.experts.up", ffn, h, h * ffn + (bias ? ffn : 0), {routing});
+      grouped("moe.experts.up", ffn, h, h * ffn + (bias ? ffn : 0), {});
       elementwise("moe.experts." + toString(m_spec.activation), OpKind::kActivation, Shard::kExpert, routed * ffn, 8.0,
                   routed * ffn * m_dt);
     }
     grouped("moe.experts.down", h, ffn, ffn * h + (bias ? h : 0), {});
+    permute("moe.unsort", routed * h, experts, {});
     const std::size_t routedOut = *m_cursor;
     std::optional<std::size_t> shared;
     if (m_spec.moe.sharedExpertFfnHiddenSize > 0) {
@@ -387,6 +394,20 @@ class Builder {
     combine.savedBytes = routed * h * m_dt;  // expert outputs, for the gradient of the routing weights
     const std::size_t combined = chain(std::move(combine), {routing});
     if (shared) m_graph.addEdge(*shared, combined);
+  }
+
+  // Rows copied into another order by an index: `elements` in, the same out. With `groups`, a sort of the
+  // rows by local expert (nothing to move when a GPU holds one group).
+  void permute(const std::string& leaf, std::int64_t elements, std::int64_t groups, std::initializer_list<std::size_t> extra) {
+    Op op;
+    op.name = name(leaf);
+    op.kind = OpKind::kPermute;
+    op.shard = Shard::kSequence;
+    op.dims = {{"elements", elements}};
+    if (groups > 0) op.dims.emplace_back("groups", groups);
+    op.bytesRead = elements * m_dt;
+    op.bytesWritten = elements * m_dt;
+    chain(std::move(op), extra);
   }
 
   void residual(const std::string& leaf, std::size_t skip) {

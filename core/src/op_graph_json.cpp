@@ -13,7 +13,7 @@ using detail::JsonReader;
 
 const std::initializer_list<std::string_view> kKinds = {
     "embedding", "layernorm", "rmsnorm", "matmul", "bmm", "grouped_matmul", "softmax", "activation",
-    "gated_activation", "dropout", "rotary", "add", "topk", "cross_entropy", "elementwise"};
+    "gated_activation", "dropout", "rotary", "add", "topk", "cross_entropy", "permute", "elementwise"};
 const std::initializer_list<std::string_view> kShards = {"replicated", "sequence", "column", "row",
                                                              "heads",      "inner",    "vocab",  "expert"};
 

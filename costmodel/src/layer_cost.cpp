@@ -61,7 +61,7 @@ LayerTemplate makeTemplate(const OpGraph& graph, std::int64_t layer, std::int64_
     }
     o.elements = static_cast<double>(op.dim("elements", op.dim("rows", op.dim("tokens")) *
                                                           std::max<std::int64_t>(1, op.dim("classes", op.dim("width", 1)))));
-    if (op.kind == OpKind::kLayerNorm || op.kind == OpKind::kRmsNorm) o.width = graph.info().hiddenSize;
+    if (op.kind == OpKind::kLayerNorm || op.kind == OpKind::kRmsNorm || op.kind == OpKind::kPermute) o.width = graph.info().hiddenSize;
     if (op.kind == OpKind::kSoftmax) o.width = op.dim("elements") / std::max<std::int64_t>(1, op.dim("elements") / s);
     if (op.kind == OpKind::kCrossEntropy) o.width = op.dim("classes");
     // A lookup moves its tokens' rows, whatever the table's size: the kernel colo-profile times as
@@ -511,6 +511,8 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
       }
       default: {
         if (fused) break;
+        // A sort of the routed rows by local expert moves nothing when a GPU holds one expert.
+        if (op.kind == OpKind::kPermute && op.groups > 1 && static_cast<double>(op.groups) <= static_cast<double>(c.ep)) break;
         double split = 1.0;
         if (op.shard == Shard::kSequence) split = seqSplit;
         else if (op.kind != OpKind::kEmbedding && op.shard != Shard::kReplicated) split = tp;
@@ -535,7 +537,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         // of the forward's traffic); dropout's backward is one masked pass (gradient and mask in, gradient out: the forward's traffic); a residual's gradient is
         // passed through to both inputs without a kernel of its own.
         if (op.kind == OpKind::kAdd) bwd = 0.0;
-        else if (op.kind == OpKind::kDropout) bwd = fwd;
+        else if (op.kind == OpKind::kDropout || op.kind == OpKind::kPermute) bwd = fwd;  // one pass (a permutation's backward: the inverse copy)
         else bwd = std::max(floor, (fusedLoss ? lossBackward : 1.5) * bytes / bw);
         applyMeasured(c, [&] { return scaledKernel(op, c); }, fwd, bwd, counts);
         break;

@@ -72,6 +72,13 @@ Result<std::pair<Timing, std::optional<Timing>>> timeKernel(const std::string& k
         return fused ? ops::vocabParallelCrossEntropy(x, targets, 0, [](Tensor&, bool) {}).mean()
                      : torch::cross_entropy_loss(x.to(torch::kFloat32), targets);
       };
+    } else if (key == "permute") {
+      // Rows of `width` copied into a random order (the MoE dispatch's permutation); its backward
+      // copies the gradient's rows back (index_select's backward, an index_add).
+      x = input({rows, w});
+      auto index = torch::randperm(rows, torch::TensorOptions().dtype(torch::kLong).device(*dev));
+      keep.push_back(index);
+      forward = [&, index] { return x.index_select(0, index); };
     } else if (key == "embedding") {
       // A lookup of `rows` tokens into a table of as many rows (the traffic of the lookup and of the
       // gradient's scatter-add; the dense zero-fill of a larger vocabulary is not in it).

@@ -961,6 +961,36 @@ TEST(Evaluator, MixtureOfExpertsPaysForAllToAll) {
   EXPECT_LT(ev.stages[0].paramsPerGpu, dense.stages[0].paramsPerGpu / 4);  // experts spread over 8 GPUs
 }
 
+TEST(Evaluator, TheTokenDispatchPermutesTheRoutedRowsAndSortsThemByLocalExpert) {
+  // Megatron-Core's alltoall dispatcher: permutation 1 puts each token's k copies in expert order,
+  // permutation 2 (and its mirror before the combine) sorts the received rows by local expert. Each is
+  // one read and one write of the routed rows; the backward is the inverse copy, the same traffic.
+  Plan p = makePlan("mixtral-8x7b", "dgx-h100-x64", 8, 1, 1, 8);
+  p.parallel.ep = 2;  // four experts on each GPU
+  const DeviceModel d = deviceModel(p.cluster.gpu, DType::kBf16);
+  const double routedBytes = 4096.0 * 2 * 4096 * 2;  // tokens x top-2 x hidden x bf16
+  const auto find = [](const std::vector<Evaluator::OpTime>& ops, const std::string& name) {
+    const auto it = std::find_if(ops.begin(), ops.end(), [&](const auto& o) { return o.op == name; });
+    EXPECT_NE(it, ops.end()) << name;
+    return it == ops.end() ? Evaluator::OpTime{} : *it;
+  };
+  const auto shared = opTimesOf(p);
+  ASSERT_TRUE(shared) << shared.error().toString();
+  for (const char* name : {"moe.permute", "moe.sort", "moe.unsort"}) {
+    const auto op = find(*shared, name);
+    EXPECT_EQ(op.kind, "permute");
+    EXPECT_NEAR(op.forwardSeconds, 2 * routedBytes / d.memoryBytesPerSecond, 1e-9) << name;
+    EXPECT_DOUBLE_EQ(op.backwardSeconds, op.forwardSeconds) << name;
+  }
+  // One expert on each GPU: the received rows are already in order, only permutation 1 runs.
+  p.parallel.ep = 8;
+  const auto one = opTimesOf(p);
+  ASSERT_TRUE(one) << one.error().toString();
+  EXPECT_GT(find(*one, "moe.permute").forwardSeconds, 0);
+  EXPECT_EQ(find(*one, "moe.sort").forwardSeconds + find(*one, "moe.sort").backwardSeconds, 0);
+  EXPECT_EQ(find(*one, "moe.unsort").forwardSeconds, 0);
+}
+
 TEST(Evaluator, DeepEpSendsATokenOnceToEachNodeAndGroupLimitedRoutingCapsTheNodes) {
   // DeepSeek-V3 over 8 nodes (ep 64): the all-to-all dispatcher sends each of a token's 8 expert copies
   // apart, 7/8 of them off the node; DeepEP sends it once to each other node holding one of its experts.

@@ -2,6 +2,7 @@
 // speed and accuracy figures come from `colo-profile check` and bench/, not from timed tests.
 #include "colo/profiler/profiler.h"
 
+#include <map>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -147,6 +148,21 @@ TEST(Profiler, LlamaKernelsIncludeRotaryAndRmsNorm) {
   for (const auto& k : db->kernelsFor(r->deviceName)) ops.insert(k.op);
   for (const char* op : {"rotary.fwd", "rotary.bwd", "rmsnorm.fwd", "swiglu.bwd", "adam_step.fwd"}) {
     EXPECT_TRUE(ops.contains(op)) << op;
+  }
+}
+
+TEST(Profiler, MoeKernelsIncludeTheTokenDispatchsPermutation) {
+  test::ScratchDir dir;
+  const Model model = test::loadModelOrFail(test::dataFile("models/tiny-moe.json"));
+  auto db = costmodel::CostDatabase::openForWrite(dir.path("moe.sqlite"));
+  ASSERT_TRUE(db);
+  auto r = profileModel(model, *db, quick());
+  ASSERT_TRUE(r) << r.error().toString();
+  std::map<std::string, double> seconds;
+  for (const auto& k : db->kernelsFor(r->deviceName)) seconds[k.op] = k.seconds;
+  for (const char* op : {"permute.fwd", "permute.bwd"}) {
+    ASSERT_TRUE(seconds.contains(op)) << op;
+    EXPECT_GT(seconds[op], 0) << op;
   }
 }
 

@@ -33,6 +33,7 @@ enum class OpKind {
   kAdd,              ///< residual or embedding sum
   kTopK,             ///< MoE routing
   kCrossEntropy,
+  kPermute,          ///< rows copied into another order by an index (MoE token dispatch); dims elements, groups
   kElementwise,      ///< anything else elementwise
 };
 
