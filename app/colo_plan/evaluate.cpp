@@ -336,7 +336,9 @@ std::string renderSources(const Plan& plan, const costmodel::Evaluation& e) {
                                                         (plan.execution.fp32Params ? " " + toString(plan.optimizer) + " on fp32 parameters)" : " mixed-precision " + toString(plan.optimizer) + ")") +
                                                         " over memory bandwidth"});
   for (const auto& level : plan.cluster.links) {
-    std::string source = "datasheet bandwidth x link efficiency, datasheet latency";
+    std::string source = !level.collectives.empty() ? "cluster file's measured figures, per collective"
+                         : level.efficiency > 0     ? "cluster file's measured bandwidth share and latency"
+                                                    : "datasheet bandwidth x link efficiency, datasheet latency";
     for (const auto& f : c.links) {
       if (f.level == level.name) {
         source = "measured collectives (" + std::to_string(f.points) + "): " + formatFixed(f.latencySeconds * 1e6, 1) +

@@ -1,5 +1,6 @@
 #include "colo/core/cluster.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -129,6 +130,21 @@ Result<void> validateCluster(const ClusterSpec& c, const std::string& file) {
       return bad(at + "/efficiency", "must be a share of the bandwidth in (0, 1], got " + std::to_string(l.efficiency));
     }
     if (l.launchSeconds < 0) return bad(at + "/launch_us", "must not be negative");
+    for (std::size_t k = 0; k < l.collectives.size(); ++k) {
+      const auto& f = l.collectives[k];
+      const std::string fit = at + "/collectives/" + f.collective;
+      if (std::find(kFittedCollectives.begin(), kFittedCollectives.end(), f.collective) == kFittedCollectives.end()) {
+        return bad(fit, "unknown collective; expected all_reduce, all_gather, reduce_scatter or all_to_all");
+      }
+      for (std::size_t j = 0; j < k; ++j) {
+        if (l.collectives[j].collective == f.collective) return bad(fit, "given twice");
+      }
+      if (f.efficiency <= 0 || f.efficiency > 1) {
+        return bad(fit + "/efficiency", "must be a share of the bandwidth in (0, 1], got " + std::to_string(f.efficiency));
+      }
+      if (f.latencySeconds < 0) return bad(fit + "/latency_us", "must not be negative");
+      if (f.launchSeconds < 0) return bad(fit + "/launch_us", "must not be negative");
+    }
     if (i > 0 && l.bytesPerSecond > c.links[i - 1].bytesPerSecond * 1.0001) {
       // Not impossible in principle, but in every real system an outer level is slower: almost
       // always a unit mistake (Gb/s written as GB/s).
@@ -223,6 +239,18 @@ Result<ClusterSpec> clusterFromJson(const Json& document, const std::string& fil
       level.latencySeconds = l.nonNegativeNumber("latency_us") * 1e-6;
       if (l.has("efficiency")) level.efficiency = l.positiveNumber("efficiency");
       level.launchSeconds = l.nonNegativeNumber("launch_us", 0.0) * 1e-6;
+      if (l.has("collectives")) {
+        const JsonReader fits = l.object("collectives");
+        for (const auto& [key, value] : fits.json().items()) {
+          if (std::find(kFittedCollectives.begin(), kFittedCollectives.end(), key) == kFittedCollectives.end()) {
+            fits.fail(key, "unknown collective; expected all_reduce, all_gather, reduce_scatter or all_to_all");
+          }
+          const JsonReader f = fits.object(key);
+          level.collectives.push_back({key, f.positiveNumber("efficiency"), f.nonNegativeNumber("latency_us") * 1e-6,
+                                       f.nonNegativeNumber("launch_us") * 1e-6});
+          f.rejectUnknownKeys();
+        }
+      }
       l.rejectUnknownKeys();
       c.links.push_back(level);
     }
@@ -274,6 +302,11 @@ Json clusterToJson(const ClusterSpec& c) {
     // Written only when measured, so a cluster without them keeps its hash.
     if (l.efficiency > 0) level["efficiency"] = tidy(l.efficiency);
     if (l.launchSeconds > 0) level["launch_us"] = tidy(l.launchSeconds * 1e6);
+    for (const auto& f : l.collectives) {
+      level["collectives"][f.collective] = {{"efficiency", tidy(f.efficiency)},
+                                            {"latency_us", tidy(f.latencySeconds * 1e6)},
+                                            {"launch_us", tidy(f.launchSeconds * 1e6)}};
+    }
     links.push_back(std::move(level));
   }
   j["links"] = links;

@@ -100,6 +100,7 @@ std::vector<LinkFit> applyLinkFits(ClusterSpec& cluster, const std::vector<LinkF
       level.efficiency = 1.0;
       level.latencySeconds = f.latencySeconds;
       level.launchSeconds = 0;
+      level.collectives.clear();  // the database's fit stands for every collective on the level
       applied.push_back(f);
     }
   }

@@ -15,9 +15,30 @@ std::int64_t degree(const Parallelism& p, const std::string& name) {
   return p.pp;
 }
 
+// The name a link level's per-collective fit goes by (none for point-to-point sends).
+std::string_view fitName(Collective kind) {
+  switch (kind) {
+    case Collective::kAllReduce: return "all_reduce";
+    case Collective::kAllGather: return "all_gather";
+    case Collective::kReduceScatter: return "reduce_scatter";
+    case Collective::kAllToAll: return "all_to_all";
+    case Collective::kSendRecv: return "";
+  }
+  return "";
+}
+
+// What one collective pays on a level: its own measured figures where the level has them.
+struct LevelFigures {
+  double efficiency, latency, launch;
+};
+LevelFigures figures(const LinkLevel* level, Collective kind) {
+  if (const CollectiveFit* f = level->fitFor(fitName(kind))) return {f->efficiency, f->latencySeconds, f->launchSeconds};
+  return {level->efficiency > 0 ? level->efficiency : linkEfficiency(level->kind), level->latencySeconds, level->launchSeconds};
+}
+
 // A member's achievable rate on one level of its group.
-double levelRate(const LinkLevel* level, const GroupPlacement& g) {
-  double r = level->bytesPerSecond * (level->efficiency > 0 ? level->efficiency : linkEfficiency(level->kind));
+double levelRate(const LinkLevel* level, const GroupPlacement& g, Collective kind) {
+  double r = level->bytesPerSecond * figures(level, kind).efficiency;
   // DGX-1's hybrid cube mesh gives each V100 six NVLinks: four to GPUs of its own quad, two to the
   // other quad. A group of up to four GPUs (one quad) can use four of them, a pair two.
   if (level->kind == LinkKind::kHybridCubeMesh && level == g.inner) {
@@ -66,15 +87,15 @@ double collectiveSeconds(Collective kind, double bytes, const GroupPlacement& g)
   if (g.size <= 1 && kind != Collective::kSendRecv) return 0.0;
   const LinkLevel* slowest = g.outer ? g.outer : g.inner;
   if (!slowest) return 0.0;
-  auto rate = [&](const LinkLevel* level) { return levelRate(level, g); };
+  auto rate = [&](const LinkLevel* level) { return levelRate(level, g, kind); };
   // Bandwidth per GPU along the ring: inside a node the member's own link; across nodes the node's
   // members share the traffic over their own NICs (rail-optimised DGX networks), capped by the node.
   double bandwidth = rate(slowest);
   if (g.outer && g.inner) bandwidth = std::min(rate(g.inner), rate(g.outer) * static_cast<double>(g.perNode));
   const double n = static_cast<double>(g.size);
-  const double latency = g.outer ? g.outer->latencySeconds : g.inner->latencySeconds;
+  const double latency = figures(g.outer ? g.outer : g.inner, kind).latency;
   // One collective's fixed cost (launch, channel setup) on the level that paces it.
-  const double launch = slowest->launchSeconds;
+  const double launch = figures(slowest, kind).launch;
   switch (kind) {
     case Collective::kAllReduce:
       return launch + 2.0 * (n - 1) / n * bytes / bandwidth + 2.0 * (n - 1) * latency;
@@ -98,12 +119,12 @@ double allToAllSeconds(double bytes, const GroupPlacement& g, double offNodeShar
   if (bytes <= 0 || g.size <= 1) return 0.0;
   const LinkLevel* slowest = g.outer ? g.outer : g.inner;
   if (!slowest) return 0.0;
-  auto rate = [&](const LinkLevel* level) { return levelRate(level, g); };
+  auto rate = [&](const LinkLevel* level) { return levelRate(level, g, Collective::kAllToAll); };
   double t = 0;
   if (g.inner && onNodeShare > 0) t = std::max(t, onNodeShare * bytes / rate(g.inner));
   if (g.outer && offNodeShare > 0) t = std::max(t, offNodeShare * bytes / rate(g.outer));
-  const double latency = g.outer ? g.outer->latencySeconds : g.inner->latencySeconds;
-  return slowest->launchSeconds + t + (static_cast<double>(g.size) - 1) * latency;
+  const double latency = figures(g.outer ? g.outer : g.inner, Collective::kAllToAll).latency;
+  return figures(slowest, Collective::kAllToAll).launch + t + (static_cast<double>(g.size) - 1) * latency;
 }
 
 }  // namespace colo::costmodel

@@ -62,6 +62,8 @@ LayerTemplate makeTemplate(const OpGraph& graph, std::int64_t layer, std::int64_
     o.elements = static_cast<double>(op.dim("elements", op.dim("rows", op.dim("tokens")) *
                                                           std::max<std::int64_t>(1, op.dim("classes", op.dim("width", 1)))));
     if (op.kind == OpKind::kLayerNorm || op.kind == OpKind::kRmsNorm || op.kind == OpKind::kPermute) o.width = graph.info().hiddenSize;
+    // A permutation with a `groups` dim sorts rows by local expert (0: a plain permutation).
+    if (op.kind == OpKind::kPermute) o.groups = op.dim("groups", 0);
     if (op.kind == OpKind::kSoftmax) o.width = op.dim("elements") / std::max<std::int64_t>(1, op.dim("elements") / s);
     if (op.kind == OpKind::kCrossEntropy) o.width = op.dim("classes");
     // A lookup moves its tokens' rows, whatever the table's size: the kernel colo-profile times as
@@ -195,11 +197,19 @@ std::optional<ScaledKernel> flashKernel(const LayerTemplate& layer, const LayerC
   return ScaledKernel{key, std::round(count * static_cast<double>(scores->m) / static_cast<double>(c.cp)), scores->n};
 }
 
+namespace {
+// The sort of the received rows by local expert runs after the expert-tensor-parallel all-gather
+// (Megatron-Core's dispatch_postprocess), on the rows the grouped GEMMs take: tp/expert_tp of all.
+bool sortsByExpert(const OpTemplate& op) { return op.kind == OpKind::kPermute && op.groups > 0; }
+double permutedRowsSplit(const LayerConfig& c) { return static_cast<double>(c.tp) / static_cast<double>(std::max<std::int64_t>(1, c.etp)); }
+}  // namespace
+
 std::optional<ScaledKernel> scaledKernel(const OpTemplate& op, const LayerConfig& c) {
   if (op.kernel.empty() || (c.flash && op.attentionCore)) return std::nullopt;
   const double tp = static_cast<double>(c.tp);
   double split = 1.0;
-  if (op.shard == Shard::kSequence) split = c.sequenceParallel ? tp : 1.0;
+  if (sortsByExpert(op)) split = permutedRowsSplit(c);
+  else if (op.shard == Shard::kSequence) split = c.sequenceParallel ? tp : 1.0;
   else if (op.kind != OpKind::kEmbedding && op.shard != Shard::kReplicated) split = tp;
   std::int64_t width = op.width;
   if (op.kind == OpKind::kCrossEntropy) width = static_cast<std::int64_t>(static_cast<double>(width) / tp);
@@ -511,10 +521,12 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
       }
       default: {
         if (fused) break;
-        // A sort of the routed rows by local expert moves nothing when a GPU holds one expert.
-        if (op.kind == OpKind::kPermute && op.groups > 1 && static_cast<double>(op.groups) <= static_cast<double>(c.ep)) break;
+        // A sort of the routed rows by local expert moves nothing when a GPU holds one expert; DeepEP's
+        // dispatch lays the rows out by expert itself (Megatron-Core's flex dispatcher has no sort).
+        if (sortsByExpert(op) && (static_cast<double>(op.groups) <= static_cast<double>(c.ep) || c.dedupDispatch)) break;
         double split = 1.0;
-        if (op.shard == Shard::kSequence) split = seqSplit;
+        if (sortsByExpert(op)) split = permutedRowsSplit(c);
+        else if (op.shard == Shard::kSequence) split = seqSplit;
         else if (op.kind != OpKind::kEmbedding && op.shard != Shard::kReplicated) split = tp;
         // Dropout also writes its 1-byte mask (its saved bytes) forward and reads it backward. A residual
         // add right after a hidden-state dropout is fused with it (Megatron's bias-dropout-add): the pair

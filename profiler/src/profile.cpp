@@ -113,7 +113,7 @@ Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& 
   local.gpu.memoryBytes = 1e12;
   local.gpu.peakFlopsPerSecond[options.dtype] = 1e12;
   local.gpu.hbmBytesPerSecond = 1e11;
-  local.links.push_back(LinkLevel{"local", LinkKind::kPcie, 1, 1e10, 1e-6});
+  local.links.push_back(LinkLevel{"local", LinkKind::kPcie, 1, 1e10, 1e-6, 0, 0, {}});
   local.pcieBytesPerSecond = 1e10;
   auto evaluator = costmodel::Evaluator::create(model, local, seq);
   if (!evaluator) return fail(evaluator.error());

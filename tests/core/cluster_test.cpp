@@ -121,7 +121,19 @@ INSTANTIATE_TEST_SUITE_P(
                        "/links/0/efficiency", "share of the bandwidth in (0, 1], got 78"},
         BadClusterCase{R"({"links": [{"name": "nvlink", "kind": "nvswitch", "span_gpus": 8, "bandwidth_GBps": 300, "latency_us": 2},
                                      {"name": "ib", "kind": "infiniband", "bandwidth_GBps": 25, "latency_us": 5, "launch_us": -3}]})",
-                       "/links/1/launch_us", "negative"}));
+                       "/links/1/launch_us", "negative"},
+        BadClusterCase{R"({"links": [{"name": "nvlink", "kind": "nvswitch", "span_gpus": 8, "bandwidth_GBps": 300, "latency_us": 2,
+                                      "collectives": {"broadcast": {"efficiency": 0.7, "latency_us": 5, "launch_us": 20}}},
+                                     {"name": "ib", "kind": "infiniband", "bandwidth_GBps": 25, "latency_us": 5}]})",
+                       "/links/0/collectives/broadcast", "unknown collective"},
+        BadClusterCase{R"({"links": [{"name": "nvlink", "kind": "nvswitch", "span_gpus": 8, "bandwidth_GBps": 300, "latency_us": 2,
+                                      "collectives": {"all_gather": {"efficiency": 67, "latency_us": 5, "launch_us": 20}}},
+                                     {"name": "ib", "kind": "infiniband", "bandwidth_GBps": 25, "latency_us": 5}]})",
+                       "/links/0/collectives/all_gather/efficiency", "share of the bandwidth in (0, 1], got 67"},
+        BadClusterCase{R"({"links": [{"name": "nvlink", "kind": "nvswitch", "span_gpus": 8, "bandwidth_GBps": 300, "latency_us": 2,
+                                      "collectives": {"all_gather": {"efficiency": 0.67, "launch_us": 20}}},
+                                     {"name": "ib", "kind": "infiniband", "bandwidth_GBps": 25, "latency_us": 5}]})",
+                       "/links/0/collectives/all_gather/latency_us", "missing"}));
 
 TEST(Cluster, MeasuredCollectiveFiguresAreOptionalAndRoundTrip) {
   const ClusterSpec a100 = library("dgx-a100-80gb");
@@ -131,6 +143,21 @@ TEST(Cluster, MeasuredCollectiveFiguresAreOptionalAndRoundTrip) {
   const ClusterSpec b200 = library("dgx-b200");
   EXPECT_DOUBLE_EQ(b200.links[0].efficiency, 0.7);
   EXPECT_NEAR(b200.links[0].launchSeconds, 23.6e-6, 1e-15);
+  ASSERT_NE(b200.links[0].fitFor("all_gather"), nullptr);
+  EXPECT_DOUBLE_EQ(b200.links[0].fitFor("all_gather")->efficiency, 0.674);
+  EXPECT_NEAR(b200.links[0].fitFor("reduce_scatter")->launchSeconds, 25.6e-6, 1e-15);
+  EXPECT_EQ(b200.links[0].collectives.size(), 4u);
+  EXPECT_TRUE(a100.links[0].collectives.empty());
+  EXPECT_FALSE(clusterToJson(a100)["links"][0].contains("collectives"));
+  // A cluster built in code is held to the same rules as a file.
+  ClusterSpec twice = b200;
+  twice.links[0].collectives.push_back(twice.links[0].collectives.front());
+  const auto duplicate = validateCluster(twice, "code");
+  ASSERT_FALSE(duplicate);
+  EXPECT_NE(duplicate.error().toString().find("/collectives/all_reduce"), std::string::npos) << duplicate.error().toString();
+  ClusterSpec negative = b200;
+  negative.links[0].collectives[1].launchSeconds = -1e-6;
+  EXPECT_FALSE(validateCluster(negative, "code"));
   auto back = clusterFromJson(clusterToJson(b200), "rt.json");
   ASSERT_TRUE(back) << back.error().toString();
   EXPECT_EQ(*back, b200);

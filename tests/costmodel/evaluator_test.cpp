@@ -989,6 +989,22 @@ TEST(Evaluator, TheTokenDispatchPermutesTheRoutedRowsAndSortsThemByLocalExpert) 
   EXPECT_GT(find(*one, "moe.permute").forwardSeconds, 0);
   EXPECT_EQ(find(*one, "moe.sort").forwardSeconds + find(*one, "moe.sort").backwardSeconds, 0);
   EXPECT_EQ(find(*one, "moe.unsort").forwardSeconds, 0);
+  // Under tensor parallelism with sequence parallelism a GPU permutes its own tokens (1/tp of them), but
+  // sorts the rows after the expert-tensor-parallel all-gather (expert_tp = tp by default: all of them).
+  Plan tp = makePlan("mixtral-8x7b", "dgx-h100-x64", 8, 2, 1, 4);
+  tp.parallel.ep = 2;
+  tp.parallel.sequenceParallel = true;
+  ASSERT_TRUE(validatePlan(tp)) << validatePlan(tp).error().toString();
+  const auto split = opTimesOf(tp);
+  ASSERT_TRUE(split) << split.error().toString();
+  EXPECT_NEAR(find(*split, "moe.permute").forwardSeconds, routedBytes / d.memoryBytesPerSecond, 1e-9);
+  EXPECT_NEAR(find(*split, "moe.sort").forwardSeconds, 2 * routedBytes / d.memoryBytesPerSecond, 1e-9);
+  // DeepEP's dispatch lays the rows out by expert itself: no sort.
+  tp.execution.moeDispatcher = MoeDispatcher::kDeepEp;
+  const auto deepep = opTimesOf(tp);
+  ASSERT_TRUE(deepep) << deepep.error().toString();
+  EXPECT_EQ(find(*deepep, "moe.sort").forwardSeconds, 0);
+  EXPECT_GT(find(*deepep, "moe.permute").forwardSeconds, 0);
 }
 
 TEST(Evaluator, DeepEpSendsATokenOnceToEachNodeAndGroupLimitedRoutingCapsTheNodes) {
@@ -1335,11 +1351,21 @@ TEST(Collectives, MeasuredLinkFiguresReplaceTheDefaults) {
   p.tp = 8;
   const auto g = placeGroup(c, p, Dim::kTp);
   const double bytes = 64.0 * 1024 * 1024;
-  EXPECT_NEAR(collectiveSeconds(Collective::kAllGather, bytes, g), 23.6e-6 + 7.0 / 8 * bytes / (900e9 * 0.7) + 7 * 7.6e-6, 1e-12);
-  EXPECT_NEAR(collectiveSeconds(Collective::kAllReduce, bytes, g), 23.6e-6 + 2 * 7.0 / 8 * bytes / (900e9 * 0.7) + 14 * 7.6e-6, 1e-12);
-  // The launch is paid once per collective, not per step, and not by point-to-point sends.
+  // Each collective with its own fitted share, per-step latency and launch.
+  EXPECT_NEAR(collectiveSeconds(Collective::kAllGather, bytes, g), 23.1e-6 + 7.0 / 8 * bytes / (900e9 * 0.674) + 7 * 9.2e-6, 1e-12);
+  EXPECT_NEAR(collectiveSeconds(Collective::kReduceScatter, bytes, g), 25.6e-6 + 7.0 / 8 * bytes / (900e9 * 0.673) + 7 * 8.0e-6, 1e-12);
+  EXPECT_NEAR(collectiveSeconds(Collective::kAllReduce, bytes, g), 22.2e-6 + 2 * 7.0 / 8 * bytes / (900e9 * 0.742) + 14 * 5.5e-6, 1e-12);
+  EXPECT_NEAR(collectiveSeconds(Collective::kAllToAll, bytes, g), 7.0 / 8 * bytes / (900e9 * 0.597) + 7 * 7.3e-6, 1e-12);
+  // Point-to-point sends keep the level's own figures, and pay no collective launch.
   EXPECT_NEAR(collectiveSeconds(Collective::kSendRecv, bytes, g), bytes / (900e9 * 0.7) + 7.6e-6, 1e-12);
-  ClusterSpec plain = c;
+  // Without per-collective fits the level's figures serve every collective: its launch once per
+  // collective, its latency per step.
+  ClusterSpec level = c;
+  level.links[0].collectives.clear();
+  const auto lg = placeGroup(level, p, Dim::kTp);
+  EXPECT_NEAR(collectiveSeconds(Collective::kAllGather, bytes, lg), 23.6e-6 + 7.0 / 8 * bytes / (900e9 * 0.7) + 7 * 7.6e-6, 1e-12);
+  EXPECT_NEAR(collectiveSeconds(Collective::kAllReduce, bytes, lg), 23.6e-6 + 2 * 7.0 / 8 * bytes / (900e9 * 0.7) + 14 * 7.6e-6, 1e-12);
+  ClusterSpec plain = level;
   plain.links[0].efficiency = 0;
   plain.links[0].launchSeconds = 0;
   EXPECT_NEAR(collectiveSeconds(Collective::kAllGather, bytes, placeGroup(plain, p, Dim::kTp)),

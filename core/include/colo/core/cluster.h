@@ -5,9 +5,11 @@
 /// memory, PCIe and NVMe that offload uses. File format `colo.cluster/1` (docs/formats.md); units are
 /// in the JSON key names.
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "colo/core/error.h"
@@ -39,6 +41,21 @@ enum class LinkKind { kNvSwitch, kNvLink, kHybridCubeMesh, kPcie, kInfiniBand, k
 /// Whether a link level joins nodes (InfiniBand, RoCE, Ethernet) rather than GPUs inside a node.
 [[nodiscard]] bool isNetwork(LinkKind kind);
 
+/// One collective's own measured figures on a link level: NCCL's algorithms and protocols reach a
+/// different share of the link, and pay a different per-step and fixed cost, for an all-reduce, an
+/// all-gather, a reduce-scatter and an all-to-all (nccl-tests sweeps fitted per collective).
+struct CollectiveFit {
+  std::string collective;       ///< all_reduce, all_gather, reduce_scatter or all_to_all
+  double efficiency = 0;        ///< share of the level's bytesPerSecond, in (0, 1]
+  double latencySeconds = 0;    ///< per algorithm step
+  double launchSeconds = 0;     ///< per collective
+  friend bool operator==(const CollectiveFit&, const CollectiveFit&) = default;
+};
+
+/// The collectives a CollectiveFit may name.
+inline constexpr std::array<std::string_view, 4> kFittedCollectives = {"all_reduce", "all_gather", "reduce_scatter",
+                                                                       "all_to_all"};
+
 /// One level of the interconnect. A level joins groups of `spanGpus` consecutive GPUs (rank order);
 /// the outermost level spans the whole cluster.
 struct LinkLevel {
@@ -53,6 +70,16 @@ struct LinkLevel {
   /// Fixed cost of one collective on this level whatever its size or group (kernel launch, channel and
   /// proxy setup), on top of the per-step latency; measured with nccl-tests-style sweeps.
   double launchSeconds = 0;
+  /// Per-collective figures that replace efficiency, latency and launch for that collective (the
+  /// level's own stay for the others and for point-to-point sends).
+  std::vector<CollectiveFit> collectives;
+  /// The fit for `collective`, if the level has one.
+  [[nodiscard]] const CollectiveFit* fitFor(std::string_view collective) const {
+    for (const auto& f : collectives) {
+      if (f.collective == collective) return &f;
+    }
+    return nullptr;
+  }
   friend bool operator==(const LinkLevel&, const LinkLevel&) = default;
 };
 
