@@ -202,15 +202,22 @@ namespace {
 // (Megatron-Core's dispatch_postprocess), on the rows the grouped GEMMs take: tp/expert_tp of all.
 bool sortsByExpert(const OpTemplate& op) { return op.kind == OpKind::kPermute && op.groups > 0; }
 double permutedRowsSplit(const LayerConfig& c) { return static_cast<double>(c.tp) / static_cast<double>(std::max<std::int64_t>(1, c.etp)); }
+
+// How many ways an elementwise op's rows are split across the tensor-parallel group: the expert sorts
+// by tp/expert_tp; sequence-sharded ops by tp under sequence parallelism; other sharded ops by tp.
+double elementSplit(const OpTemplate& op, const LayerConfig& c) {
+  const double tp = static_cast<double>(c.tp);
+  if (sortsByExpert(op)) return permutedRowsSplit(c);
+  if (op.shard == Shard::kSequence) return c.sequenceParallel ? tp : 1.0;
+  if (op.kind != OpKind::kEmbedding && op.shard != Shard::kReplicated) return tp;
+  return 1.0;
+}
 }  // namespace
 
 std::optional<ScaledKernel> scaledKernel(const OpTemplate& op, const LayerConfig& c) {
   if (op.kernel.empty() || (c.flash && op.attentionCore)) return std::nullopt;
   const double tp = static_cast<double>(c.tp);
-  double split = 1.0;
-  if (sortsByExpert(op)) split = permutedRowsSplit(c);
-  else if (op.shard == Shard::kSequence) split = c.sequenceParallel ? tp : 1.0;
-  else if (op.kind != OpKind::kEmbedding && op.shard != Shard::kReplicated) split = tp;
+  const double split = elementSplit(op, c);
   std::int64_t width = op.width;
   if (op.kind == OpKind::kCrossEntropy) width = static_cast<std::int64_t>(static_cast<double>(width) / tp);
   return ScaledKernel{op.kernel, std::round(op.elements * static_cast<double>(c.microBatch) / static_cast<double>(c.cp) / split),
@@ -524,10 +531,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         // A sort of the routed rows by local expert moves nothing when a GPU holds one expert; DeepEP's
         // dispatch lays the rows out by expert itself (Megatron-Core's flex dispatcher has no sort).
         if (sortsByExpert(op) && (static_cast<double>(op.groups) <= static_cast<double>(c.ep) || c.dedupDispatch)) break;
-        double split = 1.0;
-        if (sortsByExpert(op)) split = permutedRowsSplit(c);
-        else if (op.shard == Shard::kSequence) split = seqSplit;
-        else if (op.kind != OpKind::kEmbedding && op.shard != Shard::kReplicated) split = tp;
+        const double split = elementSplit(op, c);
         // Dropout also writes its 1-byte mask (its saved bytes) forward and reads it backward. A residual
         // add right after a hidden-state dropout is fused with it (Megatron's bias-dropout-add): the pair
         // reads x and the residual and writes the sum and the mask, so the add only adds its residual read.

@@ -136,33 +136,39 @@ TEST(Profiler, ResumeMeasuresAKernelWhoseStoredRowIsAnotherImplementation) {
   EXPECT_EQ(r3->kernels, 0);
 }
 
-TEST(Profiler, LlamaKernelsIncludeRotaryAndRmsNorm) {
+// Profiles one of the test models into a scratch database; returns the report and each kernel's
+// measured seconds by op name.
+struct Profiled {
+  ProfileReport report;
+  std::map<std::string, double> seconds;
+};
+Profiled profiledKernels(const char* modelFile) {
   test::ScratchDir dir;
-  const Model model = test::loadModelOrFail(test::dataFile("models/tiny-llama.json"));
-  auto db = costmodel::CostDatabase::openForWrite(dir.path("llama.sqlite"));
-  ASSERT_TRUE(db);
+  const Model model = test::loadModelOrFail(test::dataFile(std::string("models/") + modelFile));
+  auto db = costmodel::CostDatabase::openForWrite(dir.path("kernels.sqlite"));
+  EXPECT_TRUE(db);
+  if (!db) return {};
   auto r = profileModel(model, *db, quick());
-  ASSERT_TRUE(r) << r.error().toString();
-  EXPECT_EQ(r->copies, 0);  // a CPU has no host-device copies
-  std::set<std::string> ops;
-  for (const auto& k : db->kernelsFor(r->deviceName)) ops.insert(k.op);
+  EXPECT_TRUE(r) << r.error().toString();
+  if (!r) return {};
+  Profiled out{*r, {}};
+  for (const auto& k : db->kernelsFor(r->deviceName)) out.seconds[k.op] = k.seconds;
+  return out;
+}
+
+TEST(Profiler, LlamaKernelsIncludeRotaryAndRmsNorm) {
+  const Profiled p = profiledKernels("tiny-llama.json");
+  EXPECT_EQ(p.report.copies, 0);  // a CPU has no host-device copies
   for (const char* op : {"rotary.fwd", "rotary.bwd", "rmsnorm.fwd", "swiglu.bwd", "adam_step.fwd"}) {
-    EXPECT_TRUE(ops.contains(op)) << op;
+    EXPECT_TRUE(p.seconds.contains(op)) << op;
   }
 }
 
 TEST(Profiler, MoeKernelsIncludeTheTokenDispatchsPermutation) {
-  test::ScratchDir dir;
-  const Model model = test::loadModelOrFail(test::dataFile("models/tiny-moe.json"));
-  auto db = costmodel::CostDatabase::openForWrite(dir.path("moe.sqlite"));
-  ASSERT_TRUE(db);
-  auto r = profileModel(model, *db, quick());
-  ASSERT_TRUE(r) << r.error().toString();
-  std::map<std::string, double> seconds;
-  for (const auto& k : db->kernelsFor(r->deviceName)) seconds[k.op] = k.seconds;
+  const Profiled p = profiledKernels("tiny-moe.json");
   for (const char* op : {"permute.fwd", "permute.bwd"}) {
-    ASSERT_TRUE(seconds.contains(op)) << op;
-    EXPECT_GT(seconds[op], 0) << op;
+    ASSERT_TRUE(p.seconds.contains(op)) << op;
+    EXPECT_GT(p.seconds.at(op), 0) << op;
   }
 }
 
