@@ -476,6 +476,7 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
   const bool asyncTp = (par.contains("async_tp") && par["async_tp"].is_boolean() && par["async_tp"].get<bool>()) ||
                        has(overlap, "async tp") || has(overlap, "async-tp");
   p.execution.tpCommOverlap = flag("tp_comm_overlap") || has(overlap, "tp-comm-overlap") || asyncTp;
+  if (asyncTp) p.execution.tpOverlap = TpOverlap::kMicroPipeline;
   // Megatron's --cp-comm-type as the row states it (p2p, Megatron's default, otherwise).
   const std::string cpComm = lower(text(par, "cp_comm_type"));
   if (has(cpComm, "a2a") || has(cpComm, "all_to_all") || has(cpComm, "ulysses")) p.execution.cpCommType = CpCommType::kAllToAll;

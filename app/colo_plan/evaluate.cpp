@@ -50,6 +50,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"no-overlap-grad-reduce", "", "do not overlap data-parallel gradient reduction with backward"},
       {"no-overlap-param-gather", "", "do not overlap ZeRO parameter gathers with forward"},
       {"tp-comm-overlap", "", "overlap tensor-parallel collectives with GEMMs"},
+      {"tp-overlap", "M", "how (sets --tp-comm-overlap): userbuffers (default; Transformer Engine's, Megatron's --tp-comm-overlap) or micro_pipeline (PyTorch's async TP, torchtitan's enable_async_tensor_parallel)"},
       {"fp32-params", "", "parameters kept in fp32 as the optimizer's master, 16-bit only while in use (PyTorch FSDP, torchtitan)"},
       {"fused-cross-entropy", "", "the loss reads the 16-bit logits in one kernel, without an fp32 copy (flash-attn's, LLM Foundry's default, Liger)"},
       {"cross-entropy-in-place", "", "with --fused-cross-entropy: the loss writes the logits' gradient into them (Transformer Engine's, Megatron's --cross-entropy-fusion-impl te)"},
@@ -205,7 +206,12 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   plan.execution.flashAttention = attention == "flash";
   plan.execution.overlapGradReduce = !args.has("no-overlap-grad-reduce");
   plan.execution.overlapParamGather = !args.has("no-overlap-param-gather");
-  plan.execution.tpCommOverlap = args.has("tp-comm-overlap");
+  plan.execution.tpCommOverlap = args.has("tp-comm-overlap") || args.has("tp-overlap");
+  if (auto method = args.value("tp-overlap")) {
+    auto parsed = parseTpOverlap(*method);
+    if (!parsed) return fail(Error::badInput("--tp-overlap: " + parsed.error().message));
+    plan.execution.tpOverlap = *parsed;
+  }
   plan.execution.fp32Params = args.has("fp32-params");
   plan.execution.fusedCrossEntropy = args.has("fused-cross-entropy");
   plan.execution.teDummyWgrads = args.has("te-dummy-wgrads");
@@ -374,6 +380,9 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, 
       << (plan.execution.fp32Params && plan.precision != DType::kFp32 ? ", fp32 params" : "")
       << (plan.execution.fusedCrossEntropy ? (plan.execution.crossEntropyInPlace ? ", fused cross-entropy in place" : ", fused cross-entropy") : "")
       << (plan.execution.teDummyWgrads ? ", TE placeholder wgrads" : "")
+      << (plan.execution.tpCommOverlap && p.tp > 1
+              ? (plan.execution.tpOverlap == TpOverlap::kMicroPipeline ? ", async TP" : ", TP overlap (userbuffers)")
+              : "")
       << (plan.zeroStage >= 2 && plan.execution.gradSync == GradSync::kStep ? ", gradients synced once per step" : "")
       << (plan.precision == DType::kFp8 && plan.execution.float8Recipe != Float8Recipe::kTransformerEngine
               ? ", torchao float8 " + toString(plan.execution.float8Recipe)

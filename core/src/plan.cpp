@@ -50,6 +50,14 @@ Result<CpCommType> parseCpCommType(const std::string& name) {
   return fail(Error::badInput("unknown context-parallel exchange \"" + name + "\" (expected p2p, all_gather or a2a)"));
 }
 
+std::string toString(TpOverlap value) { return value == TpOverlap::kUserbuffers ? "userbuffers" : "micro_pipeline"; }
+
+Result<TpOverlap> parseTpOverlap(const std::string& name) {
+  if (name == "userbuffers") return TpOverlap::kUserbuffers;
+  if (name == "micro_pipeline" || name == "async_tp") return TpOverlap::kMicroPipeline;
+  return fail(Error::badInput("unknown tensor-parallel overlap \"" + name + "\" (expected userbuffers or micro_pipeline)"));
+}
+
 std::string toString(GradAccumulation value) {
   switch (value) {
     case GradAccumulation::kFused: return "fused";

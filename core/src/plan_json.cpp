@@ -132,6 +132,9 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
       p.execution.overlapGradReduce = e.boolean("overlap_grad_reduce", true);
       p.execution.overlapParamGather = e.boolean("overlap_param_gather", true);
       p.execution.tpCommOverlap = e.boolean("tp_comm_overlap", false);
+      if (auto method = parseTpOverlap(e.choice("tp_overlap", {"userbuffers", "micro_pipeline"}, "userbuffers"))) {
+        p.execution.tpOverlap = *method;
+      }
       if (auto cp = parseCpCommType(e.choice("cp_comm_type", {"p2p", "all_gather", "a2a"}, "p2p"))) p.execution.cpCommType = *cp;
       const std::string accumulation =
           e.choice("grad_accumulation", {"fused", "main_grad", "autograd", "fp32_copy"}, "fused");
@@ -264,6 +267,7 @@ Json planToJson(const Plan& p) {
                     {"host_us_per_op", p.execution.hostMicrosecondsPerOp}};
   // Written only when not the default, so that older plans keep their hash.
   if (p.execution.cpCommType != CpCommType::kP2p) j["execution"]["cp_comm_type"] = toString(p.execution.cpCommType);
+  if (p.execution.tpOverlap != TpOverlap::kUserbuffers) j["execution"]["tp_overlap"] = toString(p.execution.tpOverlap);
   if (p.execution.fp32Params) j["execution"]["fp32_params"] = true;
   if (p.execution.fusedCrossEntropy) j["execution"]["fused_cross_entropy"] = true;
   if (p.execution.teDummyWgrads) j["execution"]["te_dummy_wgrads"] = true;

@@ -51,6 +51,7 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   cfg.sequenceParallel = plan.parallel.sequenceParallel;
   cfg.flash = plan.execution.flashAttention;
   cfg.tpCommOverlap = plan.execution.tpCommOverlap;
+  cfg.tpMicroPipeline = plan.execution.tpCommOverlap && plan.execution.tpOverlap == TpOverlap::kMicroPipeline;
   cfg.hidden = T.hidden;
   cfg.seqLen = T.seqLen;
   cfg.dtypeBytes = bytesPerElement(plan.precision);

@@ -396,27 +396,39 @@ double tensorParallelGather(const LayerConfig& c, const GroupPlacement& tpGroup)
 void tensorParallelComm(const LayerTemplate& layer, const LayerConfig& c, const DeviceModel& device,
                         const GroupPlacement& tpGroup, LayerCost& out) {
   const double bytes = activationBytes(c);
-  double pair = collectiveSeconds(Collective::kAllReduce, bytes, tpGroup);
-  double moePair = pair;
+  // Each pair as the reduce-scatter's part and the all-gather's (without sequence parallelism the
+  // all-reduce, counted as the scatter: it is the one collective after a matmul).
+  double scatter = collectiveSeconds(Collective::kAllReduce, bytes, tpGroup);
+  double gather = 0.0;
+  double moeGather = 0.0;
   if (c.sequenceParallel) {
     // torchtitan's float8 tensorwise layouts, and Transformer Engine's fp8 linears, all-gather in fp8
     // (the forward input, and the output gradient backward): each pair moves 1.5 bytes per element
     // instead of 2 x 2. The reduce-scatters carry the GEMMs' 16-bit outputs.
     const bool fp8Gather = c.float8Recipe == Float8Recipe::kTensorwise || transformerEngineFp8(c);
-    const double scatter = collectiveSeconds(Collective::kReduceScatter, bytes, tpGroup);
-    pair = scatter + collectiveSeconds(Collective::kAllGather, fp8Gather ? bytes / 2.0 : bytes, tpGroup);
+    scatter = collectiveSeconds(Collective::kReduceScatter, bytes, tpGroup);
+    gather = collectiveSeconds(Collective::kAllGather, fp8Gather ? bytes / 2.0 : bytes, tpGroup);
     // Megatron's MoE token dispatcher gathers the 16-bit hidden states itself, outside TE's linears.
-    moePair = transformerEngineFp8(c) ? scatter + collectiveSeconds(Collective::kAllGather, bytes, tpGroup) : pair;
+    moeGather = transformerEngineFp8(c) ? collectiveSeconds(Collective::kAllGather, bytes, tpGroup) : gather;
   }
-  const double moeExtra = layer.moe ? moePair : 0.0;  // the expert block ends in a reduction too
-  // With overlap 15% stays exposed; the hidden 85% still slows the GEMMs it runs beside.
-  const double exposed = c.tpCommOverlap ? 0.15 + 0.85 * device.overlapSlowdown : 1.0;
-  out.tpCommFwd = (static_cast<double>(layer.rowOps) * pair + moeExtra) * exposed;
-  out.tpCommBwd = (static_cast<double>(layer.columnOps) * pair + moeExtra) * exposed;
+  const double rows = static_cast<double>(layer.rowOps);
+  const double columns = static_cast<double>(layer.columnOps);
+  const double moe = layer.moe ? 1.0 : 0.0;  // the expert block ends in a reduction too
+  // Overlapped, 15% of a collective stays exposed; the hidden 85% still slows the GEMMs beside it.
+  // PyTorch's async TP (micro-pipelining) fuses an all-gather with the matmuls that read its output and
+  // a reduce-scatter with the one matmul that writes its input; without sequence parallelism there is
+  // no such pair to fuse. Backward, a column-parallel block's input gradient sums its linears' (q, k
+  // and v apart, the MLP's gate and up apart, as torchtitan's models run them), so that reduce-scatter
+  // stays exposed; the all-gathers of output gradients feed matmuls and are fused.
+  const bool overlap = c.tpCommOverlap && (c.sequenceParallel || !c.tpMicroPipeline);
+  const double hiddenShare = 0.15 + 0.85 * device.overlapSlowdown;
+  const double exposed = overlap ? hiddenShare : 1.0;
+  const double scatterBwd = overlap && !c.tpMicroPipeline ? hiddenShare : 1.0;
+  out.tpCommFwd = (rows * (scatter + gather) + moe * (scatter + moeGather)) * exposed;
+  out.tpCommBwd = (columns + moe) * scatter * scatterBwd + (columns * gather + moe * moeGather) * exposed;
   const double perCollective = c.sequenceParallel ? 2.0 : 1.0;  // a reduce-scatter and an all-gather
-  const double moeOps = layer.moe ? 1.0 : 0.0;
-  out.opsFwd += (static_cast<double>(layer.rowOps) + moeOps) * perCollective;
-  out.opsBwd += (static_cast<double>(layer.columnOps) + moeOps) * perCollective;
+  out.opsFwd += (rows + moe) * perCollective;
+  out.opsBwd += (columns + moe) * perCollective;
 }
 
 }  // namespace

@@ -56,6 +56,7 @@ struct LayerConfig {
   bool sequenceParallel = false;
   bool flash = true;
   bool tpCommOverlap = false;
+  bool tpMicroPipeline = false;  // the overlap is PyTorch's async TP (TpOverlap::kMicroPipeline)
   std::int64_t hidden = 0;
   std::int64_t seqLen = 0;
   std::int64_t dtypeBytes = 2;       // GEMM operands

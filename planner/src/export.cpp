@@ -191,6 +191,9 @@ std::string megatron(const Plan& p) {
               " float8 recipe (torchtitan); Megatron-LM casts through Transformer Engine (--fp8-format), whose casts are fused and cost less\n";
   }
   if (s.attentionLogitSoftcap > 0) header += "# note: Gemma 2's attention logit soft-capping has no pretrain_gpt.py flag\n";
+  if (p.execution.tpCommOverlap && q.tp > 1 && p.execution.tpOverlap == TpOverlap::kMicroPipeline) {
+    header += "# note: the plan was costed with PyTorch's async TP (torchtitan); --tp-comm-overlap is Transformer Engine's userbuffers, which also hide the backward's reduce-scatters\n";
+  }
   return header + text + "\n";
 }
 

@@ -201,6 +201,7 @@ Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& cont
   if (pp > 1 && p.zeroStage >= 2) p.execution.gradSync = GradSync::kStep;
   p.execution.tpCommOverlap = kv->contains("parallelism.enable_async_tensor_parallel") &&
                               kv->at("parallelism.enable_async_tensor_parallel") == "true";
+  if (p.execution.tpCommOverlap) p.execution.tpOverlap = TpOverlap::kMicroPipeline;  // PyTorch's async TP
   const std::string rotate = kv->contains("parallelism.context_parallel_rotate_method") ? kv->at("parallelism.context_parallel_rotate_method") : "allgather";
   if (cp > 1) p.execution.cpCommType = rotate == "alltoall" ? CpCommType::kP2p : CpCommType::kAllGather;
   COLO_TRY(local, integerValue(*kv, "training.local_batch_size", 0));

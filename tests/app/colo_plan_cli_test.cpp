@@ -57,6 +57,23 @@ TEST(ColoPlanCli, EvaluateOpsListsEveryOpsCompute) {
   EXPECT_NEAR(forward, j["stages"][0]["forward_s"].get<double>(), 1e-12);
 }
 
+TEST(ColoPlanCli, AsyncTensorParallelismIsNamedAndCostedBetweenNoOverlapAndUserbuffers) {
+  const std::string plan = "evaluate --model llama3-8b --cluster dgx-h100-x64 --gpus 64 --tp 8 --sp --dp 8 --gbs 64 --mbs 1 --json";
+  auto step = [&](const std::string& extra) {
+    const auto r = run(plan + extra);
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+    return r.exitCode == 0 ? Json::parse(r.out)["step_time_s"].get<double>() : 0.0;
+  };
+  const double serial = step("");
+  const double userbuffers = step(" --tp-comm-overlap");
+  const double async = step(" --tp-overlap micro_pipeline");
+  EXPECT_LT(userbuffers, async);
+  EXPECT_LT(async, serial);
+  const auto text = run("evaluate --model llama3-8b --cluster dgx-h100-x64 --gpus 64 --tp 8 --sp --dp 8 --gbs 64 --tp-overlap micro_pipeline");
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_NE(text.out.find(", async TP"), std::string::npos) << text.out;
+}
+
 TEST(ColoPlanCli, PredictionsCarryTheErrorBandOfSimilarValidatedRuns) {
   // GPT-3 175B on 1,024 A100: the step time's likely range from the validated runs most like it, in
   // the text, the JSON and every search row.
@@ -153,6 +170,8 @@ TEST(ColoPlanCli, BadInputExitsTwoWithOneLineNamingFileFieldAndValue) {
       {"inspect --model gpt2-small --precision int3", "--precision: unknown precision \"int3\""},
       {"evaluate --model gpt2-small --cluster dgx-a100-80gb --gpus 1 --gbs 8 --grad-accumulation lazy",
        "--grad-accumulation: unknown gradient accumulation \"lazy\" (expected one of: fused, main_grad, autograd, fp32_copy)"},
+      {"evaluate --model gpt2-small --cluster dgx-a100-80gb --gpus 8 --tp 2 --sp --gbs 8 --tp-overlap flux",
+       "--tp-overlap: unknown tensor-parallel overlap \"flux\" (expected userbuffers or micro_pipeline)"},
       {"inspect --model gpt2-small --cluster dgx-a100-80gb-x16 --gpus 12", "not a whole number of nodes"},
       {"inspect --modle gpt2-small", "unknown option --modle (did you mean --model?)"},
       {"inspect", "missing --model"},

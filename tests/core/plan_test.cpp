@@ -172,6 +172,23 @@ TEST(Plan, TheContextParallelExchangeIsWrittenOnlyWhenNotTheDefault) {
   EXPECT_EQ(refused.error().path, "/execution/cp_comm_type");
 }
 
+TEST(Plan, TheTensorParallelOverlapMethodIsWrittenOnlyWhenNotTheDefault) {
+  Plan p = megatronPlan();
+  p.execution.tpCommOverlap = true;
+  EXPECT_FALSE(planToJson(p)["execution"].contains("tp_overlap"));  // userbuffers: older plans keep their hash
+  p.execution.tpOverlap = TpOverlap::kMicroPipeline;
+  const Json j = planToJson(p);
+  EXPECT_EQ(j["execution"]["tp_overlap"], "micro_pipeline");
+  auto back = planFromJson(j, "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_EQ(back->execution, p.execution);
+  Json bad = j;
+  bad["execution"]["tp_overlap"] = "flux";
+  auto refused = planFromJson(bad, "p.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/tp_overlap");
+}
+
 TEST(Plan, AFusedCrossEntropyIsWrittenOnlyWhenSet) {
   Plan p = megatronPlan();
   EXPECT_FALSE(planToJson(p)["execution"].contains("fused_cross_entropy"));

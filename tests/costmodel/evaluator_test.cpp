@@ -201,6 +201,43 @@ TEST(Evaluator, SequenceParallelPaysTwoCollectivesAndGathersEachColumnInputAgain
   EXPECT_LT(serialPerLayer, 4 * pair + 2 * gather);
 }
 
+TEST(Evaluator, AsyncTensorParallelismLeavesTheBackwardReduceScattersExposed) {
+  // PyTorch's async TP fuses each forward collective with its matmul, and backward the all-gathers of
+  // the output gradients; the backward reduce-scatters of input gradients summed over several linears
+  // stay whole. Per layer and micro-batch: two forward pairs and two backward gathers at the overlapped
+  // share, two reduce-scatters exposed, and the two weight-gradient gathers hidden as under userbuffers.
+  Plan p = makePlan("llama2-7b", "dgx-h100", 8, 8, 1, 8);
+  p.parallel.sequenceParallel = true;
+  p.execution.tpCommOverlap = true;
+  p.execution.tpOverlap = TpOverlap::kMicroPipeline;
+  p.execution.hostMicrosecondsPerOp = 0;
+  Plan deeper = p;
+  deeper.model.spec->numLayers += 2;
+  deeper.stages = uniformStages(deeper.model.numLayers(), 1, RecomputePolicy::kNone);
+  const double microBatches = static_cast<double>(p.numMicroBatches());
+  auto perLayer = [&] { return (evaluateOrFail(deeper).time.tpComm - evaluateOrFail(p).time.tpComm) / (2 * microBatches); };
+  const GroupPlacement g = placeGroup(p.cluster, p.parallel, Dim::kTp);
+  const double bytes = 1.0 * static_cast<double>(p.seqLen) * static_cast<double>(p.model.spec->hiddenSize) * 2.0;
+  const double gather = collectiveSeconds(Collective::kAllGather, bytes, g);
+  const double scatter = collectiveSeconds(Collective::kReduceScatter, bytes, g);
+  const double kappa = deviceModel(p.cluster.gpu, DType::kBf16).overlapSlowdown;
+  const double share = 0.15 + 0.85 * kappa;
+  const double expected = (2 * (scatter + gather) + 2 * gather) * share + 2 * scatter + 2 * gather * kappa;
+  const double pipelined = perLayer();
+  EXPECT_NEAR(pipelined, expected, 1e-9 * expected);
+  // Between userbuffers (everything overlapped) and no overlap at all.
+  p.execution.tpOverlap = deeper.execution.tpOverlap = TpOverlap::kUserbuffers;
+  EXPECT_LT(perLayer(), pipelined);
+  p.execution.tpCommOverlap = deeper.execution.tpCommOverlap = false;
+  EXPECT_GT(perLayer(), pipelined);
+  // Without sequence parallelism the collectives are all-reduces: nothing to micro-pipeline.
+  p.parallel.sequenceParallel = deeper.parallel.sequenceParallel = false;
+  const double serial = perLayer();
+  p.execution.tpCommOverlap = deeper.execution.tpCommOverlap = true;
+  p.execution.tpOverlap = deeper.execution.tpOverlap = TpOverlap::kMicroPipeline;
+  EXPECT_NEAR(perLayer(), serial, 1e-12);
+}
+
 TEST(Evaluator, TransformerEngineFp8AllGathersTheFp8CastUnderSequenceParallelism) {
   // Transformer Engine's fp8 linears cast before they gather: LayerNormLinear gathers its fp8 norm
   // output (and gathers that saved fp8 shard again backward), and a row-parallel Linear casts the output

@@ -276,6 +276,7 @@ TEST(Validation, AsyncTensorParallelismOverlapsItsCollectives) {
   auto overlapped = validation::caseFromRow(row, assumptionsFile());
   ASSERT_TRUE(overlapped) << overlapped.error().toString();
   EXPECT_TRUE(overlapped->plan.execution.tpCommOverlap);
+  EXPECT_EQ(overlapped->plan.execution.tpOverlap, TpOverlap::kMicroPipeline);
 }
 
 TEST(Validation, RowsWrittenOtherwiseStillReadRight) {

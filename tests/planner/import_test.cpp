@@ -255,6 +255,8 @@ TEST(Import, TorchtitanTomlReadsFsdpAndPerOpCheckpointing) {
   EXPECT_EQ(async->parallel.tp, 2);
   EXPECT_EQ(async->parallel.dp, 4);
   EXPECT_TRUE(async->execution.tpCommOverlap);
+  EXPECT_EQ(async->execution.tpOverlap, TpOverlap::kMicroPipeline);  // PyTorch's async TP, not userbuffers
+  EXPECT_EQ(p->execution.tpOverlap, TpOverlap::kUserbuffers);        // off: the default, as Megatron writes it
   EXPECT_EQ(async->precision, DType::kFp8);
   EXPECT_EQ(async->execution.float8Recipe, Float8Recipe::kTensorwise);  // torchao's default recipe
   std::string rowwise = tp;

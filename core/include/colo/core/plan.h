@@ -85,6 +85,17 @@ enum class Optimizer { kAdamW, kLamb, kLars };
 enum class CpCommType { kP2p, kAllGather, kAllToAll };
 [[nodiscard]] std::string toString(CpCommType value);  ///< p2p, all_gather, a2a
 [[nodiscard]] Result<CpCommType> parseCpCommType(const std::string& name);
+
+/// How tensor-parallel collectives are overlapped with the GEMMs (Execution::tpCommOverlap).
+/// kUserbuffers: Transformer Engine's userbuffers (Megatron's --tp-comm-overlap), which overlap the
+/// forward's and the backward's all-gathers and reduce-scatters alike. kMicroPipeline: PyTorch's async
+/// tensor parallelism (torchtitan's enable_async_tensor_parallel), a compiler pass that fuses an
+/// all-gather with the matmuls reading it and a reduce-scatter with the one matmul writing its input;
+/// a backward reduce-scatter of input gradients summed over several linears stays exposed.
+/// See docs/costmodel.md, "Async tensor parallelism".
+enum class TpOverlap { kUserbuffers, kMicroPipeline };
+[[nodiscard]] std::string toString(TpOverlap value);  ///< userbuffers, micro_pipeline
+[[nodiscard]] Result<TpOverlap> parseTpOverlap(const std::string& name);
 [[nodiscard]] Result<GradAccumulation> parseGradAccumulation(const std::string& name);
 [[nodiscard]] Result<Schedule> parseSchedule(const std::string& name);
 [[nodiscard]] Result<RecomputePolicy> parseRecompute(const std::string& name);
@@ -135,7 +146,8 @@ struct Execution {
   bool flashAttention = true;     ///< fused attention (FlashAttention): no s^2 activations, fewer bytes
   bool overlapGradReduce = true;  ///< data-parallel gradient reduction overlapped with backward
   bool overlapParamGather = true; ///< ZeRO parameter all-gather overlapped with forward (prefetch)
-  bool tpCommOverlap = false;     ///< tensor-parallel collectives overlapped with GEMMs (userbuffers)
+  bool tpCommOverlap = false;     ///< tensor-parallel collectives overlapped with GEMMs
+  TpOverlap tpOverlap = TpOverlap::kUserbuffers;  ///< how, when tpCommOverlap
   CpCommType cpCommType = CpCommType::kP2p;  ///< context-parallel exchange (Megatron's default: p2p)
   GradAccumulation gradAccumulation = GradAccumulation::kFused;
   GradSync gradSync = GradSync::kMicroBatch;  ///< ZeRO >= 2 only; see GradSync
