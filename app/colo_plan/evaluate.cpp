@@ -381,7 +381,9 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, 
       << (plan.execution.fusedCrossEntropy ? (plan.execution.crossEntropyInPlace ? ", fused cross-entropy in place" : ", fused cross-entropy") : "")
       << (plan.execution.teDummyWgrads ? ", TE placeholder wgrads" : "")
       << (plan.execution.tpCommOverlap && p.tp > 1
-              ? (plan.execution.tpOverlap == TpOverlap::kMicroPipeline ? ", async TP" : ", TP overlap (userbuffers)")
+              ? (plan.execution.tpOverlap == TpOverlap::kUserbuffers ? ", TP overlap (userbuffers)"
+                 : p.sequenceParallel                                ? ", async TP"
+                                                                     : ", async TP (no effect without sp)")
               : "")
       << (plan.zeroStage >= 2 && plan.execution.gradSync == GradSync::kStep ? ", gradients synced once per step" : "")
       << (plan.precision == DType::kFp8 && plan.execution.float8Recipe != Float8Recipe::kTransformerEngine

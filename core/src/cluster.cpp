@@ -241,7 +241,11 @@ Result<ClusterSpec> clusterFromJson(const Json& document, const std::string& fil
       level.launchSeconds = l.nonNegativeNumber("launch_us", 0.0) * 1e-6;
       if (l.has("collectives")) {
         const JsonReader fits = l.object("collectives");
-        for (const auto& [key, value] : fits.json().items()) {  // names are checked by validateCluster
+        for (const auto& [key, value] : fits.json().items()) {
+          // Named first, so a misspelt name is reported as such rather than as its body's missing field.
+          if (std::find(kFittedCollectives.begin(), kFittedCollectives.end(), key) == kFittedCollectives.end()) {
+            fits.fail(key, "unknown collective; expected all_reduce, all_gather, reduce_scatter or all_to_all");
+          }
           const JsonReader f = fits.object(key);
           level.collectives.push_back({key, f.positiveNumber("efficiency"), f.nonNegativeNumber("latency_us") * 1e-6,
                                        f.nonNegativeNumber("launch_us") * 1e-6});

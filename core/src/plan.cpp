@@ -54,7 +54,7 @@ std::string toString(TpOverlap value) { return value == TpOverlap::kUserbuffers 
 
 Result<TpOverlap> parseTpOverlap(const std::string& name) {
   if (name == "userbuffers") return TpOverlap::kUserbuffers;
-  if (name == "micro_pipeline" || name == "async_tp") return TpOverlap::kMicroPipeline;
+  if (name == "micro_pipeline") return TpOverlap::kMicroPipeline;
   return fail(Error::badInput("unknown tensor-parallel overlap \"" + name + "\" (expected userbuffers or micro_pipeline)"));
 }
 

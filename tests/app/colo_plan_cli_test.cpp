@@ -72,6 +72,12 @@ TEST(ColoPlanCli, AsyncTensorParallelismIsNamedAndCostedBetweenNoOverlapAndUserb
   const auto text = run("evaluate --model llama3-8b --cluster dgx-h100-x64 --gpus 64 --tp 8 --sp --dp 8 --gbs 64 --tp-overlap micro_pipeline");
   ASSERT_EQ(text.exitCode, 0) << text.err;
   EXPECT_NE(text.out.find(", async TP"), std::string::npos) << text.out;
+  // Without sequence parallelism there is nothing to micro-pipeline, and the plan line says so.
+  const auto plain = run("evaluate --model llama3-8b --cluster dgx-h100-x64 --gpus 64 --tp 8 --dp 8 --gbs 64 --tp-overlap micro_pipeline");
+  ASSERT_EQ(plain.exitCode, 0) << plain.err;
+  EXPECT_NE(plain.out.find(", async TP (no effect without sp)"), std::string::npos) << plain.out;
+  // --tp-overlap userbuffers turns the overlap on as --tp-comm-overlap does.
+  EXPECT_DOUBLE_EQ(step(" --tp-overlap userbuffers"), userbuffers);
 }
 
 TEST(ColoPlanCli, PredictionsCarryTheErrorBandOfSimilarValidatedRuns) {

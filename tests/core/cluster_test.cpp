@@ -127,6 +127,10 @@ INSTANTIATE_TEST_SUITE_P(
                                      {"name": "ib", "kind": "infiniband", "bandwidth_GBps": 25, "latency_us": 5}]})",
                        "/links/0/collectives/broadcast", "unknown collective"},
         BadClusterCase{R"({"links": [{"name": "nvlink", "kind": "nvswitch", "span_gpus": 8, "bandwidth_GBps": 300, "latency_us": 2,
+                                      "collectives": {"all_gathr": {"efficiency": 0.7}}},
+                                     {"name": "ib", "kind": "infiniband", "bandwidth_GBps": 25, "latency_us": 5}]})",
+                       "/links/0/collectives/all_gathr", "unknown collective"},  // named before its body's gaps
+        BadClusterCase{R"({"links": [{"name": "nvlink", "kind": "nvswitch", "span_gpus": 8, "bandwidth_GBps": 300, "latency_us": 2,
                                       "collectives": {"all_gather": {"efficiency": 67, "latency_us": 5, "launch_us": 20}}},
                                      {"name": "ib", "kind": "infiniband", "bandwidth_GBps": 25, "latency_us": 5}]})",
                        "/links/0/collectives/all_gather/efficiency", "share of the bandwidth in (0, 1], got 67"},
