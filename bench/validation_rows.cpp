@@ -483,6 +483,7 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
   else if (has(cpComm, "all_gather") || has(cpComm, "allgather")) p.execution.cpCommType = CpCommType::kAllGather;
   p.execution.fp32Params = flag("fp32_params");
   p.execution.fusedCrossEntropy = flag("fused_cross_entropy");
+  p.execution.fusedBiasGrad = flag("fused_bias_grad");
   p.execution.teDummyWgrads = flag("te_dummy_wgrads");
   p.execution.crossEntropyInPlace = flag("cross_entropy_in_place");
   if (set.pick("host_us_per_op").is_number()) p.execution.hostMicrosecondsPerOp = set.pick("host_us_per_op").get<double>();

@@ -141,6 +141,7 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
       if (auto g = parseGradAccumulation(accumulation)) p.execution.gradAccumulation = *g;
       p.execution.fp32Params = e.boolean("fp32_params", false);
       p.execution.fusedCrossEntropy = e.boolean("fused_cross_entropy", false);
+      p.execution.fusedBiasGrad = e.boolean("fused_bias_grad", false);
       p.execution.teDummyWgrads = e.boolean("te_dummy_wgrads", false);
       p.execution.crossEntropyInPlace = e.boolean("cross_entropy_in_place", false);
       if (auto g = parseGradSync(e.choice("grad_sync", {"micro_batch", "step"}, "micro_batch"))) p.execution.gradSync = *g;
@@ -270,6 +271,7 @@ Json planToJson(const Plan& p) {
   if (p.execution.tpOverlap != TpOverlap::kUserbuffers) j["execution"]["tp_overlap"] = toString(p.execution.tpOverlap);
   if (p.execution.fp32Params) j["execution"]["fp32_params"] = true;
   if (p.execution.fusedCrossEntropy) j["execution"]["fused_cross_entropy"] = true;
+  if (p.execution.fusedBiasGrad) j["execution"]["fused_bias_grad"] = true;
   if (p.execution.teDummyWgrads) j["execution"]["te_dummy_wgrads"] = true;
   if (p.execution.crossEntropyInPlace) j["execution"]["cross_entropy_in_place"] = true;
   if (p.execution.gradSync != GradSync::kMicroBatch) j["execution"]["grad_sync"] = toString(p.execution.gradSync);

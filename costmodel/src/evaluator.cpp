@@ -64,6 +64,7 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   cfg.wgradIntoFp32 = plan.execution.gradAccumulation == GradAccumulation::kFused && plan.precision != DType::kFp32;
   if (plan.precision == DType::kFp8) cfg.float8Recipe = plan.execution.float8Recipe;
   cfg.fusedCrossEntropy = plan.execution.fusedCrossEntropy;
+  cfg.fusedBiasGrad = plan.execution.fusedBiasGrad;
   cfg.crossEntropyInPlace = plan.execution.fusedCrossEntropy && plan.execution.crossEntropyInPlace;
   cfg.kvWidth = T.kvWidth;
   cfg.qWidth = T.qWidth > 0 ? T.qWidth : T.hidden;

@@ -524,6 +524,16 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
           out.opsBwd += 1;
         }
         bwd = dgrad + wgrad;
+        // A biased linear's bias gradient sums its output gradient over the rows (Megatron-LM's
+        // linears: grad_output.sum(dim=0); PyTorch's autograd reduces a broadcast bias the same way):
+        // a read of that gradient, unless fused into the GEMM. A row-parallel linear's bias is added
+        // after the reduction, on the sequence shard under sequence parallelism.
+        if (!c.fusedBiasGrad && op.kind != OpKind::kBatchedMatMul &&
+            op.params > static_cast<double>(op.k) * static_cast<double>(op.n) * static_cast<double>(std::max<std::int64_t>(1, op.groups)) + 0.5) {
+          const double rows = op.shard == Shard::kRow && c.sequenceParallel ? tp : 1.0;
+          bwd += std::max(floor, g->m * g->n * g->count * static_cast<double>(c.activationBytes) / rows / bw);
+          out.opsBwd += 1;
+        }
         if (torchao && !sixteenBit) {
           // Under tensor parallelism torchtitan's float8 layouts (tensorwise only) cast the operand a
           // sequence-parallel all-gather brings before gathering it: on the shard, and gathered in fp8.

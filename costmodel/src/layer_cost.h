@@ -68,6 +68,7 @@ struct LayerConfig {
   bool epCommOverlap = false;         // expert all-to-alls behind another micro-batch's compute
   bool wgradIntoFp32 = false;         // the weight-gradient GEMM accumulates into fp32 main_grad (reads and writes it)
   Float8Recipe float8Recipe = Float8Recipe::kTransformerEngine;  // fp8 only: how the linears' operands are cast
+  bool fusedBiasGrad = false;         // bias gradients from a fused kernel, not a reduction of their own
   bool fusedCrossEntropy = false;     // the loss reads and keeps the 16-bit logits (no fp32 upcast)
   bool crossEntropyInPlace = false;   // ... and writes their gradient into them in the forward (TE's)
   std::int64_t kvWidth = 0;       // values: kv heads x head dim (MLA: heads x v_head_dim)

@@ -189,6 +189,17 @@ TEST(Plan, TheTensorParallelOverlapMethodIsWrittenOnlyWhenNotTheDefault) {
   EXPECT_EQ(refused.error().path, "/execution/tp_overlap");
 }
 
+TEST(Plan, FusedBiasGradientsAreWrittenOnlyWhenSet) {
+  Plan p = megatronPlan();
+  EXPECT_FALSE(planToJson(p)["execution"].contains("fused_bias_grad"));
+  p.execution.fusedBiasGrad = true;
+  const Json j = planToJson(p);
+  EXPECT_EQ(j["execution"]["fused_bias_grad"], true);
+  auto back = planFromJson(j, "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_TRUE(back->execution.fusedBiasGrad);
+}
+
 TEST(Plan, AFusedCrossEntropyIsWrittenOnlyWhenSet) {
   Plan p = megatronPlan();
   EXPECT_FALSE(planToJson(p)["execution"].contains("fused_cross_entropy"));

@@ -358,6 +358,34 @@ TEST(Evaluator, DropoutWritesItsMaskAndFusesWithTheResidualAdd) {
               static_cast<double>(spec.numLayers) * perLayer + embeddingDropout, 1e-9);
 }
 
+TEST(Evaluator, ABiasedLinearsBackwardReducesItsOutputGradientUnlessTheGemmFusesIt) {
+  // GPT-2's four biased linears per layer (qkv 3h wide, attention output h, MLP up 4h, down h): outside
+  // Transformer Engine each bias gradient is a reduction reading the 16-bit output gradient once
+  // (Megatron-LM's grad_output.sum(dim=0), PyTorch's autograd alike). Fused, it costs nothing apart.
+  Plan p = makePlan("gpt2-small", "dgx-a100-80gb", 1, 1, 1, 8, 8);
+  p.precision = DType::kBf16;
+  p.execution.hostMicrosecondsPerOp = 0;
+  ASSERT_FALSE(p.execution.fusedBiasGrad);  // PyTorch's behaviour is the default
+  const Evaluation reduced = evaluateOrFail(p);
+  p.execution.fusedBiasGrad = true;
+  const Evaluation fused = evaluateOrFail(p);
+  const auto& spec = *p.model.spec;
+  const double tokens = 8.0 * 1024;
+  const double h = static_cast<double>(spec.hiddenSize);
+  const DeviceModel d = deviceModel(p.cluster.gpu, DType::kBf16);
+  double perLayer = 0;
+  for (const double width : {3 * h, h, 4 * h, h}) perLayer += std::max(d.kernelFloorSeconds, tokens * width * 2.0 / d.memoryBytesPerSecond);
+  EXPECT_NEAR(reduced.stages[0].backwardSeconds - fused.stages[0].backwardSeconds,
+              static_cast<double>(spec.numLayers) * perLayer, 1e-9);
+  EXPECT_EQ(reduced.stages[0].forwardSeconds, fused.stages[0].forwardSeconds);
+  // Llama has no biases: nothing to reduce either way.
+  Plan llama = makePlan("llama2-7b", "dgx-a100-80gb", 8, 1, 1, 8);
+  llama.execution.hostMicrosecondsPerOp = 0;
+  const double unfusedStep = evaluateOrFail(llama).stepSeconds;
+  llama.execution.fusedBiasGrad = true;
+  EXPECT_EQ(evaluateOrFail(llama).stepSeconds, unfusedStep);
+}
+
 TEST(Evaluator, ALayerWhoseKernelsAreFasterThanTheHostWaitsForTheHost) {
   // GPT-2 medium at tp 8, one sample per micro-batch: each layer's kernels take less than the eager
   // host needs to issue them, so forward and backward are the host's time per op times the ops issued.

@@ -394,6 +394,15 @@ TEST(Validation, GradientAccumulationFollowsTheFrameworkAndItsEra) {
     ASSERT_TRUE(plain) << plain.error().toString();
     EXPECT_FALSE(plain->plan.execution.tpCommOverlap);
     EXPECT_EQ(plain->plan.execution.gradAccumulation, GradAccumulation::kFused);
+    // Both run Transformer Engine's linears, whose GEMMs return the bias gradient; Megatron-DeepSpeed's
+    // own linears reduce it apart.
+    EXPECT_TRUE(nemo->plan.execution.fusedBiasGrad);
+    EXPECT_TRUE(plain->plan.execution.fusedBiasGrad);
+    Json deepspeed = row;
+    deepspeed["source"]["citation"] = "BigScience, Megatron-DeepSpeed training logs";
+    auto legacy = validation::caseFromRow(deepspeed, assumptions);
+    ASSERT_TRUE(legacy) << legacy.error().toString();
+    EXPECT_FALSE(legacy->plan.execution.fusedBiasGrad);
   }
   row["source"]["citation"] = "Korthikanti et al., 'Reducing Activation Recomputation in Large Transformer Models', MLSys 2022";
   EXPECT_EQ(modeOf(row), GradAccumulation::kFused);
