@@ -45,6 +45,12 @@ LayerTemplate makeTemplate(const OpGraph& graph, std::int64_t layer, std::int64_
     o.bytes = static_cast<double>(op.bytesRead + op.bytesWritten);
     o.savedBytes = static_cast<double>(op.savedBytes);
     o.params = static_cast<double>(op.params);
+    // The graph counts a linear's bias in its parameters: more than its weights, or, for a head tied to
+    // the embedding (BERT's decoder), exactly one per output column.
+    if (op.kind == OpKind::kMatMul || op.kind == OpKind::kGroupedMatMul) {
+      const double weights = static_cast<double>(o.k) * static_cast<double>(o.n) * static_cast<double>(o.groups);
+      o.bias = o.params > weights + 0.5 || (o.params > 0 && o.params == static_cast<double>(o.n) * static_cast<double>(o.groups));
+    }
     o.causal = op.causal;
     o.window = op.dim("window", 0);
     switch (op.kind) {
@@ -526,10 +532,13 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         bwd = dgrad + wgrad;
         // A biased linear's bias gradient sums its output gradient over the rows (Megatron-LM's
         // linears: grad_output.sum(dim=0); PyTorch's autograd reduces a broadcast bias the same way):
-        // a read of that gradient, unless fused into the GEMM. A row-parallel linear's bias is added
-        // after the reduction, on the sequence shard under sequence parallelism.
-        if (!c.fusedBiasGrad && op.kind != OpKind::kBatchedMatMul &&
-            op.params > static_cast<double>(op.k) * static_cast<double>(op.n) * static_cast<double>(std::max<std::int64_t>(1, op.groups)) + 0.5) {
+        // a read of that gradient. Transformer Engine fuses it into the GEMM for the linears that add
+        // their own bias: in Megatron-Core only the attention's input projection (linear_qkv); the
+        // others hand theirs to a fused bias-GeLU or bias-dropout-add (skip_bias_add) and reduce it
+        // apart. A row-parallel linear's bias is added after the reduction, on the sequence shard
+        // under sequence parallelism.
+        const bool gemmAddsBias = op.kind == OpKind::kMatMul && op.shard != Shard::kRow && op.name.starts_with("attn.");
+        if (op.bias && !(c.fusedBiasGrad && gemmAddsBias)) {
           const double rows = op.shard == Shard::kRow && c.sequenceParallel ? tp : 1.0;
           bwd += std::max(floor, g->m * g->n * g->count * static_cast<double>(c.activationBytes) / rows / bw);
           out.opsBwd += 1;

@@ -359,9 +359,10 @@ TEST(Evaluator, DropoutWritesItsMaskAndFusesWithTheResidualAdd) {
 }
 
 TEST(Evaluator, ABiasedLinearsBackwardReducesItsOutputGradientUnlessTheGemmFusesIt) {
-  // GPT-2's four biased linears per layer (qkv 3h wide, attention output h, MLP up 4h, down h): outside
-  // Transformer Engine each bias gradient is a reduction reading the 16-bit output gradient once
-  // (Megatron-LM's grad_output.sum(dim=0), PyTorch's autograd alike). Fused, it costs nothing apart.
+  // GPT-2's four biased linears per layer (qkv 3h wide, attention output h, MLP up 4h, down h): each
+  // bias gradient is a reduction reading the 16-bit output gradient once (Megatron-LM's
+  // grad_output.sum(dim=0), PyTorch's autograd alike). Transformer Engine fuses only the qkv one into its
+  // GEMM: Megatron-Core's other linears hand their bias to bias-GeLU or bias-dropout-add.
   Plan p = makePlan("gpt2-small", "dgx-a100-80gb", 1, 1, 1, 8, 8);
   p.precision = DType::kBf16;
   p.execution.hostMicrosecondsPerOp = 0;
@@ -373,10 +374,15 @@ TEST(Evaluator, ABiasedLinearsBackwardReducesItsOutputGradientUnlessTheGemmFuses
   const double tokens = 8.0 * 1024;
   const double h = static_cast<double>(spec.hiddenSize);
   const DeviceModel d = deviceModel(p.cluster.gpu, DType::kBf16);
-  double perLayer = 0;
-  for (const double width : {3 * h, h, 4 * h, h}) perLayer += std::max(d.kernelFloorSeconds, tokens * width * 2.0 / d.memoryBytesPerSecond);
+  auto reduction = [&](double width) { return std::max(d.kernelFloorSeconds, tokens * width * 2.0 / d.memoryBytesPerSecond); };
   EXPECT_NEAR(reduced.stages[0].backwardSeconds - fused.stages[0].backwardSeconds,
-              static_cast<double>(spec.numLayers) * perLayer, 1e-9);
+              static_cast<double>(spec.numLayers) * reduction(3 * h), 1e-9);
+  // Without biases (the same model, all four dropped) the backward loses all four reductions.
+  p.execution.fusedBiasGrad = false;
+  p.model.spec->qkvBias = p.model.spec->attentionOutputBias = p.model.spec->mlpBias = false;
+  const Evaluation unbiased = evaluateOrFail(p);
+  EXPECT_NEAR(reduced.stages[0].backwardSeconds - unbiased.stages[0].backwardSeconds,
+              static_cast<double>(spec.numLayers) * (reduction(3 * h) + reduction(h) + reduction(4 * h) + reduction(h)), 1e-9);
   EXPECT_EQ(reduced.stages[0].forwardSeconds, fused.stages[0].forwardSeconds);
   // Llama has no biases: nothing to reduce either way.
   Plan llama = makePlan("llama2-7b", "dgx-a100-80gb", 8, 1, 1, 8);

@@ -403,6 +403,16 @@ TEST(Validation, GradientAccumulationFollowsTheFrameworkAndItsEra) {
     auto legacy = validation::caseFromRow(deepspeed, assumptions);
     ASSERT_TRUE(legacy) << legacy.error().toString();
     EXPECT_FALSE(legacy->plan.execution.fusedBiasGrad);
+    Json korthikanti = row;
+    korthikanti["source"]["citation"] = "Korthikanti et al., 'Reducing Activation Recomputation in Large Transformer Models', MLSys 2022";
+    auto megatron2022 = validation::caseFromRow(korthikanti, assumptions);
+    ASSERT_TRUE(megatron2022) << megatron2022.error().toString();
+    EXPECT_FALSE(megatron2022->plan.execution.fusedBiasGrad);  // Megatron-LM's own linears then
+    Json mlperf = row;
+    mlperf["source"]["citation"] = "MLCommons MLPerf Training v4.1, NVIDIA GPT-3 175B";
+    auto nemoGpt3 = validation::caseFromRow(mlperf, assumptions);
+    ASSERT_TRUE(nemoGpt3) << nemoGpt3.error().toString();
+    EXPECT_TRUE(nemoGpt3->plan.execution.fusedBiasGrad);
   }
   row["source"]["citation"] = "Korthikanti et al., 'Reducing Activation Recomputation in Large Transformer Models', MLSys 2022";
   EXPECT_EQ(modeOf(row), GradAccumulation::kFused);

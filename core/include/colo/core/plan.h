@@ -178,10 +178,12 @@ struct Execution {
   /// rest of the run (Megatron-Core and Megatron-Bridge with TE, gradient accumulation fusion on).
   /// See docs/costmodel.md, "Placeholder weight gradients".
   bool teDummyWgrads = false;
-  /// Each biased linear's bias gradient comes out of a fused kernel (Transformer Engine: the weight-
-  /// gradient GEMM's bias-gradient epilogue, or its fused cast/transpose under fp8). false: a reduction
-  /// of its own over the output gradient (PyTorch's autograd, Megatron-LM's own linears and fused
-  /// bias-GeLU/bias-dropout-add, Megatron-DeepSpeed, colo-run). See docs/costmodel.md, "Bias gradients".
+  /// The attention input projection's bias gradient comes out of its GEMM (Transformer Engine: the
+  /// weight-gradient GEMM's bias-gradient epilogue, or its fused cast/transpose under fp8); Megatron-
+  /// Core's other biased linears hand their bias to a fused bias-GeLU or bias-dropout-add and reduce its
+  /// gradient apart. false: every bias gradient is a reduction of its own over the output gradient
+  /// (PyTorch's autograd, Megatron-LM's own linears, Megatron-DeepSpeed, colo-run). See
+  /// docs/costmodel.md, "Bias gradients".
   bool fusedBiasGrad = false;
   /// Host time the framework spends issuing one op (Python module code, dispatcher, autograd, launch):
   /// a layer whose kernels finish faster than the host issues them waits for the host. 0: the host
