@@ -50,6 +50,9 @@ LayerTemplate makeTemplate(const OpGraph& graph, std::int64_t layer, std::int64_
     if (op.kind == OpKind::kMatMul || op.kind == OpKind::kGroupedMatMul) {
       const double weights = static_cast<double>(o.k) * static_cast<double>(o.n) * static_cast<double>(o.groups);
       o.bias = o.params > weights + 0.5 || (o.params > 0 && o.params == static_cast<double>(o.n) * static_cast<double>(o.groups));
+      // Megatron-Core adds only the attention input projection's bias in its GEMM (linear_qkv); the
+      // others go to a fused bias-GeLU or bias-dropout-add (skip_bias_add).
+      o.biasInGemm = o.bias && op.kind == OpKind::kMatMul && op.shard != Shard::kRow && o.name.starts_with("attn.");
     }
     o.causal = op.causal;
     o.window = op.dim("window", 0);
@@ -533,12 +536,9 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         // A biased linear's bias gradient sums its output gradient over the rows (Megatron-LM's
         // linears: grad_output.sum(dim=0); PyTorch's autograd reduces a broadcast bias the same way):
         // a read of that gradient. Transformer Engine fuses it into the GEMM for the linears that add
-        // their own bias: in Megatron-Core only the attention's input projection (linear_qkv); the
-        // others hand theirs to a fused bias-GeLU or bias-dropout-add (skip_bias_add) and reduce it
-        // apart. A row-parallel linear's bias is added after the reduction, on the sequence shard
-        // under sequence parallelism.
-        const bool gemmAddsBias = op.kind == OpKind::kMatMul && op.shard != Shard::kRow && op.name.starts_with("attn.");
-        if (op.bias && !(c.fusedBiasGrad && gemmAddsBias)) {
+        // their own bias (OpTemplate::biasInGemm). A row-parallel linear's bias is added after the
+        // reduction, on the sequence shard under sequence parallelism.
+        if (op.bias && !(c.fusedBiasGrad && op.biasInGemm)) {
           const double rows = op.shard == Shard::kRow && c.sequenceParallel ? tp : 1.0;
           bwd += std::max(floor, g->m * g->n * g->count * static_cast<double>(c.activationBytes) / rows / bw);
           out.opsBwd += 1;

@@ -27,6 +27,7 @@ struct OpTemplate {
   double savedQuadratic = 0; // the part of savedBytes that grows with s^2 (dropped by selective recompute / flash)
   double params = 0;
   bool bias = false;         // a linear with a bias (its gradient sums the output gradient's rows)
+  bool biasInGemm = false;   // ... that the linear adds itself (Transformer Engine can fuse its gradient)
   bool causal = false;
   std::int64_t window = 0;   // a sliding window's keys (attention scores of a local layer; 0: none)
   bool attentionCore = false;  // scores/softmax/attention-dropout/context: fused away by FlashAttention
