@@ -303,6 +303,12 @@ CastSeconds float8CastSeconds(Float8Recipe recipe, double input, double weight, 
       bwd(3 * weight);      // ... to fp8, for the input-gradient GEMM
       bwd(3 * gradOutput);  // likewise the output gradient: fp8 along rows and the transposed copy,
       bwd(3 * gradOutput);  // then that copy to fp8
+      // Without fast accumulation (the backward GEMMs) torchao runs the rowwise product through
+      // cuBLAS's tensorwise kernel at unit scales and applies the row scales to its 16-bit output in a
+      // kernel of its own (addmm_float8_unwrapped; pytorch/ao issue 2184): a read and a write of the
+      // input gradient [m, k] and of the weight gradient [k, n].
+      bwd(4 * input);
+      bwd(4 * weight);
       break;
     case Float8Recipe::kRowwiseGwHp:
       // The weight-gradient GEMM stays in bf16: activations are cast along rows only, fused into the
