@@ -352,6 +352,16 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
   }
   p.execution.epCommOverlap = r.has("--overlap-moe-expert-parallel-comm");
   p.execution.gradAccumulation = r.has("--no-gradient-accumulation-fusion") ? GradAccumulation::kMainGrad : GradAccumulation::kFused;
+  // Megatron-LM builds its layers from Transformer Engine unless told otherwise (--transformer-impl,
+  // default transformer_engine): TE returns the attention input projection's bias gradient from its
+  // GEMM, and (TE 2.3 on, April 2025) keeps one placeholder weight gradient per weight shape under
+  // gradient-accumulation fusion (docs/costmodel.md, "Bias gradients" and "Placeholder weight gradients").
+  const std::string impl = r.text("--transformer-impl").value_or("transformer_engine");
+  if (impl != "transformer_engine" && impl != "local" && impl != "inference_optimized") {
+    return fail(Error::badInput("--transformer-impl: '" + impl + "' is not one of local, transformer_engine, inference_optimized"));
+  }
+  p.execution.fusedBiasGrad = impl == "transformer_engine";
+  p.execution.teDummyWgrads = p.execution.fusedBiasGrad && p.execution.gradAccumulation == GradAccumulation::kFused;
   // --cross-entropy-loss-fusion runs Megatron's native fusion (it still keeps the fp32 softmax: colo's
   // default loss) unless --cross-entropy-fusion-impl te picks Transformer Engine's, which writes the
   // gradient over the 16-bit logits in place (Megatron-LM refuses that pair from mid-2026 on).
@@ -410,6 +420,13 @@ Result<Plan> importDeepSpeed(const Json& config, const std::string& arguments, c
   p.precision = bf16 ? DType::kBf16 : fp16 ? DType::kFp16 : p.precision;
   // DeepSpeed's BF16 optimizer sums micro-batch gradients into fp32 copies; with fp16 into the .grad.
   p.execution.gradAccumulation = bf16 ? GradAccumulation::kFp32Copy : GradAccumulation::kAutograd;
+  // Megatron-DeepSpeed's own linears (its --transformer-impl defaults to local) reduce every bias
+  // gradient apart and keep no placeholder weight gradients.
+  auto parsed = launchArguments(arguments);
+  if (!parsed) return fail(parsed.error());
+  const Reader r{*parsed, "Megatron-DeepSpeed argument"};
+  p.execution.fusedBiasGrad = r.text("--transformer-impl").value_or("local") == "transformer_engine";
+  p.execution.teDummyWgrads = false;
   p.execution.overlapGradReduce = config.contains("zero_optimization") && config["zero_optimization"].is_object() &&
                                   config["zero_optimization"].value("overlap_comm", false);
   p.name = p.model.name() + " (imported from a DeepSpeed config)";

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "colo/core/library.h"
+#include "colo/costmodel/evaluator.h"
 #include "colo/planner/export.h"
 #include "colo/planner/export_check.h"
 #include "core/test_support.h"
@@ -159,6 +160,35 @@ TEST(Import, MegatronsTransformerEngineLossFusionIsTheInPlaceFusedLoss) {
   EXPECT_NE(exported.find("--cross-entropy-fusion-impl te), which this Megatron-LM refuses"), std::string::npos) << exported;
 }
 
+TEST(Import, MegatronsDefaultTransformerEngineFusesBiasGradientsAndKeepsPlaceholderWgrads) {
+  // Megatron-LM runs Transformer Engine unless --transformer-impl says otherwise: the attention input
+  // projection's bias gradient comes from its GEMM, and under gradient-accumulation fusion TE keeps a
+  // placeholder weight gradient per weight shape. Megatron's own linears (local) do neither.
+  const Plan p = roundTripPlans()[1];  // GPT-3 175B: biased linears
+  const std::string args = *exportPlan(p, ExportFormat::kMegatron, "plan.json");
+  const ImportContext context{p.cluster, p.model, 0, 0};
+  auto te = importMegatron(args, context);
+  ASSERT_TRUE(te) << te.error().toString();
+  EXPECT_TRUE(te->execution.fusedBiasGrad);
+  EXPECT_TRUE(te->execution.teDummyWgrads);
+  auto local = importMegatron(args + " \\\n--transformer-impl local\n", context);
+  ASSERT_TRUE(local) << local.error().toString();
+  EXPECT_FALSE(local->execution.fusedBiasGrad);
+  EXPECT_FALSE(local->execution.teDummyWgrads);
+  auto unfused = importMegatron(args + " \\\n--no-gradient-accumulation-fusion\n", context);
+  ASSERT_TRUE(unfused) << unfused.error().toString();
+  EXPECT_TRUE(unfused->execution.fusedBiasGrad);
+  EXPECT_FALSE(unfused->execution.teDummyWgrads);  // placeholders only under the fusion
+  // The cost follows: TE's job is cheaper by the fused reductions (GPT-3's qkv bias gradients).
+  const auto withTe = costmodel::evaluatePlan(*te);
+  const auto withLocal = costmodel::evaluatePlan(*local);
+  ASSERT_TRUE(withTe && withLocal);
+  EXPECT_LT(withTe->time.compute, withLocal->time.compute);
+  auto bogus = importMegatron(args + " \\\n--transformer-impl apex\n", context);
+  ASSERT_FALSE(bogus);
+  EXPECT_NE(bogus.error().message.find("--transformer-impl: 'apex'"), std::string::npos) << bogus.error().toString();
+}
+
 TEST(Import, MegatronArgumentsAloneStateTheArchitecture) {
   // Without --model: the architecture from the arguments; the vocabulary from --vocab-size.
   const Plan p = roundTripPlans()[0];
@@ -194,6 +224,10 @@ TEST(Import, DeepSpeedConfigWithItsArgumentsGivesBackThePlan) {
     auto back = importDeepSpeed(Json::parse(*config), *args, ImportContext{p.cluster, p.model, 0, 0});
     ASSERT_TRUE(back) << p.name << ": " << back.error().toString();
     expectSamePlan(p, *back, p.name, /*execution=*/false);
+    // Megatron-DeepSpeed's own linears (its --transformer-impl defaults to local): no fused bias
+    // gradients, no placeholder weight gradients.
+    EXPECT_FALSE(back->execution.fusedBiasGrad);
+    EXPECT_FALSE(back->execution.teDummyWgrads);
   }
   // A config whose batch numbers disagree with the data-parallel size is refused with DeepSpeed's rule.
   const Plan p = roundTripPlans()[2];
