@@ -667,7 +667,12 @@ Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions) {
   readBlockCheckpointing(tr, row["measured"], *recompute, &assumed);
   if (auto st = assignStages(set, *spec, *recompute, c.id, p, &assumed); !st) return fail(st.error());
   if (auto ex = readPrecisionAndExecution(tr, par, set, c.id, p); !ex) return fail(ex.error());
-  if (recompute->open || vppOpen) {
+  const bool layoutOpen = p.cluster.totalGpus() > 1 && !number(par, "tp") && !number(par, "pp") && !number(par, "cp") &&
+                          !number(par, "dp");
+  if (layoutOpen) {
+    if (auto chosen = chooseOpenLayout(c.id, p); !chosen) return fail(chosen.error());
+    assumed = true;
+  } else if (recompute->open || vppOpen) {
     if (auto chosen = chooseOpenKnobs(*recompute, vppOpen, *spec, c.id, p); !chosen) return fail(chosen.error());
     assumed = true;
   }

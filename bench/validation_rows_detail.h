@@ -85,4 +85,10 @@ struct Settings {
 /// Layers over pipeline chunks: even when they divide, else the embedding and head count as a layer each.
 [[nodiscard]] std::vector<StagePlan> balancedStages(std::int64_t layers, std::int64_t chunks);
 
+/// A row that states no parallel layout at all (no tp, pp, cp or dp) but a GPU count above one: colo's
+/// own best plan for the row's model, cluster, batch, sequence, precision and framework settings
+/// (`p.execution`, ZeRO stage), as a published benchmark runs a tuned layout (validation_layout.cpp).
+/// Errors: kBadInput naming the row when nothing fits.
+[[nodiscard]] Result<void> chooseOpenLayout(const std::string& id, Plan& p);
+
 }  // namespace colo::validation::detail

@@ -14,6 +14,7 @@
 
 #include "colo/core/library.h"
 #include "colo/costmodel/evaluator.h"
+#include "colo/planner/search.h"
 
 #include "core/test_support.h"
 #include "validation_harness.h"
@@ -224,6 +225,50 @@ TEST(Validation, OpenRecomputeAndVirtualStagesAreTheCheapestThatFit) {
     ASSERT_TRUE(ev);
     EXPECT_FALSE(ev->fits) << "recompute was assumed although the plan fits without it";
   }
+}
+
+TEST(Validation, ARowThatStatesNoLayoutRunsColosBestPlan) {
+  // Megatron-LM's README states its strong-scaling runs' batch and GPUs but no layout: a published
+  // benchmark runs a tuned layout, so the harness predicts colo's own best plan for the row.
+  Json row = Json::parse(R"({
+    "id": "no_layout", "source": {"citation": "Some README", "location": "scaling text"},
+    "model": {"name": "GPT 20B", "arch": "GPT", "num_layers": 44, "hidden_size": 6144, "num_attention_heads": 48,
+              "ffn_hidden_size": null, "seq_len": 2048, "vocab_size": 51200},
+    "hardware": {"gpu": "H100", "gpu_memory_gb": 80, "gpus_per_node": 8, "num_gpus": 64},
+    "parallel": {"tp": null, "pp": null, "dp": null, "cp": null},
+    "training": {"precision": "bf16", "global_batch_size": 256},
+    "measured": {"mfu_pct": 45}, "flop_convention": "Megatron model FLOPs", "peak_tflops_per_gpu_used_by_source": 989
+  })");
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  const Plan& p = c->plan;
+  EXPECT_FALSE(c->fullyPublished);
+  EXPECT_EQ(p.parallel.tp * p.parallel.pp * p.parallel.dp * p.parallel.cp, 64);
+  EXPECT_GT(p.parallel.tp * p.parallel.pp, 1) << "20B in bf16 with Adam does not fit 80 GB by data parallelism alone";
+  auto chosen = costmodel::evaluatePlan(p);
+  ASSERT_TRUE(chosen) << chosen.error().toString();
+  EXPECT_TRUE(chosen->fits);
+  // It is the best of colo's own search for that job.
+  planner::SearchOptions options;
+  options.globalBatchSize = 256;
+  options.seqLen = 2048;
+  options.execution = p.execution;
+  options.flashAttention = p.execution.flashAttention;
+  options.fixed["zero"] = p.zeroStage;
+  options.fixed["cp"] = 1;
+  options.fixed["ep"] = 1;
+  options.allowOffload = false;
+  auto found = planner::search(p.model, p.cluster, options);
+  ASSERT_TRUE(found && !found->top.empty());
+  auto direct = costmodel::evaluatePlan(found->top.front().plan);
+  ASSERT_TRUE(direct);
+  EXPECT_NEAR(chosen->stepSeconds, direct->stepSeconds, 1e-9 * chosen->stepSeconds);
+  // A row that states any degree keeps it, the rest read as before.
+  row["parallel"]["tp"] = 8;
+  auto stated = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(stated) << stated.error().toString();
+  EXPECT_EQ(stated->plan.parallel.tp, 8);
+  EXPECT_EQ(stated->plan.parallel.pp, 1);
 }
 
 TEST(Validation, TheRowsOwnScheduleBeatsItsFrameworksUsualOne) {
