@@ -680,7 +680,15 @@ Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions) {
   c.fullyPublished = !assumed && !set.run.contains("micro_batch_size") && !set.run.contains("virtual_stages") &&
                      !set.run.contains("zero_stage") && !set.run.contains("recompute");
   if (auto measured = readMeasured(row, *spec, c); !measured) return fail(measured.error());
-  if (auto valid = validatePlan(p, c.id); !valid) return fail(valid.error());
+  if (auto valid = validatePlan(p, c.id); !valid) {
+    // Without a published global batch the harness runs one micro-batch per replica, which a pipeline
+    // schedule may refuse: say what is missing, not only what the fallback broke.
+    if (!number(tr, "global_batch_size") && !number(tr, "global_batch_tokens") && valid.error().path.starts_with("/batch")) {
+      return fail(rowError(c.id, "training.global_batch_size", "not published, and one micro-batch per data-parallel replica (the fallback) is refused: " +
+                                                                   valid.error().message));
+    }
+    return fail(valid.error());
+  }
   return c;
 }
 

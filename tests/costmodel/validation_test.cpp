@@ -263,6 +263,14 @@ TEST(Validation, ARowThatStatesNoLayoutRunsColosBestPlan) {
   auto direct = costmodel::evaluatePlan(found->top.front().plan);
   ASSERT_TRUE(direct);
   EXPECT_NEAR(chosen->stepSeconds, direct->stepSeconds, 1e-9 * chosen->stepSeconds);
+  // A pipelined row without a global batch: the fallback (one micro-batch per replica) cannot run the
+  // interleaved schedule, and the error says the batch is what is missing.
+  Json noBatch = row;
+  noBatch["parallel"] = Json::parse(R"({"tp": 8, "pp": 4, "dp": 2, "virtual_pipeline_stages": 11, "schedule": "interleaved 1F1B"})");
+  noBatch["training"].erase("global_batch_size");
+  auto refused = validation::caseFromRow(noBatch, assumptionsFile());
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("training.global_batch_size: not published"), std::string::npos) << refused.error().toString();
   // A row that states any degree keeps it, the rest read as before.
   row["parallel"]["tp"] = 8;
   auto stated = validation::caseFromRow(row, assumptionsFile());
