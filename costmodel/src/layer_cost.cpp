@@ -520,7 +520,23 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         const bool sixteenBit = op.kind == OpKind::kBatchedMatMul ||
                                 (torchao && (op.kind == OpKind::kGroupedMatMul || op.shard == Shard::kVocab));
         const DeviceModel& dev = sixteenBit ? attentionDevice : device;
-        fwd = gemmOn(dev, g->m, g->n, g->k, g->count);
+        // PyTorch's async TP runs a matmul fused with a collective as tp matmuls of m/tp rows, one per
+        // rank's shard (_fused_all_gather_matmul, _fused_matmul_reduce_scatter), which fill the GPU's
+        // waves less well: forward, the column-parallel linears (input gathered) and the row-parallel
+        // ones (output reduce-scattered); backward, the row-parallel linears' input gradient (output
+        // gradient gathered). The weight gradients and the column-parallel input gradients are whole.
+        const bool decomposed = c.tpMicroPipeline && c.sequenceParallel && c.tp > 1 && op.kind == OpKind::kMatMul &&
+                                (op.shard == Shard::kColumn || op.shard == Shard::kRow);
+        auto fusedGemm = [&](double m, double n, double k) {
+          return decomposed ? tp * gemmOn(dev, m / tp, n, k, g->count) : gemmOn(dev, m, n, k, g->count);
+        };
+        fwd = fusedGemm(g->m, g->n, g->k);
+        // The fused matmul-reduce-scatter exchanges the unreduced [m, n] partial products and sums the
+        // tp received [m/tp, n] blocks in a kernel of its own (reduce_fn over the stacked partials).
+        if (decomposed && op.shard == Shard::kRow) {
+          fwd += std::max(floor, g->m * g->n * g->count * static_cast<double>(c.activationBytes) * (1.0 + 1.0 / tp) / bw);
+          out.opsFwd += 1;
+        }
         // Backward: the input gradient [m, n] x [n, k] and the weight gradient [k, m] x [m, n], each at
         // its own shape (measured where the database has it, else the roofline).
         const bool wgradHp = c.float8Recipe == Float8Recipe::kRowwiseGwHp;
@@ -532,7 +548,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
           const double io = (g->m * g->k + g->m * g->n) * static_cast<double>(c.dtypeBytes) + g->k * g->n * 8.0;
           wgrad = std::max(wgrad, g->count * io / dev.memoryBytesPerSecond);
         }
-        const double dgrad = gemmOn(dev, g->m, g->k, g->n, g->count);
+        const double dgrad = op.shard == Shard::kRow ? fusedGemm(g->m, g->k, g->n) : gemmOn(dev, g->m, g->k, g->n, g->count);
         if (regather > 0 && op.shard == Shard::kColumn && op.kind == OpKind::kMatMul) {
           const double hidden = c.tpCommOverlap ? regather : std::min(regather, dgrad);
           regatherExposed += std::max(0.0, regather - hidden) + device.overlapSlowdown * hidden;

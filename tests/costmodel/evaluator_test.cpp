@@ -10,6 +10,7 @@
 
 #include "colo/costmodel/collectives.h"
 #include "colo/costmodel/hardware.h"
+#include "colo/costmodel/op_cost.h"
 #include "core/test_support.h"
 
 namespace colo::costmodel {
@@ -236,6 +237,40 @@ TEST(Evaluator, AsyncTensorParallelismLeavesTheBackwardReduceScattersExposed) {
   p.execution.tpCommOverlap = deeper.execution.tpCommOverlap = true;
   p.execution.tpOverlap = deeper.execution.tpOverlap = TpOverlap::kMicroPipeline;
   EXPECT_NEAR(perLayer(), serial, 1e-12);
+}
+
+TEST(Evaluator, AsyncTensorParallelismRunsEachFusedMatmulAsOnePerShard) {
+  // PyTorch's fused all-gather-matmul and matmul-reduce-scatter run tp matmuls of m/tp rows: forward
+  // every column- and row-parallel linear, backward the row-parallel linears' input gradients; the
+  // matmul-reduce-scatter sums the exchanged partial products in a kernel of its own. Llama 2
+  // 7B at tp 8 and 4,096 tokens: qkv [4096 -> 1536], o [512 -> 4096], gate_up [4096 -> 2752], down
+  // [1376 -> 4096] per GPU. Userbuffers overlap runs the matmuls whole.
+  Plan p = makePlan("llama2-7b", "dgx-h100", 8, 8, 1, 8);
+  p.seqLen = 4096;
+  p.parallel.sequenceParallel = true;
+  p.execution.tpCommOverlap = true;
+  p.execution.hostMicrosecondsPerOp = 0;
+  Plan deeper = p;
+  deeper.model.spec->numLayers += 2;
+  deeper.stages = uniformStages(deeper.model.numLayers(), 1, RecomputePolicy::kNone);
+  const double microBatches = static_cast<double>(p.numMicroBatches());
+  auto perLayer = [&](TpOverlap how) {
+    p.execution.tpOverlap = deeper.execution.tpOverlap = how;
+    return (evaluateOrFail(deeper).time.compute - evaluateOrFail(p).time.compute) / (2 * microBatches);
+  };
+  const DeviceModel d = deviceModel(p.cluster.gpu, DType::kBf16);
+  const double m = 4096, tp = 8;
+  auto penalty = [&](double n, double k) { return tp * gemmSeconds(m / tp, n, k, 1, 2, d) - gemmSeconds(m, n, k, 1, 2, d); };
+  // The matmul-reduce-scatter then sums the tp received [m/tp, n] blocks: reads [m, n], writes [m/tp, n].
+  const double reduce = std::max(d.kernelFloorSeconds, m * 4096 * 2 * (1 + 1 / tp) / d.memoryBytesPerSecond);
+  const double expected = penalty(1536, 4096) + penalty(4096, 512) + penalty(2752, 4096) + penalty(4096, 1376)  // forward
+                          + penalty(512, 4096) + penalty(1376, 4096)  // the row-parallel input gradients
+                          + 2 * reduce;                                // o and down
+  EXPECT_GT(expected, 0);
+  EXPECT_NEAR(perLayer(TpOverlap::kMicroPipeline) - perLayer(TpOverlap::kUserbuffers), expected, 1e-6 * expected);
+  // Without sequence parallelism nothing is fused, so nothing is decomposed.
+  p.parallel.sequenceParallel = deeper.parallel.sequenceParallel = false;
+  EXPECT_NEAR(perLayer(TpOverlap::kMicroPipeline), perLayer(TpOverlap::kUserbuffers), 1e-12);
 }
 
 TEST(Evaluator, TransformerEngineFp8AllGathersTheFp8CastUnderSequenceParallelism) {
