@@ -1,5 +1,7 @@
 // A published row that names no parallel layout (validation_rows_detail.h, chooseOpenLayout).
 
+#include <algorithm>
+#include <optional>
 #include <string>
 
 #include "colo/planner/search.h"
@@ -7,7 +9,8 @@
 
 namespace colo::validation::detail {
 
-Result<void> chooseOpenLayout(const std::string& id, Plan& p) {
+Result<void> chooseOpenLayout(const std::string& id, std::optional<std::int64_t> microBatch, std::optional<std::int64_t> virtualStages,
+                              Plan& p) {
   planner::SearchOptions options;
   options.globalBatchSize = p.globalBatchSize;
   options.seqLen = p.seqLen;
@@ -21,6 +24,8 @@ Result<void> chooseOpenLayout(const std::string& id, Plan& p) {
   options.fixed["cp"] = 1;
   options.fixed["ep"] = std::max<std::int64_t>(1, p.parallel.ep);
   options.allowOffload = false;
+  if (microBatch) options.fixed["mbs"] = *microBatch;
+  if (virtualStages) options.fixed["vpp"] = *virtualStages;
   auto found = planner::search(p.model, p.cluster, options);
   if (!found) return fail(rowError(id, "parallel", "no layout stated, and colo's search failed: " + found.error().message));
   if (found->top.empty()) {

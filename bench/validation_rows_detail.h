@@ -87,8 +87,10 @@ struct Settings {
 
 /// A row that states no parallel layout at all (no tp, pp, cp or dp) but a GPU count above one: colo's
 /// own best plan for the row's model, cluster, batch, sequence, precision and framework settings
-/// (`p.execution`, ZeRO stage), as a published benchmark runs a tuned layout (validation_layout.cpp).
-/// Errors: kBadInput naming the row when nothing fits.
-[[nodiscard]] Result<void> chooseOpenLayout(const std::string& id, Plan& p);
+/// (`p.execution`, ZeRO stage), with the micro-batch and chunks per stage the row states, as a
+/// published benchmark runs a tuned layout (validation_layout.cpp). Errors: kBadInput naming the row
+/// when nothing fits.
+[[nodiscard]] Result<void> chooseOpenLayout(const std::string& id, std::optional<std::int64_t> microBatch,
+                                            std::optional<std::int64_t> virtualStages, Plan& p);
 
 }  // namespace colo::validation::detail

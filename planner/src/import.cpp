@@ -362,6 +362,11 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
   }
   p.execution.fusedBiasGrad = impl == "transformer_engine";
   p.execution.teDummyWgrads = p.execution.fusedBiasGrad && p.execution.gradAccumulation == GradAccumulation::kFused;
+  // fp8 takes effect only through Transformer Engine's modules (Megatron-LM's fp8 context is a no-op
+  // without them): Megatron's own linears train at the 16-bit precision the launch names.
+  if (!p.execution.fusedBiasGrad && p.precision == DType::kFp8) {
+    p.precision = r.has("--bf16") ? DType::kBf16 : r.has("--fp16") ? DType::kFp16 : DType::kFp32;
+  }
   // --cross-entropy-loss-fusion runs Megatron's native fusion (it still keeps the fp32 softmax: colo's
   // default loss) unless --cross-entropy-fusion-impl te picks Transformer Engine's, which writes the
   // gradient over the 16-bit logits in place (Megatron-LM refuses that pair from mid-2026 on).

@@ -263,6 +263,14 @@ TEST(Validation, ARowThatStatesNoLayoutRunsColosBestPlan) {
   auto direct = costmodel::evaluatePlan(found->top.front().plan);
   ASSERT_TRUE(direct);
   EXPECT_NEAR(chosen->stepSeconds, direct->stepSeconds, 1e-9 * chosen->stepSeconds);
+  // What the row does state holds: its micro-batch and recompute policy.
+  Json some = row;
+  some["training"]["micro_batch_size"] = 2;
+  some["training"]["recompute"] = "full";
+  auto kept = validation::caseFromRow(some, assumptionsFile());
+  ASSERT_TRUE(kept) << kept.error().toString();
+  EXPECT_EQ(kept->plan.microBatchSize, 2);
+  for (const auto& st : kept->plan.stages) EXPECT_EQ(st.recompute, RecomputePolicy::kFull);
   // A pipelined row without a global batch: the fallback (one micro-batch per replica) cannot run the
   // interleaved schedule, and the error says the batch is what is missing.
   Json noBatch = row;

@@ -72,6 +72,8 @@ void expectSamePlan(const Plan& a, const Plan& b, const std::string& what, bool 
   EXPECT_EQ(a.execution.gradAccumulation, b.execution.gradAccumulation);
   EXPECT_EQ(a.execution.moeDispatcher, b.execution.moeDispatcher);
   EXPECT_EQ(a.execution.epCommOverlap, b.execution.epCommOverlap);
+  EXPECT_EQ(a.execution.fusedBiasGrad, b.execution.fusedBiasGrad);
+  EXPECT_EQ(a.execution.teDummyWgrads, b.execution.teDummyWgrads);
 }
 
 std::vector<Plan> roundTripPlans() {
@@ -93,6 +95,8 @@ std::vector<Plan> roundTripPlans() {
   for (std::size_t st = 0; st < 8; ++st) balanced.stages[st].layers = split[st];
   plans.push_back(balanced);
   plans[4].offload.optimizerFraction = 0.5;
+  // The Megatron export is a Transformer Engine job (Megatron-LM's default): its plans say so.
+  for (auto& p : plans) p.execution.fusedBiasGrad = p.execution.teDummyWgrads = true;
   for (auto& p : plans) EXPECT_TRUE(validatePlan(p)) << p.name << ": " << validatePlan(p).error().toString();
   return plans;
 }
@@ -114,6 +118,7 @@ TEST(Import, MegatronMoeDispatchAndExpertOverlapSurviveExportAndImport) {
   Plan p = basePlan("mixtral-8x7b", "dgx-h100-x64", 64, 2, 1, 1, 8, 1, 256, RecomputePolicy::kSelective);
   p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
   p.execution.epCommOverlap = true;
+  p.execution.fusedBiasGrad = p.execution.teDummyWgrads = true;  // Megatron's default Transformer Engine
   ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
   const auto args = exportPlan(p, ExportFormat::kMegatron, "plan.json");
   ASSERT_TRUE(args) << args.error().toString();
@@ -184,6 +189,16 @@ TEST(Import, MegatronsDefaultTransformerEngineFusesBiasGradientsAndKeepsPlacehol
   const auto withLocal = costmodel::evaluatePlan(*local);
   ASSERT_TRUE(withTe && withLocal);
   EXPECT_LT(withTe->time.compute, withLocal->time.compute);
+  // fp8 takes effect only through Transformer Engine: with Megatron's own linears the job trains in bf16.
+  const Plan h100 = roundTripPlans()[0];  // Llama 3 8B on H100s, which have an fp8 peak
+  const std::string h100Args = *exportPlan(h100, ExportFormat::kMegatron, "plan.json");
+  const ImportContext h100Context{h100.cluster, h100.model, 0, 0};
+  auto fp8Local = importMegatron(h100Args + " \\\n--fp8-format hybrid \\\n--transformer-impl local\n", h100Context);
+  ASSERT_TRUE(fp8Local) << fp8Local.error().toString();
+  EXPECT_EQ(fp8Local->precision, DType::kBf16);
+  auto fp8Te = importMegatron(h100Args + " \\\n--fp8-format hybrid\n", h100Context);
+  ASSERT_TRUE(fp8Te) << fp8Te.error().toString();
+  EXPECT_EQ(fp8Te->precision, DType::kFp8);
   auto bogus = importMegatron(args + " \\\n--transformer-impl apex\n", context);
   ASSERT_FALSE(bogus);
   EXPECT_NE(bogus.error().message.find("--transformer-impl: 'apex'"), std::string::npos) << bogus.error().toString();
@@ -350,6 +365,18 @@ TEST(Import, MegatronBridgeConfigStatesTheWholeJob) {
   EXPECT_EQ(p->model.spec->kvHeads(), 8);
   EXPECT_EQ(p->model.spec->activation, Activation::kSwiGlu);
   EXPECT_FALSE(p->model.spec->tieWordEmbeddings);
+  // Transformer Engine and gradient-accumulation fusion unless the config switches them off.
+  EXPECT_TRUE(p->execution.fusedBiasGrad);
+  const std::string yaml = readFile(test::dataFile("examples/megatron-bridge-llama3-8b.yaml"));
+  const std::size_t model = yaml.find("\nmodel:\n");
+  ASSERT_NE(model, std::string::npos);
+  std::string local = yaml;
+  local.insert(model + 8, "  transformer_impl: local\n  gradient_accumulation_fusion: false\n");
+  auto own = importMegatronBridge(local, ImportContext{*cluster, std::nullopt, 0, 0});
+  ASSERT_TRUE(own) << own.error().toString();
+  EXPECT_FALSE(own->execution.fusedBiasGrad);
+  EXPECT_FALSE(own->execution.teDummyWgrads);
+  EXPECT_NE(own->execution.gradAccumulation, GradAccumulation::kFused);
 }
 
 TEST(Import, MegatronBridgeOverridesAndMixtureOfExperts) {
