@@ -667,15 +667,17 @@ Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions) {
   readBlockCheckpointing(tr, row["measured"], *recompute, &assumed);
   if (auto st = assignStages(set, *spec, *recompute, c.id, p, &assumed); !st) return fail(st.error());
   if (auto ex = readPrecisionAndExecution(tr, par, set, c.id, p); !ex) return fail(ex.error());
-  readMoeExecution(par, p);
   const bool layoutOpen = p.cluster.totalGpus() > 1 && !number(par, "tp") && !number(par, "pp") && !number(par, "cp") &&
                           !number(par, "dp");
   if (layoutOpen) {
     // What the row does state holds: its micro-batch, its chunks per stage, its recompute policy.
-    const auto mbs = number(tr, "micro_batch_size") ? std::optional<std::int64_t>(p.microBatchSize) : std::nullopt;
+    const auto statedMbs = number(tr, "micro_batch_size");
+    const auto mbs = statedMbs ? std::optional<std::int64_t>(static_cast<std::int64_t>(*statedMbs)) : std::nullopt;
     const auto vpp = number(par, "virtual_pipeline_stages") ? std::optional<std::int64_t>(p.parallel.virtualStages) : std::nullopt;
+    readMoeExecution(par, p);  // the candidates are ranked with the row's token dispatch
     if (auto chosen = chooseOpenLayout(c.id, mbs, vpp, p); !chosen) return fail(chosen.error());
     if (!recompute->open) {
+      p.stages.clear();
       if (auto st = assignStages(set, *spec, *recompute, c.id, p, &assumed); !st) return fail(st.error());
     }
     assumed = true;
@@ -683,6 +685,7 @@ Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions) {
     if (auto chosen = chooseOpenKnobs(*recompute, vppOpen, *spec, c.id, p); !chosen) return fail(chosen.error());
     assumed = true;
   }
+  readMoeExecution(par, p);
   c.fullyPublished = !assumed && !set.run.contains("micro_batch_size") && !set.run.contains("virtual_stages") &&
                      !set.run.contains("zero_stage") && !set.run.contains("recompute");
   if (auto measured = readMeasured(row, *spec, c); !measured) return fail(measured.error());

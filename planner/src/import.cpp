@@ -432,6 +432,9 @@ Result<Plan> importDeepSpeed(const Json& config, const std::string& arguments, c
   const Reader r{*parsed, "Megatron-DeepSpeed argument"};
   p.execution.fusedBiasGrad = r.text("--transformer-impl").value_or("local") == "transformer_engine";
   p.execution.teDummyWgrads = false;
+  if (!p.execution.fusedBiasGrad && p.precision == DType::kFp8) {  // fp8 acts only through Transformer Engine
+    p.precision = r.has("--bf16") ? DType::kBf16 : r.has("--fp16") ? DType::kFp16 : DType::kFp32;
+  }
   p.execution.overlapGradReduce = config.contains("zero_optimization") && config["zero_optimization"].is_object() &&
                                   config["zero_optimization"].value("overlap_comm", false);
   p.name = p.model.name() + " (imported from a DeepSpeed config)";

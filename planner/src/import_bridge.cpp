@@ -127,7 +127,9 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   // Transformer Engine unless the config says otherwise; Megatron's gradient-accumulation fusion unless
   // it is switched off (ModelParallelConfig.gradient_accumulation_fusion).
   flag("--transformer-impl", model("transformer_impl"));
-  if (model("gradient_accumulation_fusion") == std::optional<std::string>("false")) args << "--no-gradient-accumulation-fusion\n";
+  if (const auto fusion = model("gradient_accumulation_fusion"); fusion && (*fusion == "false" || *fusion == "False")) {
+    args << "--no-gradient-accumulation-fusion\n";
+  }
   flag("--num-experts", model("num_moe_experts"));
   flag("--decoder-first-pipeline-num-layers", model("num_layers_in_first_pipeline_stage"));
   flag("--decoder-last-pipeline-num-layers", model("num_layers_in_last_pipeline_stage"));

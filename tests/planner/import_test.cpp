@@ -371,7 +371,7 @@ TEST(Import, MegatronBridgeConfigStatesTheWholeJob) {
   const std::size_t model = yaml.find("\nmodel:\n");
   ASSERT_NE(model, std::string::npos);
   std::string local = yaml;
-  local.insert(model + 8, "  transformer_impl: local\n  gradient_accumulation_fusion: false\n");
+  local.insert(model + 8, "  transformer_impl: local\n  gradient_accumulation_fusion: False\n");
   auto own = importMegatronBridge(local, ImportContext{*cluster, std::nullopt, 0, 0});
   ASSERT_TRUE(own) << own.error().toString();
   EXPECT_FALSE(own->execution.fusedBiasGrad);
