@@ -269,6 +269,14 @@ Result<std::vector<StagePlan>> megatronStages(const Reader& r, const Plan& p) {
   return stages;
 }
 
+// The precision a Megatron launch trains at. fp8 takes effect only through Transformer Engine's modules
+// (Megatron-LM's fp8 context is a no-op without them): Megatron's own linears train at the 16-bit
+// precision the launch names.
+DType launchPrecision(const Reader& r, bool transformerEngine) {
+  if (transformerEngine && r.has("--fp8-format")) return DType::kFp8;
+  return r.has("--bf16") ? DType::kBf16 : r.has("--fp16") ? DType::kFp16 : DType::kFp32;
+}
+
 }  // namespace
 
 Result<ImportFormat> parseImportFormat(const std::string& name) {
@@ -338,7 +346,6 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
   p.globalBatchSize = gbs;
   p.seqLen = seq;
   p.zeroStage = r.has("--use-distributed-optimizer") ? 1 : 0;
-  p.precision = r.has("--fp8-format") ? DType::kFp8 : r.has("--bf16") ? DType::kBf16 : r.has("--fp16") ? DType::kFp16 : DType::kFp32;
   const std::string backend = r.text("--attention-backend").value_or("auto");
   p.execution.flashAttention = backend != "unfused" && backend != "local";
   p.execution.overlapGradReduce = r.has("--overlap-grad-reduce");
@@ -362,11 +369,7 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
   }
   p.execution.fusedBiasGrad = impl == "transformer_engine";
   p.execution.teDummyWgrads = p.execution.fusedBiasGrad && p.execution.gradAccumulation == GradAccumulation::kFused;
-  // fp8 takes effect only through Transformer Engine's modules (Megatron-LM's fp8 context is a no-op
-  // without them): Megatron's own linears train at the 16-bit precision the launch names.
-  if (!p.execution.fusedBiasGrad && p.precision == DType::kFp8) {
-    p.precision = r.has("--bf16") ? DType::kBf16 : r.has("--fp16") ? DType::kFp16 : DType::kFp32;
-  }
+  p.precision = launchPrecision(r, p.execution.fusedBiasGrad);
   // --cross-entropy-loss-fusion runs Megatron's native fusion (it still keeps the fp32 softmax: colo's
   // default loss) unless --cross-entropy-fusion-impl te picks Transformer Engine's, which writes the
   // gradient over the 16-bit logits in place (Megatron-LM refuses that pair from mid-2026 on).
@@ -432,9 +435,7 @@ Result<Plan> importDeepSpeed(const Json& config, const std::string& arguments, c
   const Reader r{*parsed, "Megatron-DeepSpeed argument"};
   p.execution.fusedBiasGrad = r.text("--transformer-impl").value_or("local") == "transformer_engine";
   p.execution.teDummyWgrads = false;
-  if (!p.execution.fusedBiasGrad && p.precision == DType::kFp8) {  // fp8 acts only through Transformer Engine
-    p.precision = r.has("--bf16") ? DType::kBf16 : r.has("--fp16") ? DType::kFp16 : DType::kFp32;
-  }
+  if (!p.execution.fusedBiasGrad && p.precision == DType::kFp8) p.precision = launchPrecision(r, false);
   p.execution.overlapGradReduce = config.contains("zero_optimization") && config["zero_optimization"].is_object() &&
                                   config["zero_optimization"].value("overlap_comm", false);
   p.name = p.model.name() + " (imported from a DeepSpeed config)";

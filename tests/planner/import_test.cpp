@@ -259,6 +259,16 @@ TEST(Import, DeepSpeedConfigWithItsArgumentsGivesBackThePlan) {
   ASSERT_TRUE(autoBatch) << autoBatch.error().toString();
   EXPECT_EQ(autoBatch->globalBatchSize, p.globalBatchSize);
   EXPECT_EQ(autoBatch->microBatchSize, p.microBatchSize);
+  // A launch that asks for fp8 with Megatron-DeepSpeed's own linears, and a config naming no 16-bit
+  // section, trains at the launch's 16-bit precision: fp8 acts only through Transformer Engine.
+  Json plainConfig = Json::parse(*exportPlan(p, ExportFormat::kDeepSpeed, "plan.json"));
+  plainConfig.erase("bf16");
+  plainConfig.erase("fp16");
+  const std::string fp8Args = *exportPlan(p, ExportFormat::kMegatron, "plan.json") + " \\\n--fp8-format hybrid\n";
+  auto fp8 = importDeepSpeed(plainConfig, fp8Args, ImportContext{p.cluster, p.model, 0, 0});
+  ASSERT_TRUE(fp8) << fp8.error().toString();
+  EXPECT_NE(p.precision, DType::kFp8);
+  EXPECT_EQ(fp8->precision, p.precision);
 }
 
 TEST(Import, ColossalAiPluginGivesBackThePlan) {
