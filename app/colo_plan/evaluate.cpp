@@ -56,6 +56,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"cross-entropy-in-place", "", "with --fused-cross-entropy: the loss writes the logits' gradient into them (Transformer Engine's, Megatron's --cross-entropy-fusion-impl te)"},
       {"fused-bias-grad", "", "the attention input projection's bias gradient comes from its GEMM (Transformer Engine); otherwise every bias gradient is a reduction of its own (PyTorch, Megatron-LM's own linears, Megatron-DeepSpeed)"},
       {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
+      {"per-parameter-gathers", "", "ZeRO-3 gathers and reduce-scatters one parameter tensor at a time, synchronously (DeepSpeed v0.3.13 to v0.5.4)"},
       {"moe-dispatcher", "D", "MoE token dispatch: alltoall (default; every token-expert copy apart) or deepep (one copy per destination node, forwarded over NVLink)"},
       {"ep-comm-overlap", "", "hide the expert all-to-alls behind another micro-batch's compute (Megatron-Core's --overlap-moe-expert-parallel-comm)"},
       {"grad-sync", "WHEN", "ZeRO >= 2: micro_batch (default; reduce-scatter into the shard every micro-batch, DeepSpeed, colo-run) or step (once, after the last micro-batch, as FSDP under PyTorch's pipelining)"},
@@ -217,6 +218,7 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   plan.execution.fusedCrossEntropy = args.has("fused-cross-entropy");
   plan.execution.fusedBiasGrad = args.has("fused-bias-grad");
   plan.execution.teDummyWgrads = args.has("te-dummy-wgrads");
+  plan.execution.perParameterGathers = args.has("per-parameter-gathers");
   plan.execution.crossEntropyInPlace = args.has("cross-entropy-in-place");
   if (auto cpComm = args.value("cp-comm-type")) {
     auto parsed = parseCpCommType(*cpComm);
@@ -382,6 +384,7 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, 
       << (plan.execution.fp32Params && plan.precision != DType::kFp32 ? ", fp32 params" : "")
       << (plan.execution.fusedCrossEntropy ? (plan.execution.crossEntropyInPlace ? ", fused cross-entropy in place" : ", fused cross-entropy") : "")
       << (plan.execution.teDummyWgrads ? ", TE placeholder wgrads" : "")
+      << (plan.execution.perParameterGathers ? ", ZeRO-3 gathers per parameter" : "")
       << (plan.execution.fusedBiasGrad ? ", fused bias gradients" : "")
       << (plan.execution.tpCommOverlap && p.tp > 1
               ? (plan.execution.tpOverlap == TpOverlap::kUserbuffers ? ", TP overlap (userbuffers)"

@@ -39,6 +39,7 @@ const std::vector<OptionSpec>& searchOptions() {
       {"fused-cross-entropy", "", "the loss reads the 16-bit logits in one kernel, without an fp32 copy (flash-attn's, LLM Foundry's default, Liger)"},
       {"cross-entropy-in-place", "", "with --fused-cross-entropy: the loss writes the logits' gradient into them (Transformer Engine's, Megatron's --cross-entropy-fusion-impl te)"},
       {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
+      {"per-parameter-gathers", "", "ZeRO-3 gathers and reduce-scatters one parameter tensor at a time, synchronously (DeepSpeed v0.3.13 to v0.5.4)"},
       {"zero-bubble", "", "also consider the zero-bubble (ZB-H1) schedule"},
       {"no-offload", "", "never offload optimizer states to the host"},
       {"optimizer", "O", "adamw (default), lamb or lars: the optimizer every candidate trains with"},
@@ -121,6 +122,7 @@ Result<void> readSearchInputs(const Args& args, const Model& model, const Cluste
   }
   if (args.has("fused-cross-entropy")) options.execution.fusedCrossEntropy = true;
   if (args.has("te-dummy-wgrads")) options.execution.teDummyWgrads = true;
+  if (args.has("per-parameter-gathers")) options.execution.perParameterGathers = true;
   if (args.has("cross-entropy-in-place")) options.execution.crossEntropyInPlace = true;
   options.allowZeroBubble = args.has("zero-bubble");
   options.allowOffload = !args.has("no-offload");

@@ -143,6 +143,7 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
       p.execution.fusedCrossEntropy = e.boolean("fused_cross_entropy", false);
       p.execution.fusedBiasGrad = e.boolean("fused_bias_grad", false);
       p.execution.teDummyWgrads = e.boolean("te_dummy_wgrads", false);
+      p.execution.perParameterGathers = e.boolean("per_parameter_gathers", false);
       p.execution.crossEntropyInPlace = e.boolean("cross_entropy_in_place", false);
       if (auto g = parseGradSync(e.choice("grad_sync", {"micro_batch", "step"}, "micro_batch"))) p.execution.gradSync = *g;
       if (auto d = parseMoeDispatcher(e.choice("moe_dispatcher", {"alltoall", "deepep"}, "alltoall"))) p.execution.moeDispatcher = *d;
@@ -273,6 +274,7 @@ Json planToJson(const Plan& p) {
   if (p.execution.fusedCrossEntropy) j["execution"]["fused_cross_entropy"] = true;
   if (p.execution.fusedBiasGrad) j["execution"]["fused_bias_grad"] = true;
   if (p.execution.teDummyWgrads) j["execution"]["te_dummy_wgrads"] = true;
+  if (p.execution.perParameterGathers) j["execution"]["per_parameter_gathers"] = true;
   if (p.execution.crossEntropyInPlace) j["execution"]["cross_entropy_in_place"] = true;
   if (p.execution.gradSync != GradSync::kMicroBatch) j["execution"]["grad_sync"] = toString(p.execution.gradSync);
   if (p.execution.moeDispatcher != MoeDispatcher::kAllToAll) j["execution"]["moe_dispatcher"] = toString(p.execution.moeDispatcher);

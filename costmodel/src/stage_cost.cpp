@@ -61,6 +61,7 @@ std::vector<ChunkCost> costChunks(const Plan& plan, const ModelTemplates& T, con
       cc.commFwd += lc.tpCommFwd + lc.cpCommFwd + lc.epCommFwd;
       cc.params += lc.paramsPerGpu;
       cc.expertParams += lc.expertParamsPerGpu;
+      cc.gatheredTensors += lc.gatheredTensors;
       cc.gemmFlopsFwd += lc.gemmFlopsFwdPerGpu;
       double saved = lc.savedFull;
       if (recomputes && sp.recompute == RecomputePolicy::kFull) {
@@ -95,6 +96,7 @@ std::vector<ChunkCost> costChunks(const Plan& plan, const ModelTemplates& T, con
     cc.tp += block.tpCommFwd + block.tpCommBwd;
     cc.commFwd += block.tpCommFwd;
     cc.params += block.paramsPerGpu;
+    cc.gatheredTensors += block.gatheredTensors;
     cc.savedPerMicroBatch += block.savedFull * byteScale;
   };
   join(chunks.front(), layers.embedding);
@@ -122,6 +124,7 @@ StageWork sumStage(const std::vector<ChunkCost>& chunks, const Plan& plan, std::
     w.working = std::max(w.working, cc.workingSet);
     w.params += cc.params;
     w.expertParams += cc.expertParams;
+    w.gatheredTensors += cc.gatheredTensors;
     w.layers += plan.stages[c].layers;
     w.layerClasses |= cc.layerClasses;
     w.gemmFlops += cc.gemmFlopsFwd;
@@ -173,6 +176,20 @@ StateBytes stateBytesOf(const Plan& plan) {
   return b;
 }
 
+// One ZeRO-3 collective over `bytes` of the stage's parameters or gradients. DeepSpeed from v0.3.13 to
+// v0.5.4 (execution.per_parameter_gathers) runs one per parameter tensor (`tensors` of them share the
+// bytes; the collective's cost is affine in its size, so equal shares give the exact sum), each passing
+// through torch.distributed's list form: one copy per rank into or out of the flat buffer, issued by
+// the host after the device synchronization that precedes every gather.
+namespace {
+double zeroThreeSeconds(Collective kind, double bytes, double tensors, const Plan& plan, const Groups& groups,
+                        const DeviceModel& device) {
+  if (!plan.execution.perParameterGathers || tensors <= 1) return collectiveSeconds(kind, bytes, groups.grad);
+  const double copies = static_cast<double>(groups.grad.size) * device.kernelFloorSeconds;
+  return tensors * (collectiveSeconds(kind, bytes / tensors, groups.grad) + copies);
+}
+}  // namespace
+
 StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, const DeviceModel& device,
                     const StateBytes& bytes, double pipelineHop) {
   StageTime t;
@@ -193,11 +210,14 @@ StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, 
     const double perLayer = w.params / layersHere;
     const double gathers = stageStaysGathered(plan) ? 1.0 / static_cast<double>(plan.numMicroBatches())
                                                     : 2.0 + (w.rec > 0 ? 1.0 : 0.0);
-    const double gather = collectiveSeconds(Collective::kAllGather, perLayer * bytes.gathered, groups.grad);
+    const double tensors = w.gatheredTensors / layersHere;
+    const double gather = zeroThreeSeconds(Collective::kAllGather, perLayer * bytes.gathered, tensors, plan, groups, device);
     const double scatter =
-        shardedGrads ? collectiveSeconds(Collective::kReduceScatter, perLayer * bytes.gradient, groups.grad) : 0.0;
+        shardedGrads ? zeroThreeSeconds(Collective::kReduceScatter, perLayer * bytes.gradient, tensors, plan, groups, device) : 0.0;
     const double comm = layersHere * (gathers * gather + scatter);
-    const double cover = plan.execution.overlapParamGather ? 0.8 * (w.fwd + w.bwd + w.rec) : 0.0;
+    // DeepSpeed's per-parameter gathers synchronize the device before each one: nothing overlaps them.
+    const double cover =
+        plan.execution.overlapParamGather && !plan.execution.perParameterGathers ? 0.8 * (w.fwd + w.bwd + w.rec) : 0.0;
     t.sharding = std::max(0.1 * comm, comm - cover);
     t.sharding += device.overlapSlowdown * (comm - t.sharding);  // the hidden part slows the compute it overlaps
   }
@@ -249,7 +269,10 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
       if (plan.zeroStage == 1) gather = collectiveSeconds(Collective::kAllGather, w.params * bytes.gathered, groups.grad);
     } else {
       // Sharded gradients were reduce-scattered every micro-batch already (timeStage).
-      if (!gradientsSharded(plan)) reduce = collectiveSeconds(Collective::kReduceScatter, w.params * bytes.gradient, groups.grad);
+      if (!gradientsSharded(plan)) {
+        const double tensors = plan.zeroStage == 3 ? w.gatheredTensors : 1.0;
+        reduce = zeroThreeSeconds(Collective::kReduceScatter, w.params * bytes.gradient, tensors, plan, groups, device);
+      }
       // ZeRO-3's next step gathers each layer before use (timeStage); ZeRO-1/2 gather the updated shards.
       if (plan.zeroStage < 3) gather = collectiveSeconds(Collective::kAllGather, w.params * bytes.gathered, groups.grad);
     }

@@ -40,6 +40,7 @@ struct ChunkCost {
   double workingSet = 0;          // recompute working set (one layer's full activations and their gradients)
   double params = 0;
   double expertParams = 0;  // the routed experts' part of params
+  double gatheredTensors = 0;  // parameter tensors ZeRO-3 gathers one by one (execution.per_parameter_gathers)
   double gemmFlopsFwd = 0;
   double recomputeFlops = 0;
   std::uint64_t layerClasses = 0;  // bit c: the chunk holds a layer of class c (classes 63 on share bit 63)
@@ -63,6 +64,7 @@ struct StageWork {
   double saved = 0;    // activations per micro-batch
   double working = 0;  // the largest recompute working set
   double params = 0, expertParams = 0;
+  double gatheredTensors = 0;
   double gemmFlops = 0, recomputeFlops = 0;
   std::int64_t layers = 0;
   std::uint64_t layerClasses = 0;  // ChunkCost::layerClasses of the stage's chunks

@@ -234,6 +234,23 @@ TEST(Plan, TransformerEnginePlaceholderWgradsAreWrittenOnlyWhenSetAndNeedFusedAc
   EXPECT_NE(refused.error().message.find("autograd"), std::string::npos) << refused.error().message;
 }
 
+TEST(Plan, PerParameterGathersAreWrittenOnlyWhenSetAndReadBack) {
+  Plan p = megatronPlan();
+  EXPECT_FALSE(planToJson(p)["execution"].contains("per_parameter_gathers"));
+  p.zeroStage = 3;
+  p.execution.perParameterGathers = true;
+  const Json j = planToJson(p);
+  EXPECT_EQ(j["execution"]["per_parameter_gathers"], true);
+  auto back = planFromJson(j, "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_TRUE(back->execution.perParameterGathers);
+  Json bad = j;
+  bad["execution"]["per_parameter_gathers"] = "yes";
+  auto refused = planFromJson(bad, "p.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/per_parameter_gathers");
+}
+
 TEST(Plan, Fp32ParametersAreWrittenOnlyWhenSet) {
   Plan p = megatronPlan();
   EXPECT_FALSE(planToJson(p)["execution"].contains("fp32_params"));

@@ -836,6 +836,32 @@ TEST(Evaluator, MegatronLayoutBeatsZero3At175BOn1536Gpus) {
   EXPECT_GT(z.time.dpComm, m.time.dpComm);
 }
 
+TEST(Evaluator, DeepSpeeds2021Zero3GathersOneParameterAtATimeAndOverlapsNothing) {
+  // DeepSpeed v0.3.13-v0.5.4: one all-gather per weight tensor (GPT-3: four linears a layer) before
+  // the forward, the recomputed forward and the backward, one reduce-scatter per gradient, each with a
+  // copy per rank through torch.distributed's list form and a device synchronization before it.
+  Plan p = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1536, 1, 1, 1536);
+  p.zeroStage = 3;
+  setRecompute(p, RecomputePolicy::kFull);
+  p.execution.overlapParamGather = true;
+  const Evaluation layerWise = evaluateOrFail(p);
+  p.execution.perParameterGathers = true;
+  const Evaluation perParameter = evaluateOrFail(p);
+  p.execution.overlapParamGather = false;
+  const Evaluation notOverlapped = evaluateOrFail(p);
+  EXPECT_DOUBLE_EQ(perParameter.time.dpComm, notOverlapped.time.dpComm);  // the syncs leave nothing to overlap
+  // At least the copies: 4 passes x 96 layers x 4 tensors x 1536 ranks x the 8 us an eager op costs the host.
+  const double copies = 4.0 * 96 * 4 * 1536 * deviceModel(p.cluster.gpu, p.precision).kernelFloorSeconds;
+  EXPECT_GT(perParameter.time.dpComm - layerWise.time.dpComm, copies);
+  EXPECT_LT(perParameter.time.dpComm - layerWise.time.dpComm, 2.0 * copies + layerWise.time.dpComm);
+  EXPECT_DOUBLE_EQ(perParameter.time.compute, layerWise.time.compute);
+  // Without ZeRO-3 the setting changes nothing.
+  p.zeroStage = 1;
+  const Evaluation zero1 = evaluateOrFail(p);
+  p.execution.perParameterGathers = false;
+  EXPECT_DOUBLE_EQ(evaluateOrFail(p).stepSeconds, zero1.stepSeconds);
+}
+
 TEST(Evaluator, Zero3UnderPipelineParallelismGathersOncePerStepAndKeepsGradientsWhole) {
   // FSDP2 under PyTorch pipelining (torchtitan, Llama 3): a stage's layers are gathered at its first
   // forward and kept to its last backward; gradients accumulate unsharded and are reduce-scattered once.

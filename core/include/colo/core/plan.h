@@ -178,6 +178,13 @@ struct Execution {
   /// rest of the run (Megatron-Core and Megatron-Bridge with TE, gradient accumulation fusion on).
   /// See docs/costmodel.md, "Placeholder weight gradients".
   bool teDummyWgrads = false;
+  /// ZeRO-3 as DeepSpeed ran it from v0.3.13 to v0.5.4 (2021): one all-gather per parameter tensor (and
+  /// one reduce-scatter per gradient), each with a device synchronization before it and one copy per
+  /// data-parallel rank into or out of its flat buffer; tensors under 100,000 elements stay gathered.
+  /// false: a layer's parameters move in one prefetched collective (FSDP, DeepSpeed from v0.5.5).
+  /// Without ZeRO-3 it has no effect.
+  /// See docs/costmodel.md, "ZeRO-3 one parameter at a time".
+  bool perParameterGathers = false;
   /// The attention input projection's bias gradient comes out of its GEMM (Transformer Engine: the
   /// weight-gradient GEMM's bias-gradient epilogue, or its fused cast/transpose under fp8); Megatron-
   /// Core's other biased linears hand their bias to a fused bias-GeLU or bias-dropout-add and reduce its
