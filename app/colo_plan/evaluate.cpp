@@ -384,7 +384,7 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, 
       << (plan.execution.fp32Params && plan.precision != DType::kFp32 ? ", fp32 params" : "")
       << (plan.execution.fusedCrossEntropy ? (plan.execution.crossEntropyInPlace ? ", fused cross-entropy in place" : ", fused cross-entropy") : "")
       << (plan.execution.teDummyWgrads ? ", TE placeholder wgrads" : "")
-      << (plan.execution.perParameterGathers ? ", ZeRO-3 gathers per parameter" : "")
+      << (plan.execution.perParameterGathers && plan.zeroStage == 3 ? ", ZeRO-3 gathers per parameter" : "")
       << (plan.execution.fusedBiasGrad ? ", fused bias gradients" : "")
       << (plan.execution.tpCommOverlap && p.tp > 1
               ? (plan.execution.tpOverlap == TpOverlap::kUserbuffers ? ", TP overlap (userbuffers)"

@@ -99,11 +99,15 @@ LayerTemplate makeTemplate(const OpGraph& graph, std::int64_t layer, std::int64_
       o.attentionCore = true;
       o.savedQuadratic = o.savedBytes;
     }
-    // DeepSpeed's stage3_param_persistence_threshold (default 1e5 elements): smaller tensors (biases,
-    // norms) stay gathered; a grouped GEMM holds one weight per expert.
+    // DeepSpeed's stage3_param_persistence_threshold (default 1e5 elements of the whole tensor): smaller
+    // tensors (biases, norms) stay gathered. A grouped GEMM holds one weight per expert; a matmul whose
+    // weight is another op's (a tied head: no parameters of its own) gathers nothing.
     constexpr double kPersistenceThreshold = 1e5;
     if (op.kind == OpKind::kMatMul || op.kind == OpKind::kGroupedMatMul) {
-      if (static_cast<double>(o.k) * static_cast<double>(o.n) >= kPersistenceThreshold) t.gatheredTensors += static_cast<double>(o.groups);
+      const double perGroup = static_cast<double>(o.k) * static_cast<double>(o.n);
+      if (perGroup >= kPersistenceThreshold && o.params >= perGroup * static_cast<double>(o.groups)) {
+        (op.kind == OpKind::kGroupedMatMul ? t.gatheredExpertTensors : t.gatheredTensors) += static_cast<double>(o.groups);
+      }
     } else if (o.params >= kPersistenceThreshold) {
       t.gatheredTensors += 1;
     }
@@ -802,7 +806,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
   out.paramsPerGpu = (layer.params - layer.tpSplittableParams - layer.expertParams) + layer.tpSplittableParams / tp +
                      layer.expertParams / (static_cast<double>(c.etp) * ep);
   out.expertParamsPerGpu = layer.expertParams / (static_cast<double>(c.etp) * ep);
-  out.gatheredTensors = layer.gatheredTensors;
+  out.gatheredTensors = layer.gatheredTensors + layer.gatheredExpertTensors / ep;
   return out;
 }
 

@@ -44,6 +44,7 @@ struct LayerTemplate {
   bool moe = false;
   std::int64_t rowOps = 0;        // forward all-reduces (row-parallel outputs)
   double gatheredTensors = 0;     // parameter tensors of 100,000 elements or more (DeepSpeed ZeRO-3 gathers each)
+  double gatheredExpertTensors = 0;  // of them, the routed experts' weights (one per expert, spread over ep)
   std::int64_t columnOps = 0;     // backward all-reduces (column-parallel input gradients)
   double qkvSavedPerSample = 0;   // Q, K, V bytes (kept by flash / selective recompute)
   double attentionOutputPerSample = 0;  // attention output (saved by flash)
@@ -124,7 +125,7 @@ struct LayerCost {
   double gemmFlopsFwdPerGpu = 0;  // model FLOPs of the layer on one GPU
   double attnFlopsFwdPerGpu = 0;  // the attention-core part of it
   double opsFwd = 0, opsBwd = 0;  // ops the host issues per micro-batch (kernels and collectives)
-  double gatheredTensors = 0;     // LayerTemplate::gatheredTensors
+  double gatheredTensors = 0;     // LayerTemplate's, with this GPU's share of the expert weights
   double hostWaitFwd = 0, hostWaitBwd = 0;  // part of fwd/bwd the GPU waits for the host (host-bound)
 };
 

@@ -184,7 +184,7 @@ StateBytes stateBytesOf(const Plan& plan) {
 namespace {
 double zeroThreeSeconds(Collective kind, double bytes, double tensors, const Plan& plan, const Groups& groups,
                         const DeviceModel& device) {
-  if (!plan.execution.perParameterGathers || tensors <= 1) return collectiveSeconds(kind, bytes, groups.grad);
+  if (plan.zeroStage != 3 || !plan.execution.perParameterGathers || tensors <= 0) return collectiveSeconds(kind, bytes, groups.grad);
   const double copies = static_cast<double>(groups.grad.size) * device.kernelFloorSeconds;
   return tensors * (collectiveSeconds(kind, bytes / tensors, groups.grad) + copies);
 }
@@ -270,8 +270,7 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
     } else {
       // Sharded gradients were reduce-scattered every micro-batch already (timeStage).
       if (!gradientsSharded(plan)) {
-        const double tensors = plan.zeroStage == 3 ? w.gatheredTensors : 1.0;
-        reduce = zeroThreeSeconds(Collective::kReduceScatter, w.params * bytes.gradient, tensors, plan, groups, device);
+        reduce = zeroThreeSeconds(Collective::kReduceScatter, w.params * bytes.gradient, w.gatheredTensors, plan, groups, device);
       }
       // ZeRO-3's next step gathers each layer before use (timeStage); ZeRO-1/2 gather the updated shards.
       if (plan.zeroStage < 3) gather = collectiveSeconds(Collective::kAllGather, w.params * bytes.gathered, groups.grad);
@@ -283,7 +282,9 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
       const double exposed = std::max(0.1 * collective, collective - 0.9 * cover);
       return exposed + device.overlapSlowdown * (collective - exposed);
     };
-    tail.dataParallel = exposedOf(reduce, plan.execution.overlapGradReduce, w.bwd + w.rec) +
+    // DeepSpeed's per-parameter ZeRO-3 collectives synchronize the device: nothing hides them.
+    const bool synchronous = plan.zeroStage == 3 && plan.execution.perParameterGathers;
+    tail.dataParallel = exposedOf(reduce, plan.execution.overlapGradReduce && !synchronous, w.bwd + w.rec) +
                         exposedOf(gather, plan.execution.overlapParamGather, w.fwd);
   }
   // The mixed-precision optimizer step at HBM speed (bytes per parameter: optimizerStepBytes); offloaded

@@ -223,7 +223,12 @@ std::string deepspeed(const Plan& p) {
                         " are set in Megatron-DeepSpeed's arguments (--tensor-model-parallel-size, --pipeline-model-parallel-size";
   if (p.parallel.cp > 1) comment += ", --ds-sequence-parallel-size " + std::to_string(p.parallel.cp);
   if (p.parallel.pp == 1) comment += ", --no-pipeline-parallel";
-  j["comment"] = comment + ")";
+  comment += ")";
+  if (p.zeroStage == 3 && p.execution.perParameterGathers) {
+    comment += "; the plan was costed with ZeRO-3 gathering one parameter at a time (DeepSpeed v0.3.13 to v0.5.4): "
+               "DeepSpeed from v0.5.5 batches its gathers and runs faster than predicted";
+  }
+  j["comment"] = comment;
   return j.dump(2) + "\n";
 }
 
