@@ -234,7 +234,10 @@ TEST_F(ColoRun, TheBestPlanOfSearchesWithoutFixRunsAndTrainsLikeOneProcess) {
     const auto mbs = test::loadJson(file)["batch"]["micro_batch_size"].get<std::int64_t>();
     const std::string steps = c.model == "tiny-moe" ? "--steps 12" : "--steps 20";
     const Json single = train(plan("single", c.model, "--gpus 1 --mbs " + std::to_string(mbs)), steps);
-    expectSameLosses(train(file, steps), single, 1e-5);
+    // The searched layouts split the GEMMs over tp and sum over dp, so fp32 rounding drifts from one
+    // process's: tiny-gpt on 4 (tp 2, dp 2, ZeRO-2) reaches 1.4e-5 at step 19 with Debian's OpenBLAS
+    // 0.3.21 (pthread). A wrong reduction or gradient is off by 1e-3 or more within a few steps.
+    expectSameLosses(train(file, steps), single, 5e-5);
   }
 }
 
