@@ -62,11 +62,11 @@ class ColoRun : public ::testing::Test {
       EXPECT_LE(std::fabs(x[i] - y[i]), tolerance * std::fabs(y[i])) << "step " << i << ": " << x[i] << " vs " << y[i];
     }
   }
-  // The layout with and without recompute and ZeRO-1 equals the single process over 20 steps.
+  // The layout with and without recompute and ZeRO-1 equals the single process over 10 steps.
   void equalsOneProcess(const std::string& model, const std::string& layout, const std::string& variant) {
-    const Json single = train(plan("single", model, "--gpus 1"), "--steps 20");
-    const Json plain = train(plan("plain", model, layout), "--steps 20");
-    const Json other = train(plan("variant", model, layout + " " + variant), "--steps 20");
+    const Json single = train(plan("single", model, "--gpus 1"), "--steps 10");
+    const Json plain = train(plan("plain", model, layout), "--steps 10");
+    const Json other = train(plan("variant", model, layout + " " + variant), "--steps 10");
     expectSameLosses(plain, single, 1e-5);
     expectSameLosses(other, single, 1e-5);
     const auto losses = single["losses"].get<std::vector<double>>();
