@@ -37,6 +37,174 @@ std::optional<double> optionalNumber(const JsonReader& r, std::string_view key) 
   return r.number(key);
 }
 
+// "tp-cp-dp-pp" as its list of dimensions, innermost first.
+std::vector<std::string> splitRankOrder(const std::string& order) {
+  std::vector<std::string> dims;
+  std::size_t start = 0;
+  while (start <= order.size()) {
+    const auto dash = order.find('-', start);
+    dims.push_back(order.substr(start, dash == std::string::npos ? std::string::npos : dash - start));
+    if (dash == std::string::npos) break;
+    start = dash + 1;
+  }
+  return dims;
+}
+
+Parallelism readParallel(const JsonReader& par) {
+  using limits::kMaxGpus;
+  Parallelism out;
+  out.dp = par.boundedInteger("dp", 1, kMaxGpus);
+  out.tp = par.boundedInteger("tp", 1, kMaxGpus, 1);
+  out.pp = par.boundedInteger("pp", 1, kMaxGpus, 1);
+  out.cp = par.boundedInteger("cp", 1, kMaxGpus, 1);
+  out.ep = par.boundedInteger("ep", 1, kMaxGpus, 1);
+  out.etp = par.has("expert_tp") ? par.boundedInteger("expert_tp", 1, kMaxGpus) : 0;
+  out.sequenceParallel = par.boolean("sequence_parallel", false);
+  out.virtualStages = par.boundedInteger("virtual_stages", 1, limits::kMaxLayers, 1);
+  if (par.has("rank_order")) {
+    out.rankOrder = splitRankOrder(par.string("rank_order"));
+  } else {
+    par.accept({"rank_order"});
+  }
+  par.rejectUnknownKeys();
+  return out;
+}
+
+// The stages as listed, or, when absent, an even split of the model's layers over the chunks.
+std::vector<StagePlan> readStages(const JsonReader& r, const Plan& p) {
+  std::vector<StagePlan> out;
+  if (!r.has("stages")) {
+    r.accept({"stages"});
+    const std::int64_t chunks = p.parallel.pp * p.parallel.virtualStages;
+    if (p.model.numLayers() % chunks != 0) {
+      r.fail("stages", "missing, and the model's " + std::to_string(p.model.numLayers()) +
+                           " layers do not split evenly into pp*virtual_stages = " + std::to_string(chunks) +
+                           " chunks; list the layers of each chunk");
+    }
+    return uniformStages(p.model.numLayers(), chunks, RecomputePolicy::kNone);
+  }
+  for (const auto& s : r.arrayOfObjects("stages")) {
+    StagePlan stage;
+    stage.layers = s.boundedInteger("layers", 1, limits::kMaxLayers);
+    auto policy = parseRecompute(s.string("recompute", "none"));
+    if (!policy) s.fail("recompute", policy.error().message);
+    stage.recompute = *policy;
+    stage.recomputeLayers = s.boundedInteger("recompute_layers", 0, limits::kMaxLayers,
+                                             stage.recompute == RecomputePolicy::kNone ? 0 : stage.layers);
+    s.rejectUnknownKeys();
+    out.push_back(stage);
+  }
+  return out;
+}
+
+Offload readOffload(const JsonReader& o) {
+  Offload out;
+  out.optimizerFraction = o.fraction("optimizer_fraction", 0.0);
+  out.paramsFraction = o.fraction("params_fraction", 0.0);
+  out.target = o.choice("target", {"cpu", "nvme"}, "cpu") == "cpu" ? OffloadTarget::kCpu : OffloadTarget::kNvme;
+  o.rejectUnknownKeys();
+  return out;
+}
+
+// Each choice is read through JsonReader::choice, which refuses any other name, so its parse succeeds.
+Execution readExecution(const JsonReader& e) {
+  Execution x;
+  x.flashAttention = e.choice("attention", {"flash", "unfused"}, "flash") == "flash";
+  x.overlapGradReduce = e.boolean("overlap_grad_reduce", true);
+  x.overlapParamGather = e.boolean("overlap_param_gather", true);
+  x.tpCommOverlap = e.boolean("tp_comm_overlap", false);
+  if (auto method = parseTpOverlap(e.choice("tp_overlap", {"userbuffers", "micro_pipeline"}, "userbuffers"))) {
+    x.tpOverlap = *method;
+  }
+  if (auto cp = parseCpCommType(e.choice("cp_comm_type", {"p2p", "all_gather", "a2a"}, "p2p"))) x.cpCommType = *cp;
+  const std::string accumulation = e.choice("grad_accumulation", {"fused", "main_grad", "autograd", "fp32_copy"}, "fused");
+  if (auto g = parseGradAccumulation(accumulation)) x.gradAccumulation = *g;
+  x.fp32Params = e.boolean("fp32_params", false);
+  x.fusedCrossEntropy = e.boolean("fused_cross_entropy", false);
+  x.fusedBiasGrad = e.boolean("fused_bias_grad", false);
+  x.teDummyWgrads = e.boolean("te_dummy_wgrads", false);
+  x.perParameterGathers = e.boolean("per_parameter_gathers", false);
+  x.crossEntropyInPlace = e.boolean("cross_entropy_in_place", false);
+  if (auto g = parseGradSync(e.choice("grad_sync", {"micro_batch", "step"}, "micro_batch"))) x.gradSync = *g;
+  if (auto d = parseMoeDispatcher(e.choice("moe_dispatcher", {"alltoall", "deepep"}, "alltoall"))) x.moeDispatcher = *d;
+  x.epCommOverlap = e.boolean("ep_comm_overlap", false);
+  if (auto f = parseFloat8Recipe(e.choice("float8_recipe", {"transformer_engine", "tensorwise", "rowwise", "rowwise_with_gw_hp"},
+                                          "transformer_engine"))) {
+    x.float8Recipe = *f;
+  }
+  if (e.has("host_us_per_op")) {
+    const double us = e.number("host_us_per_op");
+    if (!(us >= 0 && us <= 1e6)) e.fail("host_us_per_op", "must be between 0 and 1e6 microseconds");
+    else x.hostMicrosecondsPerOp = us;
+  }
+  e.rejectUnknownKeys();
+  return x;
+}
+
+Predictions readPredictions(const JsonReader& pr) {
+  Predictions out;
+  out.stepTimeSeconds = optionalNumber(pr, "step_time_s");
+  out.tokensPerSecond = optionalNumber(pr, "tokens_per_s");
+  out.modelTflopsPerGpu = optionalNumber(pr, "model_tflops_per_gpu");
+  out.hardwareTflopsPerGpu = optionalNumber(pr, "hardware_tflops_per_gpu");
+  out.mfu = optionalNumber(pr, "mfu");
+  out.peakMemoryBytes = optionalNumber(pr, "peak_memory_bytes");
+  out.bubbleFraction = optionalNumber(pr, "bubble_fraction");
+  if (pr.has("fits")) {
+    out.fits = pr.boolean("fits");
+  } else {
+    pr.accept({"fits"});
+  }
+  if (pr.has("breakdown")) {
+    out.breakdown = pr.object("breakdown").json();
+  } else {
+    pr.accept({"breakdown"});
+  }
+  pr.rejectUnknownKeys();
+  return out;
+}
+
+Provenance readProvenance(const JsonReader& pv) {
+  Provenance out;
+  out.toolVersion = pv.string("tool_version", "");
+  out.createdAt = pv.string("created_at", "");
+  out.modelHash = pv.string("model_hash", "");
+  out.clusterHash = pv.string("cluster_hash", "");
+  out.costDbHash = pv.string("costdb_hash", "");
+  out.command = pv.string("command", "");
+  pv.rejectUnknownKeys();
+  return out;
+}
+
+// An optional object member: read when present, its default (and the key accepted) when absent.
+template <class T>
+T optionalObject(const JsonReader& r, std::string_view key, T (*read)(const JsonReader&)) {
+  if (!r.has(key)) {
+    r.accept({key});
+    return T{};
+  }
+  return read(r.object(key));
+}
+
+// A hash that no longer matches means the embedded model or cluster was edited after planning: the
+// predictions describe something else. Refuse rather than mislead.
+Result<void> checkProvenanceHashes(const Plan& plan, const std::string& file) {
+  const auto& pv = plan.provenance;
+  if (!pv.modelHash.empty() && pv.modelHash != contentHash(plan.model.toJson())) {
+    return fail(Error::badInput("the embedded model was changed after the plan was made (hash " +
+                                    contentHash(plan.model.toJson()) + ", recorded " + pv.modelHash +
+                                    "); re-plan, or remove provenance.model_hash to accept the edit",
+                                file, "/provenance/model_hash"));
+  }
+  if (!pv.clusterHash.empty() && pv.clusterHash != contentHash(clusterToJson(plan.cluster))) {
+    return fail(Error::badInput("the embedded cluster was changed after the plan was made (hash " +
+                                    contentHash(clusterToJson(plan.cluster)) + ", recorded " + pv.clusterHash +
+                                    "); re-plan, or remove provenance.cluster_hash to accept the edit",
+                                file, "/provenance/cluster_hash"));
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<Plan> planFromJson(const Json& document, const std::string& file) {
@@ -48,33 +216,7 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
     p.model = embedded<Model>(r, "model", &modelFromJson);
     p.model.file = file;
     p.cluster = embedded<ClusterSpec>(r, "cluster", &clusterDocument);
-
-    const JsonReader par = r.object("parallel");
-    using limits::kMaxGpus;
-    p.parallel.dp = par.boundedInteger("dp", 1, kMaxGpus);
-    p.parallel.tp = par.boundedInteger("tp", 1, kMaxGpus, 1);
-    p.parallel.pp = par.boundedInteger("pp", 1, kMaxGpus, 1);
-    p.parallel.cp = par.boundedInteger("cp", 1, kMaxGpus, 1);
-    p.parallel.ep = par.boundedInteger("ep", 1, kMaxGpus, 1);
-    p.parallel.etp = par.has("expert_tp") ? par.boundedInteger("expert_tp", 1, kMaxGpus) : 0;
-    p.parallel.sequenceParallel = par.boolean("sequence_parallel", false);
-    p.parallel.virtualStages = par.boundedInteger("virtual_stages", 1, limits::kMaxLayers, 1);
-    if (par.has("rank_order")) {
-      const std::string order = par.string("rank_order");
-      std::vector<std::string> dims;
-      std::size_t start = 0;
-      while (start <= order.size()) {
-        const auto dash = order.find('-', start);
-        dims.push_back(order.substr(start, dash == std::string::npos ? std::string::npos : dash - start));
-        if (dash == std::string::npos) break;
-        start = dash + 1;
-      }
-      p.parallel.rankOrder = dims;
-    } else {
-      par.accept({"rank_order"});
-    }
-    par.rejectUnknownKeys();
-
+    p.parallel = readParallel(r.object("parallel"));
     auto schedule = parseSchedule(r.string("schedule", "1f1b"));
     if (!schedule) r.fail("schedule", schedule.error().message);
     p.schedule = *schedule;
@@ -89,113 +231,14 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
     auto optimizer = parseOptimizer(r.string("optimizer", "adamw"));
     if (!optimizer) r.fail("optimizer", optimizer.error().message);
     p.optimizer = *optimizer;
-    if (r.has("offload")) {
-      const JsonReader o = r.object("offload");
-      p.offload.optimizerFraction = o.fraction("optimizer_fraction", 0.0);
-      p.offload.paramsFraction = o.fraction("params_fraction", 0.0);
-      p.offload.target = o.choice("target", {"cpu", "nvme"}, "cpu") == "cpu" ? OffloadTarget::kCpu : OffloadTarget::kNvme;
-      o.rejectUnknownKeys();
-    } else {
-      r.accept({"offload"});
-    }
-
-    if (r.has("stages")) {
-      for (const auto& s : r.arrayOfObjects("stages")) {
-        StagePlan stage;
-        stage.layers = s.boundedInteger("layers", 1, limits::kMaxLayers);
-        auto policy = parseRecompute(s.string("recompute", "none"));
-        if (!policy) s.fail("recompute", policy.error().message);
-        stage.recompute = *policy;
-        stage.recomputeLayers = s.boundedInteger("recompute_layers", 0, limits::kMaxLayers,
-                                                 stage.recompute == RecomputePolicy::kNone ? 0 : stage.layers);
-        s.rejectUnknownKeys();
-        p.stages.push_back(stage);
-      }
-    } else {
-      r.accept({"stages"});
-      const std::int64_t chunks = p.parallel.pp * p.parallel.virtualStages;
-      if (p.model.numLayers() % chunks != 0) {
-        r.fail("stages", "missing, and the model's " + std::to_string(p.model.numLayers()) +
-                             " layers do not split evenly into pp*virtual_stages = " + std::to_string(chunks) +
-                             " chunks; list the layers of each chunk");
-      }
-      p.stages = uniformStages(p.model.numLayers(), chunks, RecomputePolicy::kNone);
-    }
-
+    p.offload = optionalObject(r, "offload", &readOffload);
+    p.stages = readStages(r, p);
     auto precision = parseDType(r.string("precision", "bf16"));
     if (!precision) r.fail("precision", precision.error().message);
     p.precision = *precision;
-
-    if (r.has("execution")) {
-      const JsonReader e = r.object("execution");
-      p.execution.flashAttention = e.choice("attention", {"flash", "unfused"}, "flash") == "flash";
-      p.execution.overlapGradReduce = e.boolean("overlap_grad_reduce", true);
-      p.execution.overlapParamGather = e.boolean("overlap_param_gather", true);
-      p.execution.tpCommOverlap = e.boolean("tp_comm_overlap", false);
-      if (auto method = parseTpOverlap(e.choice("tp_overlap", {"userbuffers", "micro_pipeline"}, "userbuffers"))) {
-        p.execution.tpOverlap = *method;
-      }
-      if (auto cp = parseCpCommType(e.choice("cp_comm_type", {"p2p", "all_gather", "a2a"}, "p2p"))) p.execution.cpCommType = *cp;
-      const std::string accumulation =
-          e.choice("grad_accumulation", {"fused", "main_grad", "autograd", "fp32_copy"}, "fused");
-      if (auto g = parseGradAccumulation(accumulation)) p.execution.gradAccumulation = *g;
-      p.execution.fp32Params = e.boolean("fp32_params", false);
-      p.execution.fusedCrossEntropy = e.boolean("fused_cross_entropy", false);
-      p.execution.fusedBiasGrad = e.boolean("fused_bias_grad", false);
-      p.execution.teDummyWgrads = e.boolean("te_dummy_wgrads", false);
-      p.execution.perParameterGathers = e.boolean("per_parameter_gathers", false);
-      p.execution.crossEntropyInPlace = e.boolean("cross_entropy_in_place", false);
-      if (auto g = parseGradSync(e.choice("grad_sync", {"micro_batch", "step"}, "micro_batch"))) p.execution.gradSync = *g;
-      if (auto d = parseMoeDispatcher(e.choice("moe_dispatcher", {"alltoall", "deepep"}, "alltoall"))) p.execution.moeDispatcher = *d;
-      p.execution.epCommOverlap = e.boolean("ep_comm_overlap", false);
-      if (auto f = parseFloat8Recipe(e.choice("float8_recipe", {"transformer_engine", "tensorwise", "rowwise", "rowwise_with_gw_hp"},
-                                              "transformer_engine"))) {
-        p.execution.float8Recipe = *f;
-      }
-      if (e.has("host_us_per_op")) {
-        const double us = e.number("host_us_per_op");
-        if (!(us >= 0 && us <= 1e6)) e.fail("host_us_per_op", "must be between 0 and 1e6 microseconds");
-        else p.execution.hostMicrosecondsPerOp = us;
-      }
-      e.rejectUnknownKeys();
-    } else {
-      r.accept({"execution"});
-    }
-    if (r.has("predictions")) {
-      const JsonReader pr = r.object("predictions");
-      p.predictions.stepTimeSeconds = optionalNumber(pr, "step_time_s");
-      p.predictions.tokensPerSecond = optionalNumber(pr, "tokens_per_s");
-      p.predictions.modelTflopsPerGpu = optionalNumber(pr, "model_tflops_per_gpu");
-      p.predictions.hardwareTflopsPerGpu = optionalNumber(pr, "hardware_tflops_per_gpu");
-      p.predictions.mfu = optionalNumber(pr, "mfu");
-      p.predictions.peakMemoryBytes = optionalNumber(pr, "peak_memory_bytes");
-      p.predictions.bubbleFraction = optionalNumber(pr, "bubble_fraction");
-      if (pr.has("fits")) {
-        p.predictions.fits = pr.boolean("fits");
-      } else {
-        pr.accept({"fits"});
-      }
-      if (pr.has("breakdown")) {
-        p.predictions.breakdown = pr.object("breakdown").json();
-      } else {
-        pr.accept({"breakdown"});
-      }
-      pr.rejectUnknownKeys();
-    } else {
-      r.accept({"predictions"});
-    }
-    if (r.has("provenance")) {
-      const JsonReader pv = r.object("provenance");
-      p.provenance.toolVersion = pv.string("tool_version", "");
-      p.provenance.createdAt = pv.string("created_at", "");
-      p.provenance.modelHash = pv.string("model_hash", "");
-      p.provenance.clusterHash = pv.string("cluster_hash", "");
-      p.provenance.costDbHash = pv.string("costdb_hash", "");
-      p.provenance.command = pv.string("command", "");
-      pv.rejectUnknownKeys();
-    } else {
-      r.accept({"provenance"});
-    }
+    p.execution = optionalObject(r, "execution", &readExecution);
+    p.predictions = optionalObject(r, "predictions", &readPredictions);
+    p.provenance = optionalObject(r, "provenance", &readProvenance);
     if (r.has("operator_plan")) {
       p.operatorPlan = r.object("operator_plan").json();
     } else {
@@ -206,21 +249,7 @@ Result<Plan> planFromJson(const Json& document, const std::string& file) {
   });
   if (!plan) return plan;
   if (auto valid = validatePlan(*plan, file); !valid) return fail(valid.error());
-  // A hash that no longer matches means the embedded model or cluster was edited after planning:
-  // the predictions describe something else. Refuse rather than mislead.
-  const auto& pv = plan->provenance;
-  if (!pv.modelHash.empty() && pv.modelHash != contentHash(plan->model.toJson())) {
-    return fail(Error::badInput("the embedded model was changed after the plan was made (hash " +
-                                    contentHash(plan->model.toJson()) + ", recorded " + pv.modelHash +
-                                    "); re-plan, or remove provenance.model_hash to accept the edit",
-                                file, "/provenance/model_hash"));
-  }
-  if (!pv.clusterHash.empty() && pv.clusterHash != contentHash(clusterToJson(plan->cluster))) {
-    return fail(Error::badInput("the embedded cluster was changed after the plan was made (hash " +
-                                    contentHash(clusterToJson(plan->cluster)) + ", recorded " + pv.clusterHash +
-                                    "); re-plan, or remove provenance.cluster_hash to accept the edit",
-                                file, "/provenance/cluster_hash"));
-  }
+  if (auto hashes = checkProvenanceHashes(*plan, file); !hashes) return fail(hashes.error());
   return plan;
 }
 

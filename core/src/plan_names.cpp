@@ -1,0 +1,143 @@
+// The names of a plan's enumerations as plan files and command lines spell them, both ways. An unknown
+// name is refused with the names that are accepted.
+#include "colo/core/plan.h"
+
+namespace colo {
+
+std::string toString(Schedule value) {
+  switch (value) {
+    case Schedule::kGpipe: return "gpipe";
+    case Schedule::kOneFOneB: return "1f1b";
+    case Schedule::kInterleaved: return "interleaved";
+    case Schedule::kZeroBubble: return "zb";
+  }
+  return "1f1b";
+}
+
+std::string toString(RecomputePolicy value) {
+  switch (value) {
+    case RecomputePolicy::kNone: return "none";
+    case RecomputePolicy::kSelective: return "selective";
+    case RecomputePolicy::kFull: return "full";
+    case RecomputePolicy::kOp: return "op";
+  }
+  return "none";
+}
+
+std::string toString(OffloadTarget value) { return value == OffloadTarget::kCpu ? "cpu" : "nvme"; }
+
+std::string toString(CpCommType value) {
+  switch (value) {
+    case CpCommType::kP2p:
+      return "p2p";
+    case CpCommType::kAllGather:
+      return "all_gather";
+    case CpCommType::kAllToAll:
+      return "a2a";
+  }
+  return "p2p";
+}
+
+Result<CpCommType> parseCpCommType(const std::string& name) {
+  if (name == "p2p") return CpCommType::kP2p;
+  if (name == "all_gather" || name == "allgather") return CpCommType::kAllGather;
+  if (name == "a2a" || name == "all_to_all" || name == "alltoall") return CpCommType::kAllToAll;
+  return fail(Error::badInput("unknown context-parallel exchange \"" + name + "\" (expected p2p, all_gather or a2a)"));
+}
+
+std::string toString(TpOverlap value) { return value == TpOverlap::kUserbuffers ? "userbuffers" : "micro_pipeline"; }
+
+Result<TpOverlap> parseTpOverlap(const std::string& name) {
+  if (name == "userbuffers") return TpOverlap::kUserbuffers;
+  if (name == "micro_pipeline") return TpOverlap::kMicroPipeline;
+  return fail(Error::badInput("unknown tensor-parallel overlap \"" + name + "\" (expected userbuffers or micro_pipeline)"));
+}
+
+std::string toString(GradAccumulation value) {
+  switch (value) {
+    case GradAccumulation::kFused: return "fused";
+    case GradAccumulation::kMainGrad: return "main_grad";
+    case GradAccumulation::kAutograd: return "autograd";
+    case GradAccumulation::kFp32Copy: return "fp32_copy";
+  }
+  return "fused";
+}
+
+Result<GradAccumulation> parseGradAccumulation(const std::string& name) {
+  for (const GradAccumulation g :
+       {GradAccumulation::kFused, GradAccumulation::kMainGrad, GradAccumulation::kAutograd, GradAccumulation::kFp32Copy}) {
+    if (toString(g) == name) return g;
+  }
+  return fail(Error::badInput("unknown gradient accumulation \"" + name +
+                              "\" (expected one of: fused, main_grad, autograd, fp32_copy)"));
+}
+
+std::string toString(GradSync value) { return value == GradSync::kStep ? "step" : "micro_batch"; }
+
+Result<GradSync> parseGradSync(const std::string& name) {
+  if (name == "micro_batch") return GradSync::kMicroBatch;
+  if (name == "step") return GradSync::kStep;
+  return fail(Error::badInput("unknown gradient sync \"" + name + "\" (expected micro_batch or step)"));
+}
+
+std::string toString(MoeDispatcher value) { return value == MoeDispatcher::kDeepEp ? "deepep" : "alltoall"; }
+
+Result<MoeDispatcher> parseMoeDispatcher(const std::string& name) {
+  if (name == "alltoall") return MoeDispatcher::kAllToAll;
+  if (name == "deepep") return MoeDispatcher::kDeepEp;
+  return fail(Error::badInput("unknown MoE dispatcher \"" + name + "\" (expected alltoall or deepep)"));
+}
+
+std::string toString(Float8Recipe value) {
+  switch (value) {
+    case Float8Recipe::kTensorwise: return "tensorwise";
+    case Float8Recipe::kRowwise: return "rowwise";
+    case Float8Recipe::kRowwiseGwHp: return "rowwise_with_gw_hp";
+    case Float8Recipe::kTransformerEngine: break;
+  }
+  return "transformer_engine";
+}
+
+Result<Float8Recipe> parseFloat8Recipe(const std::string& name) {
+  for (const Float8Recipe r :
+       {Float8Recipe::kTransformerEngine, Float8Recipe::kTensorwise, Float8Recipe::kRowwise, Float8Recipe::kRowwiseGwHp}) {
+    if (toString(r) == name) return r;
+  }
+  return fail(Error::badInput("unknown float8 recipe \"" + name +
+                              "\" (expected one of: transformer_engine, tensorwise, rowwise, rowwise_with_gw_hp)"));
+}
+
+std::string toString(Optimizer value) {
+  switch (value) {
+    case Optimizer::kAdamW: return "adamw";
+    case Optimizer::kLamb: return "lamb";
+    case Optimizer::kLars: return "lars";
+  }
+  return "adamw";
+}
+
+Result<Optimizer> parseOptimizer(const std::string& name) {
+  for (const Optimizer o : {Optimizer::kAdamW, Optimizer::kLamb, Optimizer::kLars}) {
+    if (toString(o) == name) return o;
+  }
+  return fail(Error::badInput("unknown optimizer \"" + name + "\" (expected one of: adamw, lamb, lars)"));
+}
+
+int optimizerMoments(Optimizer value) { return value == Optimizer::kLars ? 1 : 2; }
+
+Result<Schedule> parseSchedule(const std::string& name) {
+  for (const Schedule s : {Schedule::kGpipe, Schedule::kOneFOneB, Schedule::kInterleaved, Schedule::kZeroBubble}) {
+    if (toString(s) == name) return s;
+  }
+  return fail(Error::badInput("unknown schedule \"" + name + "\" (expected one of: gpipe, 1f1b, interleaved, zb)"));
+}
+
+Result<RecomputePolicy> parseRecompute(const std::string& name) {
+  for (const RecomputePolicy p :
+       {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull, RecomputePolicy::kOp}) {
+    if (toString(p) == name) return p;
+  }
+  return fail(Error::badInput("unknown recompute policy \"" + name + "\" (expected one of: none, selective, full, op)"));
+}
+
+}  // namespace colo
