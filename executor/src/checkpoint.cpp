@@ -123,6 +123,71 @@ Result<std::array<Tensor, 3>> loadParam(const Param& prm, const std::vector<Piec
   return out;
 }
 
+// Weights and optimizer moments of every parameter, re-sharded from whatever plan wrote them; returns
+// the checkpoint's step.
+Result<std::int64_t> resumeStates(const RunOptions& o, const ModelSpec& spec, States& states, std::string& dir) {
+  auto newest = latestCheckpoint(o.checkpointDir);
+  if (!newest) return fail(newest.error());
+  dir = *newest;
+  std::int64_t savedStep = 0;
+  std::string savedModel;
+  auto pieces = readPieces(dir, savedStep, savedModel);
+  if (!pieces) return fail(pieces.error());
+  if (savedModel != spec.name) return fail(Error::badInput("checkpoint of model " + savedModel + ", the plan trains " + spec.name, dir));
+  for (auto& state : states) {
+    const std::int64_t n = state->flatSize();
+    Tensor master = torch::zeros({n}, torch::kFloat32), m = torch::zeros({n}, torch::kFloat32), v = torch::zeros({n}, torch::kFloat32);
+    for (const auto& s : state->slots()) {
+      auto it = pieces->find(s.param->name);
+      if (it == pieces->end()) return fail(Error::badInput("checkpoint has no parameter " + s.param->name, dir));
+      auto loaded = loadParam(*s.param, it->second, dir);
+      if (!loaded) return fail(loaded.error());
+      master.narrow(0, s.offset, s.numel).copy_((*loaded)[0]);
+      m.narrow(0, s.offset, s.numel).copy_((*loaded)[1]);
+      v.narrow(0, s.offset, s.numel).copy_((*loaded)[2]);
+    }
+    state->load(master, m, v);
+  }
+  if (savedStep >= o.steps) {
+    return fail(Error::badInput("the checkpoint is at step " + std::to_string(savedStep) + ", --steps is " + std::to_string(o.steps) +
+                                ": nothing left to run"));
+  }
+  return savedStep;
+}
+
+// Each parameter once: rank 0 of its data-parallel group writes it (the routed experts' group is
+// another); then `latest` once every shard is down.
+Result<void> writeCheckpoint(const RunOptions& o, const Plan& plan, Groups& g, int rank, std::int64_t step, States& states,
+                        std::string& lastCheckpoint) {
+  const std::string dir = o.checkpointDir + "/" + stepDir(step);
+  std::vector<ShardPart> parts;
+  for (auto& state : states) {
+    auto full = state->gatherFull();
+    const bool writer = (state->experts() ? g.expertDp : g.dpCp)->rank() == 0;
+    if (writer) parts.push_back({&state->slots(), full[0], full[1], full[2]});
+  }
+  if (!parts.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) return fail(Error::io("cannot create: " + ec.message(), dir));
+    if (auto wrote = writeShard(dir, rank, plan, step, parts); !wrote) return fail(wrote.error());
+  }
+  g.world->barrier();
+  if (rank == 0) {
+    const std::string tmp = o.checkpointDir + "/latest.tmp";
+    {
+      std::ofstream latest(tmp, std::ios::trunc);
+      latest << stepDir(step) << "\n";
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, o.checkpointDir + "/latest", ec);
+    if (ec) return fail(Error::io("cannot rename: " + ec.message(), o.checkpointDir + "/latest"));
+  }
+  g.world->barrier();
+  lastCheckpoint = dir;
+  return {};
+}
+
 }  // namespace detail
 
 Result<std::string> latestCheckpoint(const std::string& checkpointDir) {

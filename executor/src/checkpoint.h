@@ -11,6 +11,8 @@
 
 #include "colo/core/error.h"
 #include "colo/core/plan.h"
+#include "colo/executor/executor.h"
+#include "comm.h"
 #include "state.h"
 
 namespace colo::executor::detail {
@@ -40,5 +42,17 @@ struct Piece {
 /// (weights, m, v) of parameter `prm` assembled from its pieces and cut to this rank's shard.
 [[nodiscard]] Result<std::array<torch::Tensor, 3>> loadParam(const Param& prm, const std::vector<Piece>& all,
                                                             const std::string& dir);
+
+/// A rank's model states: one, or the dense and the routed experts' (MoE with ep > 1).
+using States = std::vector<std::unique_ptr<ModelState>>;
+
+/// Weights and optimizer moments of every parameter from the newest checkpoint in --checkpoint-dir,
+/// re-sharded from whatever plan wrote them; `dir` is set to it. Returns the checkpoint's step.
+[[nodiscard]] Result<std::int64_t> resumeStates(const RunOptions& o, const ModelSpec& spec, States& states, std::string& dir);
+
+/// The checkpoint of `step`: each parameter once (rank 0 of its data-parallel group writes it; the
+/// routed experts' group is another), then `latest` once every shard is down. Sets `lastCheckpoint`.
+[[nodiscard]] Result<void> writeCheckpoint(const RunOptions& o, const Plan& plan, Groups& g, int rank, std::int64_t step,
+                                           States& states, std::string& lastCheckpoint);
 
 }  // namespace colo::executor::detail

@@ -127,72 +127,7 @@ std::map<std::int64_t, std::unique_ptr<Chunk>> buildChunks(const Plan& plan, con
   return mine;
 }
 
-using States = std::vector<std::unique_ptr<detail::ModelState>>;
-
-// Weights and optimizer moments of every parameter, re-sharded from whatever plan wrote them; returns
-// the checkpoint's step.
-Result<std::int64_t> resume(const RunOptions& o, const ModelSpec& spec, States& states, std::string& dir) {
-  auto newest = latestCheckpoint(o.checkpointDir);
-  if (!newest) return fail(newest.error());
-  dir = *newest;
-  std::int64_t savedStep = 0;
-  std::string savedModel;
-  auto pieces = detail::readPieces(dir, savedStep, savedModel);
-  if (!pieces) return fail(pieces.error());
-  if (savedModel != spec.name) return fail(Error::badInput("checkpoint of model " + savedModel + ", the plan trains " + spec.name, dir));
-  for (auto& state : states) {
-    const std::int64_t n = state->flatSize();
-    Tensor master = torch::zeros({n}, torch::kFloat32), m = torch::zeros({n}, torch::kFloat32), v = torch::zeros({n}, torch::kFloat32);
-    for (const auto& s : state->slots()) {
-      auto it = pieces->find(s.param->name);
-      if (it == pieces->end()) return fail(Error::badInput("checkpoint has no parameter " + s.param->name, dir));
-      auto loaded = detail::loadParam(*s.param, it->second, dir);
-      if (!loaded) return fail(loaded.error());
-      master.narrow(0, s.offset, s.numel).copy_((*loaded)[0]);
-      m.narrow(0, s.offset, s.numel).copy_((*loaded)[1]);
-      v.narrow(0, s.offset, s.numel).copy_((*loaded)[2]);
-    }
-    state->load(master, m, v);
-  }
-  if (savedStep >= o.steps) {
-    return fail(Error::badInput("the checkpoint is at step " + std::to_string(savedStep) + ", --steps is " + std::to_string(o.steps) +
-                                ": nothing left to run"));
-  }
-  return savedStep;
-}
-
-// Each parameter once: rank 0 of its data-parallel group writes it (the routed experts' group is
-// another); then `latest` once every shard is down.
-Result<void> checkpoint(const RunOptions& o, const Plan& plan, detail::Groups& g, int rank, std::int64_t step, States& states,
-                        std::string& lastCheckpoint) {
-  const std::string dir = o.checkpointDir + "/" + detail::stepDir(step);
-  std::vector<detail::ShardPart> parts;
-  for (auto& state : states) {
-    auto full = state->gatherFull();
-    const bool writer = (state->experts() ? g.expertDp : g.dpCp)->rank() == 0;
-    if (writer) parts.push_back({&state->slots(), full[0], full[1], full[2]});
-  }
-  if (!parts.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) return fail(Error::io("cannot create: " + ec.message(), dir));
-    if (auto wrote = detail::writeShard(dir, rank, plan, step, parts); !wrote) return fail(wrote.error());
-  }
-  g.world->barrier();
-  if (rank == 0) {
-    const std::string tmp = o.checkpointDir + "/latest.tmp";
-    {
-      std::ofstream latest(tmp, std::ios::trunc);
-      latest << detail::stepDir(step) << "\n";
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, o.checkpointDir + "/latest", ec);
-    if (ec) return fail(Error::io("cannot rename: " + ec.message(), o.checkpointDir + "/latest"));
-  }
-  g.world->barrier();
-  lastCheckpoint = dir;
-  return {};
-}
+using detail::States;
 
 // The plan's schedule for this stage: the simulator's order of forwards and backwards.
 Result<std::vector<costmodel::TimelineEvent>> stageOrder(const Plan& plan, std::int64_t microBatches, int ppRank) {
@@ -232,6 +167,335 @@ RunResult describeRun(const RunOptions& o, const WorldInfo& w, std::int64_t firs
   return result;
 }
 
+// The model's configuration on this rank: its tensor-, context- and expert-parallel groups and ranks,
+// the device, and the fused kernels the run asked for.
+detail::ModelConfig modelConfig(const RunOptions& o, const detail::Groups& g, const detail::Device& device) {
+  const Plan& plan = o.plan;
+  const auto& par = plan.parallel;
+  const ModelSpec& spec = *plan.model.spec;
+  detail::ModelConfig cfg;
+  cfg.spec = spec;
+  cfg.seqLen = plan.seqLen;
+  cfg.paddedVocab = detail::paddedVocabulary(spec.vocabSize, static_cast<int>(par.tp));
+  cfg.tp = static_cast<int>(par.tp);
+  cfg.tpRank = g.tpRank;
+  cfg.sequenceParallel = par.sequenceParallel;
+  cfg.tpComm = g.tp.get();
+  cfg.cp = static_cast<int>(par.cp);
+  cfg.cpRank = g.cpRank;
+  cfg.cpComm = g.cp.get();
+  cfg.ep = static_cast<int>(par.ep);
+  cfg.epRank = g.epRank;
+  cfg.epComm = g.ep.get();
+  cfg.seed = o.seed;
+  cfg.device = device.device();
+  if (o.fusedKernels == FusedKernels::kOn) cfg.fused = detail::FusedKernelSet::all();
+  if (o.fusedKernels == FusedKernels::kAuto && device.cuda() && kernels::torch_ops::cudaAvailable()) {
+    cfg.fused = detail::FusedKernelSet::fasterOnGpu();
+  }
+  cfg.auxLossScale = o.moeAuxLossCoeff / static_cast<double>(plan.globalBatchSize / (plan.microBatchSize * par.dp) * par.tp);
+  return cfg;
+}
+
+// The model states under the plan's ZeRO stage; bf16 plans compute with bf16 copies of fp32 masters.
+// The routed experts (MoE with ep > 1) reduce over their own group: the other ranks with their experts.
+States makeStates(const RunOptions& o, const std::vector<Chunk*>& chunkList, detail::Groups& g, torch::Device dev) {
+  const Plan& plan = o.plan;
+  const auto& par = plan.parallel;
+  States states;
+  using Params = detail::ModelState::Config::Params;
+  const bool expertGroup = plan.model.spec->moe.enabled() && par.ep > 1;
+  for (const Params which : expertGroup ? std::vector<Params>{Params::kDense, Params::kExperts} : std::vector<Params>{Params::kAll}) {
+    const bool experts = which == Params::kExperts;
+    detail::ModelState::Config stateConfig;
+    stateConfig.params = which;
+    stateConfig.zeroStage = plan.zeroStage;
+    stateConfig.dp = experts ? par.dp * par.cp / par.ep : par.dp * par.cp;
+    stateConfig.average = static_cast<double>(par.dp * par.cp);
+    stateConfig.mixed = plan.precision == DType::kBf16;
+    stateConfig.reshardAfterForward = par.pp == 1;
+    stateConfig.offloadFraction = plan.offload.optimizerFraction;
+    stateConfig.overlap = o.overlap;
+    stateConfig.device = dev;
+    states.push_back(std::make_unique<detail::ModelState>(chunkList, stateConfig, g));
+  }
+  return states;
+}
+
+// One rank's training: its chunks of the model and their states, built once (before a resume loads
+// the states), the pipeline order of its forward and backward tasks (set after), then stepped: the
+// schedule over micro-batches, the gradient reduction, the optimizer step.
+class RankRun {
+ public:
+  RankRun(const RunOptions& o, const TokenData& data, detail::Device& device, detail::Groups& g)
+      : m_o(o), m_plan(o.plan), m_data(data), m_device(device), m_g(g), m_cfg(modelConfig(o, g, device)) {
+    const auto& par = m_plan.parallel;
+    m_mine = buildChunks(m_plan, m_cfg, g.ppRank);
+    std::vector<Chunk*> chunkList;
+    for (auto& [c, chunk] : m_mine) {
+      chunk->useDeferredLinears(m_plan.schedule == Schedule::kZeroBubble);
+      chunkList.push_back(chunk.get());
+    }
+    m_states = makeStates(o, chunkList, g, device.device());
+    m_compute = m_plan.precision == DType::kBf16 ? torch::kBFloat16 : torch::kFloat32;
+    m_pp = par.pp;
+    m_chunks = par.pp * par.virtualStages;
+    m_mbs = m_plan.microBatchSize;
+    m_mLocal = m_plan.globalBatchSize / (m_mbs * par.dp);
+    m_seq = m_plan.seqLen;
+    // Context parallelism: this rank's tokens are two chunks of the sequence (ring_attention.h).
+    m_positions = detail::contextParallelPositions(m_seq, static_cast<int>(par.cp), g.cpRank).to(device.device());
+    const bool sp = par.sequenceParallel && par.tp > 1;
+    m_seqLocal = (sp ? m_seq / par.tp : m_seq) / par.cp;
+  }
+
+  States& states() { return m_states; }
+  const detail::ModelConfig& config() const { return m_cfg; }
+  std::int64_t localMicroBatches() const { return m_mLocal; }
+  void setOrder(std::vector<costmodel::TimelineEvent> order) { m_order = std::move(order); }
+  double libtorchSeconds() const { return m_libtorch; }
+
+  // The step's forward and backward tasks in the pipeline's order; returns the sum of the losses this
+  // rank computed (the last chunk's micro-batches).
+  double runSchedule(std::int64_t step) {
+    m_device.startStep();
+    forEach([](detail::ModelState& st) { st.beginStep(); });
+    m_stepStartBytes = m_device.allocatedBytes();
+    m_forwardHeld = 0;
+    Live live;
+    std::vector<detail::WorkPtr> sends;
+    double lossSum = 0;
+    for (const auto& e : m_order) {
+      if (e.kind == costmodel::TaskKind::kForward) {
+        lossSum += forward(step, e.chunk, e.microBatch, live, sends);
+      } else if (e.kind == costmodel::TaskKind::kBackwardWeight) {
+        backwardWeights(e.chunk, e.microBatch);
+      } else {
+        backward(e, live, sends);
+      }
+    }
+    for (auto& s : sends) timed(m_libtorch, [&] { s->wait(); });
+    for (auto& [c, chunk] : m_mine) chunk->endStep();
+    timed(m_libtorch, [&] { forEach([](detail::ModelState& st) { st.endStep(); }); });
+    return lossSum;
+  }
+
+  // Reduces (or reduce-scatters) the gradients; returns the global gradient norm.
+  double reduceGradients() {
+    const bool tiedAcrossStages = m_plan.model.spec->tieWordEmbeddings && m_pp > 1;
+    return timed(m_libtorch, [&] {
+      RECORD_USER_SCOPE(detail::kPhaseReduce);
+      Tensor squares = torch::zeros({1}, torch::kFloat64);
+      forEach([&](detail::ModelState& st) { squares += st.reduceGradients(m_o.bucketBytes, tiedAcrossStages, m_cfg.fused.gradNorm); });
+      m_g.world->allReduce(squares);
+      return std::sqrt(squares.item<double>());
+    });
+  }
+
+  void optimizerStep(std::int64_t step, double gradNorm) {
+    detail::OptimizerSettings opt;
+    opt.kind = m_plan.optimizer;
+    opt.lr = learningRate(m_o, step);
+    opt.beta1 = m_o.beta1;
+    opt.beta2 = m_o.beta2;
+    opt.epsilon = m_o.epsilon;
+    opt.weightDecay = m_o.weightDecay;
+    opt.momentum = m_o.momentum;
+    opt.trust = m_o.trustCoefficient;
+    opt.step = step + 1;
+    opt.fused = m_cfg.fused.adamw;
+    opt.clip = m_o.clipNorm > 0 ? std::min(1.0, m_o.clipNorm / (gradNorm + 1e-6)) : 1.0;
+    timed(m_libtorch, [&] {
+      RECORD_USER_SCOPE(detail::kPhaseOptimizer);
+      forEach([&](detail::ModelState& st) { st.step(opt); });
+    });
+  }
+
+  // The step's loss over all micro-batches of all replicas (the last stage's first tp rank has it);
+  // each cp rank contributes its tokens' mean.
+  double meanLoss(double lossSum) {
+    const auto& par = m_plan.parallel;
+    Tensor loss = torch::zeros({1}, torch::kFloat64);
+    if (m_mine.contains(m_chunks - 1) && m_g.tpRank == 0) loss += lossSum;
+    timed(m_libtorch, [&] { m_g.world->allReduce(loss); });
+    return loss.item<double>() / static_cast<double>(m_mLocal * par.dp * par.cp);
+  }
+
+  // The run's memory figures, the maximum over ranks (on a GPU: LibTorch's caching allocator, peak
+  // allocated, what the planner predicts, and reserved), and this rank's offload copy and ZeRO wait
+  // seconds per step.
+  void reportMemory(RunResult& result, double residentBeforeModel) {
+    const double peakResident = m_device.cuda() ? m_device.peakReservedBytes() : peakResidentBytes();
+    double modelStates = 0, hostBytes = 0, copySeconds = 0, waitSeconds = 0;
+    forEach([&](detail::ModelState& st) {
+      modelStates += st.peakModelStateBytes();
+      hostBytes += st.hostBytes();
+      copySeconds += st.copySeconds();
+      waitSeconds += st.commWaitSeconds();
+    });
+    const auto stepsRun = static_cast<double>(std::max<std::size_t>(1, result.losses.size()));
+    result.offloadCopySeconds = copySeconds / stepsRun;
+    result.zeroCommWaitSeconds = waitSeconds / stepsRun;
+    const double tensorBytes = m_device.cuda() ? m_device.peakAllocatedBytes() : peakResident - residentBeforeModel;
+    Tensor peak = torch::tensor({peakResident, tensorBytes, modelStates, hostBytes, m_stepStartBytes, m_forwardHeld}, torch::kFloat64);
+    m_g.world->allReduce(peak, c10d::ReduceOp::MAX);
+    result.peakMemoryBytes = peak[0].item<double>();
+    result.tensorMemoryBytes = peak[1].item<double>();
+    result.modelStateBytes = peak[2].item<double>();
+    result.hostMemoryBytes = peak[3].item<double>();
+    result.stepStartTensorBytes = peak[4].item<double>();
+    result.forwardHeldBytes = peak[5].item<double>();
+  }
+
+ private:
+  using Live = std::map<std::pair<std::int64_t, std::int64_t>, std::pair<Tensor, Tensor>>;  // (chunk, mb) -> (input, output)
+
+  template <class F>
+  void forEach(F&& f) {
+    for (auto& state : m_states) f(*state);
+  }
+
+  // Inputs and labels of this rank's micro-batch j: global samples dpRank * mLocal * mbs + j * mbs + i.
+  Tensor tokens(std::int64_t step, std::int64_t j) const {
+    std::vector<std::int64_t> flat;
+    for (std::int64_t i = 0; i < m_mbs; ++i) {
+      auto sample = m_data.sample(m_o.seed, step, m_g.dpRank * m_mLocal * m_mbs + j * m_mbs + i, m_seq);
+      flat.insert(flat.end(), sample.begin(), sample.end());
+    }
+    return torch::tensor(flat, torch::kInt64).view({m_mbs, m_seq + 1}).to(m_device.device());
+  }
+
+  int tagOf(std::int64_t chunk, std::int64_t mb, bool gradient) const {
+    return static_cast<int>(2 * (mb * m_chunks + chunk) + (gradient ? 1 : 0));
+  }
+
+  // An activation (or its gradient) as it crosses between stages.
+  Tensor boundaryTensor() const {
+    return torch::empty({m_mbs, m_seqLocal, m_plan.model.spec->hiddenSize},
+                        torch::TensorOptions().dtype(m_compute).device(m_device.device()));
+  }
+
+  // Chunk c's forward of micro-batch j: its input from the tokens or the previous stage, its output to
+  // the next stage; returns the loss on the last chunk, else 0.
+  double forward(std::int64_t step, std::int64_t c, std::int64_t j, Live& live, std::vector<detail::WorkPtr>& sends) {
+    Chunk& chunk = *m_mine.at(c);
+    Tensor input, labels;
+    if (c == 0 || c == m_chunks - 1) {
+      Tensor t = tokens(step, j);
+      input = t.narrow(1, 0, m_seq).index_select(1, m_positions);
+      labels = t.narrow(1, 1, m_seq).index_select(1, m_positions);
+    }
+    if (c > 0) {
+      input = boundaryTensor();
+      timed(m_libtorch, [&] { m_g.pp->recv(input, static_cast<int>((c - 1) % m_pp), tagOf(c - 1, j, false)); });
+      input.requires_grad_(true);
+    }
+    Tensor out = timed(m_libtorch, [&] {
+      RECORD_USER_SCOPE(detail::kPhaseForward);
+      return chunk.forward(input, labels, {step, j});
+    });
+    m_forwardHeld = std::max(m_forwardHeld, m_device.allocatedBytes() - m_stepStartBytes);
+    double loss = 0;
+    if (c == m_chunks - 1) {
+      loss = out.item<double>();
+    } else {
+      Tensor send = out.detach().contiguous();
+      sends.push_back(timed(m_libtorch, [&] { return m_g.pp->send(send, static_cast<int>((c + 1) % m_pp), tagOf(c, j, false)); }));
+    }
+    live[{c, j}] = {input, out};
+    return loss;
+  }
+
+  // Zero-bubble: the weight gradients micro-batch j's input backward left for later. Under ZeRO-2/3
+  // they complete the units the input backward held, which are reduce-scattered now.
+  void backwardWeights(std::int64_t c, std::int64_t j) {
+    Chunk& chunk = *m_mine.at(c);
+    timed(m_libtorch, [&] {
+      RECORD_USER_SCOPE(detail::kPhaseBackward);
+      chunk.weightGradients(j, [&](const Tensor& weight, const Tensor& gradient) {
+        bool taken = false;
+        forEach([&](detail::ModelState& st) { taken = taken || st.addWeightGradient(j, weight, gradient); });
+        return taken;
+      });
+      forEach([&](detail::ModelState& st) {
+        st.releaseHeld(j);
+        st.afterBackward();
+      });
+    });
+  }
+
+  // A backward (whole, or the input half under zero-bubble): the output gradient from the next stage
+  // (or the loss), the input gradient to the previous stage.
+  void backward(const costmodel::TimelineEvent& e, Live& live, std::vector<detail::WorkPtr>& sends) {
+    const std::int64_t c = e.chunk, j = e.microBatch;
+    Chunk& chunk = *m_mine.at(c);
+    const std::int64_t deferred = e.kind == costmodel::TaskKind::kBackwardInput ? j : -1;
+    chunk.deferWeightGradients(deferred);
+    forEach([&](detail::ModelState& st) { st.holdGradients(deferred); });
+    auto& [input, out] = live.at({c, j});
+    if (c == m_chunks - 1) {
+      timed(m_libtorch, [&] {
+        RECORD_USER_SCOPE(detail::kPhaseBackward);
+        torch::autograd::backward({out / static_cast<double>(m_mLocal)});
+      });
+    } else {
+      Tensor grad = boundaryTensor();
+      timed(m_libtorch, [&] {
+        m_g.pp->recv(grad, static_cast<int>((c + 1) % m_pp), tagOf(c, j, true));
+        RECORD_USER_SCOPE(detail::kPhaseBackward);
+        torch::autograd::backward({out}, {grad});
+      });
+    }
+    if (c > 0) {
+      Tensor send = input.grad().contiguous();
+      sends.push_back(timed(m_libtorch, [&] { return m_g.pp->send(send, static_cast<int>((c - 1) % m_pp), tagOf(c - 1, j, true)); }));
+    }
+    live.erase({c, j});
+    chunk.deferWeightGradients(-1);
+    forEach([](detail::ModelState& st) { st.holdGradients(-1); });
+    timed(m_libtorch, [&] {
+      RECORD_USER_SCOPE(detail::kPhaseBackward);
+      forEach([](detail::ModelState& st) { st.afterBackward(); });
+    });
+  }
+
+  const RunOptions& m_o;
+  const Plan& m_plan;
+  const TokenData& m_data;
+  detail::Device& m_device;
+  detail::Groups& m_g;
+  detail::ModelConfig m_cfg;
+  std::map<std::int64_t, std::unique_ptr<Chunk>> m_mine;
+  States m_states;
+  std::vector<costmodel::TimelineEvent> m_order;
+  torch::Dtype m_compute = torch::kFloat32;
+  Tensor m_positions;
+  std::int64_t m_pp = 1, m_chunks = 1, m_mbs = 1, m_mLocal = 1, m_seq = 1, m_seqLocal = 1;
+  double m_libtorch = 0;                            // seconds inside LibTorch calls
+  double m_stepStartBytes = 0, m_forwardHeld = 0;  // the allocator's, on a GPU: the last step's (RunResult)
+};
+
+// Fault injection for tests: COLO_RUN_FAULT=RANK:STEP[:SIGNAL] sends that rank the signal (default
+// SIGKILL; 11: a crash) at the start of that step.
+struct Fault {
+  int rank = -1, signal = SIGKILL;
+  std::int64_t step = -1;
+  static Fault fromEnvironment() {
+    Fault f;
+    if (const char* spec = std::getenv("COLO_RUN_FAULT")) {
+      std::sscanf(spec, "%d:%lld:%d", &f.rank, reinterpret_cast<long long*>(&f.step), &f.signal);
+    }
+    return f;
+  }
+};
+
+// The median step time (the first step, with its warm-up, left out when there are others).
+double medianStepSeconds(const std::vector<double>& stepSeconds) {
+  std::vector<double> steady(stepSeconds.begin() + (stepSeconds.size() > 1 ? 1 : 0), stepSeconds.end());
+  std::sort(steady.begin(), steady.end());
+  return steady[steady.size() / 2];
+}
+
 }  // namespace
 
 Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
@@ -253,236 +517,43 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
     at::set_num_threads(threads);
     singleThreadedBlas();
     torch::manual_seed(o.seed);
-    const auto& par = plan.parallel;
-    const bool tied = spec.tieWordEmbeddings;
     auto deviceOr = detail::Device::forBackend(o.backend, w.localRank);
     if (!deviceOr) return fail(deviceOr.error());
     detail::Device& device = *deviceOr;
-    const torch::Device dev = device.device();
-    auto groupsOr = detail::makeGroups(w, par, tied, o.backend, o.timeoutSeconds, dev);
+    auto groupsOr = detail::makeGroups(w, plan.parallel, spec.tieWordEmbeddings, o.backend, o.timeoutSeconds, device.device());
     if (!groupsOr) return fail(groupsOr.error());
     detail::Groups& g = *groupsOr;
     const double residentBeforeModel = residentBytes();
-
-    detail::ModelConfig cfg;
-    cfg.spec = spec;
-    cfg.seqLen = plan.seqLen;
-    cfg.paddedVocab = detail::paddedVocabulary(spec.vocabSize, static_cast<int>(par.tp));
-    cfg.tp = static_cast<int>(par.tp);
-    cfg.tpRank = g.tpRank;
-    cfg.sequenceParallel = par.sequenceParallel;
-    cfg.tpComm = g.tp.get();
-    cfg.cp = static_cast<int>(par.cp);
-    cfg.cpRank = g.cpRank;
-    cfg.cpComm = g.cp.get();
-    cfg.ep = static_cast<int>(par.ep);
-    cfg.epRank = g.epRank;
-    cfg.epComm = g.ep.get();
-    cfg.seed = o.seed;
-    cfg.device = dev;
-    if (o.fusedKernels == FusedKernels::kOn) cfg.fused = detail::FusedKernelSet::all();
-    if (o.fusedKernels == FusedKernels::kAuto && device.cuda() && kernels::torch_ops::cudaAvailable()) {
-      cfg.fused = detail::FusedKernelSet::fasterOnGpu();
-    }
-    cfg.auxLossScale = o.moeAuxLossCoeff / static_cast<double>(plan.globalBatchSize / (plan.microBatchSize * par.dp) * par.tp);
-    auto mine = buildChunks(plan, cfg, g.ppRank);
-    for (auto& [c, chunk] : mine) chunk->useDeferredLinears(plan.schedule == Schedule::kZeroBubble);
-    const std::int64_t pp = par.pp, chunks = pp * par.virtualStages, dp = par.dp;
-
-    // The model states under the plan's ZeRO stage; bf16 plans compute with bf16 copies of fp32 masters.
-    const bool mixed = plan.precision == DType::kBf16;
-    const torch::Dtype compute = mixed ? torch::kBFloat16 : torch::kFloat32;
-    std::vector<Chunk*> chunkList;
-    for (auto& [c, chunk] : mine) chunkList.push_back(chunk.get());
-    // The routed experts (MoE with ep > 1) reduce over their own group: the other ranks with their experts.
-    States states;
-    using Params = detail::ModelState::Config::Params;
-    const bool expertGroup = spec.moe.enabled() && par.ep > 1;
-    for (const Params which : expertGroup ? std::vector<Params>{Params::kDense, Params::kExperts} : std::vector<Params>{Params::kAll}) {
-      const bool experts = which == Params::kExperts;
-      detail::ModelState::Config stateConfig;
-      stateConfig.params = which;
-      stateConfig.zeroStage = plan.zeroStage;
-      stateConfig.dp = experts ? dp * par.cp / par.ep : dp * par.cp;
-      stateConfig.average = static_cast<double>(dp * par.cp);
-      stateConfig.mixed = mixed;
-      stateConfig.reshardAfterForward = pp == 1;
-      stateConfig.offloadFraction = plan.offload.optimizerFraction;
-      stateConfig.overlap = o.overlap;
-      stateConfig.device = dev;
-      states.push_back(std::make_unique<detail::ModelState>(chunkList, stateConfig, g));
-    }
-    auto forEach = [&](auto&& f) {
-      for (auto& state : states) f(*state);
-    };
+    RankRun run(o, *data, device, g);
 
     std::int64_t firstStep = 0;
     std::string lastCheckpoint;
     if (o.resume) {
-      auto resumed = resume(o, spec, states, lastCheckpoint);
+      auto resumed = detail::resumeStates(o, spec, run.states(), lastCheckpoint);
       if (!resumed) return fail(resumed.error());
       firstStep = *resumed;
     }
-
-    const std::int64_t mbs = plan.microBatchSize;
-    const std::int64_t mLocal = plan.globalBatchSize / (mbs * dp);
-    auto orderOr = stageOrder(plan, mLocal, g.ppRank);
-    if (!orderOr) return fail(orderOr.error());
-    const auto& order = *orderOr;
+    auto order = stageOrder(plan, run.localMicroBatches(), g.ppRank);
+    if (!order) return fail(order.error());
+    run.setOrder(std::move(*order));
 
     RunResult result = describeRun(o, w, firstStep);
     result.device = device.describe();
-    result.fusedKernelNames = cfg.fused.usedBy(spec, plan.optimizer).names();
+    result.fusedKernelNames = run.config().fused.usedBy(spec, plan.optimizer).names();
     result.fusedKernels = !result.fusedKernelNames.empty();
     if (auto predicted = predict(plan, o.costDbFile, result); !predicted) return fail(predicted.error());
 
-    // Fault injection for tests: COLO_RUN_FAULT=RANK:STEP[:SIGNAL] sends that rank the signal (default
-    // SIGKILL; 11: a crash) at the start of that step.
-    int faultRank = -1, faultSignal = SIGKILL;
-    std::int64_t faultStep = -1;
-    if (const char* f = std::getenv("COLO_RUN_FAULT")) {
-      std::sscanf(f, "%d:%lld:%d", &faultRank, reinterpret_cast<long long*>(&faultStep), &faultSignal);
-    }
-
-    const std::int64_t seq = plan.seqLen;
-    const bool sp = par.sequenceParallel && par.tp > 1;
-    // Context parallelism: this rank's tokens are two chunks of the sequence (ring_attention.h).
-    const Tensor positions = detail::contextParallelPositions(seq, static_cast<int>(par.cp), g.cpRank).to(dev);
-    const std::int64_t seqLocal = (sp ? seq / par.tp : seq) / par.cp;
-    const std::int64_t hidden = spec.hiddenSize;
-    double libtorch = 0;
+    const Fault fault = Fault::fromEnvironment();
     detail::StepTrace trace(w.rank == 0 ? o.traceFile : std::string(), device.cuda(), "colo-run");
     const auto runStart = Clock::now();
-    double stepStartBytes = 0, forwardHeld = 0;  // the allocator's, on a GPU: the last step's (RunResult)
     for (std::int64_t step = firstStep; step < o.steps; ++step) {
-      if (w.rank == faultRank && step == faultStep) std::raise(faultSignal);
+      if (w.rank == fault.rank && step == fault.step) std::raise(fault.signal);
       if (step == std::max(firstStep, o.steps - o.traceSteps)) trace.start();
       const auto stepStart = Clock::now();
-      device.startStep();
-      forEach([](detail::ModelState& st) { st.beginStep(); });
-      stepStartBytes = device.allocatedBytes();
-      forwardHeld = 0;
-      // Inputs and labels of this rank's micro-batch j: global samples dpRank * mLocal * mbs + j * mbs + i.
-      auto tokens = [&](std::int64_t j) {
-        std::vector<std::int64_t> flat;
-        for (std::int64_t i = 0; i < mbs; ++i) {
-          auto sample = data->sample(o.seed, step, g.dpRank * mLocal * mbs + j * mbs + i, seq);
-          flat.insert(flat.end(), sample.begin(), sample.end());
-        }
-        return torch::tensor(flat, torch::kInt64).view({mbs, seq + 1}).to(dev);
-      };
-      std::map<std::pair<std::int64_t, std::int64_t>, std::pair<Tensor, Tensor>> live;  // (chunk, mb) -> (input, output)
-      std::vector<detail::WorkPtr> sends;
-      double lossSum = 0;
-      auto tagOf = [&](std::int64_t chunk, std::int64_t mb, bool gradient) {
-        return static_cast<int>(2 * (mb * chunks + chunk) + (gradient ? 1 : 0));
-      };
-      for (const auto& e : order) {
-        const std::int64_t c = e.chunk, j = e.microBatch;
-        Chunk& chunk = *mine.at(c);
-        if (e.kind == costmodel::TaskKind::kForward) {
-          Tensor input, labels;
-          if (c == 0 || c == chunks - 1) {
-            Tensor t = tokens(j);
-            input = t.narrow(1, 0, seq).index_select(1, positions);
-            labels = t.narrow(1, 1, seq).index_select(1, positions);
-          }
-          if (c > 0) {
-            input = torch::empty({mbs, seqLocal, hidden}, torch::TensorOptions().dtype(compute).device(dev));
-            timed(libtorch, [&] { g.pp->recv(input, static_cast<int>((c - 1) % pp), tagOf(c - 1, j, false)); });
-            input.requires_grad_(true);
-          }
-          Tensor out = timed(libtorch, [&] {
-            RECORD_USER_SCOPE(detail::kPhaseForward);
-            return chunk.forward(input, labels, {step, j});
-          });
-          forwardHeld = std::max(forwardHeld, device.allocatedBytes() - stepStartBytes);
-          if (c == chunks - 1) {
-            lossSum += out.item<double>();
-          } else {
-            Tensor send = out.detach().contiguous();
-            sends.push_back(timed(libtorch, [&] { return g.pp->send(send, static_cast<int>((c + 1) % pp), tagOf(c, j, false)); }));
-          }
-          live[{c, j}] = {input, out};
-        } else if (e.kind == costmodel::TaskKind::kBackwardWeight) {
-          // Zero-bubble: the weight gradients this micro-batch's input backward left for later.
-          // Under ZeRO-2/3 they complete the units the input backward held, which are reduce-scattered now.
-          timed(libtorch, [&] {
-            RECORD_USER_SCOPE(detail::kPhaseBackward);
-            chunk.weightGradients(j, [&](const Tensor& weight, const Tensor& gradient) {
-              bool taken = false;
-              forEach([&](detail::ModelState& st) { taken = taken || st.addWeightGradient(j, weight, gradient); });
-              return taken;
-            });
-            forEach([&](detail::ModelState& st) {
-              st.releaseHeld(j);
-              st.afterBackward();
-            });
-          });
-        } else {
-          const std::int64_t deferred = e.kind == costmodel::TaskKind::kBackwardInput ? j : -1;
-          chunk.deferWeightGradients(deferred);
-          forEach([&](detail::ModelState& st) { st.holdGradients(deferred); });
-          auto& [input, out] = live.at({c, j});
-          if (c == chunks - 1) {
-            timed(libtorch, [&] {
-              RECORD_USER_SCOPE(detail::kPhaseBackward);
-              torch::autograd::backward({out / static_cast<double>(mLocal)});
-            });
-          } else {
-            Tensor grad = torch::empty({mbs, seqLocal, hidden}, torch::TensorOptions().dtype(compute).device(dev));
-            timed(libtorch, [&] {
-              g.pp->recv(grad, static_cast<int>((c + 1) % pp), tagOf(c, j, true));
-              RECORD_USER_SCOPE(detail::kPhaseBackward);
-              torch::autograd::backward({out}, {grad});
-            });
-          }
-          if (c > 0) {
-            Tensor send = input.grad().contiguous();
-            sends.push_back(timed(libtorch, [&] { return g.pp->send(send, static_cast<int>((c - 1) % pp), tagOf(c - 1, j, true)); }));
-          }
-          live.erase({c, j});
-          chunk.deferWeightGradients(-1);
-          forEach([](detail::ModelState& st) { st.holdGradients(-1); });
-          timed(libtorch, [&] {
-            RECORD_USER_SCOPE(detail::kPhaseBackward);
-            forEach([](detail::ModelState& st) { st.afterBackward(); });
-          });
-        }
-      }
-      for (auto& s : sends) timed(libtorch, [&] { s->wait(); });
-      for (auto& [c, chunk] : mine) chunk->endStep();
-      timed(libtorch, [&] { forEach([](detail::ModelState& st) { st.endStep(); }); });
-
-      const double gradNorm = timed(libtorch, [&] {
-        RECORD_USER_SCOPE(detail::kPhaseReduce);
-        Tensor squares = torch::zeros({1}, torch::kFloat64);
-        forEach([&](detail::ModelState& st) { squares += st.reduceGradients(o.bucketBytes, tied && pp > 1, cfg.fused.gradNorm); });
-        g.world->allReduce(squares);
-        return std::sqrt(squares.item<double>());
-      });
-      detail::OptimizerSettings opt;
-      opt.kind = plan.optimizer;
-      opt.lr = learningRate(o, step);
-      opt.beta1 = o.beta1;
-      opt.beta2 = o.beta2;
-      opt.epsilon = o.epsilon;
-      opt.weightDecay = o.weightDecay;
-      opt.momentum = o.momentum;
-      opt.trust = o.trustCoefficient;
-      opt.step = step + 1;
-      opt.fused = cfg.fused.adamw;
-      opt.clip = o.clipNorm > 0 ? std::min(1.0, o.clipNorm / (gradNorm + 1e-6)) : 1.0;
-      timed(libtorch, [&] {
-        RECORD_USER_SCOPE(detail::kPhaseOptimizer);
-        forEach([&](detail::ModelState& st) { st.step(opt); });
-      });
-
-      // The step's loss over all micro-batches of all replicas (the last stage's first tp rank has it).
-      Tensor loss = torch::zeros({1}, torch::kFloat64);
-      if (mine.contains(chunks - 1) && g.tpRank == 0) loss += lossSum;
-      timed(libtorch, [&] { g.world->allReduce(loss); });
-      const double stepLoss = loss.item<double>() / static_cast<double>(mLocal * dp * par.cp);  // each cp rank: its tokens' mean
+      const double lossSum = run.runSchedule(step);
+      const double gradNorm = run.reduceGradients();
+      run.optimizerStep(step, gradNorm);
+      const double stepLoss = run.meanLoss(lossSum);
       const double seconds = device.stepSeconds(since(stepStart));
       result.losses.push_back(stepLoss);
       result.stepSeconds.push_back(seconds);
@@ -495,38 +566,18 @@ Result<RunResult> runRank(const RunOptions& o, const WorldInfo& w) {
       const bool due = !o.checkpointDir.empty() &&
                        ((o.checkpointEvery > 0 && (step + 1) % o.checkpointEvery == 0) || step + 1 == o.steps);
       if (due) {
-        if (auto wrote = checkpoint(o, plan, g, w.rank, step + 1, states, lastCheckpoint); !wrote) return fail(wrote.error());
+        if (auto wrote = detail::writeCheckpoint(o, plan, g, w.rank, step + 1, run.states(), lastCheckpoint); !wrote) {
+          return fail(wrote.error());
+        }
       }
     }
     if (const std::string traced = trace.stop(); !traced.empty()) std::cerr << "colo-run: " << traced << "\n";
     result.wallSeconds = since(runStart);
-    result.computeSeconds = libtorch;
+    result.computeSeconds = run.libtorchSeconds();
     result.checkpoint = lastCheckpoint;
-    std::vector<double> steady(result.stepSeconds.begin() + (result.stepSeconds.size() > 1 ? 1 : 0), result.stepSeconds.end());
-    std::sort(steady.begin(), steady.end());
-    result.stepTimeSeconds = steady[steady.size() / 2];
+    result.stepTimeSeconds = medianStepSeconds(result.stepSeconds);
     result.tokensPerSecond = static_cast<double>(result.tokensPerStep) / result.stepTimeSeconds;
-    // On a GPU: LibTorch's caching allocator, peak allocated (what the planner predicts) and reserved.
-    const double peakResident = device.cuda() ? device.peakReservedBytes() : peakResidentBytes();
-    double modelStates = 0, hostBytes = 0, copySeconds = 0, waitSeconds = 0;
-    forEach([&](detail::ModelState& st) {
-      modelStates += st.peakModelStateBytes();
-      hostBytes += st.hostBytes();
-      copySeconds += st.copySeconds();
-      waitSeconds += st.commWaitSeconds();
-    });
-    const auto stepsRun = static_cast<double>(std::max<std::size_t>(1, result.losses.size()));
-    result.offloadCopySeconds = copySeconds / stepsRun;
-    result.zeroCommWaitSeconds = waitSeconds / stepsRun;
-    const double tensorBytes = device.cuda() ? device.peakAllocatedBytes() : peakResident - residentBeforeModel;
-    Tensor peak = torch::tensor({peakResident, tensorBytes, modelStates, hostBytes, stepStartBytes, forwardHeld}, torch::kFloat64);
-    g.world->allReduce(peak, c10d::ReduceOp::MAX);
-    result.peakMemoryBytes = peak[0].item<double>();
-    result.tensorMemoryBytes = peak[1].item<double>();
-    result.modelStateBytes = peak[2].item<double>();
-    result.hostMemoryBytes = peak[3].item<double>();
-    result.stepStartTensorBytes = peak[4].item<double>();
-    result.forwardHeldBytes = peak[5].item<double>();
+    run.reportMemory(result, residentBeforeModel);
     g.world->barrier();
     return result;
   } catch (const c10::Error& e) {
