@@ -75,10 +75,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
 MainWindow::~MainWindow() = default;
 
-void MainWindow::buildUi() {
-  // Left: what to plan and the constraints.
-  auto* setup = new QWidget();
-  auto* form = new QFormLayout();
+// The model and cluster rows: a library choice or a file, and the cluster editor.
+void MainWindow::addSourceRows(QFormLayout* form) {
   m_modelBox = new QComboBox();
   m_modelBox->setEditable(false);
   m_modelBox->addItem("(choose a model)");
@@ -98,6 +96,20 @@ void MainWindow::buildUi() {
   clusterRow->addWidget(openClusterButton);
   clusterRow->addWidget(editClusterButton);
   form->addRow("Cluster", clusterRow);
+  connect(openModelButton, &QPushButton::clicked, this, [this] {
+    const QString f = QFileDialog::getOpenFileName(this, "Open a model", {}, "Model files (*.json)");
+    if (!f.isEmpty()) openModel(f);
+  });
+  connect(openClusterButton, &QPushButton::clicked, this, [this] {
+    const QString f = QFileDialog::getOpenFileName(this, "Open a cluster", {}, "Cluster files (*.json)");
+    if (!f.isEmpty()) openCluster(f);
+  });
+  connect(editClusterButton, &QPushButton::clicked, this, &MainWindow::editCluster);
+}
+
+// The constraints and budget rows: batch, sequence, tensor parallel, precision, memory, tokens, price,
+// deadline, and whether a change re-runs the search.
+void MainWindow::addConstraintRows(QFormLayout* form) {
   m_gbs = new QSpinBox();
   m_gbs->setRange(1, 1 << 24);
   m_gbs->setValue(1536);
@@ -137,6 +149,14 @@ void MainWindow::buildUi() {
   m_live = new QCheckBox("re-run the search when a constraint changes");
   m_live->setChecked(true);
   form->addRow(m_live);
+}
+
+// Left: what to plan and the constraints, the search buttons, progress and errors.
+QWidget* MainWindow::buildSetupPanel() {
+  auto* setup = new QWidget();
+  auto* form = new QFormLayout();
+  addSourceRows(form);
+  addConstraintRows(form);
   m_search = new QPushButton("Search plans");
   m_cancel = new QPushButton("Cancel");
   m_cancel->setEnabled(false);
@@ -161,8 +181,11 @@ void MainWindow::buildUi() {
   setupLayout->addWidget(m_error);
   setupLayout->addWidget(m_summary);
   setupLayout->addStretch(1);
+  return setup;
+}
 
-  // Center: the candidates.
+// Center: the candidates' table with its filter, and their Pareto front.
+QWidget* MainWindow::buildCandidatesPanel() {
   auto* table = new QWidget();
   m_filterText = new QLineEdit();
   m_filterText->setPlaceholderText("filter (e.g. interleaved, selective, 1f1b)");
@@ -187,8 +210,11 @@ void MainWindow::buildUi() {
   candidates->addWidget(m_pareto);
   candidates->setStretchFactor(0, 3);
   candidates->setStretchFactor(1, 2);
+  return candidates;
+}
 
-  // Details of the selected plan.
+// Below the candidates: the details of the selected plan.
+QTabWidget* MainWindow::buildDetailTabs() {
   m_timeline = new TimelineView();
   m_memory = new MemoryChart();
   m_mesh = new MeshView();
@@ -202,36 +228,34 @@ void MainWindow::buildUi() {
   m_details->addTab(m_run, "Profile && run");
   m_operators = new OperatorView();
   m_details->addTab(m_operators, "Operators");
+  return m_details;
+}
 
+void MainWindow::buildUi() {
   auto* right = new QSplitter(Qt::Vertical);
-  right->addWidget(candidates);
-  right->addWidget(m_details);
+  right->addWidget(buildCandidatesPanel());
+  right->addWidget(buildDetailTabs());
   right->setStretchFactor(0, 1);
   right->setStretchFactor(1, 1);
   right->setSizes({420, 480});
   auto* main = new QSplitter(Qt::Horizontal);
-  main->addWidget(setup);
+  main->addWidget(buildSetupPanel());
   main->addWidget(right);
   main->setStretchFactor(1, 1);
   main->setSizes({320, 1180});
   setCentralWidget(main);
   statusBar()->showMessage("ready");
+  connectSignals();
+}
 
+// What the constraints, the table, the chart and the search runner do when they change.
+void MainWindow::connectSignals() {
   connect(m_modelBox, &QComboBox::activated, this, [this](int i) {
     if (i > 0) openModel(m_modelBox->itemData(i).isValid() ? m_modelBox->itemData(i).toString() : m_modelBox->itemText(i));
   });
   connect(m_clusterBox, &QComboBox::activated, this, [this](int i) {
     if (i > 0) openCluster(m_clusterBox->itemData(i).isValid() ? m_clusterBox->itemData(i).toString() : m_clusterBox->itemText(i));
   });
-  connect(openModelButton, &QPushButton::clicked, this, [this] {
-    const QString f = QFileDialog::getOpenFileName(this, "Open a model", {}, "Model files (*.json)");
-    if (!f.isEmpty()) openModel(f);
-  });
-  connect(openClusterButton, &QPushButton::clicked, this, [this] {
-    const QString f = QFileDialog::getOpenFileName(this, "Open a cluster", {}, "Cluster files (*.json)");
-    if (!f.isEmpty()) openCluster(f);
-  });
-  connect(editClusterButton, &QPushButton::clicked, this, &MainWindow::editCluster);
   connect(m_search, &QPushButton::clicked, this, &MainWindow::startSearch);
   connect(m_cancel, &QPushButton::clicked, m_runner, &SearchRunner::cancel);
   for (auto* spin : {m_gbs, m_seq}) connect(spin, &QSpinBox::valueChanged, this, &MainWindow::constraintsChanged);

@@ -20,6 +20,7 @@ class QLineEdit;
 class QProgressBar;
 class QPushButton;
 class QSpinBox;
+class QFormLayout;
 class QTabWidget;
 class QTableView;
 class QTextBrowser;
@@ -79,6 +80,12 @@ class MainWindow : public QMainWindow {
 
  private:
   void buildUi();
+  QWidget* buildSetupPanel();
+  void addSourceRows(QFormLayout* form);
+  void addConstraintRows(QFormLayout* form);
+  QWidget* buildCandidatesPanel();
+  QTabWidget* buildDetailTabs();
+  void connectSignals();
   void buildMenus();
   void showError(const QString& message);
   void clearError();
