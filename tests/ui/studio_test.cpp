@@ -259,7 +259,9 @@ class StudioTest : public QObject {
     run->setRunsDatabase(m_dir.filePath("runs.sqlite"));
     QSignalSpy done(run, &colo::ui::RunPanel::runFinished);
     QVERIFY(run->startRun());
-    QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 120000);
+    // Several ranks share the cores with the tests CTest runs beside this one: minutes on a busy machine
+    // (135 s seen); under Qt Test's 300 s watchdog per test function.
+    QTRY_COMPARE_WITH_TIMEOUT(done.count(), 1, 240000);
     QCOMPARE(done.first().first().toInt(), 0);
     QVERIFY2(run->lossChart()->points() >= 3, qPrintable(run->log()));
     QCOMPARE(run->resultTable()->rowCount(), 2);  // step time and peak memory, predicted vs measured
