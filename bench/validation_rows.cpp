@@ -467,7 +467,8 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
                                                                                              : Float8Recipe::kRowwise;
   }
   auto flag = [&](const char* key) { return set.pick(key).is_boolean() && set.pick(key).get<bool>(); };
-  p.execution.flashAttention = set.pick("attention").is_string() && set.pick("attention").get<std::string>() == "flash";
+  const Json& attention = set.pick("attention");
+  if (!attention.is_string() || !setAttention(p.execution, attention.get<std::string>())) p.execution.flashAttention = false;
   // Overlaps the row states (Megatron's flags in `parallel.overlap`) win over assumed ones.
   const std::string overlap = lower(text(par, "overlap"));
   p.execution.overlapGradReduce = flag("overlap_grad_reduce") || has(overlap, "overlap-grad-reduce");

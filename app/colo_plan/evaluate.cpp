@@ -46,7 +46,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"schedule", "S", "gpipe, 1f1b (default; interleaved when --vpp > 1), interleaved, zb"},
       {"precision", "P", "bf16, fp16, fp8, fp32 (default: bf16, or fp16 on GPUs without bf16)"},
       {"float8-recipe", "R", "with --precision fp8, how linears are cast: transformer_engine (default; casts fused), or torchao's tensorwise, rowwise, rowwise_with_gw_hp (torchtitan's float8.recipe_name)"},
-      {"attention", "A", "flash (default) or unfused"},
+      {"attention", "A", "flash (default: the GPU's fastest fused kernels), flash2 (FlashAttention-2's, PyTorch SDPA) or unfused"},
       {"no-overlap-grad-reduce", "", "do not overlap data-parallel gradient reduction with backward"},
       {"no-overlap-param-gather", "", "do not overlap ZeRO parameter gathers with forward"},
       {"tp-comm-overlap", "", "overlap tensor-parallel collectives with GEMMs"},
@@ -202,10 +202,9 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   if (!precision) return fail(precision.error());
   plan.precision = *precision;
   const std::string attention = args.value("attention", "flash");
-  if (attention != "flash" && attention != "unfused") {
-    return fail(Error::badInput("--attention: expected flash or unfused, got \"" + attention + "\""));
+  if (!setAttention(plan.execution, attention)) {
+    return fail(Error::badInput("--attention: expected flash, flash2 or unfused, got \"" + attention + "\""));
   }
-  plan.execution.flashAttention = attention == "flash";
   plan.execution.overlapGradReduce = !args.has("no-overlap-grad-reduce");
   plan.execution.overlapParamGather = !args.has("no-overlap-param-gather");
   plan.execution.tpCommOverlap = args.has("tp-comm-overlap") || args.has("tp-overlap");
@@ -376,7 +375,7 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, 
   if (p.sequenceParallel) out << " +sp";
   out << ", " << toString(plan.schedule) << ", mbs " << plan.microBatchSize << " x " << ev.microBatches
       << " micro-batches, gbs " << plan.globalBatchSize << " x " << plan.seqLen << " tokens, ZeRO-" << plan.zeroStage
-      << ", " << toString(plan.precision) << ", " << (plan.execution.flashAttention ? "flash" : "unfused")
+      << ", " << toString(plan.precision) << ", " << attentionName(plan.execution)
       << " attention, recompute " << toString(plan.stages.front().recompute)
       << (plan.execution.gradAccumulation == GradAccumulation::kFused
               ? ""

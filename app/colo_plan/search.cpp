@@ -35,7 +35,7 @@ const std::vector<OptionSpec>& searchOptions() {
       {"fix", "K=V,..", "hold settings fixed: tp, pp, dp, cp, ep, vpp, mbs, zero (e.g. tp=8,pp=4)"},
       {"max-memory-fraction", "F", "a plan fits when its peak is at most F of GPU memory (default 0.95)"},
       {"precision", "P", "bf16, fp16, fp8, fp32 (default: bf16, or fp16 on GPUs without bf16)"},
-      {"attention", "A", "flash (default) or unfused"},
+      {"attention", "A", "flash (default: the GPU's fastest fused kernels), flash2 (FlashAttention-2's, PyTorch SDPA) or unfused"},
       {"fused-cross-entropy", "", "the loss reads the 16-bit logits in one kernel, without an fp32 copy (flash-attn's, LLM Foundry's default, Liger)"},
       {"cross-entropy-in-place", "", "with --fused-cross-entropy: the loss writes the logits' gradient into them (Transformer Engine's, Megatron's --cross-entropy-fusion-impl te)"},
       {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
@@ -110,15 +110,19 @@ Result<void> readSearchInputs(const Args& args, const Model& model, const Cluste
   if (!precision) return fail(precision.error());
   options.precision = from && !args.has("precision") ? from->precision : *precision;
   const std::string attention = args.value("attention", "flash");
-  if (attention != "flash" && attention != "unfused") {
-    return fail(Error::badInput("--attention: expected flash or unfused, got \"" + attention + "\""));
+  Execution named;
+  if (!setAttention(named, attention)) {
+    return fail(Error::badInput("--attention: expected flash, flash2 or unfused, got \"" + attention + "\""));
   }
-  options.flashAttention = attention == "flash";
+  options.flashAttention = named.flashAttention;
   // From the user's plan: its framework's execution (overlaps, gradient accumulation, FSDP's fp32
-  // parameters, host time per op) carries over to every candidate, so that the comparison is like with like.
-  if (from) {
-    options.execution = from->execution;
-    if (!args.has("attention")) options.flashAttention = from->execution.flashAttention;
+  // parameters, host time per op, attention kernels) carries over to every candidate, so that the
+  // comparison is like with like.
+  if (from) options.execution = from->execution;
+  if (from && !args.has("attention")) {
+    options.flashAttention = from->execution.flashAttention;
+  } else {
+    options.execution.flashAttention2 = named.flashAttention2;
   }
   if (args.has("fused-cross-entropy")) options.execution.fusedCrossEntropy = true;
   if (args.has("te-dummy-wgrads")) options.execution.teDummyWgrads = true;

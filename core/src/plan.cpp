@@ -243,6 +243,9 @@ Result<void> checkExecution(const Rules& r) {
     return r.bad("/execution/te_dummy_wgrads", "needs grad_accumulation fused (the weight-gradient GEMM accumulating into "
                                                "main_grad), got " + toString(x.gradAccumulation));
   }
+  if (x.flashAttention2 && !x.flashAttention) {
+    return r.bad("/execution/attention", "FlashAttention-2 kernels are fused attention: flash2 with unfused attention is contradictory");
+  }
   if (x.crossEntropyInPlace && !x.fusedCrossEntropy) {
     return r.bad("/execution/cross_entropy_in_place", "describes a fused cross-entropy: set fused_cross_entropy too");
   }

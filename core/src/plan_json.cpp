@@ -109,7 +109,9 @@ Offload readOffload(const JsonReader& o) {
 // Each choice is read through JsonReader::choice, which refuses any other name, so its parse succeeds.
 Execution readExecution(const JsonReader& e) {
   Execution x;
-  x.flashAttention = e.choice("attention", {"flash", "unfused"}, "flash") == "flash";
+  const std::string attention = e.choice("attention", {"flash", "flash2", "unfused"}, "flash");
+  x.flashAttention = attention != "unfused";
+  x.flashAttention2 = attention == "flash2";
   x.overlapGradReduce = e.boolean("overlap_grad_reduce", true);
   x.overlapParamGather = e.boolean("overlap_param_gather", true);
   x.tpCommOverlap = e.boolean("tp_comm_overlap", false);
@@ -290,7 +292,7 @@ Json planToJson(const Plan& p) {
   }
   j["stages"] = stages;
   j["precision"] = toString(p.precision);
-  j["execution"] = {{"attention", p.execution.flashAttention ? "flash" : "unfused"},
+  j["execution"] = {{"attention", attentionName(p.execution)},
                     {"overlap_grad_reduce", p.execution.overlapGradReduce},
                     {"overlap_param_gather", p.execution.overlapParamGather},
                     {"tp_comm_overlap", p.execution.tpCommOverlap},

@@ -4,6 +4,18 @@
 
 namespace colo {
 
+std::string attentionName(const Execution& x) {
+  if (!x.flashAttention) return "unfused";
+  return x.flashAttention2 ? "flash2" : "flash";
+}
+
+bool setAttention(Execution& x, std::string_view name) {
+  if (name != "flash" && name != "flash2" && name != "unfused") return false;
+  x.flashAttention = name != "unfused";
+  x.flashAttention2 = name == "flash2";
+  return true;
+}
+
 std::string toString(Schedule value) {
   switch (value) {
     case Schedule::kGpipe: return "gpipe";

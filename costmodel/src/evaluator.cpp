@@ -156,7 +156,7 @@ struct Evaluator::Impl {
       return fail(Error::badInput("plan seq_len " + std::to_string(plan.seqLen) + " differs from the evaluator's " +
                                   std::to_string(templates.seqLen)));
     }
-    const DeviceModel device = deviceModel(cluster.gpu, plan.precision);
+    const DeviceModel device = deviceModel(cluster.gpu, plan.precision, plan.execution.flashAttention && plan.execution.flashAttention2);
     if (device.peakFlopsPerSecond <= 0) {
       return fail(Error::badInput(cluster.gpu.name + " has no " + toString(plan.precision) + " peak"));
     }

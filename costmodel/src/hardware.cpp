@@ -2,7 +2,9 @@
 // docs/costmodel.md ("Device model").
 #include "colo/costmodel/hardware.h"
 
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace colo::costmodel {
 namespace {
@@ -11,7 +13,7 @@ bool contains(const std::string& haystack, const char* needle) { return haystack
 
 }  // namespace
 
-DeviceModel deviceModel(const GpuSpec& gpu, DType precision) {
+DeviceModel deviceModel(const GpuSpec& gpu, DType precision, bool flashAttention2) {
   DeviceModel d;
   const auto peak = gpu.peakFlopsPerSecond.find(precision);
   d.peakFlopsPerSecond = peak != gpu.peakFlopsPerSecond.end() ? peak->second : 0.0;
@@ -31,6 +33,8 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision) {
   // communication runs 18.9% slower on average (40% at most) than alone. NCCL runs one CTA per channel,
   // 16-32 of an H100's 132 SMs, and a GEMM sized to the full SM count then needs an extra wave.
   d.overlapSlowdown = 0.19;
+  // FlashAttention-2's shares where they differ from the fused kernels above (Hopper and later).
+  std::optional<std::pair<double, double>> flash2;
   if (contains(name, "V100")) {
     d.gemmEfficiency = 0.70;  // cuBLAS fp16 HGEMM ~85-90 of 125 TFLOP/s on large shapes at boost clock
     d.flashFwdEfficiency = 0.45;
@@ -49,6 +53,9 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision) {
     d.gemmEfficiency = precision == DType::kFp8 ? 0.60 : 0.72;  // ~710 of 989 bf16; fp8 ~1200 of 1979
     d.flashFwdEfficiency = 0.55;
     d.flashBwdEfficiency = 0.42;
+    // FlashAttention-2's Ampere kernels on Hopper (no wgmma/TMA): docs/costmodel.md, "Which fused
+    // attention kernel".
+    flash2 = {0.364, 0.348};  // 333 and 318 of 914.5 TFLOP/s (1,830 MHz)
     d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.82;
     d.streamingProcessors = 132;
     d.sustainedClock = 0.88;  // ~1700-1750 of 1980 MHz boost at 700 W
@@ -59,6 +66,7 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision) {
     d.gemmEfficiency = precision == DType::kFp8 ? 0.60 : 0.542;
     d.flashFwdEfficiency = 0.55;
     d.flashBwdEfficiency = 0.42;
+    flash2 = {0.364, 0.348};  // provisional: Hopper's shares (no Blackwell figure published)
     d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.666;
     d.streamingProcessors = 148;
     d.sustainedClock = 0.90;
@@ -68,6 +76,10 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision) {
     d.flashBwdEfficiency = 0.48;
     d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.85;
     d.streamingProcessors = 128;
+  }
+  if (flashAttention2 && flash2) {
+    d.flashFwdEfficiency = flash2->first;
+    d.flashBwdEfficiency = flash2->second;
   }
   if (contains(name, "cpu") || contains(name, "CPU")) {
     // A host CPU through LibTorch: BLAS GEMMs reach well below the FMA peak; eager ops cost ~10 us each.

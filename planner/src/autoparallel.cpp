@@ -482,7 +482,7 @@ Result<Context> makeContext(const Model& model, const ClusterSpec& cluster, cons
   if (c.numLayers <= 0 || c.hidden <= 0) {
     return fail(Error::badInput("the model has no transformer layers with a hidden size to split", model.file));
   }
-  c.device = costmodel::deviceModel(cluster.gpu, options.precision);
+  c.device = costmodel::deviceModel(cluster.gpu, options.precision, options.flashAttention && options.flashAttention2);
   c.budget = options.memoryBudgetBytes > 0 ? options.memoryBudgetBytes : options.maxMemoryFraction * cluster.gpu.memoryBytes;
   c.stepBytesPerParam = costmodel::optimizerStepBytes(options.precision);
   for (std::size_t id = 0; id < graph->size(); ++id) {

@@ -199,6 +199,7 @@ Result<OperatorPlan> evaluateOperatorPlan(const Plan& plan, const std::string& f
   options.precision = plan.precision;
   options.hostMicrosecondsPerOp = plan.execution.hostMicrosecondsPerOp;
   options.flashAttention = plan.execution.flashAttention;
+  options.flashAttention2 = plan.execution.flashAttention2;
   const Json& stored = plan.operatorPlan;
   if (stored.contains("budget_bytes") && stored["budget_bytes"].is_number()) options.memoryBudgetBytes = stored["budget_bytes"].get<double>();
   auto context = makeContext(plan.model, plan.cluster, options);
@@ -227,6 +228,7 @@ Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction) {
   options.allowOffload = false;
   options.hostMicrosecondsPerOp = plan.execution.hostMicrosecondsPerOp;
   options.flashAttention = plan.execution.flashAttention;
+  options.flashAttention2 = plan.execution.flashAttention2;
   auto context = makeContext(plan.model, plan.cluster, options);
   if (!context) return fail(context.error());
   Search search(std::move(*context));
@@ -272,6 +274,7 @@ Result<Plan> operatorPlanFile(const Model& model, const ClusterSpec& cluster, co
   p.precision = options.precision;
   p.execution.hostMicrosecondsPerOp = options.hostMicrosecondsPerOp;
   p.execution.flashAttention = options.flashAttention;
+  p.execution.flashAttention2 = options.flashAttention && options.flashAttention2;
   p.zeroStage = degrees.dp > 1 ? degrees.zeroStage : 0;
   const RecomputePolicy policy = degrees.recomputePolicy == "full"        ? RecomputePolicy::kFull
                                  : degrees.recomputePolicy == "selective" ? RecomputePolicy::kSelective

@@ -126,7 +126,7 @@ std::string planDifferences(const Plan& a, const Plan& b) {
   diff("global batch", n(a.globalBatchSize), n(b.globalBatchSize));
   diff("sequence", n(a.seqLen), n(b.seqLen));
   diff("precision", toString(a.precision), toString(b.precision));
-  diff("attention", a.execution.flashAttention ? "fused" : "unfused", b.execution.flashAttention ? "fused" : "unfused");
+  diff("attention", attentionName(a.execution), attentionName(b.execution));
   diff("tp", n(a.parallel.tp), n(b.parallel.tp));
   diff("pp", n(a.parallel.pp), n(b.parallel.pp));
   diff("dp", n(a.parallel.dp), n(b.parallel.dp));

@@ -101,6 +101,7 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
   base.optimizer = options.optimizer;
   base.execution = options.execution;
   base.execution.flashAttention = options.flashAttention;
+  base.execution.flashAttention2 = options.flashAttention && options.execution.flashAttention2;
   const detail::EvaluateFn evaluate = [&](const Plan& p) {
     ++st.evaluated;
     auto ev = evaluator->evaluate(p);

@@ -318,11 +318,16 @@ TEST(Validation, TorchtitansSelectiveCheckpointingIsPerOp) {
   ASSERT_TRUE(c) << c.error().toString();
   EXPECT_EQ(c->plan.stages.front().recompute, RecomputePolicy::kOp);
   EXPECT_EQ(c->plan.zeroStage, 3);  // FSDP2
+  // SDPA with FLASH_ATTENTION first on Hopper (torchtitan, May to October 2025): FlashAttention-2's kernels.
   EXPECT_TRUE(c->plan.execution.flashAttention);
+  EXPECT_TRUE(c->plan.execution.flashAttention2);
   row["source"]["citation"] = "NVIDIA Megatron-Core performance table";
   auto megatron = validation::caseFromRow(row, assumptionsFile());
   ASSERT_TRUE(megatron) << megatron.error().toString();
   EXPECT_EQ(megatron->plan.stages.front().recompute, RecomputePolicy::kSelective);
+  // Transformer Engine's fused attention: the GPU's own fastest kernel.
+  EXPECT_TRUE(megatron->plan.execution.flashAttention);
+  EXPECT_FALSE(megatron->plan.execution.flashAttention2);
 }
 
 TEST(Validation, AsyncTensorParallelismOverlapsItsCollectives) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "colo/core/cluster.h"
@@ -144,6 +145,11 @@ inline constexpr double kEagerHostMicrosecondsPerOp = 60;
 /// How the step is executed where real systems offer a choice that changes its cost.
 struct Execution {
   bool flashAttention = true;     ///< fused attention (FlashAttention): no s^2 activations, fewer bytes
+  /// With flashAttention: the fused kernels are FlashAttention-2's (PyTorch's SDPA flash backend,
+  /// flash-attn 2.x), which on Hopper and later run their Ampere code path, instead of the GPU's own
+  /// fastest (cuDNN's fused attention under Transformer Engine, FlashAttention-3). JSON: attention
+  /// "flash2". Same cost on Ampere and older. See docs/costmodel.md, "Which fused attention kernel".
+  bool flashAttention2 = false;
   bool overlapGradReduce = true;  ///< data-parallel gradient reduction overlapped with backward
   bool overlapParamGather = true; ///< ZeRO parameter all-gather overlapped with forward (prefetch)
   bool tpCommOverlap = false;     ///< tensor-parallel collectives overlapped with GEMMs
@@ -198,6 +204,12 @@ struct Execution {
   double hostMicrosecondsPerOp = kEagerHostMicrosecondsPerOp;
   friend bool operator==(const Execution&, const Execution&) = default;
 };
+
+/// The plan file's name of an execution's attention kernels: flash, flash2 or unfused.
+[[nodiscard]] std::string attentionName(const Execution& x);
+/// Sets flashAttention and flashAttention2 from one of the names attentionName gives; false (and x
+/// unchanged) for any other name.
+[[nodiscard]] bool setAttention(Execution& x, std::string_view name);
 
 /// Predicted figures (filled by the cost model; all optional until then).
 struct Predictions {

@@ -37,8 +37,9 @@ struct DeviceModel {
 };
 
 /// The device model of `gpu` training in `precision`. GPUs are recognised by name (V100, A100, H100,
-/// H200, RTX 4090/Ada); others get conservative defaults.
-[[nodiscard]] DeviceModel deviceModel(const GpuSpec& gpu, DType precision);
+/// H200, B200, RTX 4090/Ada); others get conservative defaults. `flashAttention2`: the fused attention
+/// kernels are FlashAttention-2's (Execution::flashAttention2), slower than the GPU's own from Hopper on.
+[[nodiscard]] DeviceModel deviceModel(const GpuSpec& gpu, DType precision, bool flashAttention2 = false);
 
 /// Device memory NCCL keeps for one communicator of `group` (its per-channel FIFOs); 0 for one member.
 [[nodiscard]] double communicatorBytes(const DeviceModel& device, std::int64_t members, LinkKind innermost, bool crossesNodes);

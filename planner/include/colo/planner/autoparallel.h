@@ -48,6 +48,7 @@ struct AutoParallelOptions {
   /// block whose kernels finish sooner waits for the host. 0: the host keeps ahead (CUDA graphs).
   double hostMicrosecondsPerOp = kEagerHostMicrosecondsPerOp;
   bool flashAttention = true;                 ///< fused attention kernels (false: unfused, as the plan's execution says)
+  bool flashAttention2 = false;               ///< with flashAttention: FlashAttention-2's kernels (Execution::flashAttention2)
   /// Megatron's own split (solved beside) joins the joint solve's candidates, so that the joint plan is
   /// never slower than it even where the sweep of memory prices misses the budget's exact point; false
   /// measures the per-operator sweep alone (what tests of the solver use).
