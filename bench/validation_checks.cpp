@@ -138,6 +138,9 @@ Result<void> checkSettings(const Json& settings, const std::string& file, const 
         if (auto parsed = parseDType(name); !parsed) return fail(Error::badInput(parsed.error().message, file, where));
       } else if (key == "recompute" || key == "selective_recompute") {
         if (auto parsed = parseRecompute(name); !parsed) return fail(Error::badInput(parsed.error().message, file, where));
+      } else if (key == "attention") {
+        Execution named;
+        if (!setAttention(named, name)) return bad("must be flash, flash2 or unfused");
       }
     } else if (key == "sequence_parallel" || key == "overlap_grad_reduce" || key == "overlap_param_gather" ||
                key == "tp_comm_overlap" || key == "no_grad_accumulation" || key == "fp32_params" ||

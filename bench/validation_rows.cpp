@@ -468,7 +468,7 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
   }
   auto flag = [&](const char* key) { return set.pick(key).is_boolean() && set.pick(key).get<bool>(); };
   const Json& attention = set.pick("attention");
-  if (!attention.is_string() || !setAttention(p.execution, attention.get<std::string>())) p.execution.flashAttention = false;
+  if (!attention.is_string() || !setAttention(p.execution, attention.get<std::string>())) (void)setAttention(p.execution, "unfused");
   // Overlaps the row states (Megatron's flags in `parallel.overlap`) win over assumed ones.
   const std::string overlap = lower(text(par, "overlap"));
   p.execution.overlapGradReduce = flag("overlap_grad_reduce") || has(overlap, "overlap-grad-reduce");

@@ -36,7 +36,7 @@ std::string layout(const Plan& p) {
   if (q.cp > 1) s += " cp" + std::to_string(q.cp);
   if (q.virtualStages > 1) s += " vpp" + std::to_string(q.virtualStages);
   s += ", gbs " + std::to_string(p.globalBatchSize) + ", recompute " + planner::recomputeSummary(p) + ", " +
-       (p.execution.flashAttention ? "fused" : "unfused") + " attention";
+       attentionName(p.execution) + " attention";
   return s;
 }
 

@@ -140,8 +140,11 @@ std::string megatron(const Plan& p) {
   if (p.precision == DType::kFp16) a << "--fp16 \\\n";
   if (p.precision == DType::kBf16 || p.precision == DType::kFp8) a << "--bf16 \\\n";
   if (p.precision == DType::kFp8) a << "--fp8-format hybrid \\\n";
-  // --use-flash-attn is still parsed but nothing reads it; the backend is chosen by --attention-backend.
-  a << "--attention-backend " << (p.execution.flashAttention ? "flash" : "unfused") << " \\\n";
+  // --use-flash-attn is still parsed but nothing reads it; the backend is chosen by --attention-backend:
+  // auto lets Transformer Engine take the GPU's fastest fused kernel (colo's flash), flash is the
+  // flash-attn package (FlashAttention-2 as pip installs it: colo's flash2).
+  const char* backend = !p.execution.flashAttention ? "unfused" : p.execution.flashAttention2 ? "flash" : "auto";
+  a << "--attention-backend " << backend << " \\\n";
   const auto r = summarize(p);
   if (r.policy == RecomputePolicy::kSelective) a << "--recompute-activations \\\n";
   if (r.policy == RecomputePolicy::kFull) {

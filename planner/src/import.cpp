@@ -348,6 +348,9 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
   p.zeroStage = r.has("--use-distributed-optimizer") ? 1 : 0;
   const std::string backend = r.text("--attention-backend").value_or("auto");
   p.execution.flashAttention = backend != "unfused" && backend != "local";
+  // flash: the flash-attn package's kernels (FlashAttention-2 as pip installs it); auto and fused:
+  // Transformer Engine's choice, cuDNN's fused attention from Hopper on.
+  p.execution.flashAttention2 = backend == "flash";
   p.execution.overlapGradReduce = r.has("--overlap-grad-reduce");
   p.execution.overlapParamGather = r.has("--overlap-param-gather");
   p.execution.tpCommOverlap = r.has("--tp-comm-overlap");

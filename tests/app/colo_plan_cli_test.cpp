@@ -495,6 +495,30 @@ TEST(ColoPlanTools, ImportTheJobYouRunThenSearchFromIt) {
   EXPECT_NE(wrongSize.err.find("not a multiple of tp x pp x cp"), std::string::npos) << wrongSize.err;
 }
 
+TEST(ColoPlanTools, TheAttentionKernelsOfAPlanCarryOverToItsSearchUnlessAskedOtherwise) {
+  // FlashAttention-2's kernels on an H100 cost more than the GPU's own fused kernels; a search from such a
+  // plan keeps them, and --attention replaces them. Every plan written is valid.
+  test::ScratchDir dir;
+  const std::string fa2 = dir.path("fa2.json"), native = dir.path("native.json");
+  const std::string base = "evaluate --model llama3-8b --cluster dgx-h100 --gpus 8 --zero 3 --mbs 2 --gbs 16 --seq-len 8192 --recompute op";
+  ASSERT_EQ(run(base + " --attention flash2 --out " + fa2).exitCode, 0);
+  ASSERT_EQ(run(base + " --out " + native).exitCode, 0);
+  EXPECT_EQ(test::loadJson(fa2)["execution"]["attention"], "flash2");
+  EXPECT_GT(test::loadJson(fa2)["predictions"]["step_time_s"].get<double>(),
+            test::loadJson(native)["predictions"]["step_time_s"].get<double>());
+  const std::string kept = dir.path("kept.json"), flash = dir.path("flash.json"), unfused = dir.path("unfused.json");
+  ASSERT_EQ(run("search --from-plan " + fa2 + " --quiet --top 1 --out " + kept).exitCode, 0);
+  EXPECT_EQ(test::loadJson(kept)["execution"]["attention"], "flash2");
+  ASSERT_EQ(run("search --from-plan " + fa2 + " --attention flash --quiet --top 1 --out " + flash).exitCode, 0);
+  EXPECT_EQ(test::loadJson(flash)["execution"]["attention"], "flash");
+  ASSERT_EQ(run("search --from-plan " + fa2 + " --attention unfused --quiet --top 1 --out " + unfused).exitCode, 0);
+  EXPECT_EQ(test::loadJson(unfused)["execution"]["attention"], "unfused");
+  for (const auto& f : {kept, flash, unfused}) EXPECT_EQ(run("evaluate --plan " + f).exitCode, 0) << f;
+  const auto bad = run(base + " --attention cudnn");
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find("expected flash, flash2 or unfused"), std::string::npos) << bad.err;
+}
+
 TEST(ColoPlanTools, ImportADeepSpeedLaunchScriptAsItIs) {
   // The example launch: shell variables, the deepspeed launcher (2 nodes x 8 GPUs), pretrain_gpt.py's
   // arguments and --deepspeed_config naming the config beside it. Nothing else is given.

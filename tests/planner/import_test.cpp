@@ -67,6 +67,7 @@ void expectSamePlan(const Plan& a, const Plan& b, const std::string& what, bool 
   }
   if (!execution) return;
   EXPECT_EQ(a.execution.flashAttention, b.execution.flashAttention);
+  EXPECT_EQ(a.execution.flashAttention2, b.execution.flashAttention2);
   EXPECT_EQ(a.execution.tpCommOverlap, b.execution.tpCommOverlap);
   EXPECT_EQ(a.execution.cpCommType, b.execution.cpCommType);
   EXPECT_EQ(a.execution.gradAccumulation, b.execution.gradAccumulation);
@@ -90,6 +91,8 @@ std::vector<Plan> roundTripPlans() {
   for (int s = 0; s < 14; ++s) plans[1].stages.push_back({6, RecomputePolicy::kFull, 2});
   plans[1].stages.push_back({8, RecomputePolicy::kFull, 2});
   plans[3].execution.cpCommType = CpCommType::kAllGather;
+  // The flash-attn package's kernels (--attention-backend flash), not Transformer Engine's choice (auto).
+  plans[2].execution.flashAttention2 = true;
   // Unequal middle stages (colo's balancing): Megatron's --pipeline-model-parallel-layout.
   Plan balanced = basePlan("llama3-70b", "dgx-h100-x64", 64, 8, 8, 1, 1, 1, 64, RecomputePolicy::kNone);
   const std::int64_t split[] = {9, 10, 10, 10, 10, 11, 11, 9};

@@ -80,6 +80,9 @@ void OperatorView::solveJoint() {
   options.seqLen = m_plan->seqLen;
   options.precision = m_plan->precision;
   options.maxMemoryFraction = m_fraction;
+  options.hostMicrosecondsPerOp = m_plan->execution.hostMicrosecondsPerOp;
+  options.flashAttention = m_plan->execution.flashAttention;
+  options.flashAttention2 = m_plan->execution.flashAttention2;
   const Model model = m_plan->model;
   const ClusterSpec cluster = m_plan->cluster;
   m_solve->setEnabled(false);

@@ -36,7 +36,7 @@ struct SearchOptions {
   DType precision = DType::kBf16;
   Optimizer optimizer = Optimizer::kAdamW;
   bool flashAttention = true;
-  Execution execution;                ///< overlaps etc. for every candidate (flashAttention overrides its attention)
+  Execution execution;                ///< overlaps etc. for every candidate (flashAttention overrides its attention; its flashAttention2 names the fused kernels)
   bool allowZeroBubble = false;       ///< consider the zb schedule (not all frameworks run it)
   bool allowOffload = true;           ///< consider optimizer offload when nothing else fits
   /// Only plans colo-run executes (colo/core/runnable.h): no cp, ep, zero-bubble or offload. Errors
