@@ -109,9 +109,7 @@ Offload readOffload(const JsonReader& o) {
 // Each choice is read through JsonReader::choice, which refuses any other name, so its parse succeeds.
 Execution readExecution(const JsonReader& e) {
   Execution x;
-  const std::string attention = e.choice("attention", {"flash", "flash2", "unfused"}, "flash");
-  x.flashAttention = attention != "unfused";
-  x.flashAttention2 = attention == "flash2";
+  (void)setAttention(x, e.choice("attention", {"flash", "flash2", "unfused"}, "flash"));
   x.overlapGradReduce = e.boolean("overlap_grad_reduce", true);
   x.overlapParamGather = e.boolean("overlap_param_gather", true);
   x.tpCommOverlap = e.boolean("tp_comm_overlap", false);
