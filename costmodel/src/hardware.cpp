@@ -55,7 +55,9 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision, bool flashAttention
     d.flashBwdEfficiency = 0.42;
     // FlashAttention-2's Ampere kernels on Hopper (no wgmma/TMA): docs/costmodel.md, "Which fused
     // attention kernel".
-    flash2 = {0.364, 0.348};  // 333 and 318 of 914.5 TFLOP/s (1,830 MHz)
+    // Forward: 333 of 914.5 TFLOP/s (causal, 1,830 MHz). Backward: 318 without the mask, times the
+    // causal/non-causal backward ratio of one PyTorch SDPA flash measurement (277.4/303.3 at 8k).
+    flash2 = {0.364, 0.318};
     d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.82;
     d.streamingProcessors = 132;
     d.sustainedClock = 0.88;  // ~1700-1750 of 1980 MHz boost at 700 W
@@ -66,7 +68,7 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision, bool flashAttention
     d.gemmEfficiency = precision == DType::kFp8 ? 0.60 : 0.542;
     d.flashFwdEfficiency = 0.55;
     d.flashBwdEfficiency = 0.42;
-    flash2 = {0.364, 0.348};  // provisional: Hopper's shares (no Blackwell figure published)
+    flash2 = {0.364, 0.318};  // provisional: Hopper's shares (no Blackwell figure published)
     d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.666;
     d.streamingProcessors = 148;
     d.sustainedClock = 0.90;

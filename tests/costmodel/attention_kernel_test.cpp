@@ -48,10 +48,11 @@ TEST(AttentionKernel, FlashAttention2RunsAtItsOwnShareOnHopperAndAsTheFusedKerne
   const auto hopper = deviceModel(native.cluster.gpu, DType::kBf16);
   const auto hopper2 = deviceModel(native.cluster.gpu, DType::kBf16, true);
   // The FlashAttention-3 paper's H100 figures at 1,830 MHz: FA2 333 TFLOP/s forward (causal, head dim
-  // 128, 8k) and 318 backward (the published backward is without the mask).
+  // 128, 8k) and 318 backward without the mask, which a causal backward reaches 277.4/303.3 of (PyTorch
+  // SDPA's flash kernel, head dim 128, 8k, one measurement with and without the mask).
   const double peakAtClock = hopper.peakFlopsPerSecond * 1830.0 / 1980.0;
   EXPECT_NEAR(hopper2.flashFwdEfficiency, 333e12 / peakAtClock, 0.002);
-  EXPECT_NEAR(hopper2.flashBwdEfficiency, 318e12 / peakAtClock, 0.002);
+  EXPECT_NEAR(hopper2.flashBwdEfficiency, 318e12 * (277.4 / 303.3) / peakAtClock, 0.002);
   EXPECT_LT(hopper2.flashFwdEfficiency, hopper.flashFwdEfficiency);
   EXPECT_LT(hopper2.flashBwdEfficiency, hopper.flashBwdEfficiency);
   EXPECT_EQ(hopper2.gemmEfficiency, hopper.gemmEfficiency);  // only the attention kernel changes
