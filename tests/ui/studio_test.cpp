@@ -2,6 +2,7 @@
 // background search reports through signals (finish, cancel, restart), a broken file shows its error
 // inline, a Pareto point selects its plan, and the main window renders GPT-3 175B on 1,024 GPUs to PNG.
 #include <QAbstractItemModelTester>
+#include <QComboBox>
 #include <QCoreApplication>
 #include <QDir>
 #include <QImage>
@@ -151,6 +152,40 @@ class StudioTest : public QObject {
     QTRY_COMPARE_WITH_TIMEOUT(finished.count(), 1, 30000);
     QVERIFY(w.candidates()->rowCount() > 0);
     QCOMPARE(QString::fromStdString(w.candidates()->candidate(0).plan.cluster.name), QString("dgx-h100-x64"));
+  }
+
+  // The attention-kernel control reaches every candidate: FlashAttention-2 on Hopper runs below the
+  // GPU's own fused kernels, so the same search's best plan is slower, and the plan it saves says so.
+  void attentionKernelsReachEveryCandidate() {
+    MainWindow w;
+    QVERIFY(w.openModel("llama2-7b"));
+    QVERIFY(w.openCluster("dgx-h100"));
+    w.setGlobalBatch(64);
+    auto* box = w.findChild<QComboBox*>("attention");
+    QVERIFY(box != nullptr);
+    QCOMPARE(box->currentData().toString(), QString("flash"));
+    QVERIFY(!w.setAttentionKernels("flash3"));
+    auto bestOf = [&](const QString& kernels) {
+      if (!w.setAttentionKernels(kernels)) QTest::qFail("unknown kernels", __FILE__, __LINE__);
+      w.startSearch();
+      w.runner()->waitForFinished();
+      QCoreApplication::processEvents();
+      return w.candidates()->rowCount() > 0 ? w.candidates()->candidate(0) : colo::planner::Candidate{};
+    };
+    const auto flash = bestOf("flash");
+    const auto flash2 = bestOf("flash2");
+    const auto unfused = bestOf("unfused");
+    QVERIFY(flash.evaluation.stepSeconds > 0 && flash2.evaluation.stepSeconds > 0 && unfused.evaluation.stepSeconds > 0);
+    QVERIFY(flash.plan.execution.flashAttention && !flash.plan.execution.flashAttention2);
+    QVERIFY(flash2.plan.execution.flashAttention && flash2.plan.execution.flashAttention2);
+    QVERIFY(!unfused.plan.execution.flashAttention);
+    QVERIFY2(flash2.evaluation.stepSeconds > flash.evaluation.stepSeconds,
+             qPrintable(QString("%1 vs %2").arg(flash2.evaluation.stepSeconds).arg(flash.evaluation.stepSeconds)));
+    w.selectCandidate(0);
+    QVERIFY(w.savePlan(m_dir.filePath("unfused.json")));
+    auto saved = colo::loadPlan(m_dir.filePath("unfused.json").toStdString());
+    QVERIFY(saved.has_value());
+    QCOMPARE(QString::fromStdString(colo::attentionName(saved->execution)), QString("unfused"));
   }
 
   void paretoPointSelectsItsPlan() {

@@ -33,6 +33,7 @@
 #include <QVBoxLayout>
 
 #include "colo/core/library.h"
+#include "colo/core/plan.h"
 #include "colo/core/units.h"
 #include "colo/costmodel/timeline.h"
 #include "colo/planner/baseline.h"
@@ -125,6 +126,17 @@ void MainWindow::addConstraintRows(QFormLayout* form) {
   // "auto": bf16 where the GPU has it, fp16 on GPUs without (V100), as colo-plan does.
   m_precision->addItems({"auto", "bf16", "fp16", "fp8", "fp32"});
   form->addRow("Precision", m_precision);
+  m_attention = new QComboBox();
+  m_attention->setObjectName("attention");
+  // The fused attention kernels every candidate runs, as colo-plan search --attention names them.
+  m_attention->addItem("flash (the GPU's fastest)", "flash");
+  m_attention->addItem("flash2 (FlashAttention-2)", "flash2");
+  m_attention->addItem("unfused", "unfused");
+  m_attention->setToolTip(
+      "flash: cuDNN's fused attention or FlashAttention-3 on Hopper and Blackwell, FlashAttention-2 before.\n"
+      "flash2: FlashAttention-2's kernels on any GPU (PyTorch's SDPA flash backend; slower on Hopper).\n"
+      "unfused: the attention scores are materialised (more time and memory).");
+  form->addRow("Attention kernels", m_attention);
   m_memoryFraction = new QDoubleSpinBox();
   m_memoryFraction->setRange(0.3, 1.0);
   m_memoryFraction->setSingleStep(0.05);
@@ -263,7 +275,7 @@ void MainWindow::connectSignals() {
   connect(m_trainTokens, &QLineEdit::textChanged, this, &MainWindow::budgetChanged);
   connect(m_price, &QDoubleSpinBox::valueChanged, this, &MainWindow::budgetChanged);
   connect(m_deadline, &QDoubleSpinBox::valueChanged, this, &MainWindow::budgetChanged);
-  for (auto* box : {m_fixTp, m_precision}) connect(box, &QComboBox::currentIndexChanged, this, &MainWindow::constraintsChanged);
+  for (auto* box : {m_fixTp, m_precision, m_attention}) connect(box, &QComboBox::currentIndexChanged, this, &MainWindow::constraintsChanged);
   connect(m_filterText, &QLineEdit::textChanged, m_filter, &QSortFilterProxyModel::setFilterFixedString);
   connect(m_fitsOnly, &QCheckBox::toggled, m_filter, &CandidatesFilter::setFitsOnly);
   connect(m_table->selectionModel(), &QItemSelectionModel::currentRowChanged, this, [this](const QModelIndex& current) {
@@ -420,6 +432,13 @@ void MainWindow::editCluster() {
 
 void MainWindow::setGlobalBatch(int samples) { m_gbs->setValue(samples); }
 
+bool MainWindow::setAttentionKernels(const QString& name) {
+  const int i = m_attention->findData(name);
+  if (i < 0) return false;
+  m_attention->setCurrentIndex(i);
+  return true;
+}
+
 void MainWindow::setTrainingBudget(const QString& tokens, double pricePerGpuHour, double deadlineDays) {
   m_trainTokens->setText(tokens);
   m_price->setValue(pricePerGpuHour);
@@ -460,6 +479,11 @@ planner::SearchOptions MainWindow::options() const {
     o.precision = *precision;
   } else if (m_loadedCluster) {
     o.precision = planner::defaultPrecision(m_loadedCluster->gpu);
+  }
+  Execution kernels;
+  if (setAttention(kernels, m_attention->currentData().toString().toStdString())) {
+    o.flashAttention = kernels.flashAttention;
+    o.execution.flashAttention2 = kernels.flashAttention2;
   }
   return o;
 }

@@ -49,6 +49,8 @@ class MainWindow : public QMainWindow {
   /// What a drop does: each file opens as a cluster when it says colo.cluster/, else as a model.
   void openFiles(const QStringList& files);
   void setGlobalBatch(int samples);
+  /// The attention kernels of every candidate: "flash", "flash2" or "unfused" (false for another name).
+  bool setAttentionKernels(const QString& name);
   /// Starts the planner in the background with the current constraints.
   void startSearch();
   void selectCandidate(int row);
@@ -117,6 +119,7 @@ class MainWindow : public QMainWindow {
   QSpinBox* m_seq = nullptr;
   QComboBox* m_fixTp = nullptr;
   QComboBox* m_precision = nullptr;
+  QComboBox* m_attention = nullptr;
   QDoubleSpinBox* m_memoryFraction = nullptr;
   QLineEdit* m_trainTokens = nullptr;
   QDoubleSpinBox* m_price = nullptr;
