@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -121,31 +122,19 @@ std::string isoNow() {
   return buffer;
 }
 
-// Builds a plan from the command line. Every option is checked; consistency is validatePlan's job.
-Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& argv) {
-  Plan plan;
-  if (!args.value("model")) return fail(Error::badInput("missing --model (or --plan FILE)"));
-  if (!args.value("cluster")) return fail(Error::badInput("missing --cluster (or --plan FILE)"));
-  auto inputs = loadModelAndCluster(args);
-  if (!inputs) return fail(inputs.error());
-  auto& [model, cluster] = *inputs;
-  plan.model = std::move(model);
-  plan.cluster = std::move(cluster);
+using PositiveInteger = std::function<Result<std::int64_t>(const std::string&, std::int64_t)>;
 
-  auto integer = [&](const std::string& name, std::int64_t fallback) { return args.positiveInteger(name, fallback); };
+// The parallel degrees (--tp --pp --cp --ep --etp --vpp --sp --dp, --rank-order); --dp defaults to what
+// fills the cluster.
+Result<void> parallelFromOptions(const Args& args, const PositiveInteger& integer, Plan& plan) {
   auto tp = integer("tp", 1);
   auto pp = integer("pp", 1);
   auto cp = integer("cp", 1);
   auto ep = integer("ep", 1);
   auto vpp = integer("vpp", 1);
-  auto mbs = integer("mbs", 1);
-  auto seq = integer("seq-len", plan.model.defaultSeqLen());
-  for (const auto* r : {&tp, &pp, &cp, &ep, &vpp, &mbs, &seq}) {
+  for (const auto* r : {&tp, &pp, &cp, &ep, &vpp}) {
     if (!*r) return fail(r->error());
   }
-  if (!args.has("gbs")) return fail(Error::badInput("missing --gbs (global batch size, samples per step)"));
-  auto gbs = integer("gbs", 1);
-  if (!gbs) return fail(gbs.error());
   plan.parallel.tp = *tp;
   plan.parallel.pp = *pp;
   plan.parallel.cp = *cp;
@@ -180,82 +169,79 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
       start = dash + 1;
     }
   }
-  plan.microBatchSize = *mbs;
-  plan.globalBatchSize = *gbs;
-  plan.seqLen = *seq;
-  if (auto z = args.value("zero")) {
-    if (*z != "0" && *z != "1" && *z != "2" && *z != "3") {
-      return fail(Error::badInput("--zero: expected 0, 1, 2 or 3, got \"" + *z + "\""));
-    }
-    plan.zeroStage = std::stoi(*z);
-  }
-  auto optimizer = parseOptimizer(args.value("optimizer", "adamw"));
-  if (!optimizer) return fail(Error::badInput("--optimizer: " + optimizer.error().message));
-  plan.optimizer = *optimizer;
-  auto policy = parseRecompute(args.value("recompute", "none"));
-  if (!policy) return fail(Error::badInput("--recompute: " + policy.error().message));
-  const std::string defaultSchedule = *vpp > 1 ? "interleaved" : "1f1b";
-  auto schedule = parseSchedule(args.value("schedule", defaultSchedule));
-  if (!schedule) return fail(Error::badInput("--schedule: " + schedule.error().message));
-  plan.schedule = *schedule;
-  auto precision = precisionOption(args, &plan.cluster);
-  if (!precision) return fail(precision.error());
-  plan.precision = *precision;
+  return {};
+}
+
+// How the step runs: attention kernels, overlaps, fusions, gradient accumulation and sync, the MoE
+// dispatcher, the float8 recipe and the host's time per op.
+Result<void> executionFromOptions(const Args& args, Execution& x) {
   const std::string attention = args.value("attention", "flash");
-  if (!setAttention(plan.execution, attention)) {
+  if (!setAttention(x, attention)) {
     return fail(Error::badInput("--attention: expected flash, flash2 or unfused, got \"" + attention + "\""));
   }
-  plan.execution.overlapGradReduce = !args.has("no-overlap-grad-reduce");
-  plan.execution.overlapParamGather = !args.has("no-overlap-param-gather");
-  plan.execution.tpCommOverlap = args.has("tp-comm-overlap") || args.has("tp-overlap");
+  x.overlapGradReduce = !args.has("no-overlap-grad-reduce");
+  x.overlapParamGather = !args.has("no-overlap-param-gather");
+  x.tpCommOverlap = args.has("tp-comm-overlap") || args.has("tp-overlap");
   if (auto method = args.value("tp-overlap")) {
     auto parsed = parseTpOverlap(*method);
     if (!parsed) return fail(Error::badInput("--tp-overlap: " + parsed.error().message));
-    plan.execution.tpOverlap = *parsed;
+    x.tpOverlap = *parsed;
   }
-  plan.execution.fp32Params = args.has("fp32-params");
-  plan.execution.fusedCrossEntropy = args.has("fused-cross-entropy");
-  plan.execution.fusedBiasGrad = args.has("fused-bias-grad");
-  plan.execution.teDummyWgrads = args.has("te-dummy-wgrads");
-  plan.execution.perParameterGathers = args.has("per-parameter-gathers");
-  plan.execution.crossEntropyInPlace = args.has("cross-entropy-in-place");
+  x.fp32Params = args.has("fp32-params");
+  x.fusedCrossEntropy = args.has("fused-cross-entropy");
+  x.fusedBiasGrad = args.has("fused-bias-grad");
+  x.teDummyWgrads = args.has("te-dummy-wgrads");
+  x.perParameterGathers = args.has("per-parameter-gathers");
+  x.crossEntropyInPlace = args.has("cross-entropy-in-place");
   if (auto cpComm = args.value("cp-comm-type")) {
     auto parsed = parseCpCommType(*cpComm);
     if (!parsed) return fail(Error::badInput("--cp-comm-type: " + parsed.error().message));
-    plan.execution.cpCommType = *parsed;
+    x.cpCommType = *parsed;
   }
   auto accumulation = parseGradAccumulation(args.value("grad-accumulation", "fused"));
   if (!accumulation) return fail(Error::badInput("--grad-accumulation: " + accumulation.error().message));
-  plan.execution.gradAccumulation = *accumulation;
+  x.gradAccumulation = *accumulation;
   auto sync = parseGradSync(args.value("grad-sync", "micro_batch"));
   if (!sync) return fail(Error::badInput("--grad-sync: " + sync.error().message));
-  plan.execution.gradSync = *sync;
+  x.gradSync = *sync;
   auto dispatcher = parseMoeDispatcher(args.value("moe-dispatcher", "alltoall"));
   if (!dispatcher) return fail(Error::badInput("--moe-dispatcher: " + dispatcher.error().message));
-  plan.execution.moeDispatcher = *dispatcher;
-  plan.execution.epCommOverlap = args.has("ep-comm-overlap");
+  x.moeDispatcher = *dispatcher;
+  x.epCommOverlap = args.has("ep-comm-overlap");
   auto recipe = parseFloat8Recipe(args.value("float8-recipe", "transformer_engine"));
   if (!recipe) return fail(Error::badInput("--float8-recipe: " + recipe.error().message));
-  plan.execution.float8Recipe = *recipe;
+  x.float8Recipe = *recipe;
   if (const auto text = args.value("host-us-per-op")) {
     char* end = nullptr;
     const double us = std::strtod(text->c_str(), &end);
     if (end == text->c_str() || *end != '\0' || !(us >= 0 && us <= 1e6)) {
       return fail(Error::badInput("--host-us-per-op: expected 0 to 1e6 microseconds, got \"" + *text + "\""));
     }
-    plan.execution.hostMicrosecondsPerOp = us;
+    x.hostMicrosecondsPerOp = us;
   }
+  return {};
+}
+
+// What offload keeps off the GPUs (--offload-optimizer, --offload-params) and where (--offload-target).
+Result<void> offloadFromOptions(const Args& args, Offload& offload) {
   auto offOpt = fractionOption(args, "offload-optimizer");
   if (!offOpt) return fail(offOpt.error());
   auto offParams = fractionOption(args, "offload-params");
   if (!offParams) return fail(offParams.error());
-  plan.offload.optimizerFraction = *offOpt;
-  plan.offload.paramsFraction = *offParams;
+  offload.optimizerFraction = *offOpt;
+  offload.paramsFraction = *offParams;
   const std::string target = args.value("offload-target", "cpu");
   if (target != "cpu" && target != "nvme") return fail(Error::badInput("--offload-target: expected cpu or nvme, got \"" + target + "\""));
-  plan.offload.target = target == "nvme" ? OffloadTarget::kNvme : OffloadTarget::kCpu;
+  offload.target = target == "nvme" ? OffloadTarget::kNvme : OffloadTarget::kCpu;
+  return {};
+}
 
-  const std::int64_t chunks = *pp * *vpp;
+// The pipeline chunks' layers (--stages, else an even split over pp*vpp) and their recompute
+// (--recompute, --recompute-layers).
+Result<void> stagesFromOptions(const Args& args, const PositiveInteger& integer, Plan& plan) {
+  auto policy = parseRecompute(args.value("recompute", "none"));
+  if (!policy) return fail(Error::badInput("--recompute: " + policy.error().message));
+  const std::int64_t chunks = plan.parallel.pp * plan.parallel.virtualStages;
   const std::int64_t layers = plan.model.numLayers();
   if (auto list = args.value("stages")) {
     std::size_t start = 0;
@@ -291,8 +277,56 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
     stage.recompute = *policy;
     stage.recomputeLayers = *policy == RecomputePolicy::kNone ? 0 : std::min(stage.layers, recomputeLayers.value_or(stage.layers));
   }
-  plan.name = plan.model.name() + " tp" + std::to_string(*tp) + " pp" + std::to_string(*pp) + " dp" +
-              std::to_string(plan.parallel.dp);
+  return {};
+}
+
+// Builds a plan from the command line. Every option is checked; consistency is validatePlan's job.
+Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& argv) {
+  Plan plan;
+  if (!args.value("model")) return fail(Error::badInput("missing --model (or --plan FILE)"));
+  if (!args.value("cluster")) return fail(Error::badInput("missing --cluster (or --plan FILE)"));
+  auto inputs = loadModelAndCluster(args);
+  if (!inputs) return fail(inputs.error());
+  auto& [model, cluster] = *inputs;
+  plan.model = std::move(model);
+  plan.cluster = std::move(cluster);
+
+  const PositiveInteger integer = [&](const std::string& name, std::int64_t fallback) {
+    return args.positiveInteger(name, fallback);
+  };
+  if (auto ok = parallelFromOptions(args, integer, plan); !ok) return fail(ok.error());
+  auto mbs = integer("mbs", 1);
+  auto seq = integer("seq-len", plan.model.defaultSeqLen());
+  for (const auto* r : {&mbs, &seq}) {
+    if (!*r) return fail(r->error());
+  }
+  if (!args.has("gbs")) return fail(Error::badInput("missing --gbs (global batch size, samples per step)"));
+  auto gbs = integer("gbs", 1);
+  if (!gbs) return fail(gbs.error());
+  plan.microBatchSize = *mbs;
+  plan.globalBatchSize = *gbs;
+  plan.seqLen = *seq;
+  if (auto z = args.value("zero")) {
+    if (*z != "0" && *z != "1" && *z != "2" && *z != "3") {
+      return fail(Error::badInput("--zero: expected 0, 1, 2 or 3, got \"" + *z + "\""));
+    }
+    plan.zeroStage = std::stoi(*z);
+  }
+  auto optimizer = parseOptimizer(args.value("optimizer", "adamw"));
+  if (!optimizer) return fail(Error::badInput("--optimizer: " + optimizer.error().message));
+  plan.optimizer = *optimizer;
+  const std::string defaultSchedule = plan.parallel.virtualStages > 1 ? "interleaved" : "1f1b";
+  auto schedule = parseSchedule(args.value("schedule", defaultSchedule));
+  if (!schedule) return fail(Error::badInput("--schedule: " + schedule.error().message));
+  plan.schedule = *schedule;
+  auto precision = precisionOption(args, &plan.cluster);
+  if (!precision) return fail(precision.error());
+  plan.precision = *precision;
+  if (auto ok = executionFromOptions(args, plan.execution); !ok) return fail(ok.error());
+  if (auto ok = offloadFromOptions(args, plan.offload); !ok) return fail(ok.error());
+  if (auto ok = stagesFromOptions(args, integer, plan); !ok) return fail(ok.error());
+  plan.name = plan.model.name() + " tp" + std::to_string(plan.parallel.tp) + " pp" + std::to_string(plan.parallel.pp) +
+              " dp" + std::to_string(plan.parallel.dp);
   std::string command = "colo-plan evaluate";
   for (const auto& a : argv) command += " " + a;
   plan.provenance.command = command;
