@@ -466,7 +466,7 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, 
   const std::pair<const char*, double> parts[] = {
       {"compute (forward + backward)", t.compute}, {"recompute", t.recompute}, {"tensor-parallel comm", t.tpComm},
       {"context-parallel comm", t.cpComm},         {"expert all-to-all", t.epComm}, {"pipeline send/recv", t.ppComm},
-      {"data-parallel comm (exposed)", t.dpComm},   {"pipeline bubble", t.bubble},  {"gradient accumulation", t.gradAccum}, {"parameter offload (PCIe)", t.offload},
+      {"data-parallel comm (exposed)", t.dpComm},   {"pipeline bubble", t.bubble},  {"gradient accumulation", t.gradAccum}, {"offload copies (PCIe)", t.offload},
       {"optimizer step", t.optimizer}};
   for (const auto& [name, value] : parts) {
     if (value <= 0) continue;

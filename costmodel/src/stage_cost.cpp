@@ -190,6 +190,24 @@ double zeroThreeSeconds(Collective kind, double bytes, double tensors, const Pla
 }
 }  // namespace
 
+double offloadedGradientCopies(const Plan& plan, const StageWork& w, const StateBytes& bytes) {
+  const double m = static_cast<double>(plan.numMicroBatches());
+  const double pcie = plan.cluster.pcieBytesPerSecond;
+  if (plan.zeroStage < 2 || plan.offload.optimizerFraction <= 0 || m <= 1 || pcie <= 0 || !gradientsSharded(plan)) return 0.0;
+  // ZeRO-Offload keeps the gradient partitions of the offloaded optimizer share in (pinned) host memory
+  // and sums the micro-batches into them through the GPU. DeepSpeed's ZeRO-3 (stage3.py,
+  // partition_grads): the first micro-batch copies its partition out; each later one copies the host
+  // sum in, adds on the GPU and copies it out again. Its ZeRO-2 (stage_1_and_2.py,
+  // async_accumulate_grad_in_cpu_via_gpu): one copy a micro-batch. Beyond the copy at the accumulation
+  // boundary, which the optimizer tail counts (stageTail), that is 2(m-1) copies a step under ZeRO-3 and
+  // m under ZeRO-2, on a side stream behind the backward. They stay in host memory even when the
+  // optimizer states live on NVMe, so they cross PCIe only.
+  const double perMicroBatch = plan.zeroStage >= 3 ? 2.0 * (m - 1.0) / m : 1.0;
+  const double partition = w.params / static_cast<double>(plan.parallel.dp * plan.parallel.cp);
+  const double copies = perMicroBatch * partition * plan.offload.optimizerFraction * bytes.gradient / pcie;
+  return std::max(0.1 * copies, copies - 0.8 * (w.bwd + w.rec));
+}
+
 StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, const DeviceModel& device,
                     const StateBytes& bytes, double pipelineHop) {
   StageTime t;
@@ -242,14 +260,16 @@ StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, 
                          offloadBytesPerSecond(plan, plan.cluster.pcieBytesPerSecond);
     t.offload = std::max(0.1 * fetch, fetch - 0.8 * (w.fwd + w.bwd + w.rec));
   }
+  t.offloadGradients = offloadedGradientCopies(plan, w, bytes);
   // Summing this micro-batch's gradients into the accumulated ones, after its backward: one pass over
   // the stage's local gradients (its shard under ZeRO >= 2) at HBM speed.
   const double shard = gradientsSharded(plan) ? static_cast<double>(gradRanks) : 1.0;
   t.accumulate = w.params / shard * bytes.accumulate / device.memoryBytesPerSecond;
   const double comm = w.tp + w.cp + w.ep;
   t.forward = w.fwd + w.commFwd + t.p2p / 2 + t.sharding / 3 + t.offload / 3;
-  t.backward = w.bwd + w.rec + (comm - w.commFwd) + t.p2p / 2 + t.sharding * 2 / 3 + t.offload * 2 / 3 + t.accumulate;
-  t.total = w.fwd + w.bwd + w.rec + comm + t.p2p + t.sharding + t.offload + t.accumulate;
+  t.backward = w.bwd + w.rec + (comm - w.commFwd) + t.p2p / 2 + t.sharding * 2 / 3 + t.offload * 2 / 3 +
+               t.offloadGradients + t.accumulate;
+  t.total = w.fwd + w.bwd + w.rec + comm + t.p2p + t.sharding + t.offload + t.offloadGradients + t.accumulate;
   return t;
 }
 

@@ -99,8 +99,12 @@ struct StageTime {
   double p2p = 0;
   double sharding = 0;    // ZeRO's collectives inside the step (ZeRO-3 gathers, ZeRO-2 pipeline reduce-scatters), exposed
   double offload = 0;     // offloaded parameters fetched over PCIe before each use, exposed
+  double offloadGradients = 0;  // ZeRO-Offload's per-micro-batch gradient copies to and from the host, exposed
   double accumulate = 0;
 };
+/// ZeRO-Offload's gradient copies between the GPU and the host partition they accumulate in, per
+/// micro-batch, exposed (docs/costmodel.md, "Offload").
+[[nodiscard]] double offloadedGradientCopies(const Plan& plan, const StageWork& w, const StateBytes& bytes);
 /// ZeRO-3's per-layer gathers and reduce-scatters (prefetched behind compute), the gradient
 /// accumulation pass and the pipeline hops, added to the stage's work.
 [[nodiscard]] StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, const DeviceModel& device,

@@ -62,7 +62,7 @@ struct TimeBreakdown {
   double dpComm = 0;      ///< exposed data-parallel gradient/parameter collectives (and ZeRO-3 gathers)
   double bubble = 0;      ///< pipeline fill and drain
   double gradAccum = 0;   ///< summing each micro-batch's gradients into the accumulated ones (execution.grad_accumulation)
-  double offload = 0;     ///< exposed host-to-device copies of offloaded parameters (offload.params_fraction)
+  double offload = 0;     ///< exposed PCIe copies inside the step: offloaded parameters fetched (offload.params_fraction), ZeRO-Offload's per-micro-batch gradient copies
   double optimizer = 0;
 };
 
