@@ -236,11 +236,9 @@ Result<void> offloadFromOptions(const Args& args, Offload& offload) {
   return {};
 }
 
-// The pipeline chunks' layers (--stages, else an even split over pp*vpp) and their recompute
-// (--recompute, --recompute-layers).
-Result<void> stagesFromOptions(const Args& args, const PositiveInteger& integer, Plan& plan) {
-  auto policy = parseRecompute(args.value("recompute", "none"));
-  if (!policy) return fail(Error::badInput("--recompute: " + policy.error().message));
+// The pipeline chunks' layers (--stages, else an even split over pp*vpp) and their recompute (the
+// parsed --recompute, --recompute-layers).
+Result<void> stagesFromOptions(const Args& args, const PositiveInteger& integer, RecomputePolicy policy, Plan& plan) {
   const std::int64_t chunks = plan.parallel.pp * plan.parallel.virtualStages;
   const std::int64_t layers = plan.model.numLayers();
   if (auto list = args.value("stages")) {
@@ -274,8 +272,8 @@ Result<void> stagesFromOptions(const Args& args, const PositiveInteger& integer,
     recomputeLayers = *n;
   }
   for (auto& stage : plan.stages) {
-    stage.recompute = *policy;
-    stage.recomputeLayers = *policy == RecomputePolicy::kNone ? 0 : std::min(stage.layers, recomputeLayers.value_or(stage.layers));
+    stage.recompute = policy;
+    stage.recomputeLayers = policy == RecomputePolicy::kNone ? 0 : std::min(stage.layers, recomputeLayers.value_or(stage.layers));
   }
   return {};
 }
@@ -294,7 +292,11 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   const PositiveInteger integer = [&](const std::string& name, std::int64_t fallback) {
     return args.positiveInteger(name, fallback);
   };
-  if (auto ok = parallelFromOptions(args, integer, plan); !ok) return fail(ok.error());
+  // The integers first, then the missing --gbs, then each part: the order of the checks, so of the
+  // first error reported, is the one users have seen.
+  for (const char* name : {"tp", "pp", "cp", "ep", "vpp"}) {
+    if (auto r = integer(name, 1); !r) return fail(r.error());
+  }
   auto mbs = integer("mbs", 1);
   auto seq = integer("seq-len", plan.model.defaultSeqLen());
   for (const auto* r : {&mbs, &seq}) {
@@ -303,6 +305,7 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   if (!args.has("gbs")) return fail(Error::badInput("missing --gbs (global batch size, samples per step)"));
   auto gbs = integer("gbs", 1);
   if (!gbs) return fail(gbs.error());
+  if (auto ok = parallelFromOptions(args, integer, plan); !ok) return fail(ok.error());
   plan.microBatchSize = *mbs;
   plan.globalBatchSize = *gbs;
   plan.seqLen = *seq;
@@ -315,6 +318,8 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   auto optimizer = parseOptimizer(args.value("optimizer", "adamw"));
   if (!optimizer) return fail(Error::badInput("--optimizer: " + optimizer.error().message));
   plan.optimizer = *optimizer;
+  auto policy = parseRecompute(args.value("recompute", "none"));
+  if (!policy) return fail(Error::badInput("--recompute: " + policy.error().message));
   const std::string defaultSchedule = plan.parallel.virtualStages > 1 ? "interleaved" : "1f1b";
   auto schedule = parseSchedule(args.value("schedule", defaultSchedule));
   if (!schedule) return fail(Error::badInput("--schedule: " + schedule.error().message));
@@ -324,7 +329,7 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   plan.precision = *precision;
   if (auto ok = executionFromOptions(args, plan.execution); !ok) return fail(ok.error());
   if (auto ok = offloadFromOptions(args, plan.offload); !ok) return fail(ok.error());
-  if (auto ok = stagesFromOptions(args, integer, plan); !ok) return fail(ok.error());
+  if (auto ok = stagesFromOptions(args, integer, *policy, plan); !ok) return fail(ok.error());
   plan.name = plan.model.name() + " tp" + std::to_string(plan.parallel.tp) + " pp" + std::to_string(plan.parallel.pp) +
               " dp" + std::to_string(plan.parallel.dp);
   std::string command = "colo-plan evaluate";

@@ -193,19 +193,25 @@ double zeroThreeSeconds(Collective kind, double bytes, double tensors, const Pla
 double offloadedGradientCopies(const Plan& plan, const StageWork& w, const StateBytes& bytes) {
   const double m = static_cast<double>(plan.numMicroBatches());
   const double pcie = plan.cluster.pcieBytesPerSecond;
-  if (plan.zeroStage < 2 || plan.offload.optimizerFraction <= 0 || m <= 1 || pcie <= 0 || !gradientsSharded(plan)) return 0.0;
+  if (plan.zeroStage < 2 || plan.offload.optimizerFraction <= 0 || pcie <= 0 || !gradientsSharded(plan)) return 0.0;
   // ZeRO-Offload keeps the gradient partitions of the offloaded optimizer share in (pinned) host memory
-  // and sums the micro-batches into them through the GPU. DeepSpeed's ZeRO-3 (stage3.py,
-  // partition_grads): the first micro-batch copies its partition out; each later one copies the host
-  // sum in, adds on the GPU and copies it out again. Its ZeRO-2 (stage_1_and_2.py,
-  // async_accumulate_grad_in_cpu_via_gpu): one copy a micro-batch. Beyond the copy at the accumulation
-  // boundary, which the optimizer tail counts (stageTail), that is 2(m-1) copies a step under ZeRO-3 and
-  // m under ZeRO-2, on a side stream behind the backward. They stay in host memory even when the
+  // at the model's 16-bit width and sums the micro-batches into them through the GPU. DeepSpeed's ZeRO-3
+  // (stage3.py, partition_grads; the partition buffer is on the CPU when the optimizer is offloaded):
+  // the first micro-batch copies its partition out and back in (a device buffer for what follows); each
+  // later one copies the host sum in, adds on the GPU and copies it out. Two copies a micro-batch. Its
+  // ZeRO-2 (stage_1_and_2.py, async_accumulate_grad_in_cpu_via_gpu, with gradient accumulation only):
+  // one copy a micro-batch. The fp32 copy at the accumulation boundary is the optimizer tail's
+  // (stageTail). They run on a side stream behind the backward and stay in host memory even when the
   // optimizer states live on NVMe, so they cross PCIe only.
-  const double perMicroBatch = plan.zeroStage >= 3 ? 2.0 * (m - 1.0) / m : 1.0;
-  const double partition = w.params / static_cast<double>(plan.parallel.dp * plan.parallel.cp);
-  const double copies = perMicroBatch * partition * plan.offload.optimizerFraction * bytes.gradient / pcie;
-  return std::max(0.1 * copies, copies - 0.8 * (w.bwd + w.rec));
+  const double copies = plan.zeroStage >= 3 ? 2.0 : (m > 1 ? 1.0 : 0.0);
+  if (copies == 0) return 0.0;
+  // The GPU's partition, as the memory model shards it: expert parameters over the expert-data-parallel
+  // ranks, the rest over dp x cp.
+  const double shard = static_cast<double>(plan.parallel.dp * plan.parallel.cp);
+  const double expertShard = std::max<double>(1.0, static_cast<double>(plan.parallel.expertDp()));
+  const double partition = (w.params - w.expertParams) / shard + w.expertParams / expertShard;
+  const double seconds = copies * partition * plan.offload.optimizerFraction * bytes.gathered / pcie;
+  return std::max(0.1 * seconds, seconds - 0.8 * (w.bwd + w.rec));
 }
 
 StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, const DeviceModel& device,

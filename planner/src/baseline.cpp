@@ -44,7 +44,8 @@ std::string toString(Baseline b) {
 }
 
 Result<BaselinePlan> baselinePlan(Baseline baseline, const Model& model, const ClusterSpec& cluster,
-                                  std::int64_t gbs, std::int64_t seqLen, DType precision, double maxMemoryFraction) {
+                                  std::int64_t gbs, std::int64_t seqLen, DType precision, double maxMemoryFraction,
+                                  const Execution& kernels) {
   const std::int64_t gpus = cluster.totalGpus();
   const std::int64_t layers = model.numLayers();
   const std::int64_t seq = seqLen > 0 ? seqLen : model.defaultSeqLen();
@@ -55,6 +56,8 @@ Result<BaselinePlan> baselinePlan(Baseline baseline, const Model& model, const C
   base.seqLen = seq;
   base.globalBatchSize = gbs;
   base.precision = precision;
+  base.execution.flashAttention = kernels.flashAttention;
+  base.execution.flashAttention2 = kernels.flashAttention2;
   BaselinePlan out;
   auto finish = [&](Plan p, std::string rules) -> Result<BaselinePlan> {
     if (auto valid = validatePlan(p); !valid) return fail(valid.error());

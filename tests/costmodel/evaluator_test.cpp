@@ -1011,10 +1011,10 @@ TEST(Evaluator, OffloadedParametersCrossPcieBeforeEveryUse) {
   const double pcie = p.cluster.pcieBytesPerSecond;
   const double fetch = 3 * params * 2 / pcie;  // per micro-batch
   const double compute = (off.time.compute + off.time.recompute) / 16;
-  // Beside the fetches, the fp32 gradient partition's copies in and out of the host (2 x 15 of the 16
-  // micro-batches; ZeroOffloadSumsEveryMicroBatchsGradientsThroughTheGpu), behind the backward.
+  // Beside the fetches, the 16-bit gradient partition's two copies between the host and the GPU each
+  // micro-batch (ZeroOffloadSumsEveryMicroBatchsGradientsThroughTheGpu), behind the backward.
   const double backward = compute - off.time.compute / 16 / 3;
-  const double copies = 2.0 * 15 / 16 * params * 4 / pcie;
+  const double copies = 2.0 * params * 2 / pcie;
   EXPECT_NEAR(off.time.offload,
               16 * (std::max(0.1 * fetch, fetch - 0.8 * compute) + std::max(0.1 * copies, copies - 0.8 * backward)),
               1e-3 * off.time.offload);
@@ -1022,11 +1022,11 @@ TEST(Evaluator, OffloadedParametersCrossPcieBeforeEveryUse) {
 }
 
 TEST(Evaluator, ZeroOffloadSumsEveryMicroBatchsGradientsThroughTheGpu) {
-  // DeepSpeed keeps the gradient partitions of an offloaded optimizer in host memory and sums each
-  // micro-batch into them through the GPU: under ZeRO-3 the first micro-batch copies its partition out,
-  // every later one copies the sum in and out again (2(m-1) copies a step beyond the boundary's); under
-  // ZeRO-2 one copy a micro-batch. With one micro-batch only the boundary copy (the optimizer tail) is
-  // left. Nothing changes without optimizer offload or when gradients are synced once per step.
+  // DeepSpeed keeps the gradient partitions of an offloaded optimizer in host memory, at the model's
+  // 16-bit width, and sums each micro-batch into them through the GPU: under ZeRO-3 two copies a
+  // micro-batch (the first out and back in, each later one in and out), also with one micro-batch;
+  // under ZeRO-2 one copy a micro-batch with gradient accumulation, none without. Nothing changes
+  // without optimizer offload or when gradients are synced once per step.
   Plan p = makePlan("gpt3-13b", "dgx-a100-80gb", 1, 1, 1, 16, 1);
   p.zeroStage = 3;
   const double pcie = p.cluster.pcieBytesPerSecond;
@@ -1035,23 +1035,25 @@ TEST(Evaluator, ZeroOffloadSumsEveryMicroBatchsGradientsThroughTheGpu) {
   p.offload.optimizerFraction = 0.5;
   const Evaluation three = evaluateOrFail(p);
   const double params = three.stages[0].paramsPerGpu;
-  const double backward = three.time.compute * 2 / 3 / 16;  // forward : backward = 1 : 2
+  const double backward = three.time.compute * 2 / 3 / 16;  // forward : backward about 1 : 2
   auto exposed = [&](double copies) { return std::max(0.1 * copies, copies - 0.8 * backward); };
-  const double zero3 = 2.0 * 15 / 16 * params * 0.5 * 4 / pcie;
-  EXPECT_GT(zero3, backward);  // 6.5 GB each way over PCIe outlasts a micro-batch's backward here
+  const double zero3 = 2.0 * params * 0.5 * 2 / pcie;  // two copies of 6.5 G parameters at 2 B
+  EXPECT_GT(zero3, backward);                            // they outlast a micro-batch's backward here
   // (The backward here is estimated as two thirds of the compute: 1% tolerance.)
   EXPECT_NEAR(three.time.offload, 16 * exposed(zero3), 1e-2 * three.time.offload);
   EXPECT_GT(three.stepSeconds, resident.stepSeconds + 0.9 * three.time.offload);
+  Plan once3 = p;
+  once3.globalBatchSize = 1;
+  EXPECT_GT(evaluateOrFail(once3).time.offload, 0);  // ZeRO-3 copies out and back in even then
 
   p.zeroStage = 2;
   const Evaluation two = evaluateOrFail(p);
-  const double zero2 = params * 0.5 * 4 / pcie;
+  const double zero2 = params * 0.5 * 2 / pcie;
   EXPECT_NEAR(two.time.offload, 16 * exposed(zero2), 1e-2 * two.time.offload);
-  // Both outlast the backward they hide behind, so they differ by exactly the copies' difference.
-  EXPECT_NEAR(three.time.offload - two.time.offload, 16 * (zero3 - zero2), 1e-6 * three.time.offload);
+  EXPECT_LT(two.time.offload, three.time.offload);
 
   Plan once = p;
-  once.globalBatchSize = 1;  // one micro-batch: only the boundary copy, in the optimizer tail
+  once.globalBatchSize = 1;  // one micro-batch: ZeRO-2 copies only at the boundary (the optimizer tail)
   EXPECT_EQ(evaluateOrFail(once).time.offload, 0);
   Plan step = p;
   step.execution.gradSync = GradSync::kStep;  // whole gradients, reduced and copied once

@@ -182,6 +182,9 @@ class StudioTest : public QObject {
     QVERIFY2(flash2.evaluation.stepSeconds > flash.evaluation.stepSeconds,
              qPrintable(QString("%1 vs %2").arg(flash2.evaluation.stepSeconds).arg(flash.evaluation.stepSeconds)));
     w.selectCandidate(0);
+    // The Megatron-style baseline runs the same kernels: its differences never name the attention.
+    const QString comparison = w.comparisonMarkdown();
+    QVERIFY2(comparison.contains("Differences") && !comparison.contains("attention flash ->"), qPrintable(comparison));
     QVERIFY(w.savePlan(m_dir.filePath("unfused.json")));
     auto saved = colo::loadPlan(m_dir.filePath("unfused.json").toStdString());
     QVERIFY(saved.has_value());

@@ -563,7 +563,7 @@ QString MainWindow::comparisonMarkdown() const {
   if (m_selected < 0 || !m_loadedModel || !m_loadedCluster) return "Select a plan.";
   const planner::Candidate& c = m_model->candidate(m_selected);
   auto base = planner::baselinePlan(planner::Baseline::kMegatron, *m_loadedModel, *m_loadedCluster, c.plan.globalBatchSize,
-                                    c.plan.seqLen, c.plan.precision, m_memoryFraction->value());
+                                    c.plan.seqLen, c.plan.precision, m_memoryFraction->value(), c.plan.execution);
   QString md = q("# " + m_loadedModel->name() + " on " + m_loadedCluster->name + "\n\n");
   if (!base) return md + q("No Megatron-style baseline: " + base.error().toString());
   auto row = [](const char* what, const std::string& a, const std::string& b) { return q(std::string("| ") + what + " | " + a + " | " + b + " |\n"); };
