@@ -2,7 +2,6 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
-#include <functional>
 #include <map>
 #include <sstream>
 
@@ -122,16 +121,14 @@ std::string isoNow() {
   return buffer;
 }
 
-using PositiveInteger = std::function<Result<std::int64_t>(const std::string&, std::int64_t)>;
-
 // The parallel degrees (--tp --pp --cp --ep --etp --vpp --sp --dp, --rank-order); --dp defaults to what
 // fills the cluster.
-Result<void> parallelFromOptions(const Args& args, const PositiveInteger& integer, Plan& plan) {
-  auto tp = integer("tp", 1);
-  auto pp = integer("pp", 1);
-  auto cp = integer("cp", 1);
-  auto ep = integer("ep", 1);
-  auto vpp = integer("vpp", 1);
+Result<void> parallelFromOptions(const Args& args, Plan& plan) {
+  auto tp = args.positiveInteger("tp", 1);
+  auto pp = args.positiveInteger("pp", 1);
+  auto cp = args.positiveInteger("cp", 1);
+  auto ep = args.positiveInteger("ep", 1);
+  auto vpp = args.positiveInteger("vpp", 1);
   for (const auto* r : {&tp, &pp, &cp, &ep, &vpp}) {
     if (!*r) return fail(r->error());
   }
@@ -140,7 +137,7 @@ Result<void> parallelFromOptions(const Args& args, const PositiveInteger& intege
   plan.parallel.cp = *cp;
   plan.parallel.ep = *ep;
   if (args.has("etp")) {
-    auto etp = integer("etp", 1);
+    auto etp = args.positiveInteger("etp", 1);
     if (!etp) return fail(etp.error());
     plan.parallel.etp = *etp;
   }
@@ -148,7 +145,7 @@ Result<void> parallelFromOptions(const Args& args, const PositiveInteger& intege
   plan.parallel.sequenceParallel = args.has("sp");
   const std::int64_t gpus = plan.cluster.totalGpus();
   if (args.has("dp")) {
-    auto dp = integer("dp", 1);
+    auto dp = args.positiveInteger("dp", 1);
     if (!dp) return fail(dp.error());
     plan.parallel.dp = *dp;
   } else {
@@ -238,7 +235,7 @@ Result<void> offloadFromOptions(const Args& args, Offload& offload) {
 
 // The pipeline chunks' layers (--stages, else an even split over pp*vpp) and their recompute (the
 // parsed --recompute, --recompute-layers).
-Result<void> stagesFromOptions(const Args& args, const PositiveInteger& integer, RecomputePolicy policy, Plan& plan) {
+Result<void> stagesFromOptions(const Args& args, RecomputePolicy policy, Plan& plan) {
   const std::int64_t chunks = plan.parallel.pp * plan.parallel.virtualStages;
   const std::int64_t layers = plan.model.numLayers();
   if (auto list = args.value("stages")) {
@@ -267,7 +264,7 @@ Result<void> stagesFromOptions(const Args& args, const PositiveInteger& integer,
   }
   std::optional<std::int64_t> recomputeLayers;
   if (args.has("recompute-layers")) {
-    auto n = integer("recompute-layers", 1);
+    auto n = args.positiveInteger("recompute-layers", 1);
     if (!n) return fail(n.error());
     recomputeLayers = *n;
   }
@@ -289,23 +286,20 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   plan.model = std::move(model);
   plan.cluster = std::move(cluster);
 
-  const PositiveInteger integer = [&](const std::string& name, std::int64_t fallback) {
-    return args.positiveInteger(name, fallback);
-  };
   // The integers first, then the missing --gbs, then each part: the order of the checks, so of the
   // first error reported, is the one users have seen.
   for (const char* name : {"tp", "pp", "cp", "ep", "vpp"}) {
-    if (auto r = integer(name, 1); !r) return fail(r.error());
+    if (auto r = args.positiveInteger(name, 1); !r) return fail(r.error());
   }
-  auto mbs = integer("mbs", 1);
-  auto seq = integer("seq-len", plan.model.defaultSeqLen());
+  auto mbs = args.positiveInteger("mbs", 1);
+  auto seq = args.positiveInteger("seq-len", plan.model.defaultSeqLen());
   for (const auto* r : {&mbs, &seq}) {
     if (!*r) return fail(r->error());
   }
   if (!args.has("gbs")) return fail(Error::badInput("missing --gbs (global batch size, samples per step)"));
-  auto gbs = integer("gbs", 1);
+  auto gbs = args.positiveInteger("gbs", 1);
   if (!gbs) return fail(gbs.error());
-  if (auto ok = parallelFromOptions(args, integer, plan); !ok) return fail(ok.error());
+  if (auto ok = parallelFromOptions(args, plan); !ok) return fail(ok.error());
   plan.microBatchSize = *mbs;
   plan.globalBatchSize = *gbs;
   plan.seqLen = *seq;
@@ -329,7 +323,7 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   plan.precision = *precision;
   if (auto ok = executionFromOptions(args, plan.execution); !ok) return fail(ok.error());
   if (auto ok = offloadFromOptions(args, plan.offload); !ok) return fail(ok.error());
-  if (auto ok = stagesFromOptions(args, integer, *policy, plan); !ok) return fail(ok.error());
+  if (auto ok = stagesFromOptions(args, *policy, plan); !ok) return fail(ok.error());
   plan.name = plan.model.name() + " tp" + std::to_string(plan.parallel.tp) + " pp" + std::to_string(plan.parallel.pp) +
               " dp" + std::to_string(plan.parallel.dp);
   std::string command = "colo-plan evaluate";

@@ -190,6 +190,12 @@ double zeroThreeSeconds(Collective kind, double bytes, double tensors, const Pla
 }
 }  // namespace
 
+double shardedParams(const Plan& plan, const StageWork& w) {
+  const double shard = static_cast<double>(plan.parallel.dp * plan.parallel.cp);
+  const double expertShard = std::max<double>(1.0, static_cast<double>(plan.parallel.expertDp()));
+  return (w.params - w.expertParams) / shard + w.expertParams / expertShard;
+}
+
 double offloadedGradientCopies(const Plan& plan, const StageWork& w, const StateBytes& bytes) {
   const double m = static_cast<double>(plan.numMicroBatches());
   const double pcie = plan.cluster.pcieBytesPerSecond;
@@ -205,12 +211,7 @@ double offloadedGradientCopies(const Plan& plan, const StageWork& w, const State
   // optimizer states live on NVMe, so they cross PCIe only.
   const double copies = plan.zeroStage >= 3 ? 2.0 : (m > 1 ? 1.0 : 0.0);
   if (copies == 0) return 0.0;
-  // The GPU's partition, as the memory model shards it: expert parameters over the expert-data-parallel
-  // ranks, the rest over dp x cp.
-  const double shard = static_cast<double>(plan.parallel.dp * plan.parallel.cp);
-  const double expertShard = std::max<double>(1.0, static_cast<double>(plan.parallel.expertDp()));
-  const double partition = (w.params - w.expertParams) / shard + w.expertParams / expertShard;
-  const double seconds = copies * partition * plan.offload.optimizerFraction * bytes.gathered / pcie;
+  const double seconds = copies * shardedParams(plan, w) * plan.offload.optimizerFraction * bytes.gathered / pcie;
   return std::max(0.1 * seconds, seconds - 0.8 * (w.bwd + w.rec));
 }
 

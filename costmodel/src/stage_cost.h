@@ -102,6 +102,9 @@ struct StageTime {
   double offloadGradients = 0;  // ZeRO-Offload's per-micro-batch gradient copies to and from the host, exposed
   double accumulate = 0;
 };
+/// The stage's parameters one GPU holds when ZeRO shards them: expert parameters over the
+/// expert-data-parallel ranks (tp x cp x dp / (expert_tp x ep)), the rest over dp x cp.
+[[nodiscard]] double shardedParams(const Plan& plan, const StageWork& w);
 /// ZeRO-Offload's gradient copies between the GPU and the host partition they accumulate in, per
 /// micro-batch, exposed (docs/costmodel.md, "Offload").
 [[nodiscard]] double offloadedGradientCopies(const Plan& plan, const StageWork& w, const StateBytes& bytes);

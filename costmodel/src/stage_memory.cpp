@@ -77,11 +77,8 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   // Model states. Expert parameters are replicated only across the expert-data-parallel ranks
   // (tp x cp x dp / (expert_tp x ep); dp x cp / ep with expert_tp = tp), and ZeRO shards their states
   // over those (Megatron-Core's expert data-parallel group).
-  const double shard = static_cast<double>(par.dp * par.cp);
-  const double expertShard = std::max<double>(1.0, static_cast<double>(par.expertDp()));
-  auto sharded = [&](double bytesPerParam, bool on) {
-    return on ? ((w.params - w.expertParams) / shard + w.expertParams / expertShard) * bytesPerParam : w.params * bytesPerParam;
-  };
+  const double shardParams = shardedParams(plan, w);
+  auto sharded = [&](double bytesPerParam, bool on) { return (on ? shardParams : w.params) * bytesPerParam; };
   mem.weights = sharded(bytes.weight, plan.zeroStage >= 3) * (1.0 - plan.offload.paramsFraction);
   // A ZeRO-3 stage that stays gathered from its first forward to its last backward (no reshard between
   // micro-batches) holds the whole stage unsharded beside its shards.
