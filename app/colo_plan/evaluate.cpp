@@ -3,6 +3,7 @@
 #include <cmath>
 #include <ctime>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "args.h"
@@ -397,7 +398,39 @@ std::string renderSources(const Plan& plan, const costmodel::Evaluation& e) {
   return o.str();
 }
 
-std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, const costmodel::RunCalibration* calibration) {
+// Where the step's time goes, and each pipeline stage's memory by kind with a gauge of the GPU.
+std::string renderBreakdown(const costmodel::Evaluation& ev) {
+  std::ostringstream out;
+  const auto& t = ev.time;
+  TextTable time({"where the step goes", "seconds", "share"}, {false, true, true});
+  const std::pair<const char*, double> parts[] = {
+      {"compute (forward + backward)", t.compute}, {"recompute", t.recompute}, {"tensor-parallel comm", t.tpComm},
+      {"context-parallel comm", t.cpComm},         {"expert all-to-all", t.epComm}, {"pipeline send/recv", t.ppComm},
+      {"data-parallel comm (exposed)", t.dpComm},   {"pipeline bubble", t.bubble},  {"gradient accumulation", t.gradAccum}, {"offload copies (PCIe)", t.offload},
+      {"optimizer step", t.optimizer}};
+  for (const auto& [name, value] : parts) {
+    if (value <= 0) continue;
+    time.addRow({name, formatFixed(value, 4), formatFixed(100 * value / ev.stepSeconds, 1) + "%"});
+  }
+  out << time.render("  ");
+  TextTable mem({"stage", "layers", "weights", "grads", "optimizer", "activations", "buffers", "other", "total", ""},
+                {true, true, true, true, true, true, true, true, true, false});
+  for (const auto& s : ev.stages) {
+    const auto& m = s.memory;
+    const int bar = static_cast<int>(std::round(20.0 * std::min(1.5, m.total() / ev.gpuMemoryBytes)));
+    std::string gauge = std::string(static_cast<std::size_t>(std::min(bar, 20)), '#');
+    gauge.resize(20, '.');
+    if (bar > 20) gauge += std::string(static_cast<std::size_t>(bar - 20), '!');
+    mem.addRow({std::to_string(s.stage), std::to_string(s.layers), formatBytes(m.weights), formatBytes(m.gradients),
+                formatBytes(m.optimizer), formatBytes(m.activations), formatBytes(m.buffers),
+                formatBytes(m.allocator + m.context), formatBytes(m.total()), "|" + gauge + "|"});
+  }
+  out << mem.render("  ");
+  return out.str();
+}
+
+// The plan in one line: its layout and the execution choices that move its time or memory.
+std::string planHeadline(const Plan& plan, const costmodel::Evaluation& ev) {
   std::ostringstream out;
   const auto& p = plan.parallel;
   out << "plan      " << plan.model.name() << " on " << clusterLabel(plan.cluster) << ": tp " << p.tp << " pp " << p.pp << " dp " << p.dp;
@@ -429,6 +462,12 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, 
               : "")
       << (plan.execution.moeDispatcher == MoeDispatcher::kDeepEp ? ", DeepEP dispatch" : "")
       << (plan.execution.epCommOverlap ? ", expert all-to-alls overlapped" : "") << "\n";
+  return out.str();
+}
+
+std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, const costmodel::RunCalibration* calibration) {
+  std::ostringstream out;
+  out << planHeadline(plan, ev);
   // A calibrated prediction has no band from the development runs: it says what it was calibrated on.
   const costmodel::PredictionBands bands = calibration ? costmodel::PredictionBands{} : costmodel::bandsOf(plan, ev);
   std::string note = bands.time ? " (" + bands.time->describe() + ")" : "";
@@ -460,33 +499,158 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, 
     out << "nvme      " << formatBytes(ev.nvmeBytesPerNode) << " of offloaded states per node on "
         << formatBytes(plan.cluster.nvmeCapacityBytes) << " of NVMe: " << (ev.fitsHost ? "fits" : "DOES NOT FIT") << "\n";
   }
-  const auto& t = ev.time;
-  TextTable time({"where the step goes", "seconds", "share"}, {false, true, true});
-  const std::pair<const char*, double> parts[] = {
-      {"compute (forward + backward)", t.compute}, {"recompute", t.recompute}, {"tensor-parallel comm", t.tpComm},
-      {"context-parallel comm", t.cpComm},         {"expert all-to-all", t.epComm}, {"pipeline send/recv", t.ppComm},
-      {"data-parallel comm (exposed)", t.dpComm},   {"pipeline bubble", t.bubble},  {"gradient accumulation", t.gradAccum}, {"offload copies (PCIe)", t.offload},
-      {"optimizer step", t.optimizer}};
-  for (const auto& [name, value] : parts) {
-    if (value <= 0) continue;
-    time.addRow({name, formatFixed(value, 4), formatFixed(100 * value / ev.stepSeconds, 1) + "%"});
-  }
-  out << time.render("  ");
-  TextTable mem({"stage", "layers", "weights", "grads", "optimizer", "activations", "buffers", "other", "total", ""},
-                {true, true, true, true, true, true, true, true, true, false});
-  for (const auto& s : ev.stages) {
-    const auto& m = s.memory;
-    const int bar = static_cast<int>(std::round(20.0 * std::min(1.5, m.total() / ev.gpuMemoryBytes)));
-    std::string gauge = std::string(static_cast<std::size_t>(std::min(bar, 20)), '#');
-    gauge.resize(20, '.');
-    if (bar > 20) gauge += std::string(static_cast<std::size_t>(bar - 20), '!');
-    mem.addRow({std::to_string(s.stage), std::to_string(s.layers), formatBytes(m.weights), formatBytes(m.gradients),
-                formatBytes(m.optimizer), formatBytes(m.activations), formatBytes(m.buffers),
-                formatBytes(m.allocator + m.context), formatBytes(m.total()), "|" + gauge + "|"});
-  }
-  out << mem.render("  ");
+  out << renderBreakdown(ev);
   return out.str();
 }
+
+// With --plan the plan comes from the file: options that would change it are refused.
+Result<void> rejectPlanEdits(const Args& args) {
+  static const std::set<std::string> kOutputOptions = {
+      "plan", "json", "out", "simulate", "timeline", "costdb", "explain", "ops", "calibration",
+      "train-tokens", "price-per-gpu-hour", "deadline-days"};
+  for (const auto& spec : evaluateOptions()) {
+    if (!kOutputOptions.contains(spec.name) && args.has(spec.name)) {
+      return fail(Error::badInput("--" + spec.name + " cannot be combined with --plan (edit the plan file instead)"));
+    }
+  }
+  return {};
+}
+
+// A per-operator plan (colo-plan autoparallel --out) is re-costed operator by operator.
+int printOperatorPlanFile(const Plan& plan, const std::string& file, const Args& args, std::ostream& out,
+                          std::ostream& err) {
+  auto op = planner::evaluateOperatorPlan(plan, file);
+  if (!op) return reportError(op.error(), err);
+  if (args.has("json")) {
+    out << op->toJson().dump(2) << "\n";
+    return 0;
+  }
+  out << "plan      " << file << ": " << plan.model.name() << " on " << clusterLabel(plan.cluster)
+      << ", per-operator plan (the degree fields: tp " << plan.parallel.tp << " pp " << plan.parallel.pp << " dp "
+      << plan.parallel.dp << (op->runnable ? ", its equivalent" : ", Megatron's split beside it") << ")\n";
+  printOperatorPlan(*op, out);
+  return 0;
+}
+
+// The plan with its predictions and provenance, as --out writes it.
+Plan withPredictions(Plan plan, const costmodel::Evaluation& ev, const costmodel::CostDatabase* costDb) {
+  plan.predictions.stepTimeSeconds = ev.stepSeconds;
+  plan.predictions.tokensPerSecond = ev.tokensPerSecond;
+  plan.predictions.modelTflopsPerGpu = ev.modelTflopsPerGpu;
+  plan.predictions.hardwareTflopsPerGpu = ev.hardwareTflopsPerGpu;
+  plan.predictions.mfu = ev.mfu;
+  plan.predictions.peakMemoryBytes = ev.peakMemoryBytes;
+  plan.predictions.fits = ev.fits;
+  plan.predictions.bubbleFraction = ev.bubbleFraction;
+  plan.predictions.breakdown = ev.toJson()["breakdown"];
+  plan.provenance.toolVersion = kVersion;
+  plan.provenance.createdAt = isoNow();
+  plan.provenance.modelHash = contentHash(plan.model.toJson());
+  plan.provenance.clusterHash = contentHash(clusterToJson(plan.cluster));
+  plan.provenance.costDbHash = costDb ? costDb->hash() : "";
+  return plan;
+}
+
+// Everything one evaluation prints, computed before anything is printed.
+struct EvaluateReport {
+  Plan plan;
+  costmodel::Evaluation evaluation;
+  std::optional<costmodel::RunCalibration> calibration;
+  planner::TrainingBudget budget;
+  std::optional<costmodel::Timeline> timeline;
+  std::optional<std::vector<costmodel::Evaluator::OpTime>> ops;
+};
+
+Json reportJson(const EvaluateReport& r) {
+  Json j = r.evaluation.toJson();
+  if (r.calibration) {
+    j["calibration_runs"] = r.calibration->toJson();
+  } else {
+    j["error_band"] = costmodel::bandsToJson(costmodel::bandsOf(r.plan, r.evaluation), r.evaluation);
+  }
+  if (r.ops) {
+    j["ops"] = Json::array();
+    for (const auto& o : *r.ops) {
+      j["ops"].push_back({{"block", o.block}, {"count", o.count}, {"op", o.op}, {"kind", o.kind},
+                          {"forward_s", o.forwardSeconds}, {"backward_s", o.backwardSeconds}});
+    }
+  }
+  if (r.budget.enabled()) j["training"] = planner::trainingCost(r.plan, r.evaluation, r.budget).toJson();
+  if (r.timeline) {
+    j["simulated"] = {{"pipeline_s", r.timeline->makespanSeconds}, {"bubble_fraction", r.timeline->bubbleFraction},
+                      {"events", r.timeline->events.size()}};
+  }
+  return j;
+}
+
+void printReport(const EvaluateReport& r, const costmodel::CostDatabase* costDb, bool explain, std::ostream& out) {
+  const auto& ev = r.evaluation;
+  out << renderEvaluation(r.plan, ev, r.calibration ? &*r.calibration : nullptr);
+  if (r.budget.enabled()) {
+    const auto cost = planner::trainingCost(r.plan, ev, r.budget);
+    out << "training  " << formatCount(r.budget.trainTokens) << " tokens on " << r.plan.cluster.totalGpus() << " GPUs"
+        << (r.budget.pricePerGpuHour > 0 ? " at $" + formatFixed(r.budget.pricePerGpuHour, 2) + "/GPU-hour" : "")
+        << ": " << formatCount(cost.steps) << " steps, " << cost.describe(r.budget) << "\n";
+  }
+  if (costDb && !explain) {
+    out << "costdb    " << costDb->path() << ": GEMM shapes timed " << ev.gemmExact << " exactly, "
+        << ev.gemmInterpolated << " from the nearest measured shape, " << ev.gemmRoofline
+        << " by the roofline (--explain for every source)\n";
+  }
+  if (explain) out << renderSources(r.plan, ev);
+  out << publishedRunsOf(r.plan);
+  if (r.ops) out << renderOps(*r.ops);
+  if (r.timeline) {
+    out << "timeline  simulated pipeline " << seconds(r.timeline->makespanSeconds) << " (closed form "
+        << seconds(ev.pipelineSeconds) << ", before the data-parallel/optimizer tail of "
+        << seconds(ev.stepSeconds - ev.pipelineSeconds) << "), bubble "
+        << formatFixed(100 * r.timeline->bubbleFraction, 1) << "% of the busiest stage's span\n"
+        << "          F forward, B backward, R recompute, W weight gradients, c exposed communication, . idle (bubble)\n"
+        << r.timeline->renderAscii(100);
+  }
+}
+
+// Evaluates the plan and gathers what the options ask for beside it; writes --out and --timeline.
+Result<EvaluateReport> evaluateWithExtras(Plan plan, const Args& args, const costmodel::CostDatabase* costDb) {
+  auto budget = budgetOption(args);
+  if (!budget) return fail(budget.error());
+  auto evaluation = costmodel::evaluatePlan(plan, costDb);
+  if (!evaluation) return fail(toOptionError(evaluation.error()));
+  EvaluateReport r{std::move(plan), std::move(*evaluation), std::nullopt, *budget, std::nullopt, std::nullopt};
+  if (const auto file = args.value("calibration")) {
+    auto loaded = loadCalibration(*file, r.plan.cluster);
+    if (!loaded) return fail(loaded.error());
+    r.calibration = *loaded;
+    r.calibration->apply(r.evaluation);
+  }
+  if (const auto file = args.value("out")) {
+    if (auto written = writeJsonFileAtomic(*file, planToJson(withPredictions(r.plan, r.evaluation, costDb))); !written) {
+      return fail(written.error());
+    }
+  }
+  if (args.has("simulate") || args.has("timeline")) {
+    auto simulated = costmodel::simulateSchedule(costmodel::scheduleInputOf(r.plan, r.evaluation));
+    if (!simulated) return fail(simulated.error());
+    r.timeline = std::move(*simulated);
+    if (const auto file = args.value("timeline")) {
+      if (auto written = writeJsonFileAtomic(*file, r.timeline->toJson()); !written) return fail(written.error());
+    }
+  }
+  if (args.has("ops")) {
+    auto times = costmodel::opTimesOf(r.plan, costDb);
+    if (!times) return fail(toOptionError(times.error()));
+    r.ops = std::move(*times);
+  }
+  return r;
+}
+
+constexpr const char* kEvaluateUsage =
+    "usage: colo-plan evaluate --model M --cluster C [--gpus N] --tp T --pp P --dp D [--cp C] [--ep E] [--etp T]\n"
+    "         [--vpp V] [--sp] --mbs B --gbs G [--seq-len S] [--zero 0|1|2|3] [--optimizer adamw|lamb|lars] [--recompute none|selective|full|op]\n"
+    "         [--schedule gpipe|1f1b|interleaved|zb] [--precision bf16|fp16|fp8|fp32]\n"
+    "         [--float8-recipe transformer_engine|tensorwise|rowwise|rowwise_with_gw_hp] [--json]\n"
+    "       colo-plan evaluate --plan plan.json [--json]\n\n"
+    "Predicts the step time and per-GPU memory of one plan, with where the time and memory go.\n\n";
 
 }  // namespace
 
@@ -494,13 +658,7 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
   auto args = Args::parse(argv, evaluateOptions());
   if (!args) return reportError(args.error(), err);
   if (args->has("help")) {
-    out << "usage: colo-plan evaluate --model M --cluster C [--gpus N] --tp T --pp P --dp D [--cp C] [--ep E] [--etp T]\n"
-           "         [--vpp V] [--sp] --mbs B --gbs G [--seq-len S] [--zero 0|1|2|3] [--optimizer adamw|lamb|lars] [--recompute none|selective|full|op]\n"
-           "         [--schedule gpipe|1f1b|interleaved|zb] [--precision bf16|fp16|fp8|fp32]\n"
-           "         [--float8-recipe transformer_engine|tensorwise|rowwise|rowwise_with_gw_hp] [--json]\n"
-           "       colo-plan evaluate --plan plan.json [--json]\n\n"
-           "Predicts the step time and per-GPU memory of one plan, with where the time and memory go.\n\n"
-        << describeOptions(evaluateOptions());
+    out << kEvaluateUsage << describeOptions(evaluateOptions());
     return 0;
   }
   if (!args->positional().empty()) {
@@ -514,127 +672,24 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
   }
   Plan plan;
   if (const auto file = args->value("plan")) {
-    for (const auto& spec : evaluateOptions()) {
-      const bool output = spec.name == "plan" || spec.name == "json" || spec.name == "out" || spec.name == "simulate" ||
-                          spec.name == "timeline" || spec.name == "costdb" || spec.name == "explain" ||
-                          spec.name == "ops" || spec.name == "calibration" || spec.name == "train-tokens" ||
-                          spec.name == "price-per-gpu-hour" || spec.name == "deadline-days";
-      if (!output && args->has(spec.name)) {
-        return reportError(Error::badInput("--" + spec.name + " cannot be combined with --plan (edit the plan file instead)"), err);
-      }
-    }
+    if (auto allowed = rejectPlanEdits(*args); !allowed) return reportError(allowed.error(), err);
     auto loaded = loadPlan(*file);
     if (!loaded) return reportError(loaded.error(), err);
     plan = std::move(*loaded);
-    // A per-operator plan (colo-plan autoparallel --out) is re-costed operator by operator.
-    if (plan.operatorPlan.is_object()) {
-      auto op = planner::evaluateOperatorPlan(plan, *file);
-      if (!op) return reportError(op.error(), err);
-      if (args->has("json")) {
-        out << op->toJson().dump(2) << "\n";
-        return 0;
-      }
-      out << "plan      " << *file << ": " << plan.model.name() << " on " << clusterLabel(plan.cluster)
-          << ", per-operator plan (the degree fields: tp " << plan.parallel.tp << " pp " << plan.parallel.pp << " dp "
-          << plan.parallel.dp << (op->runnable ? ", its equivalent" : ", Megatron's split beside it") << ")\n";
-      printOperatorPlan(*op, out);
-      return 0;
-    }
+    if (plan.operatorPlan.is_object()) return printOperatorPlanFile(plan, *file, *args, out, err);
   } else {
     auto built = planFromOptions(*args, argv);
     if (!built) return reportError(built.error(), err);
     plan = std::move(*built);
     if (auto valid = validatePlan(plan); !valid) return reportError(toOptionError(valid.error()), err);
   }
-  auto budget = budgetOption(*args);
-  if (!budget) return reportError(budget.error(), err);
-  auto evaluation = costmodel::evaluatePlan(plan, costDb ? &*costDb : nullptr);
-  if (!evaluation) return reportError(toOptionError(evaluation.error()), err);
-  std::optional<costmodel::RunCalibration> calibration;
-  if (const auto file = args->value("calibration")) {
-    auto loaded = loadCalibration(*file, plan.cluster);
-    if (!loaded) return reportError(loaded.error(), err);
-    calibration = *loaded;
-    calibration->apply(*evaluation);
-  }
-
-  if (const auto outFile = args->value("out")) {
-    const Json j = evaluation->toJson();
-    plan.predictions.stepTimeSeconds = evaluation->stepSeconds;
-    plan.predictions.tokensPerSecond = evaluation->tokensPerSecond;
-    plan.predictions.modelTflopsPerGpu = evaluation->modelTflopsPerGpu;
-    plan.predictions.hardwareTflopsPerGpu = evaluation->hardwareTflopsPerGpu;
-    plan.predictions.mfu = evaluation->mfu;
-    plan.predictions.peakMemoryBytes = evaluation->peakMemoryBytes;
-    plan.predictions.fits = evaluation->fits;
-    plan.predictions.bubbleFraction = evaluation->bubbleFraction;
-    plan.predictions.breakdown = j["breakdown"];
-    plan.provenance.toolVersion = kVersion;
-    plan.provenance.createdAt = isoNow();
-    plan.provenance.modelHash = contentHash(plan.model.toJson());
-    plan.provenance.clusterHash = contentHash(clusterToJson(plan.cluster));
-    plan.provenance.costDbHash = costDb ? costDb->hash() : "";
-    if (auto written = writeJsonFileAtomic(*outFile, planToJson(plan)); !written) return reportError(written.error(), err);
-  }
-  std::optional<costmodel::Timeline> timeline;
-  if (args->has("simulate") || args->has("timeline")) {
-    auto simulated = costmodel::simulateSchedule(costmodel::scheduleInputOf(plan, *evaluation));
-    if (!simulated) return reportError(simulated.error(), err);
-    timeline = std::move(*simulated);
-    if (const auto file = args->value("timeline")) {
-      if (auto written = writeJsonFileAtomic(*file, timeline->toJson()); !written) return reportError(written.error(), err);
-    }
-  }
-  std::vector<costmodel::Evaluator::OpTime> ops;
-  if (args->has("ops")) {
-    auto times = costmodel::opTimesOf(plan, costDb ? &*costDb : nullptr);
-    if (!times) return reportError(toOptionError(times.error()), err);
-    ops = std::move(*times);
-  }
+  const costmodel::CostDatabase* db = costDb ? &*costDb : nullptr;
+  auto report = evaluateWithExtras(std::move(plan), *args, db);
+  if (!report) return reportError(report.error(), err);
   if (args->has("json")) {
-    Json j = evaluation->toJson();
-    if (calibration) {
-      j["calibration_runs"] = calibration->toJson();
-    } else {
-      j["error_band"] = costmodel::bandsToJson(costmodel::bandsOf(plan, *evaluation), *evaluation);
-    }
-    if (args->has("ops")) {
-      j["ops"] = Json::array();
-      for (const auto& o : ops) {
-        j["ops"].push_back({{"block", o.block}, {"count", o.count}, {"op", o.op}, {"kind", o.kind},
-                            {"forward_s", o.forwardSeconds}, {"backward_s", o.backwardSeconds}});
-      }
-    }
-    if (budget->enabled()) j["training"] = planner::trainingCost(plan, *evaluation, *budget).toJson();
-    if (timeline) {
-      j["simulated"] = {{"pipeline_s", timeline->makespanSeconds}, {"bubble_fraction", timeline->bubbleFraction},
-                        {"events", timeline->events.size()}};
-    }
-    out << j.dump(2) << "\n";
+    out << reportJson(*report).dump(2) << "\n";
   } else {
-    out << renderEvaluation(plan, *evaluation, calibration ? &*calibration : nullptr);
-    if (budget->enabled()) {
-      const auto cost = planner::trainingCost(plan, *evaluation, *budget);
-      out << "training  " << formatCount(budget->trainTokens) << " tokens on " << plan.cluster.totalGpus() << " GPUs"
-          << (budget->pricePerGpuHour > 0 ? " at $" + formatFixed(budget->pricePerGpuHour, 2) + "/GPU-hour" : "") << ": "
-          << formatCount(cost.steps) << " steps, " << cost.describe(*budget) << "\n";
-    }
-    if (costDb && !args->has("explain")) {
-      out << "costdb    " << costDb->path() << ": GEMM shapes timed " << evaluation->gemmExact << " exactly, "
-          << evaluation->gemmInterpolated << " from the nearest measured shape, " << evaluation->gemmRoofline
-          << " by the roofline (--explain for every source)\n";
-    }
-    if (args->has("explain")) out << renderSources(plan, *evaluation);
-    out << publishedRunsOf(plan);
-    if (args->has("ops")) out << renderOps(ops);
-    if (timeline) {
-      out << "timeline  simulated pipeline " << seconds(timeline->makespanSeconds) << " (closed form "
-          << seconds(evaluation->pipelineSeconds) << ", before the data-parallel/optimizer tail of "
-          << seconds(evaluation->stepSeconds - evaluation->pipelineSeconds) << "), bubble " << formatFixed(100 * timeline->bubbleFraction, 1)
-          << "% of the busiest stage's span\n"
-          << "          F forward, B backward, R recompute, W weight gradients, c exposed communication, . idle (bubble)\n"
-          << timeline->renderAscii(100);
-    }
+    printReport(*report, db, args->has("explain"), out);
   }
   return 0;
 }
