@@ -17,6 +17,7 @@ Groups placeGroups(const ClusterSpec& cluster, const Parallelism& par) {
   folded.dp = par.dp * par.cp;
   folded.cp = 1;
   g.grad = placeGroup(cluster, folded, Dim::kDp);
+  g.expertGrad = placeGroup(cluster, par, Dim::kExpertData);
   return g;
 }
 
@@ -182,13 +183,40 @@ StateBytes stateBytesOf(const Plan& plan) {
 // through torch.distributed's list form: one copy per rank into or out of the flat buffer, issued by
 // the host after the device synchronization that precedes every gather.
 namespace {
-double zeroThreeSeconds(Collective kind, double bytes, double tensors, const Plan& plan, const Groups& groups,
-                        const DeviceModel& device) {
-  if (plan.zeroStage != 3 || !plan.execution.perParameterGathers || tensors <= 0) return collectiveSeconds(kind, bytes, groups.grad);
-  const double copies = static_cast<double>(groups.grad.size) * device.kernelFloorSeconds;
-  return tensors * (collectiveSeconds(kind, bytes / tensors, groups.grad) + copies);
+double zeroThreeOver(Collective kind, double bytes, double tensors, const Plan& plan, const GroupPlacement& group,
+                     const DeviceModel& device) {
+  if (plan.zeroStage != 3 || !plan.execution.perParameterGathers || tensors <= 0) return collectiveSeconds(kind, bytes, group);
+  if (group.size <= 1 || bytes <= 0) return 0.0;
+  const double copies = static_cast<double>(group.size) * device.kernelFloorSeconds;
+  return tensors * (collectiveSeconds(kind, bytes / tensors, group) + copies);
+}
+
+// The dense parameters' gradients are reduced (and ZeRO-sharded) over the dp x cp ranks, the routed
+// experts' over the ranks that hold the same experts: Megatron-Core keeps expert parameters in grad
+// buffers of their own, reduced over the expert-data-parallel group (distributed_data_parallel.py,
+// expert_parallel_buffers); DeepSpeed's MoE likewise. `share` of the stage's parameters at
+// `bytesPerParam`, as `tensors` parameter tensors.
+double zeroThreeSeconds(Collective kind, const StageWork& w, double share, double bytesPerParam, double tensors,
+                        const Plan& plan, const Groups& groups, const DeviceModel& device) {
+  const double dense = w.params - w.expertParams;
+  const double expertShare = w.params > 0 ? w.expertParams / w.params : 0.0;
+  return zeroThreeOver(kind, share * dense * bytesPerParam, tensors * (1.0 - expertShare), plan, groups.grad, device) +
+         zeroThreeOver(kind, share * w.expertParams * bytesPerParam, tensors * expertShare, plan, groups.expertGrad, device);
+}
+
+double gradCollectiveSeconds(Collective kind, const StageWork& w, double bytesPerParam, const Groups& groups) {
+  return collectiveSeconds(kind, (w.params - w.expertParams) * bytesPerParam, groups.grad) +
+         collectiveSeconds(kind, w.expertParams * bytesPerParam, groups.expertGrad);
 }
 }  // namespace
+
+double megatronGradBufferBytes(const Plan& plan) {
+  const GradAccumulation mode = plan.execution.gradAccumulation;
+  if ((mode != GradAccumulation::kFused && mode != GradAccumulation::kMainGrad) || plan.zeroStage > 1) return 0.0;
+  // fp32 main gradients (bf16 training turns on --accumulate-allreduce-grads-in-fp32; fp32 training);
+  // fp16 keeps them at 16 bits unless asked.
+  return plan.precision == DType::kFp16 ? 2.0 : 4.0;
+}
 
 double shardedParams(const Plan& plan, const StageWork& w) {
   const double shard = static_cast<double>(plan.parallel.dp * plan.parallel.cp);
@@ -230,15 +258,18 @@ StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, 
   // (overlapped like the data-parallel reduction). With grad_sync step the gradients are reduce-
   // scattered once, after the last micro-batch (stageTail).
   const bool shardedGrads = gradientsSharded(plan);
-  if (plan.zeroStage == 3 && gradRanks > 1) {
+  // Any rank group holding the same weights: dp x cp for the dense ones, expert data parallelism for
+  // the routed experts (with experts folded over tensor-parallel ranks it exceeds dp x cp).
+  const bool replicated = gradRanks > 1 || plan.parallel.expertDp() > 1;
+  if (plan.zeroStage == 3 && replicated) {
     const double layersHere = std::max<double>(1.0, static_cast<double>(w.layers));
-    const double perLayer = w.params / layersHere;
+    const double perLayer = 1.0 / layersHere;  // one layer's share of the stage's parameters
     const double gathers = stageStaysGathered(plan) ? 1.0 / static_cast<double>(plan.numMicroBatches())
                                                     : 2.0 + (w.rec > 0 ? 1.0 : 0.0);
     const double tensors = w.gatheredTensors / layersHere;
-    const double gather = zeroThreeSeconds(Collective::kAllGather, perLayer * bytes.gathered, tensors, plan, groups, device);
+    const double gather = zeroThreeSeconds(Collective::kAllGather, w, perLayer, bytes.gathered, tensors, plan, groups, device);
     const double scatter =
-        shardedGrads ? zeroThreeSeconds(Collective::kReduceScatter, perLayer * bytes.gradient, tensors, plan, groups, device) : 0.0;
+        shardedGrads ? zeroThreeSeconds(Collective::kReduceScatter, w, perLayer, bytes.gradient, tensors, plan, groups, device) : 0.0;
     const double comm = layersHere * (gathers * gather + scatter);
     // DeepSpeed's per-parameter gathers synchronize the device before each one: nothing overlaps them.
     const double cover =
@@ -246,8 +277,8 @@ StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, 
     t.sharding = std::max(0.1 * comm, comm - cover);
     t.sharding += device.overlapSlowdown * (comm - t.sharding);  // the hidden part slows the compute it overlaps
   }
-  if (plan.zeroStage == 2 && shardedGrads && gradRanks > 1) {
-    const double scatter = collectiveSeconds(Collective::kReduceScatter, w.params * bytes.gradient, groups.grad);
+  if (plan.zeroStage == 2 && shardedGrads && replicated) {
+    const double scatter = gradCollectiveSeconds(Collective::kReduceScatter, w, bytes.gradient, groups);
     double exposed = scatter;
     if (plan.execution.overlapGradReduce) {
       exposed = std::max(0.1 * scatter, scatter - 0.9 * (w.bwd + w.rec));
@@ -262,16 +293,15 @@ StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, 
   // next layer hides up to 80% behind compute, as for ZeRO-3's gathers.
   if (plan.offload.paramsFraction > 0 && plan.cluster.pcieBytesPerSecond > 0) {
     const double passes = stageStaysGathered(plan) ? 1.0 / static_cast<double>(plan.numMicroBatches()) : 2.0 + (w.rec > 0 ? 1.0 : 0.0);
-    const double shard = plan.zeroStage >= 3 ? static_cast<double>(gradRanks) : 1.0;
-    const double fetch = passes * w.params / shard * plan.offload.paramsFraction * bytes.gathered /
+    const double local = plan.zeroStage >= 3 ? shardedParams(plan, w) : w.params;
+    const double fetch = passes * local * plan.offload.paramsFraction * bytes.gathered /
                          offloadBytesPerSecond(plan, plan.cluster.pcieBytesPerSecond);
     t.offload = std::max(0.1 * fetch, fetch - 0.8 * (w.fwd + w.bwd + w.rec));
   }
   t.offloadGradients = offloadedGradientCopies(plan, w, bytes);
   // Summing this micro-batch's gradients into the accumulated ones, after its backward: one pass over
   // the stage's local gradients (its shard under ZeRO >= 2) at HBM speed.
-  const double shard = gradientsSharded(plan) ? static_cast<double>(gradRanks) : 1.0;
-  t.accumulate = w.params / shard * bytes.accumulate / device.memoryBytesPerSecond;
+  t.accumulate = (gradientsSharded(plan) ? shardedParams(plan, w) : w.params) * bytes.accumulate / device.memoryBytesPerSecond;
   const double comm = w.tp + w.cp + w.ep;
   t.forward = w.fwd + w.commFwd + t.p2p / 2 + t.sharding / 3 + t.offload / 3;
   t.backward = w.bwd + w.rec + (comm - w.commFwd) + t.p2p / 2 + t.sharding * 2 / 3 + t.offload * 2 / 3 +
@@ -284,23 +314,22 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
                     const DeviceModel& device, const StateBytes& bytes, const OptimizerInputs& in) {
   StageTail tail;
   const auto& par = plan.parallel;
-  const std::int64_t gradRanks = par.dp * par.cp;
   const GradAccumulation accumulation = plan.execution.gradAccumulation;
-  if (gradRanks > 1) {
+  if (par.dp * par.cp > 1 || par.expertDp() > 1) {
     double reduce = 0, gather = 0;
     if (plan.zeroStage == 0 || (accumulation == GradAccumulation::kFp32Copy && plan.zeroStage == 1)) {
       // DeepSpeed's BF16 optimizer all-reduces its fp32 copies whole, under ZeRO-1 too, then each rank
       // updates its partition and the 16-bit weights are all-gathered.
       const double b = accumulation == GradAccumulation::kFp32Copy ? 4.0 : bytes.gradient;
-      reduce = collectiveSeconds(Collective::kAllReduce, w.params * b, groups.grad);
-      if (plan.zeroStage == 1) gather = collectiveSeconds(Collective::kAllGather, w.params * bytes.gathered, groups.grad);
+      reduce = gradCollectiveSeconds(Collective::kAllReduce, w, b, groups);
+      if (plan.zeroStage == 1) gather = gradCollectiveSeconds(Collective::kAllGather, w, bytes.gathered, groups);
     } else {
       // Sharded gradients were reduce-scattered every micro-batch already (timeStage).
       if (!gradientsSharded(plan)) {
-        reduce = zeroThreeSeconds(Collective::kReduceScatter, w.params * bytes.gradient, w.gatheredTensors, plan, groups, device);
+        reduce = zeroThreeSeconds(Collective::kReduceScatter, w, 1.0, bytes.gradient, w.gatheredTensors, plan, groups, device);
       }
       // ZeRO-3's next step gathers each layer before use (timeStage); ZeRO-1/2 gather the updated shards.
-      if (plan.zeroStage < 3) gather = collectiveSeconds(Collective::kAllGather, w.params * bytes.gathered, groups.grad);
+      if (plan.zeroStage < 3) gather = gradCollectiveSeconds(Collective::kAllGather, w, bytes.gathered, groups);
     }
     // Overlapped, at least 10% stays exposed (the last bucket), and the hidden part slows the backward
     // or forward it runs beside (overlapSlowdown).
@@ -316,12 +345,27 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
   }
   // The mixed-precision optimizer step at HBM speed (bytes per parameter: optimizerStepBytes); offloaded
   // states are updated by the host, their gradients and weights crossing PCIe.
-  const double localParams = w.params / (plan.zeroStage >= 1 ? static_cast<double>(gradRanks) : 1.0);
+  const double localParams = plan.zeroStage >= 1 ? shardedParams(plan, w) : w.params;
   const double onDevice = localParams * (1.0 - plan.offload.optimizerFraction);
-  tail.optimizer = onDevice * optimizerStepBytes(plan.precision, plan.execution.fp32Params, plan.optimizer) / device.memoryBytesPerSecond;
+  const double buffer = megatronGradBufferBytes(plan);
+  // optimizerStepBytes zeroes the gradients of the rank's shard; a Megatron buffer is zeroed whole, below.
+  const double stepBytes = optimizerStepBytes(plan.precision, plan.execution.fp32Params, plan.optimizer) - buffer;
+  tail.optimizer = onDevice * stepBytes / device.memoryBytesPerSecond;
   if (in.measuredAdam && plan.optimizer == Optimizer::kAdamW) {
     // The measured AdamW step over fp32 master weights (linear in the parameter count).
     if (const auto t = in.measuredAdam->lookupStreaming("adam_step.fwd", onDevice)) tail.optimizer = t->first;
+  }
+  // Megatron's contiguous gradient buffer holds every local parameter's main gradient on every rank of
+  // the data-parallel group (ZeRO <= 1): zeroed whole at the start of each step (zero_grad_buffer) and,
+  // with more than one data-parallel rank, scaled by 1/(dp x cp) in place before it is reduced (megatron/
+  // model/distributed.py since 2021-03; Megatron-Core's start_grad_sync, unless average_in_collective,
+  // off by default, folds the scaling into the collective). A write, then a read and a write, at HBM speed
+  // on the compute stream, nothing beside them: the zeroing before the first forward, the scaling in the
+  // last backward.
+  if (buffer > 0) {
+    const double passes = 1.0 + (par.dp * par.cp > 1 ? 2.0 : 0.0);
+    tail.gradBuffer = passes * w.params * buffer / device.memoryBytesPerSecond;
+    tail.optimizer += tail.gradBuffer;
   }
   if (plan.offload.optimizerFraction > 0) {
     const double offParams = localParams * plan.offload.optimizerFraction;

@@ -485,6 +485,7 @@ Result<Context> makeContext(const Model& model, const ClusterSpec& cluster, cons
   c.device = costmodel::deviceModel(cluster.gpu, options.precision, options.flashAttention && options.flashAttention2);
   c.budget = options.memoryBudgetBytes > 0 ? options.memoryBudgetBytes : options.maxMemoryFraction * cluster.gpu.memoryBytes;
   c.stepBytesPerParam = costmodel::optimizerStepBytes(options.precision);
+  c.gradBufferBytes = options.precision == DType::kFp16 ? 2.0 : 4.0;  // as the evaluator's Megatron buffer
   for (std::size_t id = 0; id < graph->size(); ++id) {
     const Op& op = graph->op(id);
     if (op.isGemm()) c.flopsPerSample += op.flopsFwd + op.flopsBwd;

@@ -13,6 +13,7 @@ namespace {
 // Per micro-batch figures of one solved block.
 struct Figures {
   double seconds = 0, compute = 0, comm = 0, recompute = 0, activation = 0, state = 0, optimizerParams = 0;
+  double params = 0;  // held after weight sharding: the gradient buffer's length
   double sync[3] = {0, 0, 0};
 };
 // `host`: seconds the host needs to issue one kernel or collective. Each way, a block whose device time
@@ -32,6 +33,7 @@ Figures figuresOf(const BlockPlan& p, double host) {
   f.activation = p.activationBytes;
   f.state = p.stateBytes;
   f.optimizerParams = p.optimizerParams;
+  f.params = p.params;
   for (int k = 0; k < 3; ++k) f.sync[k] = p.syncBytes[k];
   return f;
 }
@@ -72,6 +74,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     layers.activation += n * f.activation;
     layers.state += n * f.state;
     layers.optimizerParams += n * f.optimizerParams;
+    layers.params += n * f.params;
     for (int j = 0; j < 3; ++j) layers.sync[j] += n * f.sync[j];
     // Offloaded activations leave during the layer's forward and return before its backward, hidden
     // behind up to 80% of its kernels.
@@ -84,7 +87,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   const double embSeconds = emb.seconds + sol.embeddingConversion;
   // Stage figures: the first stage holds the embedding, the last the head (one stage: both).
   struct Stage {
-    double seconds, compute, comm, recompute, activation, headActivation, state, optimizerParams, sync[3], copies;
+    double seconds, compute, comm, recompute, activation, headActivation, state, optimizerParams, params, sync[3], copies;
   };
   // Micro-batches whose activations stage i holds at its peak: 1F1B keeps pp - i; the interleaved
   // schedule's warm-up keeps 2(pp - i - 1) + (v - 1)pp + 1 chunk-micro-batches of 1/v of the stage's
@@ -103,6 +106,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     s.headActivation = last ? head.activation : 0;  // held for one micro-batch: its backward follows its forward
     s.state = layers.state + (first ? emb.state : 0) + (last ? head.state : 0);
     s.optimizerParams = layers.optimizerParams + (first ? emb.optimizerParams : 0) + (last ? head.optimizerParams : 0);
+    s.params = layers.params + (first ? emb.params : 0) + (last ? head.params : 0);
     for (int j = 0; j < 3; ++j) s.sync[j] = layers.sync[j] + (first ? emb.sync[j] : 0) + (last ? head.sync[j] : 0);
     s.copies = inFlight(first ? 0.0 : P - 1.0);
     return s;
@@ -152,7 +156,13 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     const double cover = 0.9 * (s.seconds * 2.0 / 3.0);
     double exposed = std::max(0.1 * C, C - cover);
     exposed += dev.overlapSlowdown * (C - exposed);
-    const double onDevice = s.optimizerParams * (1.0 - beta) * c.stepBytesPerParam / dev.memoryBytesPerSecond;
+    // The step over the optimizer shard, whose zeroing is the buffer's; the gradient buffer of every held
+    // parameter zeroed each step and, when any axis reduces gradients, scaled before it (the evaluator's
+    // Megatron buffer, docs/costmodel.md).
+    const bool reduced = s.sync[0] + s.sync[1] + s.sync[2] > 0;
+    const double buffer = s.params * c.gradBufferBytes * (reduced ? 3.0 : 1.0);
+    const double onDevice = (s.optimizerParams * (1.0 - beta) * (c.stepBytesPerParam - c.gradBufferBytes) + buffer) /
+                            dev.memoryBytesPerSecond;
     const double host = beta * s.optimizerParams;
     const double hostStep = host > 0 ? host / dev.cpuAdamParamsPerSecond + host * 4.0 / pcie : 0.0;
     if (exposed + onDevice + hostStep > tail) {

@@ -55,6 +55,7 @@ struct Context {
   std::int64_t seqLen = 0, hidden = 0, numLayers = 0;
   double budget = 0;
   double stepBytesPerParam = 0;  // optimizer step HBM traffic per parameter
+  double gradBufferBytes = 0;    // the main-gradient buffer's bytes per held parameter, zeroed and scaled each step
   double flopsPerSample = 0;     // GEMM FLOPs of one sample, forward and backward
   double peakRate = 0;           // FLOP/s a large GEMM reaches
   double hostSecondsPerOp = 0;   // the host floor (0 on a CPU, whose ops are its own kernels)

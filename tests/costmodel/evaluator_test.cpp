@@ -1512,6 +1512,62 @@ TEST(Evaluator, ZeroShardsOverContextParallelRanksAndExpertStatesOverTheirOwnRep
   EXPECT_NEAR(ev.stages[0].memory.optimizer, ((all - experts / 8) / 8 + experts / 8) * 12, 1e-6 * all * 12);
 }
 
+TEST(Evaluator, ExpertGradientsAreReducedAndShardedOverTheRanksHoldingTheSameExperts) {
+  // Mixtral with ep 8 inside dp 8 (Megatron-Core's distributed optimizer): no other rank holds a GPU's
+  // experts, so their gradients cross no link, and their optimizer step runs over all of them unsharded;
+  // the dense parameters are reduce-scattered and gathered over the 8 data-parallel ranks. Nothing is
+  // overlapped, so the data-parallel time is exactly the dense part's two collectives.
+  Plan m = makePlan("mixtral-8x7b", "dgx-h100-x64", 8, 1, 1, 8);
+  m.parallel.ep = 8;
+  m.zeroStage = 1;
+  m.execution.overlapGradReduce = false;
+  m.execution.overlapParamGather = false;
+  m.stages = uniformStages(32, 1, RecomputePolicy::kFull);
+  const auto ev = evaluateOrFail(m);
+  Plan dense = m;
+  dense.parallel.ep = 1;
+  const double all = ev.stages[0].paramsPerGpu;
+  const double experts = (evaluateOrFail(dense).stages[0].paramsPerGpu - all) / 7.0;  // the local experts
+  const GroupPlacement grad = placeGroup(m.cluster, m.parallel, Dim::kDp);
+  EXPECT_EQ(placeGroup(m.cluster, m.parallel, Dim::kExpertData).size, 1);
+  const double expectedDp = collectiveSeconds(Collective::kReduceScatter, (all - experts) * 4.0, grad) +
+                            collectiveSeconds(Collective::kAllGather, (all - experts) * 2.0, grad);
+  EXPECT_NEAR(ev.stages[0].dpExposedSeconds, expectedDp, 1e-9);
+  // The step (42 B per sharded parameter, less the 4 B of zeroing) over the dense eighth and every local
+  // expert, then Megatron's buffer of all local gradients zeroed (4 B) and scaled by 1/8 (4 + 4 B).
+  const DeviceModel d = deviceModel(m.cluster.gpu, DType::kBf16);
+  const double shard = (all - experts) / 8.0 + experts;
+  EXPECT_NEAR(ev.stages[0].optimizerSeconds, (shard * 38.0 + all * 12.0) / d.memoryBytesPerSecond, 1e-9);
+
+  // With experts folded over the tensor-parallel ranks (tp 4, expert_tp 1, ep 2, dp 2), ranks of one
+  // data-parallel group hold different experts, and each expert lives on 4 ranks: 8 / (1 x 2).
+  Plan folded = makePlan("mixtral-8x7b", "dgx-h100-x64", 8, 4, 1, 8);
+  folded.parallel.etp = 1;
+  folded.parallel.ep = 2;
+  const GroupPlacement edp = placeGroup(folded.cluster, folded.parallel, Dim::kExpertData);
+  EXPECT_EQ(edp.size, 4);
+  EXPECT_EQ(edp.stride, 2);
+}
+
+TEST(Evaluator, MegatronZeroesAndScalesItsWholeGradientBufferEveryStep) {
+  // Megatron's contiguous fp32 gradient buffer (fused or main_grad accumulation, ZeRO <= 1) is zeroed
+  // before each step and, with data-parallel ranks, scaled by 1/dp before the reduction: over every
+  // local parameter, not the rank's optimizer shard. PyTorch's accumulation (FSDP, DeepSpeed) has no
+  // such buffer: its step is the 42 B over the shard.
+  Plan p = makePlan("llama2-7b", "dgx-a100-80gb", 8, 1, 1, 8);
+  p.zeroStage = 1;
+  const DeviceModel d = deviceModel(p.cluster.gpu, DType::kBf16);
+  const Evaluation megatron = evaluateOrFail(p);
+  const double params = megatron.stages[0].paramsPerGpu;
+  EXPECT_NEAR(megatron.stages[0].optimizerSeconds, (params / 8 * 38.0 + params * 12.0) / d.memoryBytesPerSecond, 1e-9);
+  p.execution.gradAccumulation = GradAccumulation::kAutograd;
+  EXPECT_NEAR(evaluateOrFail(p).stages[0].optimizerSeconds, params / 8 * 42.0 / d.memoryBytesPerSecond, 1e-9);
+  // One rank: zeroed, not scaled.
+  Plan one = makePlan("llama2-7b", "dgx-a100-80gb", 1, 1, 1, 8);
+  const Evaluation single = evaluateOrFail(one);
+  EXPECT_NEAR(single.stages[0].optimizerSeconds, single.stages[0].paramsPerGpu * 42.0 / d.memoryBytesPerSecond, 1e-9);
+}
+
 TEST(Evaluator, SequenceLengthMustMatchTheEvaluator) {
   Plan p = makePlan("gpt2-small", "dgx-a100-80gb", 8, 1, 1, 8);
   auto evaluator = Evaluator::create(p.model, p.cluster, 1024);

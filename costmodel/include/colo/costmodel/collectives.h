@@ -23,9 +23,11 @@ struct GroupPlacement {
   [[nodiscard]] bool crossesNodes() const { return outer != nullptr; }
 };
 
-/// The parallel dimensions a group can be formed over. kExpert is the expert-parallel sub-group of
-/// the data-parallel dimension.
-enum class Dim { kTp, kCp, kDp, kPp, kExpert };
+/// The parallel dimensions a group can be formed over. kExpert is the expert-parallel group of the
+/// expert layers' mesh (expert_tp-ep-edp over a stage's ranks, innermost first); kExpertData its
+/// expert-data-parallel group: the ranks that hold the same experts, over which their gradients are
+/// reduced and their optimizer states sharded.
+enum class Dim { kTp, kCp, kDp, kPp, kExpert, kExpertData };
 
 /// Placement of a group of dimension `dim` under the plan's rank order (innermost first).
 [[nodiscard]] GroupPlacement placeGroup(const ClusterSpec& cluster, const Parallelism& parallel, Dim dim);
