@@ -62,6 +62,12 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   cfg.dedupDispatch = plan.execution.moeDispatcher == MoeDispatcher::kDeepEp;
   cfg.epCommOverlap = plan.execution.epCommOverlap;
   cfg.wgradIntoFp32 = plan.execution.gradAccumulation == GradAccumulation::kFused && plan.precision != DType::kFp32;
+  // Gradient-accumulation fusion covers linear layers; an embedding's gradient is added into main_grad
+  // by the backward hook, as every parameter's is without the fusion (main_grad mode, which charges it
+  // already through gradAccumulationBytes).
+  if (plan.execution.gradAccumulation == GradAccumulation::kFused) {
+    cfg.embeddingGradAddBytes = gradAccumulationBytes(GradAccumulation::kMainGrad, plan.precision, 1.0);
+  }
   if (plan.precision == DType::kFp8) cfg.float8Recipe = plan.execution.float8Recipe;
   cfg.fusedCrossEntropy = plan.execution.fusedCrossEntropy;
   cfg.fusedBiasGrad = plan.execution.fusedBiasGrad;

@@ -625,6 +625,15 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         else if (op.kind == OpKind::kDropout || op.kind == OpKind::kPermute) bwd = fwd;  // one pass (a permutation's backward: the inverse copy)
         else bwd = std::max(floor, (fusedLoss ? lossBackward : 1.5) * bytes / bw);
         applyMeasured(c, [&] { return scaledKernel(op, c); }, fwd, bwd, counts);
+        // PyTorch's embedding backward returns a dense gradient of the whole table: it zero-fills it
+        // (at::zeros in embedding_dense_backward) before adding the tokens' rows, every micro-batch
+        // (Megatron's VocabParallelEmbedding runs F.embedding on its vocabulary shard). Under
+        // gradient-accumulation fusion Megatron's backward hook then adds it into the fp32 main_grad
+        // (param.main_grad.add_(param.grad.data)): read both, write main_grad.
+        if (op.kind == OpKind::kEmbedding && op.params > 0) {
+          const double table = op.params / (op.shard == Shard::kVocab ? tp : 1.0);
+          bwd += table * (static_cast<double>(c.activationBytes) + c.embeddingGradAddBytes) / bw;
+        }
         break;
       }
     }

@@ -71,6 +71,7 @@ struct LayerConfig {
   bool dedupDispatch = false;         // DeepEP: one network copy per token and destination node
   bool epCommOverlap = false;         // expert all-to-alls behind another micro-batch's compute
   bool wgradIntoFp32 = false;         // the weight-gradient GEMM accumulates into fp32 main_grad (reads and writes it)
+  double embeddingGradAddBytes = 0;   // per table element and micro-batch: Megatron's hook adding an embedding's gradient into main_grad
   Float8Recipe float8Recipe = Float8Recipe::kTransformerEngine;  // fp8 only: how the linears' operands are cast
   bool fusedBiasGrad = false;         // bias gradients from a fused kernel, not a reduction of their own
   bool fusedCrossEntropy = false;     // the loss reads and keeps the 16-bit logits (no fp32 upcast)

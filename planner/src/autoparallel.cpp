@@ -84,6 +84,7 @@ MeshSolvers& Search::solversFor(const std::vector<std::int64_t>& shape, std::int
   cc.samples = samples;
   cc.dtypeBytes = 2;
   cc.flash = m_c.options.flashAttention;
+  cc.mainGradBytes = m_c.gradBufferBytes;
   for (const auto& cls : m_c.classes) slot->layers.push_back(std::make_unique<BlockSolver>(cls.block, cc, *slot->converter));
   slot->embedding = std::make_unique<BlockSolver>(m_c.embedding, cc, *slot->converter);
   slot->head = std::make_unique<BlockSolver>(m_c.head, cc, *slot->converter);

@@ -459,10 +459,13 @@ class Coster {
   void embedding() {
     const double written = m_b * static_cast<double>(m_unit.out.s * m_unit.k) * static_cast<double>(m_bytes) / tokenSplit();
     m_s.fwd = costmodel::streamSeconds(2 * written, m_c.device);
-    m_s.bwd = m_s.fwd;
+    m_s.stateParams = m_unit.params / m_out;
+    // The dense gradient of the table shard, zero-filled, then added into the fp32 main gradients (the
+    // evaluator's embedding backward, docs/costmodel.md).
+    const double g = static_cast<double>(m_bytes);
+    m_s.bwd = m_s.fwd + costmodel::streamSeconds(m_s.stateParams * (g + g + 2.0 * m_c.mainGradBytes), m_c.device);
     m_s.opsFwd = 1;
     m_s.opsBwd = 1;
-    m_s.stateParams = m_unit.params / m_out;
     addSync(m_s.stateParams * static_cast<double>(m_bytes), m_syncs);
   }
 

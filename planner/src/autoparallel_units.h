@@ -77,6 +77,7 @@ struct CostContext {
   std::int64_t samples = 1;         // micro-batch over the whole mesh
   std::int64_t dtypeBytes = 2;
   bool flash = true;                // fused attention; false: scores, softmax, dropout and context apart
+  double mainGradBytes = 4;         // Megatron's main gradients (fp32; 16-bit under fp16)
 };
 
 /// Every valid strategy of `unit` for the micro-batch (a unit that splits nothing always has one).
