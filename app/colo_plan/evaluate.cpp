@@ -373,11 +373,16 @@ std::string renderSources(const Plan& plan, const costmodel::Evaluation& e) {
   t.addRow({"GEMMs", gemm.str()});
   t.addRow({"other kernels", std::to_string(e.kernelsMeasured) + " measured, " + std::to_string(e.kernelsRoofline) +
                                   " by memory bandwidth" + (plan.execution.flashAttention ? " (flash attention among them: its measured fused kernel, else its roofline)" : "")});
-  t.addRow({"optimizer step", c.optimizerMeasured ? "measured AdamW step (adam_step), linear in parameters"
-                                                  : formatFixed(costmodel::optimizerStepBytes(plan.precision, plan.execution.fp32Params, plan.optimizer), 0) +
-                                                        " bytes per parameter (" + toString(plan.precision) +
+  const double buffer = costmodel::gradientBufferBytes(plan);
+  const std::string bufferNote =
+      buffer > 0 ? "; Megatron's gradient buffer zeroed" + std::string(plan.parallel.dp * plan.parallel.cp > 1 ? " and scaled" : "") +
+                       " whole, " + formatFixed(buffer * (plan.parallel.dp * plan.parallel.cp > 1 ? 3 : 1), 0) + " bytes per local parameter"
+                 : "";
+  t.addRow({"optimizer step", c.optimizerMeasured ? "measured AdamW step (adam_step), linear in parameters" + bufferNote
+                                                  : formatFixed(costmodel::optimizerStepBytes(plan.precision, plan.execution.fp32Params, plan.optimizer) - buffer, 0) +
+                                                        " bytes per parameter of the shard (" + toString(plan.precision) +
                                                         (plan.execution.fp32Params ? " " + toString(plan.optimizer) + " on fp32 parameters)" : " mixed-precision " + toString(plan.optimizer) + ")") +
-                                                        " over memory bandwidth"});
+                                                        " over memory bandwidth" + bufferNote});
   for (const auto& level : plan.cluster.links) {
     std::string source = !level.collectives.empty() ? "cluster file's measured figures, per collective"
                          : level.efficiency > 0     ? "cluster file's measured bandwidth share and latency"

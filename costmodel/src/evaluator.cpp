@@ -99,6 +99,8 @@ double optimizerStepBytes(DType precision, bool fp32Params, Optimizer optimizer)
   return adjust + adamStepBytes(precision, fp32Params);
 }
 
+double gradientBufferBytes(const Plan& plan) { return detail::megatronGradBufferBytes(plan); }
+
 double adamStepBytes(DType precision, bool fp32Params) {
   if (fp32Params && precision != DType::kFp32 && precision != DType::kTf32) {
     return precision == DType::kFp16 ? 44.0 : 36.0;

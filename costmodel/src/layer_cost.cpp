@@ -377,15 +377,16 @@ namespace {
 // on its own. `kernelOf` names the kernel and its scaled shape; it is only called when the config has
 // measured kernels (it builds a key string, which the search's hot path does without).
 template <class KernelOf>
-void applyMeasured(const LayerConfig& c, KernelOf&& kernelOf, double& fwd, double& bwd, LookupCounts* counts) {
-  if (!c.kernels || c.kernels->empty()) return;
+bool applyMeasured(const LayerConfig& c, KernelOf&& kernelOf, double& fwd, double& bwd, LookupCounts* counts) {
+  if (!c.kernels || c.kernels->empty()) return false;
   const std::optional<ScaledKernel> kernel = kernelOf();
-  if (!kernel) return;
+  if (!kernel) return false;
   const auto f = c.kernels->lookup(kernel->key + ".fwd", kernel->elements, kernel->width);
   const auto g = c.kernels->lookup(kernel->key + ".bwd", kernel->elements, kernel->width);
   if (f) fwd = f->first;
   if (g) bwd = g->first;
   if (counts) ++(f ? counts->kernelsMeasured : counts->kernelsRoofline);
+  return g.has_value();  // whether the backward is measured
 }
 
 // What a fused cross-entropy reads forward and keeps for backward, per sample: the 16-bit logits and a
@@ -624,15 +625,19 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         if (op.kind == OpKind::kAdd) bwd = 0.0;
         else if (op.kind == OpKind::kDropout || op.kind == OpKind::kPermute) bwd = fwd;  // one pass (a permutation's backward: the inverse copy)
         else bwd = std::max(floor, (fusedLoss ? lossBackward : 1.5) * bytes / bw);
-        applyMeasured(c, [&] { return scaledKernel(op, c); }, fwd, bwd, counts);
+        const bool measuredBwd = applyMeasured(c, [&] { return scaledKernel(op, c); }, fwd, bwd, counts);
         // PyTorch's embedding backward returns a dense gradient of the whole table: it zero-fills it
         // (at::zeros in embedding_dense_backward) before adding the tokens' rows, every micro-batch
-        // (Megatron's VocabParallelEmbedding runs F.embedding on its vocabulary shard). Under
-        // gradient-accumulation fusion Megatron's backward hook then adds it into the fp32 main_grad
+        // (Megatron's VocabParallelEmbedding runs F.embedding on its vocabulary shard). colo-profile's
+        // `embedding` kernel looks up as many rows as tokens in a table of as many rows, so a measured
+        // backward holds the zero-fill of that many rows already. Under gradient-accumulation fusion
+        // Megatron's backward hook then adds the gradient into the fp32 main_grad
         // (param.main_grad.add_(param.grad.data)): read both, write main_grad.
         if (op.kind == OpKind::kEmbedding && op.params > 0) {
-          const double table = op.params / (op.shard == Shard::kVocab ? tp : 1.0);
-          bwd += table * (static_cast<double>(c.activationBytes) + c.embeddingGradAddBytes) / bw;
+          const double table = op.params / (op.shard == Shard::kVocab ? tp : 1.0);  // elements
+          const double looked = op.elements * tokenScale / split;                    // the tokens' rows, elements
+          const double zeroed = measuredBwd ? std::max(0.0, table - looked) : table;
+          bwd += (zeroed * static_cast<double>(c.activationBytes) + table * c.embeddingGradAddBytes) / bw;
         }
         break;
       }

@@ -10,6 +10,8 @@
 #include <string>
 #include <sys/wait.h>
 
+#include <tuple>
+
 #include <gtest/gtest.h>
 
 #include "colo/core/json.h"
@@ -102,13 +104,25 @@ TEST(ColoPlanCli, PredictionsCarryTheErrorBandOfSimilarValidatedRuns) {
 }
 
 TEST(ColoPlanCli, ExplainNamesTheOptimizerTrafficOfThePlansPrecision) {
-  for (const auto& [precision, expected] : {std::pair<std::string, std::string>{"fp16", "54 bytes per parameter (fp16"},
-                                            {"bf16", "42 bytes per parameter (bf16"},
-                                            {"fp32", "36 bytes per parameter (fp32"}}) {
-    const auto r = run("evaluate --model gpt2-small --cluster dgx-a100-80gb --gpus 1 --gbs 8 --precision " + precision +
-                       " --explain");
+  // Megatron's accumulation (the default): the step over the shard without its zeroing, then the
+  // gradient buffer zeroed whole (one GPU: not scaled). PyTorch's (autograd): the whole step over the shard.
+  const std::string plan = "evaluate --model gpt2-small --cluster dgx-a100-80gb --gbs 8 --explain";
+  const std::tuple<std::string, std::string, std::string> cases[] = {
+      {" --gpus 1 --precision fp16", "52 bytes per parameter of the shard (fp16", "buffer zeroed whole, 2 bytes per local parameter"},
+      {" --gpus 1 --precision bf16", "38 bytes per parameter of the shard (bf16", "buffer zeroed whole, 4 bytes per local parameter"},
+      {" --gpus 1 --precision fp32", "32 bytes per parameter of the shard (fp32", "buffer zeroed whole, 4 bytes per local parameter"},
+      {" --gpus 8 --tp 1 --pp 1 --dp 8 --zero 1 --precision bf16", "38 bytes per parameter of the shard (bf16",
+       "buffer zeroed and scaled whole, 12 bytes per local parameter"},
+      {" --gpus 1 --precision bf16 --grad-accumulation autograd", "42 bytes per parameter of the shard (bf16", ""}};
+  for (const auto& [options, step, buffer] : cases) {
+    const auto r = run(plan + options);
     ASSERT_EQ(r.exitCode, 0) << r.err;
-    EXPECT_NE(r.out.find(expected), std::string::npos) << precision << "\n" << r.out;
+    EXPECT_NE(r.out.find(step), std::string::npos) << options << "\n" << r.out;
+    if (buffer.empty()) {
+      EXPECT_EQ(r.out.find("gradient buffer"), std::string::npos) << options << "\n" << r.out;
+    } else {
+      EXPECT_NE(r.out.find(buffer), std::string::npos) << options << "\n" << r.out;
+    }
   }
 }
 

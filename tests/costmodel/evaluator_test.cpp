@@ -1559,6 +1559,27 @@ TEST(Evaluator, ExpertGradientsAreReducedAndShardedOverTheRanksHoldingTheSameExp
   const GroupPlacement edp = placeGroup(folded.cluster, folded.parallel, Dim::kExpertData);
   EXPECT_EQ(edp.size, 4);
   EXPECT_EQ(edp.stride, 2);
+
+  // One data-parallel rank (tp 4, expert_tp 1, ep 2 on 4 GPUs): the dense weights have no replica, the
+  // experts two (4 / (1 x 2)), so all the data-parallel traffic is the experts' over that pair.
+  Plan lone = makePlan("mixtral-8x7b", "dgx-h100-x64", 4, 4, 1, 8);
+  lone.parallel.etp = 1;
+  lone.parallel.ep = 2;
+  lone.zeroStage = 1;
+  lone.execution.overlapGradReduce = false;
+  lone.execution.overlapParamGather = false;
+  lone.stages = uniformStages(32, 1, RecomputePolicy::kFull);
+  const Evaluation one = evaluateOrFail(lone);
+  const GroupPlacement pair = placeGroup(lone.cluster, lone.parallel, Dim::kExpertData);
+  ASSERT_EQ(pair.size, 2);
+  // Optimizer states are the dense weights whole and half the local experts: 12 B each.
+  const double held = one.stages[0].paramsPerGpu;
+  const double localExperts = 2.0 * (held - one.stages[0].memory.optimizer / 12.0);
+  ASSERT_GT(localExperts, 0);
+  EXPECT_NEAR(one.stages[0].dpExposedSeconds,
+              collectiveSeconds(Collective::kReduceScatter, localExperts * 4.0, pair) +
+                  collectiveSeconds(Collective::kAllGather, localExperts * 2.0, pair),
+              1e-9);
 }
 
 TEST(Evaluator, MegatronZeroesAndScalesItsWholeGradientBufferEveryStep) {

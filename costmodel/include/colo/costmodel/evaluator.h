@@ -188,6 +188,10 @@ class Evaluator {
 /// HBM traffic of one mixed-precision optimizer step per local parameter (fp16 54 B, bf16 42 B,
 /// fp32 and fp32 parameters 36 B; docs/costmodel.md), used when the cost database has no measured AdamW step.
 [[nodiscard]] double optimizerStepBytes(DType precision, bool fp32Params = false, Optimizer optimizer = Optimizer::kAdamW);
+/// Bytes per local parameter of Megatron's main-gradient buffer, which the step zeroes whole (and, with
+/// data-parallel ranks, scales whole) instead of the optimizer zeroing its shard; 0 when the plan's
+/// gradient accumulation is not Megatron's (fused or main_grad at ZeRO <= 1). docs/costmodel.md.
+[[nodiscard]] double gradientBufferBytes(const Plan& plan);
 /// The same for AdamW.
 [[nodiscard]] double adamStepBytes(DType precision, bool fp32Params = false);
 
