@@ -1,7 +1,5 @@
 // colo-plan evaluate: predict one fully specified plan.
-#include <chrono>
 #include <cmath>
-#include <ctime>
 #include <map>
 #include <set>
 #include <sstream>
@@ -10,10 +8,10 @@
 #include "inputs.h"
 #include "colo/core/library.h"
 #include "colo/core/units.h"
-#include "colo/core/version.h"
 #include "colo/costmodel/evaluator.h"
 #include "colo/costmodel/error_band.h"
 #include "colo/costmodel/timeline.h"
+#include "colo/planner/search.h"
 #include "commands.h"
 #include "text_table.h"
 
@@ -113,13 +111,6 @@ Result<double> fractionOption(const Args& args, const std::string& name) {
     return fail(Error::badInput("--" + name + ": expected a fraction between 0 and 1, got \"" + *text + "\""));
   }
   return v;
-}
-
-std::string isoNow() {
-  const std::time_t now = std::time(nullptr);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  return buffer;
 }
 
 // The parallel degrees (--tp --pp --cp --ep --etp --vpp --sp --dp, --rank-order); --dp defaults to what
@@ -537,25 +528,6 @@ int printOperatorPlanFile(const Plan& plan, const std::string& file, const Args&
   return 0;
 }
 
-// The plan with its predictions and provenance, as --out writes it.
-Plan withPredictions(Plan plan, const costmodel::Evaluation& ev, const costmodel::CostDatabase* costDb) {
-  plan.predictions.stepTimeSeconds = ev.stepSeconds;
-  plan.predictions.tokensPerSecond = ev.tokensPerSecond;
-  plan.predictions.modelTflopsPerGpu = ev.modelTflopsPerGpu;
-  plan.predictions.hardwareTflopsPerGpu = ev.hardwareTflopsPerGpu;
-  plan.predictions.mfu = ev.mfu;
-  plan.predictions.peakMemoryBytes = ev.peakMemoryBytes;
-  plan.predictions.fits = ev.fits;
-  plan.predictions.bubbleFraction = ev.bubbleFraction;
-  plan.predictions.breakdown = ev.toJson()["breakdown"];
-  plan.provenance.toolVersion = kVersion;
-  plan.provenance.createdAt = isoNow();
-  plan.provenance.modelHash = contentHash(plan.model.toJson());
-  plan.provenance.clusterHash = contentHash(clusterToJson(plan.cluster));
-  plan.provenance.costDbHash = costDb ? costDb->hash() : "";
-  return plan;
-}
-
 // Everything one evaluation prints, computed before anything is printed.
 struct EvaluateReport {
   Plan plan;
@@ -629,9 +601,9 @@ Result<EvaluateReport> evaluateWithExtras(Plan plan, const Args& args, const cos
     r.calibration->apply(r.evaluation);
   }
   if (const auto file = args.value("out")) {
-    if (auto written = writeJsonFileAtomic(*file, planToJson(withPredictions(r.plan, r.evaluation, costDb))); !written) {
-      return fail(written.error());
-    }
+    Plan annotated = r.plan;  // its command stays the one that made it
+    planner::annotate(annotated, r.evaluation, annotated.provenance.command, costDb ? costDb->hash() : "");
+    if (auto written = writeJsonFileAtomic(*file, planToJson(annotated)); !written) return fail(written.error());
   }
   if (args.has("simulate") || args.has("timeline")) {
     auto simulated = costmodel::simulateSchedule(costmodel::scheduleInputOf(r.plan, r.evaluation));

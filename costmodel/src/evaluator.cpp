@@ -99,7 +99,13 @@ double optimizerStepBytes(DType precision, bool fp32Params, Optimizer optimizer)
   return adjust + adamStepBytes(precision, fp32Params);
 }
 
-double gradientBufferBytes(const Plan& plan) { return detail::megatronGradBufferBytes(plan); }
+double gradientBufferBytes(const Plan& plan) {
+  const GradAccumulation mode = plan.execution.gradAccumulation;
+  if ((mode != GradAccumulation::kFused && mode != GradAccumulation::kMainGrad) || plan.zeroStage > 1) return 0.0;
+  // fp32 main gradients (bf16 training turns on --accumulate-allreduce-grads-in-fp32; fp32 training);
+  // fp16 keeps them at 16 bits unless asked.
+  return plan.precision == DType::kFp16 ? 2.0 : 4.0;
+}
 
 double adamStepBytes(DType precision, bool fp32Params) {
   if (fp32Params && precision != DType::kFp32 && precision != DType::kTf32) {

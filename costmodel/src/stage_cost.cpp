@@ -210,14 +210,6 @@ double gradCollectiveSeconds(Collective kind, const StageWork& w, double bytesPe
 }
 }  // namespace
 
-double megatronGradBufferBytes(const Plan& plan) {
-  const GradAccumulation mode = plan.execution.gradAccumulation;
-  if ((mode != GradAccumulation::kFused && mode != GradAccumulation::kMainGrad) || plan.zeroStage > 1) return 0.0;
-  // fp32 main gradients (bf16 training turns on --accumulate-allreduce-grads-in-fp32; fp32 training);
-  // fp16 keeps them at 16 bits unless asked.
-  return plan.precision == DType::kFp16 ? 2.0 : 4.0;
-}
-
 double shardedParams(const Plan& plan, const StageWork& w) {
   const double shard = static_cast<double>(plan.parallel.dp * plan.parallel.cp);
   const double expertShard = std::max<double>(1.0, static_cast<double>(plan.parallel.expertDp()));
@@ -347,7 +339,7 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
   // states are updated by the host, their gradients and weights crossing PCIe.
   const double localParams = plan.zeroStage >= 1 ? shardedParams(plan, w) : w.params;
   const double onDevice = localParams * (1.0 - plan.offload.optimizerFraction);
-  const double buffer = megatronGradBufferBytes(plan);
+  const double buffer = gradientBufferBytes(plan);
   // optimizerStepBytes zeroes the gradients of the rank's shard; a Megatron buffer is zeroed whole, below.
   const double stepBytes = optimizerStepBytes(plan.precision, plan.execution.fp32Params, plan.optimizer) - buffer;
   tail.optimizer = onDevice * stepBytes / device.memoryBytesPerSecond;
@@ -364,8 +356,7 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
   // last backward.
   if (buffer > 0) {
     const double passes = 1.0 + (par.dp * par.cp > 1 ? 2.0 : 0.0);
-    tail.gradBuffer = passes * w.params * buffer / device.memoryBytesPerSecond;
-    tail.optimizer += tail.gradBuffer;
+    tail.optimizer += passes * w.params * buffer / device.memoryBytesPerSecond;
   }
   if (plan.offload.optimizerFraction > 0) {
     const double offParams = localParams * plan.offload.optimizerFraction;

@@ -107,9 +107,6 @@ struct StageTime {
 /// The stage's parameters one GPU holds when ZeRO shards them: expert parameters over the
 /// expert-data-parallel ranks (tp x cp x dp / (expert_tp x ep)), the rest over dp x cp.
 [[nodiscard]] double shardedParams(const Plan& plan, const StageWork& w);
-/// Bytes per parameter of Megatron's contiguous main-gradient buffer (fused or main_grad accumulation,
-/// ZeRO <= 1), which every rank zeroes and scales whole each step; 0 for other frameworks.
-[[nodiscard]] double megatronGradBufferBytes(const Plan& plan);
 /// ZeRO-Offload's gradient copies between the GPU and the host partition they accumulate in, per
 /// micro-batch, exposed (docs/costmodel.md, "Offload").
 [[nodiscard]] double offloadedGradientCopies(const Plan& plan, const StageWork& w, const StateBytes& bytes);
@@ -134,7 +131,6 @@ struct StageTail {
   double dataParallel = 0;
   double optimizer = 0;
   double offloadPcie = 0;  // part of optimizer
-  double gradBuffer = 0;   // part of optimizer: zeroing and scaling Megatron's gradient buffer
 };
 /// The rate at which offloaded states reach one GPU: PCIe from host memory; with offload.target nvme the
 /// node's NVMe bandwidth shared by its GPUs, at most PCIe (ZeRO-Infinity stages NVMe reads in host memory).
