@@ -485,6 +485,7 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
   p.execution.fp32Params = flag("fp32_params");
   p.execution.fusedCrossEntropy = flag("fused_cross_entropy");
   p.execution.fusedBiasGrad = flag("fused_bias_grad");
+  p.execution.gradNanCheck = flag("grad_nan_check");
   p.execution.teDummyWgrads = flag("te_dummy_wgrads");
   p.execution.perParameterGathers = flag("per_parameter_gathers");
   p.execution.crossEntropyInPlace = flag("cross_entropy_in_place");

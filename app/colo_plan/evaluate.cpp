@@ -54,6 +54,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"fused-cross-entropy", "", "the loss reads the 16-bit logits in one kernel, without an fp32 copy (flash-attn's, LLM Foundry's default, Liger)"},
       {"cross-entropy-in-place", "", "with --fused-cross-entropy: the loss writes the logits' gradient into them (Transformer Engine's, Megatron's --cross-entropy-fusion-impl te)"},
       {"fused-bias-grad", "", "the attention input projection's bias gradient comes from its GEMM (Transformer Engine); otherwise every bias gradient is a reduction of its own (PyTorch, Megatron-LM's own linears, Megatron-DeepSpeed)"},
+      {"grad-nan-check", "", "Megatron-LM's check of every gradient bucket's norm for NaN and Inf before it is reduced (its default since 2023-09)"},
       {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
       {"per-parameter-gathers", "", "ZeRO-3 gathers and reduce-scatters one parameter tensor at a time, synchronously (DeepSpeed v0.3.13 to v0.5.4)"},
       {"moe-dispatcher", "D", "MoE token dispatch: alltoall (default; every token-expert copy apart) or deepep (one copy per destination node, forwarded over NVLink)"},
@@ -179,6 +180,7 @@ Result<void> executionFromOptions(const Args& args, Execution& x) {
   x.fp32Params = args.has("fp32-params");
   x.fusedCrossEntropy = args.has("fused-cross-entropy");
   x.fusedBiasGrad = args.has("fused-bias-grad");
+  x.gradNanCheck = args.has("grad-nan-check");
   x.teDummyWgrads = args.has("te-dummy-wgrads");
   x.perParameterGathers = args.has("per-parameter-gathers");
   x.crossEntropyInPlace = args.has("cross-entropy-in-place");
@@ -369,11 +371,15 @@ std::string renderSources(const Plan& plan, const costmodel::Evaluation& e) {
       buffer > 0 ? "; Megatron's gradient buffer zeroed" + std::string(plan.parallel.dp * plan.parallel.cp > 1 ? " and scaled" : "") +
                        " whole, " + formatFixed(buffer * (plan.parallel.dp * plan.parallel.cp > 1 ? 3 : 1), 0) + " bytes per local parameter"
                  : "";
-  t.addRow({"optimizer step", c.optimizerMeasured ? "measured AdamW step (adam_step), linear in parameters" + bufferNote
+  const std::string checkNote = plan.execution.gradNanCheck
+                                    ? "; NaN check of the gradients, " + formatFixed(plan.precision == DType::kFp16 ? 2.0 : 4.0, 0) +
+                                          " bytes per local parameter and two host synchronizations per bucket"
+                                    : "";
+  t.addRow({"optimizer step", c.optimizerMeasured ? "measured AdamW step (adam_step), linear in parameters" + bufferNote + checkNote
                                                   : formatFixed(costmodel::optimizerStepBytes(plan.precision, plan.execution.fp32Params, plan.optimizer) - buffer, 0) +
                                                         " bytes per parameter of the shard (" + toString(plan.precision) +
                                                         (plan.execution.fp32Params ? " " + toString(plan.optimizer) + " on fp32 parameters)" : " mixed-precision " + toString(plan.optimizer) + ")") +
-                                                        " over memory bandwidth" + bufferNote});
+                                                        " over memory bandwidth" + bufferNote + checkNote});
   for (const auto& level : plan.cluster.links) {
     std::string source = !level.collectives.empty() ? "cluster file's measured figures, per collective"
                          : level.efficiency > 0     ? "cluster file's measured bandwidth share and latency"
@@ -447,6 +453,7 @@ std::string planHeadline(const Plan& plan, const costmodel::Evaluation& ev) {
       << (plan.execution.teDummyWgrads ? ", TE placeholder wgrads" : "")
       << (plan.execution.perParameterGathers && plan.zeroStage == 3 ? ", ZeRO-3 gathers per parameter" : "")
       << (plan.execution.fusedBiasGrad ? ", fused bias gradients" : "")
+      << (plan.execution.gradNanCheck ? ", NaN check of gradients" : "")
       << (plan.execution.tpCommOverlap && p.tp > 1
               ? (plan.execution.tpOverlap == TpOverlap::kUserbuffers ? ", TP overlap (userbuffers)"
                  : p.sequenceParallel                                ? ", async TP"

@@ -122,6 +122,7 @@ Execution readExecution(const JsonReader& e) {
   x.fp32Params = e.boolean("fp32_params", false);
   x.fusedCrossEntropy = e.boolean("fused_cross_entropy", false);
   x.fusedBiasGrad = e.boolean("fused_bias_grad", false);
+  x.gradNanCheck = e.boolean("grad_nan_check", false);
   x.teDummyWgrads = e.boolean("te_dummy_wgrads", false);
   x.perParameterGathers = e.boolean("per_parameter_gathers", false);
   x.crossEntropyInPlace = e.boolean("cross_entropy_in_place", false);
@@ -302,6 +303,7 @@ Json planToJson(const Plan& p) {
   if (p.execution.fp32Params) j["execution"]["fp32_params"] = true;
   if (p.execution.fusedCrossEntropy) j["execution"]["fused_cross_entropy"] = true;
   if (p.execution.fusedBiasGrad) j["execution"]["fused_bias_grad"] = true;
+  if (p.execution.gradNanCheck) j["execution"]["grad_nan_check"] = true;
   if (p.execution.teDummyWgrads) j["execution"]["te_dummy_wgrads"] = true;
   if (p.execution.perParameterGathers) j["execution"]["per_parameter_gathers"] = true;
   if (p.execution.crossEntropyInPlace) j["execution"]["cross_entropy_in_place"] = true;

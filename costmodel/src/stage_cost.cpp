@@ -204,6 +204,29 @@ double zeroThreeSeconds(Collective kind, const StageWork& w, double share, doubl
          zeroThreeOver(kind, share * w.expertParams * bytesPerParam, tensors * expertShare, plan, groups.expertGrad, device);
 }
 
+// Megatron-LM's check of the gradients for NaN and Inf before they are reduced (start_grad_sync ->
+// check_grads, megatron/core/distributed/param_and_grad_buffer.py): per bucket, the norm of its whole
+// gradient buffer (a read of every local parameter's reduced gradient), then torch.isnan and
+// torch.isinf of that norm, each turned into a Python bool: a host synchronization after which the
+// device waits for the host to launch the next kernel (one kernel floor each). A bucket holds
+// max(40M, 1M x dp x cp) parameters when the reduction overlaps the backward, else its whole buffer;
+// dense and expert parameters have buffers of their own, and stages after the first one bucket each
+// (distributed_data_parallel.py).
+double nanCheckSeconds(const Plan& plan, const StageWork& w, const StateBytes& bytes, const DeviceModel& device,
+                       std::int64_t stage) {
+  const double perParam = plan.execution.gradAccumulation == GradAccumulation::kFp32Copy ? 4.0 : bytes.gradient;
+  const double read = w.params * perParam / device.memoryBytesPerSecond;
+  const bool bucketed = plan.execution.overlapGradReduce && stage == 0;
+  auto bucketsOf = [&](double params, double ranks) {
+    if (params <= 0) return 0.0;
+    return bucketed ? std::ceil(params / std::max(40e6, 1e6 * ranks)) : 1.0;
+  };
+  const double buckets =
+      bucketsOf(w.params - w.expertParams, static_cast<double>(plan.parallel.dp * plan.parallel.cp)) +
+      bucketsOf(w.expertParams, std::max<double>(1.0, static_cast<double>(plan.parallel.expertDp())));
+  return read + 2.0 * buckets * device.kernelFloorSeconds;
+}
+
 double gradCollectiveSeconds(Collective kind, const StageWork& w, double bytesPerParam, const Groups& groups) {
   return collectiveSeconds(kind, (w.params - w.expertParams) * bytesPerParam, groups.grad) +
          collectiveSeconds(kind, w.expertParams * bytesPerParam, groups.expertGrad);
@@ -358,6 +381,7 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
     const double passes = 1.0 + (par.dp * par.cp > 1 ? 2.0 : 0.0);
     tail.optimizer += passes * w.params * buffer / device.memoryBytesPerSecond;
   }
+  if (plan.execution.gradNanCheck) tail.optimizer += nanCheckSeconds(plan, w, bytes, device, stage);
   if (plan.offload.optimizerFraction > 0) {
     const double offParams = localParams * plan.offload.optimizerFraction;
     tail.offloadPcie = offParams * (bytes.gradient + bytes.weight) / offloadBytesPerSecond(plan, in.pcieBytesPerSecond);

@@ -162,6 +162,8 @@ std::string megatron(const Plan& p) {
   }
   if (p.execution.tpCommOverlap && q.tp > 1) a << "--tp-comm-overlap \\\n";
   if (p.execution.gradAccumulation != GradAccumulation::kFused) a << "--no-gradient-accumulation-fusion \\\n";
+  // The plan's step holds no NaN check unless it says so; Megatron-LM's is on by default.
+  if (!p.execution.gradNanCheck) a << "--no-check-for-nan-in-loss-and-grad \\\n";
   // What pretrain_gpt.py needs to start and a plan does not say: placeholders the shell refuses to run
   // without (${NAME:?why} stops with the message while NAME is unset).
   a << "--train-iters \"${TRAIN_ITERS:?set TRAIN_ITERS: optimizer steps to train}\" \\\n"
@@ -181,6 +183,10 @@ std::string megatron(const Plan& p) {
                   : "# note: the plan's fused loss keeps no fp32 logits; Megatron-LM's native fusion (--cross-entropy-loss-fusion) keeps an fp32 softmax\n";
   }
 
+  if (!p.execution.gradNanCheck) {
+    header += "# note: the plan was costed without Megatron-LM's check of the gradients for NaN (execution.grad_nan_check), "
+              "so the job turns it off; drop --no-check-for-nan-in-loss-and-grad to keep it (one more read of the gradient buffer a step)\n";
+  }
   if (!r.uniform) header += "# note: colo recomputes a different number of layers per stage; Megatron takes one count (the largest)\n";
   if (s.activation == Activation::kGeGlu) {
     header += "# note: pretrain_gpt.py has no flag for a GeLU-gated MLP (--quick-geglu is another activation); as written the MLP is "

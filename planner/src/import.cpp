@@ -362,6 +362,10 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
   }
   p.execution.epCommOverlap = r.has("--overlap-moe-expert-parallel-comm");
   p.execution.gradAccumulation = r.has("--no-gradient-accumulation-fusion") ? GradAccumulation::kMainGrad : GradAccumulation::kFused;
+  // Megatron-LM checks each gradient bucket for NaN before reducing it unless told not to, and turns the
+  // check off under fp16 with a dynamic loss scale (no --loss-scale), whose overflows are expected
+  // (megatron/training/arguments.py, validate_args).
+  p.execution.gradNanCheck = !r.has("--no-check-for-nan-in-loss-and-grad") && !(r.has("--fp16") && !r.has("--loss-scale"));
   // Megatron-LM builds its layers from Transformer Engine unless told otherwise (--transformer-impl,
   // default transformer_engine): TE returns the attention input projection's bias gradient from its
   // GEMM, and (TE 2.3 on, April 2025) keeps one placeholder weight gradient per weight shape under

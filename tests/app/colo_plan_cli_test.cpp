@@ -113,6 +113,8 @@ TEST(ColoPlanCli, ExplainNamesTheOptimizerTrafficOfThePlansPrecision) {
       {" --gpus 1 --precision fp32", "32 bytes per parameter of the shard (fp32", "buffer zeroed whole, 4 bytes per local parameter"},
       {" --gpus 8 --tp 1 --pp 1 --dp 8 --zero 1 --precision bf16", "38 bytes per parameter of the shard (bf16",
        "buffer zeroed and scaled whole, 12 bytes per local parameter"},
+      {" --gpus 8 --tp 1 --pp 1 --dp 8 --zero 1 --precision bf16 --grad-nan-check", "38 bytes per parameter of the shard (bf16",
+       "12 bytes per local parameter; NaN check of the gradients, 4 bytes per local parameter and two host synchronizations per bucket"},
       {" --gpus 1 --precision bf16 --grad-accumulation autograd", "42 bytes per parameter of the shard (bf16", ""}};
   for (const auto& [options, step, buffer] : cases) {
     const auto r = run(plan + options);

@@ -1601,6 +1601,29 @@ TEST(Evaluator, MegatronZeroesAndScalesItsWholeGradientBufferEveryStep) {
   EXPECT_NEAR(single.stages[0].optimizerSeconds, single.stages[0].paramsPerGpu * 42.0 / d.memoryBytesPerSecond, 1e-9);
 }
 
+TEST(Evaluator, MegatronsNanCheckReadsTheWholeGradientBufferAndSynchronizesTheHostPerBucket) {
+  // Megatron-LM's check_grads before each reduction: the norm of every bucket's fp32 gradients (a 4 B
+  // read of every local parameter), then isnan and isinf each synchronized to the host (one kernel
+  // floor each). Without overlap a buffer is one bucket; with it, buckets of max(40M, 1M x dp) params.
+  Plan p = makePlan("llama2-7b", "dgx-a100-80gb", 8, 1, 1, 8);
+  p.zeroStage = 1;
+  p.execution.overlapGradReduce = false;
+  const DeviceModel d = deviceModel(p.cluster.gpu, DType::kBf16);
+  const Evaluation off = evaluateOrFail(p);
+  const double params = off.stages[0].paramsPerGpu;
+  p.execution.gradNanCheck = true;
+  const double read = params * 4.0 / d.memoryBytesPerSecond;
+  EXPECT_NEAR(evaluateOrFail(p).stages[0].optimizerSeconds - off.stages[0].optimizerSeconds,
+              read + 2.0 * d.kernelFloorSeconds, 1e-9);
+  p.execution.overlapGradReduce = true;
+  p.execution.gradNanCheck = false;
+  const double overlappedOff = evaluateOrFail(p).stages[0].optimizerSeconds;
+  p.execution.gradNanCheck = true;
+  const double buckets = std::ceil(params / 40e6);
+  EXPECT_GT(buckets, 100);  // 6.7B parameters
+  EXPECT_NEAR(evaluateOrFail(p).stages[0].optimizerSeconds - overlappedOff, read + 2.0 * buckets * d.kernelFloorSeconds, 1e-9);
+}
+
 TEST(Evaluator, TheEmbeddingsBackwardWritesTheWholeTablesGradientAndMegatronAddsItIntoMainGrad) {
   // Llama 3 8B at tp 2: each rank's vocabulary shard is 128,256/2 x 4,096 (padded to 128 x tp). PyTorch's
   // embedding backward zero-fills a dense gradient of the shard every micro-batch (2 B an element);

@@ -479,6 +479,12 @@ TEST(Validation, GradientAccumulationFollowsTheFrameworkAndItsEra) {
     auto nemoGpt3 = validation::caseFromRow(mlperf, assumptions);
     ASSERT_TRUE(nemoGpt3) << nemoGpt3.error().toString();
     EXPECT_TRUE(nemoGpt3->plan.execution.fusedBiasGrad);
+    // Megatron-LM's pretrain_gpt.py (Megatron-Core's published scripts) checks gradients for NaN before
+    // reducing them; NeMo's and Megatron-DeepSpeed's rows are not assumed to.
+    EXPECT_TRUE(plain->plan.execution.gradNanCheck);
+    EXPECT_FALSE(nemo->plan.execution.gradNanCheck);
+    EXPECT_FALSE(legacy->plan.execution.gradNanCheck);
+    EXPECT_FALSE(megatron2022->plan.execution.gradNanCheck);
   }
   row["source"]["citation"] = "Korthikanti et al., 'Reducing Activation Recomputation in Large Transformer Models', MLSys 2022";
   EXPECT_EQ(modeOf(row), GradAccumulation::kFused);

@@ -76,6 +76,7 @@ void expectSamePlan(const Plan& a, const Plan& b, const std::string& what, bool 
   EXPECT_EQ(a.execution.fusedBiasGrad, b.execution.fusedBiasGrad);
   EXPECT_EQ(a.execution.teDummyWgrads, b.execution.teDummyWgrads);
   EXPECT_EQ(a.execution.perParameterGathers, b.execution.perParameterGathers);
+  EXPECT_EQ(a.execution.gradNanCheck, b.execution.gradNanCheck);
 }
 
 std::vector<Plan> roundTripPlans() {
@@ -100,7 +101,7 @@ std::vector<Plan> roundTripPlans() {
   plans.push_back(balanced);
   plans[4].offload.optimizerFraction = 0.5;
   // The Megatron export is a Transformer Engine job (Megatron-LM's default): its plans say so.
-  for (auto& p : plans) p.execution.fusedBiasGrad = p.execution.teDummyWgrads = true;
+  for (auto& p : plans) p.execution.fusedBiasGrad = p.execution.teDummyWgrads = p.execution.gradNanCheck = true;
   for (auto& p : plans) EXPECT_TRUE(validatePlan(p)) << p.name << ": " << validatePlan(p).error().toString();
   return plans;
 }
@@ -123,6 +124,7 @@ TEST(Import, MegatronMoeDispatchAndExpertOverlapSurviveExportAndImport) {
   p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
   p.execution.epCommOverlap = true;
   p.execution.fusedBiasGrad = p.execution.teDummyWgrads = true;  // Megatron's default Transformer Engine
+  p.execution.gradNanCheck = true;                                 // and NaN check
   ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
   const auto args = exportPlan(p, ExportFormat::kMegatron, "plan.json");
   ASSERT_TRUE(args) << args.error().toString();
@@ -167,6 +169,42 @@ TEST(Import, MegatronsTransformerEngineLossFusionIsTheInPlaceFusedLoss) {
   // Exported, such a plan says that the Megatron-LM its arguments are checked against refuses TE's fusion.
   const std::string exported = *exportPlan(*te, ExportFormat::kMegatron, "plan.json");
   EXPECT_NE(exported.find("--cross-entropy-fusion-impl te), which this Megatron-LM refuses"), std::string::npos) << exported;
+}
+
+TEST(Import, MegatronLmChecksGradientsForNanUnlessToldNotToOrUnderADynamicLossScale) {
+  // Megatron-LM's --no-check-for-nan-in-loss-and-grad (store_false, so the check is on by default);
+  // validate_args turns it off under fp16 with a dynamic loss scale. Megatron-Bridge hands Megatron-
+  // Core its DDP config, whose check_for_nan_in_grad is off unless the config sets it.
+  const Plan p = roundTripPlans()[0];
+  const std::string args = *exportPlan(p, ExportFormat::kMegatron, "plan.json");
+  const ImportContext context{p.cluster, p.model, 0, 0};
+  auto checked = importMegatron(args, context);
+  ASSERT_TRUE(checked) << checked.error().toString();
+  EXPECT_TRUE(checked->execution.gradNanCheck);
+  auto unchecked = importMegatron(args + " \\\n--no-check-for-nan-in-loss-and-grad\n", context);
+  ASSERT_TRUE(unchecked) << unchecked.error().toString();
+  EXPECT_FALSE(unchecked->execution.gradNanCheck);
+  std::string fp16 = args;
+  fp16.replace(fp16.find("--bf16"), 6, "--fp16");
+  auto dynamic = importMegatron(fp16, context);
+  ASSERT_TRUE(dynamic) << dynamic.error().toString();
+  EXPECT_FALSE(dynamic->execution.gradNanCheck);
+  auto fixed = importMegatron(fp16 + " \\\n--loss-scale 4096\n", context);
+  ASSERT_TRUE(fixed) << fixed.error().toString();
+  EXPECT_TRUE(fixed->execution.gradNanCheck);
+  // The check costs time: a read of the gradient buffer and host synchronizations.
+  const auto withCheck = costmodel::evaluatePlan(*checked);
+  const auto without = costmodel::evaluatePlan(*unchecked);
+  ASSERT_TRUE(withCheck && without);
+  EXPECT_GT(withCheck->time.optimizer, without->time.optimizer);
+  // Megatron-Bridge: off unless ddp.check_for_nan_in_grad is true.
+  const std::string bridge = "model:\n  tensor_model_parallel_size: 2\ntrain:\n  global_batch_size: 64\n  micro_batch_size: 1\n";
+  auto off = importMegatronBridge(bridge, context);
+  ASSERT_TRUE(off) << off.error().toString();
+  EXPECT_FALSE(off->execution.gradNanCheck);
+  auto on = importMegatronBridge(bridge + "ddp:\n  check_for_nan_in_grad: true\n", context);
+  ASSERT_TRUE(on) << on.error().toString();
+  EXPECT_TRUE(on->execution.gradNanCheck);
 }
 
 TEST(Import, MegatronsDefaultTransformerEngineFusesBiasGradientsAndKeepsPlaceholderWgrads) {

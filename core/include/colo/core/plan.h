@@ -198,6 +198,11 @@ struct Execution {
   /// (PyTorch's autograd, Megatron-LM's own linears, Megatron-DeepSpeed, colo-run). See
   /// docs/costmodel.md, "Bias gradients".
   bool fusedBiasGrad = false;
+  /// Megatron-LM checks each gradient bucket's norm for NaN and Inf before reducing it (its
+  /// --no-check-for-nan-in-loss-and-grad turns it off; on by default since 2023-09): one more read of
+  /// the whole gradient buffer a step and two host synchronizations per bucket. false: no check
+  /// (Megatron-Core's own default, PyTorch, DeepSpeed, colo-run). See docs/costmodel.md, "The NaN check".
+  bool gradNanCheck = false;
   /// Host time the framework spends issuing one op (Python module code, dispatcher, autograd, launch):
   /// a layer whose kernels finish faster than the host issues them waits for the host. 0: the host
   /// keeps ahead (CUDA graphs). See docs/costmodel.md, "Host floor".
