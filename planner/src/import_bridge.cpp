@@ -158,8 +158,11 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   if (on(get({"ddp", "ddp_config", "comm_overlap"}, "overlap_grad_reduce"))) args << "--overlap-grad-reduce\n";
   if (on(get({"ddp", "ddp_config", "comm_overlap"}, "overlap_param_gather"))) args << "--overlap-param-gather\n";
   if (on(get({"comm_overlap"}, "tp_comm_overlap"))) args << "--tp-comm-overlap\n";
-  // Megatron-Bridge hands Megatron-Core its DDP config as written, whose NaN check is off unless set.
-  if (!on(get({"ddp", "ddp_config"}, "check_for_nan_in_grad"))) args << "--no-check-for-nan-in-loss-and-grad\n";
+  // Megatron-Bridge's recipes check the gradients for NaN (ddp.check_for_nan_in_grad = True in every
+  // pretrain config, src/megatron/bridge/recipes): on unless the config turns it off.
+  if (const auto check = get({"ddp", "ddp_config"}, "check_for_nan_in_grad"); check && (*check == "false" || *check == "False")) {
+    args << "--no-check-for-nan-in-loss-and-grad\n";
+  }
   // mixed_precision is a section, or a preset's name ("bf16_mixed") in override files.
   const auto precision = flat->find("mixed_precision");
   const std::string presetName = precision != flat->end() && precision->second != "[]" ? precision->second : "";

@@ -173,8 +173,8 @@ TEST(Import, MegatronsTransformerEngineLossFusionIsTheInPlaceFusedLoss) {
 
 TEST(Import, MegatronLmChecksGradientsForNanUnlessToldNotToOrUnderADynamicLossScale) {
   // Megatron-LM's --no-check-for-nan-in-loss-and-grad (store_false, so the check is on by default);
-  // validate_args turns it off under fp16 with a dynamic loss scale. Megatron-Bridge hands Megatron-
-  // Core its DDP config, whose check_for_nan_in_grad is off unless the config sets it.
+  // validate_args turns it off under fp16 with a dynamic loss scale. Megatron-Bridge's recipes set
+  // ddp.check_for_nan_in_grad.
   const Plan p = roundTripPlans()[0];
   const std::string args = *exportPlan(p, ExportFormat::kMegatron, "plan.json");
   const ImportContext context{p.cluster, p.model, 0, 0};
@@ -197,14 +197,14 @@ TEST(Import, MegatronLmChecksGradientsForNanUnlessToldNotToOrUnderADynamicLossSc
   const auto without = costmodel::evaluatePlan(*unchecked);
   ASSERT_TRUE(withCheck && without);
   EXPECT_GT(withCheck->time.optimizer, without->time.optimizer);
-  // Megatron-Bridge: off unless ddp.check_for_nan_in_grad is true.
+  // Megatron-Bridge: its recipes' check, unless ddp.check_for_nan_in_grad is false.
   const std::string bridge = "model:\n  tensor_model_parallel_size: 2\ntrain:\n  global_batch_size: 64\n  micro_batch_size: 1\n";
-  auto off = importMegatronBridge(bridge, context);
+  auto recipe = importMegatronBridge(bridge, context);
+  ASSERT_TRUE(recipe) << recipe.error().toString();
+  EXPECT_TRUE(recipe->execution.gradNanCheck);
+  auto off = importMegatronBridge(bridge + "ddp:\n  check_for_nan_in_grad: false\n", context);
   ASSERT_TRUE(off) << off.error().toString();
   EXPECT_FALSE(off->execution.gradNanCheck);
-  auto on = importMegatronBridge(bridge + "ddp:\n  check_for_nan_in_grad: true\n", context);
-  ASSERT_TRUE(on) << on.error().toString();
-  EXPECT_TRUE(on->execution.gradNanCheck);
 }
 
 TEST(Import, MegatronsDefaultTransformerEngineFusesBiasGradientsAndKeepsPlaceholderWgrads) {
