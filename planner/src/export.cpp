@@ -59,9 +59,8 @@ RecomputeSummary summarize(const Plan& p) {
   return r;
 }
 
-std::string megatron(const Plan& p) {
-  const ModelSpec& s = *p.model.spec;
-  std::ostringstream a;
+// Megatron-LM's parallel layout: degrees, expert dispatch, pipeline split, sequence parallelism.
+void megatronParallelArgs(const Plan& p, std::ostream& a) {
   const auto& q = p.parallel;
   a << "--tensor-model-parallel-size " << q.tp << " \\\n--pipeline-model-parallel-size " << q.pp << " \\\n";
   if (q.cp > 1) a << "--context-parallel-size " << q.cp << " \\\n";
@@ -88,6 +87,11 @@ std::string megatron(const Plan& p) {
     if (first != middle) a << "--decoder-first-pipeline-num-layers " << first << " \\\n";
     if (last != middle) a << "--decoder-last-pipeline-num-layers " << last << " \\\n";
   }
+}
+
+// The batch and the dense architecture (shape, attention variants, norms, embeddings).
+void megatronModelArgs(const Plan& p, std::ostream& a) {
+  const ModelSpec& s = *p.model.spec;
   a << "--micro-batch-size " << p.microBatchSize << " \\\n--global-batch-size " << p.globalBatchSize << " \\\n";
   a << "--seq-length " << p.seqLen << " \\\n--max-position-embeddings "
     << std::max(p.seqLen, s.maxPositionEmbeddings) << " \\\n";
@@ -112,6 +116,10 @@ std::string megatron(const Plan& p) {
   if (s.qkNorm) a << "--qk-layernorm \\\n";
   if (s.attentionSinks) a << "--softmax-type learnable \\\n";
   if (s.dropout == 0) a << "--attention-dropout 0.0 \\\n--hidden-dropout 0.0 \\\n";
+}
+
+// Mixture of experts, multi-token prediction and multi-latent attention.
+void megatronExpertAndLatentArgs(const ModelSpec& s, std::ostream& a) {
   if (s.moe.enabled()) {
     a << "--num-experts " << s.moe.numExperts << " \\\n--moe-router-topk " << s.moe.topK << " \\\n";
     // Top-1 routing with softmax scores is refused unless the softmax comes before the selection.
@@ -137,6 +145,12 @@ std::string megatron(const Plan& p) {
     a << "--kv-lora-rank " << s.mla.kvLoraRank << " \\\n--qk-head-dim " << s.mla.qkNopeHeadDim
       << " \\\n--qk-pos-emb-head-dim " << s.mla.qkRopeHeadDim << " \\\n--v-head-dim " << s.mla.vHeadDim << " \\\n";
   }
+}
+
+// Precision, attention kernels, recompute, the optimizer's sharding and offload, overlaps and the
+// switches where the plan differs from Megatron-LM's defaults.
+void megatronTrainingArgs(const Plan& p, const RecomputeSummary& r, std::ostream& a) {
+  const auto& q = p.parallel;
   if (p.precision == DType::kFp16) a << "--fp16 \\\n";
   if (p.precision == DType::kBf16 || p.precision == DType::kFp8) a << "--bf16 \\\n";
   if (p.precision == DType::kFp8) a << "--fp8-format hybrid \\\n";
@@ -145,7 +159,6 @@ std::string megatron(const Plan& p) {
   // flash-attn package (FlashAttention-2 as pip installs it: colo's flash2).
   const char* backend = !p.execution.flashAttention ? "unfused" : p.execution.flashAttention2 ? "flash" : "auto";
   a << "--attention-backend " << backend << " \\\n";
-  const auto r = summarize(p);
   if (r.policy == RecomputePolicy::kSelective) a << "--recompute-activations \\\n";
   if (r.policy == RecomputePolicy::kFull) {
     a << "--recompute-granularity full \\\n--recompute-method block \\\n--recompute-num-layers " << r.maxLayersPerChunk
@@ -164,25 +177,19 @@ std::string megatron(const Plan& p) {
   if (p.execution.gradAccumulation != GradAccumulation::kFused) a << "--no-gradient-accumulation-fusion \\\n";
   // The plan's step holds no NaN check unless it says so; Megatron-LM's is on by default.
   if (!p.execution.gradNanCheck) a << "--no-check-for-nan-in-loss-and-grad \\\n";
-  // What pretrain_gpt.py needs to start and a plan does not say: placeholders the shell refuses to run
-  // without (${NAME:?why} stops with the message while NAME is unset).
-  a << "--train-iters \"${TRAIN_ITERS:?set TRAIN_ITERS: optimizer steps to train}\" \\\n"
-    << "--lr \"${LR:?set LR: the peak learning rate}\" \\\n"
-    << "--tokenizer-type HuggingFaceTokenizer \\\n"
-    << "--tokenizer-model \"${TOKENIZER_MODEL:?set TOKENIZER_MODEL: a Hugging Face tokenizer name or path}\" \\\n"
-    << "--data-path \"${DATA_PATH:?set DATA_PATH: the prefix of a Megatron indexed dataset}\" \\\n";
-  std::string text = a.str();
-  text.erase(text.find_last_of('\\') - 1);  // no continuation after the last argument
-  std::string header = "# Megatron-LM pretrain_gpt.py arguments for " + p.name +
-                       " (checked against data/export-schemas/megatron-lm.json)\n"
-                       "# set TRAIN_ITERS, LR, TOKENIZER_MODEL and DATA_PATH before launching: the plan does not say them\n";
+}
+
+// What the job does differently from the plan, or what the plan says that pretrain_gpt.py cannot.
+std::string megatronNotes(const Plan& p, const RecomputeSummary& r) {
+  const ModelSpec& s = *p.model.spec;
+  const auto& q = p.parallel;
+  std::string header;
   if (p.zeroStage > 1) header += "# note: Megatron-LM shards optimizer states only (ZeRO-1); the plan's ZeRO-" + std::to_string(p.zeroStage) + " has no Megatron flag\n";
   if (p.execution.fusedCrossEntropy) {
     header += p.execution.crossEntropyInPlace
                   ? "# note: the plan's loss is Transformer Engine's in-place fusion (--cross-entropy-loss-fusion --cross-entropy-fusion-impl te), which this Megatron-LM refuses (validate_args); its native fusion keeps an fp32 softmax\n"
                   : "# note: the plan's fused loss keeps no fp32 logits; Megatron-LM's native fusion (--cross-entropy-loss-fusion) keeps an fp32 softmax\n";
   }
-
   if (!p.execution.gradNanCheck) {
     header += "# note: the plan was costed without Megatron-LM's check of the gradients for NaN (execution.grad_nan_check), "
               "so the job turns it off; drop --no-check-for-nan-in-loss-and-grad to keep it (one more read of the gradient buffer a step)\n";
@@ -203,7 +210,29 @@ std::string megatron(const Plan& p) {
   if (p.execution.tpCommOverlap && q.tp > 1 && p.execution.tpOverlap == TpOverlap::kMicroPipeline) {
     header += "# note: the plan was costed with PyTorch's async TP (torchtitan); --tp-comm-overlap is Transformer Engine's userbuffers, which also hide the backward's reduce-scatters\n";
   }
-  return header + text + "\n";
+  return header;
+}
+
+std::string megatron(const Plan& p) {
+  const RecomputeSummary r = summarize(p);
+  std::ostringstream a;
+  megatronParallelArgs(p, a);
+  megatronModelArgs(p, a);
+  megatronExpertAndLatentArgs(*p.model.spec, a);
+  megatronTrainingArgs(p, r, a);
+  // What pretrain_gpt.py needs to start and a plan does not say: placeholders the shell refuses to run
+  // without (${NAME:?why} stops with the message while NAME is unset).
+  a << "--train-iters \"${TRAIN_ITERS:?set TRAIN_ITERS: optimizer steps to train}\" \\\n"
+    << "--lr \"${LR:?set LR: the peak learning rate}\" \\\n"
+    << "--tokenizer-type HuggingFaceTokenizer \\\n"
+    << "--tokenizer-model \"${TOKENIZER_MODEL:?set TOKENIZER_MODEL: a Hugging Face tokenizer name or path}\" \\\n"
+    << "--data-path \"${DATA_PATH:?set DATA_PATH: the prefix of a Megatron indexed dataset}\" \\\n";
+  std::string text = a.str();
+  text.erase(text.find_last_of('\\') - 1);  // no continuation after the last argument
+  return "# Megatron-LM pretrain_gpt.py arguments for " + p.name +
+         " (checked against data/export-schemas/megatron-lm.json)\n"
+         "# set TRAIN_ITERS, LR, TOKENIZER_MODEL and DATA_PATH before launching: the plan does not say them\n" +
+         megatronNotes(p, r) + text + "\n";
 }
 
 std::string deepspeed(const Plan& p) {
