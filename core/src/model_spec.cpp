@@ -77,6 +77,183 @@ Result<void> validateMla(const ModelSpec& s, const Bad& bad) {
   return {};
 }
 
+// Upper bounds first: every product in the checks below (and in the cost model) stays inside 64 bits.
+template <typename Bad>
+Result<void> validateBounds(const ModelSpec& s, const Bad& bad) {
+  for (const auto& [value, field, maximum] :
+       {std::tuple{s.numLayers, "num_layers", limits::kMaxLayers}, std::tuple{s.hiddenSize, "hidden_size", limits::kMaxWidth},
+        std::tuple{s.numAttentionHeads, "num_attention_heads", limits::kMaxHeads},
+        std::tuple{s.numKvHeads, "num_kv_heads", limits::kMaxHeads}, std::tuple{s.headDim, "head_dim", limits::kMaxWidth},
+        std::tuple{s.ffnHiddenSize, "ffn_hidden_size", limits::kMaxWidth},
+        std::tuple{s.vocabSize, "vocab_size", limits::kMaxVocab},
+        std::tuple{s.maxPositionEmbeddings, "max_position_embeddings", limits::kMaxSeqLen},
+        std::tuple{s.embeddingSize, "embedding_size", limits::kMaxWidth},
+        std::tuple{s.typeVocabSize, "type_vocab_size", limits::kMaxVocab},
+        std::tuple{s.slidingWindow, "sliding_window", limits::kMaxSeqLen}, std::tuple{s.seqLen, "seq_len", limits::kMaxSeqLen},
+        std::tuple{s.attentionChunkSize, "attention_chunk_size", limits::kMaxSeqLen},
+        std::tuple{s.globalAttentionEvery, "global_attention_every", limits::kMaxLayers},
+        std::tuple{s.visionTowerParams, "vision_tower_params", limits::kMaxParameters},
+        std::tuple{s.mtpLayers, "mtp_layers", std::int64_t{8}},
+        std::tuple{s.moe.numExperts, "moe/num_experts", limits::kMaxExperts},
+        std::tuple{s.moe.topK, "moe/top_k", limits::kMaxExperts},
+        std::tuple{s.moe.layerFrequency, "moe/layer_frequency", limits::kMaxLayers},
+        std::tuple{s.moe.expertFfnHiddenSize, "moe/expert_ffn_hidden_size", limits::kMaxWidth},
+        std::tuple{s.moe.firstDenseLayers, "moe/first_dense_layers", limits::kMaxLayers},
+        std::tuple{s.moe.sharedExpertFfnHiddenSize, "moe/shared_expert_ffn_hidden_size", limits::kMaxWidth},
+        std::tuple{s.moe.routingGroups, "moe/routing_groups", limits::kMaxExperts},
+        std::tuple{s.moe.routingGroupTopK, "moe/routing_group_topk", limits::kMaxExperts},
+        std::tuple{s.mla.qLoraRank, "mla/q_lora_rank", limits::kMaxWidth},
+        std::tuple{s.mla.kvLoraRank, "mla/kv_lora_rank", limits::kMaxWidth},
+        std::tuple{s.mla.qkNopeHeadDim, "mla/qk_nope_head_dim", limits::kMaxWidth},
+        std::tuple{s.mla.qkRopeHeadDim, "mla/qk_rope_head_dim", limits::kMaxWidth},
+        std::tuple{s.mla.vHeadDim, "mla/v_head_dim", limits::kMaxWidth},
+        std::tuple{s.image.imageSize, "image/image_size", limits::kMaxImageSize},
+        std::tuple{s.image.patchSize, "image/patch_size", limits::kMaxImageSize},
+        std::tuple{s.image.numChannels, "image/num_channels", limits::kMaxChannels},
+        std::tuple{s.image.numClasses, "image/num_classes", limits::kMaxVocab}}) {
+    if (value > maximum) {
+      return bad("/" + std::string(field), "must be at most " + std::to_string(maximum) + ", got " + std::to_string(value));
+    }
+  }
+  return {};
+}
+
+// The transformer's widths and heads.
+template <typename Bad>
+Result<void> validateShape(const ModelSpec& s, const Bad& bad) {
+  auto positive = [&](std::int64_t value, const std::string& field) -> Result<void> {
+    if (value <= 0) return bad("/" + field, "must be a positive integer, got " + std::to_string(value));
+    return {};
+  };
+  if (auto r = positive(s.numLayers, "num_layers"); !r) return r;
+  if (auto r = positive(s.hiddenSize, "hidden_size"); !r) return r;
+  if (auto r = positive(s.numAttentionHeads, "num_attention_heads"); !r) return r;
+  if (auto r = positive(s.ffnHiddenSize, "ffn_hidden_size"); !r) return r;
+  if (s.headDim == 0 && s.hiddenSize % s.numAttentionHeads != 0) {
+    return bad("/num_attention_heads", "hidden_size " + std::to_string(s.hiddenSize) +
+                                           " is not divisible by num_attention_heads " +
+                                           std::to_string(s.numAttentionHeads) + " (set head_dim explicitly if intended)");
+  }
+  if (s.headDim < 0) return bad("/head_dim", "must not be negative, got " + std::to_string(s.headDim));
+  if (s.numAttentionHeads * s.headSize() > 4 * limits::kMaxWidth) {
+    return bad("/head_dim", "num_attention_heads x head_dim = " + std::to_string(s.numAttentionHeads) + " x " +
+                                std::to_string(s.headSize()) + " is more than " + std::to_string(4 * limits::kMaxWidth));
+  }
+  if (s.numKvHeads < 0 || (s.numKvHeads > 0 && s.numAttentionHeads % s.numKvHeads != 0)) {
+    return bad("/num_kv_heads", "num_attention_heads " + std::to_string(s.numAttentionHeads) +
+                                    " is not a multiple of num_kv_heads " + std::to_string(s.numKvHeads));
+  }
+  return {};
+}
+
+// What the model reads: tokens (a vocabulary and a sequence length) or images (patches of a square).
+template <typename Bad>
+Result<void> validateInput(const ModelSpec& s, const Bad& bad) {
+  auto positive = [&](std::int64_t value, const std::string& field) -> Result<void> {
+    if (value <= 0) return bad("/" + field, "must be a positive integer, got " + std::to_string(value));
+    return {};
+  };
+  if (s.input == InputKind::kTokens) {
+    if (auto r = positive(s.vocabSize, "vocab_size"); !r) return r;
+    if (s.positionEmbedding == PositionEmbedding::kLearned) {
+      if (auto r = positive(s.maxPositionEmbeddings, "max_position_embeddings"); !r) return r;
+    }
+    if (s.seqLen < 0) return bad("/seq_len", "must not be negative, got " + std::to_string(s.seqLen));
+    if (s.defaultSeqLen() <= 0) {
+      return bad("/seq_len", "no sequence length: set seq_len or max_position_embeddings");
+    }
+  } else {
+    if (s.image.patchSize <= 0 || s.image.imageSize <= 0 || s.image.imageSize % s.image.patchSize != 0) {
+      return bad("/image/patch_size", "image_size " + std::to_string(s.image.imageSize) +
+                                          " must be a positive multiple of patch_size " +
+                                          std::to_string(s.image.patchSize));
+    }
+    if (s.image.numChannels <= 0) {
+      return bad("/image/num_channels", "must be a positive integer, got " + std::to_string(s.image.numChannels));
+    }
+    if (s.image.numClasses < 0) {
+      return bad("/image/num_classes", "must not be negative, got " + std::to_string(s.image.numClasses));
+    }
+    if (s.architecture != Architecture::kEncoder) return bad("/architecture", "image models must be encoders");
+  }
+  return {};
+}
+
+// Embedding widths, local attention, multi-token prediction, the vision tower, rotary and dropout.
+template <typename Bad>
+Result<void> validateVariants(const ModelSpec& s, const Bad& bad) {
+  if (s.embeddingSize < 0) return bad("/embedding_size", "must not be negative, got " + std::to_string(s.embeddingSize));
+  if (s.typeVocabSize < 0) return bad("/type_vocab_size", "must not be negative, got " + std::to_string(s.typeVocabSize));
+  if (s.slidingWindow < 0) return bad("/sliding_window", "must not be negative, got " + std::to_string(s.slidingWindow));
+  if (s.attentionChunkSize < 0) {
+    return bad("/attention_chunk_size", "must not be negative, got " + std::to_string(s.attentionChunkSize));
+  }
+  if (s.slidingWindow > 0 && s.attentionChunkSize > 0) {
+    return bad("/attention_chunk_size", "a layer attends either a sliding window or its chunk: set sliding_window or "
+                                        "attention_chunk_size, not both");
+  }
+  if (s.globalAttentionEvery < 0) {
+    return bad("/global_attention_every", "must not be negative, got " + std::to_string(s.globalAttentionEvery));
+  }
+  if (s.globalAttentionEvery > 0 && s.slidingWindow == 0 && s.attentionChunkSize == 0) {
+    return bad("/global_attention_every", "needs local attention (sliding_window or attention_chunk_size), got " +
+                                              std::to_string(s.globalAttentionEvery) + " without either");
+  }
+  if (s.mtpLayers < 0) return bad("/mtp_layers", "must not be negative, got " + std::to_string(s.mtpLayers));
+  if (s.mtpLayers > 0 && (s.architecture != Architecture::kDecoder || s.input != InputKind::kTokens || !s.lmHead)) {
+    return bad("/mtp_layers", "multi-token prediction needs a decoder language model with an output head");
+  }
+  if (s.visionTowerParams < 0) {
+    return bad("/vision_tower_params", "must not be negative, got " + std::to_string(s.visionTowerParams));
+  }
+  if (!(s.rotaryFraction > 0.0 && s.rotaryFraction <= 1.0)) {
+    return bad("/rotary_fraction", "must be in (0, 1], got " + std::to_string(s.rotaryFraction));
+  }
+  if (!(s.ropeTheta > 0.0 && s.ropeTheta <= 1e12)) {
+    return bad("/rope_theta", "must be in (0, 1e12], got " + std::to_string(s.ropeTheta));
+  }
+  if (!(s.dropout >= 0.0 && s.dropout < 1.0)) {
+    return bad("/dropout", "must be in [0, 1), got " + std::to_string(s.dropout));
+  }
+  return {};
+}
+
+// Mixture of experts: routing, the dense and MoE layer pattern, expert widths.
+template <typename Bad>
+Result<void> validateMoe(const ModelSpec& s, const Bad& bad) {
+  if (s.moe.numExperts < 0) return bad("/moe/num_experts", "must not be negative, got " + std::to_string(s.moe.numExperts));
+  if (s.moe.enabled()) {
+    if (s.moe.topK < 1 || s.moe.topK > s.moe.numExperts) {
+      return bad("/moe/top_k", "must be between 1 and num_experts " + std::to_string(s.moe.numExperts) + ", got " +
+                                   std::to_string(s.moe.topK));
+    }
+    if (s.moe.layerFrequency < 1 || s.moe.layerFrequency > s.numLayers) {
+      return bad("/moe/layer_frequency", "must be between 1 and num_layers " + std::to_string(s.numLayers) +
+                                             ", got " + std::to_string(s.moe.layerFrequency));
+    }
+    if (s.moe.firstDenseLayers < 0 || s.moe.firstDenseLayers >= s.numLayers) {
+      return bad("/moe/first_dense_layers", "must be from 0 to num_layers - 1 = " + std::to_string(s.numLayers - 1) +
+                                                ", got " + std::to_string(s.moe.firstDenseLayers));
+    }
+    if (s.moe.expertFfnHiddenSize < 0) {
+      return bad("/moe/expert_ffn_hidden_size", "must not be negative, got " + std::to_string(s.moe.expertFfnHiddenSize));
+    }
+    if (s.moe.sharedExpertFfnHiddenSize < 0) {
+      return bad("/moe/shared_expert_ffn_hidden_size",
+                 "must not be negative, got " + std::to_string(s.moe.sharedExpertFfnHiddenSize));
+    }
+    if (s.moe.routingGroups < 0 || s.moe.routingGroups == 1 || (s.moe.routingGroups > 0 && s.moe.numExperts % s.moe.routingGroups != 0)) {
+      return bad("/moe/routing_groups", "must be 0 (no group-limited routing) or a divisor of num_experts " +
+                                            std::to_string(s.moe.numExperts) + " above 1, got " + std::to_string(s.moe.routingGroups));
+    }
+    if ((s.moe.routingGroups > 0) != (s.moe.routingGroupTopK > 0) || s.moe.routingGroupTopK > s.moe.routingGroups) {
+      return bad("/moe/routing_group_topk", "must be from 1 to routing_groups " + std::to_string(s.moe.routingGroups) +
+                                                " with routing_groups, 0 without, got " + std::to_string(s.moe.routingGroupTopK));
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 std::int64_t ModelSpec::defaultSeqLen() const {
@@ -152,154 +329,11 @@ Result<void> validateModelSpec(const ModelSpec& s, const std::string& file) {
   auto bad = [&](const std::string& path, const std::string& message) {
     return fail(Error::badInput(message, file, path));
   };
-  auto positive = [&](std::int64_t value, const std::string& field) -> Result<void> {
-    if (value <= 0) return bad("/" + field, "must be a positive integer, got " + std::to_string(value));
-    return {};
-  };
-  // Upper bounds first: every product below (and in the cost model) stays inside 64 bits.
-  auto atMost = [&](std::int64_t value, const std::string& field, std::int64_t maximum) -> Result<void> {
-    if (value > maximum) {
-      return bad("/" + field, "must be at most " + std::to_string(maximum) + ", got " + std::to_string(value));
-    }
-    return {};
-  };
-  for (const auto& [value, field, maximum] :
-       {std::tuple{s.numLayers, "num_layers", limits::kMaxLayers}, std::tuple{s.hiddenSize, "hidden_size", limits::kMaxWidth},
-        std::tuple{s.numAttentionHeads, "num_attention_heads", limits::kMaxHeads},
-        std::tuple{s.numKvHeads, "num_kv_heads", limits::kMaxHeads}, std::tuple{s.headDim, "head_dim", limits::kMaxWidth},
-        std::tuple{s.ffnHiddenSize, "ffn_hidden_size", limits::kMaxWidth},
-        std::tuple{s.vocabSize, "vocab_size", limits::kMaxVocab},
-        std::tuple{s.maxPositionEmbeddings, "max_position_embeddings", limits::kMaxSeqLen},
-        std::tuple{s.embeddingSize, "embedding_size", limits::kMaxWidth},
-        std::tuple{s.typeVocabSize, "type_vocab_size", limits::kMaxVocab},
-        std::tuple{s.slidingWindow, "sliding_window", limits::kMaxSeqLen}, std::tuple{s.seqLen, "seq_len", limits::kMaxSeqLen},
-        std::tuple{s.attentionChunkSize, "attention_chunk_size", limits::kMaxSeqLen},
-        std::tuple{s.globalAttentionEvery, "global_attention_every", limits::kMaxLayers},
-        std::tuple{s.visionTowerParams, "vision_tower_params", limits::kMaxParameters},
-        std::tuple{s.mtpLayers, "mtp_layers", std::int64_t{8}},
-        std::tuple{s.moe.numExperts, "moe/num_experts", limits::kMaxExperts},
-        std::tuple{s.moe.topK, "moe/top_k", limits::kMaxExperts},
-        std::tuple{s.moe.layerFrequency, "moe/layer_frequency", limits::kMaxLayers},
-        std::tuple{s.moe.expertFfnHiddenSize, "moe/expert_ffn_hidden_size", limits::kMaxWidth},
-        std::tuple{s.moe.firstDenseLayers, "moe/first_dense_layers", limits::kMaxLayers},
-        std::tuple{s.moe.sharedExpertFfnHiddenSize, "moe/shared_expert_ffn_hidden_size", limits::kMaxWidth},
-        std::tuple{s.moe.routingGroups, "moe/routing_groups", limits::kMaxExperts},
-        std::tuple{s.moe.routingGroupTopK, "moe/routing_group_topk", limits::kMaxExperts},
-        std::tuple{s.mla.qLoraRank, "mla/q_lora_rank", limits::kMaxWidth},
-        std::tuple{s.mla.kvLoraRank, "mla/kv_lora_rank", limits::kMaxWidth},
-        std::tuple{s.mla.qkNopeHeadDim, "mla/qk_nope_head_dim", limits::kMaxWidth},
-        std::tuple{s.mla.qkRopeHeadDim, "mla/qk_rope_head_dim", limits::kMaxWidth},
-        std::tuple{s.mla.vHeadDim, "mla/v_head_dim", limits::kMaxWidth},
-        std::tuple{s.image.imageSize, "image/image_size", limits::kMaxImageSize},
-        std::tuple{s.image.patchSize, "image/patch_size", limits::kMaxImageSize},
-        std::tuple{s.image.numChannels, "image/num_channels", limits::kMaxChannels},
-        std::tuple{s.image.numClasses, "image/num_classes", limits::kMaxVocab}}) {
-    if (auto r = atMost(value, field, maximum); !r) return r;
-  }
-  if (auto r = positive(s.numLayers, "num_layers"); !r) return r;
-  if (auto r = positive(s.hiddenSize, "hidden_size"); !r) return r;
-  if (auto r = positive(s.numAttentionHeads, "num_attention_heads"); !r) return r;
-  if (auto r = positive(s.ffnHiddenSize, "ffn_hidden_size"); !r) return r;
-  if (s.headDim == 0 && s.hiddenSize % s.numAttentionHeads != 0) {
-    return bad("/num_attention_heads", "hidden_size " + std::to_string(s.hiddenSize) +
-                                           " is not divisible by num_attention_heads " +
-                                           std::to_string(s.numAttentionHeads) + " (set head_dim explicitly if intended)");
-  }
-  if (s.headDim < 0) return bad("/head_dim", "must not be negative, got " + std::to_string(s.headDim));
-  if (s.numAttentionHeads * s.headSize() > 4 * limits::kMaxWidth) {
-    return bad("/head_dim", "num_attention_heads x head_dim = " + std::to_string(s.numAttentionHeads) + " x " +
-                                std::to_string(s.headSize()) + " is more than " + std::to_string(4 * limits::kMaxWidth));
-  }
-  if (s.numKvHeads < 0 || (s.numKvHeads > 0 && s.numAttentionHeads % s.numKvHeads != 0)) {
-    return bad("/num_kv_heads", "num_attention_heads " + std::to_string(s.numAttentionHeads) +
-                                    " is not a multiple of num_kv_heads " + std::to_string(s.numKvHeads));
-  }
-  if (s.input == InputKind::kTokens) {
-    if (auto r = positive(s.vocabSize, "vocab_size"); !r) return r;
-    if (s.positionEmbedding == PositionEmbedding::kLearned) {
-      if (auto r = positive(s.maxPositionEmbeddings, "max_position_embeddings"); !r) return r;
-    }
-    if (s.seqLen < 0) return bad("/seq_len", "must not be negative, got " + std::to_string(s.seqLen));
-    if (s.defaultSeqLen() <= 0) {
-      return bad("/seq_len", "no sequence length: set seq_len or max_position_embeddings");
-    }
-  } else {
-    if (s.image.patchSize <= 0 || s.image.imageSize <= 0 || s.image.imageSize % s.image.patchSize != 0) {
-      return bad("/image/patch_size", "image_size " + std::to_string(s.image.imageSize) +
-                                          " must be a positive multiple of patch_size " +
-                                          std::to_string(s.image.patchSize));
-    }
-    if (s.image.numChannels <= 0) {
-      return bad("/image/num_channels", "must be a positive integer, got " + std::to_string(s.image.numChannels));
-    }
-    if (s.image.numClasses < 0) {
-      return bad("/image/num_classes", "must not be negative, got " + std::to_string(s.image.numClasses));
-    }
-    if (s.architecture != Architecture::kEncoder) return bad("/architecture", "image models must be encoders");
-  }
-  if (s.embeddingSize < 0) return bad("/embedding_size", "must not be negative, got " + std::to_string(s.embeddingSize));
-  if (s.typeVocabSize < 0) return bad("/type_vocab_size", "must not be negative, got " + std::to_string(s.typeVocabSize));
-  if (s.slidingWindow < 0) return bad("/sliding_window", "must not be negative, got " + std::to_string(s.slidingWindow));
-  if (s.attentionChunkSize < 0) {
-    return bad("/attention_chunk_size", "must not be negative, got " + std::to_string(s.attentionChunkSize));
-  }
-  if (s.slidingWindow > 0 && s.attentionChunkSize > 0) {
-    return bad("/attention_chunk_size", "a layer attends either a sliding window or its chunk: set sliding_window or "
-                                        "attention_chunk_size, not both");
-  }
-  if (s.globalAttentionEvery < 0) {
-    return bad("/global_attention_every", "must not be negative, got " + std::to_string(s.globalAttentionEvery));
-  }
-  if (s.globalAttentionEvery > 0 && s.slidingWindow == 0 && s.attentionChunkSize == 0) {
-    return bad("/global_attention_every", "needs local attention (sliding_window or attention_chunk_size), got " +
-                                              std::to_string(s.globalAttentionEvery) + " without either");
-  }
-  if (s.mtpLayers < 0) return bad("/mtp_layers", "must not be negative, got " + std::to_string(s.mtpLayers));
-  if (s.mtpLayers > 0 && (s.architecture != Architecture::kDecoder || s.input != InputKind::kTokens || !s.lmHead)) {
-    return bad("/mtp_layers", "multi-token prediction needs a decoder language model with an output head");
-  }
-  if (s.visionTowerParams < 0) {
-    return bad("/vision_tower_params", "must not be negative, got " + std::to_string(s.visionTowerParams));
-  }
-  if (!(s.rotaryFraction > 0.0 && s.rotaryFraction <= 1.0)) {
-    return bad("/rotary_fraction", "must be in (0, 1], got " + std::to_string(s.rotaryFraction));
-  }
-  if (!(s.ropeTheta > 0.0 && s.ropeTheta <= 1e12)) {
-    return bad("/rope_theta", "must be in (0, 1e12], got " + std::to_string(s.ropeTheta));
-  }
-  if (!(s.dropout >= 0.0 && s.dropout < 1.0)) {
-    return bad("/dropout", "must be in [0, 1), got " + std::to_string(s.dropout));
-  }
-  if (s.moe.numExperts < 0) return bad("/moe/num_experts", "must not be negative, got " + std::to_string(s.moe.numExperts));
-  if (s.moe.enabled()) {
-    if (s.moe.topK < 1 || s.moe.topK > s.moe.numExperts) {
-      return bad("/moe/top_k", "must be between 1 and num_experts " + std::to_string(s.moe.numExperts) + ", got " +
-                                   std::to_string(s.moe.topK));
-    }
-    if (s.moe.layerFrequency < 1 || s.moe.layerFrequency > s.numLayers) {
-      return bad("/moe/layer_frequency", "must be between 1 and num_layers " + std::to_string(s.numLayers) +
-                                             ", got " + std::to_string(s.moe.layerFrequency));
-    }
-    if (s.moe.firstDenseLayers < 0 || s.moe.firstDenseLayers >= s.numLayers) {
-      return bad("/moe/first_dense_layers", "must be from 0 to num_layers - 1 = " + std::to_string(s.numLayers - 1) +
-                                                ", got " + std::to_string(s.moe.firstDenseLayers));
-    }
-    if (s.moe.expertFfnHiddenSize < 0) {
-      return bad("/moe/expert_ffn_hidden_size", "must not be negative, got " + std::to_string(s.moe.expertFfnHiddenSize));
-    }
-    if (s.moe.sharedExpertFfnHiddenSize < 0) {
-      return bad("/moe/shared_expert_ffn_hidden_size",
-                 "must not be negative, got " + std::to_string(s.moe.sharedExpertFfnHiddenSize));
-    }
-    if (s.moe.routingGroups < 0 || s.moe.routingGroups == 1 || (s.moe.routingGroups > 0 && s.moe.numExperts % s.moe.routingGroups != 0)) {
-      return bad("/moe/routing_groups", "must be 0 (no group-limited routing) or a divisor of num_experts " +
-                                            std::to_string(s.moe.numExperts) + " above 1, got " + std::to_string(s.moe.routingGroups));
-    }
-    if ((s.moe.routingGroups > 0) != (s.moe.routingGroupTopK > 0) || s.moe.routingGroupTopK > s.moe.routingGroups) {
-      return bad("/moe/routing_group_topk", "must be from 1 to routing_groups " + std::to_string(s.moe.routingGroups) +
-                                                " with routing_groups, 0 without, got " + std::to_string(s.moe.routingGroupTopK));
-    }
-  }
+  if (auto r = validateBounds(s, bad); !r) return r;
+  if (auto r = validateShape(s, bad); !r) return r;
+  if (auto r = validateInput(s, bad); !r) return r;
+  if (auto r = validateVariants(s, bad); !r) return r;
+  if (auto r = validateMoe(s, bad); !r) return r;
   if (auto r = validateMla(s, bad); !r) return r;
   // The bounds above keep this count inside 64 bits; this one keeps everything that scales with it sane.
   if (const auto params = countParameters(s).total; params > limits::kMaxParameters) {
