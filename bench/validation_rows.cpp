@@ -473,6 +473,7 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
   const std::string overlap = lower(text(par, "overlap"));
   p.execution.overlapGradReduce = flag("overlap_grad_reduce") || has(overlap, "overlap-grad-reduce");
   p.execution.overlapParamGather = flag("overlap_param_gather") || has(overlap, "overlap-param-gather");
+  p.execution.overlapP2pComm = flag("overlap_p2p_comm");
   // torchtitan's async TP (and a row saying so) overlaps tensor-parallel collectives with the matmuls.
   const bool asyncTp = (par.contains("async_tp") && par["async_tp"].is_boolean() && par["async_tp"].get<bool>()) ||
                        has(overlap, "async tp") || has(overlap, "async-tp");

@@ -48,6 +48,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"attention", "A", "flash (default: the GPU's fastest fused kernels), flash2 (FlashAttention-2's, PyTorch SDPA) or unfused"},
       {"no-overlap-grad-reduce", "", "do not overlap data-parallel gradient reduction with backward"},
       {"no-overlap-param-gather", "", "do not overlap ZeRO parameter gathers with forward"},
+      {"no-overlap-p2p-comm", "", "under the interleaved schedule, wait for each pipeline send and receive (Megatron overlaps them by default)"},
       {"tp-comm-overlap", "", "overlap tensor-parallel collectives with GEMMs"},
       {"tp-overlap", "M", "how (sets --tp-comm-overlap): userbuffers (default; Transformer Engine's, Megatron's --tp-comm-overlap) or micro_pipeline (PyTorch's async TP, torchtitan's enable_async_tensor_parallel)"},
       {"fp32-params", "", "parameters kept in fp32 as the optimizer's master, 16-bit only while in use (PyTorch FSDP, torchtitan)"},
@@ -171,6 +172,7 @@ Result<void> executionFromOptions(const Args& args, Execution& x) {
   }
   x.overlapGradReduce = !args.has("no-overlap-grad-reduce");
   x.overlapParamGather = !args.has("no-overlap-param-gather");
+  x.overlapP2pComm = !args.has("no-overlap-p2p-comm");
   x.tpCommOverlap = args.has("tp-comm-overlap") || args.has("tp-overlap");
   if (auto method = args.value("tp-overlap")) {
     auto parsed = parseTpOverlap(*method);
@@ -454,6 +456,7 @@ std::string planHeadline(const Plan& plan, const costmodel::Evaluation& ev) {
       << (plan.execution.perParameterGathers && plan.zeroStage == 3 ? ", ZeRO-3 gathers per parameter" : "")
       << (plan.execution.fusedBiasGrad ? ", fused bias gradients" : "")
       << (plan.execution.gradNanCheck ? ", NaN check of gradients" : "")
+      << (plan.parallel.pp > 1 && plan.parallel.virtualStages > 1 && !plan.execution.overlapP2pComm ? ", pipeline sends exposed" : "")
       << (plan.execution.tpCommOverlap && p.tp > 1
               ? (plan.execution.tpOverlap == TpOverlap::kUserbuffers ? ", TP overlap (userbuffers)"
                  : p.sequenceParallel                                ? ", async TP"

@@ -112,6 +112,7 @@ Execution readExecution(const JsonReader& e) {
   (void)setAttention(x, e.choice("attention", {"flash", "flash2", "unfused"}, "flash"));
   x.overlapGradReduce = e.boolean("overlap_grad_reduce", true);
   x.overlapParamGather = e.boolean("overlap_param_gather", true);
+  x.overlapP2pComm = e.boolean("overlap_p2p_comm", true);
   x.tpCommOverlap = e.boolean("tp_comm_overlap", false);
   if (auto method = parseTpOverlap(e.choice("tp_overlap", {"userbuffers", "micro_pipeline"}, "userbuffers"))) {
     x.tpOverlap = *method;
@@ -303,6 +304,7 @@ Json planToJson(const Plan& p) {
   if (p.execution.fp32Params) j["execution"]["fp32_params"] = true;
   if (p.execution.fusedCrossEntropy) j["execution"]["fused_cross_entropy"] = true;
   if (p.execution.fusedBiasGrad) j["execution"]["fused_bias_grad"] = true;
+  if (!p.execution.overlapP2pComm) j["execution"]["overlap_p2p_comm"] = false;
   if (p.execution.gradNanCheck) j["execution"]["grad_nan_check"] = true;
   if (p.execution.teDummyWgrads) j["execution"]["te_dummy_wgrads"] = true;
   if (p.execution.perParameterGathers) j["execution"]["per_parameter_gathers"] = true;

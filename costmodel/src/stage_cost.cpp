@@ -263,6 +263,15 @@ StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, 
   StageTime t;
   const std::int64_t gradRanks = plan.parallel.dp * plan.parallel.cp;
   t.p2p = plan.parallel.pp > 1 ? 2.0 * static_cast<double>(plan.parallel.virtualStages) * pipelineHop : 0.0;
+  // Megatron-Core's interleaved schedule with overlap_p2p_comm posts each chunk's send and the next
+  // chunk's receive asynchronously and waits for them only before the chunk that needs the data
+  // (pipeline_parallel/schedules.py, forward_backward_pipelining_with_interleaving): the transfer runs
+  // beside the stage's other chunks. As for the data-parallel overlap, at least 10% stays exposed (the
+  // warm-up's first receive, the cool-down's last send) and the hidden part slows the compute it meets.
+  if (t.p2p > 0 && plan.parallel.virtualStages > 1 && plan.execution.overlapP2pComm) {
+    const double hidden = std::min(0.9 * t.p2p, 0.9 * (w.fwd + w.bwd + w.rec));
+    t.p2p = t.p2p - hidden + device.overlapSlowdown * hidden;
+  }
   // ZeRO-3 gathers every layer's weights before its forward, again before a recomputed forward and
   // before its backward, each micro-batch, one layer at a time: every collective pays the ring's (n-1)
   // latency steps. A stage that stays gathered (FSDP2 under PyTorch's pipelining, as torchtitan and

@@ -174,6 +174,8 @@ void megatronTrainingArgs(const Plan& p, const RecomputeSummary& r, std::ostream
       << formatNumber(p.offload.optimizerFraction) << " \\\n";
   }
   if (p.execution.tpCommOverlap && q.tp > 1) a << "--tp-comm-overlap \\\n";
+  // Megatron-LM refuses the interleaved schedule without p2p overlap at pp 2 (validate_args).
+  if (!p.execution.overlapP2pComm && q.pp > 2 && q.virtualStages > 1) a << "--no-overlap-p2p-communication \\\n";
   if (p.execution.gradAccumulation != GradAccumulation::kFused) a << "--no-gradient-accumulation-fusion \\\n";
   // The plan's step holds no NaN check unless it says so; Megatron-LM's is on by default.
   if (!p.execution.gradNanCheck) a << "--no-check-for-nan-in-loss-and-grad \\\n";
@@ -193,6 +195,10 @@ std::string megatronNotes(const Plan& p, const RecomputeSummary& r) {
   if (!p.execution.gradNanCheck) {
     header += "# note: the plan was costed without Megatron-LM's check of the gradients for NaN (execution.grad_nan_check), "
               "so the job turns it off; drop --no-check-for-nan-in-loss-and-grad to keep it (one more read of the gradient buffer a step)\n";
+  }
+  if (!p.execution.overlapP2pComm && q.pp == 2 && q.virtualStages > 1) {
+    header += "# note: the plan waits for its pipeline sends; Megatron-LM overlaps them at pp 2 with virtual stages (it refuses "
+              "--no-overlap-p2p-communication there), so the job may run faster than the plan's prediction\n";
   }
   if (!r.uniform) header += "# note: colo recomputes a different number of layers per stage; Megatron takes one count (the largest)\n";
   if (s.activation == Activation::kGeGlu) {

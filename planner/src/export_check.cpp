@@ -259,6 +259,9 @@ class MegatronCheck {
     } else if (perVirtual > 0) {
       if (first > 0 || last > 0) problem("vpp_layers_per_stage", "virtual stages cannot be combined with first/last-stage layer counts");
       if (pp_ < 2) problem("vpp_pp_size", "virtual pipeline stages need pp > 1");
+      if (pp_ < 3 && has("--no-overlap-p2p-communication")) {
+        problem("vpp_pp_size", "virtual pipeline stages without p2p overlap (--no-overlap-p2p-communication) need pp > 2");
+      }
       if (layers_ % pp_ != 0 || (layers_ / pp_) % perVirtual != 0) {
         problem("vpp_layers_per_stage", "num_layers/pp = " + std::to_string(layers_) + "/" + std::to_string(pp_) +
                                             " must be a multiple of --num-layers-per-virtual-pipeline-stage " + std::to_string(perVirtual));

@@ -339,6 +339,8 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
     q.virtualStages = n / q.pp;
   }
   p.schedule = q.virtualStages > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;
+  // Megatron-LM overlaps the interleaved schedule's sends and receives unless told not to.
+  p.execution.overlapP2pComm = !r.has("--no-overlap-p2p-communication");
   COLO_TRY(mbs, r.integer("--micro-batch-size", 1));
   COLO_TRY(gbs, r.integer("--global-batch-size", mbs * q.dp));
   COLO_TRY(seq, r.integer("--seq-length", p.model.defaultSeqLen()));

@@ -158,6 +158,10 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   if (on(get({"ddp", "ddp_config", "comm_overlap"}, "overlap_grad_reduce"))) args << "--overlap-grad-reduce\n";
   if (on(get({"ddp", "ddp_config", "comm_overlap"}, "overlap_param_gather"))) args << "--overlap-param-gather\n";
   if (on(get({"comm_overlap"}, "tp_comm_overlap"))) args << "--tp-comm-overlap\n";
+  // CommOverlapConfig overlaps the interleaved schedule's pipeline sends unless the config says false.
+  if (const auto p2p = get({"comm_overlap", "model", "model_config"}, "overlap_p2p_comm"); p2p && (*p2p == "false" || *p2p == "False")) {
+    args << "--no-overlap-p2p-communication\n";
+  }
   // Megatron-Bridge's recipes check the gradients for NaN (ddp.check_for_nan_in_grad = True in every
   // pretrain config, src/megatron/bridge/recipes): on unless the config turns it off.
   if (const auto check = get({"ddp", "ddp_config"}, "check_for_nan_in_grad"); check && (*check == "false" || *check == "False")) {

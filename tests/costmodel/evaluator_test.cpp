@@ -1116,7 +1116,29 @@ TEST(Evaluator, MoreMicroBatchesShrinkTheBubbleAndInterleavingShrinksItMore) {
   interleaved.stages = uniformStages(96, 48, RecomputePolicy::kNone);
   const auto i = evaluateOrFail(interleaved);
   EXPECT_LT(i.bubbleFraction, f.bubbleFraction);
-  EXPECT_GT(i.time.ppComm, f.time.ppComm);  // more chunk boundaries to cross
+  interleaved.execution.overlapP2pComm = false;
+  EXPECT_GT(evaluateOrFail(interleaved).time.ppComm, f.time.ppComm);  // more chunk boundaries to cross
+}
+
+TEST(Evaluator, TheInterleavedScheduleHidesItsPipelineSendsBehindTheOtherChunks) {
+  // Megatron's overlap_p2p_comm (its default with virtual stages): each hop runs beside the other
+  // chunks' compute, 10% of it exposed and the hidden 90% slowing the compute by the overlap factor.
+  // 1F1B waits for every hop whatever the flag says.
+  Plan p = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 128);
+  p.parallel.virtualStages = 3;
+  p.schedule = Schedule::kInterleaved;
+  p.stages = uniformStages(96, 48, RecomputePolicy::kNone);
+  ASSERT_TRUE(p.execution.overlapP2pComm);  // Megatron-LM's default since 2023-10
+  const auto overlapped = evaluateOrFail(p);
+  p.execution.overlapP2pComm = false;
+  const auto waiting = evaluateOrFail(p);
+  const double slowdown = deviceModel(p.cluster.gpu, p.precision).overlapSlowdown;
+  EXPECT_NEAR(overlapped.time.ppComm, waiting.time.ppComm * (0.1 + 0.9 * slowdown), 1e-9 * waiting.time.ppComm);
+  EXPECT_LT(overlapped.stepSeconds, waiting.stepSeconds);
+  Plan plain = makePlan("gpt3-175b", "dgx-a100-80gb-x128", 1024, 8, 16, 128);
+  const double exposed = evaluateOrFail(plain).time.ppComm;
+  plain.execution.overlapP2pComm = false;
+  EXPECT_DOUBLE_EQ(evaluateOrFail(plain).time.ppComm, exposed);
 }
 
 TEST(Evaluator, MemoryReflectsZeroStagesAndOffload) {

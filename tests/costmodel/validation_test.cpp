@@ -485,6 +485,11 @@ TEST(Validation, GradientAccumulationFollowsTheFrameworkAndItsEra) {
     EXPECT_FALSE(nemo->plan.execution.gradNanCheck);
     EXPECT_FALSE(legacy->plan.execution.gradNanCheck);
     EXPECT_FALSE(megatron2022->plan.execution.gradNanCheck);
+    // Megatron-LM (since 2023-10) overlaps the interleaved schedule's pipeline sends; NeMo's rows and
+    // the older ones are not assumed to.
+    EXPECT_TRUE(plain->plan.execution.overlapP2pComm);
+    EXPECT_FALSE(nemo->plan.execution.overlapP2pComm);
+    EXPECT_FALSE(megatron2022->plan.execution.overlapP2pComm);
   }
   row["source"]["citation"] = "Korthikanti et al., 'Reducing Activation Recomputation in Large Transformer Models', MLSys 2022";
   EXPECT_EQ(modeOf(row), GradAccumulation::kFused);

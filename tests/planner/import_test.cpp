@@ -77,6 +77,7 @@ void expectSamePlan(const Plan& a, const Plan& b, const std::string& what, bool 
   EXPECT_EQ(a.execution.teDummyWgrads, b.execution.teDummyWgrads);
   EXPECT_EQ(a.execution.perParameterGathers, b.execution.perParameterGathers);
   EXPECT_EQ(a.execution.gradNanCheck, b.execution.gradNanCheck);
+  EXPECT_EQ(a.execution.overlapP2pComm, b.execution.overlapP2pComm);
 }
 
 std::vector<Plan> roundTripPlans() {
@@ -205,6 +206,35 @@ TEST(Import, MegatronLmChecksGradientsForNanUnlessToldNotToOrUnderADynamicLossSc
   auto off = importMegatronBridge(bridge + "ddp:\n  check_for_nan_in_grad: false\n", context);
   ASSERT_TRUE(off) << off.error().toString();
   EXPECT_FALSE(off->execution.gradNanCheck);
+}
+
+TEST(Import, MegatronOverlapsTheInterleavedSchedulesPipelineSendsUnlessToldNotTo) {
+  // --no-overlap-p2p-communication (store_false): with virtual stages the sends and receives run beside
+  // the other chunks by default. A plan that waits for them exports the flag (accepted at pp > 2) and
+  // comes back the same; the overlapped plan is the cheaper one.
+  Plan p = basePlan("llama3-70b", "dgx-h100-x64", 64, 8, 4, 1, 1, 2, 64, RecomputePolicy::kNone);
+  p.execution.fusedBiasGrad = p.execution.teDummyWgrads = p.execution.gradNanCheck = true;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  ASSERT_EQ(p.schedule, Schedule::kInterleaved);
+  const ImportContext context{p.cluster, p.model, 0, 0};
+  for (const bool overlap : {true, false}) {
+    p.execution.overlapP2pComm = overlap;
+    const auto args = exportPlan(p, ExportFormat::kMegatron, "plan.json");
+    ASSERT_TRUE(args) << args.error().toString();
+    EXPECT_EQ(args->find("--no-overlap-p2p-communication") != std::string::npos, !overlap) << *args;
+    const auto problems = checkExport(p, ExportFormat::kMegatron, *args);
+    ASSERT_TRUE(problems) << problems.error().toString();
+    EXPECT_TRUE(problems->empty()) << problems->front().rule << ": " << problems->front().message;
+    auto back = importMegatron(*args, context);
+    ASSERT_TRUE(back) << back.error().toString();
+    expectSamePlan(p, *back, overlap ? "overlapped" : "waiting");
+  }
+  p.execution.overlapP2pComm = true;
+  const auto overlapped = costmodel::evaluatePlan(p);
+  p.execution.overlapP2pComm = false;
+  const auto waiting = costmodel::evaluatePlan(p);
+  ASSERT_TRUE(overlapped && waiting);
+  EXPECT_LT(overlapped->time.ppComm, waiting->time.ppComm);
 }
 
 TEST(Import, MegatronsDefaultTransformerEngineFusesBiasGradientsAndKeepsPlaceholderWgrads) {

@@ -152,6 +152,11 @@ struct Execution {
   bool flashAttention2 = false;
   bool overlapGradReduce = true;  ///< data-parallel gradient reduction overlapped with backward
   bool overlapParamGather = true; ///< ZeRO parameter all-gather overlapped with forward (prefetch)
+  /// Under the interleaved schedule, pipeline sends and receives run beside the other chunks' compute
+  /// (Megatron-LM's default since 2023-10, --no-overlap-p2p-communication; Megatron-Bridge and NeMo 2
+  /// turn it on with virtual stages). false: each hop waits, exposed. No effect without virtual stages.
+  /// See docs/costmodel.md, "Pipeline sends beside compute".
+  bool overlapP2pComm = true;
   bool tpCommOverlap = false;     ///< tensor-parallel collectives overlapped with GEMMs
   TpOverlap tpOverlap = TpOverlap::kUserbuffers;  ///< how, when tpCommOverlap
   CpCommType cpCommType = CpCommType::kP2p;  ///< context-parallel exchange (Megatron's default: p2p)
