@@ -288,23 +288,10 @@ Result<ImportFormat> parseImportFormat(const std::string& name) {
   return fail(Error::badInput("unknown import format \"" + name + "\" (expected megatron, megatron-bridge, deepspeed, colossalai or torchtitan)"));
 }
 
-Result<Plan> importMegatron(const std::string& arguments, const ImportContext& context) {
-  auto parsed = launchArguments(arguments);
-  if (!parsed) return fail(parsed.error());
-  const Reader r{*parsed, "Megatron-LM argument"};
-  Plan p;
-  p.cluster = context.cluster;
-  if (context.model) {
-    p.model = *context.model;
-    if (p.model.spec) {
-      if (auto ok = matchesModel(r, *p.model.spec); !ok) return fail(ok.error());
-    }
-  } else {
-    auto spec = megatronModel(r);
-    if (!spec) return fail(spec.error());
-    p.model.source = ModelSource::kSpec;
-    p.model.spec = *spec;
-  }
+namespace {
+
+// Megatron-LM's parallel degrees, the data-parallel size the cluster leaves, virtual stages and schedule.
+Result<void> megatronParallel(const Reader& r, Plan& p) {
   auto& q = p.parallel;
   COLO_TRY(tp, r.integer("--tensor-model-parallel-size", 1, kMaxDegree));
   COLO_TRY(pp, r.integer("--pipeline-model-parallel-size", 1, kMaxDegree));
@@ -341,13 +328,12 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
   p.schedule = q.virtualStages > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;
   // Megatron-LM overlaps the interleaved schedule's sends and receives unless told not to.
   p.execution.overlapP2pComm = !r.has("--no-overlap-p2p-communication");
-  COLO_TRY(mbs, r.integer("--micro-batch-size", 1));
-  COLO_TRY(gbs, r.integer("--global-batch-size", mbs * q.dp));
-  COLO_TRY(seq, r.integer("--seq-length", p.model.defaultSeqLen()));
-  p.microBatchSize = std::max<std::int64_t>(1, mbs);
-  p.globalBatchSize = gbs;
-  p.seqLen = seq;
-  p.zeroStage = r.has("--use-distributed-optimizer") ? 1 : 0;
+  return {};
+}
+
+// Kernels, overlaps, MoE dispatch, gradient accumulation and checks, Transformer Engine, precision, the
+// loss, context-parallel exchange and optimizer offload, each as Megatron-LM's defaults leave it.
+Result<void> megatronExecution(const Reader& r, Plan& p) {
   const std::string backend = r.text("--attention-backend").value_or("auto");
   p.execution.flashAttention = backend != "unfused" && backend != "local";
   // flash: the flash-attn package's kernels (FlashAttention-2 as pip installs it); auto and fused:
@@ -394,6 +380,37 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
     COLO_TRY(fraction, r.number("--optimizer-offload-fraction", 1.0));
     p.offload.optimizerFraction = fraction;
   }
+  return {};
+}
+
+}  // namespace
+
+Result<Plan> importMegatron(const std::string& arguments, const ImportContext& context) {
+  auto parsed = launchArguments(arguments);
+  if (!parsed) return fail(parsed.error());
+  const Reader r{*parsed, "Megatron-LM argument"};
+  Plan p;
+  p.cluster = context.cluster;
+  if (context.model) {
+    p.model = *context.model;
+    if (p.model.spec) {
+      if (auto ok = matchesModel(r, *p.model.spec); !ok) return fail(ok.error());
+    }
+  } else {
+    auto spec = megatronModel(r);
+    if (!spec) return fail(spec.error());
+    p.model.source = ModelSource::kSpec;
+    p.model.spec = *spec;
+  }
+  if (auto parallel = megatronParallel(r, p); !parallel) return fail(parallel.error());
+  COLO_TRY(mbs, r.integer("--micro-batch-size", 1));
+  COLO_TRY(gbs, r.integer("--global-batch-size", mbs * p.parallel.dp));
+  COLO_TRY(seq, r.integer("--seq-length", p.model.defaultSeqLen()));
+  p.microBatchSize = std::max<std::int64_t>(1, mbs);
+  p.globalBatchSize = gbs;
+  p.seqLen = seq;
+  p.zeroStage = r.has("--use-distributed-optimizer") ? 1 : 0;
+  if (auto execution = megatronExecution(r, p); !execution) return fail(execution.error());
   auto stages = megatronStages(r, p);
   if (!stages) return fail(stages.error());
   p.stages = *stages;
