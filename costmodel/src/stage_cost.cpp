@@ -208,22 +208,23 @@ double zeroThreeSeconds(Collective kind, const StageWork& w, double share, doubl
 // check_grads, megatron/core/distributed/param_and_grad_buffer.py): per bucket, the norm of its whole
 // gradient buffer (a read of every local parameter's reduced gradient), then torch.isnan and
 // torch.isinf of that norm, each turned into a Python bool: a host synchronization after which the
-// device waits for the host to launch the next kernel (one kernel floor each). A bucket holds
-// max(40M, 1M x dp x cp) parameters when the reduction overlaps the backward, else its whole buffer;
-// dense and expert parameters have buffers of their own, and stages after the first one bucket each
-// (distributed_data_parallel.py).
+// device waits for the host to launch the next kernel (one kernel floor each). Each model chunk has
+// its own dense and expert buffers (distributed_data_parallel.py); only the first chunk of the first
+// pipeline stage is split into buckets, of max(40M, 1M x dp) parameters (the data-parallel group
+// without context parallelism, Megatron-LM 2026), and only when the reduction overlaps the backward
+// (training.py disables bucketing for later chunks; without overlap a buffer is one bucket).
 double nanCheckSeconds(const Plan& plan, const StageWork& w, const StateBytes& bytes, const DeviceModel& device,
                        std::int64_t stage) {
   const double perParam = plan.execution.gradAccumulation == GradAccumulation::kFp32Copy ? 4.0 : bytes.gradient;
   const double read = w.params * perParam / device.memoryBytesPerSecond;
+  const double chunks = static_cast<double>(std::max<std::int64_t>(1, plan.parallel.virtualStages));
+  const double bucketParams = std::max(40e6, 1e6 * static_cast<double>(plan.parallel.dp));
   const bool bucketed = plan.execution.overlapGradReduce && stage == 0;
-  auto bucketsOf = [&](double params, double ranks) {
+  auto bucketsOf = [&](double params) {
     if (params <= 0) return 0.0;
-    return bucketed ? std::ceil(params / std::max(40e6, 1e6 * ranks)) : 1.0;
+    return bucketed ? std::ceil(params / chunks / bucketParams) + (chunks - 1.0) : chunks;
   };
-  const double buckets =
-      bucketsOf(w.params - w.expertParams, static_cast<double>(plan.parallel.dp * plan.parallel.cp)) +
-      bucketsOf(w.expertParams, std::max<double>(1.0, static_cast<double>(plan.parallel.expertDp())));
+  const double buckets = bucketsOf(w.params - w.expertParams) + bucketsOf(w.expertParams);
   return read + 2.0 * buckets * device.kernelFloorSeconds;
 }
 

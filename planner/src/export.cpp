@@ -196,6 +196,10 @@ std::string megatronNotes(const Plan& p, const RecomputeSummary& r) {
     header += "# note: the plan was costed without Megatron-LM's check of the gradients for NaN (execution.grad_nan_check), "
               "so the job turns it off; drop --no-check-for-nan-in-loss-and-grad to keep it (one more read of the gradient buffer a step)\n";
   }
+  if (p.precision == DType::kFp16 && p.execution.gradNanCheck) {
+    header += "# note: the plan checks its gradients for NaN, which Megatron-LM turns off under fp16 with a dynamic loss scale "
+              "(validate_args); add --loss-scale to keep the check\n";
+  }
   if (!p.execution.overlapP2pComm && q.pp == 2 && q.virtualStages > 1) {
     header += "# note: the plan waits for its pipeline sends; Megatron-LM overlaps them at pp 2 with virtual stages (it refuses "
               "--no-overlap-p2p-communication there), so the job may run faster than the plan's prediction\n";

@@ -248,6 +248,16 @@ class MegatronCheck {
   // How the layers split over stages: an explicit layout, virtual stages, uneven first/last stages, or
   // an even split.
   void pipelineLayout() {
+    // Any form of virtual stages (a layout of more chunks than stages, chunks per stage, layers per chunk)
+    // without p2p overlap needs pp > 2 (validate_args).
+    const auto* layoutArg = a_.find("--pipeline-model-parallel-layout");
+    const bool layoutInterleaves = layoutArg && !layoutArg->empty() &&
+                                   static_cast<std::int64_t>(std::count(layoutArg->front().begin(), layoutArg->front().end(), '|')) + 1 > pp_;
+    const bool virtualStages = layoutInterleaves || num("--num-virtual-stages-per-pipeline-rank", 1) > 1 ||
+                               num("--num-layers-per-virtual-pipeline-stage", 0) > 0;
+    if (virtualStages && pp_ < 3 && has("--no-overlap-p2p-communication")) {
+      problem("vpp_pp_size", "virtual pipeline stages without p2p overlap (--no-overlap-p2p-communication) need pp > 2");
+    }
     const std::int64_t first = num("--decoder-first-pipeline-num-layers", 0), last = num("--decoder-last-pipeline-num-layers", 0);
     const std::int64_t perVirtual = num("--num-layers-per-virtual-pipeline-stage", 0);
     if (const auto* layout = a_.find("--pipeline-model-parallel-layout"); layout && !layout->empty()) {
@@ -259,9 +269,6 @@ class MegatronCheck {
     } else if (perVirtual > 0) {
       if (first > 0 || last > 0) problem("vpp_layers_per_stage", "virtual stages cannot be combined with first/last-stage layer counts");
       if (pp_ < 2) problem("vpp_pp_size", "virtual pipeline stages need pp > 1");
-      if (pp_ < 3 && has("--no-overlap-p2p-communication")) {
-        problem("vpp_pp_size", "virtual pipeline stages without p2p overlap (--no-overlap-p2p-communication) need pp > 2");
-      }
       if (layers_ % pp_ != 0 || (layers_ / pp_) % perVirtual != 0) {
         problem("vpp_layers_per_stage", "num_layers/pp = " + std::to_string(layers_) + "/" + std::to_string(pp_) +
                                             " must be a multiple of --num-layers-per-virtual-pipeline-stage " + std::to_string(perVirtual));

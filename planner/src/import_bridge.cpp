@@ -158,15 +158,6 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   if (on(get({"ddp", "ddp_config", "comm_overlap"}, "overlap_grad_reduce"))) args << "--overlap-grad-reduce\n";
   if (on(get({"ddp", "ddp_config", "comm_overlap"}, "overlap_param_gather"))) args << "--overlap-param-gather\n";
   if (on(get({"comm_overlap"}, "tp_comm_overlap"))) args << "--tp-comm-overlap\n";
-  // CommOverlapConfig overlaps the interleaved schedule's pipeline sends unless the config says false.
-  if (const auto p2p = get({"comm_overlap", "model", "model_config"}, "overlap_p2p_comm"); p2p && (*p2p == "false" || *p2p == "False")) {
-    args << "--no-overlap-p2p-communication\n";
-  }
-  // Megatron-Bridge's recipes check the gradients for NaN (ddp.check_for_nan_in_grad = True in every
-  // pretrain config, src/megatron/bridge/recipes): on unless the config turns it off.
-  if (const auto check = get({"ddp", "ddp_config"}, "check_for_nan_in_grad"); check && (*check == "false" || *check == "False")) {
-    args << "--no-check-for-nan-in-loss-and-grad\n";
-  }
   // mixed_precision is a section, or a preset's name ("bf16_mixed") in override files.
   const auto precision = flat->find("mixed_precision");
   const std::string presetName = precision != flat->end() && precision->second != "[]" ? precision->second : "";
@@ -179,6 +170,22 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   }
   auto plan = importMegatron(args.str(), context);
   if (!plan) return fail(plan.error());
+  auto off = [](const std::optional<std::string>& value) { return value && (*value == "false" || *value == "False"); };
+  // Megatron-Bridge's recipes check the gradients for NaN (ddp.check_for_nan_in_grad = True in every
+  // pretrain config, src/megatron/bridge/recipes), precision aside (Bridge does not run Megatron-LM's
+  // validate_args): on unless the config turns it off.
+  plan->execution.gradNanCheck = !off(get({"ddp", "ddp_config"}, "check_for_nan_in_grad"));
+  // Pipeline sends beside compute: the comm_overlap section's own value; else, with that section,
+  // CommOverlapConfig's rule (on with virtual stages, _get_model_comm_overlap_cfgs); else Megatron-Core's
+  // ModelParallelConfig as written (overlap_p2p_comm, default False).
+  const bool commOverlapSection = std::any_of(flat->begin(), flat->end(), [](const auto& kv) {
+    return kv.first.rfind("comm_overlap.", 0) == 0 || (kv.first == "comm_overlap" && kv.second != "null" && kv.second != "~");
+  });
+  if (const auto set = get({"comm_overlap"}, "overlap_p2p_comm")) {
+    plan->execution.overlapP2pComm = on(set);
+  } else if (!commOverlapSection) {
+    plan->execution.overlapP2pComm = on(model("overlap_p2p_comm"));
+  }
   plan->name = plan->model.name() + " (imported from a Megatron-Bridge config)";
   return plan;
 }

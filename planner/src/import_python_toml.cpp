@@ -219,6 +219,9 @@ Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& cont
                : schedule == "Interleaved1F1B" ? Schedule::kInterleaved
                                                : Schedule::kOneFOneB;
   q.virtualStages = p.schedule == Schedule::kInterleaved ? 2 : 1;  // torchtitan's default: two stages per rank
+  // PyTorch's pipelining waits for each time step's batched sends and receives before the next compute
+  // (PipelineScheduleMulti): nothing of a hop hides behind another chunk.
+  p.execution.overlapP2pComm = false;
   const std::string converters = kv->contains("model.converters") ? kv->at("model.converters") : "";
   p.precision = converters.find("float8") != std::string::npos ? DType::kFp8 : DType::kBf16;
   if (p.precision == DType::kFp8) {

@@ -221,7 +221,7 @@ TEST(Import, MegatronOverlapsTheInterleavedSchedulesPipelineSendsUnlessToldNotTo
     p.execution.overlapP2pComm = overlap;
     const auto args = exportPlan(p, ExportFormat::kMegatron, "plan.json");
     ASSERT_TRUE(args) << args.error().toString();
-    EXPECT_EQ(args->find("--no-overlap-p2p-communication") != std::string::npos, !overlap) << *args;
+    EXPECT_EQ(args->find("\n--no-overlap-p2p-communication") != std::string::npos, !overlap) << *args;
     const auto problems = checkExport(p, ExportFormat::kMegatron, *args);
     ASSERT_TRUE(problems) << problems.error().toString();
     EXPECT_TRUE(problems->empty()) << problems->front().rule << ": " << problems->front().message;
@@ -235,6 +235,38 @@ TEST(Import, MegatronOverlapsTheInterleavedSchedulesPipelineSendsUnlessToldNotTo
   const auto waiting = costmodel::evaluatePlan(p);
   ASSERT_TRUE(overlapped && waiting);
   EXPECT_LT(overlapped->time.ppComm, waiting->time.ppComm);
+  // At pp 2 Megatron refuses virtual stages without the overlap: the export keeps it on and says so,
+  // and the checker refuses the flag written by hand.
+  Plan two = basePlan("llama3-70b", "dgx-h100-x64", 64, 8, 2, 1, 1, 2, 64, RecomputePolicy::kNone);
+  two.execution.overlapP2pComm = false;
+  ASSERT_TRUE(validatePlan(two)) << validatePlan(two).error().toString();
+  const auto twoArgs = exportPlan(two, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(twoArgs) << twoArgs.error().toString();
+  EXPECT_EQ(twoArgs->find("\n--no-overlap-p2p-communication"), std::string::npos) << *twoArgs;
+  EXPECT_NE(twoArgs->find("# note: the plan waits for its pipeline sends"), std::string::npos) << *twoArgs;
+  const auto refused = checkExport(two, ExportFormat::kMegatron, *twoArgs + " \\\n--no-overlap-p2p-communication");
+  ASSERT_TRUE(refused) << refused.error().toString();
+  EXPECT_TRUE(std::any_of(refused->begin(), refused->end(), [](const ExportProblem& x) { return x.rule == "vpp_pp_size"; }));
+}
+
+TEST(Import, MegatronBridgeOverlapsPipelineSendsAsItsCommOverlapConfigDoes) {
+  // comm_overlap.overlap_p2p_comm when set; else, with a comm_overlap section, CommOverlapConfig's rule
+  // (on with virtual stages); without the section, Megatron-Core's model config (default off).
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-h100.json"));
+  const Model llama = test::loadModelOrFail(test::dataFile("models/llama3-8b.json"));
+  const ImportContext context{cluster, llama, 0, 0};
+  const std::string job = "model:\n  tensor_model_parallel_size: 2\n  pipeline_model_parallel_size: 2\n"
+                          "  virtual_pipeline_model_parallel_size: 2\ntrain:\n  global_batch_size: 64\n  micro_batch_size: 1\n";
+  auto plain = importMegatronBridge(job, context);
+  ASSERT_TRUE(plain) << plain.error().toString();
+  EXPECT_EQ(plain->schedule, Schedule::kInterleaved);
+  EXPECT_FALSE(plain->execution.overlapP2pComm);
+  auto section = importMegatronBridge(job + "comm_overlap:\n  tp_comm_overlap: false\n", context);
+  ASSERT_TRUE(section) << section.error().toString();
+  EXPECT_TRUE(section->execution.overlapP2pComm);
+  auto off = importMegatronBridge(job + "comm_overlap:\n  overlap_p2p_comm: false\n", context);
+  ASSERT_TRUE(off) << off.error().toString();
+  EXPECT_FALSE(off->execution.overlapP2pComm);
 }
 
 TEST(Import, MegatronsDefaultTransformerEngineFusesBiasGradientsAndKeepsPlaceholderWgrads) {
