@@ -118,13 +118,16 @@ Result<void> validateBounds(const ModelSpec& s, const Bad& bad) {
   return {};
 }
 
+template <typename Bad>
+Result<void> requirePositive(std::int64_t value, const std::string& field, const Bad& bad) {
+  if (value <= 0) return bad("/" + field, "must be a positive integer, got " + std::to_string(value));
+  return {};
+}
+
 // The transformer's widths and heads.
 template <typename Bad>
 Result<void> validateShape(const ModelSpec& s, const Bad& bad) {
-  auto positive = [&](std::int64_t value, const std::string& field) -> Result<void> {
-    if (value <= 0) return bad("/" + field, "must be a positive integer, got " + std::to_string(value));
-    return {};
-  };
+  auto positive = [&](std::int64_t value, const std::string& field) { return requirePositive(value, field, bad); };
   if (auto r = positive(s.numLayers, "num_layers"); !r) return r;
   if (auto r = positive(s.hiddenSize, "hidden_size"); !r) return r;
   if (auto r = positive(s.numAttentionHeads, "num_attention_heads"); !r) return r;
@@ -149,10 +152,7 @@ Result<void> validateShape(const ModelSpec& s, const Bad& bad) {
 // What the model reads: tokens (a vocabulary and a sequence length) or images (patches of a square).
 template <typename Bad>
 Result<void> validateInput(const ModelSpec& s, const Bad& bad) {
-  auto positive = [&](std::int64_t value, const std::string& field) -> Result<void> {
-    if (value <= 0) return bad("/" + field, "must be a positive integer, got " + std::to_string(value));
-    return {};
-  };
+  auto positive = [&](std::int64_t value, const std::string& field) { return requirePositive(value, field, bad); };
   if (s.input == InputKind::kTokens) {
     if (auto r = positive(s.vocabSize, "vocab_size"); !r) return r;
     if (s.positionEmbedding == PositionEmbedding::kLearned) {

@@ -228,6 +228,13 @@ double nanCheckSeconds(const Plan& plan, const StageWork& w, const StateBytes& b
   return read + 2.0 * buckets * device.kernelFloorSeconds;
 }
 
+// What stays exposed of a collective overlapped with `cover` seconds of compute: at least 10% (the last
+// bucket or hop), and the hidden part slows the compute it runs beside (overlapSlowdown).
+double exposedBeside(double collective, double cover, const DeviceModel& device) {
+  const double exposed = std::max(0.1 * collective, collective - 0.9 * cover);
+  return exposed + device.overlapSlowdown * (collective - exposed);
+}
+
 double gradCollectiveSeconds(Collective kind, const StageWork& w, double bytesPerParam, const Groups& groups) {
   return collectiveSeconds(kind, (w.params - w.expertParams) * bytesPerParam, groups.grad) +
          collectiveSeconds(kind, w.expertParams * bytesPerParam, groups.expertGrad);
@@ -270,8 +277,7 @@ StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, 
   // beside the stage's other chunks. As for the data-parallel overlap, at least 10% stays exposed (the
   // warm-up's first receive, the cool-down's last send) and the hidden part slows the compute it meets.
   if (t.p2p > 0 && plan.parallel.virtualStages > 1 && plan.execution.overlapP2pComm) {
-    const double hidden = std::min(0.9 * t.p2p, 0.9 * (w.fwd + w.bwd + w.rec));
-    t.p2p = t.p2p - hidden + device.overlapSlowdown * hidden;
+    t.p2p = exposedBeside(t.p2p, w.fwd + w.bwd + w.rec, device);
   }
   // ZeRO-3 gathers every layer's weights before its forward, again before a recomputed forward and
   // before its backward, each micro-batch, one layer at a time: every collective pays the ring's (n-1)
@@ -304,12 +310,7 @@ StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, 
   }
   if (plan.zeroStage == 2 && shardedGrads && replicated) {
     const double scatter = gradCollectiveSeconds(Collective::kReduceScatter, w, bytes.gradient, groups);
-    double exposed = scatter;
-    if (plan.execution.overlapGradReduce) {
-      exposed = std::max(0.1 * scatter, scatter - 0.9 * (w.bwd + w.rec));
-      exposed += device.overlapSlowdown * (scatter - exposed);
-    }
-    t.sharding += exposed;
+    t.sharding += plan.execution.overlapGradReduce ? exposedBeside(scatter, w.bwd + w.rec, device) : scatter;
   }
   // Offloaded parameters (ZeRO-3's offload_param, ZeRO-Infinity, Gemini's host chunks) live in host
   // memory and cross PCIe before every use: each layer's 16-bit shard is fetched for the forward, for a
@@ -359,9 +360,7 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
     // Overlapped, at least 10% stays exposed (the last bucket), and the hidden part slows the backward
     // or forward it runs beside (overlapSlowdown).
     auto exposedOf = [&](double collective, bool overlapped, double cover) {
-      if (!overlapped) return collective;
-      const double exposed = std::max(0.1 * collective, collective - 0.9 * cover);
-      return exposed + device.overlapSlowdown * (collective - exposed);
+      return overlapped ? exposedBeside(collective, cover, device) : collective;
     };
     // DeepSpeed's per-parameter ZeRO-3 collectives synchronize the device: nothing hides them.
     const bool synchronous = plan.zeroStage == 3 && plan.execution.perParameterGathers;
