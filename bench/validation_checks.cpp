@@ -148,6 +148,11 @@ Result<void> checkSettings(const Json& settings, const std::string& file, const 
                key == "cross_entropy_in_place" || key == "per_parameter_gathers" || key == "grad_nan_check" ||
                key == "overlap_p2p_comm") {
       if (!value.is_boolean()) return bad("must be true or false");
+    } else if (key == "unfused_kernels") {
+      if (!value.is_string()) return bad("must be a string: all, none, or a comma list of rmsnorm, rotary, gated_activation");
+      if (auto parsed = parseUnfusedKernels(value.get<std::string>()); !parsed) {
+        return fail(Error::badInput(parsed.error().message, file, where));
+      }
     } else if (key == "host_us_per_op") {
       if (!value.is_number() || !(value.get<double>() >= 0) || value.get<double>() > 1e6) {
         return bad("must be a number from 0 to 1e6");

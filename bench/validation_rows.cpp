@@ -340,14 +340,18 @@ Result<RecomputeReading> readRecompute(const Json& tr, const Settings& set, cons
   }
   if (recomputeText.rfind("full", 0) != 0 && recomputeText.rfind("selective", 0) != 0 && recomputeText.rfind("none", 0) != 0 &&
       recomputeText != "op") {
-    // --recompute-activations is Megatron's selective recompute; checkpointing by any name is full.
+    // --recompute-activations is Megatron's selective recompute; checkpointing by any name is full, and
+    // so is "activation recomputation" without "selective": the only kind until selective recompute
+    // (Korthikanti et al. 2022), which named the two.
+    const bool negated = recomputeText == "no" || recomputeText == "false" || recomputeText == "off" ||
+                         has(recomputeText, "no recomput") || has(recomputeText, "no activation") ||
+                         has(recomputeText, "without") || has(recomputeText, "disabled");
     if (has(recomputeText, "selective") || has(recomputeText, "recompute-activations")) recomputeText = "selective";
+    else if (negated) recomputeText = "none";
     else if (has(recomputeText, "full") || has(recomputeText, "checkpoint") || has(recomputeText, "recompute-granularity") ||
+             has(recomputeText, "activation recomputation") ||
              recomputeText == "true" || recomputeText == "yes" || recomputeText == "on")
       recomputeText = "full";
-    else if (recomputeText == "no" || recomputeText == "false" || recomputeText == "off" ||
-             has(recomputeText, "no recomput") || has(recomputeText, "disabled"))
-      recomputeText = "none";
   }
   const bool recomputeOpen = recomputeText.rfind("full", 0) != 0 && recomputeText.rfind("selective", 0) != 0 &&
                              recomputeText.rfind("none", 0) != 0 && recomputeText != "op" &&
@@ -487,6 +491,14 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
   p.execution.fusedCrossEntropy = flag("fused_cross_entropy");
   p.execution.fusedBiasGrad = flag("fused_bias_grad");
   p.execution.gradNanCheck = flag("grad_nan_check");
+  // The ops the framework runs as eager decompositions (the assumptions' unfused_kernels: "all", "none"
+  // or a list), unless the row says it ran under torch.compile, which fuses them.
+  if (const Json& unfused = set.pick("unfused_kernels"); unfused.is_string()) {
+    auto parsed = parseUnfusedKernels(unfused.get<std::string>());
+    if (!parsed) return fail(rowError(id, "unfused_kernels (assumptions)", parsed.error().message));
+    p.execution.unfused = *parsed;
+  }
+  if (tr.contains("torch_compile") && tr["torch_compile"].is_boolean() && tr["torch_compile"].get<bool>()) p.execution.unfused = {};
   p.execution.teDummyWgrads = flag("te_dummy_wgrads");
   p.execution.perParameterGathers = flag("per_parameter_gathers");
   p.execution.crossEntropyInPlace = flag("cross_entropy_in_place");

@@ -18,6 +18,13 @@
 namespace colo::app {
 namespace {
 
+// "rmsnorm/rotary": a list inside the headline's comma-separated items.
+std::string joinNames(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : "/") + n;
+  return out;
+}
+
 const std::vector<OptionSpec>& evaluateOptions() {
   static const std::vector<OptionSpec> specs = [] {
     std::vector<OptionSpec> own{
@@ -55,6 +62,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"fused-cross-entropy", "", "the loss reads the 16-bit logits in one kernel, without an fp32 copy (flash-attn's, LLM Foundry's default, Liger)"},
       {"cross-entropy-in-place", "", "with --fused-cross-entropy: the loss writes the logits' gradient into them (Transformer Engine's, Megatron's --cross-entropy-fusion-impl te)"},
       {"fused-bias-grad", "", "the attention input projection's bias gradient comes from its GEMM (Transformer Engine); otherwise every bias gradient is a reduction of its own (PyTorch, Megatron-LM's own linears, Megatron-DeepSpeed)"},
+      {"unfused-kernels", "OPS", "ops the framework runs as PyTorch's eager decompositions, not one fused kernel each: all (torchtitan without compile, Hugging Face models), or a comma list of rmsnorm, rotary, gated_activation (default: none, as Megatron, Transformer Engine and torch.compile)"},
       {"grad-nan-check", "", "Megatron-LM's check of every gradient bucket's norm for NaN and Inf before it is reduced (its default since 2023-09)"},
       {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
       {"per-parameter-gathers", "", "ZeRO-3 gathers and reduce-scatters one parameter tensor at a time, synchronously (DeepSpeed v0.3.13 to v0.5.4)"},
@@ -183,6 +191,11 @@ Result<void> executionFromOptions(const Args& args, Execution& x) {
   x.fusedCrossEntropy = args.has("fused-cross-entropy");
   x.fusedBiasGrad = args.has("fused-bias-grad");
   x.gradNanCheck = args.has("grad-nan-check");
+  if (auto unfused = args.value("unfused-kernels")) {
+    auto parsed = parseUnfusedKernels(*unfused);
+    if (!parsed) return fail(Error::badInput("--unfused-kernels: " + parsed.error().message));
+    x.unfused = *parsed;
+  }
   x.teDummyWgrads = args.has("te-dummy-wgrads");
   x.perParameterGathers = args.has("per-parameter-gathers");
   x.crossEntropyInPlace = args.has("cross-entropy-in-place");
@@ -456,6 +469,7 @@ std::string planHeadline(const Plan& plan, const costmodel::Evaluation& ev) {
       << (plan.execution.perParameterGathers && plan.zeroStage == 3 ? ", ZeRO-3 gathers per parameter" : "")
       << (plan.execution.fusedBiasGrad ? ", fused bias gradients" : "")
       << (plan.execution.gradNanCheck ? ", NaN check of gradients" : "")
+      << (plan.execution.unfused.any() ? ", eager " + joinNames(unfusedKernelNames(plan.execution.unfused)) : "")
       << (plan.parallel.pp > 1 && plan.parallel.virtualStages > 1 && !plan.execution.overlapP2pComm ? ", pipeline sends exposed" : "")
       << (plan.execution.tpCommOverlap && p.tp > 1
               ? (plan.execution.tpOverlap == TpOverlap::kUserbuffers ? ", TP overlap (userbuffers)"
@@ -535,6 +549,10 @@ int printOperatorPlanFile(const Plan& plan, const std::string& file, const Args&
       << ", per-operator plan (the degree fields: tp " << plan.parallel.tp << " pp " << plan.parallel.pp << " dp "
       << plan.parallel.dp << (op->runnable ? ", its equivalent" : ", Megatron's split beside it") << ")\n";
   printOperatorPlan(*op, out);
+  if (plan.execution.unfused.any()) {
+    out << "note      the operator-level costs use fused elementwise kernels: execution.unfused_kernels ("
+        << joinNames(unfusedKernelNames(plan.execution.unfused)) << ") is not applied to them\n";
+  }
   return 0;
 }
 

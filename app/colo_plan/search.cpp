@@ -38,6 +38,7 @@ const std::vector<OptionSpec>& searchOptions() {
       {"attention", "A", "flash (default: the GPU's fastest fused kernels), flash2 (FlashAttention-2's, PyTorch SDPA) or unfused"},
       {"fused-cross-entropy", "", "the loss reads the 16-bit logits in one kernel, without an fp32 copy (flash-attn's, LLM Foundry's default, Liger)"},
       {"cross-entropy-in-place", "", "with --fused-cross-entropy: the loss writes the logits' gradient into them (Transformer Engine's, Megatron's --cross-entropy-fusion-impl te)"},
+      {"unfused-kernels", "OPS", "ops the framework runs as PyTorch's eager decompositions, not one fused kernel each: all (torchtitan without compile, Hugging Face models), or a comma list of rmsnorm, rotary, gated_activation (default: none, as Megatron, Transformer Engine and torch.compile)"},
       {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
       {"per-parameter-gathers", "", "ZeRO-3 gathers and reduce-scatters one parameter tensor at a time, synchronously (DeepSpeed v0.3.13 to v0.5.4)"},
       {"zero-bubble", "", "also consider the zero-bubble (ZB-H1) schedule"},
@@ -126,6 +127,11 @@ Result<void> readSearchInputs(const Args& args, const Model& model, const Cluste
   }
   if (args.has("fused-cross-entropy")) options.execution.fusedCrossEntropy = true;
   if (args.has("te-dummy-wgrads")) options.execution.teDummyWgrads = true;
+  if (auto unfused = args.value("unfused-kernels")) {
+    auto parsed = parseUnfusedKernels(*unfused);
+    if (!parsed) return fail(Error::badInput("--unfused-kernels: " + parsed.error().message));
+    options.execution.unfused = *parsed;
+  }
   if (args.has("per-parameter-gathers")) options.execution.perParameterGathers = true;
   if (args.has("cross-entropy-in-place")) options.execution.crossEntropyInPlace = true;
   options.allowZeroBubble = args.has("zero-bubble");
@@ -240,7 +246,10 @@ std::string searchHeader(const Model& model, const ClusterSpec& cluster, const S
   std::ostringstream out;
   out << "search    " << model.name() << " on " << clusterLabel(cluster) << ", gbs " << in.options.globalBatchSize << " x "
       << in.options.seqLen << " tokens, " << toString(in.options.precision)
-      << (precisionGiven || cluster.gpu.hasPeak(DType::kBf16) ? "" : " (this GPU has no bf16)") << ", memory budget "
+      << (precisionGiven || cluster.gpu.hasPeak(DType::kBf16) ? "" : " (this GPU has no bf16)");
+  const auto eager = unfusedKernelNames(in.options.execution.unfused);
+  for (std::size_t i = 0; i < eager.size(); ++i) out << (i == 0 ? ", eager " : "/") << eager[i];
+  out << ", memory budget "
       << formatFixed(100 * in.options.maxMemoryFraction, 0) << "% of " << formatBytes(cluster.gpu.memoryBytes)
       << (in.options.runnableOnly ? ", only plans colo-run executes (--any: all)" : "") << "\n";
   out << "          " << st.generated << " configurations generated, " << pruned << " pruned, " << st.costed << " costed ("

@@ -124,6 +124,22 @@ Execution readExecution(const JsonReader& e) {
   x.fusedCrossEntropy = e.boolean("fused_cross_entropy", false);
   x.fusedBiasGrad = e.boolean("fused_bias_grad", false);
   x.gradNanCheck = e.boolean("grad_nan_check", false);
+  e.accept({"unfused_kernels"});
+  if (e.has("unfused_kernels")) {
+    const Json& list = e.json().at("unfused_kernels");
+    if (!list.is_array()) {
+      e.fail("unfused_kernels", "must be an array of op names (rmsnorm, rotary, gated_activation), got " + describeJsonValue(list));
+    }
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string at = "unfused_kernels/" + std::to_string(i);
+      if (!list[i].is_string()) e.failAt(at, "must be a string, got " + describeJsonValue(list[i]));
+      const std::string& name = list[i].get_ref<const std::string&>();
+      if (name == "rmsnorm") x.unfused.rmsNorm = true;
+      else if (name == "rotary") x.unfused.rotary = true;
+      else if (name == "gated_activation") x.unfused.gatedActivation = true;
+      else e.failAt(at, "unknown op \"" + name + "\" (expected one of: rmsnorm, rotary, gated_activation)");
+    }
+  }
   x.teDummyWgrads = e.boolean("te_dummy_wgrads", false);
   x.perParameterGathers = e.boolean("per_parameter_gathers", false);
   x.crossEntropyInPlace = e.boolean("cross_entropy_in_place", false);
@@ -306,6 +322,7 @@ Json planToJson(const Plan& p) {
   if (p.execution.fusedBiasGrad) j["execution"]["fused_bias_grad"] = true;
   if (!p.execution.overlapP2pComm) j["execution"]["overlap_p2p_comm"] = false;
   if (p.execution.gradNanCheck) j["execution"]["grad_nan_check"] = true;
+  if (p.execution.unfused.any()) j["execution"]["unfused_kernels"] = unfusedKernelNames(p.execution.unfused);
   if (p.execution.teDummyWgrads) j["execution"]["te_dummy_wgrads"] = true;
   if (p.execution.perParameterGathers) j["execution"]["per_parameter_gathers"] = true;
   if (p.execution.crossEntropyInPlace) j["execution"]["cross_entropy_in_place"] = true;

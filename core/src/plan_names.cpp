@@ -2,6 +2,8 @@
 // name is refused with the names that are accepted.
 #include "colo/core/plan.h"
 
+#include <algorithm>
+
 namespace colo {
 
 std::string attentionName(const Execution& x) {
@@ -117,6 +119,34 @@ Result<Float8Recipe> parseFloat8Recipe(const std::string& name) {
   }
   return fail(Error::badInput("unknown float8 recipe \"" + name +
                               "\" (expected one of: transformer_engine, tensorwise, rowwise, rowwise_with_gw_hp)"));
+}
+
+std::vector<std::string> unfusedKernelNames(const UnfusedKernels& u) {
+  std::vector<std::string> names;
+  if (u.rmsNorm) names.emplace_back("rmsnorm");
+  if (u.rotary) names.emplace_back("rotary");
+  if (u.gatedActivation) names.emplace_back("gated_activation");
+  return names;
+}
+
+Result<UnfusedKernels> parseUnfusedKernels(std::string_view list) {
+  if (list == "all") return UnfusedKernels::all();
+  UnfusedKernels u;
+  if (list == "none") return u;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', start), list.size());
+    const std::string_view name = list.substr(start, comma - start);
+    if (name == "rmsnorm") u.rmsNorm = true;
+    else if (name == "rotary") u.rotary = true;
+    else if (name == "gated_activation") u.gatedActivation = true;
+    else {
+      return fail(Error::badInput("unknown unfused kernel \"" + std::string(name) +
+                                  "\" (expected all, none, or a comma-separated list of: rmsnorm, rotary, gated_activation)"));
+    }
+    start = comma + 1;
+  }
+  return u;
 }
 
 std::string toString(Optimizer value) {

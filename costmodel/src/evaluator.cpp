@@ -71,6 +71,7 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   if (plan.precision == DType::kFp8) cfg.float8Recipe = plan.execution.float8Recipe;
   cfg.fusedCrossEntropy = plan.execution.fusedCrossEntropy;
   cfg.fusedBiasGrad = plan.execution.fusedBiasGrad;
+  cfg.unfused = plan.execution.unfused;
   cfg.crossEntropyInPlace = plan.execution.fusedCrossEntropy && plan.execution.crossEntropyInPlace;
   cfg.kvWidth = T.kvWidth;
   cfg.qWidth = T.qWidth > 0 ? T.qWidth : T.hidden;

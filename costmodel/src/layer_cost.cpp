@@ -396,6 +396,46 @@ double fusedLossSavedBytes(const OpTemplate& op, const LayerConfig& c) {
   return op.elements * static_cast<double>(c.activationBytes) + 4.0 * rows;
 }
 
+// PyTorch's eager decomposition of an op the graph holds as one fused kernel (execution.unfused_kernels;
+// docs/costmodel.md, "Eager elementwise kernels"): bytes moved per element of the op and kernels
+// launched, each way, and bytes kept for backward per element. kernelsFwd 0: the op runs fused. `a` is
+// the activations' bytes; .float() and .type_as() are no-ops on fp32 activations.
+struct EagerOp {
+  double fwdBytes = 0, bwdBytes = 0, kernelsFwd = 0, kernelsBwd = 0, savedBytes = 0;
+};
+
+EagerOp eagerDecomposition(const OpTemplate& op, const LayerConfig& c) {
+  const double a = static_cast<double>(c.activationBytes);
+  const bool casts = a < 4;
+  const double castPair = casts ? 2 * (a + 4) : 0;  // to fp32 and back, each reading one and writing the other
+  EagerOp e;
+  if (op.kind == OpKind::kRmsNorm && c.unfused.rmsNorm) {
+    // x.float(); pow(2) 8; mean 4; + eps and rsqrt per row; x * r 8; type_as; * weight 2a.
+    e.fwdBytes = castPair + 20 + 2 * a;
+    e.kernelsFwd = casts ? 8 : 6;
+    // * weight: the input's gradient 2a, the weight's a product and a row sum 4a; type_as's gradient
+    // to fp32; x * r: g * r 8, (g * x) summed over the row 16; rsqrt and add per row (three small
+    // kernels); mean's gradient expanded and divided 4; pow's grad * (2 * x.pow(1)), a copy 8, a scale
+    // 8 and a product 12; x's two gradients added 12; .float()'s gradient back to 16 bits.
+    e.bwdBytes = 6 * a + castPair + 68;
+    e.kernelsBwd = casts ? 16 : 14;
+    e.savedBytes = (casts ? 4 : a) + a;  // x in fp32 (pow and the scale), the normalized rows (the weight's gradient)
+  } else if (op.kind == OpKind::kRotary && c.unfused.rotary) {
+    // Per query and key: .float(), the complex multiply by the frequencies 8, type_as; backward the
+    // three in reverse (the frequencies need no gradient, nothing is kept per token).
+    e.fwdBytes = e.bwdBytes = castPair + 8;
+    e.kernelsFwd = e.kernelsBwd = 2 * (casts ? 3 : 1);
+  } else if (op.kind == OpKind::kGatedActivation && c.unfused.gatedActivation) {
+    // act(gate) 2a, then * up 3a; backward the product's two gradients 3a each and act's 3a.
+    e.fwdBytes = 5 * a;
+    e.kernelsFwd = 2;
+    e.bwdBytes = 9 * a;
+    e.kernelsBwd = 3;
+    e.savedBytes = 3 * a;  // gate, up and act(gate)
+  }
+  return e;
+}
+
 // One micro-batch's full activation [b, s/cp, h], the buffer every tensor-parallel collective moves.
 double activationBytes(const LayerConfig& c) {
   return static_cast<double>(c.microBatch) * (static_cast<double>(c.seqLen) / static_cast<double>(c.cp)) *
@@ -625,7 +665,18 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         if (op.kind == OpKind::kAdd) bwd = 0.0;
         else if (op.kind == OpKind::kDropout || op.kind == OpKind::kPermute) bwd = fwd;  // one pass (a permutation's backward: the inverse copy)
         else bwd = std::max(floor, (fusedLoss ? lossBackward : 1.5) * bytes / bw);
-        const bool measuredBwd = applyMeasured(c, [&] { return scaledKernel(op, c); }, fwd, bwd, counts);
+        // Eager: the decomposition's kernels at HBM speed (a measured kernel is the fused one). The host
+        // issues each of its aten ops; the host floor's time per op covers about three of them.
+        const EagerOp eager = eagerDecomposition(op, c);
+        if (eager.kernelsFwd > 0) {
+          const double elements = op.elements * tokenScale / split;
+          fwd = std::max(eager.kernelsFwd * floor, eager.fwdBytes * elements / bw);
+          bwd = std::max(eager.kernelsBwd * floor, eager.bwdBytes * elements / bw);
+          out.opsFwd += (eager.kernelsFwd - 1) / 3.0;
+          out.opsBwd += (eager.kernelsBwd - 1) / 3.0;
+          if (counts && c.kernels && !c.kernels->empty()) ++counts->kernelsRoofline;
+        }
+        const bool measuredBwd = eager.kernelsFwd == 0 && applyMeasured(c, [&] { return scaledKernel(op, c); }, fwd, bwd, counts);
         // PyTorch's embedding backward returns a dense gradient of the whole table: it zero-fills it
         // (at::zeros in embedding_dense_backward) before adding the tokens' rows, every micro-batch
         // (Megatron's VocabParallelEmbedding runs F.embedding on its vocabulary shard). colo-profile's
@@ -695,7 +746,13 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
     const bool fp8Input = transformerEngineFp8(c) &&
                           (op.kind == OpKind::kMatMul || op.kind == OpKind::kGroupedMatMul) && op.shard != Shard::kVocab;
     // A fused cross-entropy keeps the 16-bit logits and a statistic per row, not an fp32 copy.
-    const double opSaved = op.kind == OpKind::kCrossEntropy && c.fusedCrossEntropy ? fusedLossSavedBytes(op, c) : op.savedBytes;
+    // Templates hold 16-bit bytes, which the stage rescales to the plan's activations: bytes counted
+    // at the plan's own width go back to template units first.
+    const double toTemplate = 2.0 / static_cast<double>(c.activationBytes);
+    const EagerOp eagerSaved = eagerDecomposition(op, c);
+    const double opSaved = op.kind == OpKind::kCrossEntropy && c.fusedCrossEntropy ? fusedLossSavedBytes(op, c) * toTemplate
+                           : eagerSaved.kernelsFwd > 0 && !fused ? eagerSaved.savedBytes * op.elements * toTemplate
+                                                                 : op.savedBytes;
     const double saved = opSaved * tokenScale / savedSplit * (fp8Input ? 0.5 : 1.0);
     out.savedFull += saved;
     if (op.attentionCore) attnSaved += saved;

@@ -76,6 +76,7 @@ struct LayerConfig {
   bool fusedBiasGrad = false;         // bias gradients from a fused kernel, not a reduction of their own
   bool fusedCrossEntropy = false;     // the loss reads and keeps the 16-bit logits (no fp32 upcast)
   bool crossEntropyInPlace = false;   // ... and writes their gradient into them in the forward (TE's)
+  UnfusedKernels unfused;             // ops run as PyTorch's eager decompositions (none: fused kernels)
   std::int64_t kvWidth = 0;       // values: kv heads x head dim (MLA: heads x v_head_dim)
   std::int64_t qWidth = 0;        // query heads x head dim (the context-parallel all-to-alls)
   std::int64_t keyWidth = 0;      // keys as attention reads them: kv heads x head dim (MLA: heads x qk_head_dim)

@@ -179,6 +179,8 @@ void megatronTrainingArgs(const Plan& p, const RecomputeSummary& r, std::ostream
   if (p.execution.gradAccumulation != GradAccumulation::kFused) a << "--no-gradient-accumulation-fusion \\\n";
   // The plan's step holds no NaN check unless it says so; Megatron-LM's is on by default.
   if (!p.execution.gradNanCheck) a << "--no-check-for-nan-in-loss-and-grad \\\n";
+  if (p.execution.unfused.rotary) a << "--no-rope-fusion \\\n";
+  if (p.execution.unfused.gatedActivation) a << "--no-bias-swiglu-fusion \\\n";
 }
 
 // What the job does differently from the plan, or what the plan says that pretrain_gpt.py cannot.
@@ -203,6 +205,9 @@ std::string megatronNotes(const Plan& p, const RecomputeSummary& r) {
   if (!p.execution.overlapP2pComm && q.pp == 2 && q.virtualStages > 1) {
     header += "# note: the plan waits for its pipeline sends; Megatron-LM overlaps them at pp 2 with virtual stages (it refuses "
               "--no-overlap-p2p-communication there), so the job may run faster than the plan's prediction\n";
+  }
+  if (p.execution.unfused.rmsNorm && s.norm == NormKind::kRmsNorm) {
+    header += "# note: the plan was costed with PyTorch's eager RMSNorm; Megatron-LM runs Transformer Engine's fused one, so the job may run faster than the plan's prediction\n";
   }
   if (!r.uniform) header += "# note: colo recomputes a different number of layers per stage; Megatron takes one count (the largest)\n";
   if (s.activation == Activation::kGeGlu) {

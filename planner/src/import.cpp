@@ -363,6 +363,13 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
     return fail(Error::badInput("--transformer-impl: '" + impl + "' is not one of local, transformer_engine, inference_optimized"));
   }
   p.execution.fusedBiasGrad = impl == "transformer_engine";
+  // Megatron-LM fuses the rotary embedding and the bias-SwiGLU unless told not to (--no-rope-fusion,
+  // --no-bias-swiglu-fusion): unfused, they run as eager elementwise kernels. Its RMSNorm is Transformer
+  // Engine's fused kernel, but the local layer spec builds torch.nn.RMSNorm (WrappedTorchNorm: its
+  // LocalSpecProvider picks it for RMSNorm), PyTorch's eager composite.
+  p.execution.unfused.rotary = r.has("--no-rope-fusion");
+  p.execution.unfused.gatedActivation = r.has("--no-bias-swiglu-fusion");
+  p.execution.unfused.rmsNorm = impl == "local" && r.text("--normalization").value_or("LayerNorm") == "RMSNorm";
   p.execution.teDummyWgrads = p.execution.fusedBiasGrad && p.execution.gradAccumulation == GradAccumulation::kFused;
   p.precision = launchPrecision(r, p.execution.fusedBiasGrad);
   // --cross-entropy-loss-fusion runs Megatron's native fusion (it still keeps the fp32 softmax: colo's
@@ -464,6 +471,9 @@ Result<Plan> importDeepSpeed(const Json& config, const std::string& arguments, c
   if (!p.execution.fusedBiasGrad && p.precision == DType::kFp8) p.precision = launchPrecision(r, false);
   p.execution.overlapGradReduce = config.contains("zero_optimization") && config["zero_optimization"].is_object() &&
                                   config["zero_optimization"].value("overlap_comm", false);
+  // Megatron-DeepSpeed has no rotary or SwiGLU fusion: --swiglu runs F.silu(x[0]) * x[1] and its rotary
+  // embedding t * cos + rotate_half(t) * sin, eager (megatron/model/transformer.py, rotary_pos_embedding.py).
+  p.execution.unfused.rotary = p.execution.unfused.gatedActivation = true;
   p.name = p.model.name() + " (imported from a DeepSpeed config)";
   if (auto valid = validatePlan(p); !valid) return fail(valid.error());
   return p;

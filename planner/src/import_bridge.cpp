@@ -168,9 +168,13 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
     args << "--optimizer-cpu-offload\n";
     flag("--optimizer-offload-fraction", get({"optimizer", "optimizer_config"}, "optimizer_offload_fraction"));
   }
+  auto off = [](const std::optional<std::string>& value) { return value && (*value == "false" || *value == "False"); };
+  // The model providers fuse rotary embedding and the bias-activation (apply_rope_fusion and
+  // bias_activation_fusion default True in Bridge's GPTModelProvider); a config may turn them off.
+  if (off(model("apply_rope_fusion"))) args << "--no-rope-fusion\n";
+  if (off(model("bias_activation_fusion"))) args << "--no-bias-swiglu-fusion\n";
   auto plan = importMegatron(args.str(), context);
   if (!plan) return fail(plan.error());
-  auto off = [](const std::optional<std::string>& value) { return value && (*value == "false" || *value == "False"); };
   // Megatron-Bridge's recipes check the gradients for NaN (ddp.check_for_nan_in_grad = True in every
   // pretrain config, src/megatron/bridge/recipes), precision aside (Bridge does not run Megatron-LM's
   // validate_args): on unless the config turns it off.

@@ -222,6 +222,17 @@ Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& cont
   // PyTorch's pipelining waits for each time step's batched sends and receives before the next compute
   // (PipelineScheduleMulti): nothing of a hop hides behind another chunk.
   p.execution.overlapP2pComm = false;
+  // torch.compile (training.compile until 2025-08, then compile.enable with compile.components, default
+  // model and loss) fuses the norms, rotary embedding and SwiGLU; without it the model runs them as
+  // PyTorch's eager decompositions (nn.RMSNorm's composite form, the complex-multiply rotary, F.silu then
+  // *), unless model.norm_type names the fused Triton RMSNorm torchtitan offered in 2024.
+  auto truthy = [&](const char* key) { return kv->contains(key) && kv->at(key) == "true"; };
+  const std::string components = kv->contains("compile.components") ? kv->at("compile.components") : "model";
+  const bool compiled = truthy("training.compile") || (truthy("compile.enable") && components.find("model") != std::string::npos);
+  if (!compiled) {
+    p.execution.unfused = UnfusedKernels::all();
+    if (kv->contains("model.norm_type") && kv->at("model.norm_type").find("fused") != std::string::npos) p.execution.unfused.rmsNorm = false;
+  }
   const std::string converters = kv->contains("model.converters") ? kv->at("model.converters") : "";
   p.precision = converters.find("float8") != std::string::npos ? DType::kFp8 : DType::kBf16;
   if (p.precision == DType::kFp8) {

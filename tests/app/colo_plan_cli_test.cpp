@@ -327,6 +327,40 @@ TEST(ColoPlanEvaluate, TransformerEngineMemoryFlagsChangeThePeak) {
   EXPECT_EQ(lines(alone.err), 1u) << alone.err;
 }
 
+TEST(ColoPlanEvaluate, UnfusedKernelsAreNamedCostedAndCheckedByName) {
+  // --unfused-kernels: eager PyTorch's RMSNorm, rotary and SwiGLU cost more than the fused kernels, in
+  // evaluate and in search; an unknown op name is one error line and exit 2.
+  const std::string plan = "evaluate --model llama3-8b --cluster dgx-h100 --gbs 8 --zero 3 --json";
+  auto step = [&](const std::string& extra) {
+    const auto r = run(plan + extra);
+    EXPECT_EQ(r.exitCode, 0) << r.err;
+    return r.exitCode == 0 ? Json::parse(r.out)["step_time_s"].get<double>() : 0.0;
+  };
+  const double fused = step("");
+  const double norms = step(" --unfused-kernels rmsnorm");
+  const double all = step(" --unfused-kernels all");
+  EXPECT_GT(norms, fused);
+  EXPECT_GT(all, norms);
+  EXPECT_DOUBLE_EQ(step(" --unfused-kernels none"), fused);
+  const auto text = run("evaluate --model llama3-8b --cluster dgx-h100 --gbs 8 --zero 3 --unfused-kernels rotary,gated_activation");
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_NE(text.out.find("eager rotary/gated_activation"), std::string::npos) << text.out;
+  const auto bad = run(plan + " --unfused-kernels rmsnorm,layernorm");
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find("--unfused-kernels"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("layernorm"), std::string::npos) << bad.err;
+  EXPECT_EQ(lines(bad.err), 1u) << bad.err;
+  const auto searchText = run("search --model llama3-8b --cluster dgx-h100 --gbs 64 --top 1 --unfused-kernels rmsnorm");
+  ASSERT_EQ(searchText.exitCode, 0) << searchText.err;
+  EXPECT_NE(searchText.out.find("bf16, eager rmsnorm, memory budget"), std::string::npos) << searchText.out;
+  const auto search = run("search --model llama3-8b --cluster dgx-h100 --gbs 64 --top 1 --json --unfused-kernels all");
+  ASSERT_EQ(search.exitCode, 0) << search.err;
+  const auto fusedSearch = run("search --model llama3-8b --cluster dgx-h100 --gbs 64 --top 1 --json");
+  ASSERT_EQ(fusedSearch.exitCode, 0) << fusedSearch.err;
+  EXPECT_GT(Json::parse(search.out)["candidates"][0]["step_time_s"].get<double>(),
+            Json::parse(fusedSearch.out)["candidates"][0]["step_time_s"].get<double>());
+}
+
 TEST(ColoPlanEvaluate, SavedPlanReproducesExactly) {
   test::ScratchDir dir;
   const std::string planFile = dir.path("plan.json");

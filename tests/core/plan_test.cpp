@@ -216,6 +216,39 @@ TEST(Plan, AFusedCrossEntropyIsWrittenOnlyWhenSet) {
   EXPECT_EQ(refused.error().path, "/execution/fused_cross_entropy");
 }
 
+TEST(Plan, UnfusedKernelsAreANamedListWrittenOnlyWhenSet) {
+  Plan p = megatronPlan();
+  EXPECT_FALSE(planToJson(p)["execution"].contains("unfused_kernels"));
+  p.execution.unfused.rmsNorm = true;
+  p.execution.unfused.gatedActivation = true;
+  const Json j = planToJson(p);
+  EXPECT_EQ(j["execution"]["unfused_kernels"], Json::array({"rmsnorm", "gated_activation"}));
+  auto back = planFromJson(j, "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_EQ(back->execution.unfused, p.execution.unfused);
+  Json bad = j;
+  bad["execution"]["unfused_kernels"] = Json::array({"rmsnorm", "layernorm"});
+  auto refused = planFromJson(bad, "p.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/unfused_kernels/1");
+  EXPECT_NE(refused.error().message.find("layernorm"), std::string::npos);
+  bad["execution"]["unfused_kernels"] = Json::array({"rotary", ""});
+  refused = planFromJson(bad, "p.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/unfused_kernels/1");
+  bad["execution"]["unfused_kernels"] = "all";
+  refused = planFromJson(bad, "p.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/unfused_kernels");
+  // The command line's form: all, none, or a comma list.
+  EXPECT_EQ(parseUnfusedKernels("all").value(), UnfusedKernels::all());
+  EXPECT_FALSE(parseUnfusedKernels("none")->any());
+  EXPECT_TRUE(parseUnfusedKernels("rotary,rmsnorm")->rotary);
+  EXPECT_FALSE(parseUnfusedKernels("rotary,gelu"));
+  EXPECT_FALSE(parseUnfusedKernels("rotary,"));
+  EXPECT_FALSE(parseUnfusedKernels(""));
+}
+
 TEST(Plan, TransformerEnginePlaceholderWgradsAreWrittenOnlyWhenSetAndNeedFusedAccumulation) {
   Plan p = megatronPlan();
   EXPECT_FALSE(planToJson(p)["execution"].contains("te_dummy_wgrads"));

@@ -1646,6 +1646,70 @@ TEST(Evaluator, MegatronsNanCheckReadsTheWholeGradientBufferAndSynchronizesTheHo
   EXPECT_NEAR(evaluateOrFail(p).stages[0].optimizerSeconds - overlappedOff, read + 2.0 * buckets * d.kernelFloorSeconds, 1e-9);
 }
 
+TEST(Evaluator, EagerNormsRotaryAndSwiGluMoveTheirDecompositionsBytesAndKeepMore) {
+  // Llama 2 7B (h 4,096, ffn 11,008, 32 heads, no GQA), one 4,096-token sample per micro-batch, bf16.
+  // PyTorch's eager RMSNorm moves 36 B an element forward (upcast 6, square 8, mean 4, scale 8, downcast
+  // 6, weight 4) and 92 B backward; the complex-multiply rotary 20 B each way over q and k; SwiGLU 10 B
+  // an ffn element forward (silu, then the product) and 18 B backward. Eager, the norm keeps x in fp32
+  // and its 16-bit normalized rows (6 B, the fused kernel 2 B) and SwiGLU keeps silu's output too.
+  Plan p = makePlan("llama2-7b", "dgx-a100-80gb", 8, 1, 1, 8);
+  const DeviceModel d = deviceModel(p.cluster.gpu, DType::kBf16);
+  const double tokens = static_cast<double>(p.seqLen);
+  const double h = 4096, ffn = 11008;
+  auto times = [](const Plan& plan) {
+    auto ops = opTimesOf(plan);
+    EXPECT_TRUE(ops) << (ops ? "" : ops.error().toString());
+    std::map<std::string, std::pair<double, double>> byName;
+    for (const auto& o : ops.value_or(std::vector<Evaluator::OpTime>{})) byName[o.op] = {o.forwardSeconds, o.backwardSeconds};
+    return byName;
+  };
+  const Evaluation fusedEval = evaluateOrFail(p);
+  auto fused = times(p);
+  p.execution.unfused = UnfusedKernels::all();
+  const Evaluation eagerEval = evaluateOrFail(p);
+  auto eager = times(p);
+  const double bw = d.memoryBytesPerSecond;
+  EXPECT_NEAR(eager["attn_norm"].first, 36 * tokens * h / bw, 1e-9);
+  EXPECT_NEAR(eager["attn_norm"].second, 92 * tokens * h / bw, 1e-9);
+  EXPECT_NEAR(eager["attn.rotary"].first, 20 * tokens * 2 * h / bw, 1e-9);
+  EXPECT_NEAR(eager["attn.rotary"].second, 20 * tokens * 2 * h / bw, 1e-9);
+  EXPECT_NEAR(eager["mlp.swiglu"].first, 10 * tokens * ffn / bw, 1e-9);
+  EXPECT_NEAR(eager["mlp.swiglu"].second, 18 * tokens * ffn / bw, 1e-9);
+  // The fused kernels move a ninth of the norm's forward bytes (its weight aside), and the GEMMs do not move.
+  EXPECT_NEAR(fused["attn_norm"].first * 9, eager["attn_norm"].first, 0.01 * eager["attn_norm"].first);
+  EXPECT_DOUBLE_EQ(fused["mlp.gate_up"].first, eager["mlp.gate_up"].first);
+  EXPECT_GT(eagerEval.stepSeconds, fusedEval.stepSeconds * 1.05);
+  // Kept for backward, per layer: two norms 4 B an element more, SwiGLU 2 B an ffn element more (and at
+  // most the final norm's 4 B an element besides).
+  const double more = 32 * (2 * 4 * tokens * h + 2 * tokens * ffn);
+  const double kept = eagerEval.stages[0].memory.activations - fusedEval.stages[0].memory.activations;
+  EXPECT_GE(kept, 0.999 * more);
+  EXPECT_LE(kept, 1.001 * (more + 4 * tokens * h));
+  // In fp32 training the casts vanish: the norm moves 28 B forward and 92 B backward and keeps x and its
+  // normalized rows, 8 B an element (the fused kernel 4 B); counted once, not rescaled twice.
+  Plan fp32 = p;
+  fp32.precision = DType::kFp32;
+  fp32.execution.unfused = UnfusedKernels{};
+  fp32.execution.unfused.rmsNorm = true;
+  const DeviceModel d32 = deviceModel(fp32.cluster.gpu, DType::kFp32);
+  auto eager32 = times(fp32);
+  EXPECT_NEAR(eager32["attn_norm"].first, 28 * tokens * h / d32.memoryBytesPerSecond, 1e-9);
+  EXPECT_NEAR(eager32["attn_norm"].second, 92 * tokens * h / d32.memoryBytesPerSecond, 1e-9);
+  const Evaluation eager32Eval = evaluateOrFail(fp32);
+  fp32.execution.unfused = UnfusedKernels{};
+  const Evaluation fused32Eval = evaluateOrFail(fp32);
+  const double more32 = 32 * 2 * 4 * tokens * h;
+  const double kept32 = eager32Eval.stages[0].memory.activations - fused32Eval.stages[0].memory.activations;
+  EXPECT_GE(kept32, 0.999 * more32);
+  EXPECT_LE(kept32, 1.001 * (more32 + 4 * tokens * h));
+  // Only the named ops change.
+  p.execution.unfused = UnfusedKernels{};
+  p.execution.unfused.rotary = true;
+  auto rotaryOnly = times(p);
+  EXPECT_DOUBLE_EQ(rotaryOnly["attn_norm"].first, fused["attn_norm"].first);
+  EXPECT_DOUBLE_EQ(rotaryOnly["attn.rotary"].first, eager["attn.rotary"].first);
+}
+
 TEST(Evaluator, TheEmbeddingsBackwardWritesTheWholeTablesGradientAndMegatronAddsItIntoMainGrad) {
   // Llama 3 8B at tp 2: each rank's vocabulary shard is 128,256/2 x 4,096 (padded to 128 x tp). PyTorch's
   // embedding backward zero-fills a dense gradient of the shard every micro-batch (2 B an element);

@@ -701,6 +701,59 @@ TEST(Validation, CheckpointingEveryNthBlockRecomputesThatShareOfTheLayers) {
   EXPECT_EQ(c->plan.stages[0].recompute, RecomputePolicy::kSelective);
 }
 
+TEST(Validation, ActivationRecomputationWithoutSelectiveIsFullRecompute) {
+  // Before selective recompute (Korthikanti et al. 2022) Megatron's papers call full recompute
+  // "activation recomputation"; the words are no longer left open for the cheapest policy that fits.
+  for (const char* words : {"activation recomputation (paper-wide FLOP convention)", "activation recomputation"}) {
+    Json row = unseenRow();
+    row["training"]["recompute"] = words;
+    auto c = validation::caseFromRow(row, assumptionsFile());
+    ASSERT_TRUE(c) << words << ": " << c.error().toString();
+    EXPECT_EQ(c->plan.stages[0].recompute, RecomputePolicy::kFull) << words;
+    EXPECT_TRUE(c->fullyPublished) << words;
+  }
+  for (const char* words : {"no activation recomputation", "trained without activation recomputation"}) {
+    Json row = unseenRow();
+    row["training"]["recompute"] = words;
+    auto c = validation::caseFromRow(row, assumptionsFile());
+    ASSERT_TRUE(c) << words << ": " << c.error().toString();
+    EXPECT_EQ(c->plan.stages[0].recompute, RecomputePolicy::kNone) << words;
+  }
+  Json row = unseenRow();
+  row["training"]["recompute"] = "selective activation recomputation";
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_EQ(c->plan.stages[0].recompute, RecomputePolicy::kSelective);
+}
+
+TEST(Validation, TorchtitanAndFsdpRowsRunEagerKernelsUnlessTheyCompiled) {
+  // assumptions.json: torchtitan (compile off by default) and PyTorch FSDP's Llama runs run RMSNorm,
+  // rotary and SwiGLU as eager decompositions; a row that says it compiled runs them fused; Megatron's
+  // rows are fused whatever they say.
+  Json row = unseenRow();
+  row["source"]["citation"] = "pytorch/torchtitan benchmark";
+  row["hardware"]["gpu"] = "H100 SXM 80GB";
+  row["hardware"]["gpu_memory_gb"] = 80;
+  auto eager = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(eager) << eager.error().toString();
+  EXPECT_EQ(eager->plan.execution.unfused, UnfusedKernels::all());
+  row["training"]["torch_compile"] = true;
+  auto compiled = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(compiled) << compiled.error().toString();
+  EXPECT_FALSE(compiled->plan.execution.unfused.any());
+  row["source"]["citation"] = "Maximizing training throughput using PyTorch FSDP";
+  row["training"].erase("torch_compile");
+  auto fsdp = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(fsdp) << fsdp.error().toString();
+  EXPECT_EQ(fsdp->plan.execution.unfused, UnfusedKernels::all());
+  // On Hopper their attention is FlashAttention-2's kernels (SDPA's flash backend).
+  EXPECT_TRUE(fsdp->plan.execution.flashAttention2);
+  row["source"]["citation"] = "Megatron-Core benchmark";
+  auto megatron = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(megatron) << megatron.error().toString();
+  EXPECT_FALSE(megatron->plan.execution.unfused.any());
+}
+
 TEST(Validation, AnMptRowHasNoBiasesAndNoNormAfterItsEmbedding) {
   // MPT is ALiBi like BLOOM (the preset the harness starts from) but drops every bias (llm-foundry's
   // no_bias) and BLOOM's norm after the embedding.

@@ -78,6 +78,7 @@ void expectSamePlan(const Plan& a, const Plan& b, const std::string& what, bool 
   EXPECT_EQ(a.execution.perParameterGathers, b.execution.perParameterGathers);
   EXPECT_EQ(a.execution.gradNanCheck, b.execution.gradNanCheck);
   EXPECT_EQ(a.execution.overlapP2pComm, b.execution.overlapP2pComm);
+  EXPECT_EQ(a.execution.unfused, b.execution.unfused);
 }
 
 std::vector<Plan> roundTripPlans() {
@@ -406,6 +407,85 @@ TEST(Import, ColossalAiPluginGivesBackThePlan) {
   auto noModel = importColossalAi("plugin = HybridParallelPlugin(tp_size=2)", ImportContext{roundTripPlans()[0].cluster, std::nullopt, 0, 0});
   ASSERT_FALSE(noModel);
   EXPECT_NE(noModel.error().message.find("--model"), std::string::npos);
+}
+
+TEST(Import, TorchtitanRunsNormsRotaryAndSwiGluEagerUnlessCompiled) {
+  // torchtitan compiles only when asked (training.compile until 2025-08, then [compile] enable with
+  // components); eager, nn.RMSNorm, the rotary embedding and SwiGLU are PyTorch's decompositions.
+  std::ifstream in(test::dataFile("examples/torchtitan-llama3-8b.toml"));
+  std::stringstream text;
+  text << in.rdbuf();
+  auto cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-h100.json"));
+  auto import = [&](const std::string& extra) {
+    auto p = importTorchtitan(text.str() + extra, ImportContext{cluster, std::nullopt, 0, 0});
+    EXPECT_TRUE(p) << p.error().toString();
+    return p.value_or(Plan{}).execution.unfused;
+  };
+  EXPECT_EQ(import(""), UnfusedKernels::all());
+  EXPECT_EQ(import("\n[compile]\nenable = true\n"), UnfusedKernels{});
+  EXPECT_EQ(import("\n[compile]\nenable = true\ncomponents = [\"loss\"]\n"), UnfusedKernels::all());
+  EXPECT_EQ(import("\n[training]\ncompile = true\n"), UnfusedKernels{});
+  UnfusedKernels tritonNorm = UnfusedKernels::all();
+  tritonNorm.rmsNorm = false;
+  EXPECT_EQ(import("\n[model]\nnorm_type = \"fused_rmsnorm\"\n"), tritonNorm);
+  // The eager plan is slower than the compiled one on the same layout.
+  auto eager = importTorchtitan(text.str(), ImportContext{cluster, std::nullopt, 0, 0});
+  auto compiled = importTorchtitan(text.str() + "\n[compile]\nenable = true\n", ImportContext{cluster, std::nullopt, 0, 0});
+  ASSERT_TRUE(eager && compiled);
+  const auto slow = costmodel::evaluatePlan(*eager);
+  const auto fast = costmodel::evaluatePlan(*compiled);
+  ASSERT_TRUE(slow && fast);
+  EXPECT_GT(slow->stepSeconds, fast->stepSeconds);
+}
+
+TEST(Import, MegatronReadsItsRopeAndSwiGluFusionSwitchesAndExportsThem) {
+  const Plan p = roundTripPlans()[0];  // Llama 3 8B
+  const std::string args = *exportPlan(p, ExportFormat::kMegatron, "plan.json");
+  const ImportContext context{p.cluster, p.model, 0, 0};
+  auto fused = importMegatron(args, context);
+  ASSERT_TRUE(fused) << fused.error().toString();
+  EXPECT_FALSE(fused->execution.unfused.any());
+  auto unfused = importMegatron(args + " \\\n--no-rope-fusion \\\n--no-bias-swiglu-fusion\n", context);
+  ASSERT_TRUE(unfused) << unfused.error().toString();
+  EXPECT_TRUE(unfused->execution.unfused.rotary);
+  EXPECT_TRUE(unfused->execution.unfused.gatedActivation);
+  EXPECT_FALSE(unfused->execution.unfused.rmsNorm);  // Transformer Engine's fused RMSNorm
+  const std::string again = *exportPlan(*unfused, ExportFormat::kMegatron, "plan.json");
+  EXPECT_NE(again.find("\n--no-rope-fusion"), std::string::npos);
+  EXPECT_NE(again.find("\n--no-bias-swiglu-fusion"), std::string::npos);
+  auto back = importMegatron(again, context);
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_EQ(back->execution.unfused, unfused->execution.unfused);
+  // An eager RMSNorm has no Megatron flag: the export says so.
+  Plan eagerNorm = p;
+  eagerNorm.execution.unfused.rmsNorm = true;
+  EXPECT_NE(exportPlan(eagerNorm, ExportFormat::kMegatron, "plan.json")->find("eager RMSNorm"), std::string::npos);
+  // Megatron-Bridge: the providers fuse both unless the model config turns them off.
+  const std::string bridge = "model:\n  tensor_model_parallel_size: 2\n  apply_rope_fusion: false\ntrain:\n  global_batch_size: 64\n  micro_batch_size: 1\n";
+  auto bridged = importMegatronBridge(bridge, context);
+  ASSERT_TRUE(bridged) << bridged.error().toString();
+  EXPECT_TRUE(bridged->execution.unfused.rotary);
+  EXPECT_FALSE(bridged->execution.unfused.gatedActivation);
+  std::string noActivationFusion = bridge;
+  noActivationFusion.replace(noActivationFusion.find("apply_rope_fusion: false"), 24, "bias_activation_fusion: false");
+  auto unfusedActivation = importMegatronBridge(noActivationFusion, context);
+  ASSERT_TRUE(unfusedActivation) << unfusedActivation.error().toString();
+  EXPECT_FALSE(unfusedActivation->execution.unfused.rotary);
+  EXPECT_TRUE(unfusedActivation->execution.unfused.gatedActivation);
+  // Megatron's local layer spec builds torch.nn.RMSNorm: an eager norm (Transformer Engine's otherwise).
+  auto local = importMegatron(args + " \\\n--transformer-impl local\n", context);
+  ASSERT_TRUE(local) << local.error().toString();
+  EXPECT_TRUE(local->execution.unfused.rmsNorm);
+  EXPECT_FALSE(local->execution.unfused.rotary);
+  // Megatron-DeepSpeed has neither fusion.
+  const Plan q = roundTripPlans()[2];
+  const auto config = exportPlan(q, ExportFormat::kDeepSpeed, "plan.json");
+  ASSERT_TRUE(config) << config.error().toString();
+  auto deepspeed = importDeepSpeed(Json::parse(*config), *exportPlan(q, ExportFormat::kMegatron, "plan.json"),
+                                   ImportContext{q.cluster, q.model, 0, 0});
+  ASSERT_TRUE(deepspeed) << deepspeed.error().toString();
+  EXPECT_TRUE(deepspeed->execution.unfused.rotary);
+  EXPECT_TRUE(deepspeed->execution.unfused.gatedActivation);
 }
 
 TEST(Import, TorchtitanTomlReadsFsdpAndPerOpCheckpointing) {

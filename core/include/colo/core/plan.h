@@ -142,6 +142,25 @@ struct Offload {
 /// Host microseconds per op of an eager PyTorch training framework (docs/costmodel.md, "Host floor").
 inline constexpr double kEagerHostMicrosecondsPerOp = 60;
 
+/// The small ops a framework runs as PyTorch's eager decompositions (several elementwise kernels with
+/// fp32 intermediates) instead of one fused kernel each: Megatron and Transformer Engine fuse all three,
+/// as does torch.compile; torchtitan without compile, Hugging Face models and plain PyTorch run them
+/// eager. LayerNorm and GeLU are one kernel either way (PyTorch's own CUDA kernels). JSON:
+/// execution.unfused_kernels, a list of "rmsnorm", "rotary", "gated_activation". See
+/// docs/costmodel.md, "Eager elementwise kernels".
+struct UnfusedKernels {
+  bool rmsNorm = false;          ///< upcast, square, mean, eps, rsqrt, scale, downcast, weight: 8 kernels
+  bool rotary = false;           ///< per query and key: upcast, complex multiply, downcast
+  bool gatedActivation = false;  ///< act(gate), then * up: two kernels, act's output kept for backward
+  [[nodiscard]] bool any() const { return rmsNorm || rotary || gatedActivation; }
+  [[nodiscard]] static UnfusedKernels all() { return {true, true, true}; }
+  friend bool operator==(const UnfusedKernels&, const UnfusedKernels&) = default;
+};
+/// The plan file's names of the unfused ops, in a fixed order ("rmsnorm", "rotary", "gated_activation").
+[[nodiscard]] std::vector<std::string> unfusedKernelNames(const UnfusedKernels& u);
+/// Reads a comma-separated list of those names, or "all" or "none" (the command line's form).
+[[nodiscard]] Result<UnfusedKernels> parseUnfusedKernels(std::string_view list);
+
 /// How the step is executed where real systems offer a choice that changes its cost.
 struct Execution {
   bool flashAttention = true;     ///< fused attention (FlashAttention): no s^2 activations, fewer bytes
@@ -208,6 +227,8 @@ struct Execution {
   /// the whole gradient buffer a step and two host synchronizations per bucket. false: no check
   /// (Megatron-Core's own default, PyTorch, DeepSpeed, colo-run). See docs/costmodel.md, "The NaN check".
   bool gradNanCheck = false;
+  /// The ops run as eager decompositions (see UnfusedKernels); none by default.
+  UnfusedKernels unfused;
   /// Host time the framework spends issuing one op (Python module code, dispatcher, autograd, launch):
   /// a layer whose kernels finish faster than the host issues them waits for the host. 0: the host
   /// keeps ahead (CUDA graphs). See docs/costmodel.md, "Host floor".
