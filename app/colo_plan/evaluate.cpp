@@ -63,6 +63,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"cross-entropy-in-place", "", "with --fused-cross-entropy: the loss writes the logits' gradient into them (Transformer Engine's, Megatron's --cross-entropy-fusion-impl te)"},
       {"fused-bias-grad", "", "the attention input projection's bias gradient comes from its GEMM (Transformer Engine); otherwise every bias gradient is a reduction of its own (PyTorch, Megatron-LM's own linears, Megatron-DeepSpeed)"},
       {"unfused-kernels", "OPS", "ops the framework runs as PyTorch's eager decompositions, not one fused kernel each: all (torchtitan without compile, Hugging Face models), or a comma list of rmsnorm, rotary, gated_activation (default: none, as Megatron, Transformer Engine and torch.compile)"},
+      {"torch-cross-entropy", "", "the loss is PyTorch's F.cross_entropy on fp32 logits (torchtitan, Hugging Face): its backward holds two fp32 gradients of the logits beside the saved log-probabilities"},
       {"grad-nan-check", "", "Megatron-LM's check of every gradient bucket's norm for NaN and Inf before it is reduced (its default since 2023-09)"},
       {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
       {"per-parameter-gathers", "", "ZeRO-3 gathers and reduce-scatters one parameter tensor at a time, synchronously (DeepSpeed v0.3.13 to v0.5.4)"},
@@ -199,6 +200,7 @@ Result<void> executionFromOptions(const Args& args, Execution& x) {
   x.teDummyWgrads = args.has("te-dummy-wgrads");
   x.perParameterGathers = args.has("per-parameter-gathers");
   x.crossEntropyInPlace = args.has("cross-entropy-in-place");
+  x.torchCrossEntropy = args.has("torch-cross-entropy");
   if (auto cpComm = args.value("cp-comm-type")) {
     auto parsed = parseCpCommType(*cpComm);
     if (!parsed) return fail(Error::badInput("--cp-comm-type: " + parsed.error().message));
@@ -465,6 +467,7 @@ std::string planHeadline(const Plan& plan, const costmodel::Evaluation& ev) {
               : ", grad accumulation " + toString(plan.execution.gradAccumulation))
       << (plan.execution.fp32Params && plan.precision != DType::kFp32 ? ", fp32 params" : "")
       << (plan.execution.fusedCrossEntropy ? (plan.execution.crossEntropyInPlace ? ", fused cross-entropy in place" : ", fused cross-entropy") : "")
+      << (plan.execution.torchCrossEntropy ? ", PyTorch cross-entropy" : "")
       << (plan.execution.teDummyWgrads ? ", TE placeholder wgrads" : "")
       << (plan.execution.perParameterGathers && plan.zeroStage == 3 ? ", ZeRO-3 gathers per parameter" : "")
       << (plan.execution.fusedBiasGrad ? ", fused bias gradients" : "")

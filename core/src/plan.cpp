@@ -246,6 +246,9 @@ Result<void> checkExecution(const Rules& r) {
   if (x.flashAttention2 && !x.flashAttention) {
     return r.bad("/execution/attention", "FlashAttention-2 kernels are fused attention: flash2 with unfused attention is contradictory");
   }
+  if (x.torchCrossEntropy && x.fusedCrossEntropy) {
+    return r.bad("/execution/torch_cross_entropy", "is PyTorch's unfused loss, and fused_cross_entropy is set too: choose one");
+  }
   if (x.crossEntropyInPlace && !x.fusedCrossEntropy) {
     return r.bad("/execution/cross_entropy_in_place", "describes a fused cross-entropy: set fused_cross_entropy too");
   }

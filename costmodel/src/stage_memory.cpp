@@ -126,8 +126,11 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
     for (const auto& op : T.head.ops) {
       if (op.kind == OpKind::kCrossEntropy) {
         // Upcast: the 16-bit logits and their gradient; fused: the gradient; fused in place: nothing.
+        // PyTorch's F.cross_entropy on the upcast: nll_loss's dense fp32 gradient and log_softmax's fp32
+        // gradient, both beside the saved log-probabilities, in its backward.
         const double copies = !plan.execution.fusedCrossEntropy ? 2.0 : plan.execution.crossEntropyInPlace ? 0.0 : 1.0;
-        logitCopies += op.savedBytes / 4.0 * dt * copies * mbs / static_cast<double>(par.cp) / static_cast<double>(par.tp);
+        const double perLogit = plan.execution.torchCrossEntropy && !plan.execution.fusedCrossEntropy ? 2.0 * 4.0 : dt * copies;
+        logitCopies += op.savedBytes / 4.0 * perLogit * mbs / static_cast<double>(par.cp) / static_cast<double>(par.tp);
       }
     }
   }

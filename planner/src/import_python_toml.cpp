@@ -227,8 +227,11 @@ Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& cont
   // PyTorch's eager decompositions (nn.RMSNorm's composite form, the complex-multiply rotary, F.silu then
   // *), unless model.norm_type names the fused Triton RMSNorm torchtitan offered in 2024.
   auto truthy = [&](const char* key) { return kv->contains(key) && kv->at(key) == "true"; };
-  const std::string components = kv->contains("compile.components") ? kv->at("compile.components") : "model";
+  const std::string components = kv->contains("compile.components") ? kv->at("compile.components") : "model, loss";
   const bool compiled = truthy("training.compile") || (truthy("compile.enable") && components.find("model") != std::string::npos);
+  // Its loss is F.cross_entropy on the logits upcast to fp32, compiled only with compile.components
+  // holding "loss" (from 2025-08).
+  p.execution.torchCrossEntropy = !(truthy("compile.enable") && components.find("loss") != std::string::npos);
   if (!compiled) {
     p.execution.unfused = UnfusedKernels::all();
     if (kv->contains("model.norm_type") && kv->at("model.norm_type").find("fused") != std::string::npos) p.execution.unfused.rmsNorm = false;

@@ -321,6 +321,14 @@ TEST(ColoPlanEvaluate, TransformerEngineMemoryFlagsChangeThePeak) {
                         "--te-dummy-wgrads --fused-cross-entropy --cross-entropy-in-place");
   ASSERT_EQ(text.exitCode, 0) << text.err;
   EXPECT_NE(text.out.find("fused cross-entropy in place, TE placeholder wgrads"), std::string::npos) << text.out;
+  const auto torch = run(plan + " --torch-cross-entropy");
+  ASSERT_EQ(torch.exitCode, 0) << torch.err;
+  EXPECT_GT(Json::parse(torch.out)["stages"][7]["memory_bytes"]["total"].get<double>(),
+            a["stages"][7]["memory_bytes"]["total"].get<double>());
+  const auto both = run(plan + " --torch-cross-entropy --fused-cross-entropy");
+  EXPECT_EQ(both.exitCode, 2);
+  EXPECT_NE(both.err.find("torch_cross_entropy"), std::string::npos) << both.err;
+  EXPECT_EQ(lines(both.err), 1u) << both.err;
   const auto alone = run("evaluate --model llama3-70b --cluster dgx-h100-x64 --tp 8 --pp 8 --mbs 1 --gbs 64 --cross-entropy-in-place");
   EXPECT_EQ(alone.exitCode, 2);
   EXPECT_NE(alone.err.find("cross_entropy_in_place"), std::string::npos) << alone.err;

@@ -1646,6 +1646,25 @@ TEST(Evaluator, MegatronsNanCheckReadsTheWholeGradientBufferAndSynchronizesTheHo
   EXPECT_NEAR(evaluateOrFail(p).stages[0].optimizerSeconds - overlappedOff, read + 2.0 * buckets * d.kernelFloorSeconds, 1e-9);
 }
 
+TEST(Evaluator, PyTorchsCrossEntropyHoldsTwoFp32GradientsOfTheLogitsBesideTheSavedLogProbabilities) {
+  // Llama 3 8B, 2 x 8,192 tokens per micro-batch, 128,256 logits a token. Megatron's vocab-parallel loss
+  // peaks at its saved fp32 softmax plus the 16-bit logits and their 16-bit gradient (4 B a logit
+  // beside the saved 4 B); PyTorch's F.cross_entropy on the fp32 upcast holds nll_loss's dense fp32
+  // gradient and log_softmax's fp32 gradient beside the saved log-probabilities (8 B): 4 B a logit more.
+  Plan p = makePlan("llama3-8b", "dgx-h100", 8, 1, 1, 16, 2);
+  p.zeroStage = 3;
+  setRecompute(p, RecomputePolicy::kOp);
+  const Evaluation megatron = evaluateOrFail(p);
+  p.execution.torchCrossEntropy = true;
+  const Evaluation torch = evaluateOrFail(p);
+  const double logits = 2.0 * static_cast<double>(p.seqLen) * 128256.0;
+  EXPECT_NEAR(torch.stages[0].memory.buffers - megatron.stages[0].memory.buffers, 4.0 * logits, 1e-3 * logits);
+  EXPECT_DOUBLE_EQ(torch.stepSeconds, megatron.stepSeconds);  // memory only
+  // A fused loss is another implementation: the plan refuses both.
+  p.execution.fusedCrossEntropy = true;
+  EXPECT_FALSE(validatePlan(p));
+}
+
 TEST(Evaluator, EagerNormsRotaryAndSwiGluMoveTheirDecompositionsBytesAndKeepMore) {
   // Llama 2 7B (h 4,096, ffn 11,008, 32 heads, no GQA), one 4,096-token sample per micro-batch, bf16.
   // PyTorch's eager RMSNorm moves 36 B an element forward (upcast 6, square 8, mean 4, scale 8, downcast

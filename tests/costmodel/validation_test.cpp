@@ -737,6 +737,7 @@ TEST(Validation, TorchtitanAndFsdpRowsRunEagerKernelsUnlessTheyCompiled) {
   auto eager = validation::caseFromRow(row, assumptionsFile());
   ASSERT_TRUE(eager) << eager.error().toString();
   EXPECT_EQ(eager->plan.execution.unfused, UnfusedKernels::all());
+  EXPECT_TRUE(eager->plan.execution.torchCrossEntropy);  // F.cross_entropy on fp32 logits
   row["training"]["torch_compile"] = true;
   auto compiled = validation::caseFromRow(row, assumptionsFile());
   ASSERT_TRUE(compiled) << compiled.error().toString();

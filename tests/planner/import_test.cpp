@@ -422,6 +422,15 @@ TEST(Import, TorchtitanRunsNormsRotaryAndSwiGluEagerUnlessCompiled) {
     return p.value_or(Plan{}).execution.unfused;
   };
   EXPECT_EQ(import(""), UnfusedKernels::all());
+  // Its loss, F.cross_entropy on fp32 logits, unless compile.components holds "loss" (its default).
+  auto loss = [&](const std::string& extra) {
+    auto p = importTorchtitan(text.str() + extra, ImportContext{cluster, std::nullopt, 0, 0});
+    EXPECT_TRUE(p) << p.error().toString();
+    return p.value_or(Plan{}).execution.torchCrossEntropy;
+  };
+  EXPECT_TRUE(loss(""));
+  EXPECT_FALSE(loss("\n[compile]\nenable = true\n"));
+  EXPECT_TRUE(loss("\n[compile]\nenable = true\ncomponents = [\"model\"]\n"));
   EXPECT_EQ(import("\n[compile]\nenable = true\n"), UnfusedKernels{});
   EXPECT_EQ(import("\n[compile]\nenable = true\ncomponents = [\"loss\"]\n"), UnfusedKernels::all());
   EXPECT_EQ(import("\n[training]\ncompile = true\n"), UnfusedKernels{});

@@ -203,6 +203,12 @@ struct Execution {
   /// July 2026, Megatron's --cross-entropy-fusion-impl te): no gradient buffer beside the kept logits,
   /// and a forward that reads them twice and writes them once. See docs/costmodel.md, "Fused cross-entropy".
   bool crossEntropyInPlace = false;
+  /// The loss is PyTorch's F.cross_entropy on an fp32 upcast of the logits (torchtitan, Hugging Face
+  /// models, plain PyTorch): its backward holds the dense fp32 gradient nll_loss returns and
+  /// log_softmax's fp32 gradient beside the saved log-probabilities, 12 B a logit at the peak where
+  /// Megatron's vocab-parallel loss, which writes its gradient into the saved softmax, holds 8.
+  /// Not with fusedCrossEntropy. See docs/costmodel.md, "PyTorch's cross-entropy".
+  bool torchCrossEntropy = false;
   /// Transformer Engine's linears (2.3 on) with fused weight-gradient accumulation hand autograd a
   /// placeholder weight gradient and keep it, one tensor per distinct weight shape and dtype, for the
   /// rest of the run (Megatron-Core and Megatron-Bridge with TE, gradient accumulation fusion on).
