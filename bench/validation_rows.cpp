@@ -492,13 +492,12 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
   p.execution.fusedBiasGrad = flag("fused_bias_grad");
   p.execution.gradNanCheck = flag("grad_nan_check");
   // The ops the framework runs as eager decompositions (the assumptions' unfused_kernels: "all", "none"
-  // or a list), unless the row says it ran under torch.compile, which fuses them.
+  // or a list), unless the row says it ran under torch.compile, which fuses them (caseFromRow).
   if (const Json& unfused = set.pick("unfused_kernels"); unfused.is_string()) {
     auto parsed = parseUnfusedKernels(unfused.get<std::string>());
     if (!parsed) return fail(rowError(id, "unfused_kernels (assumptions)", parsed.error().message));
     p.execution.unfused = *parsed;
   }
-  if (tr.contains("torch_compile") && tr["torch_compile"].is_boolean() && tr["torch_compile"].get<bool>()) p.execution.unfused = {};
   p.execution.teDummyWgrads = flag("te_dummy_wgrads");
   p.execution.perParameterGathers = flag("per_parameter_gathers");
   p.execution.crossEntropyInPlace = flag("cross_entropy_in_place");
@@ -517,6 +516,24 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
     }
   }
   return {};
+}
+
+// Whether the row says it ran under torch.compile, which fuses the norms, rotary embedding and SwiGLU:
+// training.torch_compile or training.compile as a boolean, else "torch.compile" (or "torch_compile") in
+// its citation or its training section's words, not negated ("without torch.compile", "no torch.compile").
+bool ranCompiled(const Json& row) {
+  const Json& tr = row["training"];
+  for (const char* key : {"torch_compile", "compile"}) {
+    if (tr.contains(key) && tr[key].is_boolean()) return tr[key].get<bool>();
+  }
+  std::string words = lower(text(row["source"], "citation"));
+  for (const auto& [key, value] : tr.items()) {
+    if (value.is_string()) words += " " + lower(value.get<std::string>());
+  }
+  for (const char* negation : {"without torch.compile", "no torch.compile", "without torch_compile", "no torch_compile"}) {
+    if (has(words, negation)) return false;
+  }
+  return has(words, "torch.compile") || has(words, "torch_compile");
 }
 
 // Knobs the row and the assumptions leave open that decide whether the run fits: the run happened, so
@@ -684,6 +701,7 @@ Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions) {
   readBlockCheckpointing(tr, row["measured"], *recompute, &assumed);
   if (auto st = assignStages(set, *spec, *recompute, c.id, p, &assumed); !st) return fail(st.error());
   if (auto ex = readPrecisionAndExecution(tr, par, set, c.id, p); !ex) return fail(ex.error());
+  if (ranCompiled(row)) p.execution.unfused = {};
   const bool layoutOpen = p.cluster.totalGpus() > 1 && !number(par, "tp") && !number(par, "pp") && !number(par, "cp") &&
                           !number(par, "dp");
   if (layoutOpen) {

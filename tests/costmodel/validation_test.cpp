@@ -749,6 +749,22 @@ TEST(Validation, TorchtitanAndFsdpRowsRunEagerKernelsUnlessTheyCompiled) {
   EXPECT_EQ(fsdp->plan.execution.unfused, UnfusedKernels::all());
   // On Hopper their attention is FlashAttention-2's kernels (SDPA's flash backend).
   EXPECT_TRUE(fsdp->plan.execution.flashAttention2);
+  // A row that names torch.compile ran compiled (IBM and Meta's "... PyTorch FSDP and Torch.compile").
+  row["source"]["citation"] = "Maximizing training throughput using PyTorch FSDP and Torch.compile";
+  auto named = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(named) << named.error().toString();
+  EXPECT_FALSE(named->plan.execution.unfused.any());
+  row["training"]["notes"] = "eager, without torch.compile";
+  auto negated = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(negated) << negated.error().toString();
+  EXPECT_EQ(negated->plan.execution.unfused, UnfusedKernels::all());
+  row["training"]["torch_compile"] = false;
+  row["training"]["notes"] = "torch.compile off";
+  auto stated = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(stated) << stated.error().toString();
+  EXPECT_EQ(stated->plan.execution.unfused, UnfusedKernels::all());  // the boolean wins over the words
+  row["training"].erase("torch_compile");
+  row["training"].erase("notes");
   row["source"]["citation"] = "Megatron-Core benchmark";
   auto megatron = validation::caseFromRow(row, assumptionsFile());
   ASSERT_TRUE(megatron) << megatron.error().toString();
