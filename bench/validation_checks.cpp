@@ -148,8 +148,8 @@ Result<void> checkSettings(const Json& settings, const std::string& file, const 
                key == "cross_entropy_in_place" || key == "per_parameter_gathers" || key == "grad_nan_check" || key == "torch_cross_entropy" ||
                key == "overlap_p2p_comm") {
       if (!value.is_boolean()) return bad("must be true or false");
-    } else if (key == "unfused_kernels") {
-      if (!value.is_string()) return bad("must be a string: all, none, or a comma list of rmsnorm, rotary, gated_activation");
+    } else if (key == "unfused_kernels" || key == "compiled_unfused_kernels") {
+      if (!value.is_string()) return bad("must be a string: all, none, or a comma list of rmsnorm, final_rmsnorm, rotary, gated_activation");
       if (auto parsed = parseUnfusedKernels(value.get<std::string>()); !parsed) {
         return fail(Error::badInput(parsed.error().message, file, where));
       }

@@ -492,7 +492,8 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
   p.execution.fusedBiasGrad = flag("fused_bias_grad");
   p.execution.gradNanCheck = flag("grad_nan_check");
   // The ops the framework runs as eager decompositions (the assumptions' unfused_kernels: "all", "none"
-  // or a list), unless the row says it ran under torch.compile, which fuses them (caseFromRow).
+  // or a list), unless the row says it ran under torch.compile, which fuses them but for what the
+  // framework's compiled_unfused_kernels names (caseFromRow).
   if (const Json& unfused = set.pick("unfused_kernels"); unfused.is_string()) {
     auto parsed = parseUnfusedKernels(unfused.get<std::string>());
     if (!parsed) return fail(rowError(id, "unfused_kernels (assumptions)", parsed.error().message));
@@ -701,7 +702,15 @@ Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions) {
   readBlockCheckpointing(tr, row["measured"], *recompute, &assumed);
   if (auto st = assignStages(set, *spec, *recompute, c.id, p, &assumed); !st) return fail(st.error());
   if (auto ex = readPrecisionAndExecution(tr, par, set, c.id, p); !ex) return fail(ex.error());
-  if (ranCompiled(row)) p.execution.unfused = {};
+  if (ranCompiled(row)) {
+    // What the framework's compile leaves eager (torchtitan compiles each block, not the final norm).
+    p.execution.unfused = {};
+    if (const Json& left = set.pick("compiled_unfused_kernels"); left.is_string()) {
+      auto parsed = parseUnfusedKernels(left.get<std::string>());
+      if (!parsed) return fail(rowError(c.id, "compiled_unfused_kernels (assumptions)", parsed.error().message));
+      p.execution.unfused = *parsed;
+    }
+  }
   const bool layoutOpen = p.cluster.totalGpus() > 1 && !number(par, "tp") && !number(par, "pp") && !number(par, "cp") &&
                           !number(par, "dp");
   if (layoutOpen) {

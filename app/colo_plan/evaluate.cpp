@@ -18,13 +18,6 @@
 namespace colo::app {
 namespace {
 
-// "rmsnorm/rotary": a list inside the headline's comma-separated items.
-std::string joinNames(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : "/") + n;
-  return out;
-}
-
 const std::vector<OptionSpec>& evaluateOptions() {
   static const std::vector<OptionSpec> specs = [] {
     std::vector<OptionSpec> own{
@@ -62,7 +55,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"fused-cross-entropy", "", "the loss reads the 16-bit logits in one kernel, without an fp32 copy (flash-attn's, LLM Foundry's default, Liger)"},
       {"cross-entropy-in-place", "", "with --fused-cross-entropy: the loss writes the logits' gradient into them (Transformer Engine's, Megatron's --cross-entropy-fusion-impl te)"},
       {"fused-bias-grad", "", "the attention input projection's bias gradient comes from its GEMM (Transformer Engine); otherwise every bias gradient is a reduction of its own (PyTorch, Megatron-LM's own linears, Megatron-DeepSpeed)"},
-      {"unfused-kernels", "OPS", "ops the framework runs as PyTorch's eager decompositions, not one fused kernel each: all (torchtitan without compile, Hugging Face models), or a comma list of rmsnorm, rotary, gated_activation (default: none, as Megatron, Transformer Engine and torch.compile)"},
+      {"unfused-kernels", "OPS", "ops the framework runs as PyTorch's eager decompositions, not one fused kernel each: all (torchtitan without compile, Hugging Face models), or a comma list of rmsnorm, final_rmsnorm (the norm after the last block: torchtitan's compiled runs), rotary, gated_activation (default: none, as Megatron, Transformer Engine and torch.compile)"},
       {"torch-cross-entropy", "", "the loss is PyTorch's F.cross_entropy on fp32 logits (torchtitan, Hugging Face): its backward holds two fp32 gradients of the logits beside the saved log-probabilities"},
       {"grad-nan-check", "", "Megatron-LM's check of every gradient bucket's norm for NaN and Inf before it is reduced (its default since 2023-09)"},
       {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
@@ -472,7 +465,7 @@ std::string planHeadline(const Plan& plan, const costmodel::Evaluation& ev) {
       << (plan.execution.perParameterGathers && plan.zeroStage == 3 ? ", ZeRO-3 gathers per parameter" : "")
       << (plan.execution.fusedBiasGrad ? ", fused bias gradients" : "")
       << (plan.execution.gradNanCheck ? ", NaN check of gradients" : "")
-      << (plan.execution.unfused.any() ? ", eager " + joinNames(unfusedKernelNames(plan.execution.unfused)) : "")
+      << (plan.execution.unfused.any() ? ", eager " + unfusedKernelsLabel(plan.execution.unfused) : "")
       << (plan.parallel.pp > 1 && plan.parallel.virtualStages > 1 && !plan.execution.overlapP2pComm ? ", pipeline sends exposed" : "")
       << (plan.execution.tpCommOverlap && p.tp > 1
               ? (plan.execution.tpOverlap == TpOverlap::kUserbuffers ? ", TP overlap (userbuffers)"
@@ -554,7 +547,7 @@ int printOperatorPlanFile(const Plan& plan, const std::string& file, const Args&
   printOperatorPlan(*op, out);
   if (plan.execution.unfused.any()) {
     out << "note      the operator-level costs use fused elementwise kernels: execution.unfused_kernels ("
-        << joinNames(unfusedKernelNames(plan.execution.unfused)) << ") is not applied to them\n";
+        << unfusedKernelsLabel(plan.execution.unfused) << ") is not applied to them\n";
   }
   return 0;
 }

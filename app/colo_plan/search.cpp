@@ -38,7 +38,7 @@ const std::vector<OptionSpec>& searchOptions() {
       {"attention", "A", "flash (default: the GPU's fastest fused kernels), flash2 (FlashAttention-2's, PyTorch SDPA) or unfused"},
       {"fused-cross-entropy", "", "the loss reads the 16-bit logits in one kernel, without an fp32 copy (flash-attn's, LLM Foundry's default, Liger)"},
       {"cross-entropy-in-place", "", "with --fused-cross-entropy: the loss writes the logits' gradient into them (Transformer Engine's, Megatron's --cross-entropy-fusion-impl te)"},
-      {"unfused-kernels", "OPS", "ops the framework runs as PyTorch's eager decompositions, not one fused kernel each: all (torchtitan without compile, Hugging Face models), or a comma list of rmsnorm, rotary, gated_activation (default: none, as Megatron, Transformer Engine and torch.compile)"},
+      {"unfused-kernels", "OPS", "ops the framework runs as PyTorch's eager decompositions, not one fused kernel each: all (torchtitan without compile, Hugging Face models), or a comma list of rmsnorm, final_rmsnorm (the norm after the last block: torchtitan's compiled runs), rotary, gated_activation (default: none, as Megatron, Transformer Engine and torch.compile)"},
       {"torch-cross-entropy", "", "the loss is PyTorch's F.cross_entropy on fp32 logits (torchtitan, Hugging Face): its backward holds two fp32 gradients of the logits beside the saved log-probabilities"},
       {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
       {"per-parameter-gathers", "", "ZeRO-3 gathers and reduce-scatters one parameter tensor at a time, synchronously (DeepSpeed v0.3.13 to v0.5.4)"},
@@ -249,8 +249,7 @@ std::string searchHeader(const Model& model, const ClusterSpec& cluster, const S
   out << "search    " << model.name() << " on " << clusterLabel(cluster) << ", gbs " << in.options.globalBatchSize << " x "
       << in.options.seqLen << " tokens, " << toString(in.options.precision)
       << (precisionGiven || cluster.gpu.hasPeak(DType::kBf16) ? "" : " (this GPU has no bf16)");
-  const auto eager = unfusedKernelNames(in.options.execution.unfused);
-  for (std::size_t i = 0; i < eager.size(); ++i) out << (i == 0 ? ", eager " : "/") << eager[i];
+  if (in.options.execution.unfused.any()) out << ", eager " << unfusedKernelsLabel(in.options.execution.unfused);
   out << ", memory budget "
       << formatFixed(100 * in.options.maxMemoryFraction, 0) << "% of " << formatBytes(cluster.gpu.memoryBytes)
       << (in.options.runnableOnly ? ", only plans colo-run executes (--any: all)" : "") << "\n";

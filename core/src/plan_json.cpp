@@ -128,16 +128,15 @@ Execution readExecution(const JsonReader& e) {
   if (e.has("unfused_kernels")) {
     const Json& list = e.json().at("unfused_kernels");
     if (!list.is_array()) {
-      e.fail("unfused_kernels", "must be an array of op names (rmsnorm, rotary, gated_activation), got " + describeJsonValue(list));
+      e.fail("unfused_kernels", "must be an array of op names (rmsnorm, final_rmsnorm, rotary, gated_activation), got " + describeJsonValue(list));
     }
     for (std::size_t i = 0; i < list.size(); ++i) {
       const std::string at = "unfused_kernels/" + std::to_string(i);
       if (!list[i].is_string()) e.failAt(at, "must be a string, got " + describeJsonValue(list[i]));
       const std::string& name = list[i].get_ref<const std::string&>();
-      if (name == "rmsnorm") x.unfused.rmsNorm = true;
-      else if (name == "rotary") x.unfused.rotary = true;
-      else if (name == "gated_activation") x.unfused.gatedActivation = true;
-      else e.failAt(at, "unknown op \"" + name + "\" (expected one of: rmsnorm, rotary, gated_activation)");
+      if (!addUnfusedKernel(x.unfused, name)) {
+        e.failAt(at, "unknown op \"" + name + "\" (expected one of: rmsnorm, final_rmsnorm, rotary, gated_activation)");
+      }
     }
   }
   x.teDummyWgrads = e.boolean("te_dummy_wgrads", false);

@@ -124,9 +124,25 @@ Result<Float8Recipe> parseFloat8Recipe(const std::string& name) {
 std::vector<std::string> unfusedKernelNames(const UnfusedKernels& u) {
   std::vector<std::string> names;
   if (u.rmsNorm) names.emplace_back("rmsnorm");
+  else if (u.eagerFinalNorm()) names.emplace_back("final_rmsnorm");
   if (u.rotary) names.emplace_back("rotary");
   if (u.gatedActivation) names.emplace_back("gated_activation");
   return names;
+}
+
+bool addUnfusedKernel(UnfusedKernels& u, std::string_view name) {
+  if (name == "rmsnorm") u.rmsNorm = u.finalNorm = true;
+  else if (name == "final_rmsnorm") u.finalNorm = true;
+  else if (name == "rotary") u.rotary = true;
+  else if (name == "gated_activation") u.gatedActivation = true;
+  else return false;
+  return true;
+}
+
+std::string unfusedKernelsLabel(const UnfusedKernels& u) {
+  std::string label;
+  for (const auto& name : unfusedKernelNames(u)) label += (label.empty() ? "" : "/") + name;
+  return label.empty() ? std::string("none") : label;
 }
 
 Result<UnfusedKernels> parseUnfusedKernels(std::string_view list) {
@@ -137,12 +153,9 @@ Result<UnfusedKernels> parseUnfusedKernels(std::string_view list) {
   while (start <= list.size()) {
     const std::size_t comma = std::min(list.find(',', start), list.size());
     const std::string_view name = list.substr(start, comma - start);
-    if (name == "rmsnorm") u.rmsNorm = true;
-    else if (name == "rotary") u.rotary = true;
-    else if (name == "gated_activation") u.gatedActivation = true;
-    else {
+    if (!addUnfusedKernel(u, name)) {
       return fail(Error::badInput("unknown unfused kernel \"" + std::string(name) +
-                                  "\" (expected all, none, or a comma-separated list of: rmsnorm, rotary, gated_activation)"));
+                                  "\" (expected all, none, or a comma-separated list of: rmsnorm, final_rmsnorm, rotary, gated_activation)"));
     }
     start = comma + 1;
   }

@@ -409,17 +409,21 @@ EagerOp eagerDecomposition(const OpTemplate& op, const LayerConfig& c) {
   const bool casts = a < 4;
   const double castPair = casts ? 2 * (a + 4) : 0;  // to fp32 and back, each reading one and writing the other
   EagerOp e;
-  if (op.kind == OpKind::kRmsNorm && c.unfused.rmsNorm) {
+  if (op.kind == OpKind::kRmsNorm && (c.unfused.rmsNorm || (c.unfused.eagerFinalNorm() && op.name == "head.final_norm"))) {
+    // A weightless norm (Llama 4's query/key L2 norm) stops at type_as: no product by a weight, no
+    // weight gradient, nothing kept for one.
+    const double weighted = op.params > 0 ? 1 : 0;
     // x.float(); pow(2) 8; mean 4; + eps and rsqrt per row; x * r 8; type_as; * weight 2a.
-    e.fwdBytes = castPair + 20 + 2 * a;
-    e.kernelsFwd = casts ? 8 : 6;
+    e.fwdBytes = castPair + 20 + weighted * 2 * a;
+    e.kernelsFwd = (casts ? 7 : 5) + weighted;
     // * weight: the input's gradient 2a, the weight's a product and a row sum 4a; type_as's gradient
     // to fp32; x * r: g * r 8, (g * x) summed over the row 16; rsqrt and add per row (three small
     // kernels); mean's gradient expanded and divided 4; pow's grad * (2 * x.pow(1)), a copy 8, a scale
     // 8 and a product 12; x's two gradients added 12; .float()'s gradient back to 16 bits.
-    e.bwdBytes = 6 * a + castPair + 68;
-    e.kernelsBwd = casts ? 16 : 14;
-    e.savedBytes = (casts ? 4 : a) + a;  // x in fp32 (pow and the scale), the normalized rows (the weight's gradient)
+    e.bwdBytes = weighted * 6 * a + castPair + 68;
+    e.kernelsBwd = (casts ? 13 : 11) + weighted * 3;
+    // x in fp32 (pow and the scale), the normalized rows (the weight's gradient)
+    e.savedBytes = (casts ? 4 : a) + weighted * a;
   } else if (op.kind == OpKind::kRotary && c.unfused.rotary) {
     // Per query and key: .float(), the complex multiply by the frequencies 8, type_as; backward the
     // three in reverse (the frequencies need no gradient, nothing is kept per token).

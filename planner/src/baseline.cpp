@@ -130,12 +130,7 @@ std::string planDifferences(const Plan& a, const Plan& b) {
   diff("sequence", n(a.seqLen), n(b.seqLen));
   diff("precision", toString(a.precision), toString(b.precision));
   diff("attention", attentionName(a.execution), attentionName(b.execution));
-  auto eager = [](const Execution& x) {
-    std::string names;
-    for (const auto& name : unfusedKernelNames(x.unfused)) names += (names.empty() ? "" : "/") + name;
-    return names.empty() ? std::string("none") : names;
-  };
-  diff("eager kernels", eager(a.execution), eager(b.execution));
+  diff("eager kernels", unfusedKernelsLabel(a.execution.unfused), unfusedKernelsLabel(b.execution.unfused));
   diff("tp", n(a.parallel.tp), n(b.parallel.tp));
   diff("pp", n(a.parallel.pp), n(b.parallel.pp));
   diff("dp", n(a.parallel.dp), n(b.parallel.dp));

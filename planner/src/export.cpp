@@ -206,8 +206,9 @@ std::string megatronNotes(const Plan& p, const RecomputeSummary& r) {
     header += "# note: the plan waits for its pipeline sends; Megatron-LM overlaps them at pp 2 with virtual stages (it refuses "
               "--no-overlap-p2p-communication there), so the job may run faster than the plan's prediction\n";
   }
-  if (p.execution.unfused.rmsNorm && s.norm == NormKind::kRmsNorm) {
-    header += "# note: the plan was costed with PyTorch's eager RMSNorm; Megatron-LM runs Transformer Engine's fused one, so the job may run faster than the plan's prediction\n";
+  if (s.norm == NormKind::kRmsNorm && (p.execution.unfused.rmsNorm || (p.execution.unfused.eagerFinalNorm() && s.finalNorm))) {
+    header += std::string("# note: the plan was costed with PyTorch's eager RMSNorm") + (p.execution.unfused.rmsNorm ? "" : " after the last block") +
+              "; Megatron-LM runs Transformer Engine's fused one, so the job may run faster than the plan's prediction\n";
   }
   if (!r.uniform) header += "# note: colo recomputes a different number of layers per stage; Megatron takes one count (the largest)\n";
   if (s.activation == Activation::kGeGlu) {

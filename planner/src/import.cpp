@@ -369,7 +369,8 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
   // LocalSpecProvider picks it for RMSNorm), PyTorch's eager composite.
   p.execution.unfused.rotary = r.has("--no-rope-fusion");
   p.execution.unfused.gatedActivation = r.has("--no-bias-swiglu-fusion");
-  p.execution.unfused.rmsNorm = impl == "local" && r.text("--normalization").value_or("LayerNorm") == "RMSNorm";
+  p.execution.unfused.rmsNorm = p.execution.unfused.finalNorm =
+      impl == "local" && r.text("--normalization").value_or("LayerNorm") == "RMSNorm";
   p.execution.teDummyWgrads = p.execution.fusedBiasGrad && p.execution.gradAccumulation == GradAccumulation::kFused;
   p.precision = launchPrecision(r, p.execution.fusedBiasGrad);
   // --cross-entropy-loss-fusion runs Megatron's native fusion (it still keeps the fp32 softmax: colo's

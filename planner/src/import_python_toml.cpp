@@ -223,7 +223,7 @@ Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& cont
   // (PipelineScheduleMulti): nothing of a hop hides behind another chunk.
   p.execution.overlapP2pComm = false;
   // torch.compile (training.compile until 2025-08, then compile.enable with compile.components, default
-  // model and loss) fuses the norms, rotary embedding and SwiGLU; without it the model runs them as
+  // model and loss) fuses the blocks' norms, rotary embedding and SwiGLU; without it the model runs them as
   // PyTorch's eager decompositions (nn.RMSNorm's composite form, the complex-multiply rotary, F.silu then
   // *), unless model.norm_type names the fused Triton RMSNorm torchtitan offered in 2024.
   auto truthy = [&](const char* key) { return kv->contains(key) && kv->at(key) == "true"; };
@@ -232,9 +232,10 @@ Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& cont
   // Its loss is F.cross_entropy on the logits upcast to fp32, compiled only with compile.components
   // holding "loss" (from 2025-08).
   p.execution.torchCrossEntropy = !(truthy("compile.enable") && components.find("loss") != std::string::npos);
-  if (!compiled) {
-    p.execution.unfused = UnfusedKernels::all();
-    if (kv->contains("model.norm_type") && kv->at("model.norm_type").find("fused") != std::string::npos) p.execution.unfused.rmsNorm = false;
+  // Compile wraps each transformer block (apply_compile), so the final norm stays eager either way.
+  p.execution.unfused = compiled ? UnfusedKernels{.finalNorm = true} : UnfusedKernels::all();
+  if (kv->contains("model.norm_type") && kv->at("model.norm_type").find("fused") != std::string::npos) {
+    p.execution.unfused.rmsNorm = p.execution.unfused.finalNorm = false;
   }
   const std::string converters = kv->contains("model.converters") ? kv->at("model.converters") : "";
   p.precision = converters.find("float8") != std::string::npos ? DType::kFp8 : DType::kBf16;

@@ -22,6 +22,13 @@ namespace {
 
 test::ProgramOutput run(const std::string& arguments) { return test::runProgram("colo-plan", arguments); }
 
+// The predicted step of an `evaluate ... --json` command line (0 when it fails, which is reported).
+double stepTimeOf(const std::string& arguments) {
+  const auto r = run(arguments);
+  EXPECT_EQ(r.exitCode, 0) << arguments << "\n" << r.err;
+  return r.exitCode == 0 ? Json::parse(r.out)["step_time_s"].get<double>() : 0.0;
+}
+
 std::size_t lines(const std::string& text) {
   std::size_t n = 0;
   for (const char c : text) n += c == '\n';
@@ -61,11 +68,7 @@ TEST(ColoPlanCli, EvaluateOpsListsEveryOpsCompute) {
 
 TEST(ColoPlanCli, AsyncTensorParallelismIsNamedAndCostedBetweenNoOverlapAndUserbuffers) {
   const std::string plan = "evaluate --model llama3-8b --cluster dgx-h100-x64 --gpus 64 --tp 8 --sp --dp 8 --gbs 64 --mbs 1 --json";
-  auto step = [&](const std::string& extra) {
-    const auto r = run(plan + extra);
-    EXPECT_EQ(r.exitCode, 0) << r.err;
-    return r.exitCode == 0 ? Json::parse(r.out)["step_time_s"].get<double>() : 0.0;
-  };
+  auto step = [&](const std::string& extra) { return stepTimeOf(plan + extra); };
   const double serial = step("");
   const double userbuffers = step(" --tp-comm-overlap");
   const double async = step(" --tp-overlap micro_pipeline");
@@ -339,17 +342,20 @@ TEST(ColoPlanEvaluate, UnfusedKernelsAreNamedCostedAndCheckedByName) {
   // --unfused-kernels: eager PyTorch's RMSNorm, rotary and SwiGLU cost more than the fused kernels, in
   // evaluate and in search; an unknown op name is one error line and exit 2.
   const std::string plan = "evaluate --model llama3-8b --cluster dgx-h100 --gbs 8 --zero 3 --json";
-  auto step = [&](const std::string& extra) {
-    const auto r = run(plan + extra);
-    EXPECT_EQ(r.exitCode, 0) << r.err;
-    return r.exitCode == 0 ? Json::parse(r.out)["step_time_s"].get<double>() : 0.0;
-  };
+  auto step = [&](const std::string& extra) { return stepTimeOf(plan + extra); };
   const double fused = step("");
   const double norms = step(" --unfused-kernels rmsnorm");
   const double all = step(" --unfused-kernels all");
   EXPECT_GT(norms, fused);
   EXPECT_GT(all, norms);
   EXPECT_DOUBLE_EQ(step(" --unfused-kernels none"), fused);
+  // The norm after the last block alone (torchtitan's compiled blocks): between fused and every norm.
+  const double finalNorm = step(" --unfused-kernels final_rmsnorm");
+  EXPECT_GT(finalNorm, fused);
+  EXPECT_LT(finalNorm, norms);
+  const auto finalText = run("evaluate --model llama3-8b --cluster dgx-h100 --gbs 8 --zero 3 --unfused-kernels final_rmsnorm");
+  ASSERT_EQ(finalText.exitCode, 0) << finalText.err;
+  EXPECT_NE(finalText.out.find("eager final_rmsnorm"), std::string::npos) << finalText.out;
   const auto text = run("evaluate --model llama3-8b --cluster dgx-h100 --gbs 8 --zero 3 --unfused-kernels rotary,gated_activation");
   ASSERT_EQ(text.exitCode, 0) << text.err;
   EXPECT_NE(text.out.find("eager rotary/gated_activation"), std::string::npos) << text.out;

@@ -219,7 +219,8 @@ TEST(Plan, AFusedCrossEntropyIsWrittenOnlyWhenSet) {
 TEST(Plan, UnfusedKernelsAreANamedListWrittenOnlyWhenSet) {
   Plan p = megatronPlan();
   EXPECT_FALSE(planToJson(p)["execution"].contains("unfused_kernels"));
-  p.execution.unfused.rmsNorm = true;
+  ASSERT_TRUE(addUnfusedKernel(p.execution.unfused, "rmsnorm"));  // every RMSNorm, the final one too
+  EXPECT_TRUE(p.execution.unfused.finalNorm);
   p.execution.unfused.gatedActivation = true;
   const Json j = planToJson(p);
   EXPECT_EQ(j["execution"]["unfused_kernels"], Json::array({"rmsnorm", "gated_activation"}));
@@ -247,6 +248,20 @@ TEST(Plan, UnfusedKernelsAreANamedListWrittenOnlyWhenSet) {
   EXPECT_FALSE(parseUnfusedKernels("rotary,gelu"));
   EXPECT_FALSE(parseUnfusedKernels("rotary,"));
   EXPECT_FALSE(parseUnfusedKernels(""));
+  // The final norm alone (torchtitan's compiled blocks) has a name of its own.
+  const auto finalOnly = parseUnfusedKernels("final_rmsnorm");
+  ASSERT_TRUE(finalOnly);
+  EXPECT_TRUE(finalOnly->finalNorm && !finalOnly->rmsNorm && finalOnly->any());
+  Plan q = megatronPlan();
+  q.execution.unfused = *finalOnly;
+  EXPECT_EQ(planToJson(q)["execution"]["unfused_kernels"], Json::array({"final_rmsnorm"}));
+  const auto qBack = planFromJson(planToJson(q), "q.json");
+  ASSERT_TRUE(qBack) << qBack.error().toString();
+  EXPECT_EQ(qBack->execution.unfused, *finalOnly);
+  EXPECT_EQ(parseUnfusedKernels("final_rmsnorm,rmsnorm").value(), parseUnfusedKernels("rmsnorm").value());
+  // The headline's label: the names in their fixed order, "/"-joined.
+  EXPECT_EQ(unfusedKernelsLabel(p.execution.unfused), "rmsnorm/gated_activation");
+  EXPECT_EQ(unfusedKernelsLabel(UnfusedKernels{}), "none");
 }
 
 TEST(Plan, TransformerEnginePlaceholderWgradsAreWrittenOnlyWhenSetAndNeedFusedAccumulation) {

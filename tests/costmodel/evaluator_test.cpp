@@ -1727,6 +1727,25 @@ TEST(Evaluator, EagerNormsRotaryAndSwiGluMoveTheirDecompositionsBytesAndKeepMore
   auto rotaryOnly = times(p);
   EXPECT_DOUBLE_EQ(rotaryOnly["attn_norm"].first, fused["attn_norm"].first);
   EXPECT_DOUBLE_EQ(rotaryOnly["attn.rotary"].first, eager["attn.rotary"].first);
+  // The final norm alone (torchtitan compiles each block, not the model): the blocks' norms stay fused.
+  p.execution.unfused = UnfusedKernels{.finalNorm = true};
+  auto finalOnly = times(p);
+  EXPECT_DOUBLE_EQ(finalOnly["attn_norm"].first, fused["attn_norm"].first);
+  ASSERT_TRUE(finalOnly.contains("head.final_norm"));
+  EXPECT_NEAR(finalOnly["head.final_norm"].first, 36 * tokens * h / bw, 1e-9);
+  EXPECT_NEAR(finalOnly["head.final_norm"].second, 92 * tokens * h / bw, 1e-9);
+  EXPECT_LT(fused["head.final_norm"].first, finalOnly["head.final_norm"].first);
+  // Llama 4's query/key L2 norm has no weight: eager, it stops at the downcast (32 B forward, 80 B
+  // backward), where the weighted norm moves 36 and 92.
+  Plan scout = makePlan("llama4-scout", "dgx-h100", 8, 1, 1, 8);
+  scout.zeroStage = 3;
+  scout.execution.unfused.rmsNorm = true;
+  const DeviceModel dh = deviceModel(scout.cluster.gpu, DType::kBf16);
+  const double qk = static_cast<double>(scout.seqLen) * (40 + 8) * 128;
+  auto scoutOps = times(scout);
+  ASSERT_TRUE(scoutOps.contains("attn.qk_l2_norm"));
+  EXPECT_NEAR(scoutOps["attn.qk_l2_norm"].first, 32 * qk / dh.memoryBytesPerSecond, 1e-9);
+  EXPECT_NEAR(scoutOps["attn.qk_l2_norm"].second, 80 * qk / dh.memoryBytesPerSecond, 1e-9);
 }
 
 TEST(Evaluator, TheEmbeddingsBackwardWritesTheWholeTablesGradientAndMegatronAddsItIntoMainGrad) {

@@ -431,12 +431,15 @@ TEST(Import, TorchtitanRunsNormsRotaryAndSwiGluEagerUnlessCompiled) {
   EXPECT_TRUE(loss(""));
   EXPECT_FALSE(loss("\n[compile]\nenable = true\n"));
   EXPECT_TRUE(loss("\n[compile]\nenable = true\ncomponents = [\"model\"]\n"));
-  EXPECT_EQ(import("\n[compile]\nenable = true\n"), UnfusedKernels{});
+  // Compile wraps each transformer block: the norm after the last one stays eager.
+  const UnfusedKernels finalNormOnly{.finalNorm = true};
+  EXPECT_EQ(import("\n[compile]\nenable = true\n"), finalNormOnly);
   EXPECT_EQ(import("\n[compile]\nenable = true\ncomponents = [\"loss\"]\n"), UnfusedKernels::all());
-  EXPECT_EQ(import("\n[training]\ncompile = true\n"), UnfusedKernels{});
+  EXPECT_EQ(import("\n[training]\ncompile = true\n"), finalNormOnly);
   UnfusedKernels tritonNorm = UnfusedKernels::all();
-  tritonNorm.rmsNorm = false;
+  tritonNorm.rmsNorm = tritonNorm.finalNorm = false;
   EXPECT_EQ(import("\n[model]\nnorm_type = \"fused_rmsnorm\"\n"), tritonNorm);
+  EXPECT_EQ(import("\n[model]\nnorm_type = \"fused_rmsnorm\"\n[compile]\nenable = true\n"), UnfusedKernels{});
   // The eager plan is slower than the compiled one on the same layout.
   auto eager = importTorchtitan(text.str(), ImportContext{cluster, std::nullopt, 0, 0});
   auto compiled = importTorchtitan(text.str() + "\n[compile]\nenable = true\n", ImportContext{cluster, std::nullopt, 0, 0});
@@ -467,8 +470,11 @@ TEST(Import, MegatronReadsItsRopeAndSwiGluFusionSwitchesAndExportsThem) {
   EXPECT_EQ(back->execution.unfused, unfused->execution.unfused);
   // An eager RMSNorm has no Megatron flag: the export says so.
   Plan eagerNorm = p;
-  eagerNorm.execution.unfused.rmsNorm = true;
-  EXPECT_NE(exportPlan(eagerNorm, ExportFormat::kMegatron, "plan.json")->find("eager RMSNorm"), std::string::npos);
+  eagerNorm.execution.unfused.finalNorm = true;
+  EXPECT_NE(exportPlan(eagerNorm, ExportFormat::kMegatron, "plan.json")->find("eager RMSNorm after the last block"), std::string::npos);
+  ASSERT_TRUE(addUnfusedKernel(eagerNorm.execution.unfused, "rmsnorm"));
+  const std::string eagerNorms = *exportPlan(eagerNorm, ExportFormat::kMegatron, "plan.json");
+  EXPECT_NE(eagerNorms.find("eager RMSNorm;"), std::string::npos) << eagerNorms;
   // Megatron-Bridge: the providers fuse both unless the model config turns them off.
   const std::string bridge = "model:\n  tensor_model_parallel_size: 2\n  apply_rope_fusion: false\ntrain:\n  global_batch_size: 64\n  micro_batch_size: 1\n";
   auto bridged = importMegatronBridge(bridge, context);

@@ -146,18 +146,28 @@ inline constexpr double kEagerHostMicrosecondsPerOp = 60;
 /// fp32 intermediates) instead of one fused kernel each: Megatron and Transformer Engine fuse all three,
 /// as does torch.compile; torchtitan without compile, Hugging Face models and plain PyTorch run them
 /// eager. LayerNorm and GeLU are one kernel either way (PyTorch's own CUDA kernels). JSON:
-/// execution.unfused_kernels, a list of "rmsnorm", "rotary", "gated_activation". See
+/// execution.unfused_kernels, a list of "rmsnorm" (or "final_rmsnorm"), "rotary", "gated_activation". See
 /// docs/costmodel.md, "Eager elementwise kernels".
 struct UnfusedKernels {
   bool rmsNorm = false;          ///< upcast, square, mean, eps, rsqrt, scale, downcast, weight: 8 kernels
   bool rotary = false;           ///< per query and key: upcast, complex multiply, downcast
   bool gatedActivation = false;  ///< act(gate), then * up: two kernels, act's output kept for backward
-  [[nodiscard]] bool any() const { return rmsNorm || rotary || gatedActivation; }
-  [[nodiscard]] static UnfusedKernels all() { return {true, true, true}; }
+  /// The norm after the last block only (the op "head.final_norm"; implied by rmsNorm): torchtitan compiles each
+  /// transformer block, not the model, so a compiled run keeps this one eager.
+  bool finalNorm = false;
+  /// Whether the norm after the last block runs eager (rmsNorm says so of every norm).
+  [[nodiscard]] bool eagerFinalNorm() const { return rmsNorm || finalNorm; }
+  [[nodiscard]] bool any() const { return rmsNorm || rotary || gatedActivation || finalNorm; }
+  [[nodiscard]] static UnfusedKernels all() { return {true, true, true, true}; }
   friend bool operator==(const UnfusedKernels&, const UnfusedKernels&) = default;
 };
-/// The plan file's names of the unfused ops, in a fixed order ("rmsnorm", "rotary", "gated_activation").
+/// The plan file's names of the unfused ops, in a fixed order ("rmsnorm" or "final_rmsnorm", "rotary",
+/// "gated_activation").
 [[nodiscard]] std::vector<std::string> unfusedKernelNames(const UnfusedKernels& u);
+/// Adds one op by its plan-file name ("rmsnorm" sets the final norm too); false for an unknown name.
+[[nodiscard]] bool addUnfusedKernel(UnfusedKernels& u, std::string_view name);
+/// Those names joined with "/" for a headline ("rmsnorm/rotary"), or "none".
+[[nodiscard]] std::string unfusedKernelsLabel(const UnfusedKernels& u);
 /// Reads a comma-separated list of those names, or "all" or "none" (the command line's form).
 [[nodiscard]] Result<UnfusedKernels> parseUnfusedKernels(std::string_view list);
 
