@@ -58,6 +58,8 @@ Result<BaselinePlan> baselinePlan(Baseline baseline, const Model& model, const C
   base.precision = precision;
   base.execution.flashAttention = kernels.flashAttention;
   base.execution.flashAttention2 = kernels.flashAttention2;
+  base.execution.unfused = kernels.unfused;
+  base.execution.torchCrossEntropy = kernels.torchCrossEntropy;
   BaselinePlan out;
   auto finish = [&](Plan p, std::string rules) -> Result<BaselinePlan> {
     if (auto valid = validatePlan(p); !valid) return fail(valid.error());

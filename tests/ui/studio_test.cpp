@@ -191,6 +191,45 @@ class StudioTest : public QObject {
     QCOMPARE(QString::fromStdString(colo::attentionName(saved->execution)), QString("unfused"));
   }
 
+  // The framework's kernels reach every candidate: eager PyTorch is slower than torchtitan compiled,
+  // which is slower than fused; the baseline runs the same kernels; the saved plan names them.
+  void frameworkKernelsReachEveryCandidate() {
+    MainWindow w;
+    QVERIFY(w.openModel("llama2-7b"));
+    QVERIFY(w.openCluster("dgx-h100"));
+    w.setGlobalBatch(64);
+    auto* box = w.findChild<QComboBox*>("frameworkKernels");
+    QVERIFY(box != nullptr);
+    QCOMPARE(box->currentData().toString(), QString("fused"));
+    QVERIFY(!w.setFrameworkKernels("jit"));
+    auto bestOf = [&](const QString& kernels) {
+      if (!w.setFrameworkKernels(kernels)) QTest::qFail("unknown kernels", __FILE__, __LINE__);
+      w.startSearch();
+      w.runner()->waitForFinished();
+      QCoreApplication::processEvents();
+      return w.candidates()->rowCount() > 0 ? w.candidates()->candidate(0) : colo::planner::Candidate{};
+    };
+    const auto fused = bestOf("fused");
+    const auto compiled = bestOf("compiled");
+    const auto eager = bestOf("eager");
+    QVERIFY(fused.evaluation.stepSeconds > 0);
+    QVERIFY(!fused.plan.execution.unfused.any() && !fused.plan.execution.torchCrossEntropy);
+    QVERIFY(compiled.plan.execution.unfused == colo::UnfusedKernels{.finalNorm = true});
+    QVERIFY(!compiled.plan.execution.torchCrossEntropy);
+    QVERIFY(eager.plan.execution.unfused == colo::UnfusedKernels::all() && eager.plan.execution.torchCrossEntropy);
+    QVERIFY2(compiled.evaluation.stepSeconds > fused.evaluation.stepSeconds,
+             qPrintable(QString("%1 vs %2").arg(compiled.evaluation.stepSeconds).arg(fused.evaluation.stepSeconds)));
+    QVERIFY2(eager.evaluation.stepSeconds > compiled.evaluation.stepSeconds,
+             qPrintable(QString("%1 vs %2").arg(eager.evaluation.stepSeconds).arg(compiled.evaluation.stepSeconds)));
+    w.selectCandidate(0);
+    const QString comparison = w.comparisonMarkdown();
+    QVERIFY2(comparison.contains("Differences") && !comparison.contains("eager kernels"), qPrintable(comparison));
+    QVERIFY(w.savePlan(m_dir.filePath("eager.json")));
+    auto saved = colo::loadPlan(m_dir.filePath("eager.json").toStdString());
+    QVERIFY(saved.has_value());
+    QVERIFY(saved->execution.unfused == colo::UnfusedKernels::all() && saved->execution.torchCrossEntropy);
+  }
+
   void paretoPointSelectsItsPlan() {
     MainWindow w;
     w.resize(1400, 900);

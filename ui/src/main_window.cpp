@@ -137,6 +137,19 @@ void MainWindow::addConstraintRows(QFormLayout* form) {
       "flash2: FlashAttention-2's kernels on any GPU (PyTorch's SDPA flash backend; slower on Hopper).\n"
       "unfused: the attention scores are materialised (more time and memory).");
   form->addRow("Attention kernels", m_attention);
+  m_frameworkKernels = new QComboBox();
+  m_frameworkKernels->setObjectName("frameworkKernels");
+  // How the framework runs the norms, rotary embedding, SwiGLU and loss (execution.unfused_kernels and
+  // torch_cross_entropy; docs/costmodel.md, "Eager elementwise kernels").
+  m_frameworkKernels->addItem("fused (Megatron-LM, Transformer Engine)", "fused");
+  m_frameworkKernels->addItem("torchtitan, compiled", "compiled");
+  m_frameworkKernels->addItem("eager PyTorch (torchtitan without compile, Hugging Face)", "eager");
+  m_frameworkKernels->setToolTip(
+      "fused: one kernel per norm, rotary embedding and SwiGLU, and Megatron's vocab-parallel loss.\n"
+      "compiled: torch.compile fuses each transformer block; the norm after the last block stays eager.\n"
+      "eager: PyTorch's decompositions of every norm, rotary and SwiGLU (more time and memory), and\n"
+      "F.cross_entropy on fp32 logits.");
+  form->addRow("Framework kernels", m_frameworkKernels);
   m_memoryFraction = new QDoubleSpinBox();
   m_memoryFraction->setRange(0.3, 1.0);
   m_memoryFraction->setSingleStep(0.05);
@@ -275,7 +288,7 @@ void MainWindow::connectSignals() {
   connect(m_trainTokens, &QLineEdit::textChanged, this, &MainWindow::budgetChanged);
   connect(m_price, &QDoubleSpinBox::valueChanged, this, &MainWindow::budgetChanged);
   connect(m_deadline, &QDoubleSpinBox::valueChanged, this, &MainWindow::budgetChanged);
-  for (auto* box : {m_fixTp, m_precision, m_attention}) connect(box, &QComboBox::currentIndexChanged, this, &MainWindow::constraintsChanged);
+  for (auto* box : {m_fixTp, m_precision, m_attention, m_frameworkKernels}) connect(box, &QComboBox::currentIndexChanged, this, &MainWindow::constraintsChanged);
   connect(m_filterText, &QLineEdit::textChanged, m_filter, &QSortFilterProxyModel::setFilterFixedString);
   connect(m_fitsOnly, &QCheckBox::toggled, m_filter, &CandidatesFilter::setFitsOnly);
   connect(m_table->selectionModel(), &QItemSelectionModel::currentRowChanged, this, [this](const QModelIndex& current) {
@@ -439,6 +452,13 @@ bool MainWindow::setAttentionKernels(const QString& name) {
   return true;
 }
 
+bool MainWindow::setFrameworkKernels(const QString& name) {
+  const int i = m_frameworkKernels->findData(name);
+  if (i < 0) return false;
+  m_frameworkKernels->setCurrentIndex(i);
+  return true;
+}
+
 void MainWindow::setTrainingBudget(const QString& tokens, double pricePerGpuHour, double deadlineDays) {
   m_trainTokens->setText(tokens);
   m_price->setValue(pricePerGpuHour);
@@ -485,6 +505,10 @@ planner::SearchOptions MainWindow::options() const {
     o.flashAttention = kernels.flashAttention;
     o.execution.flashAttention2 = kernels.flashAttention2;
   }
+  const QString framework = m_frameworkKernels->currentData().toString();
+  if (framework == "eager") o.execution.unfused = UnfusedKernels::all();
+  if (framework == "compiled") o.execution.unfused.finalNorm = true;
+  o.execution.torchCrossEntropy = framework == "eager";
   return o;
 }
 

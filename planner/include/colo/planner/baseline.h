@@ -28,7 +28,8 @@ struct BaselinePlan {
 /// micro-batch 1. ZeRO-3: all GPUs data-parallel, ZeRO-3, full recompute. DDP: all GPUs data-parallel,
 /// full recompute. The result may not fit; `evaluation.fits` says. Errors: kBadInput when the global
 /// batch does not divide over the data-parallel ranks. The baseline runs the attention kernels of
-/// `kernels` (flash, flash2 or unfused), so that it compares like with like with a plan that names them.
+/// `kernels` (flash, flash2 or unfused), its eager elementwise kernels and its loss (unfused,
+/// torchCrossEntropy), so that it compares like with like with a plan that names them.
 [[nodiscard]] Result<BaselinePlan> baselinePlan(Baseline baseline, const Model& model, const ClusterSpec& cluster,
                                                 std::int64_t globalBatchSize, std::int64_t seqLen, DType precision,
                                                 double maxMemoryFraction, const Execution& kernels = {});

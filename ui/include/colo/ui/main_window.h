@@ -51,6 +51,10 @@ class MainWindow : public QMainWindow {
   void setGlobalBatch(int samples);
   /// The attention kernels of every candidate: "flash", "flash2" or "unfused" (false for another name).
   bool setAttentionKernels(const QString& name);
+  /// How the framework runs its small kernels, for every candidate: "fused" (Megatron-LM), "compiled"
+  /// (torchtitan under torch.compile: the final norm eager) or "eager" (every norm, rotary and SwiGLU
+  /// eager, PyTorch's cross-entropy); false for another name.
+  bool setFrameworkKernels(const QString& name);
   /// Starts the planner in the background with the current constraints.
   void startSearch();
   void selectCandidate(int row);
@@ -120,6 +124,7 @@ class MainWindow : public QMainWindow {
   QComboBox* m_fixTp = nullptr;
   QComboBox* m_precision = nullptr;
   QComboBox* m_attention = nullptr;
+  QComboBox* m_frameworkKernels = nullptr;
   QDoubleSpinBox* m_memoryFraction = nullptr;
   QLineEdit* m_trainTokens = nullptr;
   QDoubleSpinBox* m_price = nullptr;
