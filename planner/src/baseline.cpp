@@ -60,6 +60,8 @@ Result<BaselinePlan> baselinePlan(Baseline baseline, const Model& model, const C
   base.execution.flashAttention2 = kernels.flashAttention2;
   base.execution.unfused = kernels.unfused;
   base.execution.torchCrossEntropy = kernels.torchCrossEntropy;
+  base.execution.fusedCrossEntropy = kernels.fusedCrossEntropy;
+  base.execution.crossEntropyInPlace = kernels.crossEntropyInPlace;
   BaselinePlan out;
   auto finish = [&](Plan p, std::string rules) -> Result<BaselinePlan> {
     if (auto valid = validatePlan(p); !valid) return fail(valid.error());
@@ -133,6 +135,12 @@ std::string planDifferences(const Plan& a, const Plan& b) {
   diff("precision", toString(a.precision), toString(b.precision));
   diff("attention", attentionName(a.execution), attentionName(b.execution));
   diff("eager kernels", unfusedKernelsLabel(a.execution.unfused), unfusedKernelsLabel(b.execution.unfused));
+  auto loss = [](const Execution& x) -> std::string {
+    if (x.torchCrossEntropy) return "torch";
+    if (x.fusedCrossEntropy) return x.crossEntropyInPlace ? "fused-in-place" : "fused";
+    return "vocab-parallel";
+  };
+  diff("loss", loss(a.execution), loss(b.execution));
   diff("tp", n(a.parallel.tp), n(b.parallel.tp));
   diff("pp", n(a.parallel.pp), n(b.parallel.pp));
   diff("dp", n(a.parallel.dp), n(b.parallel.dp));

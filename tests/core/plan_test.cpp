@@ -259,6 +259,11 @@ TEST(Plan, UnfusedKernelsAreANamedListWrittenOnlyWhenSet) {
   ASSERT_TRUE(qBack) << qBack.error().toString();
   EXPECT_EQ(qBack->execution.unfused, *finalOnly);
   EXPECT_EQ(parseUnfusedKernels("final_rmsnorm,rmsnorm").value(), parseUnfusedKernels("rmsnorm").value());
+  // Every norm eager, with or without the final one spelled out, is one choice.
+  UnfusedKernels normsOnly;
+  normsOnly.rmsNorm = true;
+  EXPECT_EQ(normsOnly, parseUnfusedKernels("rmsnorm").value());
+  EXPECT_NE(normsOnly, UnfusedKernels{.finalNorm = true});
   // The headline's label: the names in their fixed order, "/"-joined.
   EXPECT_EQ(unfusedKernelsLabel(p.execution.unfused), "rmsnorm/gated_activation");
   EXPECT_EQ(unfusedKernelsLabel(UnfusedKernels{}), "none");

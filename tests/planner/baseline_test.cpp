@@ -54,6 +54,16 @@ TEST(Baseline, DifferencesNameEachChangedSetting) {
   EXPECT_NE(d.find("tp 8 -> 4"), std::string::npos) << d;
   EXPECT_NE(d.find("recompute selective -> none"), std::string::npos) << d;
   EXPECT_EQ(planDifferences(a, a), "identical");
+  // The kernels and the loss a framework runs are settings too.
+  Plan eager = a;
+  eager.execution.unfused = UnfusedKernels::all();
+  eager.execution.torchCrossEntropy = true;
+  const std::string e = planDifferences(a, eager);
+  EXPECT_NE(e.find("eager kernels none -> rmsnorm/rotary/gated_activation"), std::string::npos) << e;
+  EXPECT_NE(e.find("loss vocab-parallel -> torch"), std::string::npos) << e;
+  Plan inPlace = a;
+  inPlace.execution.fusedCrossEntropy = inPlace.execution.crossEntropyInPlace = true;
+  EXPECT_NE(planDifferences(a, inPlace).find("loss vocab-parallel -> fused-in-place"), std::string::npos);
 }
 
 TEST(Export, MegatronArgumentsCarryLatentAttentionAndSharedExperts) {

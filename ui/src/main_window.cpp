@@ -146,7 +146,8 @@ void MainWindow::addConstraintRows(QFormLayout* form) {
   m_frameworkKernels->addItem("eager PyTorch (torchtitan without compile, Hugging Face)", "eager");
   m_frameworkKernels->setToolTip(
       "fused: one kernel per norm, rotary embedding and SwiGLU, and Megatron's vocab-parallel loss.\n"
-      "compiled: torch.compile fuses each transformer block; the norm after the last block stays eager.\n"
+      "compiled: torch.compile fuses each transformer block and the loss (compile.enable with its default\n"
+      "components, torchtitan from 2025-08); the norm after the last block stays eager.\n"
       "eager: PyTorch's decompositions of every norm, rotary and SwiGLU (more time and memory), and\n"
       "F.cross_entropy on fp32 logits.");
   form->addRow("Framework kernels", m_frameworkKernels);

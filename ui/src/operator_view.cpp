@@ -114,7 +114,10 @@ void OperatorView::show(const planner::OperatorPlan& p, const QString& title) {
                      (p.virtualStages > 1 ? ", " + QString::number(p.virtualStages) + " chunks each (interleaved)" : QString()) + ", " +
                      QString::number(p.microBatchSize) + " samples x " + QString::number(p.microBatches) +
                      " micro-batches, step " + QString::number(p.stepSeconds, 'f', 3) + " s, peak " + q(formatBytes(p.peakMemoryBytes)) +
-                     (p.fits ? "" : " (does not fit)") + ". " + q(p.expressedAs) + ".");
+                     (p.fits ? "" : " (does not fit)") + ". " + q(p.expressedAs) + "." +
+                     (m_plan && (m_plan->execution.unfused.any() || m_plan->execution.torchCrossEntropy)
+                          ? " Costed with fused elementwise kernels and Megatron's loss: the plan's eager kernels are not applied here."
+                          : QString()));
   m_tree->clear();
   for (const auto& b : p.blocks) {
     auto* block = new QTreeWidgetItem(m_tree, {q(b.name) + (b.count > 1 ? " (x" + QString::number(b.count) + ")" : "")});

@@ -144,8 +144,8 @@ inline constexpr double kEagerHostMicrosecondsPerOp = 60;
 
 /// The small ops a framework runs as PyTorch's eager decompositions (several elementwise kernels with
 /// fp32 intermediates) instead of one fused kernel each: Megatron and Transformer Engine fuse all three,
-/// as does torch.compile; torchtitan without compile, Hugging Face models and plain PyTorch run them
-/// eager. LayerNorm and GeLU are one kernel either way (PyTorch's own CUDA kernels). JSON:
+/// as does torch.compile within what it compiles (torchtitan: each block, not the final norm);
+/// torchtitan without compile, Hugging Face models and plain PyTorch run them eager. LayerNorm and GeLU are one kernel either way (PyTorch's own CUDA kernels). JSON:
 /// execution.unfused_kernels, a list of "rmsnorm" (or "final_rmsnorm"), "rotary", "gated_activation". See
 /// docs/costmodel.md, "Eager elementwise kernels".
 struct UnfusedKernels {
@@ -159,7 +159,11 @@ struct UnfusedKernels {
   [[nodiscard]] bool eagerFinalNorm() const { return rmsNorm || finalNorm; }
   [[nodiscard]] bool any() const { return rmsNorm || rotary || gatedActivation || finalNorm; }
   [[nodiscard]] static UnfusedKernels all() { return {true, true, true, true}; }
-  friend bool operator==(const UnfusedKernels&, const UnfusedKernels&) = default;
+  /// rmsNorm alone and rmsNorm with finalNorm are the same choice (every norm eager).
+  friend bool operator==(const UnfusedKernels& a, const UnfusedKernels& b) {
+    return a.rmsNorm == b.rmsNorm && a.rotary == b.rotary && a.gatedActivation == b.gatedActivation &&
+           a.eagerFinalNorm() == b.eagerFinalNorm();
+  }
 };
 /// The plan file's names of the unfused ops, in a fixed order ("rmsnorm" or "final_rmsnorm", "rotary",
 /// "gated_activation").

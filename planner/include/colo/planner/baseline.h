@@ -29,7 +29,8 @@ struct BaselinePlan {
 /// full recompute. The result may not fit; `evaluation.fits` says. Errors: kBadInput when the global
 /// batch does not divide over the data-parallel ranks. The baseline runs the attention kernels of
 /// `kernels` (flash, flash2 or unfused), its eager elementwise kernels and its loss (unfused,
-/// torchCrossEntropy), so that it compares like with like with a plan that names them.
+/// torchCrossEntropy, fusedCrossEntropy, crossEntropyInPlace), so that it compares like with like with a
+/// plan that names them.
 [[nodiscard]] Result<BaselinePlan> baselinePlan(Baseline baseline, const Model& model, const ClusterSpec& cluster,
                                                 std::int64_t globalBatchSize, std::int64_t seqLen, DType precision,
                                                 double maxMemoryFraction, const Execution& kernels = {});
@@ -39,7 +40,8 @@ struct BaselinePlan {
 /// Layers per pipeline stage, runs written once with a count: "7,6x14,7" for 7, fourteen 6s and 7.
 [[nodiscard]] std::string stagesSummary(const Plan& plan);
 
-/// The settings in which two plans differ (GPUs, batch, sequence, precision, attention kernel, degrees,
+/// The settings in which two plans differ (GPUs, batch, sequence, precision, attention kernel, eager
+/// kernels, loss (torch, fused, fused-in-place or vocab-parallel), degrees,
 /// schedule, layout, ZeRO, recompute, offload, layers per stage), e.g. "tp 8 -> 4; recompute selective -> none".
 [[nodiscard]] std::string planDifferences(const Plan& from, const Plan& to);
 
