@@ -522,12 +522,13 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
 // Whether the row says it ran under torch.compile, which fuses the norms, rotary embedding and SwiGLU:
 // training.torch_compile or training.compile as a boolean, else "torch.compile" (or "torch_compile") in
 // its citation or its training section's words, not negated ("without torch.compile", "no torch.compile").
+// The row's shape is checked (training is an object); its source may be missing.
 bool ranCompiled(const Json& row) {
   const Json& tr = row["training"];
   for (const char* key : {"torch_compile", "compile"}) {
     if (tr.contains(key) && tr[key].is_boolean()) return tr[key].get<bool>();
   }
-  std::string words = lower(text(row["source"], "citation"));
+  std::string words = row.contains("source") && row["source"].is_object() ? lower(text(row["source"], "citation")) : "";
   for (const auto& [key, value] : tr.items()) {
     if (value.is_string()) words += " " + lower(value.get<std::string>());
   }

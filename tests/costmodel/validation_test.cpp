@@ -726,6 +726,25 @@ TEST(Validation, ActivationRecomputationWithoutSelectiveIsFullRecompute) {
   EXPECT_EQ(c->plan.stages[0].recompute, RecomputePolicy::kSelective);
 }
 
+TEST(Validation, ARowWithoutASourceIsReadAsOneThatNamesNoCompile) {
+  // Found by fuzz_validation: the compile reading looked up the row's source without asking whether it
+  // has one (a read past the end of the row's keys under AddressSanitizer).
+  Json row = unseenRow();
+  row.erase("source");
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_FALSE(c->plan.execution.unfused.any());
+  // Its training words still count: a torchtitan run (named by its architecture) that compiled.
+  row["model"]["arch"] = "Llama (torchtitan)";
+  c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_EQ(c->plan.execution.unfused, UnfusedKernels::all());
+  row["training"]["notes"] = "torch.compile";
+  c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_EQ(c->plan.execution.unfused, UnfusedKernels{.finalNorm = true});
+}
+
 TEST(Validation, TorchtitanAndFsdpRowsRunEagerKernelsUnlessTheyCompiled) {
   // assumptions.json: torchtitan (compile off by default) and PyTorch FSDP's Llama runs run RMSNorm,
   // rotary and SwiGLU as eager decompositions; a row that says it compiled runs them fused (torchtitan's
