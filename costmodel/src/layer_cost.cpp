@@ -409,7 +409,7 @@ EagerOp eagerDecomposition(const OpTemplate& op, const LayerConfig& c) {
   const bool casts = a < 4;
   const double castPair = casts ? 2 * (a + 4) : 0;  // to fp32 and back, each reading one and writing the other
   EagerOp e;
-  if (op.kind == OpKind::kRmsNorm && (c.unfused.rmsNorm || (c.unfused.eagerFinalNorm() && op.name == "head.final_norm"))) {
+  if (op.kind == OpKind::kRmsNorm && (c.unfused.rmsNorm || (c.unfused.finalNorm && op.name == "head.final_norm"))) {
     // A weightless norm (Llama 4's query/key L2 norm) stops at type_as: no product by a weight, no
     // weight gradient, nothing kept for one.
     const double weighted = op.params > 0 ? 1 : 0;

@@ -29,6 +29,15 @@ using colo::ui::CandidatesModel;
 using colo::ui::MainWindow;
 using colo::ui::SearchRunner;
 
+// Runs the search with the window's current constraints and returns its best candidate (an empty one
+// when nothing fits).
+static colo::planner::Candidate bestAfterSearch(MainWindow& w) {
+  w.startSearch();
+  w.runner()->waitForFinished();
+  QCoreApplication::processEvents();
+  return w.candidates()->rowCount() > 0 ? w.candidates()->candidate(0) : colo::planner::Candidate{};
+}
+
 class StudioTest : public QObject {
   Q_OBJECT
 
@@ -167,10 +176,7 @@ class StudioTest : public QObject {
     QVERIFY(!w.setAttentionKernels("flash3"));
     auto bestOf = [&](const QString& kernels) {
       if (!w.setAttentionKernels(kernels)) QTest::qFail("unknown kernels", __FILE__, __LINE__);
-      w.startSearch();
-      w.runner()->waitForFinished();
-      QCoreApplication::processEvents();
-      return w.candidates()->rowCount() > 0 ? w.candidates()->candidate(0) : colo::planner::Candidate{};
+      return bestAfterSearch(w);
     };
     const auto flash = bestOf("flash");
     const auto flash2 = bestOf("flash2");
@@ -204,10 +210,7 @@ class StudioTest : public QObject {
     QVERIFY(!w.setFrameworkKernels("jit"));
     auto bestOf = [&](const QString& kernels) {
       if (!w.setFrameworkKernels(kernels)) QTest::qFail("unknown kernels", __FILE__, __LINE__);
-      w.startSearch();
-      w.runner()->waitForFinished();
-      QCoreApplication::processEvents();
-      return w.candidates()->rowCount() > 0 ? w.candidates()->candidate(0) : colo::planner::Candidate{};
+      return bestAfterSearch(w);
     };
     const auto fused = bestOf("fused");
     const auto compiled = bestOf("compiled");

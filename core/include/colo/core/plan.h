@@ -145,15 +145,16 @@ inline constexpr double kEagerHostMicrosecondsPerOp = 60;
 /// The small ops a framework runs as PyTorch's eager decompositions (several elementwise kernels with
 /// fp32 intermediates) instead of one fused kernel each: Megatron and Transformer Engine fuse all three,
 /// as does torch.compile within what it compiles (torchtitan: each block, not the final norm);
-/// torchtitan without compile, Hugging Face models and plain PyTorch run them eager. LayerNorm and GeLU are one kernel either way (PyTorch's own CUDA kernels). JSON:
-/// execution.unfused_kernels, a list of "rmsnorm" (or "final_rmsnorm"), "rotary", "gated_activation". See
-/// docs/costmodel.md, "Eager elementwise kernels".
+/// torchtitan without compile, Hugging Face models and plain PyTorch run them eager. LayerNorm and GeLU
+/// are one kernel either way (PyTorch's own CUDA kernels). JSON: execution.unfused_kernels, a list of
+/// "rmsnorm" (or "final_rmsnorm"), "rotary", "gated_activation". See docs/costmodel.md, "Eager
+/// elementwise kernels".
 struct UnfusedKernels {
   bool rmsNorm = false;          ///< upcast, square, mean, eps, rsqrt, scale, downcast, weight: 8 kernels
   bool rotary = false;           ///< per query and key: upcast, complex multiply, downcast
   bool gatedActivation = false;  ///< act(gate), then * up: two kernels, act's output kept for backward
-  /// The norm after the last block only (the op "head.final_norm"; implied by rmsNorm): torchtitan compiles each
-  /// transformer block, not the model, so a compiled run keeps this one eager.
+  /// The norm after the last block only (the op "head.final_norm"; implied by rmsNorm): torchtitan
+  /// compiles each transformer block, not the model, so a compiled run keeps this one eager.
   bool finalNorm = false;
   /// Whether the norm after the last block runs eager (rmsNorm says so of every norm).
   [[nodiscard]] bool eagerFinalNorm() const { return rmsNorm || finalNorm; }
