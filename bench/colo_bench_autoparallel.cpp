@@ -138,7 +138,8 @@ int main(int argc, char** argv) {
     std::printf("%-16s %-20s %6lld %6lld %9.3f %8lld %11.3fs %11.3fs %9s %13.3fs  %lld x %s, mbs %lld%s\n", c.model, c.cluster,
                 static_cast<long long>(cluster->totalGpus()), static_cast<long long>(c.gbs), r->solveSeconds,
                 static_cast<long long>(r->blockSolves), r->joint.stepSeconds, r->megatronFits ? r->megatron.stepSeconds : 0.0,
-                speedup.c_str(), degreeStep, static_cast<long long>(r->joint.pipelineStages), r->joint.mesh.c_str(),
+                speedup.c_str(), degreeStep, static_cast<long long>(r->joint.pipelineStages),
+                (r->joint.mesh + (r->joint.replicas > 1 ? " x " + std::to_string(r->joint.replicas) + "r" : "")).c_str(),
                 static_cast<long long>(r->joint.microBatchSize),
                 r->joint.virtualStages > 1 ? (", vpp " + std::to_string(r->joint.virtualStages)).c_str() : "");
   }

@@ -50,10 +50,7 @@ void printSummary(const planner::AutoParallelResult& r, std::ostream& out) {
   const auto& m = r.megatron;
   TextTable t({"", "joint (per operator)", "megatron (column/row split, layer-level recompute)"}, {false, false, false});
   auto both = [&](const std::string& label, const std::string& a, const std::string& b) { t.addRow({label, a, b}); };
-  auto meshOf = [](const planner::OperatorPlan& p) {
-    return std::to_string(p.pipelineStages) + " stage" + (p.pipelineStages > 1 ? "s" : "") + " x mesh " + p.mesh +
-           (p.virtualStages > 1 ? ", " + std::to_string(p.virtualStages) + " chunks each (interleaved)" : "");
-  };
+  auto meshOf = [](const planner::OperatorPlan& p) { return p.layoutText(); };
   const bool haveMegatron = !m.mesh.empty();
   both("layout", meshOf(j), haveMegatron ? meshOf(m) : "-");
   both("micro-batch", std::to_string(j.microBatchSize) + " samples x " + std::to_string(j.microBatches),
@@ -83,11 +80,17 @@ void printSummary(const planner::AutoParallelResult& r, std::ostream& out) {
 }
 
 // What the degree-level search's plan uses that the operator-level space (one 1-D or 2-D mesh per
-// stage, 1F1B or interleaved 1F1B with planner::kDefaultChunkCounts, ZeRO-0/1/3) has no place for.
+// stage, data-parallel replicas of meshes of whole nodes, 1F1B or interleaved 1F1B with
+// planner::kDefaultChunkCounts, ZeRO-0/1/3) has no place for.
 std::string outsideOperatorSpace(const Plan& p) {
   std::vector<std::string> why;
   const auto& q = p.parallel;
-  if (q.cp > 1 && q.tp > 1 && q.dp > 1) why.push_back("context parallelism beside tensor and data parallelism (a 3-axis mesh)");
+  const std::int64_t node = std::max<std::int64_t>(1, p.cluster.gpusPerNode);
+  const std::int64_t mesh = q.tp * q.cp;
+  if (q.cp > 1 && q.tp > 1 && q.dp > 1 && (mesh % node != 0 || mesh < 2 * node)) {
+    why.push_back("context parallelism beside tensor and data parallelism on fewer than two nodes (a 3-axis mesh; replicas "
+                  "of the operator-level mesh span whole nodes)");
+  }
   const auto& chunks = planner::kDefaultChunkCounts;
   if (std::find(chunks.begin(), chunks.end(), q.virtualStages) == chunks.end()) {
     why.push_back(std::to_string(q.virtualStages) + " chunks per stage (the operator-level search tries 2, 3, 4, 6 and 8)");
@@ -167,8 +170,7 @@ void printOperatorBlocks(const planner::OperatorPlan& p, std::ostream& out) {
 
 void printOperatorPlan(const planner::OperatorPlan& p, std::ostream& out) {
   TextTable t({"", p.method == "megatron" ? "megatron (column/row split)" : "per-operator plan"}, {false, false});
-  t.addRow({"layout", std::to_string(p.pipelineStages) + " stage(s) x mesh " + p.mesh +
-                         (p.virtualStages > 1 ? ", " + std::to_string(p.virtualStages) + " chunks each (interleaved)" : "")});
+  t.addRow({"layout", p.layoutText()});
   t.addRow({"micro-batch", std::to_string(p.microBatchSize) + " samples x " + std::to_string(p.microBatches)});
   t.addRow({"step time", seconds(p.stepSeconds)});
   t.addRow({"peak memory", formatBytes(p.peakMemoryBytes) + " of " + formatBytes(p.budgetBytes) + (p.fits ? "" : " (DOES NOT FIT)")});
@@ -191,6 +193,7 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
       {"seq-len", "S", "tokens per sample"},
       {"mesh", "AxB", "one pipeline stage's mesh, e.g. 8 or 2x8 (default: every 1-D and 2-D mesh)"},
       {"pp", "P", "pipeline stages (default: 1, 2, 4, ...)"},
+      {"replicas", "R", "data-parallel copies of each stage's mesh, the third axis (default: 1, and 2, 4, ... for meshes of whole nodes)"},
       {"vpp", "V", "model chunks per stage: 1 for plain 1F1B, more for the interleaved schedule (default: 1, 2, 3, 4, 6 and 8 where they divide the layers)"},
       {"max-memory-fraction", "F", "memory budget as a share of GPU memory (default 0.95)"},
       {"memory-gib", "GIB", "memory budget per GPU in GiB (overrides the fraction)"},
@@ -203,7 +206,7 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
   auto args = Args::parse(argv, specs);
   if (!args) return reportError(args.error(), err);
   if (args->has("help")) {
-    out << "usage: colo-plan autoparallel --model M --cluster C --gbs G [--mesh 2x8] [--pp P] [--vpp V] [--memory-gib G] [--json]\n\n"
+    out << "usage: colo-plan autoparallel --model M --cluster C --gbs G [--mesh 2x8] [--pp P] [--replicas R] [--vpp V] [--memory-gib G] [--json]\n\n"
            "Gives every operator its own sharding on a device mesh, and chooses which activations to keep,\n"
            "recompute or offload and how much optimizer state to offload in the same solve, under the memory\n"
            "budget; prints the plan beside Megatron's column/row split and a table per distinct layer.\n\n"
@@ -246,6 +249,11 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
     if (!pp) return reportError(pp.error(), err);
     options.pipelineDegrees.push_back(*pp);
   }
+  if (args->has("replicas")) {
+    auto r = args->positiveInteger("replicas", 1);
+    if (!r) return reportError(r.error(), err);
+    options.replicas.push_back(*r);
+  }
   if (args->has("vpp")) {
     auto vpp = args->positiveInteger("vpp", 1);
     if (!vpp) return reportError(vpp.error(), err);
@@ -255,11 +263,12 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
   if (options.meshes.size() == 1) {
     std::int64_t size = 1;
     for (const auto s : options.meshes[0]) size *= s;
-    const std::int64_t pp = options.pipelineDegrees.empty() ? cluster.totalGpus() / std::max<std::int64_t>(1, size) : options.pipelineDegrees[0];
-    if (size * pp != cluster.totalGpus()) {
+    const std::int64_t r = options.replicas.empty() ? 1 : options.replicas[0];
+    const std::int64_t pp = options.pipelineDegrees.empty() ? cluster.totalGpus() / std::max<std::int64_t>(1, size * r) : options.pipelineDegrees[0];
+    if (size * r * pp != cluster.totalGpus()) {
       return reportError(Error::badInput("--mesh " + *args->value("mesh") + ": " + std::to_string(size) + " GPUs x " +
-                                         std::to_string(pp) + " stages does not make the cluster's " +
-                                         std::to_string(cluster.totalGpus()) + " GPUs"),
+                                         (r > 1 ? std::to_string(r) + " replicas x " : "") + std::to_string(pp) +
+                                         " stages does not make the cluster's " + std::to_string(cluster.totalGpus()) + " GPUs"),
                          err);
     }
     if (options.pipelineDegrees.empty()) options.pipelineDegrees.push_back(pp);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "autoparallel_search.h"
 #include "colo/core/units.h"
@@ -71,13 +72,14 @@ std::string layerRange(const std::vector<std::int64_t>& layers) {
 
 }  // namespace
 
-MeshSolvers& Search::solversFor(const std::vector<std::int64_t>& shape, std::int64_t samples) {
-  auto& slot = m_solvers[{shape, samples}];
+MeshSolvers& Search::solversFor(const std::vector<std::int64_t>& shape, std::int64_t samples, std::int64_t replicas) {
+  auto& slot = m_solvers[{shape, samples, replicas}];
   if (slot) return *slot;
   slot = std::make_unique<MeshSolvers>();
   slot->mesh = std::make_unique<DeviceMesh>(*makeMesh(*m_c.cluster, shape));
   slot->converter = std::make_unique<LayoutConverter>(*slot->mesh);
   slot->samples = samples;
+  slot->replicas = replicas;
   CostContext cc;
   cc.mesh = slot->mesh.get();
   cc.device = m_c.device;
@@ -85,14 +87,14 @@ MeshSolvers& Search::solversFor(const std::vector<std::int64_t>& shape, std::int
   cc.dtypeBytes = 2;
   cc.flash = m_c.options.flashAttention;
   cc.mainGradBytes = m_c.gradBufferBytes;
+  cc.replicas = replicas;
   for (const auto& cls : m_c.classes) slot->layers.push_back(std::make_unique<BlockSolver>(cls.block, cc, *slot->converter));
   slot->embedding = std::make_unique<BlockSolver>(m_c.embedding, cc, *slot->converter);
   slot->head = std::make_unique<BlockSolver>(m_c.head, cc, *slot->converter);
   return *slot;
 }
 
-std::vector<Solution> Search::solve(const MeshSolvers& ms, const SolveWeights& weights, const std::string& recompute,
-                                    bool megatron) {
+std::vector<Layout> Search::entryLayouts(const MeshSolvers& ms) const {
   // Every interface layout the residual stream may take.
   std::vector<Layout> entries;
   for (int l = 0; l < kLayouts; ++l) {
@@ -102,6 +104,12 @@ std::vector<Solution> Search::solve(const MeshSolvers& ms, const SolveWeights& w
     const bool featureSplit = e.use[0] == AxisUse::kFeature || e.use[1] == AxisUse::kFeature;
     if (!e.partial() && !featureSplit && fits(e, m_c.embedding.input, ms.samples, *ms.mesh)) entries.push_back(e);
   }
+  return entries;
+}
+
+std::vector<Solution> Search::solve(const MeshSolvers& ms, const SolveWeights& weights, const std::string& recompute,
+                                    bool megatron) {
+  const std::vector<Layout> entries = entryLayouts(ms);
   // Per class, per entry: the best plan whose exit converts back to the entry.
   std::map<int, Solution> byEntry;
   for (const Layout e : entries) byEntry[e.index()].layers.resize(m_c.classes.size());
@@ -147,18 +155,18 @@ std::vector<Solution> Search::solve(const MeshSolvers& ms, const SolveWeights& w
   return out;
 }
 
-bool Search::consider(const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches, Best& best,
-                      Best& leanest, double* fastest) {
+bool Search::consider(const MeshSolvers& ms, const Solution& sol, const Combo& k, Best& best, Best& leanest, double* fastest) {
   bool fit = false;
+  const std::int64_t pp = k.pp, microBatches = k.microBatches, r = k.replicas;
   const auto& wanted = m_onlyChunks.empty() ? m_c.options.virtualStages : m_onlyChunks;
   for (const std::int64_t vpp : chunkCounts(wanted, m_c.numLayers, pp, microBatches)) {
     // Without offload first: when that fits, offloading only adds transfers.
     ++m_candidates;
     const Assembly plain = assemble(m_c, ms, sol, pp, microBatches, 0.0, 0.0, vpp);
     if (fastest) *fastest = std::min(*fastest, plain.step);
-    if (plain.memory < leanest.assembly.memory) leanest = {plain, &ms, sol, pp, microBatches, vpp};
+    if (plain.memory < leanest.assembly.memory) leanest = {plain, &ms, sol, pp, microBatches, vpp, r};
     if (plain.memory <= m_c.budget) {
-      if (plain.step < best.assembly.step) best = {plain, &ms, sol, pp, microBatches, vpp};
+      if (plain.step < best.assembly.step) best = {plain, &ms, sol, pp, microBatches, vpp, r};
       fit = true;
       continue;
     }
@@ -169,14 +177,34 @@ bool Search::consider(const MeshSolvers& ms, const Solution& sol, std::int64_t p
         if (alpha == 0 && beta == 0) continue;
         ++m_candidates;
         const Assembly a = assemble(m_c, ms, sol, pp, microBatches, alpha, beta, vpp);
-        if (a.memory < leanest.assembly.memory) leanest = {a, &ms, sol, pp, microBatches, vpp};
+        if (a.memory < leanest.assembly.memory) leanest = {a, &ms, sol, pp, microBatches, vpp, r};
         if (a.memory > m_c.budget) continue;
         fit = true;
-        if (a.step < best.assembly.step) best = {a, &ms, sol, pp, microBatches, vpp};
+        if (a.step < best.assembly.step) best = {a, &ms, sol, pp, microBatches, vpp, r};
       }
     }
   }
   return fit;
+}
+
+// Replicas tried by default (docs/autoparallel.md, "Replicas"): on a cluster of at least
+// kReplicaClusterNodes nodes, each stage split into replicas of meshes of 2 to kMaxReplicaNodes whole
+// nodes. The third axis pays where a mesh's two axes split the model (tensor and sequence or expert
+// parallelism) and data parallelism remains, which is the large clusters; on smaller ones its solves
+// only cost time.
+constexpr std::int64_t kReplicaClusterNodes = 32;
+constexpr std::int64_t kMaxReplicaNodes = 8;
+
+std::vector<std::int64_t> Search::replicaCounts(std::int64_t pp) const {
+  if (!m_c.options.replicas.empty()) return m_c.options.replicas;
+  const std::int64_t gpus = m_c.cluster->totalGpus() / pp;
+  const std::int64_t node = std::max<std::int64_t>(1, m_c.cluster->gpusPerNode);
+  std::vector<std::int64_t> out{1};
+  if (m_c.cluster->totalGpus() < kReplicaClusterNodes * node) return out;
+  for (std::int64_t r = 2; gpus % r == 0 && gpus / r >= 2 * node && (gpus / r) % node == 0; r *= 2) {
+    if (gpus / r <= kMaxReplicaNodes * node) out.push_back(r);
+  }
+  return out;
 }
 
 std::vector<Search::Combo> Search::combos() const {
@@ -190,21 +218,28 @@ std::vector<Search::Combo> Search::combos() const {
   }
   std::vector<Combo> out;
   for (const auto pp : degrees) {
-    const std::int64_t gpus = total / pp;
-    for (auto& shape : o.meshes.empty() ? meshShapes(*m_c.cluster, gpus) : o.meshes) {
-      std::int64_t size = 1;
-      for (const auto x : shape) size *= x;
-      if (size != gpus) continue;
-      for (const auto samples : microBatchSizes(o.globalBatchSize, gpus, pp, m_c.seqLen)) {
-        const std::int64_t microBatches = o.globalBatchSize / samples;
-        // No plan of this layout beats its GEMMs at the large-GEMM rate with the smallest bubble its
-        // chunk counts allow.
-        const auto chunks = chunkCounts(o.virtualStages, m_c.numLayers, pp, microBatches);
-        if (chunks.empty()) continue;
-        const double most = static_cast<double>(*std::max_element(chunks.begin(), chunks.end()));
-        const double bound = (static_cast<double>(microBatches) + static_cast<double>(pp - 1) / most) * m_c.flopsPerSample *
-                             static_cast<double>(samples) / static_cast<double>(pp * gpus) / m_c.peakRate;
-        out.push_back({pp, shape, samples, microBatches, bound});
+    for (const auto r : replicaCounts(pp)) {
+      if (r < 1 || (total / pp) % r != 0 || o.globalBatchSize % r != 0) continue;
+      const std::int64_t gpus = total / (pp * r);  // one replica's mesh
+      const std::int64_t batch = o.globalBatchSize / r;
+      for (auto& shape : o.meshes.empty() ? meshShapes(*m_c.cluster, gpus) : o.meshes) {
+        std::int64_t size = 1;
+        for (const auto x : shape) size *= x;
+        if (size != gpus) continue;
+        // Replicas of a 1-D mesh are a 2-D mesh with a data-parallel axis, which the meshes already hold;
+        // by default a replica's mesh has a whole node on its inner axis.
+        if (r > 1 && o.replicas.empty() && (shape.size() < 2 || shape[1] != m_c.cluster->gpusPerNode)) continue;
+        for (const auto samples : microBatchSizes(batch, gpus, pp, m_c.seqLen)) {
+          const std::int64_t microBatches = batch / samples;
+          // No plan of this layout beats its GEMMs at the large-GEMM rate with the smallest bubble its
+          // chunk counts allow.
+          const auto chunks = chunkCounts(o.virtualStages, m_c.numLayers, pp, microBatches);
+          if (chunks.empty()) continue;
+          const double most = static_cast<double>(*std::max_element(chunks.begin(), chunks.end()));
+          const double bound = (static_cast<double>(microBatches) + static_cast<double>(pp - 1) / most) * m_c.flopsPerSample *
+                               static_cast<double>(samples) / static_cast<double>(pp * gpus) / m_c.peakRate;
+          out.push_back({pp, shape, samples, microBatches, bound, r});
+        }
       }
     }
   }
@@ -250,7 +285,7 @@ bool Search::probeJoint(const Combo& k, MeshSolvers& ms, double lambda, Best& mi
   w.lambda = lambda;
   bool fit = false;
   for (const auto& sol : solve(ms, w, "per operator", false)) {
-    fit = consider(ms, sol, k.pp, k.microBatches, mine, m_jointLean, fastest) || fit;
+    fit = consider(ms, sol, k, mine, m_jointLean, fastest) || fit;
   }
   if (mine.solvers && mine.assembly.step < m_joint.assembly.step) m_joint = mine;
   return fit;
@@ -262,7 +297,7 @@ void Search::refineBest() {
   std::sort(m_brackets.begin(), m_brackets.end(), [](const Bracket& a, const Bracket& b) { return a.step < b.step; });
   for (std::size_t i = 0; i < m_brackets.size() && i < 3; ++i) {
     Bracket& br = m_brackets[i];
-    MeshSolvers& ms = solversFor(br.combo.shape, br.combo.samples);
+    MeshSolvers& ms = solversFor(br.combo.shape, br.combo.samples, br.combo.replicas);
     Best mine;
     for (int step = 0; step < 4; ++step) {
       const double mid = std::sqrt(br.fails * br.fits);
@@ -318,12 +353,12 @@ void Search::solveMegatron(const Combo& k, MeshSolvers& ms) {
       sol.weights.allow = nullptr;
       sol.megatron = true;
       sol.recompute = mode == RecomputeMode::kNone ? "none" : mode == RecomputeMode::kSelective ? "selective" : "full";
-      consider(ms, sol, k.pp, k.microBatches, m_megatron, m_megatronLean);
+      consider(ms, sol, k, m_megatron, m_megatronLean);
       // Megatron's split is a point of the joint space: the joint solve is never worse than it.
       if (m_c.options.seedWithMegatron) {
         Solution asJoint = sol;
         asJoint.megatron = false;
-        consider(ms, asJoint, k.pp, k.microBatches, m_joint, m_jointLean);
+        consider(ms, asJoint, k, m_joint, m_jointLean);
       }
     }
   }
@@ -349,21 +384,24 @@ Result<AutoParallelResult> Search::run() {
                                 (o.virtualStages.empty() ? "" : " in chunks that divide the " + std::to_string(m_c.numLayers) +
                                                                    " layers (with micro-batches in groups of the stages)")));
   }
-  // (pp, mesh) -> the least micro-batch that does not fit at any price: larger ones need more memory.
-  std::map<std::pair<std::int64_t, std::vector<std::int64_t>>, std::int64_t> tooLarge;
+  // (pp, replicas, mesh) -> the least micro-batch that does not fit at any price: larger ones need more memory.
+  std::map<std::tuple<std::int64_t, std::int64_t, std::vector<std::int64_t>>, std::int64_t> tooLarge;
   for (std::size_t i = 0; i < work.size(); ++i) {
     const Combo& k = work[i];
     if (o.cancel && o.cancel->cancelled()) break;
     if (o.progress && i % 8 == 0) {
       o.progress->progress(static_cast<double>(i) / static_cast<double>(work.size()),
-                           std::to_string(k.pp) + " stages x mesh " + DeviceMesh{k.shape, nullptr, {}}.toString());
+                           std::to_string(k.pp) + " stages x mesh " + DeviceMesh{k.shape, nullptr, {}}.toString() +
+                               (k.replicas > 1 ? " x " + std::to_string(k.replicas) + " replicas" : ""));
     }
     const bool jointCanWin = k.bound < m_joint.assembly.step;
-    const bool megatronCanWin = k.bound < m_megatron.assembly.step;
+    // Megatron's split on replicas is its split on the wider mesh with more data parallelism: the search
+    // solves it on the meshes alone, unless the replicas were asked for.
+    const bool megatronCanWin = (k.replicas == 1 || !o.replicas.empty()) && k.bound < m_megatron.assembly.step;
     if (!jointCanWin && !megatronCanWin) continue;
-    const auto key = std::make_pair(k.pp, k.shape);
+    const auto key = std::make_tuple(k.pp, k.replicas, k.shape);
     if (const auto it = tooLarge.find(key); it != tooLarge.end() && k.samples >= it->second) continue;
-    MeshSolvers& ms = solversFor(k.shape, k.samples);
+    MeshSolvers& ms = solversFor(k.shape, k.samples, k.replicas);
     if (jointCanWin && !solveJoint(k, ms)) {
       auto& limit = tooLarge.try_emplace(key, k.samples).first->second;
       limit = std::min(limit, k.samples);
@@ -379,7 +417,9 @@ Result<AutoParallelResult> Search::run() {
     msg << "no operator-level plan fits " << formatBytes(m_c.budget) << " per GPU";
     if (m_jointLean.solvers) {
       msg << "; the leanest needs " << formatBytes(m_jointLean.assembly.memory) << " (" << m_jointLean.pp << " stages of mesh "
-          << m_jointLean.solvers->mesh->toString() << ", " << m_jointLean.solvers->samples << " samples per micro-batch)";
+          << m_jointLean.solvers->mesh->toString()
+          << (m_jointLean.replicas > 1 ? " x " + std::to_string(m_jointLean.replicas) + " replicas" : "") << ", "
+          << m_jointLean.solvers->samples << " samples per micro-batch)";
     }
     return fail(Error{ErrorCode::kInfeasible, {}, {}, msg.str()});
   }
@@ -415,6 +455,7 @@ OperatorPlan Search::report(const Best& best, const std::string& method) const {
   OperatorPlan p;
   p.method = method;
   p.mesh = best.solvers->mesh->toString();
+  p.replicas = best.replicas;
   p.pipelineStages = best.pp;
   p.virtualStages = best.vpp;
   p.microBatchSize = best.solvers->samples;
@@ -445,8 +486,8 @@ OperatorPlan Search::report(const Best& best, const std::string& method) const {
                       a.alpha * best.solution.layers[k].activationBytes});
   }
   blocks.push_back({best.solvers->head.get(), best.solution.head, "head", 1, 0});
-  p.blocks = assignments(blocks, *best.solvers->mesh, best.solution.weights);
-  const Equivalent eq = expressAs(blocks, *best.solvers->mesh, best.pp, a.alpha);
+  p.blocks = assignments(blocks, *best.solvers->mesh, best.solution.weights, best.replicas);
+  const Equivalent eq = expressAs(blocks, *best.solvers->mesh, best.pp, a.alpha, best.replicas);
   p.runnable = eq.runnable;
   p.expressedAs = eq.text;
   p.tp = eq.tp;
@@ -487,6 +528,7 @@ Result<Context> makeContext(const Model& model, const ClusterSpec& cluster, cons
   c.budget = options.memoryBudgetBytes > 0 ? options.memoryBudgetBytes : options.maxMemoryFraction * cluster.gpu.memoryBytes;
   c.stepBytesPerParam = costmodel::optimizerStepBytes(options.precision);
   c.gradBufferBytes = options.precision == DType::kFp16 ? 2.0 : 4.0;  // as the evaluator's Megatron buffer
+  c.gradientBytes = 2.0;  // as the mesh's own reductions move them (CostContext::dtypeBytes)
   for (std::size_t id = 0; id < graph->size(); ++id) {
     const Op& op = graph->op(id);
     if (op.isGemm()) c.flopsPerSample += op.flopsFwd + op.flopsBwd;

@@ -54,12 +54,14 @@ std::vector<std::int64_t> chunkCounts(const std::vector<std::int64_t>& wanted, s
 
 Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches,
                   double alpha, double beta, std::int64_t vpp) {
+  const std::int64_t replicas = ms.replicas;
   Assembly a;
   a.alpha = alpha;
   a.beta = beta;
   const double P = static_cast<double>(pp);
   const double M = static_cast<double>(microBatches);
   const double V = static_cast<double>(std::max<std::int64_t>(1, vpp));
+  const double R = static_cast<double>(std::max<std::int64_t>(1, replicas));
   const auto& dev = c.device;
   const double pcie = c.cluster->pcieBytesPerSecond > 0 ? c.cluster->pcieBytesPerSecond : 16e9;
   Figures layers;  // one stage's layers, per micro-batch
@@ -87,7 +89,8 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   const double embSeconds = emb.seconds + sol.embeddingConversion;
   // Stage figures: the first stage holds the embedding, the last the head (one stage: both).
   struct Stage {
-    double seconds, compute, comm, recompute, activation, headActivation, state, optimizerParams, params, sync[3], copies;
+    double seconds, compute, comm, recompute, activation, headActivation, state, optimizerParams, optimizerSaved, params, sync[3],
+        copies;
   };
   // Micro-batches whose activations stage i holds at its peak: 1F1B keeps pp - i; the interleaved
   // schedule's warm-up keeps 2(pp - i - 1) + (v - 1)pp + 1 chunk-micro-batches of 1/v of the stage's
@@ -105,7 +108,10 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     s.activation = layers.activation - offloaded + (first ? emb.activation : 0) + (last ? head.activation : 0);
     s.headActivation = last ? head.activation : 0;  // held for one micro-batch: its backward follows its forward
     s.state = layers.state + (first ? emb.state : 0) + (last ? head.state : 0);
-    s.optimizerParams = layers.optimizerParams + (first ? emb.optimizerParams : 0) + (last ? head.optimizerParams : 0);
+    // The replicas split the optimizer states once more (Megatron's distributed optimizer over the whole
+    // data-parallel group; with weights sharded in the mesh, Megatron-FSDP's outer "optim" sharding).
+    s.optimizerParams = (layers.optimizerParams + (first ? emb.optimizerParams : 0) + (last ? head.optimizerParams : 0)) / R;
+    s.optimizerSaved = (R - 1.0) * s.optimizerParams;
     s.params = layers.params + (first ? emb.params : 0) + (last ? head.params : 0);
     for (int j = 0; j < 3; ++j) s.sync[j] = layers.sync[j] + (first ? emb.sync[j] : 0) + (last ? head.sync[j] : 0);
     s.copies = inFlight(first ? 0.0 : P - 1.0);
@@ -116,18 +122,21 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   // Activations and their gradients between stages.
   double hop = 0;
   if (pp > 1) {
-    // (A MeshSolvers belongs to one Search, whose context is fixed: pp is all the hop still depends on.)
-    if (const auto memo = ms.hopSeconds.find(pp); memo != ms.hopSeconds.end()) {
+    // (A MeshSolvers belongs to one Search, whose context is fixed: pp and the replicas are all the hop
+    // still depends on.)
+    const std::int64_t hopKey = pp * 1048576 + replicas;
+    if (const auto memo = ms.hopSeconds.find(hopKey); memo != ms.hopSeconds.end()) {
       hop = memo->second;
     } else {
       Parallelism par;
       par.tp = ms.mesh->size();
+      par.dp = replicas;
       par.pp = pp;
       const auto group = costmodel::placeGroup(*c.cluster, par, costmodel::Dim::kPp);
       const double bytes = static_cast<double>(ms.samples) * static_cast<double>(c.seqLen * c.hidden) * 2.0 /
                            static_cast<double>(ms.mesh->size());
       hop = 2.0 * costmodel::collectiveSeconds(costmodel::Collective::kSendRecv, bytes, group);
-      ms.hopSeconds.emplace(pp, hop);
+      ms.hopSeconds.emplace(hopKey, hop);
     }
   }
   // A micro-batch crosses a stage boundary once per chunk; the bubble is pp - 1 chunks' time.
@@ -148,9 +157,11 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const Stage& s = stages[i];
     auto& memo = ms.lastSync[i];
-    if (memo.bytes != std::array<double, 3>{s.sync[0], s.sync[1], s.sync[2]}) {
-      memo.bytes = {s.sync[0], s.sync[1], s.sync[2]};
-      memo.seconds = gradientSyncSeconds(*ms.mesh, s.sync);
+    const double held = s.params * c.gradientBytes;  // at the width the mesh's reductions use
+    const std::array<double, 5> key{s.sync[0], s.sync[1], s.sync[2], replicas > 1 ? held : 0.0, static_cast<double>(replicas)};
+    if (memo.key != key) {
+      memo.key = key;
+      memo.seconds = gradientSyncSeconds(*ms.mesh, s.sync, replicas, held);
     }
     const double C = memo.seconds;
     const double cover = 0.9 * (s.seconds * 2.0 / 3.0);
@@ -159,7 +170,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     // The step over the optimizer shard, whose zeroing is the buffer's; the gradient buffer of every held
     // parameter zeroed each step and, when any axis reduces gradients, scaled before it (the evaluator's
     // Megatron buffer, docs/costmodel.md).
-    const bool reduced = s.sync[0] + s.sync[1] + s.sync[2] > 0;
+    const bool reduced = s.sync[0] + s.sync[1] + s.sync[2] > 0 || replicas > 1;
     const double buffer = s.params * c.gradBufferBytes * (reduced ? 3.0 : 1.0);
     const double onDevice = (s.optimizerParams * (1.0 - beta) * (c.stepBytesPerParam - c.gradBufferBytes) + buffer) /
                             dev.memoryBytesPerSecond;
@@ -170,7 +181,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
       a.sync = exposed;
       a.optimizer = onDevice + hostStep;
     }
-    const double state = s.state - beta * s.optimizerParams * 12.0;
+    const double state = s.state - s.optimizerSaved * 12.0 - beta * s.optimizerParams * 12.0;
     const double acts = s.copies * (s.activation - s.headActivation) + std::min(s.copies, 1.0) * s.headActivation;
     // The caching allocator's fragmentation allowance on activations, as the evaluator counts it.
     double total = state + 1.08 * acts + dev.contextBytes;

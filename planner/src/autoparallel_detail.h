@@ -41,9 +41,10 @@ struct SolvedBlock {
   double offloadedBytes = 0;
 };
 
-/// The per-operator tables of a plan's blocks.
+/// The per-operator tables of a plan's blocks (`replicas`: data-parallel copies of the mesh, which split
+/// the optimizer states once more).
 [[nodiscard]] std::vector<BlockAssignment> assignments(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh,
-                                                       const SolveWeights& weights);
+                                                       const SolveWeights& weights, std::int64_t replicas = 1);
 
 /// The degree-level plan a solved plan equals, or why it has none.
 struct Equivalent {
@@ -54,8 +55,9 @@ struct Equivalent {
   int zeroStage = 1;  // 3 when the data-parallel axis shards the weights
   std::string recompute = "none";
 };
+/// `replicas`: data-parallel copies of the mesh (their count multiplies the data-parallel degree).
 [[nodiscard]] Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh, std::int64_t pp,
-                                   double activationOffload);
+                                   double activationOffload, std::int64_t replicas = 1);
 
 /// A role's stored name (none, batch, seq, out, in, expert, inner) and back (false when unknown).
 [[nodiscard]] std::string roleName(Role role);

@@ -15,7 +15,7 @@ namespace {
 // A stored operator plan, read and checked against the model and cluster.
 struct Stored {
   std::vector<std::int64_t> shape;
-  std::int64_t pp = 1, vpp = 1, samples = 1;
+  std::int64_t pp = 1, vpp = 1, samples = 1, replicas = 1;
   double price = 0, alpha = 0, beta = 0;
   Layout entry;
   std::map<const Block*, std::vector<std::pair<std::array<Role, 2>, int>>> units;  // roles and recompute per unit
@@ -48,12 +48,19 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
   const auto price = number("memory_price");
   const auto alpha = number("activation_offload_fraction");
   const auto beta = number("optimizer_offload_fraction");
-  if (!pp || c.cluster->totalGpus() != *pp * mesh->size()) {
-    return bad("/pipeline_stages", "stages x the mesh's GPUs must be the cluster's " + std::to_string(c.cluster->totalGpus()));
+  // Files written before replicas were solved have none: one.
+  const auto replicas = stored.contains("replicas") ? count("replicas") : std::optional<std::int64_t>(1);
+  if (!replicas) return bad("/replicas", "must be a whole number of data-parallel copies of the mesh, 1 or more");
+  if (c.options.globalBatchSize % *replicas != 0) {
+    return bad("/replicas", std::to_string(*replicas) + " replicas do not divide the global batch " + std::to_string(c.options.globalBatchSize));
   }
-  if (!samples || c.options.globalBatchSize % *samples != 0) {
-    return bad("/micro_batch_size", "must divide the global batch " + std::to_string(c.options.globalBatchSize));
+  if (!pp || c.cluster->totalGpus() != *pp * *replicas * mesh->size()) {
+    return bad("/pipeline_stages", "stages x replicas x the mesh's GPUs must be the cluster's " + std::to_string(c.cluster->totalGpus()));
   }
+  if (!samples || (c.options.globalBatchSize / *replicas) % *samples != 0) {
+    return bad("/micro_batch_size", "must divide each replica's batch " + std::to_string(c.options.globalBatchSize / *replicas));
+  }
+  out.replicas = *replicas;
   if (!price || *price < 0) return bad("/memory_price", "missing or negative");
   if (!alpha || *alpha < 0 || *alpha > 1) return bad("/activation_offload_fraction", "must be in [0, 1]");
   if (!beta || *beta < 0 || *beta > 1) return bad("/optimizer_offload_fraction", "must be in [0, 1]");
@@ -61,7 +68,7 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
   out.samples = *samples;
   // Files written before interleaving was solved have no virtual_stages: 1F1B.
   const auto vpp = stored.contains("virtual_stages") ? count("virtual_stages") : std::optional<std::int64_t>(1);
-  const std::int64_t microBatches = c.options.globalBatchSize / out.samples;
+  const std::int64_t microBatches = c.options.globalBatchSize / (out.replicas * out.samples);
   if (!vpp || chunkCounts({*vpp}, c.numLayers, out.pp, microBatches).empty()) {
     return bad("/virtual_stages", "must be 1, or chunks per stage that divide the " + std::to_string(c.numLayers) + " layers over " +
                                       std::to_string(out.pp) + " stages with micro-batches (" + std::to_string(microBatches) +
@@ -119,8 +126,8 @@ Result<OperatorPlan> Search::reproduce(const Json& json, const std::string& file
   auto stored = readStored(json, file, m_c);
   if (!stored) return fail(stored.error());
   const Stored& st = *stored;
-  MeshSolvers& ms = solversFor(st.shape, st.samples);
-  const std::int64_t microBatches = m_c.options.globalBatchSize / st.samples;
+  MeshSolvers& ms = solversFor(st.shape, st.samples, st.replicas);
+  const std::int64_t microBatches = m_c.options.globalBatchSize / (st.replicas * st.samples);
   SolveWeights w;
   w.lambda = st.price;
   w.activationCopies = static_cast<double>(std::min(st.pp, microBatches));
@@ -137,6 +144,7 @@ Result<OperatorPlan> Search::reproduce(const Json& json, const std::string& file
   best.solution = *solution;
   best.pp = st.pp;
   best.vpp = st.vpp;
+  best.replicas = st.replicas;
   best.microBatches = microBatches;
   return report(best, st.method);
 }
@@ -268,7 +276,9 @@ Result<Plan> operatorPlanFile(const Model& model, const ClusterSpec& cluster, co
   p.parallel.virtualStages = degrees.virtualStages;
   p.schedule = degrees.virtualStages > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;
   p.parallel.sequenceParallel = degrees.sequenceParallel && degrees.tp > 1;
-  p.microBatchSize = std::max<std::int64_t>(1, degrees.microBatchSize / std::max<std::int64_t>(1, degrees.dp));
+  // Samples per micro-batch over one replica's mesh, over that mesh's share of the data-parallel ranks.
+  const std::int64_t meshDp = std::max<std::int64_t>(1, degrees.dp / std::max<std::int64_t>(1, degrees.replicas));
+  p.microBatchSize = std::max<std::int64_t>(1, degrees.microBatchSize / meshDp);
   p.globalBatchSize = options.globalBatchSize;
   p.seqLen = options.seqLen > 0 ? options.seqLen : model.defaultSeqLen();
   p.precision = options.precision;

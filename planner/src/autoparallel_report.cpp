@@ -79,7 +79,8 @@ bool megatronAllows(const MegatronRule& rule, const Unit& unit, const Strategy& 
 }
 
 std::vector<BlockAssignment> assignments(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh,
-                                         const SolveWeights& weights) {
+                                         const SolveWeights& weights, std::int64_t replicas) {
+  const double r = static_cast<double>(std::max<std::int64_t>(1, replicas));
   std::vector<BlockAssignment> out;
   const int axes = mesh.axes();
   for (const auto& sb : blocks) {
@@ -127,7 +128,7 @@ std::vector<BlockAssignment> assignments(const std::vector<SolvedBlock>& blocks,
       ua.collectives = comm.empty() ? "-" : comm;
       ua.seconds = seconds;
       ua.activationBytes = activation;
-      ua.stateBytes = s.stateParams * (weights.stateBytesPerParam + weights.optimizerBytesPerParam / s.optimizerShard);
+      ua.stateBytes = s.stateParams * (weights.stateBytesPerParam + weights.optimizerBytesPerParam / (s.optimizerShard * r));
       const bool before = std::find(choice.keepBeforeConversion.begin(), choice.keepBeforeConversion.end(), true) !=
                           choice.keepBeforeConversion.end();
       ua.activation = choice.recompute ? (activation > 0 ? "recomputed (inputs kept)" : "recomputed")
@@ -156,7 +157,8 @@ std::vector<BlockAssignment> assignments(const std::vector<SolvedBlock>& blocks,
   return out;
 }
 
-Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh, std::int64_t pp, double activationOffload) {
+Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh, std::int64_t pp, double activationOffload,
+                     std::int64_t replicas) {
   Equivalent eq;
   auto only = [&eq](std::string why) {
     eq.text = std::move(why);
@@ -221,8 +223,12 @@ Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& m
     if (policy != "none") recompute = policy;
   }
   if (activationOffload > 0) return only("simulation-only: activations offloaded to host memory");
+  if (matched->fsdp && replicas > 1) {
+    return only("simulation-only: weights sharded inside each replica and reduced across " + std::to_string(replicas) +
+                " replicas (hybrid sharding), where colo-run's ZeRO-3 shards over every data-parallel rank");
+  }
   eq.tp = matched->tpAxis >= 0 ? mesh.axisSize(matched->tpAxis) : 1;
-  eq.dp = matched->dpAxis == 2 ? mesh.size() : matched->dpAxis >= 0 ? mesh.axisSize(matched->dpAxis) : 1;
+  eq.dp = (matched->dpAxis == 2 ? mesh.size() : matched->dpAxis >= 0 ? mesh.axisSize(matched->dpAxis) : 1) * std::max<std::int64_t>(1, replicas);
   eq.sequenceParallel = matched->sequenceParallel;
   eq.zeroStage = matched->fsdp ? 3 : 1;
   eq.recompute = recompute;
@@ -253,6 +259,7 @@ Json OperatorPlan::toJson() const {
   for (const auto& x : blocks) b.push_back(x.toJson());
   return {{"method", method},
           {"mesh", mesh},
+          {"replicas", replicas},
           {"pipeline_stages", pipelineStages},
           {"virtual_stages", virtualStages},
           {"micro_batch_size", microBatchSize},
@@ -275,6 +282,12 @@ Json OperatorPlan::toJson() const {
           {"memory_price", memoryPrice},
           {"interface", {{"index", interfaceIndex}, {"layout", interfaceLayout}}},
           {"blocks", b}};
+}
+
+std::string OperatorPlan::layoutText() const {
+  return std::to_string(pipelineStages) + (pipelineStages == 1 ? " stage" : " stages") + " x mesh " + mesh +
+         (replicas > 1 ? " x " + std::to_string(replicas) + " replicas" : "") +
+         (virtualStages > 1 ? ", " + std::to_string(virtualStages) + " chunks each (interleaved)" : "");
 }
 
 Json AutoParallelResult::toJson() const {

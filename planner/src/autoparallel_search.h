@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "autoparallel_detail.h"
@@ -19,19 +20,20 @@ namespace colo::planner::detail {
 
 inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Everything solved for one stage mesh and micro-batch.
+// Everything solved for one stage mesh, micro-batch and number of replicas of the mesh.
 struct MeshSolvers {
   std::unique_ptr<DeviceMesh> mesh;
   std::unique_ptr<LayoutConverter> converter;
   std::vector<std::unique_ptr<BlockSolver>> layers;  // per layer class
   std::unique_ptr<BlockSolver> embedding, head;
   std::int64_t samples = 1;
+  std::int64_t replicas = 1;
   // Memos of what assembling a step asks again for every chunk count and offload fraction of the same
   // solution: the activation hop between stages per pipeline degree, and the last gradient reductions
   // costed (one per stage kind). A MeshSolvers belongs to one Search, run on one thread.
   mutable std::map<std::int64_t, double> hopSeconds;
   struct SyncMemo {
-    std::array<double, 3> bytes{-1.0, -1.0, -1.0};
+    std::array<double, 5> key{-1.0, -1.0, -1.0, -1.0, -1.0};  // bytes over each axis, held bytes, replicas
     double seconds = 0;
   };
   mutable std::array<SyncMemo, 2> lastSync;
@@ -55,6 +57,7 @@ struct Context {
   std::int64_t seqLen = 0, hidden = 0, numLayers = 0;
   double budget = 0;
   double stepBytesPerParam = 0;  // optimizer step HBM traffic per parameter
+  double gradientBytes = 2;      // a gradient element as the reductions move it (the training precision's width)
   double gradBufferBytes = 0;    // the main-gradient buffer's bytes per held parameter, zeroed and scaled each step
   double flopsPerSample = 0;     // GEMM FLOPs of one sample, forward and backward
   double peakRate = 0;           // FLOP/s a large GEMM reaches
@@ -72,8 +75,9 @@ struct Assembly {
 };
 
 /// The step of `solution` with `pp` stages of `vpp` model chunks each (1: 1F1B, more: Megatron's
-/// interleaved 1F1B) and `microBatches`, offloading `alpha` of each layer's kept activations and `beta`
-/// of the optimizer states (docs/autoparallel.md, "Assembly").
+/// interleaved 1F1B) and `microBatches` per replica (`ms.replicas` data-parallel copies of the mesh in
+/// each stage), offloading `alpha` of each layer's kept activations and `beta` of the optimizer states
+/// (docs/autoparallel.md, "Assembly" and "Replicas").
 [[nodiscard]] Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp,
                                 std::int64_t microBatches, double alpha, double beta, std::int64_t vpp = 1);
 /// The chunks per stage worth trying for `pp` stages and `microBatches`: `wanted` (empty:
@@ -103,23 +107,27 @@ class Search {
     Assembly assembly;
     const MeshSolvers* solvers = nullptr;
     Solution solution;
-    std::int64_t pp = 1, microBatches = 1, vpp = 1;
+    std::int64_t pp = 1, microBatches = 1, vpp = 1, replicas = 1;
   };
   struct Combo {
     std::int64_t pp = 1;
     std::vector<std::int64_t> shape;
-    std::int64_t samples = 1, microBatches = 1;
+    std::int64_t samples = 1, microBatches = 1;  // micro-batches per replica
     double bound = 0;  // seconds no plan of this combination beats
+    std::int64_t replicas = 1;
   };
   [[nodiscard]] std::vector<Combo> combos() const;
+  /// The data-parallel replica counts tried with `pp` stages (options.replicas, or the default rule).
+  [[nodiscard]] std::vector<std::int64_t> replicaCounts(std::int64_t pp) const;
   bool solveJoint(const Combo& k, MeshSolvers& ms);
+  /// The residual stream's layouts a block may be entered in on `ms`'s mesh.
+  std::vector<Layout> entryLayouts(const MeshSolvers& ms) const;
   bool probeJoint(const Combo& k, MeshSolvers& ms, double lambda, Best& mine, double* fastest);
   void refineBest();
   void solveMegatron(const Combo& k, MeshSolvers& ms);
-  MeshSolvers& solversFor(const std::vector<std::int64_t>& shape, std::int64_t samples);
+  MeshSolvers& solversFor(const std::vector<std::int64_t>& shape, std::int64_t samples, std::int64_t replicas = 1);
   std::vector<Solution> solve(const MeshSolvers& ms, const SolveWeights& weights, const std::string& recompute, bool megatron);
-  bool consider(const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches, Best& best,
-                Best& leanest, double* fastest = nullptr);
+  bool consider(const MeshSolvers& ms, const Solution& sol, const Combo& k, Best& best, Best& leanest, double* fastest = nullptr);
   OperatorPlan report(const Best& best, const std::string& method) const;
   /// Seconds to turn a block's `exit` layout into `entry` forward and the gradient back backward.
   [[nodiscard]] double boundarySeconds(const MeshSolvers& ms, Layout exit, Layout entry, const TensorDims& dims) const;
@@ -127,7 +135,7 @@ class Search {
   void chooseEmbedding(const std::vector<BlockPlan>& plans, const MeshSolvers& ms, Layout entry, Solution& sol) const;
 
   Context m_c;
-  std::map<std::pair<std::vector<std::int64_t>, std::int64_t>, std::unique_ptr<MeshSolvers>> m_solvers;
+  std::map<std::tuple<std::vector<std::int64_t>, std::int64_t, std::int64_t>, std::unique_ptr<MeshSolvers>> m_solvers;
   std::int64_t m_blockSolves = 0, m_candidates = 0;
   std::vector<double> m_lambdas;
   const std::vector<MegatronRule>* m_onlyRules = nullptr;  // megatronAt: the one rule and mode to solve

@@ -66,7 +66,10 @@ BlockSolver::BlockSolver(const Block& block, const CostContext& context, LayoutC
     for (const auto& d : m_inputDims[u]) m_inputShare[u].push_back(total > 0 ? d.bytes(1) / total : 0.0);
     m_strategies[u] = detail::strategies(units[u], m_inputDims[u], context);
     if (m_strategies[u].empty()) throw std::logic_error("unit " + units[u].name + " has no strategy");
-    for (const auto& st : m_strategies[u]) m_syncSeconds[u].push_back(gradientSyncSeconds(*context.mesh, st.syncBytes));
+    for (const auto& st : m_strategies[u]) {
+      m_syncSeconds[u].push_back(gradientSyncSeconds(*context.mesh, st.syncBytes, context.replicas,
+                                                     st.stateParams * static_cast<double>(context.dtypeBytes)));
+    }
     const std::size_t inputs = units[u].inputs.size();
     m_convFwd[u].assign(inputs, std::vector<std::array<float, kLayouts>>(m_strategies[u].size()));
     m_convBwd[u].assign(inputs, std::vector<std::array<float, kLayouts>>(m_strategies[u].size()));
@@ -122,7 +125,32 @@ const Conversion& BlockSolver::conversion(std::size_t unit, std::size_t input, s
   return m_converter->convert(from, m_strategies[unit][s].in, m_inputDims[unit][input], m_context.samples);
 }
 
-double gradientSyncSeconds(const DeviceMesh& mesh, const double syncBytes[3]) {
+double gradientSyncSeconds(const DeviceMesh& mesh, const double syncBytes[3], std::int64_t replicas, double heldBytes) {
+  using costmodel::Collective;
+  if (replicas > 1) {
+    // Ranks `outer` copies `inner` apart (the mesh innermost, then the replicas: the pipeline stages
+    // lie beyond both and do not move these groups).
+    auto across = [&](std::int64_t inner, std::int64_t outer) {
+      Parallelism par;
+      par.tp = inner;
+      par.dp = outer;
+      return costmodel::placeGroup(*mesh.cluster, par, costmodel::Dim::kDp);
+    };
+    const std::int64_t inner = mesh.axes() > 1 ? mesh.axisSize(1) : 1;
+    const auto outerAndReplicas = across(inner, mesh.axisSize(0) * replicas);
+    const auto replicasOnly = across(mesh.size(), replicas);
+    auto viaInner = [&](double bytes, const costmodel::GroupPlacement& shardGroup) {
+      if (bytes <= 0 || mesh.axes() < 2) return 0.0;
+      const auto g = mesh.group(1);
+      return costmodel::collectiveSeconds(Collective::kReduceScatter, bytes, g) +
+             costmodel::collectiveSeconds(Collective::kAllReduce, bytes / static_cast<double>(inner), shardGroup) +
+             costmodel::collectiveSeconds(Collective::kAllGather, bytes, g);
+    };
+    const double unreduced = std::max(0.0, heldBytes - syncBytes[0] - syncBytes[1] - syncBytes[2]);
+    return costmodel::collectiveSeconds(Collective::kAllReduce, syncBytes[0], outerAndReplicas) +
+           viaInner(syncBytes[1], replicasOnly) + viaInner(syncBytes[2], outerAndReplicas) +
+           costmodel::collectiveSeconds(Collective::kAllReduce, unreduced, replicasOnly);
+  }
   double t = 0;
   for (int a = 0; a < mesh.axes(); ++a) {
     t += costmodel::collectiveSeconds(costmodel::Collective::kAllReduce, syncBytes[a], mesh.group(a));
@@ -135,6 +163,18 @@ double gradientSyncSeconds(const DeviceMesh& mesh, const double syncBytes[3]) {
          costmodel::collectiveSeconds(costmodel::Collective::kAllGather, syncBytes[2], mesh.group(1));
   }
   return t;
+}
+
+// Step tables kept between solves on one thread, so that the next solve's tables reuse their memory.
+std::vector<StateMap<Entry>>& spareSteps() {
+  thread_local std::vector<StateMap<Entry>> spare;
+  return spare;
+}
+std::vector<StateMap<Entry>> takeSpareSteps() { return std::move(spareSteps()); }
+void giveBackSteps(std::vector<StateMap<Entry>>&& steps) {
+  for (auto& s : steps) s.reset();
+  auto& spare = spareSteps();
+  if (steps.size() > spare.size()) spare = std::move(steps);
 }
 
 // The dynamic programme of one solve. Steps are the states before each unit; at a cut (one tensor
@@ -159,8 +199,13 @@ class BlockDp {
     for (const auto& l : m_live) {
       if (l.size() > 9) throw std::logic_error("block " + m_s.m_block->name + " keeps more than 9 tensors live");
     }
+    // The step tables of earlier solves on this thread, emptied (their memory is reused).
+    m_steps = takeSpareSteps();
     m_steps.resize(m_n + 1);
   }
+  BlockDp(const BlockDp&) = delete;
+  BlockDp& operator=(const BlockDp&) = delete;
+  ~BlockDp() { giveBackSteps(std::move(m_steps)); }
 
   std::vector<BlockPlan> run(const std::vector<Layout>& entries) {
     const DeviceMesh& mesh = *m_s.m_context.mesh;
@@ -473,7 +518,8 @@ void BlockDp::advance(std::size_t u) {
   for (const auto& item : m_steps[u]) bySignature.try_emplace(signatureOf(item.first));
   const bool share = bySignature.size() * 2 <= m_steps[u].size();
   std::vector<std::pair<int, bool>> state;
-  std::vector<Option> pool;
+  thread_local std::vector<Option> pool;  // (its memory reused from step to step)
+  pool.clear();
   for (const auto& [key, entry] : m_steps[u]) {
     const std::uint64_t survivors = survivorsOf(key);
     std::pair<std::size_t, std::size_t> range;

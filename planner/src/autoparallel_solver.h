@@ -60,8 +60,12 @@ struct BlockPlan {
 };
 
 /// Seconds of one step's gradient reductions: `syncBytes` over axis 0, axis 1 and both (reduce-scatter
-/// inside the inner axis, all-reduce across the outer, all-gather back).
-[[nodiscard]] double gradientSyncSeconds(const DeviceMesh& mesh, const double syncBytes[3]);
+/// inside the inner axis, all-reduce across the outer, all-gather back). With `replicas` data-parallel
+/// copies of the mesh (placed outside it, docs/autoparallel.md "Replicas"), `heldBytes` is every gradient
+/// byte the GPU holds: the outer axis and the replicas reduce as one group, an inner-axis reduction's
+/// shard is reduced across the replicas, and what the mesh does not reduce across the replicas alone.
+[[nodiscard]] double gradientSyncSeconds(const DeviceMesh& mesh, const double syncBytes[3], std::int64_t replicas = 1,
+                                         double heldBytes = 0);
 
 class BlockSolver {
  public:

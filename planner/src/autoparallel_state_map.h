@@ -53,6 +53,14 @@ class StateMap {
     m_items.clear();
     std::fill(m_index.begin(), m_index.end(), kEmpty);
   }
+  /// Empty, with no table, keeping what both vectors have allocated (a reused map does not touch fresh
+  /// pages again: the solver runs thousands of solves with the same shape of steps).
+  void reset() {
+    m_items.clear();
+    m_index.clear();
+    m_mask = 0;
+    m_shift = 64;
+  }
   [[nodiscard]] std::size_t size() const { return m_items.size(); }
   [[nodiscard]] std::vector<Item>::const_iterator begin() const { return m_items.begin(); }
   [[nodiscard]] std::vector<Item>::const_iterator end() const { return m_items.end(); }

@@ -78,6 +78,7 @@ struct CostContext {
   std::int64_t dtypeBytes = 2;
   bool flash = true;                // fused attention; false: scores, softmax, dropout and context apart
   double mainGradBytes = 4;         // Megatron's main gradients (fp32; 16-bit under fp16)
+  std::int64_t replicas = 1;        // data-parallel copies of the mesh: its gradients are reduced across them too
 };
 
 /// Every valid strategy of `unit` for the micro-batch (a unit that splits nothing always has one).

@@ -788,6 +788,32 @@ TEST(ColoPlanAutoParallel, OutWritesAPlanThatEvaluateReproduces) {
   std::filesystem::remove(file);
 }
 
+TEST(ColoPlanAutoParallel, ReplicasCopyTheMeshAndTheFileKeepsThem) {
+  // 64 H100s as four copies of a 2x8 mesh: the layout says so, the JSON and the plan file carry the count,
+  // and evaluate --plan gives the same step. A count that does not make the cluster is named (exit 2).
+  const std::string file = (std::filesystem::temp_directory_path() / "colo-autoparallel-replicas.json").string();
+  const std::string job = "autoparallel --model llama3-8b --cluster dgx-h100-x64 --gpus 64 --gbs 64 --mesh 2x8 --replicas 4";
+  const auto text = run(job + " --solver-only");
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_NE(text.out.find("1 stage x mesh 2x8 x 4 replicas"), std::string::npos) << text.out;
+  const auto j = run(job + " --solver-only --json --out " + file);
+  ASSERT_EQ(j.exitCode, 0) << j.err;
+  const Json doc = Json::parse(j.out);
+  EXPECT_EQ(doc["joint"]["replicas"], 4);
+  EXPECT_EQ(doc["joint"]["micro_batches"].get<int>() * doc["joint"]["micro_batch_size"].get<int>() * 4, 64);
+  EXPECT_EQ(test::loadJson(file)["operator_plan"]["replicas"], 4);
+  const auto e = run("evaluate --plan " + file + " --json");
+  ASSERT_EQ(e.exitCode, 0) << e.err;
+  EXPECT_NEAR(Json::parse(e.out)["step_time_s"].get<double>(), doc["joint"]["step_time_s"].get<double>(), 1e-9);
+  std::filesystem::remove(file);
+  const auto odd = run("autoparallel --model llama3-8b --cluster dgx-h100-x64 --gpus 64 --gbs 64 --mesh 2x8 --replicas 3");
+  EXPECT_EQ(odd.exitCode, 2);
+  EXPECT_NE(odd.err.find("3 replicas"), std::string::npos) << odd.err;
+  const auto zero = run("autoparallel --model llama3-8b --cluster dgx-h100-x64 --gpus 64 --gbs 64 --replicas 0");
+  EXPECT_EQ(zero.exitCode, 2);
+  EXPECT_NE(zero.err.find("--replicas"), std::string::npos) << zero.err;
+}
+
 TEST(ColoPlanAutoParallel, BadOptionsExitTwoNamingThem) {
   const auto mesh = run("autoparallel --model tiny-gpt --cluster dgx-a100-80gb --gbs 64 --mesh 3x3");
   EXPECT_EQ(mesh.exitCode, 2);

@@ -110,8 +110,7 @@ void OperatorView::onJointFinished() {
 }
 
 void OperatorView::show(const planner::OperatorPlan& p, const QString& title) {
-  m_summary->setText(title + ": " + QString::number(p.pipelineStages) + " stage(s) x mesh " + q(p.mesh) +
-                     (p.virtualStages > 1 ? ", " + QString::number(p.virtualStages) + " chunks each (interleaved)" : QString()) + ", " +
+  m_summary->setText(title + ": " + q(p.layoutText()) + ", " +
                      QString::number(p.microBatchSize) + " samples x " + QString::number(p.microBatches) +
                      " micro-batches, step " + QString::number(p.stepSeconds, 'f', 3) + " s, peak " + q(formatBytes(p.peakMemoryBytes)) +
                      (p.fits ? "" : " (does not fit)") + ". " + q(p.expressedAs) + "." +

@@ -40,6 +40,10 @@ struct AutoParallelOptions {
   /// whose inner axis divides a node, for every pipeline degree.
   std::vector<std::vector<std::int64_t>> meshes;
   std::vector<std::int64_t> pipelineDegrees;  ///< empty: 1, 2, 4, ... while stages keep a layer
+  /// Data-parallel replicas of each stage's mesh to try (the third axis: every operator runs alike on
+  /// each replica, the replicas' gradients are reduced after the backward and the optimizer states are
+  /// split over them); empty: 1, and, for 2-D meshes of whole nodes, 2, 4, ... (docs/autoparallel.md).
+  std::vector<std::int64_t> replicas;
   /// Model chunks per pipeline stage tried (Megatron's interleaved 1F1B when > 1; empty:
   /// kDefaultChunkCounts, where the chunks divide the layers and the micro-batches divide by the stages).
   std::vector<std::int64_t> virtualStages;
@@ -87,10 +91,11 @@ struct BlockAssignment {
 struct OperatorPlan {
   std::string method;                 ///< "joint" or "megatron"
   std::string mesh;                   ///< "2x8"
+  std::int64_t replicas = 1;          ///< data-parallel copies of the mesh in each stage (the outermost axis)
   std::int64_t pipelineStages = 1;
   std::int64_t virtualStages = 1;     ///< model chunks per stage: > 1 is the interleaved 1F1B schedule
   std::int64_t microBatchSize = 1;    ///< samples per micro-batch over one stage's mesh
-  std::int64_t microBatches = 1;
+  std::int64_t microBatches = 1;      ///< per replica: the global batch is replicas x microBatches x microBatchSize
   double stepSeconds = 0;
   double peakMemoryBytes = 0;         ///< per GPU, the fullest stage
   double budgetBytes = 0;
@@ -105,6 +110,8 @@ struct OperatorPlan {
   /// Memory breakdown of the fullest stage (bytes per GPU).
   double stateBytes = 0, activationBytes = 0, contextBytes = 0;
   std::vector<BlockAssignment> blocks;
+  /// "8 stages x mesh 4x8", with " x 2 replicas" when there are several.
+  [[nodiscard]] std::string layoutText() const;
   /// The degree-level plan it equals (tp, dp, sp, pp, recompute), when colo-run can execute it.
   bool runnable = false;
   std::string expressedAs;            ///< "tp=8 dp=2 pp=1 sp, recompute none" or the reason it is simulation-only

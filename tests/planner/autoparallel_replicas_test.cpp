@@ -1,0 +1,183 @@
+// The operator-level search's third axis: data-parallel replicas of each stage's mesh
+// (docs/autoparallel.md, "Replicas").
+#include <cmath>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "colo/core/runnable.h"
+#include "colo/planner/autoparallel.h"
+#include "core/test_support.h"
+
+namespace colo::planner {
+namespace {
+
+// A plan file holding `view` (an operator plan) on `cluster` with global batch `gbs`.
+Plan storedPlan(const Plan& base, const OperatorPlan& view) {
+  Plan p = base;
+  p.operatorPlan = view.toJson();
+  return p;
+}
+
+// Megatron's split with data parallelism on the outer axis of an 8x8 mesh equals the same split on a 2x8
+// mesh copied four times: the outer axis and the replicas reduce the gradients as one group of 8 and
+// split the optimizer states over the same 8 ranks, and every GPU runs the same micro-batch. The two
+// are costed alike to rounding; the replica form says how many copies it has and runs as dp 8.
+TEST(AutoParallelReplicas, ReplicasOfADataParallelAxisEqualTheWiderMesh) {
+  Plan p;
+  p.model = test::loadModelOrFail(test::dataFile("models/gpt3-13b.json"));
+  p.cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json")), 64);
+  p.parallel.tp = 8;
+  p.parallel.dp = 8;
+  p.parallel.sequenceParallel = true;
+  p.microBatchSize = 2;
+  p.globalBatchSize = 128;
+  p.seqLen = 2048;
+  p.zeroStage = 1;
+  p.stages = uniformStages(p.model.numLayers(), 1, RecomputePolicy::kSelective);
+  auto wide = operatorView(p);
+  ASSERT_TRUE(wide) << wide.error().toString();
+  ASSERT_EQ(wide->meshShape, (std::vector<std::int64_t>{8, 8}));
+  ASSERT_EQ(wide->replicas, 1);
+
+  Plan copies = storedPlan(p, *wide);
+  copies.operatorPlan["mesh_shape"] = Json::array({2, 8});
+  copies.operatorPlan["replicas"] = 4;
+  copies.operatorPlan["micro_batch_size"] = wide->microBatchSize / 4;
+  auto narrow = evaluateOperatorPlan(copies, "copies.json");
+  ASSERT_TRUE(narrow) << narrow.error().toString();
+  EXPECT_EQ(narrow->replicas, 4);
+  EXPECT_EQ(narrow->mesh, "2x8");
+  EXPECT_EQ(narrow->microBatches, wide->microBatches);
+  EXPECT_NEAR(narrow->stepSeconds, wide->stepSeconds, 1e-9 * wide->stepSeconds);
+  EXPECT_NEAR(narrow->gradientSync, wide->gradientSync, 1e-9 * wide->gradientSync);
+  EXPECT_NEAR(narrow->stateBytes, wide->stateBytes, 1e-6 * wide->stateBytes);
+  EXPECT_NEAR(narrow->peakMemoryBytes, wide->peakMemoryBytes, 1e-6 * wide->peakMemoryBytes);
+  ASSERT_TRUE(narrow->runnable) << narrow->expressedAs;
+  EXPECT_EQ(narrow->dp, 8);
+  EXPECT_EQ(narrow->tp, 8);
+  EXPECT_NE(narrow->layoutText().find("x mesh 2x8 x 4 replicas"), std::string::npos) << narrow->layoutText();
+
+  // Without the replicas the same 2x8 mesh holds four times the optimizer states per rank it splits
+  // them over less, and reduces its gradients over 2 ranks instead of 8.
+  Plan alone = copies;
+  alone.cluster = *scaleCluster(p.cluster, 16);
+  alone.globalBatchSize = 32;
+  alone.operatorPlan["replicas"] = 1;
+  auto single = evaluateOperatorPlan(alone, "alone.json");
+  ASSERT_TRUE(single) << single.error().toString();
+  EXPECT_GT(single->stateBytes, narrow->stateBytes);
+  EXPECT_LT(single->gradientSync, narrow->gradientSync);
+}
+
+// What the mesh does not reduce (weights split over both axes) the replicas still reduce, and the
+// replicas split the optimizer states of what a GPU holds once more: a replica plan costs more gradient
+// traffic and holds less optimizer state than the same strategies on one copy of the mesh.
+TEST(AutoParallelReplicas, ReplicasReduceEveryHeldGradientAndSplitTheOptimizer) {
+  const Model model = test::loadModelOrFail(test::dataFile("models/llama3-8b.json"));
+  const ClusterSpec node2 = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 16);
+  AutoParallelOptions o;
+  o.globalBatchSize = 16;
+  o.seqLen = 4096;
+  o.meshes = {{2, 8}};
+  o.pipelineDegrees = {1};
+  o.allowOffload = false;
+  auto r = autoParallel(model, node2, o);
+  ASSERT_TRUE(r) << r.error().toString();
+  Plan base;
+  base.model = model;
+  base.cluster = node2;
+  base.globalBatchSize = 16;
+  base.seqLen = 4096;
+  Plan one = storedPlan(base, r->joint);
+  Plan four = one;
+  four.cluster = *scaleCluster(node2, 64);
+  four.globalBatchSize = 64;
+  four.operatorPlan["replicas"] = 4;
+  auto a = evaluateOperatorPlan(one, "one.json");
+  auto b = evaluateOperatorPlan(four, "four.json");
+  ASSERT_TRUE(a) << a.error().toString();
+  ASSERT_TRUE(b) << b.error().toString();
+  EXPECT_NEAR(a->compute, b->compute, 1e-9 * a->compute);  // the same micro-batches through the same operators
+  EXPECT_GT(b->gradientSync + b->optimizer, a->gradientSync);
+  EXPECT_LT(b->stateBytes, a->stateBytes);
+  // Per operator, the optimizer part of a unit's states (12 of its 18 bytes per parameter when nothing
+  // splits them) falls by the replicas: units' state bytes go from p(6 + 12/s) to p(6 + 12/(4s)).
+  ASSERT_EQ(a->blocks.size(), b->blocks.size());
+  for (std::size_t i = 0; i < a->blocks.size(); ++i) {
+    for (std::size_t u = 0; u < a->blocks[i].units.size(); ++u) {
+      const double whole = a->blocks[i].units[u].stateBytes, quarter = b->blocks[i].units[u].stateBytes;
+      if (whole == 0) continue;
+      const double params = (4.0 * quarter - whole) / 18.0;  // p from the two equations
+      ASSERT_GT(params, 0) << a->blocks[i].units[u].unit;
+      EXPECT_NEAR((whole - quarter) / (whole - 6.0 * params), 0.75, 1e-9) << a->blocks[i].units[u].unit;
+    }
+  }
+}
+
+// On a large cluster the default search tries replicas of meshes of whole nodes: Llama 3 405B on 16,384
+// H100s solves to a genuinely three-axis layout (its mesh splits sequence and features, the replicas
+// the batch) well ahead of the best plan with one mesh per stage, and its plan file round-trips.
+TEST(AutoParallelReplicas, ALargeClusterSolvesToAThreeAxisLayout) {
+  const Model model = test::loadModelOrFail(test::dataFile("models/llama3-405b.json"));
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x2048.json"));
+  AutoParallelOptions o;
+  o.globalBatchSize = 2048;
+  auto three = autoParallel(model, cluster, o);
+  ASSERT_TRUE(three) << three.error().toString();
+  AutoParallelOptions flat = o;
+  flat.replicas = {1};
+  auto two = autoParallel(model, cluster, flat);
+  ASSERT_TRUE(two) << two.error().toString();
+  const OperatorPlan& j = three->joint;
+  ASSERT_GT(j.replicas, 1) << j.layoutText();
+  EXPECT_EQ(j.pipelineStages * j.replicas * j.meshShape[0] * j.meshShape[1], cluster.totalGpus());
+  EXPECT_EQ(j.microBatches * j.microBatchSize * j.replicas, o.globalBatchSize);
+  EXPECT_LT(j.stepSeconds, 0.85 * two->joint.stepSeconds) << j.layoutText() << " vs " << two->joint.layoutText();
+  // Neither mesh axis is data-parallel in the layers: both split the model.
+  for (const auto& b : j.blocks) {
+    if (b.name.rfind("layer", 0) != 0) continue;
+    for (const auto& u : b.units) EXPECT_EQ(u.roles.find("batch"), std::string::npos) << u.unit << " " << u.roles;
+  }
+  auto file = operatorPlanFile(model, cluster, o, *three);
+  ASSERT_TRUE(file) << file.error().toString();
+  auto loaded = planFromJson(planToJson(*file), "405b.json");
+  ASSERT_TRUE(loaded) << loaded.error().toString();
+  auto again = evaluateOperatorPlan(*loaded, "405b.json");
+  ASSERT_TRUE(again) << again.error().toString();
+  EXPECT_EQ(again->replicas, j.replicas);
+  EXPECT_NEAR(again->stepSeconds, j.stepSeconds, 1e-9 * j.stepSeconds);
+  EXPECT_NEAR(again->peakMemoryBytes, j.peakMemoryBytes, 1e-9 * j.peakMemoryBytes);
+}
+
+// A stored replica count that does not fit the plan is refused by name.
+TEST(AutoParallelReplicas, AStoredReplicaCountThatDoesNotFitIsRefusedByName) {
+  Plan p;
+  p.model = test::loadModelOrFail(test::dataFile("models/gpt3-13b.json"));
+  p.cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json")), 64);
+  p.parallel.tp = 8;
+  p.parallel.dp = 8;
+  p.microBatchSize = 1;
+  p.globalBatchSize = 64;
+  p.seqLen = 2048;
+  p.zeroStage = 1;
+  p.stages = uniformStages(p.model.numLayers(), 1, RecomputePolicy::kFull);
+  auto view = operatorView(p);
+  ASSERT_TRUE(view) << view.error().toString();
+  auto refused = [&](const Json& replicas, const std::string& path) {
+    Plan q = storedPlan(p, *view);
+    q.operatorPlan["replicas"] = replicas;
+    auto r = evaluateOperatorPlan(q, "bad.json");
+    ASSERT_FALSE(r) << replicas.dump();
+    EXPECT_EQ(r.error().code, ErrorCode::kBadInput);
+    EXPECT_EQ(r.error().file, "bad.json");
+    EXPECT_EQ(r.error().path, path) << r.error().message;
+  };
+  refused(0, "/operator_plan/replicas");
+  refused(2.5, "/operator_plan/replicas");
+  refused("four", "/operator_plan/replicas");
+  refused(2, "/operator_plan/pipeline_stages");  // 2 copies of the 64-GPU mesh need 128 GPUs
+}
+
+}  // namespace
+}  // namespace colo::planner
