@@ -85,11 +85,10 @@ void printSummary(const planner::AutoParallelResult& r, std::ostream& out) {
 std::string outsideOperatorSpace(const Plan& p) {
   std::vector<std::string> why;
   const auto& q = p.parallel;
-  const std::int64_t node = std::max<std::int64_t>(1, p.cluster.gpusPerNode);
-  const std::int64_t mesh = q.tp * q.cp;
-  if (q.cp > 1 && q.tp > 1 && q.dp > 1 && (mesh % node != 0 || mesh < 2 * node)) {
-    why.push_back("context parallelism beside tensor and data parallelism on fewer than two nodes (a 3-axis mesh; replicas "
-                  "of the operator-level mesh span whole nodes)");
+  // (Its ranks are tp innermost, then cp: the mesh cp x tp, copied dp times.)
+  if (q.cp > 1 && q.tp > 1 && q.dp > 1 && !planner::searchesReplicas(p.cluster, q.pp, {q.cp, q.tp}, q.dp)) {
+    why.push_back("context parallelism beside tensor and data parallelism on a mesh of tp x cp that the search does not copy "
+                  "(copies of meshes of 2 to 8 whole nodes with a node inside, on 32 nodes or more; --replicas asks for others)");
   }
   const auto& chunks = planner::kDefaultChunkCounts;
   if (std::find(chunks.begin(), chunks.end(), q.virtualStages) == chunks.end()) {
@@ -260,6 +259,14 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
     options.virtualStages.push_back(*vpp);
   }
   auto& [model, cluster] = *mc;
+  for (const auto r : options.replicas) {
+    if (cluster.totalGpus() % r != 0 || options.globalBatchSize % r != 0) {
+      return reportError(Error::badInput("--replicas " + std::to_string(r) + ": copies of the mesh must divide the cluster's " +
+                                         std::to_string(cluster.totalGpus()) + " GPUs and the global batch " +
+                                         std::to_string(options.globalBatchSize)),
+                         err);
+    }
+  }
   if (options.meshes.size() == 1) {
     std::int64_t size = 1;
     for (const auto s : options.meshes[0]) size *= s;

@@ -187,23 +187,12 @@ bool Search::consider(const MeshSolvers& ms, const Solution& sol, const Combo& k
   return fit;
 }
 
-// Replicas tried by default (docs/autoparallel.md, "Replicas"): on a cluster of at least
-// kReplicaClusterNodes nodes, each stage split into replicas of meshes of 2 to kMaxReplicaNodes whole
-// nodes. The third axis pays where a mesh's two axes split the model (tensor and sequence or expert
-// parallelism) and data parallelism remains, which is the large clusters; on smaller ones its solves
-// only cost time.
-constexpr std::int64_t kReplicaClusterNodes = 32;
-constexpr std::int64_t kMaxReplicaNodes = 8;
-
 std::vector<std::int64_t> Search::replicaCounts(std::int64_t pp) const {
   if (!m_c.options.replicas.empty()) return m_c.options.replicas;
+  // Every power of two the stage's GPUs take: searchesReplicas() picks the meshes each may copy.
   const std::int64_t gpus = m_c.cluster->totalGpus() / pp;
-  const std::int64_t node = std::max<std::int64_t>(1, m_c.cluster->gpusPerNode);
-  std::vector<std::int64_t> out{1};
-  if (m_c.cluster->totalGpus() < kReplicaClusterNodes * node) return out;
-  for (std::int64_t r = 2; gpus % r == 0 && gpus / r >= 2 * node && (gpus / r) % node == 0; r *= 2) {
-    if (gpus / r <= kMaxReplicaNodes * node) out.push_back(r);
-  }
+  std::vector<std::int64_t> out;
+  for (std::int64_t r = 1; r <= gpus && gpus % r == 0; r *= 2) out.push_back(r);
   return out;
 }
 
@@ -226,9 +215,7 @@ std::vector<Search::Combo> Search::combos() const {
         std::int64_t size = 1;
         for (const auto x : shape) size *= x;
         if (size != gpus) continue;
-        // Replicas of a 1-D mesh are a 2-D mesh with a data-parallel axis, which the meshes already hold;
-        // by default a replica's mesh has a whole node on its inner axis.
-        if (r > 1 && o.replicas.empty() && (shape.size() < 2 || shape[1] != m_c.cluster->gpusPerNode)) continue;
+        if (o.replicas.empty() && !searchesReplicas(*m_c.cluster, pp, shape, r)) continue;
         for (const auto samples : microBatchSizes(batch, gpus, pp, m_c.seqLen)) {
           const std::int64_t microBatches = batch / samples;
           // No plan of this layout beats its GEMMs at the large-GEMM rate with the smallest bubble its
@@ -493,6 +480,7 @@ OperatorPlan Search::report(const Best& best, const std::string& method) const {
   p.tp = eq.tp;
   p.zeroStage = eq.zeroStage;
   p.dp = eq.dp;
+  p.ep = eq.ep;
   p.sequenceParallel = eq.sequenceParallel;
   p.recomputePolicy = eq.recompute;
   if (a.beta > 0 && p.runnable) p.expressedAs += ", optimizer offload " + std::to_string(static_cast<int>(a.beta * 100)) + "%";
@@ -548,6 +536,20 @@ Result<Context> makeContext(const Model& model, const ClusterSpec& cluster, cons
 }  // namespace detail
 
 using namespace detail;
+
+// The default rule for copies of the mesh (docs/autoparallel.md, "Replicas"): the third axis pays where a
+// mesh's two axes split the model (tensor and sequence or expert parallelism) and data parallelism
+// remains, which is the large clusters; on smaller ones, and for other meshes, its solves cost time
+// without a better plan in the library. (A copy of a 1-D mesh is a 2-D mesh with a data-parallel axis.)
+bool searchesReplicas(const ClusterSpec& cluster, std::int64_t pp, const std::vector<std::int64_t>& shape, std::int64_t replicas) {
+  constexpr std::int64_t kClusterNodes = 32, kLeastNodes = 2, kMostNodes = 8;
+  if (replicas == 1) return true;
+  const std::int64_t node = std::max<std::int64_t>(1, cluster.gpusPerNode);
+  if (replicas < 1 || (replicas & (replicas - 1)) != 0 || cluster.totalGpus() < kClusterNodes * node) return false;
+  if (shape.size() != 2 || shape[1] != node) return false;
+  const std::int64_t mesh = shape[0] * shape[1];
+  return pp * replicas * mesh == cluster.totalGpus() && mesh >= kLeastNodes * node && mesh <= kMostNodes * node;
+}
 
 Result<AutoParallelResult> autoParallel(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options) {
   auto context = makeContext(model, cluster, options);

@@ -61,7 +61,6 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   const double P = static_cast<double>(pp);
   const double M = static_cast<double>(microBatches);
   const double V = static_cast<double>(std::max<std::int64_t>(1, vpp));
-  const double R = static_cast<double>(std::max<std::int64_t>(1, replicas));
   const auto& dev = c.device;
   const double pcie = c.cluster->pcieBytesPerSecond > 0 ? c.cluster->pcieBytesPerSecond : 16e9;
   Figures layers;  // one stage's layers, per micro-batch
@@ -89,8 +88,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   const double embSeconds = emb.seconds + sol.embeddingConversion;
   // Stage figures: the first stage holds the embedding, the last the head (one stage: both).
   struct Stage {
-    double seconds, compute, comm, recompute, activation, headActivation, state, optimizerParams, optimizerSaved, params, sync[3],
-        copies;
+    double seconds, compute, comm, recompute, activation, headActivation, state, optimizerParams, params, sync[3], copies;
   };
   // Micro-batches whose activations stage i holds at its peak: 1F1B keeps pp - i; the interleaved
   // schedule's warm-up keeps 2(pp - i - 1) + (v - 1)pp + 1 chunk-micro-batches of 1/v of the stage's
@@ -108,10 +106,8 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     s.activation = layers.activation - offloaded + (first ? emb.activation : 0) + (last ? head.activation : 0);
     s.headActivation = last ? head.activation : 0;  // held for one micro-batch: its backward follows its forward
     s.state = layers.state + (first ? emb.state : 0) + (last ? head.state : 0);
-    // The replicas split the optimizer states once more (Megatron's distributed optimizer over the whole
-    // data-parallel group; with weights sharded in the mesh, Megatron-FSDP's outer "optim" sharding).
-    s.optimizerParams = (layers.optimizerParams + (first ? emb.optimizerParams : 0) + (last ? head.optimizerParams : 0)) / R;
-    s.optimizerSaved = (R - 1.0) * s.optimizerParams;
+    // (Split over the copies of the mesh already, as the solver priced them.)
+    s.optimizerParams = layers.optimizerParams + (first ? emb.optimizerParams : 0) + (last ? head.optimizerParams : 0);
     s.params = layers.params + (first ? emb.params : 0) + (last ? head.params : 0);
     for (int j = 0; j < 3; ++j) s.sync[j] = layers.sync[j] + (first ? emb.sync[j] : 0) + (last ? head.sync[j] : 0);
     s.copies = inFlight(first ? 0.0 : P - 1.0);
@@ -181,7 +177,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
       a.sync = exposed;
       a.optimizer = onDevice + hostStep;
     }
-    const double state = s.state - s.optimizerSaved * 12.0 - beta * s.optimizerParams * 12.0;
+    const double state = s.state - beta * s.optimizerParams * 12.0;
     const double acts = s.copies * (s.activation - s.headActivation) + std::min(s.copies, 1.0) * s.headActivation;
     // The caching allocator's fragmentation allowance on activations, as the evaluator counts it.
     double total = state + 1.08 * acts + dev.contextBytes;

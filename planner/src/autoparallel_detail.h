@@ -51,6 +51,7 @@ struct Equivalent {
   bool runnable = false;
   std::string text;  // "tp=8 dp=1 pp=16 sp, recompute none", or "simulation-only: ..."
   std::int64_t tp = 1, dp = 1;
+  std::int64_t ep = 1;  // MoE experts split over the data-parallel axis (or axes)
   bool sequenceParallel = false;
   int zeroStage = 1;  // 3 when the data-parallel axis shards the weights
   std::string recompute = "none";

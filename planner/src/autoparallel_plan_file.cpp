@@ -50,12 +50,15 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
   const auto beta = number("optimizer_offload_fraction");
   // Files written before replicas were solved have none: one.
   const auto replicas = stored.contains("replicas") ? count("replicas") : std::optional<std::int64_t>(1);
-  if (!replicas) return bad("/replicas", "must be a whole number of data-parallel copies of the mesh, 1 or more");
+  if (!replicas) return bad("/replicas", "must be a whole number of data-parallel copies of the mesh, 1 or more, got " + stored["replicas"].dump());
   if (c.options.globalBatchSize % *replicas != 0) {
     return bad("/replicas", std::to_string(*replicas) + " replicas do not divide the global batch " + std::to_string(c.options.globalBatchSize));
   }
   if (!pp || c.cluster->totalGpus() != *pp * *replicas * mesh->size()) {
-    return bad("/pipeline_stages", "stages x replicas x the mesh's GPUs must be the cluster's " + std::to_string(c.cluster->totalGpus()));
+    const std::string stages = stored.contains("pipeline_stages") ? stored["pipeline_stages"].dump() : "none";
+    return bad(pp && *replicas > 1 ? "/replicas" : "/pipeline_stages",
+               "stages (" + stages + ") x replicas (" + std::to_string(*replicas) + ") x the mesh's " + std::to_string(mesh->size()) +
+                   " GPUs must be the cluster's " + std::to_string(c.cluster->totalGpus()));
   }
   if (!samples || (c.options.globalBatchSize / *replicas) % *samples != 0) {
     return bad("/micro_batch_size", "must divide each replica's batch " + std::to_string(c.options.globalBatchSize / *replicas));
@@ -272,6 +275,7 @@ Result<Plan> operatorPlanFile(const Model& model, const ClusterSpec& cluster, co
   p.cluster = cluster;
   p.parallel.tp = degrees.tp;
   p.parallel.dp = degrees.dp;
+  p.parallel.ep = degrees.ep;
   p.parallel.pp = degrees.pipelineStages;
   p.parallel.virtualStages = degrees.virtualStages;
   p.schedule = degrees.virtualStages > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;

@@ -229,11 +229,25 @@ Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& m
   }
   eq.tp = matched->tpAxis >= 0 ? mesh.axisSize(matched->tpAxis) : 1;
   eq.dp = (matched->dpAxis == 2 ? mesh.size() : matched->dpAxis >= 0 ? mesh.axisSize(matched->dpAxis) : 1) * std::max<std::int64_t>(1, replicas);
+  // Experts split over the data-parallel axes are Megatron's expert parallelism over those ranks (the
+  // copies of the mesh hold the same experts: their data parallelism is the experts' too).
+  for (const auto& sb : blocks) {
+    const Block& block = sb.solver->block();
+    for (std::size_t u = 0; u < block.units.size(); ++u) {
+      const Strategy& s = sb.solver->strategies()[u][static_cast<std::size_t>(sb.plan.units[u].strategy)];
+      std::int64_t experts = 1;
+      for (int a = 0; a < axes; ++a) {
+        if (s.role[static_cast<std::size_t>(a)] == Role::kExpert) experts *= mesh.axisSize(a);
+      }
+      eq.ep = std::max(eq.ep, experts);
+    }
+  }
   eq.sequenceParallel = matched->sequenceParallel;
   eq.zeroStage = matched->fsdp ? 3 : 1;
   eq.recompute = recompute;
   eq.runnable = true;
-  eq.text = "tp=" + std::to_string(eq.tp) + " dp=" + std::to_string(eq.dp) + " pp=" + std::to_string(pp) +
+  eq.text = "tp=" + std::to_string(eq.tp) + " dp=" + std::to_string(eq.dp) + (eq.ep > 1 ? " ep=" + std::to_string(eq.ep) : "") +
+            " pp=" + std::to_string(pp) +
             (matched->sequenceParallel ? " sp" : "") + (matched->fsdp ? " zero3" : "") + ", recompute " + recompute;
   return eq;
 }
@@ -277,7 +291,7 @@ Json OperatorPlan::toJson() const {
           {"memory", {{"states", stateBytes}, {"activations", activationBytes}, {"context", contextBytes}}},
           {"runnable", runnable},
           {"expressed_as", expressedAs},
-          {"degrees", {{"tp", tp}, {"dp", dp}, {"pp", pipelineStages}, {"vpp", virtualStages}, {"sp", sequenceParallel}, {"zero", zeroStage}, {"recompute", recomputePolicy}}},
+          {"degrees", {{"tp", tp}, {"dp", dp}, {"ep", ep}, {"pp", pipelineStages}, {"vpp", virtualStages}, {"sp", sequenceParallel}, {"zero", zeroStage}, {"recompute", recomputePolicy}}},
           {"mesh_shape", meshShape},
           {"memory_price", memoryPrice},
           {"interface", {{"index", interfaceIndex}, {"layout", interfaceLayout}}},

@@ -244,9 +244,15 @@ class BlockDp {
   // What one unit adds under one choice.
   struct Step {
     double seconds = 0, comm = 0, recompute = 0, activation = 0, state = 0;
+    double optimizer = 0;  // parameters whose optimizer states the GPU holds
     double forward = 0, opsFwd = 0, opsBwd = 0, opsRec = 0;
   };
   [[nodiscard]] std::array<bool, 2> recomputeChoices(std::size_t u) const;
+  // Ranks the optimizer states of a strategy's parameters are split over: the mesh's replicated axes
+  // (ZeRO-1) and the copies of the mesh.
+  [[nodiscard]] double optimizerSplit(const Strategy& st) const {
+    return st.optimizerShard * static_cast<double>(m_s.m_context.replicas);
+  }
   // kept[0] without recompute, kept[1] with (when `withRecompute`).
   void keptInputs(std::size_t u, std::size_t s, const std::vector<std::pair<int, bool>>& state,
                   const std::vector<std::size_t>& inputAt, double memoryPrice, bool withRecompute, std::array<Kept, 2>& kept) const;
@@ -418,7 +424,7 @@ BlockDp::UnitFixed BlockDp::unitFixed(std::size_t u) const {
     const Strategy& st = strategies[s];
     f.allowed[s] = !m_w.allow || m_w.allow(*m_s.m_block, u, st);
     f.sync[s] = m_s.m_syncSeconds[u][s] * m_w.syncExposed / m_w.microBatches;
-    f.state[s] = st.stateParams * (m_w.stateBytesPerParam + m_w.optimizerBytesPerParam / st.optimizerShard);
+    f.state[s] = st.stateParams * (m_w.stateBytesPerParam + m_w.optimizerBytesPerParam / optimizerSplit(st));
   }
   f.memoryPrice = m_w.lambda * m_w.activationCopies;
   f.outputBit = bitMatters(static_cast<int>(u) + 1, u + 1);
@@ -458,6 +464,7 @@ void BlockDp::options(std::size_t u, const UnitFixed& f, const std::vector<std::
       step.comm = st.commFwd + st.commBwd + convFwd + convBwd;
       step.seconds = st.fwd + st.bwd + step.comm + f.sync[s] + step.recompute;
       step.state = f.state[s];
+      step.optimizer = st.stateParams / optimizerSplit(st);
       step.forward = st.fwd + st.commFwd + convFwd;
       // Collectives of conversions are counted once each way (half of both directions' count each).
       step.opsFwd = st.opsFwd + convOps / 2;
@@ -564,7 +571,7 @@ Entry BlockDp::extend(const Entry& from, std::uint64_t key, const Strategy& st, 
   e.activation = from.activation + step.activation;
   e.state = from.state + step.state;
   e.params = from.params + st.stateParams;
-  e.optimizer = from.optimizer + st.stateParams / st.optimizerShard;
+  e.optimizer = from.optimizer + step.optimizer;
   e.forward = from.forward + step.forward;
   e.opsFwd = from.opsFwd + step.opsFwd;
   e.opsBwd = from.opsBwd + step.opsBwd;

@@ -808,7 +808,7 @@ TEST(ColoPlanAutoParallel, ReplicasCopyTheMeshAndTheFileKeepsThem) {
   std::filesystem::remove(file);
   const auto odd = run("autoparallel --model llama3-8b --cluster dgx-h100-x64 --gpus 64 --gbs 64 --mesh 2x8 --replicas 3");
   EXPECT_EQ(odd.exitCode, 2);
-  EXPECT_NE(odd.err.find("3 replicas"), std::string::npos) << odd.err;
+  EXPECT_NE(odd.err.find("--replicas 3: copies of the mesh must divide the cluster's 64 GPUs"), std::string::npos) << odd.err;
   const auto zero = run("autoparallel --model llama3-8b --cluster dgx-h100-x64 --gpus 64 --gbs 64 --replicas 0");
   EXPECT_EQ(zero.exitCode, 2);
   EXPECT_NE(zero.err.find("--replicas"), std::string::npos) << zero.err;

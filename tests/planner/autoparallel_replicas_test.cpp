@@ -70,12 +70,15 @@ TEST(AutoParallelReplicas, ReplicasOfADataParallelAxisEqualTheWiderMesh) {
   EXPECT_LT(single->gradientSync, narrow->gradientSync);
 }
 
-// What the mesh does not reduce (weights split over both axes) the replicas still reduce, and the
-// replicas split the optimizer states of what a GPU holds once more: a replica plan costs more gradient
-// traffic and holds less optimizer state than the same strategies on one copy of the mesh.
-TEST(AutoParallelReplicas, ReplicasReduceEveryHeldGradientAndSplitTheOptimizer) {
+// The same operators on one, two and four copies of a 2x8 mesh (16, 32, 64 H100s, the batch scaled
+// alike): the kernels are the same, the gradient reduction grows with the copies and the optimizer step
+// shrinks. Per operator, a unit's states p(6 + 12/(sR)) (6 bytes of weight and gradient, 12 of optimizer
+// split over s ranks of the mesh and R copies) fall from one copy to two by twice what they fall from two
+// to four.
+TEST(AutoParallelReplicas, CopiesReduceMoreGradientsAndSplitTheOptimizerStates) {
   const Model model = test::loadModelOrFail(test::dataFile("models/llama3-8b.json"));
-  const ClusterSpec node2 = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 16);
+  const ClusterSpec base = test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json"));
+  const ClusterSpec node2 = *scaleCluster(base, 16);
   AutoParallelOptions o;
   o.globalBatchSize = 16;
   o.seqLen = 4096;
@@ -84,35 +87,40 @@ TEST(AutoParallelReplicas, ReplicasReduceEveryHeldGradientAndSplitTheOptimizer) 
   o.allowOffload = false;
   auto r = autoParallel(model, node2, o);
   ASSERT_TRUE(r) << r.error().toString();
-  Plan base;
-  base.model = model;
-  base.cluster = node2;
-  base.globalBatchSize = 16;
-  base.seqLen = 4096;
-  Plan one = storedPlan(base, r->joint);
-  Plan four = one;
-  four.cluster = *scaleCluster(node2, 64);
-  four.globalBatchSize = 64;
-  four.operatorPlan["replicas"] = 4;
-  auto a = evaluateOperatorPlan(one, "one.json");
-  auto b = evaluateOperatorPlan(four, "four.json");
-  ASSERT_TRUE(a) << a.error().toString();
-  ASSERT_TRUE(b) << b.error().toString();
-  EXPECT_NEAR(a->compute, b->compute, 1e-9 * a->compute);  // the same micro-batches through the same operators
-  EXPECT_GT(b->gradientSync + b->optimizer, a->gradientSync);
-  EXPECT_LT(b->stateBytes, a->stateBytes);
-  // Per operator, the optimizer part of a unit's states (12 of its 18 bytes per parameter when nothing
-  // splits them) falls by the replicas: units' state bytes go from p(6 + 12/s) to p(6 + 12/(4s)).
-  ASSERT_EQ(a->blocks.size(), b->blocks.size());
-  for (std::size_t i = 0; i < a->blocks.size(); ++i) {
-    for (std::size_t u = 0; u < a->blocks[i].units.size(); ++u) {
-      const double whole = a->blocks[i].units[u].stateBytes, quarter = b->blocks[i].units[u].stateBytes;
-      if (whole == 0) continue;
-      const double params = (4.0 * quarter - whole) / 18.0;  // p from the two equations
-      ASSERT_GT(params, 0) << a->blocks[i].units[u].unit;
-      EXPECT_NEAR((whole - quarter) / (whole - 6.0 * params), 0.75, 1e-9) << a->blocks[i].units[u].unit;
+  Plan stored;
+  stored.model = model;
+  stored.seqLen = 4096;
+  stored.operatorPlan = r->joint.toJson();
+  auto copies = [&](std::int64_t n) {
+    Plan q = stored;
+    q.cluster = *scaleCluster(base, 16 * n);
+    q.globalBatchSize = 16 * n;
+    q.operatorPlan["replicas"] = n;
+    auto e = evaluateOperatorPlan(q, "copies.json");
+    EXPECT_TRUE(e) << e.error().toString();
+    return *e;
+  };
+  const OperatorPlan one = copies(1), two = copies(2), four = copies(4);
+  EXPECT_NEAR(one.stepSeconds, r->joint.stepSeconds, 1e-9 * one.stepSeconds);
+  EXPECT_NEAR(one.compute, four.compute, 1e-9 * one.compute);  // the same micro-batches through the same operators
+  EXPECT_LT(one.gradientSync, two.gradientSync);
+  EXPECT_LT(two.gradientSync, four.gradientSync);
+  EXPECT_GT(one.optimizer, two.optimizer);
+  EXPECT_GT(two.optimizer, four.optimizer);
+  EXPECT_GT(one.stateBytes, two.stateBytes);
+  EXPECT_GT(two.stateBytes, four.stateBytes);
+  ASSERT_EQ(one.blocks.size(), four.blocks.size());
+  int units = 0;
+  for (std::size_t i = 0; i < one.blocks.size(); ++i) {
+    for (std::size_t u = 0; u < one.blocks[i].units.size(); ++u) {
+      const double w1 = one.blocks[i].units[u].stateBytes, w2 = two.blocks[i].units[u].stateBytes,
+                   w4 = four.blocks[i].units[u].stateBytes;
+      if (w1 == 0) continue;
+      ++units;
+      EXPECT_NEAR((w1 - w2) / (w2 - w4), 2.0, 1e-9) << one.blocks[i].units[u].unit;
     }
   }
+  EXPECT_GT(units, 3);
 }
 
 // On a large cluster the default search tries replicas of meshes of whole nodes: Llama 3 405B on 16,384
@@ -176,7 +184,30 @@ TEST(AutoParallelReplicas, AStoredReplicaCountThatDoesNotFitIsRefusedByName) {
   refused(0, "/operator_plan/replicas");
   refused(2.5, "/operator_plan/replicas");
   refused("four", "/operator_plan/replicas");
-  refused(2, "/operator_plan/pipeline_stages");  // 2 copies of the 64-GPU mesh need 128 GPUs
+  refused(2, "/operator_plan/replicas");  // 2 copies of the 64-GPU mesh need 128 GPUs
+}
+
+// Megatron's split of a MoE model puts experts on the data-parallel axis: its degree-level form, and the
+// plan file written from it, carry that as expert parallelism (ep), which they used to leave at 1.
+TEST(AutoParallelReplicas, ExpertsOnTheDataAxisAreTheDegreeFormsExpertParallelism) {
+  const Model model = test::loadModelOrFail(test::dataFile("models/mixtral-8x7b.json"));
+  const ClusterSpec cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 64);
+  AutoParallelOptions o;
+  o.globalBatchSize = 128;
+  o.meshes = {{8, 8}};
+  o.pipelineDegrees = {1};
+  o.seedWithMegatron = false;
+  auto r = autoParallel(model, cluster, o);
+  ASSERT_TRUE(r) << r.error().toString();
+  ASSERT_TRUE(r->megatron.runnable) << r->megatron.expressedAs;
+  EXPECT_EQ(r->megatron.ep, 8) << r->megatron.expressedAs;
+  EXPECT_NE(r->megatron.expressedAs.find(" ep=8 "), std::string::npos) << r->megatron.expressedAs;
+  auto file = operatorPlanFile(model, cluster, o, *r);
+  ASSERT_TRUE(file) << file.error().toString();
+  if (!r->joint.runnable) {
+    EXPECT_EQ(file->parallel.ep, 8);
+  }
+  EXPECT_EQ(file->parallel.tp * file->parallel.dp * file->parallel.pp, 64);
 }
 
 }  // namespace

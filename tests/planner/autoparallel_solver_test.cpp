@@ -75,5 +75,32 @@ TEST(AutoParallelSolver, LeavingOutRecomputeThatCannotPayChangesNoPlan) {
   EXPECT_GT(pricesKeeping, 0);
 }
 
+// Copies of the mesh reduce gradients over groups the wider meshes already have: what the outer axis of a
+// 2x8 mesh reduces, over it and four copies, is what the outer axis of an 8x8 mesh reduces (ranks 8
+// apart, across 8 nodes); what both axes reduce likewise; and what the mesh does not reduce at all is
+// reduced over the four copies alone, 16 ranks apart, as the outer axis of a 4x16 mesh would.
+TEST(AutoParallelSolver, CopiesOfTheMeshReduceOverTheGroupsOfTheWiderMesh) {
+  const ClusterSpec cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 64);
+  auto narrow = makeMesh(cluster, {2, 8});
+  auto wide = makeMesh(cluster, {8, 8});
+  auto strided = makeMesh(cluster, {4, 16});
+  ASSERT_TRUE(narrow && wide && strided);
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  const double outer[3] = {2 * gib, 0, 0}, both[3] = {0, 0, 3 * gib}, none[3] = {0, 0, 0};
+  EXPECT_NEAR(gradientSyncSeconds(*narrow, outer, 4, 2 * gib), gradientSyncSeconds(*wide, outer), 1e-12);
+  EXPECT_NEAR(gradientSyncSeconds(*narrow, both, 4, 3 * gib), gradientSyncSeconds(*wide, both), 1e-12);
+  const double alone[3] = {gib, 0, 0};
+  EXPECT_NEAR(gradientSyncSeconds(*narrow, none, 4, gib), gradientSyncSeconds(*strided, alone), 1e-12);
+  EXPECT_GT(gradientSyncSeconds(*narrow, none, 4, gib), 0.0);
+  // One copy: the mesh's own reductions, whatever it holds.
+  EXPECT_EQ(gradientSyncSeconds(*narrow, outer, 1, 5 * gib), gradientSyncSeconds(*narrow, outer));
+  // An inner-axis reduction's shard crosses the copies: more than the mesh alone, less than reducing the
+  // whole gradient over the copies after it.
+  const double inner[3] = {0, gib, 0};
+  const double withCopies = gradientSyncSeconds(*narrow, inner, 4, gib);
+  EXPECT_GT(withCopies, gradientSyncSeconds(*narrow, inner));
+  EXPECT_LT(withCopies, gradientSyncSeconds(*narrow, inner) + gradientSyncSeconds(*strided, alone));
+}
+
 }  // namespace
 }  // namespace colo::planner::detail

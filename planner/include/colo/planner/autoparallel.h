@@ -116,6 +116,7 @@ struct OperatorPlan {
   bool runnable = false;
   std::string expressedAs;            ///< "tp=8 dp=2 pp=1 sp, recompute none" or the reason it is simulation-only
   std::int64_t tp = 1, dp = 1;        ///< that plan's degrees (when runnable)
+  std::int64_t ep = 1;                ///< its expert parallelism (MoE experts split over the data-parallel axes)
   int zeroStage = 1;                  ///< 3 when its data-parallel axis shards the weights (FSDP)
   bool sequenceParallel = false;
   std::string recomputePolicy = "none";  ///< its layer-level recompute: none, selective, full
@@ -157,6 +158,13 @@ struct AutoParallelResult {
 /// colo-studio's Operators tab shows for a selected plan). Errors: kBadInput for what the operator view
 /// does not hold (context or expert parallelism, interleaved or zero-bubble schedules, ZeRO-2/3).
 [[nodiscard]] Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction = 0.95);
+
+/// Whether the operator-level search tries, by default, `replicas` copies of a mesh of `shape` in each of
+/// `pp` stages on `cluster` (docs/autoparallel.md, "Replicas"): always for one copy; for more, on clusters
+/// of 32 nodes or more, a power of two of copies of a 2-D mesh of 2 to 8 whole nodes with a node on its
+/// inner axis. `--replicas` tries what it is given instead.
+[[nodiscard]] bool searchesReplicas(const ClusterSpec& cluster, std::int64_t pp, const std::vector<std::int64_t>& shape,
+                                    std::int64_t replicas);
 
 /// Solves the model on the cluster. Errors: kBadInput naming the option (no batch, a mesh that does not
 /// fit the cluster, a precision the GPU lacks, a model with no transformer layer); kInfeasible when no
