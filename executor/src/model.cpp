@@ -226,6 +226,15 @@ FusedKernelSet FusedKernelSet::fasterOnGpu() {
   return all();
 }
 
+FusedKernelSet FusedKernelSet::withoutEager(const UnfusedKernels& eager, bool torchCrossEntropy) const {
+  FusedKernelSet s = *this;
+  s.rmsNorm = rmsNorm && !eager.rmsNorm;
+  s.rotary = rotary && !eager.rotary;
+  s.swiglu = swiglu && !eager.gatedActivation;
+  s.crossEntropy = crossEntropy && !torchCrossEntropy;
+  return s;
+}
+
 FusedKernelSet FusedKernelSet::usedBy(const ModelSpec& spec, Optimizer optimizer) const {
   FusedKernelSet s = *this;
   s.rmsNorm = rmsNorm && spec.norm == NormKind::kRmsNorm;

@@ -52,6 +52,11 @@ struct FusedKernelSet {
   [[nodiscard]] static FusedKernelSet all();
   /// Those measured faster than LibTorch's operators on a GPU (--fused-kernels auto on CUDA).
   [[nodiscard]] static FusedKernelSet fasterOnGpu();
+  /// This set less the kernels a plan says its framework runs as PyTorch's eager operators (its
+  /// execution.unfused and torch_cross_entropy): --fused-kernels auto runs a plan as it was costed, so that
+  /// measured and predicted steps compare like with like. (The final norm alone, torchtitan's compiled
+  /// runs, keeps the fused norm: colo's model has one norm kernel for every norm.)
+  [[nodiscard]] FusedKernelSet withoutEager(const UnfusedKernels& eager, bool torchCrossEntropy) const;
   /// The kernels of this set that a model with this spec and optimizer runs (LayerNorm only where the
   /// model has LayerNorms, and so on).
   [[nodiscard]] FusedKernelSet usedBy(const ModelSpec& spec, Optimizer optimizer) const;

@@ -191,7 +191,7 @@ detail::ModelConfig modelConfig(const RunOptions& o, const detail::Groups& g, co
   cfg.device = device.device();
   if (o.fusedKernels == FusedKernels::kOn) cfg.fused = detail::FusedKernelSet::all();
   if (o.fusedKernels == FusedKernels::kAuto && device.cuda() && kernels::torch_ops::cudaAvailable()) {
-    cfg.fused = detail::FusedKernelSet::fasterOnGpu();
+    cfg.fused = detail::FusedKernelSet::fasterOnGpu().withoutEager(plan.execution.unfused, plan.execution.torchCrossEntropy);
   }
   cfg.auxLossScale = o.moeAuxLossCoeff / static_cast<double>(plan.globalBatchSize / (plan.microBatchSize * par.dp) * par.tp);
   return cfg;
