@@ -118,10 +118,9 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   // Activations and their gradients between stages.
   double hop = 0;
   if (pp > 1) {
-    // (A MeshSolvers belongs to one Search, whose context is fixed: pp and the replicas are all the hop
-    // still depends on.)
-    const std::int64_t hopKey = pp * 1048576 + replicas;
-    if (const auto memo = ms.hopSeconds.find(hopKey); memo != ms.hopSeconds.end()) {
+    // (A MeshSolvers belongs to one Search, whose context is fixed, and holds one count of replicas: pp is
+    // all the hop still depends on.)
+    if (const auto memo = ms.hopSeconds.find(pp); memo != ms.hopSeconds.end()) {
       hop = memo->second;
     } else {
       Parallelism par;
@@ -132,7 +131,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
       const double bytes = static_cast<double>(ms.samples) * static_cast<double>(c.seqLen * c.hidden) * 2.0 /
                            static_cast<double>(ms.mesh->size());
       hop = 2.0 * costmodel::collectiveSeconds(costmodel::Collective::kSendRecv, bytes, group);
-      ms.hopSeconds.emplace(hopKey, hop);
+      ms.hopSeconds.emplace(pp, hop);
     }
   }
   // A micro-batch crosses a stage boundary once per chunk; the bubble is pp - 1 chunks' time.
@@ -154,7 +153,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     const Stage& s = stages[i];
     auto& memo = ms.lastSync[i];
     const double held = s.params * c.gradientBytes;  // at the width the mesh's reductions use
-    const std::array<double, 5> key{s.sync[0], s.sync[1], s.sync[2], replicas > 1 ? held : 0.0, static_cast<double>(replicas)};
+    const std::array<double, 4> key{s.sync[0], s.sync[1], s.sync[2], replicas > 1 ? held : 0.0};
     if (memo.key != key) {
       memo.key = key;
       memo.seconds = gradientSyncSeconds(*ms.mesh, s.sync, replicas, held);

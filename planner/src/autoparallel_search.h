@@ -33,7 +33,7 @@ struct MeshSolvers {
   // costed (one per stage kind). A MeshSolvers belongs to one Search, run on one thread.
   mutable std::map<std::int64_t, double> hopSeconds;
   struct SyncMemo {
-    std::array<double, 5> key{-1.0, -1.0, -1.0, -1.0, -1.0};  // bytes over each axis, held bytes, replicas
+    std::array<double, 4> key{-1.0, -1.0, -1.0, -1.0};  // bytes over each axis, held bytes (with replicas)
     double seconds = 0;
   };
   mutable std::array<SyncMemo, 2> lastSync;

@@ -19,22 +19,28 @@ Plan storedPlan(const Plan& base, const OperatorPlan& view) {
   return p;
 }
 
-// Megatron's split with data parallelism on the outer axis of an 8x8 mesh equals the same split on a 2x8
-// mesh copied four times: the outer axis and the replicas reduce the gradients as one group of 8 and
-// split the optimizer states over the same 8 ranks, and every GPU runs the same micro-batch. The two
-// are costed alike to rounding; the replica form says how many copies it has and runs as dp 8.
-TEST(AutoParallelReplicas, ReplicasOfADataParallelAxisEqualTheWiderMesh) {
+// GPT-3 13B on 64 A100s as Megatron runs it, tp 8 inside a node and dp 8 across (a degree-level plan).
+Plan gpt3On8x8(std::int64_t microBatch, std::int64_t globalBatch, bool sequenceParallel, RecomputePolicy recompute) {
   Plan p;
   p.model = test::loadModelOrFail(test::dataFile("models/gpt3-13b.json"));
   p.cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json")), 64);
   p.parallel.tp = 8;
   p.parallel.dp = 8;
-  p.parallel.sequenceParallel = true;
-  p.microBatchSize = 2;
-  p.globalBatchSize = 128;
+  p.parallel.sequenceParallel = sequenceParallel;
+  p.microBatchSize = microBatch;
+  p.globalBatchSize = globalBatch;
   p.seqLen = 2048;
   p.zeroStage = 1;
-  p.stages = uniformStages(p.model.numLayers(), 1, RecomputePolicy::kSelective);
+  p.stages = uniformStages(p.model.numLayers(), 1, recompute);
+  return p;
+}
+
+// Megatron's split with data parallelism on the outer axis of an 8x8 mesh equals the same split on a 2x8
+// mesh copied four times: the outer axis and the replicas reduce the gradients as one group of 8 and
+// split the optimizer states over the same 8 ranks, and every GPU runs the same micro-batch. The two
+// are costed alike to rounding; the replica form says how many copies it has and runs as dp 8.
+TEST(AutoParallelReplicas, ReplicasOfADataParallelAxisEqualTheWiderMesh) {
+  const Plan p = gpt3On8x8(2, 128, true, RecomputePolicy::kSelective);
   auto wide = operatorView(p);
   ASSERT_TRUE(wide) << wide.error().toString();
   ASSERT_EQ(wide->meshShape, (std::vector<std::int64_t>{8, 8}));
@@ -160,16 +166,7 @@ TEST(AutoParallelReplicas, ALargeClusterSolvesToAThreeAxisLayout) {
 
 // A stored replica count that does not fit the plan is refused by name.
 TEST(AutoParallelReplicas, AStoredReplicaCountThatDoesNotFitIsRefusedByName) {
-  Plan p;
-  p.model = test::loadModelOrFail(test::dataFile("models/gpt3-13b.json"));
-  p.cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json")), 64);
-  p.parallel.tp = 8;
-  p.parallel.dp = 8;
-  p.microBatchSize = 1;
-  p.globalBatchSize = 64;
-  p.seqLen = 2048;
-  p.zeroStage = 1;
-  p.stages = uniformStages(p.model.numLayers(), 1, RecomputePolicy::kFull);
+  const Plan p = gpt3On8x8(1, 64, false, RecomputePolicy::kFull);
   auto view = operatorView(p);
   ASSERT_TRUE(view) << view.error().toString();
   auto refused = [&](const Json& replicas, const std::string& path) {
