@@ -14,6 +14,7 @@
 #include "args.h"
 #include "text_table.h"
 #include "validation_harness.h"
+#include "validation_kernels.h"
 #include "validation_ranking.h"
 #include "validation_residuals.h"
 
@@ -193,6 +194,28 @@ struct Report {
   }
 };
 
+// The kernel-level tables beside the runs (DATA_DIR/kernels), when there are any.
+int printKernelChecks(const std::string& folder) {
+  auto benches = colo::validation::loadKernelBenchmarks(folder);
+  if (!benches) {
+    std::cerr << "colo-validate: error: " << benches.error().toString() << "\n";
+    return 2;
+  }
+  if (benches->empty()) return 0;
+  std::cout << "kernel benchmarks (predicted against measured speedup of float8 over bf16):\n";
+  for (const auto& b : *benches) {
+    auto c = colo::validation::checkKernelBenchmark(b);
+    if (!c) {
+      std::cerr << "colo-validate: error: " << c.error().toString() << "\n";
+      return colo::exitCodeFor(c.error().code);
+    }
+    std::cout << "  " << b.id << ": |error| mean " << colo::formatFixed(100 * c->meanAbsError, 1) << "%, median signed "
+              << colo::formatFixed(100 * c->medianSigned, 1) << "%, same side of 1 in "
+              << colo::formatFixed(100 * c->sameSide, 0) << "% of " << c->shapes << " shapes\n";
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -257,6 +280,7 @@ int main(int argc, char** argv) {
   std::cout << "\n";
   report.printSummary();
   printRanking(colo::validation::rankLayouts(outcomes), medianOf);
+  if (const int rc = printKernelChecks(folder + "/kernels"); rc != 0) return rc;
   if (args->has("calibrate")) printCalibration(*cases, medianOf);
   return 0;
 }

@@ -1,5 +1,7 @@
 #include "layer_cost.h"
 
+#include "colo/costmodel/op_cost.h"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -284,58 +286,6 @@ ProductShares productShares(const OpTemplate& op, const LayerConfig& c) {
   return {};
 }
 
-// torchao's float8 casts around one linear layer (torchtitan's float8 converters; docs/costmodel.md,
-// "FP8"): the kernels each recipe runs on its three operands, input [m, k], weight [k, n] and output
-// gradient [m, n] (element counts), and the bytes each moves, as torchao's roofline of its recipes
-// counts them, with torch.compile fusing an activation's amax (and, rowwise, its read) into the kernel
-// before it. Every kernel costs at least the launch floor.
-struct CastSeconds {
-  double fwd = 0, bwd = 0;
-  int kernelsFwd = 0, kernelsBwd = 0;
-};
-CastSeconds float8CastSeconds(Float8Recipe recipe, double input, double weight, double gradOutput, double bw, double floor) {
-  CastSeconds s;
-  auto fwd = [&](double bytes) { s.fwd += std::max(floor, bytes / bw); ++s.kernelsFwd; };
-  auto bwd = [&](double bytes) { s.bwd += std::max(floor, bytes / bw); ++s.kernelsBwd; };
-  switch (recipe) {
-    case Float8Recipe::kTensorwise:
-      fwd(4 * input);   // bf16 in, fp8 out twice (row- and column-major for the two GEMMs that use it)
-      fwd(2 * weight);  // the weight's amax (nothing before it to fuse with)
-      fwd(3 * weight);  // its cast for the forward GEMM
-      bwd(3 * weight);  // and for the input-gradient GEMM
-      bwd(4 * gradOutput);
-      break;
-    case Float8Recipe::kRowwise:
-      // A row's scale serves one GEMM only, so an operand is cast once per GEMM that reads it, along
-      // that GEMM's reduction axis; the second cast goes through a transposed 16-bit copy.
-      fwd(3 * input);       // fp8 along rows, and the transposed bf16 copy (its read fused before)
-      bwd(3 * input);       // that copy to fp8, for the weight-gradient GEMM
-      fwd(3 * weight);      // fp8 along rows, for the forward GEMM
-      bwd(4 * weight);      // the transposed bf16 copy (read 2 B, write 2 B) ...
-      bwd(3 * weight);      // ... to fp8, for the input-gradient GEMM
-      bwd(3 * gradOutput);  // likewise the output gradient: fp8 along rows and the transposed copy,
-      bwd(3 * gradOutput);  // then that copy to fp8
-      // Without fast accumulation (the backward GEMMs) torchao runs the rowwise product through
-      // cuBLAS's tensorwise kernel at unit scales and applies the row scales to its 16-bit output in a
-      // kernel of its own (addmm_float8_unwrapped; pytorch/ao issue 2184): a read and a write of the
-      // input gradient [m, k] and of the weight gradient [k, n].
-      bwd(4 * input);
-      bwd(4 * weight);
-      break;
-    case Float8Recipe::kRowwiseGwHp:
-      // The weight-gradient GEMM stays in bf16: activations are cast along rows only, fused into the
-      // kernel before them (which writes the fp8 copy beside its 16-bit output).
-      fwd(1 * input);
-      fwd(3 * weight);
-      bwd(3 * weight);
-      bwd(1 * gradOutput);
-      break;
-    case Float8Recipe::kTransformerEngine:
-      break;
-  }
-  return s;
-}
-
 }  // namespace
 
 double expertDispatchSeconds(double bytes, const LayerConfig& c, const GroupPlacement& ep) {
@@ -517,14 +467,14 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
   auto gemmOn = [&](const DeviceModel& dev, double m, double n, double k, double count) {
     const std::int64_t bytes = &dev == &attentionDevice ? c.activationBytes : c.dtypeBytes;
     if (c.measured && !c.measured->empty()) {
-      auto roofline = [&](double mm, double nn, double kk) { return gemmSeconds(mm, nn, kk, 1, bytes, dev); };
+      auto roofline = [&](double mm, double nn, double kk) { return detail::gemmSeconds(mm, nn, kk, 1, bytes, dev); };
       if (auto hit = c.measured->lookup(m, n, k, roofline)) {
         if (counts) ++(hit->second == LookupSource::kExact ? counts->exact : counts->interpolated);
         return hit->first * count;
       }
     }
     if (counts) ++counts->roofline;
-    return gemmSeconds(m, n, k, count, bytes, dev) * c.gemmScale;
+    return detail::gemmSeconds(m, n, k, count, bytes, dev) * c.gemmScale;
   };
   const double b = static_cast<double>(c.microBatch);
   const double tp = static_cast<double>(c.tp);
@@ -632,11 +582,15 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
           const bool castShard = c.float8Recipe == Float8Recipe::kTensorwise && c.sequenceParallel;
           const double input = g->m * g->k * g->count / (castShard && op.shard == Shard::kColumn ? tp : 1.0);
           const double gradOutput = g->m * g->n * g->count / (castShard && op.shard == Shard::kRow ? tp : 1.0);
-          const CastSeconds cast = float8CastSeconds(c.float8Recipe, input, g->k * g->n * g->count, gradOutput, bw, floor);
-          fwd += cast.fwd;
-          bwd += cast.bwd;
-          out.opsFwd += cast.kernelsFwd;
-          out.opsBwd += cast.kernelsBwd;
+          // torchtitan's linears are separate modules (wq, wk, wv; w1, w3): one set of per-linear kernels
+          // each for the products a fused GEMM of colo's graph stands for.
+          const double linears = static_cast<double>(productShares(op, c).count) * g->count;
+          const Float8CastSeconds cast =
+              float8CastSeconds(c.float8Recipe, input, g->k * g->n * g->count, gradOutput, linears, device);
+          fwd += cast.forward;
+          bwd += cast.backward;
+          out.opsFwd += cast.kernelsForward;
+          out.opsBwd += cast.kernelsBackward;
         }
         break;
       }

@@ -56,6 +56,31 @@ TEST(ColoValidateCli, NothingToEvaluateIsExit2) {
   EXPECT_NE(broken.err.find("public_runs.json"), std::string::npos) << broken.err;
 }
 
+TEST(ColoValidateCli, KernelTablesBesideTheRowsAreCheckedAndABadOneIsExit2) {
+  test::ScratchDir dir;
+  dir.write("public_runs.json", Json::array({Json::parse(kRow)}).dump(2));
+  std::filesystem::create_directories(dir.path("kernels"));
+  const std::string table =
+      R"({"format": "colo.kernel-benchmark/1", "id": "small_table", "cluster": "h100-hbm2e-500w-x64",
+          "block": "layernorm_linear_sigmoid", "recipe": "rowwise",
+          "points": [[16384, 4096, 1024, 0.57], [32768, 16384, 16384, 1.49]]})";
+  dir.write("kernels/small.json", table);
+  const auto r = test::runProgram("colo-validate", dir.path(""));
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("kernel benchmarks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("small_table: |error| mean"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("of 2 shapes"), std::string::npos) << r.out;
+  // A malformed table stops the report, naming the file, the field and the value.
+  Json broken = Json::parse(table);
+  broken["points"][1][2] = "wide";
+  dir.write("kernels/small.json", broken.dump());
+  const auto bad = test::runProgram("colo-validate", dir.path(""));
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find("small.json"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("/points/1"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("\"wide\""), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace colo
 

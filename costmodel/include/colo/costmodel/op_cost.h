@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "colo/core/plan.h"
 #include "colo/costmodel/hardware.h"
 
 namespace colo::costmodel {
@@ -24,5 +25,17 @@ struct FusedAttentionSeconds {
   double forward = 0, backward = 0;
 };
 [[nodiscard]] FusedAttentionSeconds fusedAttentionSeconds(double flops, const DeviceModel& device);
+
+/// torchao's float8 casts around `linears` nn.Linear layers that share one input (torchtitan's float8
+/// converter; a fused GEMM of colo's graph, such as qkv, stands for several): the kernels each recipe runs
+/// on the input [m, k], the weights [k, n] and the output gradient [m, n] (element counts, all linears
+/// together), forward and backward. Nothing for Transformer Engine, whose casts are fused into the kernels
+/// around its GEMMs. docs/costmodel.md, "float8 recipes".
+struct Float8CastSeconds {
+  double forward = 0, backward = 0;
+  int kernelsForward = 0, kernelsBackward = 0;
+};
+[[nodiscard]] Float8CastSeconds float8CastSeconds(Float8Recipe recipe, double input, double weight, double gradOutput,
+                                                  double linears, const DeviceModel& device);
 
 }  // namespace colo::costmodel

@@ -1,0 +1,152 @@
+#include "validation_kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "colo/core/json.h"
+#include "colo/core/library.h"
+#include "colo/core/model.h"
+#include "colo/costmodel/hardware.h"
+#include "colo/costmodel/op_cost.h"
+
+namespace colo::validation {
+
+namespace {
+
+Error bad(const std::string& file, const std::string& path, const std::string& message) {
+  return Error::badInput(message, file, path);
+}
+
+}  // namespace
+
+Result<KernelBenchmark> loadKernelBenchmark(const std::string& file) {
+  auto doc = readJsonFile(file);
+  if (!doc) return fail(doc.error());
+  if (auto ok = requireFormat(*doc, file, "kernel-benchmark", 1); !ok) return fail(ok.error());
+  KernelBenchmark b;
+  b.file = file;
+  auto text = [&](const char* key) -> Result<std::string> {
+    if (!doc->contains(key) || !(*doc)[key].is_string() || (*doc)[key].get<std::string>().empty()) {
+      return fail(bad(file, std::string("/") + key, std::string(key) + ": expected a non-empty string, got " +
+                                                        (doc->contains(key) ? describeJsonValue((*doc)[key]) : "nothing")));
+    }
+    return (*doc)[key].get<std::string>();
+  };
+  auto id = text("id");
+  if (!id) return fail(id.error());
+  b.id = *id;
+  auto cluster = text("cluster");
+  if (!cluster) return fail(cluster.error());
+  b.cluster = *cluster;
+  auto block = text("block");
+  if (!block) return fail(block.error());
+  if (*block != "layernorm_linear_sigmoid") {
+    return fail(bad(file, "/block", "block: expected \"layernorm_linear_sigmoid\", got \"" + *block + "\""));
+  }
+  auto recipe = text("recipe");
+  if (!recipe) return fail(recipe.error());
+  auto parsed = parseFloat8Recipe(*recipe);
+  if (!parsed || *parsed == Float8Recipe::kTransformerEngine) {
+    return fail(bad(file, "/recipe", "recipe: expected tensorwise, rowwise or rowwise_with_gw_hp, got \"" + *recipe + "\""));
+  }
+  b.recipe = *parsed;
+  if (doc->contains("source") && (*doc)["source"].is_object() && (*doc)["source"].contains("citation") &&
+      (*doc)["source"]["citation"].is_string()) {
+    b.citation = (*doc)["source"]["citation"].get<std::string>();
+  }
+  if (!doc->contains("points") || !(*doc)["points"].is_array() || (*doc)["points"].empty()) {
+    return fail(bad(file, "/points", "points: expected a non-empty array of [M, K, N, speedup]"));
+  }
+  const Json& points = (*doc)["points"];
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const Json& p = points[i];
+    const std::string where = "/points/" + std::to_string(i);
+    bool ok = p.is_array() && p.size() == 4;
+    for (std::size_t j = 0; ok && j < 4; ++j) ok = p[j].is_number() && p[j].get<double>() > 0;
+    if (!ok) return fail(bad(file, where, "points[" + std::to_string(i) + "]: expected [M, K, N, speedup], all positive, got " + describeJsonValue(p)));
+    b.points.push_back({p[0].get<double>(), p[1].get<double>(), p[2].get<double>(), p[3].get<double>()});
+  }
+  return b;
+}
+
+Result<std::vector<KernelBenchmark>> loadKernelBenchmarks(const std::string& folder) {
+  std::vector<KernelBenchmark> out;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(folder, ec)) return out;
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, ec)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".json") files.push_back(entry.path().string());
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    auto b = loadKernelBenchmark(f);
+    if (!b) return fail(b.error());
+    out.push_back(std::move(*b));
+  }
+  return out;
+}
+
+namespace {
+
+Result<GpuSpec> gpuOf(const KernelBenchmark& bench) {
+  auto file = resolveLibraryFile(LibraryKind::kClusters, bench.cluster);
+  if (!file) return fail(Error::badInput("cluster: " + file.error().message, bench.file, "/cluster"));
+  auto cluster = loadCluster(*file);
+  if (!cluster) return fail(cluster.error());
+  return cluster->gpu;
+}
+
+BlockSeconds blockSeconds(const KernelBenchmark& bench, const GpuSpec& gpu, const KernelPoint& p) {
+  using costmodel::DeviceModel;
+  const DeviceModel bf16 = costmodel::deviceModel(gpu, DType::kBf16);
+  const DeviceModel fp8 = costmodel::deviceModel(gpu, DType::kFp8);
+  const double mk = p.m * p.k, mn = p.m * p.n;
+  // LayerNorm forward (read x, write its output) and backward (read the gradient and x, write the
+  // gradient); the sigmoid likewise on [m, n]; all 16-bit, the same in both precisions.
+  const double elementwise = costmodel::streamSeconds(4 * mk, bf16) + costmodel::streamSeconds(6 * mk, bf16) +
+                             costmodel::streamSeconds(4 * mn, bf16) + costmodel::streamSeconds(6 * mn, bf16);
+  // Forward, input-gradient and weight-gradient GEMMs.
+  auto gemms = [&](const DeviceModel& d, std::int64_t bytes) {
+    return costmodel::gemmSeconds(p.m, p.n, p.k, 1, bytes, d) + costmodel::gemmSeconds(p.m, p.k, p.n, 1, bytes, d) +
+           costmodel::gemmSeconds(p.k, p.n, p.m, 1, bytes, d);
+  };
+  const auto casts = costmodel::float8CastSeconds(bench.recipe, mk, p.k * p.n, mn, 1.0, fp8);
+  BlockSeconds s;
+  s.bf16 = elementwise + gemms(bf16, 2);
+  s.float8 = elementwise + gemms(fp8, 1) + casts.forward + casts.backward;
+  return s;
+}
+
+}  // namespace
+
+Result<BlockSeconds> predictBlock(const KernelBenchmark& bench, const KernelPoint& point) {
+  auto gpu = gpuOf(bench);
+  if (!gpu) return fail(gpu.error());
+  return blockSeconds(bench, *gpu, point);
+}
+
+Result<KernelCheck> checkKernelBenchmark(const KernelBenchmark& bench) {
+  KernelCheck c;
+  std::vector<double> signedErrors;
+  std::size_t same = 0;
+  auto gpu = gpuOf(bench);
+  if (!gpu) return fail(gpu.error());
+  for (const auto& p : bench.points) {
+    const BlockSeconds s = blockSeconds(bench, *gpu, p);
+    const double predicted = s.bf16 / s.float8;
+    signedErrors.push_back(predicted / p.speedup - 1.0);
+    if ((predicted >= 1.0) == (p.speedup >= 1.0)) ++same;
+  }
+  c.shapes = signedErrors.size();
+  if (c.shapes == 0) return c;
+  for (double e : signedErrors) c.meanAbsError += std::abs(e);
+  c.meanAbsError /= static_cast<double>(c.shapes);
+  std::sort(signedErrors.begin(), signedErrors.end());
+  const std::size_t n = signedErrors.size();
+  c.medianSigned = n % 2 ? signedErrors[n / 2] : 0.5 * (signedErrors[n / 2 - 1] + signedErrors[n / 2]);
+  c.sameSide = static_cast<double>(same) / static_cast<double>(n);
+  return c;
+}
+
+}  // namespace colo::validation
