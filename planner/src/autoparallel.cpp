@@ -445,6 +445,7 @@ OperatorPlan Search::report(const Best& best, const std::string& method) const {
   p.replicas = best.replicas;
   p.pipelineStages = best.pp;
   p.virtualStages = best.vpp;
+  p.stageLayers = a.stageLayers;
   p.microBatchSize = best.solvers->samples;
   p.microBatches = best.microBatches;
   p.stepSeconds = a.step;

@@ -52,6 +52,49 @@ std::vector<std::int64_t> chunkCounts(const std::vector<std::int64_t>& wanted, s
   return out;
 }
 
+std::vector<std::int64_t> stageLayerCounts(std::int64_t layers, std::int64_t pp, std::int64_t vpp, double layerSeconds,
+                                           double firstSeconds, double lastSeconds) {
+  const std::int64_t chunks = pp * std::max<std::int64_t>(1, vpp);
+  if (pp <= 1 || vpp > 1 || layers <= pp || layerSeconds <= 0) {
+    // One stage, or Megatron's interleaved schedule: equal chunks (chunkCounts keeps only those that divide).
+    std::vector<std::int64_t> out(static_cast<std::size_t>(chunks), layers / chunks);
+    for (std::int64_t i = 0; i < layers % chunks; ++i) ++out[static_cast<std::size_t>(chunks - 1 - i)];
+    return out;
+  }
+  // The end stages hold k0 and kl layers, the pp - 2 between them share the rest as evenly as they can
+  // (the extra layers on the later ones, which keep fewer micro-batches in flight): the counts whose
+  // slowest stage is fastest, then the fewest layers on the first stage (the fullest).
+  const std::int64_t middles = pp - 2;
+  const std::int64_t even = (layers + pp - 1) / pp;
+  const std::int64_t most = middles == 0 ? layers - 1 : even;
+  double best = kInf;
+  std::int64_t bestFirst = 0, bestLast = 0;
+  for (std::int64_t k0 = 1; k0 <= most; ++k0) {
+    // (Two stages: the last takes what the first leaves.)
+    for (std::int64_t kl = middles == 0 ? layers - k0 : 1; kl <= (middles == 0 ? layers - k0 : most); ++kl) {
+      const std::int64_t rest = layers - k0 - kl;
+      if (middles == 0 ? rest != 0 : rest < middles) continue;
+      const double widest = middles == 0 ? 0.0 : static_cast<double>((rest + middles - 1) / middles);
+      const double slowest = std::max({firstSeconds + static_cast<double>(k0) * layerSeconds,
+                                       lastSeconds + static_cast<double>(kl) * layerSeconds, widest * layerSeconds});
+      if (slowest < best * (1.0 - 1e-12)) {
+        best = slowest;
+        bestFirst = k0;
+        bestLast = kl;
+      }
+    }
+  }
+  if (bestFirst == 0) return std::vector<std::int64_t>(static_cast<std::size_t>(pp), layers / pp);  // (not reached)
+  std::vector<std::int64_t> out(static_cast<std::size_t>(pp));
+  out.front() = bestFirst;
+  out.back() = bestLast;
+  const std::int64_t rest = layers - bestFirst - bestLast;
+  for (std::int64_t i = 0; i < middles; ++i) {
+    out[static_cast<std::size_t>(1 + i)] = rest / middles + (i >= middles - rest % middles ? 1 : 0);
+  }
+  return out;
+}
+
 Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches,
                   double alpha, double beta, std::int64_t vpp) {
   const std::int64_t replicas = ms.replicas;
@@ -63,20 +106,22 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   const double V = static_cast<double>(std::max<std::int64_t>(1, vpp));
   const auto& dev = c.device;
   const double pcie = c.cluster->pcieBytesPerSecond > 0 ? c.cluster->pcieBytesPerSecond : 16e9;
-  Figures layers;  // one stage's layers, per micro-batch
-  double offloadExposed = 0, offloaded = 0;
+  // Every layer of the model, per micro-batch; a stage of k layers runs k average layers.
+  const double L = static_cast<double>(c.numLayers);
+  Figures all;
+  double offloadExposed = 0, offloaded = 0;  // per layer
   for (std::size_t k = 0; k < c.classes.size(); ++k) {
-    const double n = static_cast<double>(c.classes[k].layers.size()) / P;
+    const double n = static_cast<double>(c.classes[k].layers.size()) / L;
     const Figures f = figuresOf(sol.layers[k], c.hostSecondsPerOp);
-    layers.seconds += n * (f.seconds + sol.backConversion[k]);
-    layers.compute += n * f.compute;
-    layers.comm += n * (f.comm + sol.backConversion[k]);
-    layers.recompute += n * f.recompute;
-    layers.activation += n * f.activation;
-    layers.state += n * f.state;
-    layers.optimizerParams += n * f.optimizerParams;
-    layers.params += n * f.params;
-    for (int j = 0; j < 3; ++j) layers.sync[j] += n * f.sync[j];
+    all.seconds += n * (f.seconds + sol.backConversion[k]);
+    all.compute += n * f.compute;
+    all.comm += n * (f.comm + sol.backConversion[k]);
+    all.recompute += n * f.recompute;
+    all.activation += n * f.activation;
+    all.state += n * f.state;
+    all.optimizerParams += n * f.optimizerParams;
+    all.params += n * f.params;
+    for (int j = 0; j < 3; ++j) all.sync[j] += n * f.sync[j];
     // Offloaded activations leave during the layer's forward and return before its backward, hidden
     // behind up to 80% of its kernels.
     const double moved = alpha * f.activation;
@@ -86,6 +131,8 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   const Figures emb = figuresOf(sol.embedding, c.hostSecondsPerOp);
   const Figures head = figuresOf(sol.head, c.hostSecondsPerOp);
   const double embSeconds = emb.seconds + sol.embeddingConversion;
+  // Layers per stage: the first and last stages give up layers to their embedding and head.
+  a.stageLayers = stageLayerCounts(c.numLayers, pp, vpp, all.seconds + offloadExposed, embSeconds, head.seconds);
   // Stage figures: the first stage holds the embedding, the last the head (one stage: both).
   struct Stage {
     double seconds, compute, comm, recompute, activation, headActivation, state, optimizerParams, params, sync[3], copies;
@@ -97,24 +144,43 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     const double chunks = V == 1.0 ? P - i : (2.0 * (P - i - 1.0) + (V - 1.0) * P + 1.0) / V;
     return std::min(chunks, M);
   };
-  auto stage = [&](bool first, bool last) {
+  // Stage `index` of `count` layers (all its chunks together).
+  auto stage = [&](std::int64_t index, double count) {
+    const bool first = index == 0, last = index == pp - 1;
     Stage s{};
-    s.seconds = layers.seconds + offloadExposed + (first ? embSeconds : 0) + (last ? head.seconds : 0);
-    s.compute = layers.compute + (first ? emb.compute : 0) + (last ? head.compute : 0);
-    s.comm = layers.comm + (first ? emb.comm + sol.embeddingConversion : 0) + (last ? head.comm : 0);
-    s.recompute = layers.recompute + (first ? emb.recompute : 0) + (last ? head.recompute : 0);
-    s.activation = layers.activation - offloaded + (first ? emb.activation : 0) + (last ? head.activation : 0);
+    s.seconds = count * (all.seconds + offloadExposed) + (first ? embSeconds : 0) + (last ? head.seconds : 0);
+    s.compute = count * all.compute + (first ? emb.compute : 0) + (last ? head.compute : 0);
+    s.comm = count * all.comm + (first ? emb.comm + sol.embeddingConversion : 0) + (last ? head.comm : 0);
+    s.recompute = count * all.recompute + (first ? emb.recompute : 0) + (last ? head.recompute : 0);
+    s.activation = count * (all.activation - offloaded) + (first ? emb.activation : 0) + (last ? head.activation : 0);
     s.headActivation = last ? head.activation : 0;  // held for one micro-batch: its backward follows its forward
-    s.state = layers.state + (first ? emb.state : 0) + (last ? head.state : 0);
+    s.state = count * all.state + (first ? emb.state : 0) + (last ? head.state : 0);
     // (Split over the copies of the mesh already, as the solver priced them.)
-    s.optimizerParams = layers.optimizerParams + (first ? emb.optimizerParams : 0) + (last ? head.optimizerParams : 0);
-    s.params = layers.params + (first ? emb.params : 0) + (last ? head.params : 0);
-    for (int j = 0; j < 3; ++j) s.sync[j] = layers.sync[j] + (first ? emb.sync[j] : 0) + (last ? head.sync[j] : 0);
-    s.copies = inFlight(first ? 0.0 : P - 1.0);
+    s.optimizerParams = count * all.optimizerParams + (first ? emb.optimizerParams : 0) + (last ? head.optimizerParams : 0);
+    s.params = count * all.params + (first ? emb.params : 0) + (last ? head.params : 0);
+    for (int j = 0; j < 3; ++j) s.sync[j] = count * all.sync[j] + (first ? emb.sync[j] : 0) + (last ? head.sync[j] : 0);
+    s.copies = inFlight(static_cast<double>(index));
     return s;
   };
-  std::vector<Stage> stages{stage(true, pp == 1)};
-  if (pp > 1) stages.push_back(stage(false, true));
+  // The stages that can be slowest, fullest or last to reduce: the two ends and, between them, the
+  // first middle stage (most micro-batches in flight) and the first with the most layers.
+  auto layersOf = [&](std::int64_t i) {
+    double n = 0;
+    for (std::int64_t v = 0; v < std::max<std::int64_t>(1, vpp); ++v) {
+      n += static_cast<double>(a.stageLayers[static_cast<std::size_t>(v * pp + i)]);
+    }
+    return n;
+  };
+  std::vector<Stage> stages{stage(0, layersOf(0))};
+  if (pp > 2) {
+    stages.push_back(stage(1, layersOf(1)));
+    std::int64_t fullest = 1;
+    for (std::int64_t i = 2; i < pp - 1; ++i) {
+      if (layersOf(i) > layersOf(fullest)) fullest = i;
+    }
+    if (fullest != 1) stages.push_back(stage(fullest, layersOf(fullest)));
+  }
+  if (pp > 1) stages.push_back(stage(pp - 1, layersOf(pp - 1)));
   // Activations and their gradients between stages.
   double hop = 0;
   if (pp > 1) {

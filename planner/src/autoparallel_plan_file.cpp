@@ -294,6 +294,13 @@ Result<Plan> operatorPlanFile(const Model& model, const ClusterSpec& cluster, co
                                  : degrees.recomputePolicy == "selective" ? RecomputePolicy::kSelective
                                                                           : RecomputePolicy::kNone;
   p.stages = uniformStages(model.numLayers(), p.parallel.pp * p.parallel.virtualStages, policy);
+  // The layers per chunk the assembly costed (the plan's stages list chunk by chunk, as Megatron's).
+  if (degrees.stageLayers.size() == p.stages.size()) {
+    for (std::size_t i = 0; i < p.stages.size(); ++i) {
+      p.stages[i].layers = degrees.stageLayers[i];
+      if (p.stages[i].recompute != RecomputePolicy::kNone) p.stages[i].recomputeLayers = p.stages[i].layers;
+    }
+  }
   if (op.runnable && op.optimizerOffloadFraction > 0) {
     p.zeroStage = std::max(p.zeroStage, 1);
     p.offload.optimizerFraction = op.optimizerOffloadFraction;

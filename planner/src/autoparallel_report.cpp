@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <set>
 
 #include "autoparallel_detail.h"
@@ -276,6 +277,7 @@ Json OperatorPlan::toJson() const {
           {"replicas", replicas},
           {"pipeline_stages", pipelineStages},
           {"virtual_stages", virtualStages},
+          {"stage_layers", stageLayers},
           {"micro_batch_size", microBatchSize},
           {"micro_batches", microBatches},
           {"step_time_s", stepSeconds},
@@ -299,9 +301,20 @@ Json OperatorPlan::toJson() const {
 }
 
 std::string OperatorPlan::layoutText() const {
+  // Layers per stage when they differ, runs written once with a count ("1,2x62,1"), as colo-plan search.
+  std::string layers;
+  const bool uneven = std::adjacent_find(stageLayers.begin(), stageLayers.end(), std::not_equal_to<>()) != stageLayers.end();
+  for (std::size_t i = 0; uneven && i < stageLayers.size();) {
+    std::size_t run = 1;
+    while (i + run < stageLayers.size() && stageLayers[i + run] == stageLayers[i]) ++run;
+    layers += (layers.empty() ? "" : ",") + std::to_string(stageLayers[i]) + (run > 2 ? "x" + std::to_string(run) : "");
+    if (run == 2) layers += "," + std::to_string(stageLayers[i]);
+    i += run;
+  }
   return std::to_string(pipelineStages) + (pipelineStages == 1 ? " stage" : " stages") + " x mesh " + mesh +
          (replicas > 1 ? " x " + std::to_string(replicas) + " replicas" : "") +
-         (virtualStages > 1 ? ", " + std::to_string(virtualStages) + " chunks each (interleaved)" : "");
+         (virtualStages > 1 ? ", " + std::to_string(virtualStages) + " chunks each (interleaved)" : "") +
+         (uneven ? ", layers " + layers : "");
 }
 
 Json AutoParallelResult::toJson() const {

@@ -36,7 +36,7 @@ struct MeshSolvers {
     std::array<double, 4> key{-1.0, -1.0, -1.0, -1.0};  // bytes over each axis, held bytes (with replicas)
     double seconds = 0;
   };
-  mutable std::array<SyncMemo, 2> lastSync;
+  mutable std::array<SyncMemo, 4> lastSync;
 };
 
 // One way to run every block, at one interface layout.
@@ -72,6 +72,7 @@ struct Assembly {
   double compute = 0, comm = 0, recompute = 0, bubble = 0, sync = 0, optimizer = 0, offload = 0;
   double states = 0, activations = 0;
   double alpha = 0, beta = 0;
+  std::vector<std::int64_t> stageLayers;  ///< layers of each model chunk, stage by stage (chunk v of stage i at v*pp + i)
 };
 
 /// The step of `solution` with `pp` stages of `vpp` model chunks each (1: 1F1B, more: Megatron's
@@ -80,6 +81,12 @@ struct Assembly {
 /// (docs/autoparallel.md, "Assembly" and "Replicas").
 [[nodiscard]] Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp,
                                 std::int64_t microBatches, double alpha, double beta, std::int64_t vpp = 1);
+/// Layers of each of the pp x vpp model chunks (chunk v of stage i at v*pp + i). Under 1F1B the first and
+/// last stages give layers up to their embedding (`firstSeconds` a micro-batch) and head (`lastSeconds`)
+/// so the slowest stage is as fast as it can be (docs/autoparallel.md, "Assembly"); the interleaved
+/// schedule keeps equal chunks.
+[[nodiscard]] std::vector<std::int64_t> stageLayerCounts(std::int64_t layers, std::int64_t pp, std::int64_t vpp,
+                                                         double layerSeconds, double firstSeconds, double lastSeconds);
 /// The chunks per stage worth trying for `pp` stages and `microBatches`: `wanted` (empty:
 /// kDefaultChunkCounts) where the chunks divide `layers` and, above 1, the micro-batches divide by the stages.
 [[nodiscard]] std::vector<std::int64_t> chunkCounts(const std::vector<std::int64_t>& wanted, std::int64_t layers, std::int64_t pp,

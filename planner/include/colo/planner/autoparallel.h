@@ -94,6 +94,9 @@ struct OperatorPlan {
   std::int64_t replicas = 1;          ///< data-parallel copies of the mesh in each stage (the outermost axis)
   std::int64_t pipelineStages = 1;
   std::int64_t virtualStages = 1;     ///< model chunks per stage: > 1 is the interleaved 1F1B schedule
+  /// Layers of each model chunk (chunk v of stage i at v*pipelineStages + i): under 1F1B the end stages
+  /// give layers up to the embedding and the head.
+  std::vector<std::int64_t> stageLayers;
   std::int64_t microBatchSize = 1;    ///< samples per micro-batch over one stage's mesh
   std::int64_t microBatches = 1;      ///< per replica: the global batch is replicas x microBatches x microBatchSize
   double stepSeconds = 0;
