@@ -194,26 +194,22 @@ struct Report {
   }
 };
 
-// The kernel-level tables beside the runs (DATA_DIR/kernels), when there are any.
-int printKernelChecks(const std::string& folder) {
+// The kernel-level tables beside the runs (DATA_DIR/kernels), when there are any, each checked.
+struct KernelLines {
+  std::vector<std::string> lines;
+};
+colo::Result<KernelLines> checkKernelTables(const std::string& folder) {
   auto benches = colo::validation::loadKernelBenchmarks(folder);
-  if (!benches) {
-    std::cerr << "colo-validate: error: " << benches.error().toString() << "\n";
-    return 2;
-  }
-  if (benches->empty()) return 0;
-  std::cout << "kernel benchmarks (predicted against measured speedup of float8 over bf16):\n";
+  if (!benches) return colo::fail(benches.error());
+  KernelLines out;
   for (const auto& b : *benches) {
     auto c = colo::validation::checkKernelBenchmark(b);
-    if (!c) {
-      std::cerr << "colo-validate: error: " << c.error().toString() << "\n";
-      return colo::exitCodeFor(c.error().code);
-    }
-    std::cout << "  " << b.id << ": |error| mean " << colo::formatFixed(100 * c->meanAbsError, 1) << "%, median signed "
-              << colo::formatFixed(100 * c->medianSigned, 1) << "%, same side of 1 in "
-              << colo::formatFixed(100 * c->sameSide, 0) << "% of " << c->shapes << " shapes\n";
+    if (!c) return colo::fail(c.error());
+    out.lines.push_back("  " + b.id + ": |error| mean " + colo::formatFixed(100 * c->meanAbsError, 1) + "%, median signed " +
+                        colo::formatFixed(100 * c->medianSigned, 1) + "%, same side of 1 in " +
+                        colo::formatFixed(100 * c->sameSide, 0) + "% of " + std::to_string(c->shapes) + " shapes");
   }
-  return 0;
+  return out;
 }
 
 }  // namespace
@@ -257,6 +253,12 @@ int main(int argc, char** argv) {
     std::cerr << "colo-validate: error: " << folder << "/public_runs.json: no row could be evaluated\n";
     return 2;
   }
+  // Kernel tables are read and checked before anything is printed or written.
+  auto kernelLines = checkKernelTables(folder + "/kernels");
+  if (!kernelLines) {
+    std::cerr << "colo-validate: error: " << kernelLines.error().toString() << "\n";
+    return colo::exitCodeFor(kernelLines.error().code);
+  }
   if (!plansDir.empty()) {
     if (const int rc = writePlans(*cases, plansDir); rc != 0) return rc;
   }
@@ -280,7 +282,10 @@ int main(int argc, char** argv) {
   std::cout << "\n";
   report.printSummary();
   printRanking(colo::validation::rankLayouts(outcomes), medianOf);
-  if (const int rc = printKernelChecks(folder + "/kernels"); rc != 0) return rc;
+  if (!kernelLines->lines.empty()) {
+    std::cout << "kernel benchmarks (predicted against measured speedup of float8 over bf16):\n";
+    for (const auto& line : kernelLines->lines) std::cout << line << "\n";
+  }
   if (args->has("calibrate")) printCalibration(*cases, medianOf);
   return 0;
 }

@@ -38,6 +38,10 @@ Result<KernelBenchmark> loadKernelBenchmark(const std::string& file) {
   b.id = *id;
   auto cluster = text("cluster");
   if (!cluster) return fail(cluster.error());
+  const auto entries = libraryEntries(LibraryKind::kClusters);
+  if (std::find(entries.begin(), entries.end(), *cluster) == entries.end()) {
+    return fail(bad(file, "/cluster", "cluster: expected the name of a library cluster (data/clusters), got \"" + *cluster + "\""));
+  }
   b.cluster = *cluster;
   auto block = text("block");
   if (!block) return fail(block.error());
@@ -56,15 +60,22 @@ Result<KernelBenchmark> loadKernelBenchmark(const std::string& file) {
     b.citation = (*doc)["source"]["citation"].get<std::string>();
   }
   if (!doc->contains("points") || !(*doc)["points"].is_array() || (*doc)["points"].empty()) {
-    return fail(bad(file, "/points", "points: expected a non-empty array of [M, K, N, speedup]"));
+    return fail(bad(file, "/points", "points: expected a non-empty array of [M, K, N, speedup], got " +
+                                         (doc->contains("points") ? describeJsonValue((*doc)["points"]) : "nothing")));
   }
   const Json& points = (*doc)["points"];
   for (std::size_t i = 0; i < points.size(); ++i) {
     const Json& p = points[i];
     const std::string where = "/points/" + std::to_string(i);
+    // GEMM sides from 1 to 2^24 (whole numbers), a speedup from 0.001 to 100.
     bool ok = p.is_array() && p.size() == 4;
-    for (std::size_t j = 0; ok && j < 4; ++j) ok = p[j].is_number() && p[j].get<double>() > 0;
-    if (!ok) return fail(bad(file, where, "points[" + std::to_string(i) + "]: expected [M, K, N, speedup], all positive, got " + describeJsonValue(p)));
+    for (std::size_t j = 0; ok && j < 3; ++j) {
+      ok = p[j].is_number() && p[j].get<double>() >= 1 && p[j].get<double>() <= 16777216.0 && p[j].get<double>() == std::floor(p[j].get<double>());
+    }
+    ok = ok && p[3].is_number() && p[3].get<double>() >= 0.001 && p[3].get<double>() <= 100;
+    if (!ok) {
+      return fail(bad(file, where, "points[" + std::to_string(i) + "]: expected [M, K, N, speedup]: whole sides from 1 to 16777216 and a speedup from 0.001 to 100, got " + describeJsonValue(p)));
+    }
     b.points.push_back({p[0].get<double>(), p[1].get<double>(), p[2].get<double>(), p[3].get<double>()});
   }
   return b;
@@ -93,7 +104,7 @@ Result<GpuSpec> gpuOf(const KernelBenchmark& bench) {
   auto file = resolveLibraryFile(LibraryKind::kClusters, bench.cluster);
   if (!file) return fail(Error::badInput("cluster: " + file.error().message, bench.file, "/cluster"));
   auto cluster = loadCluster(*file);
-  if (!cluster) return fail(cluster.error());
+  if (!cluster) return fail(Error::badInput("cluster \"" + bench.cluster + "\": " + cluster.error().toString(), bench.file, "/cluster"));
   return cluster->gpu;
 }
 

@@ -5,7 +5,8 @@
 /// layer. A mechanism fitted to such a table (docs/costmodel.md says which) is checked here against the
 /// whole table; the training runs it moves are judged apart, by the run rows.
 ///
-/// Files: data/validation/kernels/*.json, `colo.kernel-benchmark/1` (data/validation/README.md).
+/// Files: DATA_DIR/kernels/*.json beside a folder of runs (the shipped ones in
+/// data/validation/published/kernels), `colo.kernel-benchmark/1` (data/validation/published/README.md).
 
 #include <cstddef>
 #include <string>

@@ -1,9 +1,11 @@
 // colo-validate's inputs: the input is a public_runs.json (an array of published runs) read with the
 // repository's assumptions.json, or, when it is a colo.validation-assumptions document, an
 // assumptions.json read with the repository's runs; the same bytes are also read as a CSV of a user's
-// jobs (colo-validate RUNS.csv, colo-profile calibrate). Every case that loads is evaluated.
+// jobs (colo-validate RUNS.csv, colo-profile calibrate), and as a kernel table (DATA_DIR/kernels/*.json).
+// Every case that loads is evaluated, every table that loads checked.
 #include "fuzz_support.h"
 #include "validation_harness.h"
+#include "validation_kernels.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto dir = colo::fuzz::scratch();
@@ -43,5 +45,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   for (const auto& c : *jobs) (void)colo::validation::observationOf(c);
+  const auto table = dir / "kernel_table.json";
+  colo::fuzz::writeFile(table, data, size);
+  auto bench = colo::validation::loadKernelBenchmark(table.string());
+  if (!bench) {
+    colo::fuzz::requireNamedUserError(bench.error(), table.string());
+    return 0;
+  }
+  if (auto check = colo::validation::checkKernelBenchmark(*bench); !check) colo::fuzz::requireNamedUserError(check.error(), table.string());
   return 0;
 }

@@ -162,7 +162,8 @@ bool Search::consider(const MeshSolvers& ms, const Solution& sol, const Combo& k
   for (const std::int64_t vpp : chunkCounts(wanted, m_c.numLayers, pp, microBatches)) {
     // Without offload first: when that fits, offloading only adds transfers.
     ++m_candidates;
-    const Assembly plain = assemble(m_c, ms, sol, pp, microBatches, 0.0, 0.0, vpp);
+    const auto* fixed = m_fixedStages.empty() ? nullptr : &m_fixedStages;
+    const Assembly plain = assemble(m_c, ms, sol, pp, microBatches, 0.0, 0.0, vpp, fixed);
     if (fastest) *fastest = std::min(*fastest, plain.step);
     if (plain.memory < leanest.assembly.memory) leanest = {plain, &ms, sol, pp, microBatches, vpp, r};
     if (plain.memory <= m_c.budget) {
@@ -176,7 +177,7 @@ bool Search::consider(const MeshSolvers& ms, const Solution& sol, const Combo& k
       for (const double beta : {0.0, 0.25, 0.5, 0.75, 1.0}) {
         if (alpha == 0 && beta == 0) continue;
         ++m_candidates;
-        const Assembly a = assemble(m_c, ms, sol, pp, microBatches, alpha, beta, vpp);
+        const Assembly a = assemble(m_c, ms, sol, pp, microBatches, alpha, beta, vpp, fixed);
         if (a.memory < leanest.assembly.memory) leanest = {a, &ms, sol, pp, microBatches, vpp, r};
         if (a.memory > m_c.budget) continue;
         fit = true;

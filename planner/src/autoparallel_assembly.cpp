@@ -2,6 +2,7 @@
 // host transfers, and the fullest stage's memory (docs/autoparallel.md, "Assembly" and "Offload").
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "autoparallel_search.h"
 #include "colo/costmodel/collectives.h"
@@ -61,42 +62,51 @@ std::vector<std::int64_t> stageLayerCounts(std::int64_t layers, std::int64_t pp,
     for (std::int64_t i = 0; i < layers % chunks; ++i) ++out[static_cast<std::size_t>(chunks - 1 - i)];
     return out;
   }
-  // The end stages hold k0 and kl layers, the pp - 2 between them share the rest as evenly as they can
-  // (the extra layers on the later ones, which keep fewer micro-batches in flight): the counts whose
-  // slowest stage is fastest, then the fewest layers on the first stage (the fullest).
-  const std::int64_t middles = pp - 2;
-  const std::int64_t even = (layers + pp - 1) / pp;
-  const std::int64_t most = middles == 0 ? layers - 1 : even;
-  double best = kInf;
-  std::int64_t bestFirst = 0, bestLast = 0;
-  for (std::int64_t k0 = 1; k0 <= most; ++k0) {
-    // (Two stages: the last takes what the first leaves.)
-    for (std::int64_t kl = middles == 0 ? layers - k0 : 1; kl <= (middles == 0 ? layers - k0 : most); ++kl) {
-      const std::int64_t rest = layers - k0 - kl;
-      if (middles == 0 ? rest != 0 : rest < middles) continue;
-      const double widest = middles == 0 ? 0.0 : static_cast<double>((rest + middles - 1) / middles);
-      const double slowest = std::max({firstSeconds + static_cast<double>(k0) * layerSeconds,
-                                       lastSeconds + static_cast<double>(kl) * layerSeconds, widest * layerSeconds});
-      if (slowest < best * (1.0 - 1e-12)) {
-        best = slowest;
-        bestFirst = k0;
-        bestLast = kl;
-      }
-    }
+  // The least bottleneck T: under it stage i takes floor((T - extra_i) / layer) layers, at least one.
+  auto capacity = [&](double t, double extra) {
+    const double n = std::floor((t - extra) / layerSeconds + 1e-9);
+    return n < 1.0 ? std::int64_t{0} : static_cast<std::int64_t>(std::min(n, static_cast<double>(layers)));
+  };
+  auto fits = [&](double t) {
+    const std::int64_t first = capacity(t, firstSeconds), last = capacity(t, lastSeconds), middle = capacity(t, 0.0);
+    return first >= 1 && last >= 1 && middle >= 1 && first + last + (pp - 2) * middle >= layers;
+  };
+  double lo = 0, hi = std::max(firstSeconds, lastSeconds) + static_cast<double>(layers) * layerSeconds;
+  for (int i = 0; i < 64 && hi - lo > 1e-12 * hi; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (fits(mid) ? hi : lo) = mid;
   }
-  if (bestFirst == 0) return std::vector<std::int64_t>(static_cast<std::size_t>(pp), layers / pp);  // (not reached)
-  std::vector<std::int64_t> out(static_cast<std::size_t>(pp));
-  out.front() = bestFirst;
-  out.back() = bestLast;
-  const std::int64_t rest = layers - bestFirst - bestLast;
-  for (std::int64_t i = 0; i < middles; ++i) {
-    out[static_cast<std::size_t>(1 + i)] = rest / middles + (i >= middles - rest % middles ? 1 : 0);
+  std::vector<std::int64_t> out(static_cast<std::size_t>(pp), capacity(hi, 0.0));
+  out.front() = capacity(hi, firstSeconds);
+  out.back() = capacity(hi, lastSeconds);
+  // Take back the surplus where activations weigh most: 1F1B's stage i holds pp - i micro-batches of
+  // its layers, so a layer leaves the stage whose layers x micro-batches in flight is largest (the
+  // earlier on a tie). No stage gets slower, so the bottleneck stays the least.
+  std::int64_t surplus = -layers;
+  for (const auto n : out) surplus += n;
+  auto weight = [&](std::size_t i) { return static_cast<double>(pp - static_cast<std::int64_t>(i)) * static_cast<double>(out[i]); };
+  auto lighter = [&](std::size_t x, std::size_t y) { return weight(x) < weight(y) || (weight(x) == weight(y) && x > y); };
+  std::vector<std::size_t> heap;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i] > 1) heap.push_back(i);
+  }
+  std::make_heap(heap.begin(), heap.end(), lighter);
+  while (surplus > 0 && !heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), lighter);
+    const std::size_t i = heap.back();
+    --out[i];
+    --surplus;
+    if (out[i] > 1) {
+      std::push_heap(heap.begin(), heap.end(), lighter);
+    } else {
+      heap.pop_back();
+    }
   }
   return out;
 }
 
 Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches,
-                  double alpha, double beta, std::int64_t vpp) {
+                  double alpha, double beta, std::int64_t vpp, const std::vector<std::int64_t>* fixedStages) {
   const std::int64_t replicas = ms.replicas;
   Assembly a;
   a.alpha = alpha;
@@ -132,10 +142,17 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   const Figures head = figuresOf(sol.head, c.hostSecondsPerOp);
   const double embSeconds = emb.seconds + sol.embeddingConversion;
   // Layers per stage: the first and last stages give up layers to their embedding and head.
-  a.stageLayers = stageLayerCounts(c.numLayers, pp, vpp, all.seconds + offloadExposed, embSeconds, head.seconds);
+  const std::size_t chunkCount = static_cast<std::size_t>(pp * std::max<std::int64_t>(1, vpp));
+  if (fixedStages && fixedStages->size() == chunkCount &&
+      std::accumulate(fixedStages->begin(), fixedStages->end(), std::int64_t{0}) == c.numLayers) {
+    a.stageLayers = *fixedStages;  // a saved or degree-level plan's own split
+  } else {
+    a.stageLayers = stageLayerCounts(c.numLayers, pp, vpp, all.seconds + offloadExposed, embSeconds, head.seconds);
+  }
   // Stage figures: the first stage holds the embedding, the last the head (one stage: both).
   struct Stage {
     double seconds, compute, comm, recompute, activation, headActivation, state, optimizerParams, params, sync[3], copies;
+    double layers;
   };
   // Micro-batches whose activations stage i holds at its peak: 1F1B keeps pp - i; the interleaved
   // schedule's warm-up keeps 2(pp - i - 1) + (v - 1)pp + 1 chunk-micro-batches of 1/v of the stage's
@@ -160,10 +177,12 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     s.params = count * all.params + (first ? emb.params : 0) + (last ? head.params : 0);
     for (int j = 0; j < 3; ++j) s.sync[j] = count * all.sync[j] + (first ? emb.sync[j] : 0) + (last ? head.sync[j] : 0);
     s.copies = inFlight(static_cast<double>(index));
+    s.layers = count;
     return s;
   };
-  // The stages that can be slowest, fullest or last to reduce: the two ends and, between them, the
-  // first middle stage (most micro-batches in flight) and the first with the most layers.
+  // The stages that can be slowest, fullest or last to reduce: the two ends and, between them, the one
+  // with the most layers (the earliest of them) and the one whose layers and micro-batches in flight
+  // hold the most memory.
   auto layersOf = [&](std::int64_t i) {
     double n = 0;
     for (std::int64_t v = 0; v < std::max<std::int64_t>(1, vpp); ++v) {
@@ -173,12 +192,16 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   };
   std::vector<Stage> stages{stage(0, layersOf(0))};
   if (pp > 2) {
-    stages.push_back(stage(1, layersOf(1)));
-    std::int64_t fullest = 1;
+    std::int64_t widest = 1, fullest = 1;
+    auto held = [&](std::int64_t i) {
+      return layersOf(i) * (all.state + 1.08 * inFlight(static_cast<double>(i)) * (all.activation - offloaded));
+    };
     for (std::int64_t i = 2; i < pp - 1; ++i) {
-      if (layersOf(i) > layersOf(fullest)) fullest = i;
+      if (layersOf(i) > layersOf(widest)) widest = i;
+      if (held(i) > held(fullest)) fullest = i;
     }
-    if (fullest != 1) stages.push_back(stage(fullest, layersOf(fullest)));
+    stages.push_back(stage(widest, layersOf(widest)));
+    if (fullest != widest) stages.push_back(stage(fullest, layersOf(fullest)));
   }
   if (pp > 1) stages.push_back(stage(pp - 1, layersOf(pp - 1)));
   // Activations and their gradients between stages.
@@ -209,7 +232,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   a.compute = M * critical.compute;
   a.comm = M * (critical.comm + V * hop);
   a.recompute = M * critical.recompute;
-  a.offload = M * offloadExposed;
+  a.offload = M * critical.layers * offloadExposed;
   a.bubble = (P - 1.0) * slowest / V;
   const double pipeline = M * slowest + a.bubble;
   // Gradient reductions after the last backward, hidden behind up to 90% of it (as the evaluator's
@@ -247,7 +270,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     // The caching allocator's fragmentation allowance on activations, as the evaluator counts it.
     double total = state + 1.08 * acts + dev.contextBytes;
     // What goes to host memory must fit there: every GPU of a node offloads alike.
-    const double hosted = s.copies * offloaded + beta * s.optimizerParams * 12.0;
+    const double hosted = s.copies * s.layers * offloaded + beta * s.optimizerParams * 12.0;
     if (hosted > 0 && c.cluster->hostMemoryBytes > 0 &&
         hosted * static_cast<double>(c.cluster->gpusPerNode) > 0.9 * c.cluster->hostMemoryBytes) {
       total = kInf;

@@ -20,6 +20,7 @@ struct Stored {
   Layout entry;
   std::map<const Block*, std::vector<std::pair<std::array<Role, 2>, int>>> units;  // roles and recompute per unit
   std::string recompute, method;
+  std::vector<std::int64_t> stages;  // layers per chunk as stored (empty: files from before stage_layers)
 };
 
 Result<Stored> readStored(const Json& stored, const std::string& file, const Context& c) {
@@ -78,6 +79,23 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
                                       ") in groups of the stages");
   }
   out.vpp = *vpp;
+  // Files written before stages were split unevenly have no stage_layers: the assembly chooses.
+  if (stored.contains("stage_layers")) {
+    const Json& layers = stored["stage_layers"];
+    const std::size_t chunks = static_cast<std::size_t>(out.pp * out.vpp);
+    std::int64_t total = 0;
+    bool ok = layers.is_array() && layers.size() == chunks;
+    for (std::size_t i = 0; ok && i < layers.size(); ++i) {
+      ok = layers[i].is_number_integer() && layers[i].get<std::int64_t>() >= 1 && layers[i].get<std::int64_t>() <= c.numLayers;
+      if (ok) total += layers[i].get<std::int64_t>();
+    }
+    if (!ok || total != c.numLayers) {
+      return bad("/stage_layers", "must list " + std::to_string(chunks) + " positive layer counts (one per stage" +
+                                      (out.vpp > 1 ? " and chunk" : "") + ") adding up to the model's " +
+                                      std::to_string(c.numLayers) + " layers, got " + describeJsonValue(layers));
+    }
+    for (const auto& v : layers) out.stages.push_back(v.get<std::int64_t>());
+  }
   out.price = *price;
   out.alpha = *alpha;
   out.beta = *beta;
@@ -142,7 +160,7 @@ Result<OperatorPlan> Search::reproduce(const Json& json, const std::string& file
   if (!solution) return fail(Error::badInput(solution.error().message, file, "/operator_plan/blocks"));
   solution->recompute = st.recompute;
   Best best;
-  best.assembly = assemble(m_c, ms, *solution, st.pp, microBatches, st.alpha, st.beta, st.vpp);
+  best.assembly = assemble(m_c, ms, *solution, st.pp, microBatches, st.alpha, st.beta, st.vpp, st.stages.empty() ? nullptr : &st.stages);
   best.solvers = &ms;
   best.solution = *solution;
   best.pp = st.pp;
@@ -180,7 +198,8 @@ Result<Solution> Search::solveFixed(const MeshSolvers& ms, const SolveWeights& w
 }
 
 Result<OperatorPlan> Search::megatronAt(const std::vector<std::int64_t>& shape, const MegatronRule& rule, RecomputeMode mode,
-                                        std::int64_t pp, std::int64_t samples, std::int64_t vpp) {
+                                        std::int64_t pp, std::int64_t samples, std::int64_t vpp,
+                                        const std::vector<std::int64_t>& stages) {
   auto mesh = makeMesh(*m_c.cluster, shape, "plan");
   if (!mesh) return fail(mesh.error());
   const Combo k{pp, shape, samples, m_c.options.globalBatchSize / samples, 0.0};
@@ -190,9 +209,11 @@ Result<OperatorPlan> Search::megatronAt(const std::vector<std::int64_t>& shape, 
   m_onlyRules = &only;
   m_onlyMode = mode;
   m_onlyChunks = {vpp};
+  m_fixedStages = stages;
   solveMegatron(k, ms);
   m_onlyRules = nullptr;
   m_onlyChunks.clear();
+  m_fixedStages.clear();
   const Best& chosen = m_megatron.solvers ? m_megatron : m_megatronLean;
   if (!chosen.solvers) return fail(Error::badInput("the plan's split does not apply to its model on mesh " + mesh->toString()));
   return report(chosen, "megatron");
@@ -260,7 +281,9 @@ Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction) {
   const RecomputeMode mode = policy == RecomputePolicy::kFull        ? RecomputeMode::kFull
                              : policy == RecomputePolicy::kSelective ? RecomputeMode::kSelective
                                                                      : RecomputeMode::kNone;
-  return search.megatronAt(shape, rule, mode, par.pp, plan.microBatchSize * par.dp, par.virtualStages);
+  std::vector<std::int64_t> stages;  // the plan's own layers per chunk
+  for (const auto& st : plan.stages) stages.push_back(st.layers);
+  return search.megatronAt(shape, rule, mode, par.pp, plan.microBatchSize * par.dp, par.virtualStages, stages);
 }
 
 Result<Plan> operatorPlanFile(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options,

@@ -79,8 +79,10 @@ struct Assembly {
 /// interleaved 1F1B) and `microBatches` per replica (`ms.replicas` data-parallel copies of the mesh in
 /// each stage), offloading `alpha` of each layer's kept activations and `beta` of the optimizer states
 /// (docs/autoparallel.md, "Assembly" and "Replicas").
+/// `fixedStages` (layers of each chunk, as stageLayers) costs that split instead of choosing one.
 [[nodiscard]] Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp,
-                                std::int64_t microBatches, double alpha, double beta, std::int64_t vpp = 1);
+                                std::int64_t microBatches, double alpha, double beta, std::int64_t vpp = 1,
+                                const std::vector<std::int64_t>* fixedStages = nullptr);
 /// Layers of each of the pp x vpp model chunks (chunk v of stage i at v*pp + i). Under 1F1B the first and
 /// last stages give layers up to their embedding (`firstSeconds` a micro-batch) and head (`lastSeconds`)
 /// so the slowest stage is as fast as it can be (docs/autoparallel.md, "Assembly"); the interleaved
@@ -105,9 +107,11 @@ class Search {
   Result<OperatorPlan> reproduce(const Json& stored, const std::string& file);
   /// The blocks solved at one interface layout with the weights' filters (a stored plan's strategies).
   Result<Solution> solveFixed(const MeshSolvers& ms, const SolveWeights& w, Layout entry);
-  /// Megatron's split on one mesh with one rule and layer-level recompute mode, assembled as is.
+  /// Megatron's split on one mesh with one rule and layer-level recompute mode, assembled as is (with
+  /// `stages`, the layers of each chunk, when given).
   Result<OperatorPlan> megatronAt(const std::vector<std::int64_t>& shape, const MegatronRule& rule, RecomputeMode mode,
-                                  std::int64_t pp, std::int64_t samples, std::int64_t vpp = 1);
+                                  std::int64_t pp, std::int64_t samples, std::int64_t vpp = 1,
+                                  const std::vector<std::int64_t>& stages = {});
 
  private:
   struct Best {
@@ -148,6 +152,7 @@ class Search {
   const std::vector<MegatronRule>* m_onlyRules = nullptr;  // megatronAt: the one rule and mode to solve
   RecomputeMode m_onlyMode = RecomputeMode::kNone;
   std::vector<std::int64_t> m_onlyChunks;  // megatronAt: the one chunk count to assemble
+  std::vector<std::int64_t> m_fixedStages;  // megatronAt, reproduce: the plan's own layers per chunk (empty: choose)
   Best m_joint, m_jointLean, m_megatron, m_megatronLean;
   // A combination whose budget lies between two prices of the grid, and its best fitting step.
   struct Bracket {

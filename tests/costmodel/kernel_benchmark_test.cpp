@@ -55,13 +55,16 @@ TEST(KernelBenchmarks, AMalformedTableIsRefusedNamingTheFieldAndValue) {
   EXPECT_EQ(e.path, "/recipe");
   e = refused(R"({"format": "colo.plan/1"})");
   EXPECT_NE(e.message.find("kernel-benchmark"), std::string::npos) << e.message;
-  // A cluster the library does not have is named when the table is checked.
-  auto unknown = loadKernelBenchmark(dir.write("unknown.json", R"({"format": "colo.kernel-benchmark/1", "id": "t", "cluster": "h100-nonesuch", "block": "layernorm_linear_sigmoid", "recipe": "rowwise", "points": [[1024, 1024, 1024, 0.5]]})"));
-  ASSERT_TRUE(unknown) << unknown.error().toString();
-  auto check = checkKernelBenchmark(*unknown);
-  ASSERT_FALSE(check);
-  EXPECT_EQ(check.error().path, "/cluster");
-  EXPECT_NE(check.error().message.find("h100-nonesuch"), std::string::npos) << check.error().message;
+  // Sides out of range, and a cluster the library does not have, are named with their value.
+  e = refused(head + R"("recipe": "rowwise", "points": [[1e308, 1024, 1024, 0.5]]})");
+  EXPECT_EQ(e.path, "/points/0");
+  e = refused(R"({"format": "colo.kernel-benchmark/1", "id": "t", "cluster": "../models/llama3-8b", "block": "layernorm_linear_sigmoid", "recipe": "rowwise", "points": [[1024, 1024, 1024, 0.5]]})");
+  EXPECT_EQ(e.path, "/cluster");
+  EXPECT_NE(e.message.find("../models/llama3-8b"), std::string::npos) << e.message;
+  EXPECT_NE(e.file.find("bench.json"), std::string::npos) << e.file;
+  e = refused(head + R"("recipe": "rowwise"})");
+  EXPECT_EQ(e.path, "/points");
+  EXPECT_NE(e.message.find("nothing"), std::string::npos) << e.message;
 }
 
 TEST(Float8Casts, RowwiseChargesItsMeasuredCastTimeAndAFixedCostPerLinearModule) {
@@ -73,7 +76,8 @@ TEST(Float8Casts, RowwiseChargesItsMeasuredCastTimeAndAFixedCostPerLinearModule)
   const auto one = costmodel::float8CastSeconds(Float8Recipe::kRowwise, i, w, g, 1.0, fp8);
   const auto three = costmodel::float8CastSeconds(Float8Recipe::kRowwise, i, w, g, 3.0, fp8);
   EXPECT_NEAR(one.forward + one.backward, 1.9 * (10 * i + 14 * w + 6 * g) / bw + 80e-6, 1e-9);
-  // A fused GEMM standing for three modules (q, k, v) casts the same bytes but runs each module's own kernels.
+  // A fused GEMM standing for three modules (q, k, v) pays each module's fixed time; its cast bytes and
+  // kernel count stay those of one linear (the shared input cast once; docs/costmodel.md says what is not modelled).
   EXPECT_NEAR((three.forward + three.backward) - (one.forward + one.backward), 2 * 80e-6, 1e-12);
   EXPECT_EQ(one.kernelsForward + one.kernelsBackward, 9);
   // Tensorwise (not measured by the table) keeps its bytes at the stream rate; Transformer Engine fuses.

@@ -1,5 +1,6 @@
 // The operator-level search's pipeline stages: layers per stage, with the embedding and the head
 // weighed (docs/autoparallel.md, "Assembly").
+#include <functional>
 #include <numeric>
 #include <vector>
 
@@ -35,6 +36,58 @@ TEST(AutoParallelStages, TheEndStagesGiveLayersToTheEmbeddingAndTheHead) {
   // The interleaved schedule keeps equal chunks; one stage holds everything.
   EXPECT_EQ(stageLayerCounts(32, 4, 2, 1.0, 5.0, 5.0), std::vector<std::int64_t>(8, 4));
   EXPECT_EQ(stageLayerCounts(32, 1, 1, 1.0, 5.0, 5.0), std::vector<std::int64_t>(1, 32));
+}
+
+// The least bottleneck over every split of `layers` into `pp` stages of at least one layer (brute force).
+double bestBottleneck(std::int64_t layers, std::int64_t pp, double first, double last) {
+  double best = 1e300;
+  std::vector<std::int64_t> k(static_cast<std::size_t>(pp), 1);
+  std::function<void(std::size_t, std::int64_t)> place = [&](std::size_t i, std::int64_t left) {
+    if (i + 1 == k.size()) {
+      if (left < 1) return;
+      k[i] = left;
+      double worst = 0;
+      for (std::size_t s = 0; s < k.size(); ++s) {
+        worst = std::max(worst, static_cast<double>(k[s]) + (s == 0 ? first : 0.0) + (s + 1 == k.size() ? last : 0.0));
+      }
+      best = std::min(best, worst);
+      return;
+    }
+    for (std::int64_t n = 1; n <= left - static_cast<std::int64_t>(k.size() - 1 - i); ++n) {
+      k[i] = n;
+      place(i + 1, left - n);
+    }
+  };
+  place(0, layers);
+  return best;
+}
+
+TEST(AutoParallelStages, TheSplitsBottleneckIsTheLeastOfAnySplitAndTheSurplusLeavesTheFullestStages) {
+  // Against brute force on small cases, with heavy and light ends.
+  for (std::int64_t pp = 2; pp <= 5; ++pp) {
+    for (std::int64_t layers = pp + 1; layers <= 13; ++layers) {
+      for (const double first : {0.0, 0.4, 2.5}) {
+        for (const double last : {0.0, 1.0, 3.0, 5.5}) {
+          const auto k = stageLayerCounts(layers, pp, 1, 1.0, first, last);
+          ASSERT_EQ(static_cast<std::int64_t>(k.size()), pp);
+          EXPECT_EQ(std::accumulate(k.begin(), k.end(), std::int64_t{0}), layers);
+          double worst = 0;
+          for (std::size_t s = 0; s < k.size(); ++s) {
+            EXPECT_GE(k[s], 1);
+            worst = std::max(worst, static_cast<double>(k[s]) + (s == 0 ? first : 0.0) + (s + 1 == k.size() ? last : 0.0));
+          }
+          EXPECT_NEAR(worst, bestBottleneck(layers, pp, first, last), 1e-9)
+              << layers << " layers, " << pp << " stages, ends " << first << " and " << last;
+        }
+      }
+    }
+  }
+  // A heavy head on 3 stages: the first stage may take more than an even share.
+  EXPECT_EQ(stageLayerCounts(9, 3, 1, 1.0, 0.0, 3.0), (std::vector<std::int64_t>{4, 4, 1}));
+  // 32 layers on 8 stages, a head of 3.5 layers: the bottleneck is 5 layers; of the 4 layers too many
+  // at that bottleneck, each leaves the stage holding the most layers x micro-batches in flight (stage
+  // i holds 8 - i under 1F1B), not all the first stage's.
+  EXPECT_EQ(stageLayerCounts(32, 8, 1, 1.0, 0.0, 3.5), (std::vector<std::int64_t>{3, 4, 4, 5, 5, 5, 5, 1}));
 }
 
 TEST(AutoParallelStages, Llama405BOnSixtyFourStagesBeatsTheDegreeLevelPlanAndReproducesItsStages) {
@@ -94,6 +147,50 @@ TEST(AutoParallelStages, ThePlanFileListsTheStagesAsCosted) {
   ASSERT_TRUE(again) << again.error().toString();
   EXPECT_EQ(again->stageLayers, j.stageLayers);
   EXPECT_NEAR(again->stepSeconds, j.stepSeconds, 1e-9 * j.stepSeconds);
+  // A stored split is costed as stored; one that does not add up is refused by name.
+  Json even = loaded->operatorPlan;
+  even["stage_layers"] = Json::array({8, 8, 8, 8});
+  Plan edited = *loaded;
+  edited.operatorPlan = even;
+  auto evenly = evaluateOperatorPlan(edited, "8b.json");
+  ASSERT_TRUE(evenly) << evenly.error().toString();
+  EXPECT_EQ(evenly->stageLayers, (std::vector<std::int64_t>{8, 8, 8, 8}));
+  EXPECT_GT(evenly->stepSeconds, j.stepSeconds);
+  even["stage_layers"] = Json::array({8, 8, 8, 9});
+  edited.operatorPlan = even;
+  auto refused = evaluateOperatorPlan(edited, "8b.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/operator_plan/stage_layers");
+  EXPECT_NE(refused.error().message.find("[8,8,8,9]"), std::string::npos) << refused.error().message;
+  // The operator view of a degree-level plan costs that plan's own stages.
+  Plan degree = *file;
+  degree.operatorPlan = Json();
+  for (auto& st : degree.stages) st.layers = 8;
+  auto view = operatorView(degree);
+  ASSERT_TRUE(view) << view.error().toString();
+  EXPECT_EQ(view->stageLayers, (std::vector<std::int64_t>{8, 8, 8, 8}));
+}
+
+TEST(AutoParallelStages, OffloadedActivationsAreCountedForEveryLayerOfTheStage) {
+  // The step's parts add up to the step when a pipelined plan offloads activations: the exposed
+  // transfers are those of every layer the slowest stage holds.
+  const Model model = test::loadModelOrFail(test::dataFile("models/llama3-8b.json"));
+  const ClusterSpec cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json")), 32);
+  AutoParallelOptions o;
+  o.globalBatchSize = 512;
+  o.meshes = {{8}};
+  o.pipelineDegrees = {4};
+  auto r = autoParallel(model, cluster, o);
+  ASSERT_TRUE(r) << r.error().toString();
+  auto file = operatorPlanFile(model, cluster, o, *r);
+  ASSERT_TRUE(file) << file.error().toString();
+  Plan offloading = *file;
+  offloading.operatorPlan["activation_offload_fraction"] = 1.0;
+  auto p = evaluateOperatorPlan(offloading, "offload.json");
+  ASSERT_TRUE(p) << p.error().toString();
+  ASSERT_GT(p->offload, 0.0);
+  const double parts = p->compute + p->communication + p->recomputeSeconds + p->offload + p->bubble + p->gradientSync + p->optimizer;
+  EXPECT_NEAR(parts, p->stepSeconds, 1e-9 * p->stepSeconds);
 }
 
 }  // namespace
