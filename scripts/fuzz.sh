@@ -51,6 +51,7 @@ cp data/opgraphs/*.json "$seeds/op_graph/"
 cp data/clusters/*.json "$seeds/cluster/"
 cp data/plans/*.json "$seeds/plan/"
 cp data/validation/public_runs.json data/validation/assumptions.json data/examples/nemo-h100-runs.csv "$seeds/validation/"
+cp data/validation/published/kernels/*.json "$seeds/validation/"
 python3 - "$seeds/validation" <<'PY'
 import json, sys
 rows = json.load(open("data/validation/public_runs.json"))
