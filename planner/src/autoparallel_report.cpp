@@ -7,6 +7,7 @@
 #include <set>
 
 #include "autoparallel_detail.h"
+#include "colo/planner/baseline.h"
 
 namespace colo::planner {
 namespace detail {
@@ -301,20 +302,12 @@ Json OperatorPlan::toJson() const {
 }
 
 std::string OperatorPlan::layoutText() const {
-  // Layers per stage when they differ, runs written once with a count ("1,2x62,1"), as colo-plan search.
-  std::string layers;
+  // Layers per stage when they differ ("1,2x62,1"), as colo-plan search writes them.
   const bool uneven = std::adjacent_find(stageLayers.begin(), stageLayers.end(), std::not_equal_to<>()) != stageLayers.end();
-  for (std::size_t i = 0; uneven && i < stageLayers.size();) {
-    std::size_t run = 1;
-    while (i + run < stageLayers.size() && stageLayers[i + run] == stageLayers[i]) ++run;
-    layers += (layers.empty() ? "" : ",") + std::to_string(stageLayers[i]) + (run > 2 ? "x" + std::to_string(run) : "");
-    if (run == 2) layers += "," + std::to_string(stageLayers[i]);
-    i += run;
-  }
   return std::to_string(pipelineStages) + (pipelineStages == 1 ? " stage" : " stages") + " x mesh " + mesh +
          (replicas > 1 ? " x " + std::to_string(replicas) + " replicas" : "") +
          (virtualStages > 1 ? ", " + std::to_string(virtualStages) + " chunks each (interleaved)" : "") +
-         (uneven ? ", layers " + layers : "");
+         (uneven ? ", layers " + stagesSummary(stageLayers) : "");
 }
 
 Json AutoParallelResult::toJson() const {

@@ -15,16 +15,22 @@ std::string recomputeSummary(const Plan& p) {
   return toString(policy) + (recomputed == total ? "" : " " + std::to_string(recomputed) + "/" + std::to_string(total));
 }
 
-std::string stagesSummary(const Plan& p) {
+std::string stagesSummary(const std::vector<std::int64_t>& layers) {
   std::string out;
-  for (std::size_t i = 0; i < p.stages.size();) {
+  for (std::size_t i = 0; i < layers.size();) {
     std::size_t run = 1;
-    while (i + run < p.stages.size() && p.stages[i + run].layers == p.stages[i].layers) ++run;
-    out += (out.empty() ? "" : ",") + std::to_string(p.stages[i].layers) + (run > 2 ? "x" + std::to_string(run) : "");
-    if (run == 2) out += "," + std::to_string(p.stages[i].layers);
+    while (i + run < layers.size() && layers[i + run] == layers[i]) ++run;
+    out += (out.empty() ? "" : ",") + std::to_string(layers[i]) + (run > 2 ? "x" + std::to_string(run) : "");
+    if (run == 2) out += "," + std::to_string(layers[i]);
     i += run;
   }
   return out;
+}
+
+std::string stagesSummary(const Plan& p) {
+  std::vector<std::int64_t> layers;
+  for (const auto& s : p.stages) layers.push_back(s.layers);
+  return stagesSummary(layers);
 }
 
 Result<Baseline> parseBaseline(const std::string& name) {

@@ -122,15 +122,26 @@ TEST(AutoParallelStages, Llama405BOnSixtyFourStagesBeatsTheDegreeLevelPlanAndRep
   EXPECT_NEAR(again->stepSeconds, j.stepSeconds, 1e-9 * j.stepSeconds);
 }
 
+// Llama 3 8B (a 128K-word head) searched in 4 stages of an 8-GPU mesh on 32 A100s.
+struct Llama8bIn4Stages {
+  Model model = test::loadModelOrFail(test::dataFile("models/llama3-8b.json"));
+  ClusterSpec cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json")), 32);
+  AutoParallelOptions options = [] {
+    AutoParallelOptions o;
+    o.globalBatchSize = 512;
+    o.meshes = {{8}};
+    o.pipelineDegrees = {4};
+    return o;
+  }();
+};
+
 TEST(AutoParallelStages, ThePlanFileListsTheStagesAsCosted) {
   // Llama 3 8B (a 128K-word head) in 4 stages of an 8-GPU mesh: the runnable degree-level form stored
   // beside the operator plan has the layers per stage the assembly costed, not an even split.
-  const Model model = test::loadModelOrFail(test::dataFile("models/llama3-8b.json"));
-  const ClusterSpec cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json")), 32);
-  AutoParallelOptions o;
-  o.globalBatchSize = 512;
-  o.meshes = {{8}};
-  o.pipelineDegrees = {4};
+  const Llama8bIn4Stages x;
+  const Model& model = x.model;
+  const ClusterSpec& cluster = x.cluster;
+  const AutoParallelOptions& o = x.options;
   auto r = autoParallel(model, cluster, o);
   ASSERT_TRUE(r) << r.error().toString();
   const OperatorPlan& j = r->joint;
@@ -174,12 +185,10 @@ TEST(AutoParallelStages, ThePlanFileListsTheStagesAsCosted) {
 TEST(AutoParallelStages, OffloadedActivationsAreCountedForEveryLayerOfTheStage) {
   // The step's parts add up to the step when a pipelined plan offloads activations: the exposed
   // transfers are those of every layer the slowest stage holds.
-  const Model model = test::loadModelOrFail(test::dataFile("models/llama3-8b.json"));
-  const ClusterSpec cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json")), 32);
-  AutoParallelOptions o;
-  o.globalBatchSize = 512;
-  o.meshes = {{8}};
-  o.pipelineDegrees = {4};
+  const Llama8bIn4Stages x;
+  const Model& model = x.model;
+  const ClusterSpec& cluster = x.cluster;
+  const AutoParallelOptions& o = x.options;
   auto r = autoParallel(model, cluster, o);
   ASSERT_TRUE(r) << r.error().toString();
   auto file = operatorPlanFile(model, cluster, o, *r);

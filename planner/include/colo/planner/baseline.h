@@ -4,6 +4,7 @@
 /// (Narayanan et al. 2021, Korthikanti et al. 2022), ZeRO-3 data parallelism, and plain data parallelism.
 
 #include <string>
+#include <vector>
 
 #include "colo/core/error.h"
 #include "colo/core/plan.h"
@@ -39,6 +40,8 @@ struct BaselinePlan {
 [[nodiscard]] std::string recomputeSummary(const Plan& plan);
 /// Layers per pipeline stage, runs written once with a count: "7,6x14,7" for 7, fourteen 6s and 7.
 [[nodiscard]] std::string stagesSummary(const Plan& plan);
+/// The same for layer counts given directly (an operator plan's stageLayers).
+[[nodiscard]] std::string stagesSummary(const std::vector<std::int64_t>& layers);
 
 /// The settings in which two plans differ (GPUs, batch, sequence, precision, attention kernel, eager
 /// kernels, loss (torch, fused, fused-in-place or vocab-parallel), degrees,
