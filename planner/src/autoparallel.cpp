@@ -91,6 +91,15 @@ MeshSolvers& Search::solversFor(const std::vector<std::int64_t>& shape, std::int
   for (const auto& cls : m_c.classes) slot->layers.push_back(std::make_unique<BlockSolver>(cls.block, cc, *slot->converter));
   slot->embedding = std::make_unique<BlockSolver>(m_c.embedding, cc, *slot->converter);
   slot->head = std::make_unique<BlockSolver>(m_c.head, cc, *slot->converter);
+  for (std::size_t k = 0; k < m_c.classes.size(); ++k) {
+    double least = 0;
+    for (const auto& options : slot->layers[k]->strategies()) {
+      double fastest = kInf;
+      for (const auto& st : options) fastest = std::min(fastest, st.fwd + st.bwd + st.commFwd + st.commBwd);
+      least += fastest;
+    }
+    slot->leastLayerSeconds += least * static_cast<double>(m_c.classes[k].layers.size()) / static_cast<double>(m_c.numLayers);
+  }
   return *slot;
 }
 
@@ -224,9 +233,9 @@ std::vector<Search::Combo> Search::combos() const {
           const auto chunks = chunkCounts(o.virtualStages, m_c.numLayers, pp, microBatches);
           if (chunks.empty()) continue;
           const double most = static_cast<double>(*std::max_element(chunks.begin(), chunks.end()));
-          const double bound = (static_cast<double>(microBatches) + static_cast<double>(pp - 1) / most) * m_c.flopsPerSample *
-                               static_cast<double>(samples) / static_cast<double>(pp * gpus) / m_c.peakRate;
-          out.push_back({pp, shape, samples, microBatches, bound, r});
+          const double slots = static_cast<double>(microBatches) + static_cast<double>(pp - 1) / most;
+          const double bound = slots * m_c.flopsPerSample * static_cast<double>(samples) / static_cast<double>(pp * gpus) / m_c.peakRate;
+          out.push_back({pp, shape, samples, microBatches, bound, slots, r});
         }
       }
     }
@@ -246,19 +255,27 @@ bool Search::solveJoint(const Combo& k, MeshSolvers& ms) {
   // Free memory gives this combination's fastest plans: when they are no faster than the best plan
   // found, no price of memory makes them so.
   if (fastest >= m_joint.assembly.step) return true;
-  if (!probe(m_lambdas.size() - 1)) return false;
-  std::size_t lo = 0, hi = m_lambdas.size() - 1;
+  // The highest price is probed (does anything fit?) only once a middle one has not fitted: most
+  // combinations fit at a middle price, and bisection needs no more.
+  const std::size_t highest = m_lambdas.size() - 1;
+  std::size_t lo = 0, hi = highest;
+  bool fitsAtHi = false;
   while (hi - lo > 1) {
     const std::size_t mid = (lo + hi) / 2;
     double quickest = kInf;
     if (probeJoint(k, ms, m_lambdas[mid], mine, &quickest)) {
       hi = mid;
+      fitsAtHi = true;
       continue;
     }
     lo = mid;
     // What fits needs a price above this one, where no plan is quicker: when the quickest here cannot
     // beat the best plan found, nothing of this combination can.
     if (quickest >= m_joint.assembly.step) return true;
+    if (!fitsAtHi) {
+      if (!probe(highest)) return false;
+      fitsAtHi = true;
+    }
   }
   // The budget's exact point is usually between the grid's prices: the best combinations are refined
   // there once all are known (run()).
@@ -390,12 +407,18 @@ Result<AutoParallelResult> Search::run() {
     const auto key = std::make_tuple(k.pp, k.replicas, k.shape);
     if (const auto it = tooLarge.find(key); it != tooLarge.end() && k.samples >= it->second) continue;
     MeshSolvers& ms = solversFor(k.shape, k.samples, k.replicas);
-    if (jointCanWin && !solveJoint(k, ms)) {
+    // The mesh's own kernels bound the step tighter: the slowest stage holds at least the average share
+    // of layers, each no quicker than its fastest strategies.
+    const double kernels = k.slots * static_cast<double>(m_c.numLayers) / static_cast<double>(k.pp) * ms.leastLayerSeconds;
+    const bool jointMay = jointCanWin && kernels < m_joint.assembly.step;
+    const bool megatronMay = megatronCanWin && kernels < m_megatron.assembly.step;
+    if (!jointMay && !megatronMay) continue;
+    if (jointMay && !solveJoint(k, ms)) {
       auto& limit = tooLarge.try_emplace(key, k.samples).first->second;
       limit = std::min(limit, k.samples);
       continue;
     }
-    if (megatronCanWin) solveMegatron(k, ms);
+    if (megatronMay) solveMegatron(k, ms);
   }
   if (!(o.cancel && o.cancel->cancelled())) refineBest();
   if (o.progress) o.progress->progress(1.0, "done");

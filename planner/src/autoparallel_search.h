@@ -28,6 +28,9 @@ struct MeshSolvers {
   std::unique_ptr<BlockSolver> embedding, head;
   std::int64_t samples = 1;
   std::int64_t replicas = 1;
+  /// An average layer's kernels and in-unit collectives at each unit's fastest strategy, per micro-batch:
+  /// no plan on this mesh runs a layer quicker (layout conversions, recompute and the host floor only add).
+  double leastLayerSeconds = 0;
   // Memos of what assembling a step asks again for every chunk count and offload fraction of the same
   // solution: the activation hop between stages per pipeline degree, and the last gradient reductions
   // costed (one per stage kind). A MeshSolvers belongs to one Search, run on one thread.
@@ -125,6 +128,7 @@ class Search {
     std::vector<std::int64_t> shape;
     std::int64_t samples = 1, microBatches = 1;  // micro-batches per replica
     double bound = 0;  // seconds no plan of this combination beats
+    double slots = 0;  // layer-times per stage the pipeline takes: micro-batches + bubble
     std::int64_t replicas = 1;
   };
   [[nodiscard]] std::vector<Combo> combos() const;

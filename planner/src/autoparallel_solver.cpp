@@ -75,19 +75,26 @@ BlockSolver::BlockSolver(const Block& block, const CostContext& context, LayoutC
     m_convBwd[u].assign(inputs, std::vector<std::array<float, kLayouts>>(m_strategies[u].size()));
     m_convOps[u].assign(inputs, std::vector<std::array<std::uint8_t, kLayouts>>(m_strategies[u].size()));
     for (std::size_t i = 0; i < inputs; ++i) {
+      // Many strategies read the same layout: the input's table of conversions is looked up once.
+      std::array<bool, kLayouts> fitsFrom{};
+      for (int l = 0; l < kLayouts; ++l) {
+        fitsFrom[static_cast<std::size_t>(l)] = fits(Layout::fromIndex(l), m_inputDims[u][i], context.samples, *context.mesh);
+      }
+      LayoutConverter::Table& table = converter.table(m_inputDims[u][i], context.samples);
+      auto conversion = [&table](Layout from, Layout to) -> const Conversion& { return table.get(from, to); };
       for (std::size_t s = 0; s < m_strategies[u].size(); ++s) {
         const Strategy& st = m_strategies[u][s];
         for (int l = 0; l < kLayouts; ++l) {
           const Layout from = Layout::fromIndex(l);
-          if (!fits(from, m_inputDims[u][i], context.samples, *context.mesh)) {
+          if (!fitsFrom[static_cast<std::size_t>(l)]) {
             m_convFwd[u][i][s][static_cast<std::size_t>(l)] = static_cast<float>(kInf);
             m_convBwd[u][i][s][static_cast<std::size_t>(l)] = static_cast<float>(kInf);
             continue;
           }
           // Forward: the producer's layout to the one this strategy reads. Backward: the gradient this
           // strategy produces to the layout of the producer's gradient.
-          const Conversion& f = converter.convert(from, st.in, m_inputDims[u][i], context.samples);
-          const Conversion& b = converter.convert(st.gradIn, gradientTarget(from), m_inputDims[u][i], context.samples);
+          const Conversion& f = conversion(from, st.in);
+          const Conversion& b = conversion(st.gradIn, gradientTarget(from));
           m_convFwd[u][i][s][static_cast<std::size_t>(l)] = static_cast<float>(f.seconds);
           m_convBwd[u][i][s][static_cast<std::size_t>(l)] = static_cast<float>(b.seconds);
           m_convOps[u][i][s][static_cast<std::size_t>(l)] = static_cast<std::uint8_t>(f.collectives + b.collectives);
@@ -457,12 +464,28 @@ void BlockDp::options(std::size_t u, const UnitFixed& f, const std::vector<std::
       if (!f.choices[static_cast<std::size_t>(r)]) continue;
       const bool recompute = r == 1;
       const Kept& kept = keptBoth[static_cast<std::size_t>(r)];
-      Option o;
-      Step& step = o.step;
-      step.recompute = kept.redo + (recompute ? st.fwd + st.commFwd + convFwd : 0.0);
-      step.activation = kept.bytes + (recompute ? 0.0 : st.ownSaved);
-      step.comm = st.commFwd + st.commBwd + convFwd + convBwd;
-      step.seconds = st.fwd + st.bwd + step.comm + f.sync[s] + step.recompute;
+      // The cost first: a choice no cheaper than the one already kept for its output code is not built.
+      const double recomputeSeconds = kept.redo + (recompute ? st.fwd + st.commFwd + convFwd : 0.0);
+      const double activation = kept.bytes + (recompute ? 0.0 : st.ownSaved);
+      const double comm = st.commFwd + st.commBwd + convFwd + convBwd;
+      const double seconds = st.fwd + st.bwd + comm + f.sync[s] + recomputeSeconds;
+      const double price = f.memoryPrice * activation;
+      const double cost = seconds + m_w.lambda * f.state[s] + price;
+      const int outCode = (st.out.index() << 1) | (recompute && f.outputBit ? 1 : 0);
+      int& at = byCode[static_cast<std::size_t>(outCode)];
+      Option* o = nullptr;
+      if (at < 0) {
+        at = static_cast<int>(out.size() - first);
+        o = &out.emplace_back();
+      } else {
+        o = &out[first + static_cast<std::size_t>(at)];
+        if (!(cost < o->cost)) continue;
+      }
+      Step& step = o->step;
+      step.recompute = recomputeSeconds;
+      step.activation = activation;
+      step.comm = comm;
+      step.seconds = seconds;
       step.state = f.state[s];
       step.optimizer = st.stateParams / optimizerSplit(st);
       step.forward = st.fwd + st.commFwd + convFwd;
@@ -470,19 +493,12 @@ void BlockDp::options(std::size_t u, const UnitFixed& f, const std::vector<std::
       step.opsFwd = st.opsFwd + convOps / 2;
       step.opsBwd = st.opsBwd + convOps / 2;
       step.opsRec = recompute ? st.opsFwd + convOps / 2 : 0.0;
-      o.price = f.memoryPrice * step.activation;
-      o.cost = step.seconds + m_w.lambda * step.state + o.price;
-      o.strategy = s;
-      o.recompute = recompute;
-      o.keepBefore = kept.before;
-      o.outCode = (st.out.index() << 1) | (recompute && f.outputBit ? 1 : 0);
-      int& at = byCode[static_cast<std::size_t>(o.outCode)];
-      if (at < 0) {
-        at = static_cast<int>(out.size() - first);
-        out.push_back(o);
-      } else if (o.cost < out[first + static_cast<std::size_t>(at)].cost) {
-        out[first + static_cast<std::size_t>(at)] = o;
-      }
+      o->price = price;
+      o->cost = cost;
+      o->strategy = s;
+      o->recompute = recompute;
+      o->keepBefore = kept.before;
+      o->outCode = outCode;
     }
   }
 }
@@ -652,29 +668,42 @@ std::vector<std::vector<BlockDp::Prefix>> BlockDp::joinCuts() const {
   std::vector<std::vector<Prefix>> prefixes(m_cuts.size());
   std::vector<std::vector<std::size_t>> byCode;  // prefixes of the previous cut by their cut code
   std::vector<std::pair<int, bool>> state;
+  // (entry, cut code) -> its best prefix, in a flat table of places in `found`; listed in key order.
+  constexpr std::size_t kCodes = 2 * kLayouts;
+  std::vector<int> place(kCodes * kCodes, -1);
+  std::vector<Prefix> found;
   for (std::size_t j = 0; j < m_cuts.size(); ++j) {
-    std::map<std::pair<int, int>, Prefix> best;  // (entry, cut code) -> best prefix
+    found.clear();
+    std::fill(place.begin(), place.end(), -1);
+    auto slot = [&](int entry, int z) -> std::pair<Prefix*, bool> {
+      int& at = place[static_cast<std::size_t>(entry) * kCodes + static_cast<std::size_t>(z)];
+      if (at >= 0) return {&found[static_cast<std::size_t>(at)], false};
+      at = static_cast<int>(found.size());
+      return {&found.emplace_back(), true};
+    };
     if (j > 0) byCode = indexByCode(prefixes[j - 1]);
     for (const auto& [key, e] : m_reached.at(m_cuts[j])) {
       int code = 0;
       unpack(key, 1, code, state);
       const int z = state[0].first * 2 + (state[0].second ? 1 : 0);
       if (j == 0) {
-        auto [it, inserted] = best.try_emplace({code, z});
-        if (inserted || e.objective < it->second.sum.objective) it->second = {e, key, -1, code, z};
+        auto [it, inserted] = slot(code, z);
+        if (inserted || e.objective < it->sum.objective) *it = {e, key, -1, code, z};
         continue;
       }
       // This segment's states carry the previous cut's code as their entry code.
       for (const auto p : byCode[static_cast<std::size_t>(code)]) {
         const Prefix& before = prefixes[j - 1][p];
         const double objective = before.sum.objective + e.objective;
-        auto [it, inserted] = best.try_emplace({before.entry, z});
-        if (inserted || objective < it->second.sum.objective) {
-          it->second = {sum(before.sum, e), key, static_cast<std::int64_t>(p), before.entry, z};
+        auto [it, inserted] = slot(before.entry, z);
+        if (inserted || objective < it->sum.objective) {
+          *it = {sum(before.sum, e), key, static_cast<std::int64_t>(p), before.entry, z};
         }
       }
     }
-    for (auto& [k, p] : best) prefixes[j].push_back(p);
+    for (std::size_t k = 0; k < place.size(); ++k) {
+      if (place[k] >= 0) prefixes[j].push_back(found[static_cast<std::size_t>(place[k])]);
+    }
   }
   return prefixes;
 }
@@ -690,28 +719,38 @@ std::vector<BlockPlan> BlockDp::finish() {
   // Final states, joined with the last cut's prefixes; one plan per (entry, exit).
   const auto& finalLive = m_live[m_n];
   const auto byCode = m_cuts.empty() ? std::vector<std::vector<std::size_t>>{} : indexByCode(prefixes.back());
-  std::map<std::pair<int, int>, std::tuple<Entry, std::uint64_t, std::int64_t>> chosen;
+  // (entry, exit) -> the best way through, in a flat table of places in `found`; planned in key order.
+  std::vector<int> place(static_cast<std::size_t>(kLayouts * kLayouts), -1);
+  std::vector<std::tuple<Entry, std::uint64_t, std::int64_t>> found;
+  auto slot = [&](int entry, int exit) -> std::pair<std::tuple<Entry, std::uint64_t, std::int64_t>*, bool> {
+    int& at = place[static_cast<std::size_t>(entry * kLayouts + exit)];
+    if (at >= 0) return {&found[static_cast<std::size_t>(at)], false};
+    at = static_cast<int>(found.size());
+    return {&found.emplace_back(), true};
+  };
   std::vector<std::pair<int, bool>> state;
   for (const auto& [key, e] : m_steps[m_n]) {
     int code = 0;
     unpack(key, finalLive.size(), code, state);
     const int exit = finalLive.empty() ? 0 : state.back().first;
     if (m_cuts.empty()) {
-      auto [it, inserted] = chosen.try_emplace({code / 2, exit}, e, key, -1);
-      if (!inserted && e.objective < std::get<0>(it->second).objective) it->second = {e, key, -1};
+      auto [it, inserted] = slot(code / 2, exit);
+      if (inserted || e.objective < std::get<0>(*it).objective) *it = {e, key, -1};
       continue;
     }
     const auto& last = prefixes.back();
     for (const auto p : byCode[static_cast<std::size_t>(code)]) {
       const double objective = last[p].sum.objective + e.objective;
-      auto [it, inserted] = chosen.try_emplace({last[p].entry / 2, exit});
-      if (inserted || objective < std::get<0>(it->second).objective) it->second = {sum(last[p].sum, e), key, static_cast<std::int64_t>(p)};
+      auto [it, inserted] = slot(last[p].entry / 2, exit);
+      if (inserted || objective < std::get<0>(*it).objective) *it = {sum(last[p].sum, e), key, static_cast<std::int64_t>(p)};
     }
   }
   std::vector<BlockPlan> plans;
-  for (const auto& [pair, value] : chosen) {
-    const auto& [e, key, prefix] = value;
-    plans.push_back(planOf(Layout::fromIndex(pair.first), Layout::fromIndex(pair.second), e, key, prefix, prefixes));
+  for (std::size_t k = 0; k < place.size(); ++k) {
+    if (place[k] < 0) continue;
+    const auto& [e, key, prefix] = found[static_cast<std::size_t>(place[k])];
+    const int entry = static_cast<int>(k) / kLayouts, exit = static_cast<int>(k) % kLayouts;
+    plans.push_back(planOf(Layout::fromIndex(entry), Layout::fromIndex(exit), e, key, prefix, prefixes));
   }
   return plans;
 }

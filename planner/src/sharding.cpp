@@ -125,21 +125,45 @@ double localBytes(Layout layout, double bytes, const DeviceMesh& mesh) {
   return bytes;
 }
 
-const Conversion& LayoutConverter::convert(Layout from, Layout to, const TensorDims& dims, std::int64_t samples) {
-  const auto key = std::make_tuple(from.index(), to.index(), dims, samples);
-  if (const auto it = m_cache.find(key); it != m_cache.end()) return it->second;
-  return m_cache.emplace(key, compute(from, to, dims, samples)).first->second;
+std::size_t LayoutConverter::KeyHash::operator()(const Key& k) const noexcept {
+  // Mixes each field into a 64-bit state (the constant is the golden ratio's, as in boost::hash_combine).
+  std::uint64_t h = 0;
+  for (const std::int64_t v : {k.dims.s, k.dims.f, k.dims.featureGrain, k.dims.elementBytes, k.samples}) {
+    h ^= static_cast<std::uint64_t>(v) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  }
+  return static_cast<std::size_t>(h);
+}
+
+LayoutConverter::Table& LayoutConverter::table(const TensorDims& dims, std::int64_t samples) {
+  auto& slot = m_tables[Key{dims, samples}];
+  if (!slot) slot.reset(new Table(*this, dims, samples));
+  return *slot;
+}
+
+const Conversion& LayoutConverter::Table::get(Layout from, Layout to) {
+  auto& cell = m_cells[static_cast<std::size_t>(from.index() * kLayouts + to.index())];
+  if (!cell) {
+    cell = std::make_unique<Conversion>(m_owner->compute(from, to, m_dims, m_samples));
+    ++m_owner->m_computed;
+  }
+  return *cell;
 }
 
 Conversion LayoutConverter::compute(Layout from, Layout to, const TensorDims& dims, std::int64_t samples) const {
   using costmodel::Collective;
   constexpr double kInf = std::numeric_limits<double>::infinity();
   const double full = dims.bytes(samples);
-  Conversion best{kInf, {}, 0};
+  // A candidate sequence: its time and its steps (collective, axis); only the cheapest is written out.
+  struct Candidate {
+    double seconds = 0;
+    std::array<std::pair<const char*, int>, 2> steps{};
+    int count = 0;
+  };
+  Candidate best{kInf, {}, 0};
   // One step per axis that changes; try both orders (gathering after another axis has sliced moves fewer bytes).
   for (int order = 0; order < 2; ++order) {
     Layout at = from;
-    Conversion c;
+    Candidate c;
     for (int i = 0; i < 2 && c.seconds < kInf; ++i) {
       const int a = order == 0 ? i : 1 - i;
       const auto ua = static_cast<std::size_t>(a);
@@ -153,12 +177,9 @@ Conversion LayoutConverter::compute(Layout from, Layout to, const TensorDims& di
         break;
       }
       const double here = localBytes(at, full, m_mesh);
-      const auto group = m_mesh.group(a);
-      const std::string name = axisName(a);
       auto add = [&](Collective kind, double bytes, const char* label) {
-        c.seconds += costmodel::collectiveSeconds(kind, bytes, group);
-        c.steps += (c.steps.empty() ? "" : " > ") + std::string(label) + "(" + name + ")";
-        ++c.collectives;
+        c.seconds += costmodel::collectiveSeconds(kind, bytes, m_mesh.group(a));
+        c.steps[static_cast<std::size_t>(c.count++)] = {label, a};
       };
       if (y == AxisUse::kPartial) {
         c.seconds = kInf;  // nothing turns a whole tensor into partial sums
@@ -176,7 +197,14 @@ Conversion LayoutConverter::compute(Layout from, Layout to, const TensorDims& di
     }
     if (c.seconds < best.seconds) best = c;
   }
-  return best;
+  Conversion out{best.seconds, {}, 0};
+  if (best.seconds == kInf) return out;
+  for (int k = 0; k < best.count; ++k) {
+    const auto& [label, axis] = best.steps[static_cast<std::size_t>(k)];
+    out.steps += (out.steps.empty() ? "" : " > ") + std::string(label) + "(" + axisName(axis) + ")";
+  }
+  out.collectives = best.count;
+  return out;
 }
 
 std::string toString(Layout layout, int axes) {

@@ -13,8 +13,10 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "colo/core/cluster.h"
@@ -95,18 +97,48 @@ struct Conversion {
 };
 
 /// Cheapest conversions, per axis one step (all-gather, all-to-all, all-reduce, reduce-scatter, or a free
-/// local slice), in whichever axis order costs least; cached by (from, to, tensor, samples).
+/// local slice), in whichever axis order costs least; cached per (tensor, samples) in a table of every
+/// (from, to) pair, each computed when first asked for.
 class LayoutConverter {
  public:
+  /// The conversions of one tensor: a caller converting it many times looks the table up once.
+  class Table {
+   public:
+    [[nodiscard]] const Conversion& get(Layout from, Layout to);
+
+   private:
+    friend class LayoutConverter;
+    Table(LayoutConverter& owner, const TensorDims& dims, std::int64_t samples)
+        : m_owner(&owner), m_dims(dims), m_samples(samples), m_cells(static_cast<std::size_t>(kLayouts * kLayouts)) {}
+    LayoutConverter* m_owner;
+    TensorDims m_dims;
+    std::int64_t m_samples;
+    std::vector<std::unique_ptr<Conversion>> m_cells;  // [from * kLayouts + to]; stable once computed
+  };
+
   explicit LayoutConverter(const DeviceMesh& mesh) : m_mesh(mesh) {}
-  [[nodiscard]] const Conversion& convert(Layout from, Layout to, const TensorDims& dims, std::int64_t samples);
+  [[nodiscard]] const Conversion& convert(Layout from, Layout to, const TensorDims& dims, std::int64_t samples) {
+    return table(dims, samples).get(from, to);
+  }
+  /// The table of one tensor (stable: it lives as long as the converter).
+  [[nodiscard]] Table& table(const TensorDims& dims, std::int64_t samples);
   [[nodiscard]] const DeviceMesh& mesh() const { return m_mesh; }
-  [[nodiscard]] std::size_t cached() const { return m_cache.size(); }
+  /// Conversions computed so far.
+  [[nodiscard]] std::size_t cached() const { return m_computed; }
 
  private:
   [[nodiscard]] Conversion compute(Layout from, Layout to, const TensorDims& dims, std::int64_t samples) const;
+  struct Key {
+    TensorDims dims;
+    std::int64_t samples = 0;
+    friend bool operator==(const Key&, const Key&) = default;
+  };
+  struct KeyHash {
+    [[nodiscard]] std::size_t operator()(const Key& k) const noexcept;
+  };
   DeviceMesh m_mesh;
-  std::map<std::tuple<int, int, TensorDims, std::int64_t>, Conversion> m_cache;
+  std::unordered_map<Key, std::unique_ptr<Table>, KeyHash> m_tables;
+  std::size_t m_computed = 0;
 };
 
 /// Colossal-AI's notation of a layout over [b, s, f] on a mesh of `axes` axes: "[S0, R, S1]", "[R, R, R] P1".
