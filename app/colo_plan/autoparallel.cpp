@@ -59,7 +59,8 @@ void printSummary(const planner::AutoParallelResult& r, std::ostream& out) {
   both("peak memory", formatBytes(j.peakMemoryBytes) + " of " + formatBytes(j.budgetBytes),
        haveMegatron ? formatBytes(m.peakMemoryBytes) + (r.megatronFits ? "" : " (DOES NOT FIT)") : "-");
   both("recompute", j.recompute, haveMegatron ? m.recompute : "-");
-  both("offload", "activations " + percent(j.activationOffloadFraction) + ", optimizer " + percent(j.optimizerOffloadFraction),
+  both("offload", "activations " + percent(j.activationOffloadFraction) + ", optimizer " + percent(j.optimizerOffloadFraction) +
+                      ", weights " + percent(j.weightOffloadFraction),
        haveMegatron ? "none" : "-");
   both("compute | comm", seconds(j.compute) + " | " + seconds(j.communication),
        haveMegatron ? seconds(m.compute) + " | " + seconds(m.communication) : "-");
@@ -174,7 +175,8 @@ void printOperatorPlan(const planner::OperatorPlan& p, std::ostream& out) {
   t.addRow({"step time", seconds(p.stepSeconds)});
   t.addRow({"peak memory", formatBytes(p.peakMemoryBytes) + " of " + formatBytes(p.budgetBytes) + (p.fits ? "" : " (DOES NOT FIT)")});
   t.addRow({"recompute", p.recompute});
-  t.addRow({"offload", "activations " + percent(p.activationOffloadFraction) + ", optimizer " + percent(p.optimizerOffloadFraction)});
+  t.addRow({"offload", "activations " + percent(p.activationOffloadFraction) + ", optimizer " + percent(p.optimizerOffloadFraction) +
+                           ", weights " + percent(p.weightOffloadFraction)});
   t.addRow({"compute | comm", seconds(p.compute) + " | " + seconds(p.communication)});
   t.addRow({"recompute | bubble", seconds(p.recomputeSeconds) + " | " + seconds(p.bubble)});
   t.addRow({"grad sync | optimizer", seconds(p.gradientSync) + " | " + seconds(p.optimizer)});
@@ -197,7 +199,7 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
       {"max-memory-fraction", "F", "memory budget as a share of GPU memory (default 0.95)"},
       {"memory-gib", "GIB", "memory budget per GPU in GiB (overrides the fraction)"},
       {"precision", "P", "bf16, fp16, fp8, fp32 (default: bf16, or fp16 on GPUs without bf16)"},
-      {"no-offload", "", "keep activations and optimizer states on the GPU"},
+      {"no-offload", "", "keep activations, optimizer states and weights on the GPU"},
       {"solver-only", "", "do not count Megatron's split among the joint candidates (shows what the per-operator solve finds alone)"},
       {"out", "FILE", "write the plan (colo.plan/1 with its per-operator plan) for evaluate --plan and colo-run"},
       {"json", "", "print one JSON object"},
@@ -207,8 +209,9 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
   if (args->has("help")) {
     out << "usage: colo-plan autoparallel --model M --cluster C --gbs G [--mesh 2x8] [--pp P] [--replicas R] [--vpp V] [--memory-gib G] [--json]\n\n"
            "Gives every operator its own sharding on a device mesh, and chooses which activations to keep,\n"
-           "recompute or offload and how much optimizer state to offload in the same solve, under the memory\n"
-           "budget; prints the plan beside Megatron's column/row split and a table per distinct layer.\n\n"
+           "recompute or offload and how much of the optimizer states and weights to offload in the same solve,\n"
+           "under the memory budget; prints the plan beside Megatron's column/row split and a table per\n"
+           "distinct layer.\n\n"
         << describeOptions(specs);
     return 0;
   }

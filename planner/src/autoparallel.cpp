@@ -164,37 +164,88 @@ std::vector<Solution> Search::solve(const MeshSolvers& ms, const SolveWeights& w
   return out;
 }
 
+// One solution of one combination at one chunk count, assembled with any offload fractions; every
+// assembly counts as a candidate and may be the leanest.
+struct Search::Assembler {
+  Search& search;
+  const MeshSolvers& ms;
+  const Solution& sol;
+  const Combo& k;
+  std::int64_t vpp;
+  Best& leanest;
+  Assembly operator()(double alpha, double beta, double gamma = 0.0) const {
+    ++search.m_candidates;
+    const auto* fixed = search.m_fixedStages.empty() ? nullptr : &search.m_fixedStages;
+    Assembly a = assemble(search.m_c, ms, sol, k.pp, k.microBatches, alpha, beta, vpp, fixed, gamma);
+    if (a.memory < leanest.assembly.memory) leanest = as(a);
+    return a;
+  }
+  [[nodiscard]] Best as(const Assembly& a) const { return {a, &ms, sol, k.pp, k.microBatches, vpp, k.replicas}; }
+};
+
 bool Search::consider(const MeshSolvers& ms, const Solution& sol, const Combo& k, Best& best, Best& leanest, double* fastest) {
   bool fit = false;
-  const std::int64_t pp = k.pp, microBatches = k.microBatches, r = k.replicas;
   const auto& wanted = m_onlyChunks.empty() ? m_c.options.virtualStages : m_onlyChunks;
-  for (const std::int64_t vpp : chunkCounts(wanted, m_c.numLayers, pp, microBatches)) {
+  for (const std::int64_t vpp : chunkCounts(wanted, m_c.numLayers, k.pp, k.microBatches)) {
+    const Assembler at{*this, ms, sol, k, vpp, leanest};
     // Without offload first: when that fits, offloading only adds transfers.
-    ++m_candidates;
-    const auto* fixed = m_fixedStages.empty() ? nullptr : &m_fixedStages;
-    const Assembly plain = assemble(m_c, ms, sol, pp, microBatches, 0.0, 0.0, vpp, fixed);
+    const Assembly plain = at(0.0, 0.0);
     if (fastest) *fastest = std::min(*fastest, plain.step);
-    if (plain.memory < leanest.assembly.memory) leanest = {plain, &ms, sol, pp, microBatches, vpp, r};
     if (plain.memory <= m_c.budget) {
-      if (plain.step < best.assembly.step) best = {plain, &ms, sol, pp, microBatches, vpp, r};
+      if (plain.step < best.assembly.step) best = at.as(plain);
       fit = true;
       continue;
     }
     const bool offload = m_c.options.allowOffload && !sol.megatron && m_c.cluster->pcieBytesPerSecond > 0;
-    if (!offload) continue;
-    for (const double alpha : {0.0, 0.25, 0.5, 0.75, 1.0}) {
-      for (const double beta : {0.0, 0.25, 0.5, 0.75, 1.0}) {
-        if (alpha == 0 && beta == 0) continue;
-        ++m_candidates;
-        const Assembly a = assemble(m_c, ms, sol, pp, microBatches, alpha, beta, vpp, fixed);
-        if (a.memory < leanest.assembly.memory) leanest = {a, &ms, sol, pp, microBatches, vpp, r};
-        if (a.memory > m_c.budget) continue;
-        fit = true;
-        if (a.step < best.assembly.step) best = {a, &ms, sol, pp, microBatches, vpp, r};
+    if (offload) fit = offloadShares(at, plain, best) || fit;
+  }
+  return fit;
+}
+
+bool Search::offloadShares(const Assembler& at, const Assembly& plain, Best& best) {
+  bool fit = false;
+  std::optional<bool> weightsCanFit;
+  offloadWeights(at, 0.0, 0.0, plain, best, weightsCanFit);
+  for (const double alpha : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+    for (const double beta : {0.0, 0.25, 0.5, 0.75, 1.0}) {
+      if (alpha == 0 && beta == 0) continue;
+      const Assembly a = at(alpha, beta);
+      if (a.memory > m_c.budget) {
+        offloadWeights(at, alpha, beta, a, best, weightsCanFit);
+        continue;
       }
+      fit = true;
+      if (a.step < best.assembly.step) best = at.as(a);
     }
   }
   return fit;
+}
+
+void Search::offloadWeights(const Assembler& at, double alpha, double beta, const Assembly& without, Best& best,
+                            std::optional<bool>& canFit) {
+  // Weights last: a share leaves the GPU only where the activations' and optimizer's shares do not fit.
+  // Offloading only adds time, so an assembly no faster than the best plan cannot become so; everything
+  // offloaded is the least memory, so when that does not fit no share helps. Memory falls and time grows
+  // with the share: the least quarter that fits, by bisection.
+  if (without.step >= best.assembly.step) return;
+  if (!canFit) canFit = at(1.0, 1.0, 1.0).memory <= m_c.budget;
+  if (!*canFit) return;
+  Assembly fitting = at(alpha, beta, 1.0);
+  if (fitting.memory > m_c.budget) return;
+  int lo = 0, hi = 4;  // quarters: none does not fit, all does
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    Assembly a = at(alpha, beta, 0.25 * mid);
+    if (a.memory <= m_c.budget) {
+      hi = mid;
+      fitting = std::move(a);
+    } else {
+      lo = mid;
+    }
+  }
+  // (Not a fit for the price bisection, which looks for what fits with the weights on the GPU.)
+  m_weightsOffloadedFit = true;
+  if (fitting.step < best.assembly.step) best = at.as(fitting);
 }
 
 std::vector<std::int64_t> Search::replicaCounts(std::int64_t pp) const {
@@ -250,7 +301,11 @@ bool Search::solveJoint(const Combo& k, MeshSolvers& ms) {
   // (a higher price never costs less time nor more memory). False when even the highest price does not fit.
   double fastest = kInf;  // the quickest assembled step at free memory, fitting or not
   Best mine;              // this combination's best fitting plan
-  auto probe = [&](std::size_t i) { return probeJoint(k, ms, m_lambdas[i], mine, i == 0 ? &fastest : nullptr); };
+  std::vector<char> probed(m_lambdas.size(), 0);
+  auto probe = [&](std::size_t i) {
+    probed[i] = 1;
+    return probeJoint(k, ms, m_lambdas[i], mine, i == 0 ? &fastest : nullptr);
+  };
   if (probe(0)) return true;
   // Free memory gives this combination's fastest plans: when they are no faster than the best plan
   // found, no price of memory makes them so.
@@ -273,7 +328,15 @@ bool Search::solveJoint(const Combo& k, MeshSolvers& ms) {
     // beat the best plan found, nothing of this combination can.
     if (quickest >= m_joint.assembly.step) return true;
     if (!fitsAtHi) {
-      if (!probe(highest)) return false;
+      if (!probe(highest)) {
+        if (!m_weightsOffloadedFit) return false;
+        // Only offloading weights fits. Less memory at a higher price means a smaller share to fetch,
+        // so the least fitting price is not the quickest: every price of the grid is tried.
+        for (std::size_t i = 1; i < highest; ++i) {
+          if (!probed[i]) probe(i);
+        }
+        return true;
+      }
       fitsAtHi = true;
     }
   }
@@ -289,6 +352,7 @@ bool Search::probeJoint(const Combo& k, MeshSolvers& ms, double lambda, Best& mi
   w.microBatches = static_cast<double>(k.microBatches);
   w.lambda = lambda;
   bool fit = false;
+  m_weightsOffloadedFit = false;
   for (const auto& sol : solve(ms, w, "per operator", false)) {
     fit = consider(ms, sol, k, mine, m_jointLean, fastest) || fit;
   }
@@ -478,6 +542,7 @@ OperatorPlan Search::report(const Best& best, const std::string& method) const {
   p.fits = a.memory <= m_c.budget;
   p.activationOffloadFraction = a.alpha;
   p.optimizerOffloadFraction = a.beta;
+  p.weightOffloadFraction = a.gamma;
   p.recompute = best.solution.recompute;
   p.compute = a.compute;
   p.communication = a.comm;
@@ -499,7 +564,7 @@ OperatorPlan Search::report(const Best& best, const std::string& method) const {
   }
   blocks.push_back({best.solvers->head.get(), best.solution.head, "head", 1, 0});
   p.blocks = assignments(blocks, *best.solvers->mesh, best.solution.weights, best.replicas);
-  const Equivalent eq = expressAs(blocks, *best.solvers->mesh, best.pp, a.alpha, best.replicas);
+  const Equivalent eq = expressAs(blocks, *best.solvers->mesh, best.pp, a.alpha, a.gamma, best.replicas);
   p.runnable = eq.runnable;
   p.expressedAs = eq.text;
   p.tp = eq.tp;

@@ -106,11 +106,12 @@ std::vector<std::int64_t> stageLayerCounts(std::int64_t layers, std::int64_t pp,
 }
 
 Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches,
-                  double alpha, double beta, std::int64_t vpp, const std::vector<std::int64_t>* fixedStages) {
+                  double alpha, double beta, std::int64_t vpp, const std::vector<std::int64_t>* fixedStages, double gamma) {
   const std::int64_t replicas = ms.replicas;
   Assembly a;
   a.alpha = alpha;
   a.beta = beta;
+  a.gamma = gamma;
   const double P = static_cast<double>(pp);
   const double M = static_cast<double>(microBatches);
   const double V = static_cast<double>(std::max<std::int64_t>(1, vpp));
@@ -132,11 +133,14 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     all.optimizerParams += n * f.optimizerParams;
     all.params += n * f.params;
     for (int j = 0; j < 3; ++j) all.sync[j] += n * f.sync[j];
-    // Offloaded activations leave during the layer's forward and return before its backward, hidden
-    // behind up to 80% of its kernels.
+    // Offloaded activations leave during the layer's forward and return before its backward; offloaded
+    // weights come in for each use (forward, recomputed forward, backward: ZeRO-Infinity's fetch per
+    // layer and micro-batch). One PCIe link, hidden behind up to 80% of the layer's kernels.
     const double moved = alpha * f.activation;
+    const double weights = gamma * f.params * c.weightBytes;
+    const double uses = f.recompute > 0 ? 3.0 : 2.0;
     offloaded += n * moved;
-    offloadExposed += n * std::max(0.0, 2.0 * moved / pcie - 0.8 * f.compute);
+    offloadExposed += n * std::max(0.0, (2.0 * moved + uses * weights) / pcie - 0.8 * f.compute);
   }
   const Figures emb = figuresOf(sol.embedding, c.hostSecondsPerOp);
   const Figures head = figuresOf(sol.head, c.hostSecondsPerOp);
@@ -247,6 +251,10 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
       memo.key = key;
       memo.seconds = gradientSyncSeconds(*ms.mesh, s.sync, replicas, held);
     }
+    // Offloaded weights leave the layers' share of the stage's 16-bit weights, less the two layers'
+    // worth in use and prefetched.
+    const double layerWeights = gamma * all.params * c.weightBytes;
+    const double hostWeights = layerWeights * s.layers;
     const double C = memo.seconds;
     const double cover = 0.9 * (s.seconds * 2.0 / 3.0);
     double exposed = std::max(0.1 * C, C - cover);
@@ -259,18 +267,19 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     const double onDevice = (s.optimizerParams * (1.0 - beta) * (c.stepBytesPerParam - c.gradBufferBytes) + buffer) /
                             dev.memoryBytesPerSecond;
     const double host = beta * s.optimizerParams;
-    const double hostStep = host > 0 ? host / dev.cpuAdamParamsPerSecond + host * 4.0 / pcie : 0.0;
+    // Weights updated on the GPU whose 16-bit copy lives on the host go back once a step.
+    const double hostStep = (host > 0 ? host / dev.cpuAdamParamsPerSecond + host * 4.0 / pcie : 0.0) + (1.0 - beta) * hostWeights / pcie;
     if (exposed + onDevice + hostStep > tail) {
       tail = exposed + onDevice + hostStep;
       a.sync = exposed;
       a.optimizer = onDevice + hostStep;
     }
-    const double state = s.state - beta * s.optimizerParams * 12.0;
+    const double state = s.state - beta * s.optimizerParams * 12.0 - hostWeights + std::min(s.layers, 2.0) * layerWeights;
     const double acts = s.copies * (s.activation - s.headActivation) + std::min(s.copies, 1.0) * s.headActivation;
     // The caching allocator's fragmentation allowance on activations, as the evaluator counts it.
     double total = state + 1.08 * acts + dev.contextBytes;
     // What goes to host memory must fit there: every GPU of a node offloads alike.
-    const double hosted = s.copies * s.layers * offloaded + beta * s.optimizerParams * 12.0;
+    const double hosted = s.copies * s.layers * offloaded + beta * s.optimizerParams * 12.0 + hostWeights;
     if (hosted > 0 && c.cluster->hostMemoryBytes > 0 &&
         hosted * static_cast<double>(c.cluster->gpusPerNode) > 0.9 * c.cluster->hostMemoryBytes) {
       total = kInf;

@@ -57,8 +57,9 @@ struct Equivalent {
   std::string recompute = "none";
 };
 /// `replicas`: data-parallel copies of the mesh (their count multiplies the data-parallel degree).
+/// Offloaded activations or weights make a plan simulation-only (colo-run offloads optimizer states only).
 [[nodiscard]] Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh, std::int64_t pp,
-                                   double activationOffload, std::int64_t replicas = 1);
+                                   double activationOffload, double weightOffload = 0.0, std::int64_t replicas = 1);
 
 /// A role's stored name (none, batch, seq, out, in, expert, inner) and back (false when unknown).
 [[nodiscard]] std::string roleName(Role role);

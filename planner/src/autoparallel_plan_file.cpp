@@ -16,7 +16,7 @@ namespace {
 struct Stored {
   std::vector<std::int64_t> shape;
   std::int64_t pp = 1, vpp = 1, samples = 1, replicas = 1;
-  double price = 0, alpha = 0, beta = 0;
+  double price = 0, alpha = 0, beta = 0, gamma = 0;
   Layout entry;
   std::map<const Block*, std::vector<std::pair<std::array<Role, 2>, int>>> units;  // roles and recompute per unit
   std::string recompute, method;
@@ -49,6 +49,8 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
   const auto price = number("memory_price");
   const auto alpha = number("activation_offload_fraction");
   const auto beta = number("optimizer_offload_fraction");
+  // Files written before weights were offloaded have none: 0.
+  const auto gamma = stored.contains("weight_offload_fraction") ? number("weight_offload_fraction") : std::optional<double>(0.0);
   // Files written before replicas were solved have none: one.
   const auto replicas = stored.contains("replicas") ? count("replicas") : std::optional<std::int64_t>(1);
   if (!replicas) return bad("/replicas", "must be a whole number of data-parallel copies of the mesh, 1 or more, got " + stored["replicas"].dump());
@@ -68,6 +70,9 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
   if (!price || *price < 0) return bad("/memory_price", "missing or negative");
   if (!alpha || *alpha < 0 || *alpha > 1) return bad("/activation_offload_fraction", "must be in [0, 1]");
   if (!beta || *beta < 0 || *beta > 1) return bad("/optimizer_offload_fraction", "must be in [0, 1]");
+  if (!gamma || *gamma < 0 || *gamma > 1) {
+    return bad("/weight_offload_fraction", "must be in [0, 1], got " + describeJsonValue(stored["weight_offload_fraction"]));
+  }
   out.pp = *pp;
   out.samples = *samples;
   // Files written before interleaving was solved have no virtual_stages: 1F1B.
@@ -99,6 +104,7 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
   out.price = *price;
   out.alpha = *alpha;
   out.beta = *beta;
+  out.gamma = *gamma;
   const Json interface = stored.value("interface", Json::object());
   const int index = interface.contains("index") && interface["index"].is_number_integer() ? interface["index"].get<int>() : -1;
   if (index < 0 || index >= kLayouts) return bad("/interface/index", "missing or not a layout index (0-24)");
@@ -160,7 +166,8 @@ Result<OperatorPlan> Search::reproduce(const Json& json, const std::string& file
   if (!solution) return fail(Error::badInput(solution.error().message, file, "/operator_plan/blocks"));
   solution->recompute = st.recompute;
   Best best;
-  best.assembly = assemble(m_c, ms, *solution, st.pp, microBatches, st.alpha, st.beta, st.vpp, st.stages.empty() ? nullptr : &st.stages);
+  best.assembly = assemble(m_c, ms, *solution, st.pp, microBatches, st.alpha, st.beta, st.vpp, st.stages.empty() ? nullptr : &st.stages,
+                           st.gamma);
   best.solvers = &ms;
   best.solution = *solution;
   best.pp = st.pp;

@@ -160,7 +160,7 @@ std::vector<BlockAssignment> assignments(const std::vector<SolvedBlock>& blocks,
 }
 
 Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh, std::int64_t pp, double activationOffload,
-                     std::int64_t replicas) {
+                     double weightOffload, std::int64_t replicas) {
   Equivalent eq;
   auto only = [&eq](std::string why) {
     eq.text = std::move(why);
@@ -224,7 +224,12 @@ Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& m
     else return only("simulation-only: per-operator recompute in " + sb.name + " is not a layer-level policy");
     if (policy != "none") recompute = policy;
   }
-  if (activationOffload > 0) return only("simulation-only: activations offloaded to host memory");
+  if (activationOffload > 0 || weightOffload > 0) {
+    const std::string what = activationOffload > 0 && weightOffload > 0 ? "activations and weights"
+                             : activationOffload > 0                    ? "activations"
+                                                                        : "weights";
+    return only("simulation-only: " + what + " offloaded to host memory (colo-run offloads optimizer states only)");
+  }
   if (matched->fsdp && replicas > 1) {
     return only("simulation-only: weights sharded inside each replica and reduced across " + std::to_string(replicas) +
                 " replicas (hybrid sharding), where colo-run's ZeRO-3 shards over every data-parallel rank");
@@ -287,6 +292,7 @@ Json OperatorPlan::toJson() const {
           {"fits", fits},
           {"activation_offload_fraction", activationOffloadFraction},
           {"optimizer_offload_fraction", optimizerOffloadFraction},
+          {"weight_offload_fraction", weightOffloadFraction},
           {"recompute", recompute},
           {"breakdown",
            {{"compute", compute}, {"communication", communication}, {"recompute", recomputeSeconds}, {"bubble", bubble},

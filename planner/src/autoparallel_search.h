@@ -8,6 +8,7 @@
 #include <limits>
 #include <array>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -61,6 +62,7 @@ struct Context {
   double budget = 0;
   double stepBytesPerParam = 0;  // optimizer step HBM traffic per parameter
   double gradientBytes = 2;      // a gradient element as the reductions move it (the training precision's width)
+  double weightBytes = 2;        // a weight element as the kernels read it (the 16-bit copy; what weight offload moves)
   double gradBufferBytes = 0;    // the main-gradient buffer's bytes per held parameter, zeroed and scaled each step
   double flopsPerSample = 0;     // GEMM FLOPs of one sample, forward and backward
   double peakRate = 0;           // FLOP/s a large GEMM reaches
@@ -74,18 +76,18 @@ struct Assembly {
   double step = kInf, memory = kInf;
   double compute = 0, comm = 0, recompute = 0, bubble = 0, sync = 0, optimizer = 0, offload = 0;
   double states = 0, activations = 0;
-  double alpha = 0, beta = 0;
+  double alpha = 0, beta = 0, gamma = 0;  // offloaded: activations, optimizer states, layers' weights
   std::vector<std::int64_t> stageLayers;  ///< layers of each model chunk, stage by stage (chunk v of stage i at v*pp + i)
 };
 
 /// The step of `solution` with `pp` stages of `vpp` model chunks each (1: 1F1B, more: Megatron's
 /// interleaved 1F1B) and `microBatches` per replica (`ms.replicas` data-parallel copies of the mesh in
-/// each stage), offloading `alpha` of each layer's kept activations and `beta` of the optimizer states
-/// (docs/autoparallel.md, "Assembly" and "Replicas").
+/// each stage), offloading `alpha` of each layer's kept activations, `beta` of the optimizer states and
+/// `gamma` of the layers' weights (docs/autoparallel.md, "Assembly", "Offload" and "Replicas").
 /// `fixedStages` (layers of each chunk, as stageLayers) costs that split instead of choosing one.
 [[nodiscard]] Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp,
                                 std::int64_t microBatches, double alpha, double beta, std::int64_t vpp = 1,
-                                const std::vector<std::int64_t>* fixedStages = nullptr);
+                                const std::vector<std::int64_t>* fixedStages = nullptr, double gamma = 0.0);
 /// Layers of each of the pp x vpp model chunks (chunk v of stage i at v*pp + i). Under 1F1B the first and
 /// last stages give layers up to their embedding (`firstSeconds` a micro-batch) and head (`lastSeconds`)
 /// so the slowest stage is as fast as it can be (docs/autoparallel.md, "Assembly"); the interleaved
@@ -137,12 +139,20 @@ class Search {
   bool solveJoint(const Combo& k, MeshSolvers& ms);
   /// The residual stream's layouts a block may be entered in on `ms`'s mesh.
   std::vector<Layout> entryLayouts(const MeshSolvers& ms) const;
+  /// Solves and assembles `k` at one price of memory: whether a plan fits with the layers' weights on
+  /// the GPU (plans that fit only by offloading weights are kept too, and set m_weightsOffloadedFit).
   bool probeJoint(const Combo& k, MeshSolvers& ms, double lambda, Best& mine, double* fastest);
   void refineBest();
   void solveMegatron(const Combo& k, MeshSolvers& ms);
   MeshSolvers& solversFor(const std::vector<std::int64_t>& shape, std::int64_t samples, std::int64_t replicas = 1);
   std::vector<Solution> solve(const MeshSolvers& ms, const SolveWeights& weights, const std::string& recompute, bool megatron);
   bool consider(const MeshSolvers& ms, const Solution& sol, const Combo& k, Best& best, Best& leanest, double* fastest = nullptr);
+  struct Assembler;
+  /// The activations' and optimizer states' offload fractions for a solution that does not fit without
+  /// them, and the weights' where those do not fit: whether a plan fits with the weights on the GPU.
+  bool offloadShares(const Assembler& at, const Assembly& plain, Best& best);
+  /// The least quarter of the layers' weights in host memory that fits with `alpha` and `beta`.
+  void offloadWeights(const Assembler& at, double alpha, double beta, const Assembly& without, Best& best, std::optional<bool>& canFit);
   OperatorPlan report(const Best& best, const std::string& method) const;
   /// Seconds to turn a block's `exit` layout into `entry` forward and the gradient back backward.
   [[nodiscard]] double boundarySeconds(const MeshSolvers& ms, Layout exit, Layout entry, const TensorDims& dims) const;
@@ -165,6 +175,7 @@ class Search {
     double step = 0;
   };
   std::vector<Bracket> m_brackets;
+  bool m_weightsOffloadedFit = false;  // the last probe fitted a plan only by offloading weights
 };
 
 

@@ -29,6 +29,18 @@ QColor roleColour(const std::string& roles) {
   return QColor("#f1f3f5");
 }
 
+// ", offloaded to host memory: activations 25%, weights 100%" (the shares that are not zero), or nothing.
+QString offloadText(const planner::OperatorPlan& p) {
+  QStringList parts;
+  auto add = [&parts](const char* what, double share) {
+    if (share > 0) parts << QString(what) + " " + QString::number(share * 100, 'f', 0) + "%";
+  };
+  add("activations", p.activationOffloadFraction);
+  add("optimizer states", p.optimizerOffloadFraction);
+  add("weights", p.weightOffloadFraction);
+  return parts.isEmpty() ? QString() : ", offloaded to host memory: " + parts.join(", ");
+}
+
 QString seconds(double s) {
   return s >= 1e-3 ? QString::number(s * 1e3, 'f', 2) + " ms" : QString::number(s * 1e6, 'f', 1) + " us";
 }
@@ -113,7 +125,7 @@ void OperatorView::show(const planner::OperatorPlan& p, const QString& title) {
   m_summary->setText(title + ": " + q(p.layoutText()) + ", " +
                      QString::number(p.microBatchSize) + " samples x " + QString::number(p.microBatches) +
                      " micro-batches, step " + QString::number(p.stepSeconds, 'f', 3) + " s, peak " + q(formatBytes(p.peakMemoryBytes)) +
-                     (p.fits ? "" : " (does not fit)") + ". " + q(p.expressedAs) + "." +
+                     (p.fits ? "" : " (does not fit)") + offloadText(p) + ". " + q(p.expressedAs) + "." +
                      (m_plan && (m_plan->execution.unfused.any() || m_plan->execution.torchCrossEntropy)
                           ? " Costed with fused elementwise kernels and Megatron's loss: the plan's eager kernels are not applied here."
                           : QString()));

@@ -105,6 +105,7 @@ struct OperatorPlan {
   bool fits = false;
   double activationOffloadFraction = 0;  ///< of the activations each layer keeps, to host memory
   double optimizerOffloadFraction = 0;   ///< of the optimizer states, to host memory (updated there)
+  double weightOffloadFraction = 0;      ///< of the layers' 16-bit weights, in host memory (fetched for each use)
   std::string recompute;              ///< "per operator", or the layer-level policy
   /// Step breakdown (seconds): kernels, collectives between and inside operators, recompute, pipeline
   /// bubble, exposed gradient reduction, optimizer step, exposed host transfers.

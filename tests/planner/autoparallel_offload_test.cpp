@@ -1,0 +1,100 @@
+// The operator-level search offloads a share of the layers' weights to host memory, with the
+// activations' and optimizer states' shares, where nothing else fits (docs/autoparallel.md, "Offload").
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "colo/planner/autoparallel.h"
+#include "core/test_support.h"
+
+namespace colo::planner {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// Llama 3 8B on one H100: 8 B parameters hold 15 GiB of 16-bit weights, 30 GiB of fp32 gradients and
+// 90 GiB of optimizer states.
+struct OneGpu {
+  Model model = test::loadModelOrFail(test::dataFile("models/llama3-8b.json"));
+  ClusterSpec cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100.json")), 1);
+  AutoParallelOptions options(double budgetGiB) const {
+    AutoParallelOptions o;
+    o.globalBatchSize = 8;
+    o.memoryBudgetBytes = budgetGiB * kGiB;
+    return o;
+  }
+};
+
+TEST(AutoParallelOffload, WeightsLeaveTheGpuOnlyWhereNothingElseFits) {
+  const OneGpu x;
+  // 40 GiB: even with every activation and optimizer state on the host, the weights must go too.
+  auto r = autoParallel(x.model, x.cluster, x.options(40));
+  ASSERT_TRUE(r) << r.error().toString();
+  const OperatorPlan& j = r->joint;
+  EXPECT_TRUE(j.fits);
+  EXPECT_LE(j.peakMemoryBytes, 40 * kGiB);
+  EXPECT_GT(j.weightOffloadFraction, 0.0);
+  EXPECT_GT(j.offload + j.optimizer, 0.0);
+  EXPECT_FALSE(j.runnable);
+  // colo-run offloads optimizer states only (the first reason that applies is named).
+  EXPECT_EQ(j.expressedAs.rfind("simulation-only: ", 0), 0u) << j.expressedAs;
+  const double parts = j.compute + j.communication + j.recomputeSeconds + j.offload + j.bubble + j.gradientSync + j.optimizer;
+  EXPECT_NEAR(parts, j.stepSeconds, 1e-9 * j.stepSeconds);
+  EXPECT_EQ(j.toJson().at("weight_offload_fraction").get<double>(), j.weightOffloadFraction);
+  // Without host memory nothing fits.
+  AutoParallelOptions none = x.options(40);
+  none.allowOffload = false;
+  auto refused = autoParallel(x.model, x.cluster, none);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kInfeasible);
+  // With room for every weight, none leaves.
+  auto roomy = autoParallel(x.model, x.cluster, x.options(150));
+  ASSERT_TRUE(roomy) << roomy.error().toString();
+  EXPECT_EQ(roomy->joint.weightOffloadFraction, 0.0);
+  EXPECT_EQ(roomy->joint.optimizerOffloadFraction, 0.0);
+}
+
+TEST(AutoParallelOffload, MoreMemoryNeverGivesASlowerPlan) {
+  // Offloading weights is tried at every price of memory once nothing fits without it: a larger budget
+  // admits every plan a smaller one did.
+  const OneGpu x;
+  double previous = INFINITY;
+  for (const double gib : {36.0, 44.0, 52.0, 60.0, 80.0, 150.0}) {
+    auto r = autoParallel(x.model, x.cluster, x.options(gib));
+    ASSERT_TRUE(r) << gib << " GiB: " << r.error().toString();
+    EXPECT_LE(r->joint.stepSeconds, previous * (1 + 1e-12)) << gib << " GiB";
+    previous = r->joint.stepSeconds;
+  }
+}
+
+TEST(AutoParallelOffload, TheWeightShareIsStoredReproducedAndCheckedByName) {
+  const OneGpu x;
+  const AutoParallelOptions o = x.options(40);
+  auto r = autoParallel(x.model, x.cluster, o);
+  ASSERT_TRUE(r) << r.error().toString();
+  auto file = operatorPlanFile(x.model, x.cluster, o, *r);
+  ASSERT_TRUE(file) << file.error().toString();
+  auto again = evaluateOperatorPlan(*file, "weights.json");
+  ASSERT_TRUE(again) << again.error().toString();
+  EXPECT_EQ(again->weightOffloadFraction, r->joint.weightOffloadFraction);
+  EXPECT_NEAR(again->stepSeconds, r->joint.stepSeconds, 1e-9 * r->joint.stepSeconds);
+  EXPECT_NEAR(again->peakMemoryBytes, r->joint.peakMemoryBytes, 1e-9 * r->joint.peakMemoryBytes);
+  // A file from before weights were offloaded has no share: none, and more memory.
+  Plan older = *file;
+  older.operatorPlan.erase("weight_offload_fraction");
+  auto kept = evaluateOperatorPlan(older, "older.json");
+  ASSERT_TRUE(kept) << kept.error().toString();
+  EXPECT_EQ(kept->weightOffloadFraction, 0.0);
+  EXPECT_GT(kept->peakMemoryBytes, again->peakMemoryBytes);
+  // An impossible share is refused by name.
+  Plan bad = *file;
+  bad.operatorPlan["weight_offload_fraction"] = 1.5;
+  auto refused = evaluateOperatorPlan(bad, "bad.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kBadInput);
+  EXPECT_NE(refused.error().toString().find("/operator_plan/weight_offload_fraction"), std::string::npos) << refused.error().toString();
+  EXPECT_NE(refused.error().toString().find("1.5"), std::string::npos) << refused.error().toString();
+}
+
+}  // namespace
+}  // namespace colo::planner
