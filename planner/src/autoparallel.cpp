@@ -614,6 +614,11 @@ Result<Context> makeContext(const Model& model, const ClusterSpec& cluster, cons
   c.peakRate = c.device.peakFlopsPerSecond * c.device.gemmEfficiency * c.device.sustainedClock;
   c.hostSecondsPerOp = c.device.hostIssued ? options.hostMicrosecondsPerOp * 1e-6 : 0.0;
   c.classes = layerClasses(*graph);
+  c.classesBefore.assign(c.classes.size(), std::vector<std::int64_t>(static_cast<std::size_t>(c.numLayers) + 1, 0));
+  for (std::size_t k = 0; k < c.classes.size(); ++k) {
+    for (const auto l : c.classes[k].layers) ++c.classesBefore[k][static_cast<std::size_t>(l) + 1];
+    for (std::size_t l = 1; l < c.classesBefore[k].size(); ++l) c.classesBefore[k][l] += c.classesBefore[k][l - 1];
+  }
   c.embedding = makeBlock(*graph, -1, "embedding");
   c.head = makeBlock(*graph, c.numLayers, "head");
   for (const auto& shape : options.meshes) {

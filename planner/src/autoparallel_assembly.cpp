@@ -117,46 +117,57 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   const double V = static_cast<double>(std::max<std::int64_t>(1, vpp));
   const auto& dev = c.device;
   const double pcie = c.cluster->pcieBytesPerSecond > 0 ? c.cluster->pcieBytesPerSecond : 16e9;
-  // Every layer of the model, per micro-batch; a stage of k layers runs k average layers.
+  // Each layer class per micro-batch, and the model's average layer (what the stage split weighs).
   const double L = static_cast<double>(c.numLayers);
-  Figures all;
-  double offloadExposed = 0, offloaded = 0;  // per layer
-  for (std::size_t k = 0; k < c.classes.size(); ++k) {
-    const double n = static_cast<double>(c.classes[k].layers.size()) / L;
-    const Figures f = figuresOf(sol.layers[k], c.hostSecondsPerOp);
-    all.seconds += n * (f.seconds + sol.backConversion[k]);
-    all.compute += n * f.compute;
-    all.comm += n * (f.comm + sol.backConversion[k]);
-    all.recompute += n * f.recompute;
-    all.activation += n * f.activation;
-    all.state += n * f.state;
-    all.optimizerParams += n * f.optimizerParams;
-    all.params += n * f.params;
-    for (int j = 0; j < 3; ++j) all.sync[j] += n * f.sync[j];
+  const std::size_t K = c.classes.size();
+  std::vector<Figures> perClass(K);
+  std::vector<double> exposedOf(K), offloadedOf(K);  // per layer of the class
+  double averageSeconds = 0;
+  for (std::size_t k = 0; k < K; ++k) {
+    Figures f = figuresOf(sol.layers[k], c.hostSecondsPerOp);
+    f.seconds += sol.backConversion[k];
+    f.comm += sol.backConversion[k];
     // Offloaded activations leave during the layer's forward and return before its backward; offloaded
     // weights come in for each use (forward, recomputed forward, backward: ZeRO-Infinity's fetch per
     // layer and micro-batch). One PCIe link, hidden behind up to 80% of the layer's kernels.
     const double moved = alpha * f.activation;
     const double weights = gamma * f.params * c.weightBytes;
     const double uses = f.recompute > 0 ? 3.0 : 2.0;
-    offloaded += n * moved;
-    offloadExposed += n * std::max(0.0, (2.0 * moved + uses * weights) / pcie - 0.8 * f.compute);
+    offloadedOf[k] = moved;
+    exposedOf[k] = std::max(0.0, (2.0 * moved + uses * weights) / pcie - 0.8 * f.compute);
+    averageSeconds += static_cast<double>(c.classes[k].layers.size()) / L * (f.seconds + exposedOf[k]);
+    perClass[k] = f;
   }
   const Figures emb = figuresOf(sol.embedding, c.hostSecondsPerOp);
   const Figures head = figuresOf(sol.head, c.hostSecondsPerOp);
   const double embSeconds = emb.seconds + sol.embeddingConversion;
-  // Layers per stage: the first and last stages give up layers to their embedding and head.
+  // Layers per stage: the first and last stages give up layers to their embedding and head (split by
+  // the average layer's time).
   const std::size_t chunkCount = static_cast<std::size_t>(pp * std::max<std::int64_t>(1, vpp));
   if (fixedStages && fixedStages->size() == chunkCount &&
       std::accumulate(fixedStages->begin(), fixedStages->end(), std::int64_t{0}) == c.numLayers) {
     a.stageLayers = *fixedStages;  // a saved or degree-level plan's own split
   } else {
-    a.stageLayers = stageLayerCounts(c.numLayers, pp, vpp, all.seconds + offloadExposed, embSeconds, head.seconds);
+    a.stageLayers = stageLayerCounts(c.numLayers, pp, vpp, averageSeconds, embSeconds, head.seconds);
+  }
+  // Layers of each class on each stage (its chunks hold consecutive layers in chunk order, chunk v of
+  // stage i at v*pp + i), so a stage is costed with the classes it holds.
+  std::vector<std::vector<double>> mix(static_cast<std::size_t>(pp), std::vector<double>(K, 0.0));
+  {
+    std::int64_t first = 0;
+    for (std::size_t chunk = 0; chunk < a.stageLayers.size(); ++chunk) {
+      const std::int64_t last = first + a.stageLayers[chunk];
+      auto& row = mix[chunk % static_cast<std::size_t>(pp)];
+      for (std::size_t k = 0; k < K; ++k) {
+        row[k] += static_cast<double>(c.classesBefore[k][static_cast<std::size_t>(last)] - c.classesBefore[k][static_cast<std::size_t>(first)]);
+      }
+      first = last;
+    }
   }
   // Stage figures: the first stage holds the embedding, the last the head (one stage: both).
   struct Stage {
     double seconds, compute, comm, recompute, activation, headActivation, state, optimizerParams, params, sync[3], copies;
-    double layers;
+    double layers, exposed, offloaded, layerParams;
   };
   // Micro-batches whose activations stage i holds at its peak: 1F1B keeps pp - i; the interleaved
   // schedule's warm-up keeps 2(pp - i - 1) + (v - 1)pp + 1 chunk-micro-batches of 1/v of the stage's
@@ -165,49 +176,65 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     const double chunks = V == 1.0 ? P - i : (2.0 * (P - i - 1.0) + (V - 1.0) * P + 1.0) / V;
     return std::min(chunks, M);
   };
-  // Stage `index` of `count` layers (all its chunks together).
-  auto stage = [&](std::int64_t index, double count) {
+  // Stage `index`, all its chunks together.
+  auto stage = [&](std::int64_t index) {
     const bool first = index == 0, last = index == pp - 1;
     Stage s{};
-    s.seconds = count * (all.seconds + offloadExposed) + (first ? embSeconds : 0) + (last ? head.seconds : 0);
-    s.compute = count * all.compute + (first ? emb.compute : 0) + (last ? head.compute : 0);
-    s.comm = count * all.comm + (first ? emb.comm + sol.embeddingConversion : 0) + (last ? head.comm : 0);
-    s.recompute = count * all.recompute + (first ? emb.recompute : 0) + (last ? head.recompute : 0);
-    s.activation = count * (all.activation - offloaded) + (first ? emb.activation : 0) + (last ? head.activation : 0);
+    const auto& counts = mix[static_cast<std::size_t>(index)];
+    for (std::size_t k = 0; k < K; ++k) {
+      const double n = counts[k];
+      const Figures& f = perClass[k];
+      s.seconds += n * (f.seconds + exposedOf[k]);
+      s.compute += n * f.compute;
+      s.comm += n * f.comm;
+      s.recompute += n * f.recompute;
+      s.activation += n * (f.activation - offloadedOf[k]);
+      s.state += n * f.state;
+      // (Split over the copies of the mesh already, as the solver priced them.)
+      s.optimizerParams += n * f.optimizerParams;
+      s.params += n * f.params;
+      for (int j = 0; j < 3; ++j) s.sync[j] += n * f.sync[j];
+      s.layers += n;
+      s.exposed += n * exposedOf[k];
+      s.offloaded += n * offloadedOf[k];
+    }
+    s.layerParams = s.params;
+    s.seconds += (first ? embSeconds : 0) + (last ? head.seconds : 0);
+    s.compute += (first ? emb.compute : 0) + (last ? head.compute : 0);
+    s.comm += (first ? emb.comm + sol.embeddingConversion : 0) + (last ? head.comm : 0);
+    s.recompute += (first ? emb.recompute : 0) + (last ? head.recompute : 0);
+    s.activation += (first ? emb.activation : 0) + (last ? head.activation : 0);
     s.headActivation = last ? head.activation : 0;  // held for one micro-batch: its backward follows its forward
-    s.state = count * all.state + (first ? emb.state : 0) + (last ? head.state : 0);
-    // (Split over the copies of the mesh already, as the solver priced them.)
-    s.optimizerParams = count * all.optimizerParams + (first ? emb.optimizerParams : 0) + (last ? head.optimizerParams : 0);
-    s.params = count * all.params + (first ? emb.params : 0) + (last ? head.params : 0);
-    for (int j = 0; j < 3; ++j) s.sync[j] = count * all.sync[j] + (first ? emb.sync[j] : 0) + (last ? head.sync[j] : 0);
+    s.state += (first ? emb.state : 0) + (last ? head.state : 0);
+    s.optimizerParams += (first ? emb.optimizerParams : 0) + (last ? head.optimizerParams : 0);
+    s.params += (first ? emb.params : 0) + (last ? head.params : 0);
+    for (int j = 0; j < 3; ++j) s.sync[j] += (first ? emb.sync[j] : 0) + (last ? head.sync[j] : 0);
     s.copies = inFlight(static_cast<double>(index));
-    s.layers = count;
     return s;
   };
-  // The stages that can be slowest, fullest or last to reduce: the two ends and, between them, the one
-  // with the most layers (the earliest of them) and the one whose layers and micro-batches in flight
-  // hold the most memory.
-  auto layersOf = [&](std::int64_t i) {
-    double n = 0;
-    for (std::int64_t v = 0; v < std::max<std::int64_t>(1, vpp); ++v) {
-      n += static_cast<double>(a.stageLayers[static_cast<std::size_t>(v * pp + i)]);
-    }
-    return n;
-  };
-  std::vector<Stage> stages{stage(0, layersOf(0))};
+  // The stages that can be slowest, fullest or last to reduce: the two ends and, between them, the
+  // slowest (the earliest of them) and the one whose layers and micro-batches in flight hold the most
+  // memory.
+  std::vector<Stage> stages{stage(0)};
   if (pp > 2) {
-    std::int64_t widest = 1, fullest = 1;
-    auto held = [&](std::int64_t i) {
-      return layersOf(i) * (all.state + 1.08 * inFlight(static_cast<double>(i)) * (all.activation - offloaded));
-    };
+    Stage widest = stage(1), fullest = widest;
+    std::int64_t widestAt = 1, fullestAt = 1;
+    auto held = [](const Stage& s) { return s.state + 1.08 * s.copies * s.activation; };
     for (std::int64_t i = 2; i < pp - 1; ++i) {
-      if (layersOf(i) > layersOf(widest)) widest = i;
-      if (held(i) > held(fullest)) fullest = i;
+      const Stage s = stage(i);
+      if (s.seconds > widest.seconds) {
+        widest = s;
+        widestAt = i;
+      }
+      if (held(s) > held(fullest)) {
+        fullest = s;
+        fullestAt = i;
+      }
     }
-    stages.push_back(stage(widest, layersOf(widest)));
-    if (fullest != widest) stages.push_back(stage(fullest, layersOf(fullest)));
+    stages.push_back(widest);
+    if (fullestAt != widestAt) stages.push_back(fullest);
   }
-  if (pp > 1) stages.push_back(stage(pp - 1, layersOf(pp - 1)));
+  if (pp > 1) stages.push_back(stage(pp - 1));
   // Activations and their gradients between stages.
   double hop = 0;
   if (pp > 1) {
@@ -236,7 +263,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   a.compute = M * critical.compute;
   a.comm = M * (critical.comm + V * hop);
   a.recompute = M * critical.recompute;
-  a.offload = M * critical.layers * offloadExposed;
+  a.offload = M * critical.exposed;
   a.bubble = (P - 1.0) * slowest / V;
   const double pipeline = M * slowest + a.bubble;
   // Gradient reductions after the last backward, hidden behind up to 90% of it (as the evaluator's
@@ -251,10 +278,10 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
       memo.key = key;
       memo.seconds = gradientSyncSeconds(*ms.mesh, s.sync, replicas, held);
     }
-    // Offloaded weights leave the layers' share of the stage's 16-bit weights, less the two layers'
+    // Offloaded weights leave the layers' share of the stage's 16-bit weights, less two average layers'
     // worth in use and prefetched.
-    const double layerWeights = gamma * all.params * c.weightBytes;
-    const double hostWeights = layerWeights * s.layers;
+    const double hostWeights = gamma * s.layerParams * c.weightBytes;
+    const double layerWeights = s.layers > 0 ? hostWeights / s.layers : 0.0;
     const double C = memo.seconds;
     const double cover = 0.9 * (s.seconds * 2.0 / 3.0);
     double exposed = std::max(0.1 * C, C - cover);
@@ -279,7 +306,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     // The caching allocator's fragmentation allowance on activations, as the evaluator counts it.
     double total = state + 1.08 * acts + dev.contextBytes;
     // What goes to host memory must fit there: every GPU of a node offloads alike.
-    const double hosted = s.copies * s.layers * offloaded + beta * s.optimizerParams * 12.0 + hostWeights;
+    const double hosted = s.copies * s.offloaded + beta * s.optimizerParams * 12.0 + hostWeights;
     if (hosted > 0 && c.cluster->hostMemoryBytes > 0 &&
         hosted * static_cast<double>(c.cluster->gpusPerNode) > 0.9 * c.cluster->hostMemoryBytes) {
       total = kInf;

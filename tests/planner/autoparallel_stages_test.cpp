@@ -182,6 +182,39 @@ TEST(AutoParallelStages, ThePlanFileListsTheStagesAsCosted) {
   EXPECT_EQ(view->stageLayers, (std::vector<std::int64_t>{8, 8, 8, 8}));
 }
 
+TEST(AutoParallelStages, EachStageIsCostedWithTheLayerClassesItHolds) {
+  // Two dense layers with a wide MLP, then two MoE layers with small experts (DeepSeek's dense first
+  // layers, exaggerated): a stage holding both dense layers holds most of the weights. With every stage
+  // costed as average layers, a 2 + 2 split would look leaner than 1 + 3; costed by class it is fuller.
+  const Json spec = {{"format", "colo.model/1"}, {"name", "dense-first-moe"}, {"family", "deepseek_v3"},
+                     {"num_layers", 4}, {"hidden_size", 512}, {"num_attention_heads", 8}, {"ffn_hidden_size", 16384},
+                     {"vocab_size", 1024}, {"seq_len", 256},
+                     {"moe", {{"num_experts", 8}, {"top_k", 2}, {"expert_ffn_hidden_size", 128}, {"first_dense_layers", 2}}}};
+  auto model = modelFromJson(spec, "dense-first-moe.json");
+  ASSERT_TRUE(model) << model.error().toString();
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb.json"));
+  AutoParallelOptions o;
+  o.globalBatchSize = 16;
+  o.allowOffload = false;
+  auto context = detail::makeContext(*model, cluster, o);
+  ASSERT_TRUE(context) << context.error().toString();
+  ASSERT_EQ(context->classes.size(), 2u);
+  // Megatron's split with data parallelism over a 1-D mesh of 4, two stages of the given layers (a
+  // search of its own each: a search keeps its best plan).
+  auto split = [&](std::vector<std::int64_t> stages) {
+    detail::Search search(*context);
+    return search.megatronAt({4}, detail::MegatronRule{-1, 0, false}, detail::RecomputeMode::kNone, 2, 4, 1, stages);
+  };
+  auto even = split({2, 2});
+  auto uneven = split({1, 3});
+  ASSERT_TRUE(even) << even.error().toString();
+  ASSERT_TRUE(uneven) << uneven.error().toString();
+  EXPECT_EQ(even->stageLayers, (std::vector<std::int64_t>{2, 2}));
+  EXPECT_EQ(uneven->stageLayers, (std::vector<std::int64_t>{1, 3}));
+  EXPECT_GT(even->stateBytes, uneven->stateBytes);
+  EXPECT_GT(even->peakMemoryBytes, uneven->peakMemoryBytes);
+}
+
 TEST(AutoParallelStages, OffloadedActivationsAreCountedForEveryLayerOfTheStage) {
   // The step's parts add up to the step when a pipelined plan offloads activations: the exposed
   // transfers are those of every layer the slowest stage holds.
