@@ -1,8 +1,11 @@
 // The step of one solution of the operator-level search: pipeline, gradient reduction, optimizer and
 // host transfers, and the fullest stage's memory (docs/autoparallel.md, "Assembly" and "Offload").
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
+#include <tuple>
+#include <utility>
 
 #include "autoparallel_search.h"
 #include "colo/costmodel/collectives.h"
@@ -37,6 +40,174 @@ Figures figuresOf(const BlockPlan& p, double host) {
   f.params = p.params;
   for (int k = 0; k < 3; ++k) f.sync[k] = p.syncBytes[k];
   return f;
+}
+
+// One stage per micro-batch, all its chunks together, with the embedding (first stage) or head (last).
+struct Stage {
+  double seconds = 0, compute = 0, comm = 0, recompute = 0, activation = 0, headActivation = 0, state = 0;
+  double optimizerParams = 0, params = 0, sync[3] = {0, 0, 0}, copies = 0;
+  double layers = 0, exposed = 0, offloaded = 0, layerParams = 0;  // of its layers: count, offload's exposed seconds and bytes, parameters
+};
+
+// The layer classes of one solution at one set of offload fractions, per layer and micro-batch, and
+// the stages they make.
+class StageCosts {
+ public:
+  StageCosts(const Context& c, const Solution& sol, double alpha, double gamma, double pcie)
+      : m_c(c), m_sol(sol), m_emb(figuresOf(sol.embedding, c.hostSecondsPerOp)), m_head(figuresOf(sol.head, c.hostSecondsPerOp)) {
+    const double L = static_cast<double>(c.numLayers);
+    for (std::size_t k = 0; k < c.classes.size(); ++k) {
+      Figures f = figuresOf(sol.layers[k], c.hostSecondsPerOp);
+      f.seconds += sol.backConversion[k];
+      f.comm += sol.backConversion[k];
+      // Offloaded activations leave during the layer's forward and return before its backward; offloaded
+      // weights come in for each use (forward, recomputed forward, backward: ZeRO-Infinity's fetch per
+      // layer and micro-batch). One PCIe link, hidden behind up to 80% of the layer's kernels.
+      const double moved = alpha * f.activation;
+      const double weights = gamma * f.params * c.weightBytes;
+      const double uses = f.recompute > 0 ? 3.0 : 2.0;
+      m_offloaded.push_back(moved);
+      m_exposed.push_back(std::max(0.0, (2.0 * moved + uses * weights) / pcie - 0.8 * f.compute));
+      m_averageSeconds += static_cast<double>(c.classes[k].layers.size()) / L * (f.seconds + m_exposed.back());
+      m_layers.push_back(f);
+    }
+  }
+  /// The model's average layer, with its exposed offload (what the stage split weighs).
+  [[nodiscard]] double averageLayerSeconds() const { return m_averageSeconds; }
+  [[nodiscard]] double embeddingSeconds() const { return m_emb.seconds + m_sol.embeddingConversion; }
+  [[nodiscard]] double headSeconds() const { return m_head.seconds; }
+
+  /// Layers of each class on each stage: its chunks hold consecutive layers in chunk order (chunk v of
+  /// stage i at v*pp + i).
+  void place(const std::vector<std::int64_t>& stageLayers, std::int64_t pp) {
+    const std::size_t K = m_layers.size();
+    m_mix.assign(static_cast<std::size_t>(pp), std::vector<double>(K, 0.0));
+    std::int64_t first = 0;
+    for (std::size_t chunk = 0; chunk < stageLayers.size(); ++chunk) {
+      const auto from = static_cast<std::size_t>(first);
+      const auto to = static_cast<std::size_t>(first + stageLayers[chunk]);
+      auto& row = m_mix[chunk % static_cast<std::size_t>(pp)];
+      for (std::size_t k = 0; k < K; ++k) row[k] += static_cast<double>(m_c.classesBefore[k][to] - m_c.classesBefore[k][from]);
+      first += stageLayers[chunk];
+    }
+  }
+
+  /// Stage `index` of `pp` (after place()), holding `copies` micro-batches of activations at its peak.
+  [[nodiscard]] Stage stage(std::int64_t index, std::int64_t pp, double copies) const {
+    const bool first = index == 0, last = index == pp - 1;
+    Stage s;
+    const auto& counts = m_mix[static_cast<std::size_t>(index)];
+    for (std::size_t k = 0; k < m_layers.size(); ++k) {
+      const double n = counts[k];
+      const Figures& f = m_layers[k];
+      s.seconds += n * (f.seconds + m_exposed[k]);
+      s.compute += n * f.compute;
+      s.comm += n * f.comm;
+      s.recompute += n * f.recompute;
+      s.activation += n * (f.activation - m_offloaded[k]);
+      s.state += n * f.state;
+      // (Split over the copies of the mesh already, as the solver priced them.)
+      s.optimizerParams += n * f.optimizerParams;
+      s.params += n * f.params;
+      for (int j = 0; j < 3; ++j) s.sync[j] += n * f.sync[j];
+      s.layers += n;
+      s.exposed += n * m_exposed[k];
+      s.offloaded += n * m_offloaded[k];
+    }
+    s.layerParams = s.params;
+    s.seconds += (first ? embeddingSeconds() : 0) + (last ? m_head.seconds : 0);
+    s.compute += (first ? m_emb.compute : 0) + (last ? m_head.compute : 0);
+    s.comm += (first ? m_emb.comm + m_sol.embeddingConversion : 0) + (last ? m_head.comm : 0);
+    s.recompute += (first ? m_emb.recompute : 0) + (last ? m_head.recompute : 0);
+    s.activation += (first ? m_emb.activation : 0) + (last ? m_head.activation : 0);
+    s.headActivation = last ? m_head.activation : 0;  // held for one micro-batch: its backward follows its forward
+    s.state += (first ? m_emb.state : 0) + (last ? m_head.state : 0);
+    s.optimizerParams += (first ? m_emb.optimizerParams : 0) + (last ? m_head.optimizerParams : 0);
+    s.params += (first ? m_emb.params : 0) + (last ? m_head.params : 0);
+    for (int j = 0; j < 3; ++j) s.sync[j] += (first ? m_emb.sync[j] : 0) + (last ? m_head.sync[j] : 0);
+    s.copies = copies;
+    return s;
+  }
+
+ private:
+  const Context& m_c;
+  const Solution& m_sol;
+  Figures m_emb, m_head;
+  std::vector<Figures> m_layers;               // per class, its exit converted back to the entry
+  std::vector<double> m_exposed, m_offloaded;  // per class and layer: offload's exposed seconds, bytes moved
+  double m_averageSeconds = 0;
+  std::vector<std::vector<double>> m_mix;      // per stage, per class: layers
+};
+
+// Activations and their gradients between stages, once per pipeline degree (a MeshSolvers belongs to
+// one Search, whose context is fixed, and holds one count of replicas: pp is all the hop depends on).
+double hopSeconds(const Context& c, const MeshSolvers& ms, std::int64_t pp) {
+  if (pp <= 1) return 0.0;
+  if (const auto memo = ms.hopSeconds.find(pp); memo != ms.hopSeconds.end()) return memo->second;
+  Parallelism par;
+  par.tp = ms.mesh->size();
+  par.dp = ms.replicas;
+  par.pp = pp;
+  const auto group = costmodel::placeGroup(*c.cluster, par, costmodel::Dim::kPp);
+  const double bytes = static_cast<double>(ms.samples) * static_cast<double>(c.seqLen * c.hidden) * 2.0 /
+                       static_cast<double>(ms.mesh->size());
+  const double hop = 2.0 * costmodel::collectiveSeconds(costmodel::Collective::kSendRecv, bytes, group);
+  ms.hopSeconds.emplace(pp, hop);
+  return hop;
+}
+
+// What a stage adds after its last backward (gradient reduction, optimizer step, host transfers) and
+// what it holds at its peak.
+struct StageEnd {
+  double sync = 0, optimizer = 0;
+  double state = 0, activations = 0, total = 0;  // total: +infinity when the host cannot hold its share
+};
+
+// `memo` caches the stage's gradient reduction while the solution stays the same.
+StageEnd stageEnd(const Context& c, const MeshSolvers& ms, MeshSolvers::SyncMemo& memo, const Stage& s, double beta,
+                  double gamma, double pcie) {
+  const auto& dev = c.device;
+  const std::int64_t replicas = ms.replicas;
+  StageEnd e;
+  // Gradient reductions after the last backward, hidden behind up to 90% of it (as the evaluator's
+  // data-parallel tail), the hidden part slowing what it overlaps.
+  const double held = s.params * c.gradientBytes;  // at the width the mesh's reductions use
+  const std::array<double, 4> key{s.sync[0], s.sync[1], s.sync[2], replicas > 1 ? held : 0.0};
+  if (memo.key != key) {
+    memo.key = key;
+    memo.seconds = gradientSyncSeconds(*ms.mesh, s.sync, replicas, held);
+  }
+  const double C = memo.seconds;
+  const double cover = 0.9 * (s.seconds * 2.0 / 3.0);
+  e.sync = std::max(0.1 * C, C - cover);
+  e.sync += dev.overlapSlowdown * (C - e.sync);
+  // Offloaded weights leave the layers' share of the stage's 16-bit weights, less two average layers'
+  // worth in use and prefetched.
+  const double hostWeights = gamma * s.layerParams * c.weightBytes;
+  const double layerWeights = s.layers > 0 ? hostWeights / s.layers : 0.0;
+  // The step over the optimizer shard, whose zeroing is the buffer's; the gradient buffer of every held
+  // parameter zeroed each step and, when any axis reduces gradients, scaled before it (the evaluator's
+  // Megatron buffer, docs/costmodel.md).
+  const bool reduced = s.sync[0] + s.sync[1] + s.sync[2] > 0 || replicas > 1;
+  const double buffer = s.params * c.gradBufferBytes * (reduced ? 3.0 : 1.0);
+  const double onDevice = (s.optimizerParams * (1.0 - beta) * (c.stepBytesPerParam - c.gradBufferBytes) + buffer) /
+                          dev.memoryBytesPerSecond;
+  const double host = beta * s.optimizerParams;
+  // Weights updated on the GPU whose 16-bit copy lives on the host go back once a step.
+  const double hostStep = (host > 0 ? host / dev.cpuAdamParamsPerSecond + host * 4.0 / pcie : 0.0) + (1.0 - beta) * hostWeights / pcie;
+  e.optimizer = onDevice + hostStep;
+  e.state = s.state - beta * s.optimizerParams * 12.0 - hostWeights + std::min(s.layers, 2.0) * layerWeights;
+  const double acts = s.copies * (s.activation - s.headActivation) + std::min(s.copies, 1.0) * s.headActivation;
+  // The caching allocator's fragmentation allowance on activations, as the evaluator counts it.
+  e.activations = 1.08 * acts;
+  e.total = e.state + e.activations + dev.contextBytes;
+  // What goes to host memory must fit there: every GPU of a node offloads alike.
+  const double hosted = s.copies * s.offloaded + beta * s.optimizerParams * 12.0 + hostWeights;
+  if (hosted > 0 && c.cluster->hostMemoryBytes > 0 &&
+      hosted * static_cast<double>(c.cluster->gpusPerNode) > 0.9 * c.cluster->hostMemoryBytes) {
+    e.total = kInf;
+  }
+  return e;
 }
 
 }  // namespace
@@ -107,7 +278,6 @@ std::vector<std::int64_t> stageLayerCounts(std::int64_t layers, std::int64_t pp,
 
 Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches,
                   double alpha, double beta, std::int64_t vpp, const std::vector<std::int64_t>* fixedStages, double gamma) {
-  const std::int64_t replicas = ms.replicas;
   Assembly a;
   a.alpha = alpha;
   a.beta = beta;
@@ -115,106 +285,27 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   const double P = static_cast<double>(pp);
   const double M = static_cast<double>(microBatches);
   const double V = static_cast<double>(std::max<std::int64_t>(1, vpp));
-  const auto& dev = c.device;
   const double pcie = c.cluster->pcieBytesPerSecond > 0 ? c.cluster->pcieBytesPerSecond : 16e9;
-  // Each layer class per micro-batch, and the model's average layer (what the stage split weighs).
-  const double L = static_cast<double>(c.numLayers);
-  const std::size_t K = c.classes.size();
-  std::vector<Figures> perClass(K);
-  std::vector<double> exposedOf(K), offloadedOf(K);  // per layer of the class
-  double averageSeconds = 0;
-  for (std::size_t k = 0; k < K; ++k) {
-    Figures f = figuresOf(sol.layers[k], c.hostSecondsPerOp);
-    f.seconds += sol.backConversion[k];
-    f.comm += sol.backConversion[k];
-    // Offloaded activations leave during the layer's forward and return before its backward; offloaded
-    // weights come in for each use (forward, recomputed forward, backward: ZeRO-Infinity's fetch per
-    // layer and micro-batch). One PCIe link, hidden behind up to 80% of the layer's kernels.
-    const double moved = alpha * f.activation;
-    const double weights = gamma * f.params * c.weightBytes;
-    const double uses = f.recompute > 0 ? 3.0 : 2.0;
-    offloadedOf[k] = moved;
-    exposedOf[k] = std::max(0.0, (2.0 * moved + uses * weights) / pcie - 0.8 * f.compute);
-    averageSeconds += static_cast<double>(c.classes[k].layers.size()) / L * (f.seconds + exposedOf[k]);
-    perClass[k] = f;
-  }
-  const Figures emb = figuresOf(sol.embedding, c.hostSecondsPerOp);
-  const Figures head = figuresOf(sol.head, c.hostSecondsPerOp);
-  const double embSeconds = emb.seconds + sol.embeddingConversion;
-  // Layers per stage: the first and last stages give up layers to their embedding and head (split by
-  // the average layer's time).
+  StageCosts costs(c, sol, alpha, gamma, pcie);
+  // Layers per stage: the first and last stages give up layers to their embedding and head.
   const std::size_t chunkCount = static_cast<std::size_t>(pp * std::max<std::int64_t>(1, vpp));
   if (fixedStages && fixedStages->size() == chunkCount &&
       std::accumulate(fixedStages->begin(), fixedStages->end(), std::int64_t{0}) == c.numLayers) {
     a.stageLayers = *fixedStages;  // a saved or degree-level plan's own split
   } else {
-    a.stageLayers = stageLayerCounts(c.numLayers, pp, vpp, averageSeconds, embSeconds, head.seconds);
+    a.stageLayers = stageLayerCounts(c.numLayers, pp, vpp, costs.averageLayerSeconds(), costs.embeddingSeconds(), costs.headSeconds());
   }
-  // Layers of each class on each stage (its chunks hold consecutive layers in chunk order, chunk v of
-  // stage i at v*pp + i), so a stage is costed with the classes it holds.
-  std::vector<std::vector<double>> mix(static_cast<std::size_t>(pp), std::vector<double>(K, 0.0));
-  {
-    std::int64_t first = 0;
-    for (std::size_t chunk = 0; chunk < a.stageLayers.size(); ++chunk) {
-      const std::int64_t last = first + a.stageLayers[chunk];
-      auto& row = mix[chunk % static_cast<std::size_t>(pp)];
-      for (std::size_t k = 0; k < K; ++k) {
-        row[k] += static_cast<double>(c.classesBefore[k][static_cast<std::size_t>(last)] - c.classesBefore[k][static_cast<std::size_t>(first)]);
-      }
-      first = last;
-    }
-  }
-  // Stage figures: the first stage holds the embedding, the last the head (one stage: both).
-  struct Stage {
-    double seconds, compute, comm, recompute, activation, headActivation, state, optimizerParams, params, sync[3], copies;
-    double layers, exposed, offloaded, layerParams;
-  };
+  costs.place(a.stageLayers, pp);
   // Micro-batches whose activations stage i holds at its peak: 1F1B keeps pp - i; the interleaved
   // schedule's warm-up keeps 2(pp - i - 1) + (v - 1)pp + 1 chunk-micro-batches of 1/v of the stage's
   // layers (Megatron's schedule; Korthikanti et al. 2022: pp(1 + (pp - 1)/(pp v)) on the first stage).
-  auto inFlight = [&](double i) {
-    const double chunks = V == 1.0 ? P - i : (2.0 * (P - i - 1.0) + (V - 1.0) * P + 1.0) / V;
-    return std::min(chunks, M);
-  };
-  // Stage `index`, all its chunks together.
-  auto stage = [&](std::int64_t index) {
-    const bool first = index == 0, last = index == pp - 1;
-    Stage s{};
-    const auto& counts = mix[static_cast<std::size_t>(index)];
-    for (std::size_t k = 0; k < K; ++k) {
-      const double n = counts[k];
-      const Figures& f = perClass[k];
-      s.seconds += n * (f.seconds + exposedOf[k]);
-      s.compute += n * f.compute;
-      s.comm += n * f.comm;
-      s.recompute += n * f.recompute;
-      s.activation += n * (f.activation - offloadedOf[k]);
-      s.state += n * f.state;
-      // (Split over the copies of the mesh already, as the solver priced them.)
-      s.optimizerParams += n * f.optimizerParams;
-      s.params += n * f.params;
-      for (int j = 0; j < 3; ++j) s.sync[j] += n * f.sync[j];
-      s.layers += n;
-      s.exposed += n * exposedOf[k];
-      s.offloaded += n * offloadedOf[k];
-    }
-    s.layerParams = s.params;
-    s.seconds += (first ? embSeconds : 0) + (last ? head.seconds : 0);
-    s.compute += (first ? emb.compute : 0) + (last ? head.compute : 0);
-    s.comm += (first ? emb.comm + sol.embeddingConversion : 0) + (last ? head.comm : 0);
-    s.recompute += (first ? emb.recompute : 0) + (last ? head.recompute : 0);
-    s.activation += (first ? emb.activation : 0) + (last ? head.activation : 0);
-    s.headActivation = last ? head.activation : 0;  // held for one micro-batch: its backward follows its forward
-    s.state += (first ? emb.state : 0) + (last ? head.state : 0);
-    s.optimizerParams += (first ? emb.optimizerParams : 0) + (last ? head.optimizerParams : 0);
-    s.params += (first ? emb.params : 0) + (last ? head.params : 0);
-    for (int j = 0; j < 3; ++j) s.sync[j] += (first ? emb.sync[j] : 0) + (last ? head.sync[j] : 0);
-    s.copies = inFlight(static_cast<double>(index));
-    return s;
+  auto stage = [&](std::int64_t i) {
+    const double d = static_cast<double>(i);
+    const double chunks = V == 1.0 ? P - d : (2.0 * (P - d - 1.0) + (V - 1.0) * P + 1.0) / V;
+    return costs.stage(i, pp, std::min(chunks, M));
   };
   // The stages that can be slowest, fullest or last to reduce: the two ends and, between them, the
-  // slowest (the earliest of them) and the one whose layers and micro-batches in flight hold the most
-  // memory.
+  // slowest (the earliest of them) and the one whose layers and micro-batches in flight hold the most.
   std::vector<Stage> stages{stage(0)};
   if (pp > 2) {
     Stage widest = stage(1), fullest = widest;
@@ -222,39 +313,15 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     auto held = [](const Stage& s) { return s.state + 1.08 * s.copies * s.activation; };
     for (std::int64_t i = 2; i < pp - 1; ++i) {
       const Stage s = stage(i);
-      if (s.seconds > widest.seconds) {
-        widest = s;
-        widestAt = i;
-      }
-      if (held(s) > held(fullest)) {
-        fullest = s;
-        fullestAt = i;
-      }
+      if (s.seconds > widest.seconds) std::tie(widest, widestAt) = std::make_pair(s, i);
+      if (held(s) > held(fullest)) std::tie(fullest, fullestAt) = std::make_pair(s, i);
     }
     stages.push_back(widest);
     if (fullestAt != widestAt) stages.push_back(fullest);
   }
   if (pp > 1) stages.push_back(stage(pp - 1));
-  // Activations and their gradients between stages.
-  double hop = 0;
-  if (pp > 1) {
-    // (A MeshSolvers belongs to one Search, whose context is fixed, and holds one count of replicas: pp is
-    // all the hop still depends on.)
-    if (const auto memo = ms.hopSeconds.find(pp); memo != ms.hopSeconds.end()) {
-      hop = memo->second;
-    } else {
-      Parallelism par;
-      par.tp = ms.mesh->size();
-      par.dp = replicas;
-      par.pp = pp;
-      const auto group = costmodel::placeGroup(*c.cluster, par, costmodel::Dim::kPp);
-      const double bytes = static_cast<double>(ms.samples) * static_cast<double>(c.seqLen * c.hidden) * 2.0 /
-                           static_cast<double>(ms.mesh->size());
-      hop = 2.0 * costmodel::collectiveSeconds(costmodel::Collective::kSendRecv, bytes, group);
-      ms.hopSeconds.emplace(pp, hop);
-    }
-  }
   // A micro-batch crosses a stage boundary once per chunk; the bubble is pp - 1 chunks' time.
+  const double hop = hopSeconds(c, ms, pp);
   double slowest = 0;
   for (const auto& s : stages) slowest = std::max(slowest, s.seconds + V * hop);
   const Stage& critical = *std::max_element(stages.begin(), stages.end(), [](const Stage& x, const Stage& y) {
@@ -265,62 +332,24 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   a.recompute = M * critical.recompute;
   a.offload = M * critical.exposed;
   a.bubble = (P - 1.0) * slowest / V;
-  const double pipeline = M * slowest + a.bubble;
-  // Gradient reductions after the last backward, hidden behind up to 90% of it (as the evaluator's
-  // data-parallel tail), the hidden part slowing what it overlaps.
+  // The step ends with the stage last to reduce and update; memory is the fullest stage's.
   double tail = 0, peak = 0;
   for (std::size_t i = 0; i < stages.size(); ++i) {
-    const Stage& s = stages[i];
-    auto& memo = ms.lastSync[i];
-    const double held = s.params * c.gradientBytes;  // at the width the mesh's reductions use
-    const std::array<double, 4> key{s.sync[0], s.sync[1], s.sync[2], replicas > 1 ? held : 0.0};
-    if (memo.key != key) {
-      memo.key = key;
-      memo.seconds = gradientSyncSeconds(*ms.mesh, s.sync, replicas, held);
+    const StageEnd e = stageEnd(c, ms, ms.lastSync[i], stages[i], beta, gamma, pcie);
+    if (e.sync + e.optimizer > tail) {
+      tail = e.sync + e.optimizer;
+      a.sync = e.sync;
+      a.optimizer = e.optimizer;
     }
-    // Offloaded weights leave the layers' share of the stage's 16-bit weights, less two average layers'
-    // worth in use and prefetched.
-    const double hostWeights = gamma * s.layerParams * c.weightBytes;
-    const double layerWeights = s.layers > 0 ? hostWeights / s.layers : 0.0;
-    const double C = memo.seconds;
-    const double cover = 0.9 * (s.seconds * 2.0 / 3.0);
-    double exposed = std::max(0.1 * C, C - cover);
-    exposed += dev.overlapSlowdown * (C - exposed);
-    // The step over the optimizer shard, whose zeroing is the buffer's; the gradient buffer of every held
-    // parameter zeroed each step and, when any axis reduces gradients, scaled before it (the evaluator's
-    // Megatron buffer, docs/costmodel.md).
-    const bool reduced = s.sync[0] + s.sync[1] + s.sync[2] > 0 || replicas > 1;
-    const double buffer = s.params * c.gradBufferBytes * (reduced ? 3.0 : 1.0);
-    const double onDevice = (s.optimizerParams * (1.0 - beta) * (c.stepBytesPerParam - c.gradBufferBytes) + buffer) /
-                            dev.memoryBytesPerSecond;
-    const double host = beta * s.optimizerParams;
-    // Weights updated on the GPU whose 16-bit copy lives on the host go back once a step.
-    const double hostStep = (host > 0 ? host / dev.cpuAdamParamsPerSecond + host * 4.0 / pcie : 0.0) + (1.0 - beta) * hostWeights / pcie;
-    if (exposed + onDevice + hostStep > tail) {
-      tail = exposed + onDevice + hostStep;
-      a.sync = exposed;
-      a.optimizer = onDevice + hostStep;
-    }
-    const double state = s.state - beta * s.optimizerParams * 12.0 - hostWeights + std::min(s.layers, 2.0) * layerWeights;
-    const double acts = s.copies * (s.activation - s.headActivation) + std::min(s.copies, 1.0) * s.headActivation;
-    // The caching allocator's fragmentation allowance on activations, as the evaluator counts it.
-    double total = state + 1.08 * acts + dev.contextBytes;
-    // What goes to host memory must fit there: every GPU of a node offloads alike.
-    const double hosted = s.copies * s.offloaded + beta * s.optimizerParams * 12.0 + hostWeights;
-    if (hosted > 0 && c.cluster->hostMemoryBytes > 0 &&
-        hosted * static_cast<double>(c.cluster->gpusPerNode) > 0.9 * c.cluster->hostMemoryBytes) {
-      total = kInf;
-    }
-    if (total > peak) {
-      peak = total;
-      a.states = state;
-      a.activations = 1.08 * acts;
+    if (e.total > peak) {
+      peak = e.total;
+      a.states = e.state;
+      a.activations = e.activations;
     }
   }
-  a.step = pipeline + tail;
+  a.step = M * slowest + a.bubble + tail;
   a.memory = peak;
   return a;
 }
-
 
 }  // namespace colo::planner::detail
