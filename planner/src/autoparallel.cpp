@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "autoparallel_search.h"
+#include "colo/core/runnable.h"
 #include "colo/core/units.h"
 #include "colo/costmodel/evaluator.h"
 
@@ -565,8 +566,9 @@ OperatorPlan Search::report(const Best& best, const std::string& method) const {
   blocks.push_back({best.solvers->head.get(), best.solution.head, "head", 1, 0});
   p.blocks = assignments(blocks, *best.solvers->mesh, best.solution.weights, best.replicas);
   const Equivalent eq = expressAs(blocks, *best.solvers->mesh, best.pp, a.alpha, a.gamma, best.replicas);
-  p.runnable = eq.runnable;
-  p.expressedAs = eq.text;
+  p.runnable = eq.runnable && m_c.notRunnable.empty();
+  // The degrees stay (they are the plan's degree-level form); only the executor's verdict changes.
+  p.expressedAs = eq.runnable && !m_c.notRunnable.empty() ? "simulation-only: " + m_c.notRunnable + " (as " + eq.text + ")" : eq.text;
   p.tp = eq.tp;
   p.zeroStage = eq.zeroStage;
   p.dp = eq.dp;
@@ -590,6 +592,11 @@ Result<Context> makeContext(const Model& model, const ClusterSpec& cluster, cons
   Context c;
   c.cluster = &cluster;
   c.options = options;
+  if (auto ok = checkRunnableModel(model); !ok) {
+    c.notRunnable = ok.error().message;
+  } else if (options.precision == DType::kFp16 || options.precision == DType::kFp8) {
+    c.notRunnable = "precision " + toString(options.precision) + ": colo-run trains in fp32 or bf16 mixed precision";
+  }
   c.seqLen = options.seqLen > 0 ? options.seqLen : model.defaultSeqLen();
   GraphOptions go;
   go.seqLen = c.seqLen;

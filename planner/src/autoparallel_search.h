@@ -68,6 +68,9 @@ struct Context {
   double peakRate = 0;           // FLOP/s a large GEMM reaches
   double hostSecondsPerOp = 0;   // the host floor (0 on a CPU, whose ops are its own kernels)
   std::vector<LayerClass> classes;
+  /// Why colo-run cannot train this model at this precision whatever the layout (the executor's own
+  /// capability list, colo/core/runnable.h), or empty.
+  std::string notRunnable;
   /// classesBefore[k][l]: layers of class k among the model's first l (a stage's mix of classes).
   std::vector<std::vector<std::int64_t>> classesBefore;
   Block embedding, head;
