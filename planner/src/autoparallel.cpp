@@ -566,16 +566,26 @@ OperatorPlan Search::report(const Best& best, const std::string& method) const {
   blocks.push_back({best.solvers->head.get(), best.solution.head, "head", 1, 0});
   p.blocks = assignments(blocks, *best.solvers->mesh, best.solution.weights, best.replicas);
   const Equivalent eq = expressAs(blocks, *best.solvers->mesh, best.pp, a.alpha, a.gamma, best.replicas);
-  p.runnable = eq.runnable && m_c.notRunnable.empty();
-  // The degrees stay (they are the plan's degree-level form); only the executor's verdict changes.
-  p.expressedAs = eq.runnable && !m_c.notRunnable.empty() ? "simulation-only: " + m_c.notRunnable + " (as " + eq.text + ")" : eq.text;
+  p.runnable = eq.runnable;
+  p.expressedAs = eq.text;
   p.tp = eq.tp;
+  p.cp = eq.cp;
   p.zeroStage = eq.zeroStage;
   p.dp = eq.dp;
   p.ep = eq.ep;
   p.sequenceParallel = eq.sequenceParallel;
   p.recomputePolicy = eq.recompute;
   if (a.beta > 0 && p.runnable) p.expressedAs += ", optimizer offload " + std::to_string(static_cast<int>(a.beta * 100)) + "%";
+  if (p.runnable) {
+    // Its degree-level form, checked against colo-run's own capability list (the one the executor
+    // checks): the degrees stay, only the verdict changes.
+    auto form = degreeForm(*m_c.model, *m_c.cluster, m_c.options, p);
+    const auto ok = form ? checkRunnable(*form) : Result<void>(fail(form.error()));
+    if (!ok) {
+      p.runnable = false;
+      p.expressedAs = "simulation-only: " + ok.error().message + " (as " + p.expressedAs + ")";
+    }
+  }
   p.meshShape = best.solvers->mesh->shape;
   p.memoryPrice = best.solution.weights.lambda;
   const Layout interface = best.solution.layers.front().entry;
@@ -592,11 +602,7 @@ Result<Context> makeContext(const Model& model, const ClusterSpec& cluster, cons
   Context c;
   c.cluster = &cluster;
   c.options = options;
-  if (auto ok = checkRunnableModel(model); !ok) {
-    c.notRunnable = ok.error().message;
-  } else if (options.precision == DType::kFp16 || options.precision == DType::kFp8) {
-    c.notRunnable = "precision " + toString(options.precision) + ": colo-run trains in fp32 or bf16 mixed precision";
-  }
+  c.model = &model;
   c.seqLen = options.seqLen > 0 ? options.seqLen : model.defaultSeqLen();
   GraphOptions go;
   go.seqLen = c.seqLen;

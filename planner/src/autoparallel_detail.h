@@ -25,6 +25,7 @@ struct MegatronRule {
   int dpAxis = -1;  // -1: no data parallelism; 2: both axes of a 2-D mesh
   bool sequenceParallel = false;
   bool fsdp = false;  // data parallelism with sharded weights (ZeRO-3): weight-bearing operators use kFsdp
+  int cpAxis = -1;    // context parallelism: every operator splits the sequence over this axis
 };
 /// Whether `s` is the strategy Megatron's rule gives `unit`.
 [[nodiscard]] bool megatronAllows(const MegatronRule& rule, const Unit& unit, const Strategy& s, const DeviceMesh& mesh);
@@ -50,7 +51,7 @@ struct SolvedBlock {
 struct Equivalent {
   bool runnable = false;
   std::string text;  // "tp=8 dp=1 pp=16 sp, recompute none", or "simulation-only: ..."
-  std::int64_t tp = 1, dp = 1;
+  std::int64_t tp = 1, dp = 1, cp = 1;
   std::int64_t ep = 1;  // MoE experts split over the data-parallel axis (or axes)
   bool sequenceParallel = false;
   int zeroStage = 1;  // 3 when the data-parallel axis shards the weights

@@ -293,24 +293,22 @@ Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction) {
   return search.megatronAt(shape, rule, mode, par.pp, plan.microBatchSize * par.dp, par.virtualStages, stages);
 }
 
-Result<Plan> operatorPlanFile(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options,
-                              const AutoParallelResult& result) {
-  const OperatorPlan& op = result.joint;
-  // The degree fields: the plan's own equivalent, else Megatron's split from the same solve.
-  const OperatorPlan& degrees = op.runnable ? op : result.megatron;
-  if (degrees.mesh.empty()) return fail(Error::badInput("the operator plan has no degree-level form to store beside it"));
+Result<Plan> detail::degreeForm(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options,
+                        const OperatorPlan& degrees) {
   Plan p;
   p.name = model.name() + " per-operator plan";
   p.model = model;
   p.cluster = cluster;
   p.parallel.tp = degrees.tp;
+  p.parallel.cp = degrees.cp;
   p.parallel.dp = degrees.dp;
   p.parallel.ep = degrees.ep;
   p.parallel.pp = degrees.pipelineStages;
   p.parallel.virtualStages = degrees.virtualStages;
   p.schedule = degrees.virtualStages > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;
   p.parallel.sequenceParallel = degrees.sequenceParallel && degrees.tp > 1;
-  // Samples per micro-batch over one replica's mesh, over that mesh's share of the data-parallel ranks.
+  // Samples per micro-batch over one replica's mesh, over that mesh's share of the data-parallel ranks
+  // (context parallelism splits the sequence, not the samples).
   const std::int64_t meshDp = std::max<std::int64_t>(1, degrees.dp / std::max<std::int64_t>(1, degrees.replicas));
   p.microBatchSize = std::max<std::int64_t>(1, degrees.microBatchSize / meshDp);
   p.globalBatchSize = options.globalBatchSize;
@@ -331,10 +329,25 @@ Result<Plan> operatorPlanFile(const Model& model, const ClusterSpec& cluster, co
       if (p.stages[i].recompute != RecomputePolicy::kNone) p.stages[i].recomputeLayers = p.stages[i].layers;
     }
   }
-  if (op.runnable && op.optimizerOffloadFraction > 0) {
+  if (degrees.runnable && degrees.optimizerOffloadFraction > 0) {
     p.zeroStage = std::max(p.zeroStage, 1);
-    p.offload.optimizerFraction = op.optimizerOffloadFraction;
+    p.offload.optimizerFraction = degrees.optimizerOffloadFraction;
   }
+  if (auto valid = validatePlan(p); !valid) {
+    return fail(Error::badInput("the operator plan's degree-level form is not a valid plan: " + valid.error().message));
+  }
+  return p;
+}
+
+Result<Plan> operatorPlanFile(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options,
+                              const AutoParallelResult& result) {
+  const OperatorPlan& op = result.joint;
+  // The degree fields: the plan's own equivalent, else Megatron's split from the same solve.
+  const OperatorPlan& degrees = op.runnable ? op : result.megatron;
+  if (degrees.mesh.empty()) return fail(Error::badInput("the operator plan has no degree-level form to store beside it"));
+  auto form = degreeForm(model, cluster, options, degrees);
+  if (!form) return fail(form.error());
+  Plan p = std::move(*form);
   p.predictions.stepTimeSeconds = op.stepSeconds;
   p.predictions.peakMemoryBytes = op.peakMemoryBytes;
   p.predictions.fits = op.fits;

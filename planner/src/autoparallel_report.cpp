@@ -64,6 +64,8 @@ bool megatronAllows(const MegatronRule& rule, const Unit& unit, const Strategy& 
     const Role r = s.role[static_cast<std::size_t>(a)];
     if (mesh.axisSize(a) == 1) {
       if (r != Role::kNone) return false;  // one GPU: nothing to split
+    } else if (a == rule.cpAxis) {
+      if (r != Role::kSeq) return false;
     } else if (a == rule.tpAxis) {
       if (r != megatronTpRole(unit, rule.sequenceParallel)) return false;
     } else if (a == rule.dpAxis || rule.dpAxis == 2) {
@@ -175,6 +177,17 @@ Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& m
     rule.fsdp = true;
     rules.push_back(rule);
   }
+  // Megatron's context parallelism: the sequence over the outer axis with tensor parallelism inside, or
+  // over one axis with data parallelism on the other, or over a 1-D mesh. (colo-run places its ranks
+  // tp, cp, dp from the inside out: the same shards on other GPUs where the mesh puts cp inside dp.)
+  if (axes == 1) {
+    rules.push_back({-1, -1, false, false, 0});
+  } else {
+    rules.push_back({1, -1, false, false, 0});
+    rules.push_back({1, -1, true, false, 0});
+    rules.push_back({-1, 0, false, false, 1});
+    rules.push_back({-1, 1, false, false, 0});
+  }
   for (const auto& rule : rules) {
     bool all = true;
     for (const auto& sb : blocks) {
@@ -235,6 +248,7 @@ Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& m
                 " replicas (hybrid sharding), where colo-run's ZeRO-3 shards over every data-parallel rank");
   }
   eq.tp = matched->tpAxis >= 0 ? mesh.axisSize(matched->tpAxis) : 1;
+  eq.cp = matched->cpAxis >= 0 ? mesh.axisSize(matched->cpAxis) : 1;
   eq.dp = (matched->dpAxis == 2 ? mesh.size() : matched->dpAxis >= 0 ? mesh.axisSize(matched->dpAxis) : 1) * std::max<std::int64_t>(1, replicas);
   // Experts split over the data-parallel axes are Megatron's expert parallelism over those ranks (the
   // copies of the mesh hold the same experts: their data parallelism is the experts' too).
@@ -253,7 +267,8 @@ Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& m
   eq.zeroStage = matched->fsdp ? 3 : 1;
   eq.recompute = recompute;
   eq.runnable = true;
-  eq.text = "tp=" + std::to_string(eq.tp) + " dp=" + std::to_string(eq.dp) + (eq.ep > 1 ? " ep=" + std::to_string(eq.ep) : "") +
+  eq.text = "tp=" + std::to_string(eq.tp) + (eq.cp > 1 ? " cp=" + std::to_string(eq.cp) : "") + " dp=" + std::to_string(eq.dp) +
+            (eq.ep > 1 ? " ep=" + std::to_string(eq.ep) : "") +
             " pp=" + std::to_string(pp) +
             (matched->sequenceParallel ? " sp" : "") + (matched->fsdp ? " zero3" : "") + ", recompute " + recompute;
   return eq;
@@ -300,7 +315,7 @@ Json OperatorPlan::toJson() const {
           {"memory", {{"states", stateBytes}, {"activations", activationBytes}, {"context", contextBytes}}},
           {"runnable", runnable},
           {"expressed_as", expressedAs},
-          {"degrees", {{"tp", tp}, {"dp", dp}, {"ep", ep}, {"pp", pipelineStages}, {"vpp", virtualStages}, {"sp", sequenceParallel}, {"zero", zeroStage}, {"recompute", recomputePolicy}}},
+          {"degrees", {{"tp", tp}, {"cp", cp}, {"dp", dp}, {"ep", ep}, {"pp", pipelineStages}, {"vpp", virtualStages}, {"sp", sequenceParallel}, {"zero", zeroStage}, {"recompute", recomputePolicy}}},
           {"mesh_shape", meshShape},
           {"memory_price", memoryPrice},
           {"interface", {{"index", interfaceIndex}, {"layout", interfaceLayout}}},

@@ -68,9 +68,7 @@ struct Context {
   double peakRate = 0;           // FLOP/s a large GEMM reaches
   double hostSecondsPerOp = 0;   // the host floor (0 on a CPU, whose ops are its own kernels)
   std::vector<LayerClass> classes;
-  /// Why colo-run cannot train this model at this precision whatever the layout (the executor's own
-  /// capability list, colo/core/runnable.h), or empty.
-  std::string notRunnable;
+  const Model* model = nullptr;  // outlives the search (the caller's)
   /// classesBefore[k][l]: layers of class k among the model's first l (a stage's mix of classes).
   std::vector<std::vector<std::int64_t>> classesBefore;
   Block embedding, head;
@@ -103,6 +101,12 @@ struct Assembly {
 /// kDefaultChunkCounts) where the chunks divide `layers` and, above 1, the micro-batches divide by the stages.
 [[nodiscard]] std::vector<std::int64_t> chunkCounts(const std::vector<std::int64_t>& wanted, std::int64_t layers, std::int64_t pp,
                                                     std::int64_t microBatches);
+
+/// The degree-level plan (tp, cp, dp, ep, pp, schedule, ZeRO, recompute, stages, micro-batch; the
+/// optimizer's offload share) of an operator plan's degree fields, as a plan file stores it beside the
+/// operator plan. Errors: kBadInput when that plan is not valid.
+[[nodiscard]] Result<Plan> degreeForm(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options,
+                                      const OperatorPlan& degrees);
 
 /// The model expanded and checked for a search. Errors: kBadInput naming the option.
 [[nodiscard]] Result<Context> makeContext(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options);

@@ -246,6 +246,42 @@ TEST(AutoParallel, MixtralLayersOnANodeMeshAreAtLeastAsFastAsMegatrons) {
       << r->joint.layoutText() << " against " << r->megatron.layoutText();
 }
 
+// Every operator splitting the sequence over the mesh is Megatron's context parallelism: runnable by
+// colo-run as cp, unless the executor's capability list refuses it (its MoE layers run without cp).
+TEST(AutoParallel, SequenceSplitEverywhereIsContextParallelism) {
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb.json"));
+  auto asContextParallel = [&](const char* name) {
+    const Model model = test::loadModelOrFail(test::dataFile(std::string("models/") + name + ".json"));
+    AutoParallelOptions o;
+    o.globalBatchSize = 8;
+    o.meshes = {{8}};
+    o.pipelineDegrees = {1};
+    o.memoryBudgetBytes = 1e15;  // (nothing to offload: the roles are what is checked)
+    auto r = autoParallel(model, cluster, o);
+    EXPECT_TRUE(r) << r.error().toString();
+    auto file = operatorPlanFile(model, cluster, o, *r);
+    EXPECT_TRUE(file) << file.error().toString();
+    Plan edited = *file;
+    for (auto& block : edited.operatorPlan["blocks"]) {
+      for (auto& unit : block["units"]) {
+        unit["axis_roles"] = Json::array({"seq"});
+        unit["recompute"] = false;
+      }
+    }
+    auto p = evaluateOperatorPlan(edited, "cp.json");
+    EXPECT_TRUE(p) << p.error().toString();
+    return *p;
+  };
+  const OperatorPlan dense = asContextParallel("tiny-llama");
+  EXPECT_TRUE(dense.runnable) << dense.expressedAs;
+  EXPECT_EQ(dense.cp, 8);
+  EXPECT_EQ(dense.tp, 1);
+  EXPECT_NE(dense.expressedAs.find("cp=8"), std::string::npos) << dense.expressedAs;
+  const OperatorPlan moe = asContextParallel("tiny-moe");
+  EXPECT_FALSE(moe.runnable);
+  EXPECT_NE(moe.expressedAs.find("without context parallelism"), std::string::npos) << moe.expressedAs;
+}
+
 TEST(AutoParallel, MoeLayersCanSplitExperts) {
   const Model model = test::loadModelOrFail(test::dataFile("models/mixtral-8x7b.json"));
   const ClusterSpec cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 64);

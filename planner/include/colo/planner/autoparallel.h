@@ -120,6 +120,7 @@ struct OperatorPlan {
   bool runnable = false;
   std::string expressedAs;            ///< "tp=8 dp=2 pp=1 sp, recompute none" or the reason it is simulation-only
   std::int64_t tp = 1, dp = 1;        ///< that plan's degrees (when runnable)
+  std::int64_t cp = 1;                ///< its context parallelism (every operator splits the sequence over one axis)
   std::int64_t ep = 1;                ///< its expert parallelism (MoE experts split over the data-parallel axes)
   int zeroStage = 1;                  ///< 3 when its data-parallel axis shards the weights (FSDP)
   bool sequenceParallel = false;
