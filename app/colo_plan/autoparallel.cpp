@@ -200,6 +200,7 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
       {"memory-gib", "GIB", "memory budget per GPU in GiB (overrides the fraction)"},
       {"precision", "P", "bf16, fp16, fp8, fp32 (default: bf16, or fp16 on GPUs without bf16)"},
       {"no-offload", "", "keep activations, optimizer states and weights on the GPU"},
+      {"no-weight-offload", "", "keep the weights on the GPU (activations and optimizer states may still go)"},
       {"solver-only", "", "do not count Megatron's split among the joint candidates (shows what the per-operator solve finds alone)"},
       {"out", "FILE", "write the plan (colo.plan/1 with its per-operator plan) for evaluate --plan and colo-run"},
       {"json", "", "print one JSON object"},
@@ -229,6 +230,7 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
   options.seqLen = *seq;
   options.precision = *precision;
   options.allowOffload = !args->has("no-offload");
+  options.allowWeightOffload = !args->has("no-weight-offload");
   options.seedWithMegatron = !args->has("solver-only");
   if (const auto f = args->value("max-memory-fraction")) {
     options.maxMemoryFraction = std::strtod(f->c_str(), nullptr);

@@ -205,48 +205,43 @@ bool Search::consider(const MeshSolvers& ms, const Solution& sol, const Combo& k
 
 bool Search::offloadShares(const Assembler& at, const Assembly& plain, Best& best) {
   bool fit = false;
-  std::optional<bool> weightsCanFit;
-  offloadWeights(at, 0.0, 0.0, plain, best, weightsCanFit);
+  const bool weights = m_c.options.allowWeightOffload;
+  bool weightsCanFit = weights;  // (decided on the first share that needs them)
+  bool weightsChecked = false;
   for (const double alpha : {0.0, 0.25, 0.5, 0.75, 1.0}) {
     for (const double beta : {0.0, 0.25, 0.5, 0.75, 1.0}) {
-      if (alpha == 0 && beta == 0) continue;
-      const Assembly a = at(alpha, beta);
-      if (a.memory > m_c.budget) {
-        offloadWeights(at, alpha, beta, a, best, weightsCanFit);
+      const Assembly a = alpha == 0 && beta == 0 ? plain : at(alpha, beta);
+      if (a.memory <= m_c.budget) {
+        fit = true;
+        if (a.step < best.assembly.step) best = at.as(a);
         continue;
       }
-      fit = true;
-      if (a.step < best.assembly.step) best = at.as(a);
+      if (!weightsCanFit) continue;
+      // Offloading only adds time: from an assembly no faster than the best plan, no share makes one
+      // (unless the price bisection asks whether any share fits, and no probe has said so yet).
+      if (a.step >= best.assembly.step && !(m_askWeightsFit && !m_weightsOffloadedFit)) continue;
+      if (!weightsChecked) {
+        // Everything offloaded holds the least on the GPU: when even that does not fit the GPU, no
+        // weight share helps (the host's limit is checked per share: more offload can overflow it).
+        weightsChecked = true;
+        weightsCanFit = at(1.0, 1.0, 1.0).deviceMemory <= m_c.budget;
+        if (!weightsCanFit) continue;
+      }
+      // The layers' weights too, where the activations' and optimizer's shares do not fit: GPU memory
+      // falls and time grows with their share, so the least quarter that fits (host memory permitting)
+      // is the quickest with these shares. All of them first: when that does not fit the GPU, none does.
+      const Assembly all = at(alpha, beta, 1.0);
+      if (all.deviceMemory > m_c.budget) continue;
+      for (const double gamma : {0.25, 0.5, 0.75, 1.0}) {
+        const Assembly w = gamma == 1.0 ? all : at(alpha, beta, gamma);
+        if (w.memory > m_c.budget) continue;
+        m_weightsOffloadedFit = true;
+        if (w.step < best.assembly.step) best = at.as(w);
+        break;
+      }
     }
   }
   return fit;
-}
-
-void Search::offloadWeights(const Assembler& at, double alpha, double beta, const Assembly& without, Best& best,
-                            std::optional<bool>& canFit) {
-  // Weights last: a share leaves the GPU only where the activations' and optimizer's shares do not fit.
-  // Offloading only adds time, so an assembly no faster than the best plan cannot become so; everything
-  // offloaded is the least memory, so when that does not fit no share helps. Memory falls and time grows
-  // with the share: the least quarter that fits, by bisection.
-  if (without.step >= best.assembly.step) return;
-  if (!canFit) canFit = at(1.0, 1.0, 1.0).memory <= m_c.budget;
-  if (!*canFit) return;
-  Assembly fitting = at(alpha, beta, 1.0);
-  if (fitting.memory > m_c.budget) return;
-  int lo = 0, hi = 4;  // quarters: none does not fit, all does
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    Assembly a = at(alpha, beta, 0.25 * mid);
-    if (a.memory <= m_c.budget) {
-      hi = mid;
-      fitting = std::move(a);
-    } else {
-      lo = mid;
-    }
-  }
-  // (Not a fit for the price bisection, which looks for what fits with the weights on the GPU.)
-  m_weightsOffloadedFit = true;
-  if (fitting.step < best.assembly.step) best = at.as(fitting);
 }
 
 std::vector<std::int64_t> Search::replicaCounts(std::int64_t pp) const {
@@ -303,11 +298,11 @@ bool Search::solveJoint(const Combo& k, MeshSolvers& ms) {
   double fastest = kInf;  // the quickest assembled step at free memory, fitting or not
   Best mine;              // this combination's best fitting plan
   std::vector<char> probed(m_lambdas.size(), 0);
-  auto probe = [&](std::size_t i) {
+  auto probe = [&](std::size_t i, double* quickest) {
     probed[i] = 1;
-    return probeJoint(k, ms, m_lambdas[i], mine, i == 0 ? &fastest : nullptr);
+    return probeJoint(k, ms, m_lambdas[i], mine, quickest);
   };
-  if (probe(0)) return true;
+  if (probe(0, &fastest)) return true;
   // Free memory gives this combination's fastest plans: when they are no faster than the best plan
   // found, no price of memory makes them so.
   if (fastest >= m_joint.assembly.step) return true;
@@ -319,7 +314,7 @@ bool Search::solveJoint(const Combo& k, MeshSolvers& ms) {
   while (hi - lo > 1) {
     const std::size_t mid = (lo + hi) / 2;
     double quickest = kInf;
-    if (probeJoint(k, ms, m_lambdas[mid], mine, &quickest)) {
+    if (probe(mid, &quickest)) {
       hi = mid;
       fitsAtHi = true;
       continue;
@@ -329,12 +324,15 @@ bool Search::solveJoint(const Combo& k, MeshSolvers& ms) {
     // beat the best plan found, nothing of this combination can.
     if (quickest >= m_joint.assembly.step) return true;
     if (!fitsAtHi) {
-      if (!probe(highest)) {
+      m_askWeightsFit = true;
+      const bool fits = probe(highest, nullptr);
+      m_askWeightsFit = false;
+      if (!fits) {
         if (!m_weightsOffloadedFit) return false;
         // Only offloading weights fits. Less memory at a higher price means a smaller share to fetch,
         // so the least fitting price is not the quickest: every price of the grid is tried.
         for (std::size_t i = 1; i < highest; ++i) {
-          if (!probed[i]) probe(i);
+          if (!probed[i]) probe(i, nullptr);
         }
         return true;
       }

@@ -160,7 +160,8 @@ double hopSeconds(const Context& c, const MeshSolvers& ms, std::int64_t pp) {
 // what it holds at its peak.
 struct StageEnd {
   double sync = 0, optimizer = 0;
-  double state = 0, activations = 0, total = 0;  // total: +infinity when the host cannot hold its share
+  double state = 0, activations = 0, device = 0;
+  double total = 0;  // device, or +infinity when the host cannot hold the stage's offloaded share
 };
 
 // `memo` caches the stage's gradient reduction while the solution stays the same.
@@ -200,7 +201,8 @@ StageEnd stageEnd(const Context& c, const MeshSolvers& ms, MeshSolvers::SyncMemo
   const double acts = s.copies * (s.activation - s.headActivation) + std::min(s.copies, 1.0) * s.headActivation;
   // The caching allocator's fragmentation allowance on activations, as the evaluator counts it.
   e.activations = 1.08 * acts;
-  e.total = e.state + e.activations + dev.contextBytes;
+  e.device = e.state + e.activations + dev.contextBytes;
+  e.total = e.device;
   // What goes to host memory must fit there: every GPU of a node offloads alike.
   const double hosted = s.copies * s.offloaded + beta * s.optimizerParams * 12.0 + hostWeights;
   if (hosted > 0 && c.cluster->hostMemoryBytes > 0 &&
@@ -333,7 +335,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   a.offload = M * critical.exposed;
   a.bubble = (P - 1.0) * slowest / V;
   // The step ends with the stage last to reduce and update; memory is the fullest stage's.
-  double tail = 0, peak = 0;
+  double tail = 0, peak = 0, device = 0;
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const StageEnd e = stageEnd(c, ms, ms.lastSync[i], stages[i], beta, gamma, pcie);
     if (e.sync + e.optimizer > tail) {
@@ -341,6 +343,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
       a.sync = e.sync;
       a.optimizer = e.optimizer;
     }
+    device = std::max(device, e.device);
     if (e.total > peak) {
       peak = e.total;
       a.states = e.state;
@@ -349,6 +352,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   }
   a.step = M * slowest + a.bubble + tail;
   a.memory = peak;
+  a.deviceMemory = device;
   return a;
 }
 

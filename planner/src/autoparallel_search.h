@@ -77,6 +77,7 @@ struct Context {
 // The best plan with the layers of `solution` for (pp, micro-batches), with the offload fractions.
 struct Assembly {
   double step = kInf, memory = kInf;
+  double deviceMemory = kInf;  // the fullest stage on the GPU, whether or not the host holds what it offloads
   double compute = 0, comm = 0, recompute = 0, bubble = 0, sync = 0, optimizer = 0, offload = 0;
   double states = 0, activations = 0;
   double alpha = 0, beta = 0, gamma = 0;  // offloaded: activations, optimizer states, layers' weights
@@ -157,11 +158,10 @@ class Search {
   std::vector<Solution> solve(const MeshSolvers& ms, const SolveWeights& weights, const std::string& recompute, bool megatron);
   bool consider(const MeshSolvers& ms, const Solution& sol, const Combo& k, Best& best, Best& leanest, double* fastest = nullptr);
   struct Assembler;
-  /// The activations' and optimizer states' offload fractions for a solution that does not fit without
-  /// them, and the weights' where those do not fit: whether a plan fits with the weights on the GPU.
+  /// The offload fractions for a solution that does not fit without them: the activations' and optimizer
+  /// states', and where those do not fit the least quarter of the layers' weights. Whether a plan fits
+  /// with the weights on the GPU; sets m_weightsOffloadedFit when one fits only with some of them off.
   bool offloadShares(const Assembler& at, const Assembly& plain, Best& best);
-  /// The least quarter of the layers' weights in host memory that fits with `alpha` and `beta`.
-  void offloadWeights(const Assembler& at, double alpha, double beta, const Assembly& without, Best& best, std::optional<bool>& canFit);
   OperatorPlan report(const Best& best, const std::string& method) const;
   /// Seconds to turn a block's `exit` layout into `entry` forward and the gradient back backward.
   [[nodiscard]] double boundarySeconds(const MeshSolvers& ms, Layout exit, Layout entry, const TensorDims& dims) const;
@@ -185,6 +185,7 @@ class Search {
   };
   std::vector<Bracket> m_brackets;
   bool m_weightsOffloadedFit = false;  // the last probe fitted a plan only by offloading weights
+  bool m_askWeightsFit = false;        // the probe must learn whether any weight share fits, however slow
 };
 
 

@@ -1,5 +1,5 @@
 // The operator-level search offloads a share of the layers' weights to host memory, with the
-// activations' and optimizer states' shares, where nothing else fits (docs/autoparallel.md, "Offload").
+// activations' and optimizer states' shares, where those do not fit (docs/autoparallel.md, "Offload").
 #include <string>
 
 #include <gtest/gtest.h>
@@ -25,16 +25,20 @@ struct OneGpu {
   }
 };
 
-TEST(AutoParallelOffload, WeightsLeaveTheGpuOnlyWhereNothingElseFits) {
+TEST(AutoParallelOffload, WeightsLeaveTheGpuWhereNothingElseFits) {
   const OneGpu x;
-  // 40 GiB: even with every activation and optimizer state on the host, the weights must go too.
+  // 40 GiB: no plan fits with the weights on the GPU, whatever the activations and optimizer states do.
+  AutoParallelOptions kept = x.options(40);
+  kept.allowWeightOffload = false;
+  auto without = autoParallel(x.model, x.cluster, kept);
+  ASSERT_FALSE(without);
+  EXPECT_EQ(without.error().code, ErrorCode::kInfeasible);
   auto r = autoParallel(x.model, x.cluster, x.options(40));
   ASSERT_TRUE(r) << r.error().toString();
   const OperatorPlan& j = r->joint;
   EXPECT_TRUE(j.fits);
   EXPECT_LE(j.peakMemoryBytes, 40 * kGiB);
   EXPECT_GT(j.weightOffloadFraction, 0.0);
-  EXPECT_GT(j.offload + j.optimizer, 0.0);
   EXPECT_FALSE(j.runnable);
   // colo-run offloads optimizer states only (the first reason that applies is named).
   EXPECT_EQ(j.expressedAs.rfind("simulation-only: ", 0), 0u) << j.expressedAs;
@@ -47,24 +51,49 @@ TEST(AutoParallelOffload, WeightsLeaveTheGpuOnlyWhereNothingElseFits) {
   auto refused = autoParallel(x.model, x.cluster, none);
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, ErrorCode::kInfeasible);
-  // With room for every weight, none leaves.
+  // With room for every weight and optimizer state, nothing leaves.
   auto roomy = autoParallel(x.model, x.cluster, x.options(150));
   ASSERT_TRUE(roomy) << roomy.error().toString();
   EXPECT_EQ(roomy->joint.weightOffloadFraction, 0.0);
   EXPECT_EQ(roomy->joint.optimizerOffloadFraction, 0.0);
 }
 
-TEST(AutoParallelOffload, MoreMemoryNeverGivesASlowerPlan) {
-  // Offloading weights is tried at every price of memory once nothing fits without it: a larger budget
-  // admits every plan a smaller one did.
+TEST(AutoParallelOffload, WhereOnlyOffloadedWeightsFitEveryPriceOfMemoryIsTried) {
+  // From 36 to 52 GiB only plans with offloaded weights fit. A higher price of memory (more recompute,
+  // fewer kept activations) leaves less to fetch, so the least price that fits is not the quickest:
+  // every price is tried, and a larger budget never gives a slower plan here. (Before, 44 GiB gave a
+  // slower plan than 36 GiB.)
   const OneGpu x;
   double previous = INFINITY;
-  for (const double gib : {36.0, 44.0, 52.0, 60.0, 80.0, 150.0}) {
+  for (const double gib : {36.0, 40.0, 44.0, 48.0, 52.0}) {
     auto r = autoParallel(x.model, x.cluster, x.options(gib));
     ASSERT_TRUE(r) << gib << " GiB: " << r.error().toString();
+    EXPECT_GT(r->joint.weightOffloadFraction, 0.0) << gib << " GiB";
     EXPECT_LE(r->joint.stepSeconds, previous * (1 + 1e-12)) << gib << " GiB";
     previous = r->joint.stepSeconds;
   }
+}
+
+TEST(AutoParallelOffload, AShareOfTheWeightsFitsWhereAllOfThemWouldOverflowTheHost) {
+  // Llama 2 13B on eight 24 GB GPUs whose node has 256 GiB of host memory, 22 GiB per GPU: every weight,
+  // activation and optimizer state on the host does not fit there, but a share of the weights does.
+  const Model model = test::loadModelOrFail(test::dataFile("models/llama2-13b.json"));
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/rtx4090-8x.json"));
+  AutoParallelOptions o;
+  o.globalBatchSize = 16;
+  o.memoryBudgetBytes = 22 * kGiB;
+  auto r = autoParallel(model, cluster, o);
+  ASSERT_TRUE(r) << r.error().toString();
+  EXPECT_TRUE(r->joint.fits);
+  EXPECT_GT(r->joint.weightOffloadFraction, 0.0);
+  EXPECT_LT(r->joint.weightOffloadFraction, 1.0);
+  // Re-costed from its file, the host's limit applied: it still fits.
+  auto file = operatorPlanFile(model, cluster, o, *r);
+  ASSERT_TRUE(file) << file.error().toString();
+  auto again = evaluateOperatorPlan(*file, "host.json");
+  ASSERT_TRUE(again) << again.error().toString();
+  EXPECT_TRUE(again->fits);
+  EXPECT_NEAR(again->stepSeconds, r->joint.stepSeconds, 1e-9 * r->joint.stepSeconds);
 }
 
 TEST(AutoParallelOffload, TheWeightShareIsStoredReproducedAndCheckedByName) {

@@ -47,7 +47,8 @@ struct AutoParallelOptions {
   /// Model chunks per pipeline stage tried (Megatron's interleaved 1F1B when > 1; empty:
   /// kDefaultChunkCounts, where the chunks divide the layers and the micro-batches divide by the stages).
   std::vector<std::int64_t> virtualStages;
-  bool allowOffload = true;                   ///< activations and optimizer states to host memory
+  bool allowOffload = true;                   ///< activations, optimizer states and weights to host memory
+  bool allowWeightOffload = true;             ///< with allowOffload: the layers' weights too
   /// Host time to issue one kernel or collective (the evaluator's host floor, docs/costmodel.md): a
   /// block whose kernels finish sooner waits for the host. 0: the host keeps ahead (CUDA graphs).
   double hostMicrosecondsPerOp = kEagerHostMicrosecondsPerOp;

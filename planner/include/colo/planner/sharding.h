@@ -117,6 +117,9 @@ class LayoutConverter {
   };
 
   explicit LayoutConverter(const DeviceMesh& mesh) : m_mesh(mesh) {}
+  // Its tables point back at it: it stays where it was made.
+  LayoutConverter(const LayoutConverter&) = delete;
+  LayoutConverter& operator=(const LayoutConverter&) = delete;
   [[nodiscard]] const Conversion& convert(Layout from, Layout to, const TensorDims& dims, std::int64_t samples) {
     return table(dims, samples).get(from, to);
   }
