@@ -317,7 +317,9 @@ Result<Plan> detail::degreeForm(const Model& model, const ClusterSpec& cluster, 
   p.execution.hostMicrosecondsPerOp = options.hostMicrosecondsPerOp;
   p.execution.flashAttention = options.flashAttention;
   p.execution.flashAttention2 = options.flashAttention && options.flashAttention2;
-  p.zeroStage = degrees.dp > 1 ? degrees.zeroStage : 0;
+  // The optimizer states are split over dp x cp (Megatron's distributed optimizer; the per-operator
+  // solve splits them over every axis that replicates the weights, sequence axes included).
+  p.zeroStage = degrees.dp * degrees.cp > 1 ? degrees.zeroStage : 0;
   const RecomputePolicy policy = degrees.recomputePolicy == "full"        ? RecomputePolicy::kFull
                                  : degrees.recomputePolicy == "selective" ? RecomputePolicy::kSelective
                                                                           : RecomputePolicy::kNone;

@@ -213,6 +213,15 @@ TEST(AutoParallelStages, EachStageIsCostedWithTheLayerClassesItHolds) {
   EXPECT_EQ(uneven->stageLayers, (std::vector<std::int64_t>{1, 3}));
   EXPECT_GT(even->stateBytes, uneven->stateBytes);
   EXPECT_GT(even->peakMemoryBytes, uneven->peakMemoryBytes);
+  // Interleaved, two chunks a stage of one layer each: chunk v of stage i holds layer 2v + i, so each
+  // stage holds one dense and one MoE layer, and the fuller stage holds less than both dense layers.
+  auto interleaved = [&] {
+    detail::Search search(*context);
+    return search.megatronAt({4}, detail::MegatronRule{-1, 0, false}, detail::RecomputeMode::kNone, 2, 4, 2, {1, 1, 1, 1});
+  }();
+  ASSERT_TRUE(interleaved) << interleaved.error().toString();
+  EXPECT_EQ(interleaved->virtualStages, 2);
+  EXPECT_LT(interleaved->stateBytes, even->stateBytes);
 }
 
 TEST(AutoParallelStages, OffloadedActivationsAreCountedForEveryLayerOfTheStage) {

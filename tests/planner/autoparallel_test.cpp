@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "autoparallel_search.h"
 #include "colo/core/runnable.h"
 #include "colo/costmodel/evaluator.h"
 #include "colo/planner/sharding.h"
@@ -277,6 +278,14 @@ TEST(AutoParallel, SequenceSplitEverywhereIsContextParallelism) {
   EXPECT_EQ(dense.cp, 8);
   EXPECT_EQ(dense.tp, 1);
   EXPECT_NE(dense.expressedAs.find("cp=8"), std::string::npos) << dense.expressedAs;
+  // Its degree-level form splits the optimizer states over the cp ranks, as the solve priced them.
+  const Model model = test::loadModelOrFail(test::dataFile("models/tiny-llama.json"));
+  AutoParallelOptions o;
+  o.globalBatchSize = 8;
+  auto form = detail::degreeForm(model, cluster, o, dense);
+  ASSERT_TRUE(form) << form.error().toString();
+  EXPECT_EQ(form->parallel.cp, 8);
+  EXPECT_EQ(form->zeroStage, 1);
   const OperatorPlan moe = asContextParallel("tiny-moe");
   EXPECT_FALSE(moe.runnable);
   EXPECT_NE(moe.expressedAs.find("without context parallelism"), std::string::npos) << moe.expressedAs;
