@@ -2,6 +2,9 @@
 // the public API: its shortcuts must not change what it finds.
 #include "autoparallel_solver.h"
 
+#include <algorithm>
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include "colo/core/library.h"
@@ -100,6 +103,86 @@ TEST(AutoParallelSolver, CopiesOfTheMeshReduceOverTheGroupsOfTheWiderMesh) {
   const double withCopies = gradientSyncSeconds(*narrow, inner, 4, gib);
   EXPECT_GT(withCopies, gradientSyncSeconds(*narrow, inner));
   EXPECT_LT(withCopies, gradientSyncSeconds(*narrow, inner) + gradientSyncSeconds(*strided, alone));
+}
+
+// The dynamic programme against brute force: over a space small enough to enumerate (two strategies for
+// five operators, one for the rest; recompute free for three, kept elsewhere), solving with every
+// operator's strategy and recompute choice fixed, once per combination, and keeping the best finds the
+// same objective for every (entry, exit) as one solve over the whole space, at prices of memory from
+// free to a GiB costing a second. Llama-style layer of tiny-llama on a 1-D mesh of 2.
+TEST(AutoParallelSolver, TheBlockSolveEqualsBruteForceOverASmallSpace) {
+  const Model model = test::loadModelOrFail(test::dataFile("models/tiny-llama.json"));
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb.json"));
+  GraphOptions go;
+  go.seqLen = model.defaultSeqLen();
+  go.batch = 1;
+  go.dtypeBytes = 2;
+  auto graph = model.expand(go);
+  ASSERT_TRUE(graph) << graph.error().toString();
+  auto mesh = makeMesh(cluster, {2});
+  ASSERT_TRUE(mesh) << mesh.error().toString();
+  LayoutConverter converter(*mesh);
+  CostContext cc;
+  cc.mesh = &*mesh;
+  cc.device = costmodel::deviceModel(cluster.gpu, DType::kBf16);
+  cc.samples = 8;
+  const Block block = makeBlock(*graph, 0, "layer");
+  const BlockSolver solver(block, cc, converter);
+  const auto& strategies = solver.strategies();
+  const std::size_t n = block.units.size();
+  // The space: units with two strategies or more contribute their first two (up to five such units);
+  // the rest their first. Recompute is free on units 1-3 (each has a later consumer), kept elsewhere.
+  std::vector<std::size_t> varied;
+  for (std::size_t u = 0; u < n && varied.size() < 5; ++u) {
+    if (strategies[u].size() >= 2) varied.push_back(u);
+  }
+  ASSERT_GE(varied.size(), 3u);
+  const std::vector<std::size_t> recomputed{1, 2, 3};
+  ASSERT_GT(n, 4u);
+  auto index = [&](std::size_t u, const Strategy& st) { return static_cast<std::size_t>(&st - strategies[u].data()); };
+  std::vector<Layout> entries;
+  for (int l = 0; l < kLayouts; ++l) {
+    const Layout e = Layout::fromIndex(l);
+    if (!e.partial() && fits(e, block.input, cc.samples, *mesh)) entries.push_back(e);
+  }
+  for (const double lambda : {0.0, 1e-13, 1e-11, 1e-9}) {
+    SolveWeights w;
+    w.lambda = lambda;
+    w.activationCopies = 2;
+    w.microBatches = 4;
+    auto isVaried = [&](std::size_t u) { return std::find(varied.begin(), varied.end(), u) != varied.end(); };
+    auto isRecomputed = [&](std::size_t u) { return std::find(recomputed.begin(), recomputed.end(), u) != recomputed.end(); };
+    SolveWeights whole = w;
+    whole.allow = [&](const Block&, std::size_t u, const Strategy& st) { return index(u, st) < (isVaried(u) ? 2u : 1u); };
+    whole.forceRecompute = [&](const Block&, std::size_t u) { return isRecomputed(u) ? -1 : 0; };
+    std::map<std::pair<int, int>, double> dp;
+    for (const auto& p : solver.solve(entries, whole)) dp[{p.entry.index(), p.exit.index()}] = p.objective;
+    ASSERT_FALSE(dp.empty());
+    std::map<std::pair<int, int>, double> brute;
+    const std::size_t combos = std::size_t{1} << (varied.size() + recomputed.size());
+    for (std::size_t bits = 0; bits < combos; ++bits) {
+      SolveWeights one = w;
+      one.allow = [&](const Block&, std::size_t u, const Strategy& st) {
+        const auto at = std::find(varied.begin(), varied.end(), u);
+        const std::size_t chosen = at == varied.end() ? 0 : (bits >> static_cast<std::size_t>(at - varied.begin())) & 1u;
+        return index(u, st) == chosen;
+      };
+      one.forceRecompute = [&](const Block&, std::size_t u) {
+        const auto at = std::find(recomputed.begin(), recomputed.end(), u);
+        if (at == recomputed.end()) return 0;
+        return static_cast<int>((bits >> (varied.size() + static_cast<std::size_t>(at - recomputed.begin()))) & 1u);
+      };
+      for (const auto& p : solver.solve(entries, one)) {
+        auto [it, inserted] = brute.try_emplace({p.entry.index(), p.exit.index()}, p.objective);
+        if (!inserted) it->second = std::min(it->second, p.objective);
+      }
+    }
+    ASSERT_EQ(dp.size(), brute.size()) << "lambda " << lambda;
+    for (const auto& [key, objective] : brute) {
+      ASSERT_TRUE(dp.count(key)) << "lambda " << lambda;
+      EXPECT_NEAR(dp[key], objective, 1e-12 * objective) << "lambda " << lambda << ", entry " << key.first << ", exit " << key.second;
+    }
+  }
 }
 
 }  // namespace
