@@ -162,7 +162,8 @@ TEST(AutoParallel, LlamaLayersKeepTheColumnRowMlpAndBeatMegatron) {
   EXPECT_EQ(roles.at("attn.out"), "0:in");
   EXPECT_TRUE(roles.at("attn.qkv") == "0:out" || roles.at("attn.qkv") == "0:in") << roles.at("attn.qkv");
   ASSERT_TRUE(r->megatronFits);
-  EXPECT_LE(r->joint.stepSeconds, r->megatron.stepSeconds);
+  // Strictly faster (89.5 s against 109.3 s when written): the solve alone, not seeded with Megatron's.
+  EXPECT_LT(r->joint.stepSeconds, 0.95 * r->megatron.stepSeconds);
   EXPECT_LE(r->joint.peakMemoryBytes, o.memoryBudgetBytes);
 }
 
