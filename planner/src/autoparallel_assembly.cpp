@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <numeric>
+#include <span>
 #include <tuple>
 #include <utility>
 
@@ -54,8 +55,12 @@ struct Stage {
 class StageCosts {
  public:
   StageCosts(const Context& c, const Solution& sol, double alpha, double gamma, double pcie)
-      : m_c(c), m_sol(sol), m_emb(figuresOf(sol.embedding, c.hostSecondsPerOp)), m_head(figuresOf(sol.head, c.hostSecondsPerOp)) {
+      : m_c(c), m_sol(sol), m_emb(figuresOf(sol.embedding, c.hostSecondsPerOp)), m_head(figuresOf(sol.head, c.hostSecondsPerOp)),
+        m_s(scratch()) {
     const double L = static_cast<double>(c.numLayers);
+    m_s.layers.clear();
+    m_s.exposed.clear();
+    m_s.offloaded.clear();
     for (std::size_t k = 0; k < c.classes.size(); ++k) {
       Figures f = figuresOf(sol.layers[k], c.hostSecondsPerOp);
       f.seconds += sol.backConversion[k];
@@ -66,10 +71,10 @@ class StageCosts {
       const double moved = alpha * f.activation;
       const double weights = gamma * f.params * c.weightBytes;
       const double uses = f.recompute > 0 ? 3.0 : 2.0;
-      m_offloaded.push_back(moved);
-      m_exposed.push_back(std::max(0.0, (2.0 * moved + uses * weights) / pcie - 0.8 * f.compute));
-      m_averageSeconds += static_cast<double>(c.classes[k].layers.size()) / L * (f.seconds + m_exposed.back());
-      m_layers.push_back(f);
+      m_s.offloaded.push_back(moved);
+      m_s.exposed.push_back(std::max(0.0, (2.0 * moved + uses * weights) / pcie - 0.8 * f.compute));
+      m_averageSeconds += static_cast<double>(c.classes[k].layers.size()) / L * (f.seconds + m_s.exposed.back());
+      m_s.layers.push_back(f);
     }
   }
   /// The model's average layer, with its exposed offload (what the stage split weighs).
@@ -80,39 +85,55 @@ class StageCosts {
   /// Layers of each class on each stage: its chunks hold consecutive layers in chunk order (chunk v of
   /// stage i at v*pp + i).
   void place(const std::vector<std::int64_t>& stageLayers, std::int64_t pp) {
-    const std::size_t K = m_layers.size();
-    m_mix.assign(static_cast<std::size_t>(pp), std::vector<double>(K, 0.0));
+    const std::size_t K = m_s.layers.size();
+    m_s.mix.assign(static_cast<std::size_t>(pp) * K, 0.0);
     std::int64_t first = 0;
     for (std::size_t chunk = 0; chunk < stageLayers.size(); ++chunk) {
       const auto from = static_cast<std::size_t>(first);
       const auto to = static_cast<std::size_t>(first + stageLayers[chunk]);
-      auto& row = m_mix[chunk % static_cast<std::size_t>(pp)];
+      double* row = &m_s.mix[(chunk % static_cast<std::size_t>(pp)) * K];
       for (std::size_t k = 0; k < K; ++k) row[k] += static_cast<double>(m_c.classesBefore[k][to] - m_c.classesBefore[k][from]);
       first += stageLayers[chunk];
     }
+  }
+
+  /// A middle stage's time per micro-batch and what it holds at its peak with `copies` micro-batches in
+  /// flight, without building it (which stages are the slowest and the fullest).
+  [[nodiscard]] std::pair<double, double> middleKeys(std::int64_t index, double copies) const {
+    const std::size_t K = m_s.layers.size();
+    const double* counts = &m_s.mix[static_cast<std::size_t>(index) * K];
+    double seconds = 0, state = 0, activation = 0;
+    for (std::size_t k = 0; k < K; ++k) {
+      const Figures& f = m_s.layers[k];
+      seconds += counts[k] * (f.seconds + m_s.exposed[k]);
+      state += counts[k] * f.state;
+      activation += counts[k] * (f.activation - m_s.offloaded[k]);
+    }
+    return {seconds, state + 1.08 * copies * activation};
   }
 
   /// Stage `index` of `pp` (after place()), holding `copies` micro-batches of activations at its peak.
   [[nodiscard]] Stage stage(std::int64_t index, std::int64_t pp, double copies) const {
     const bool first = index == 0, last = index == pp - 1;
     Stage s;
-    const auto& counts = m_mix[static_cast<std::size_t>(index)];
-    for (std::size_t k = 0; k < m_layers.size(); ++k) {
+    const std::size_t K = m_s.layers.size();
+    const double* counts = &m_s.mix[static_cast<std::size_t>(index) * K];
+    for (std::size_t k = 0; k < K; ++k) {
       const double n = counts[k];
-      const Figures& f = m_layers[k];
-      s.seconds += n * (f.seconds + m_exposed[k]);
+      const Figures& f = m_s.layers[k];
+      s.seconds += n * (f.seconds + m_s.exposed[k]);
       s.compute += n * f.compute;
       s.comm += n * f.comm;
       s.recompute += n * f.recompute;
-      s.activation += n * (f.activation - m_offloaded[k]);
+      s.activation += n * (f.activation - m_s.offloaded[k]);
       s.state += n * f.state;
       // (Split over the copies of the mesh already, as the solver priced them.)
       s.optimizerParams += n * f.optimizerParams;
       s.params += n * f.params;
       for (int j = 0; j < 3; ++j) s.sync[j] += n * f.sync[j];
       s.layers += n;
-      s.exposed += n * m_exposed[k];
-      s.offloaded += n * m_offloaded[k];
+      s.exposed += n * m_s.exposed[k];
+      s.offloaded += n * m_s.offloaded[k];
     }
     s.layerParams = s.params;
     s.seconds += (first ? embeddingSeconds() : 0) + (last ? m_head.seconds : 0);
@@ -130,13 +151,22 @@ class StageCosts {
   }
 
  private:
+  // The per-class and per-stage figures, in buffers a thread reuses from one assembly to the next (the
+  // search assembles millions of candidates).
+  struct Scratch {
+    std::vector<Figures> layers;               // per class, its exit converted back to the entry
+    std::vector<double> exposed, offloaded;    // per class and layer: offload's exposed seconds, bytes moved
+    std::vector<double> mix;                   // [stage * classes + class]: layers
+  };
+  static Scratch& scratch() {
+    thread_local Scratch s;
+    return s;
+  }
   const Context& m_c;
   const Solution& m_sol;
   Figures m_emb, m_head;
-  std::vector<Figures> m_layers;               // per class, its exit converted back to the entry
-  std::vector<double> m_exposed, m_offloaded;  // per class and layer: offload's exposed seconds, bytes moved
+  Scratch& m_s;
   double m_averageSeconds = 0;
-  std::vector<std::vector<double>> m_mix;      // per stage, per class: layers
 };
 
 // Activations and their gradients between stages, once per pipeline degree (a MeshSolvers belongs to
@@ -301,27 +331,31 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   // Micro-batches whose activations stage i holds at its peak: 1F1B keeps pp - i; the interleaved
   // schedule's warm-up keeps 2(pp - i - 1) + (v - 1)pp + 1 chunk-micro-batches of 1/v of the stage's
   // layers (Megatron's schedule; Korthikanti et al. 2022: pp(1 + (pp - 1)/(pp v)) on the first stage).
-  auto stage = [&](std::int64_t i) {
+  auto copiesOf = [&](std::int64_t i) {
     const double d = static_cast<double>(i);
-    const double chunks = V == 1.0 ? P - d : (2.0 * (P - d - 1.0) + (V - 1.0) * P + 1.0) / V;
-    return costs.stage(i, pp, std::min(chunks, M));
+    return std::min(V == 1.0 ? P - d : (2.0 * (P - d - 1.0) + (V - 1.0) * P + 1.0) / V, M);
   };
+  auto stage = [&](std::int64_t i) { return costs.stage(i, pp, copiesOf(i)); };
   // The stages that can be slowest, fullest or last to reduce: the two ends and, between them, the
   // slowest (the earliest of them) and the one whose layers and micro-batches in flight hold the most.
-  std::vector<Stage> stages{stage(0)};
+  // (At most four, kept on the stack: the search assembles millions of candidates.)
+  std::array<Stage, 4> chosen{};
+  std::size_t count = 0;
+  auto keep = [&](const Stage& s) { chosen[count++] = s; };
+  keep(stage(0));
   if (pp > 2) {
-    Stage widest = stage(1), fullest = widest;
+    auto [widestSeconds, fullestHeld] = costs.middleKeys(1, copiesOf(1));
     std::int64_t widestAt = 1, fullestAt = 1;
-    auto held = [](const Stage& s) { return s.state + 1.08 * s.copies * s.activation; };
     for (std::int64_t i = 2; i < pp - 1; ++i) {
-      const Stage s = stage(i);
-      if (s.seconds > widest.seconds) std::tie(widest, widestAt) = std::make_pair(s, i);
-      if (held(s) > held(fullest)) std::tie(fullest, fullestAt) = std::make_pair(s, i);
+      const auto [seconds, held] = costs.middleKeys(i, copiesOf(i));
+      if (seconds > widestSeconds) std::tie(widestSeconds, widestAt) = std::make_pair(seconds, i);
+      if (held > fullestHeld) std::tie(fullestHeld, fullestAt) = std::make_pair(held, i);
     }
-    stages.push_back(widest);
-    if (fullestAt != widestAt) stages.push_back(fullest);
+    keep(stage(widestAt));
+    if (fullestAt != widestAt) keep(stage(fullestAt));
   }
-  if (pp > 1) stages.push_back(stage(pp - 1));
+  if (pp > 1) keep(stage(pp - 1));
+  const std::span<const Stage> stages(chosen.data(), count);
   // A micro-batch crosses a stage boundary once per chunk; the bubble is pp - 1 chunks' time.
   const double hop = hopSeconds(c, ms, pp);
   double slowest = 0;

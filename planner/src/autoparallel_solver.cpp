@@ -537,7 +537,9 @@ void BlockDp::advance(std::size_t u) {
     for (const std::size_t at : f.inputAt) sig = (sig << 6) | field(key, at);
     return sig;
   };
-  std::unordered_map<std::uint64_t, std::pair<std::size_t, std::size_t>> bySignature;  // -> [begin, end) in `pool`
+  // -> [begin, end) in `pool` (its buckets reused from step to step)
+  thread_local std::unordered_map<std::uint64_t, std::pair<std::size_t, std::size_t>> bySignature;
+  bySignature.clear();
   for (const auto& item : m_steps[u]) bySignature.try_emplace(signatureOf(item.first));
   const bool share = bySignature.size() * 2 <= m_steps[u].size();
   std::vector<std::pair<int, bool>> state;
@@ -635,8 +637,9 @@ void BlockDp::walkBack(std::size_t from, std::size_t to, std::uint64_t key, bool
     UnitChoice& c = plan.units[u];
     c.strategy = e.strategy;
     c.recompute = e.recompute_;
-    c.keepBeforeConversion.clear();
-    for (std::size_t i = 0; i < m_s.m_block->units[u].inputs.size(); ++i) c.keepBeforeConversion.push_back(((e.keepBefore >> i) & 1u) != 0);
+    const std::size_t inputs = m_s.m_block->units[u].inputs.size();
+    c.keepBeforeConversion.assign(inputs, false);
+    for (std::size_t i = 0; i < inputs; ++i) c.keepBeforeConversion[i] = ((e.keepBefore >> i) & 1u) != 0;
     at = e.previous;
   }
 }
