@@ -32,6 +32,12 @@ std::string percent(double f) {
   return buf;
 }
 
+// "activations 25%, optimizer 0%, weights 100%": the shares an operator plan keeps in host memory.
+std::string offloadShares(const planner::OperatorPlan& p) {
+  return "activations " + percent(p.activationOffloadFraction) + ", optimizer " + percent(p.optimizerOffloadFraction) +
+         ", weights " + percent(p.weightOffloadFraction);
+}
+
 // Prints progress to stderr on one line (a terminal) while the search runs.
 class StderrProgress : public ProgressSink {
  public:
@@ -59,8 +65,7 @@ void printSummary(const planner::AutoParallelResult& r, std::ostream& out) {
   both("peak memory", formatBytes(j.peakMemoryBytes) + " of " + formatBytes(j.budgetBytes),
        haveMegatron ? formatBytes(m.peakMemoryBytes) + (r.megatronFits ? "" : " (DOES NOT FIT)") : "-");
   both("recompute", j.recompute, haveMegatron ? m.recompute : "-");
-  both("offload", "activations " + percent(j.activationOffloadFraction) + ", optimizer " + percent(j.optimizerOffloadFraction) +
-                      ", weights " + percent(j.weightOffloadFraction),
+  both("offload", offloadShares(j),
        haveMegatron ? "none" : "-");
   both("compute | comm", seconds(j.compute) + " | " + seconds(j.communication),
        haveMegatron ? seconds(m.compute) + " | " + seconds(m.communication) : "-");
@@ -175,8 +180,7 @@ void printOperatorPlan(const planner::OperatorPlan& p, std::ostream& out) {
   t.addRow({"step time", seconds(p.stepSeconds)});
   t.addRow({"peak memory", formatBytes(p.peakMemoryBytes) + " of " + formatBytes(p.budgetBytes) + (p.fits ? "" : " (DOES NOT FIT)")});
   t.addRow({"recompute", p.recompute});
-  t.addRow({"offload", "activations " + percent(p.activationOffloadFraction) + ", optimizer " + percent(p.optimizerOffloadFraction) +
-                           ", weights " + percent(p.weightOffloadFraction)});
+  t.addRow({"offload", offloadShares(p)});
   t.addRow({"compute | comm", seconds(p.compute) + " | " + seconds(p.communication)});
   t.addRow({"recompute | bubble", seconds(p.recomputeSeconds) + " | " + seconds(p.bubble)});
   t.addRow({"grad sync | optimizer", seconds(p.gradientSync) + " | " + seconds(p.optimizer)});

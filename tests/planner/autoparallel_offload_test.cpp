@@ -28,11 +28,14 @@ struct OneGpu {
 TEST(AutoParallelOffload, WeightsLeaveTheGpuWhereNothingElseFits) {
   const OneGpu x;
   // 40 GiB: no plan fits with the weights on the GPU, whatever the activations and optimizer states do.
+  auto expectNoPlan = [&x](AutoParallelOptions o) {
+    auto r = autoParallel(x.model, x.cluster, o);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, ErrorCode::kInfeasible);
+  };
   AutoParallelOptions kept = x.options(40);
   kept.allowWeightOffload = false;
-  auto without = autoParallel(x.model, x.cluster, kept);
-  ASSERT_FALSE(without);
-  EXPECT_EQ(without.error().code, ErrorCode::kInfeasible);
+  expectNoPlan(kept);
   auto r = autoParallel(x.model, x.cluster, x.options(40));
   ASSERT_TRUE(r) << r.error().toString();
   const OperatorPlan& j = r->joint;
@@ -48,9 +51,7 @@ TEST(AutoParallelOffload, WeightsLeaveTheGpuWhereNothingElseFits) {
   // Without host memory nothing fits.
   AutoParallelOptions none = x.options(40);
   none.allowOffload = false;
-  auto refused = autoParallel(x.model, x.cluster, none);
-  ASSERT_FALSE(refused);
-  EXPECT_EQ(refused.error().code, ErrorCode::kInfeasible);
+  expectNoPlan(none);
   // With room for every weight and optimizer state, nothing leaves.
   auto roomy = autoParallel(x.model, x.cluster, x.options(150));
   ASSERT_TRUE(roomy) << roomy.error().toString();

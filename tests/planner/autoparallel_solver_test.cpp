@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <map>
+#include <vector>
+#include <string>
+#include <stdexcept>
 
 #include <gtest/gtest.h>
 
@@ -15,6 +18,53 @@
 namespace colo::planner::detail {
 namespace {
 
+// The first layer of a library model as one block solver on a mesh of the library cluster, and the
+// interface layouts its input may take (what both solver tests below start from).
+struct LayerSolver {
+  LayerSolver(const std::string& modelName, const std::string& clusterName, std::vector<std::int64_t> shape,
+              std::int64_t samples, bool flash)
+      : cluster(test::loadClusterOrFail(test::dataFile("clusters/" + clusterName + ".json"))),
+        mesh(orThrow(makeMesh(cluster, std::move(shape)))),
+        converter(mesh),
+        cc(context(mesh, cluster, samples, flash)),
+        block(firstLayer(test::loadModelOrFail(test::dataFile("models/" + modelName + ".json")))),
+        solver(block, cc, converter) {
+    for (int l = 0; l < kLayouts; ++l) {
+      const Layout e = Layout::fromIndex(l);
+      if (!e.partial() && fits(e, block.input, cc.samples, mesh)) entries.push_back(e);
+    }
+  }
+  ClusterSpec cluster;
+  DeviceMesh mesh;
+  LayoutConverter converter;
+  CostContext cc;
+  Block block;
+  BlockSolver solver;
+  std::vector<Layout> entries;
+
+ private:
+  template <typename T>
+  static T orThrow(Result<T> r) {
+    if (!r) throw std::runtime_error(r.error().toString());
+    return std::move(*r);
+  }
+  static CostContext context(const DeviceMesh& mesh, const ClusterSpec& cluster, std::int64_t samples, bool flash) {
+    CostContext cc;
+    cc.mesh = &mesh;
+    cc.device = costmodel::deviceModel(cluster.gpu, DType::kBf16);
+    cc.samples = samples;
+    cc.flash = flash;
+    return cc;
+  }
+  static Block firstLayer(const Model& model) {
+    GraphOptions go;
+    go.seqLen = model.defaultSeqLen();
+    go.batch = 1;
+    go.dtypeBytes = 2;
+    return makeBlock(orThrow(model.expand(go)), 0, "layer");
+  }
+};
+
 // At a low price of memory a unit whose forward costs more than everything its recompute could spare
 // is never recomputed, so the solve leaves that choice out (BlockDp::leaveOutFruitlessRecompute). A
 // forced-choice hook that forces nothing turns the shortcut off: both solves must give the same plans
@@ -22,29 +72,9 @@ namespace {
 // price from free memory to ten seconds a GiB. GPT-3 2.7B's layer without FlashAttention (its
 // score and softmax tensors make recompute worth it at high prices) on a 2x8 mesh.
 TEST(AutoParallelSolver, LeavingOutRecomputeThatCannotPayChangesNoPlan) {
-  const Model model = test::loadModelOrFail(test::dataFile("models/gpt3-2.7b.json"));
-  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json"));
-  GraphOptions go;
-  go.seqLen = model.defaultSeqLen();
-  go.batch = 1;
-  go.dtypeBytes = 2;
-  auto graph = model.expand(go);
-  ASSERT_TRUE(graph) << graph.error().toString();
-  auto mesh = makeMesh(cluster, {2, 8});
-  ASSERT_TRUE(mesh) << mesh.error().toString();
-  LayoutConverter converter(*mesh);
-  CostContext cc;
-  cc.mesh = &*mesh;
-  cc.device = costmodel::deviceModel(cluster.gpu, DType::kBf16);
-  cc.samples = 16;
-  cc.flash = false;
-  const Block block = makeBlock(*graph, 0, "layer");
-  const BlockSolver solver(block, cc, converter);
-  std::vector<Layout> entries;
-  for (int l = 0; l < kLayouts; ++l) {
-    const Layout e = Layout::fromIndex(l);
-    if (!e.partial() && fits(e, block.input, cc.samples, *mesh)) entries.push_back(e);
-  }
+  const LayerSolver x("gpt3-2.7b", "dgx-a100-80gb-x16", {2, 8}, 16, false);
+  const BlockSolver& solver = x.solver;
+  const std::vector<Layout>& entries = x.entries;
   ASSERT_FALSE(entries.empty());
   int pricesRecomputing = 0, pricesKeeping = 0;
   for (const double lambda : {0.0, 1e-16, 1e-14, 1e-13, 1e-12, 1e-11, 1e-10, 1e-9, 1e-8}) {
@@ -111,23 +141,10 @@ TEST(AutoParallelSolver, CopiesOfTheMeshReduceOverTheGroupsOfTheWiderMesh) {
 // same objective for every (entry, exit) as one solve over the whole space, at prices of memory from
 // free to a GiB costing a second. Llama-style layer of tiny-llama on a 1-D mesh of 2.
 TEST(AutoParallelSolver, TheBlockSolveEqualsBruteForceOverASmallSpace) {
-  const Model model = test::loadModelOrFail(test::dataFile("models/tiny-llama.json"));
-  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb.json"));
-  GraphOptions go;
-  go.seqLen = model.defaultSeqLen();
-  go.batch = 1;
-  go.dtypeBytes = 2;
-  auto graph = model.expand(go);
-  ASSERT_TRUE(graph) << graph.error().toString();
-  auto mesh = makeMesh(cluster, {2});
-  ASSERT_TRUE(mesh) << mesh.error().toString();
-  LayoutConverter converter(*mesh);
-  CostContext cc;
-  cc.mesh = &*mesh;
-  cc.device = costmodel::deviceModel(cluster.gpu, DType::kBf16);
-  cc.samples = 8;
-  const Block block = makeBlock(*graph, 0, "layer");
-  const BlockSolver solver(block, cc, converter);
+  const LayerSolver x("tiny-llama", "dgx-a100-80gb", {2}, 8, true);
+  const BlockSolver& solver = x.solver;
+  const Block& block = x.block;
+  const std::vector<Layout>& entries = x.entries;
   const auto& strategies = solver.strategies();
   const std::size_t n = block.units.size();
   // The space: units with two strategies or more contribute their first two (up to five such units);
@@ -140,11 +157,6 @@ TEST(AutoParallelSolver, TheBlockSolveEqualsBruteForceOverASmallSpace) {
   const std::vector<std::size_t> recomputed{1, 2, 3};
   ASSERT_GT(n, 4u);
   auto index = [&](std::size_t u, const Strategy& st) { return static_cast<std::size_t>(&st - strategies[u].data()); };
-  std::vector<Layout> entries;
-  for (int l = 0; l < kLayouts; ++l) {
-    const Layout e = Layout::fromIndex(l);
-    if (!e.partial() && fits(e, block.input, cc.samples, *mesh)) entries.push_back(e);
-  }
   for (const double lambda : {0.0, 1e-13, 1e-11, 1e-9}) {
     SolveWeights w;
     w.lambda = lambda;

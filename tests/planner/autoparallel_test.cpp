@@ -23,6 +23,11 @@ Layout layout(AxisUse a0, AxisUse a1 = AxisUse::kReplicate) {
 }
 
 // The roles of the units of the (first) layer block of a plan, by unit name.
+// 64 H100s in 8 nodes: the library's 64-node cluster scaled down.
+ClusterSpec eightH100Nodes() {
+  return *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 64);
+}
+
 std::map<std::string, std::string> layerRoles(const OperatorPlan& p) {
   std::map<std::string, std::string> roles;
   for (const auto& b : p.blocks) {
@@ -144,7 +149,7 @@ TEST(AutoParallel, RediscoversMegatronsSplitOnGptLayers) {
 // prices below Megatron's gather.
 TEST(AutoParallel, LlamaLayersKeepTheColumnRowMlpAndBeatMegatron) {
   const Model model = test::loadModelOrFail(test::dataFile("models/llama3-70b.json"));
-  const ClusterSpec cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 64);
+  const ClusterSpec cluster = eightH100Nodes();
   AutoParallelOptions o;
   o.globalBatchSize = 512;
   o.meshes = {{8}};
@@ -172,7 +177,7 @@ TEST(AutoParallel, LlamaLayersKeepTheColumnRowMlpAndBeatMegatron) {
 // it costs.
 TEST(AutoParallel, FitsWhereMegatronWithLayerRecomputeCannot) {
   const Model model = test::loadModelOrFail(test::dataFile("models/llama3-70b.json"));
-  const ClusterSpec cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 64);
+  const ClusterSpec cluster = eightH100Nodes();
   AutoParallelOptions o;
   o.globalBatchSize = 512;
   o.meshes = {{8}};
@@ -235,7 +240,7 @@ TEST(AutoParallel, NeverSlowerThanMegatronAndSaysWhatRuns) {
 // per-operator solve alone, without Megatron's split among its candidates, is at least as fast as it.
 TEST(AutoParallel, MixtralLayersOnANodeMeshAreAtLeastAsFastAsMegatrons) {
   const Model model = test::loadModelOrFail(test::dataFile("models/mixtral-8x7b.json"));
-  const ClusterSpec cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 64);
+  const ClusterSpec cluster = eightH100Nodes();
   AutoParallelOptions o;
   o.globalBatchSize = 256;
   o.meshes = {{8}};
@@ -294,7 +299,7 @@ TEST(AutoParallel, SequenceSplitEverywhereIsContextParallelism) {
 
 TEST(AutoParallel, MoeLayersCanSplitExperts) {
   const Model model = test::loadModelOrFail(test::dataFile("models/mixtral-8x7b.json"));
-  const ClusterSpec cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 64);
+  const ClusterSpec cluster = eightH100Nodes();
   AutoParallelOptions o;
   o.globalBatchSize = 256;
   o.meshes = {{8}};
