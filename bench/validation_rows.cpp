@@ -490,6 +490,7 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
   p.execution.fp32Params = flag("fp32_params");
   p.execution.fusedCrossEntropy = flag("fused_cross_entropy");
   p.execution.fusedBiasGrad = flag("fused_bias_grad");
+  p.execution.teGroupedGemm = flag("te_grouped_gemm");
   p.execution.gradNanCheck = flag("grad_nan_check");
   // The ops the framework runs as eager decompositions (the assumptions' unfused_kernels: "all", "none"
   // or a list), unless the row says it ran under torch.compile, which fuses them but for what the

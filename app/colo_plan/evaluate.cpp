@@ -55,6 +55,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"fused-cross-entropy", "", "the loss reads the 16-bit logits in one kernel, without an fp32 copy (flash-attn's, LLM Foundry's default, Liger)"},
       {"cross-entropy-in-place", "", "with --fused-cross-entropy: the loss writes the logits' gradient into them (Transformer Engine's, Megatron's --cross-entropy-fusion-impl te)"},
       {"fused-bias-grad", "", "the attention input projection's bias gradient comes from its GEMM (Transformer Engine); otherwise every bias gradient is a reduction of its own (PyTorch, Megatron-LM's own linears, Megatron-DeepSpeed)"},
+      {"te-grouped-gemm", "", "an expert layer's GEMMs as Transformer Engine's GroupedLinear runs them (Megatron-Core's --moe-grouped-gemm): one cuBLAS GEMM per local expert over four streams; otherwise one grouped kernel (torchtitan's torch._grouped_mm)"},
       {"unfused-kernels", "OPS", "ops the framework runs as PyTorch's eager decompositions, not one fused kernel each: all (torchtitan without compile, Hugging Face models), or a comma list of rmsnorm, final_rmsnorm (the norm after the last block: torchtitan's compiled runs), rotary, gated_activation (default: none, as Megatron, Transformer Engine and torch.compile)"},
       {"torch-cross-entropy", "", "the loss is PyTorch's F.cross_entropy on fp32 logits (torchtitan, Hugging Face): its backward holds two fp32 gradients of the logits beside the saved log-probabilities"},
       {"grad-nan-check", "", "Megatron-LM's check of every gradient bucket's norm for NaN and Inf before it is reduced (its default since 2023-09)"},
@@ -184,6 +185,7 @@ Result<void> executionFromOptions(const Args& args, Execution& x) {
   x.fp32Params = args.has("fp32-params");
   x.fusedCrossEntropy = args.has("fused-cross-entropy");
   x.fusedBiasGrad = args.has("fused-bias-grad");
+  x.teGroupedGemm = args.has("te-grouped-gemm");
   x.gradNanCheck = args.has("grad-nan-check");
   if (auto unfused = args.value("unfused-kernels")) {
     auto parsed = parseUnfusedKernels(*unfused);
@@ -464,6 +466,7 @@ std::string planHeadline(const Plan& plan, const costmodel::Evaluation& ev) {
       << (plan.execution.teDummyWgrads ? ", TE placeholder wgrads" : "")
       << (plan.execution.perParameterGathers && plan.zeroStage == 3 ? ", ZeRO-3 gathers per parameter" : "")
       << (plan.execution.fusedBiasGrad ? ", fused bias gradients" : "")
+      << (plan.execution.teGroupedGemm ? ", TE grouped GEMMs" : "")
       << (plan.execution.gradNanCheck ? ", NaN check of gradients" : "")
       << (plan.execution.unfused.any() ? ", eager " + unfusedKernelsLabel(plan.execution.unfused) : "")
       << (plan.parallel.pp > 1 && plan.parallel.virtualStages > 1 && !plan.execution.overlapP2pComm ? ", pipeline sends exposed" : "")

@@ -123,6 +123,7 @@ Execution readExecution(const JsonReader& e) {
   x.fp32Params = e.boolean("fp32_params", false);
   x.fusedCrossEntropy = e.boolean("fused_cross_entropy", false);
   x.fusedBiasGrad = e.boolean("fused_bias_grad", false);
+  x.teGroupedGemm = e.boolean("te_grouped_gemm", false);
   x.gradNanCheck = e.boolean("grad_nan_check", false);
   e.accept({"unfused_kernels"});
   if (e.has("unfused_kernels")) {
@@ -320,6 +321,7 @@ Json planToJson(const Plan& p) {
   if (p.execution.fp32Params) j["execution"]["fp32_params"] = true;
   if (p.execution.fusedCrossEntropy) j["execution"]["fused_cross_entropy"] = true;
   if (p.execution.fusedBiasGrad) j["execution"]["fused_bias_grad"] = true;
+  if (p.execution.teGroupedGemm) j["execution"]["te_grouped_gemm"] = true;
   if (!p.execution.overlapP2pComm) j["execution"]["overlap_p2p_comm"] = false;
   if (p.execution.gradNanCheck) j["execution"]["grad_nan_check"] = true;
   if (p.execution.unfused.any()) j["execution"]["unfused_kernels"] = unfusedKernelNames(p.execution.unfused);

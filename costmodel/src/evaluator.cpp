@@ -16,6 +16,10 @@ using detail::ModelTemplates;
 
 namespace {
 
+// Transformer Engine's compute streams for multi-stream GEMMs (num_compute_streams,
+// transformer_engine/common/util/multi_stream.h).
+constexpr int kTransformerEngineStreams = 4;
+
 // Bytes of an activation element: the precision's, except under fp8, where only GEMM operands are 8-bit
 // (Transformer Engine casts each GEMM's inputs, mostly fused into the kernel before it, and keeps
 // activations, their communication and what backward saves in bf16, but for the fp8 copy of each
@@ -71,6 +75,7 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   if (plan.precision == DType::kFp8) cfg.float8Recipe = plan.execution.float8Recipe;
   cfg.fusedCrossEntropy = plan.execution.fusedCrossEntropy;
   cfg.fusedBiasGrad = plan.execution.fusedBiasGrad;
+  cfg.groupedGemmStreams = plan.execution.teGroupedGemm ? kTransformerEngineStreams : 0;
   cfg.unfused = plan.execution.unfused;
   cfg.crossEntropyInPlace = plan.execution.fusedCrossEntropy && plan.execution.crossEntropyInPlace;
   cfg.kvWidth = T.kvWidth;

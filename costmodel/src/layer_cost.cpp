@@ -267,6 +267,22 @@ double gemmSeconds(double m, double n, double k, double count, std::int64_t dtyp
   return std::max({compute, memory, device.kernelFloorSeconds});
 }
 
+double groupedGemmSeconds(double m, double n, double k, double count, int streams, std::int64_t dtypeBytes,
+                          const DeviceModel& device) {
+  if (streams <= 0 || count <= 1) return detail::gemmSeconds(m, n, k, count, dtypeBytes, device);
+  // Transformer Engine's GroupedLinear (Megatron-Core's --moe-grouped-gemm) hands every local expert's
+  // GEMM to cuBLAS on its own, round-robin over its compute streams (num_compute_streams = 4,
+  // transformer_engine/common/util/multi_stream.h): at most `streams` experts' tiles share the SMs at a
+  // time, so each such batch fills its waves apart; and each GEMM is a kernel the host launches in turn,
+  // so the whole takes at least a kernel floor per expert.
+  const double s = static_cast<double>(streams);
+  const double batches = std::floor(count / s);
+  const double rest = count - batches * s;
+  double seconds = batches * detail::gemmSeconds(m, n, k, s, dtypeBytes, device);
+  if (rest > 0) seconds += detail::gemmSeconds(m, n, k, rest, dtypeBytes, device);
+  return std::max(seconds, std::ceil(count) * device.kernelFloorSeconds);
+}
+
 namespace {
 
 // The separate matrix products a GEMM of colo's graph stands for, as shares of its output width: the
@@ -464,7 +480,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
   attentionDevice.peakFlopsPerSecond = device.attentionPeakFlopsPerSecond;
   attentionDevice.gemmEfficiency = device.attentionGemmEfficiency;
   // A measured time when the cost database has this shape or a near one, else the roofline.
-  auto gemmOn = [&](const DeviceModel& dev, double m, double n, double k, double count) {
+  auto gemmOn = [&](const DeviceModel& dev, double m, double n, double k, double count, int streams = 0) {
     const std::int64_t bytes = &dev == &attentionDevice ? c.activationBytes : c.dtypeBytes;
     if (c.measured && !c.measured->empty()) {
       auto roofline = [&](double mm, double nn, double kk) { return detail::gemmSeconds(mm, nn, kk, 1, bytes, dev); };
@@ -474,7 +490,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
       }
     }
     if (counts) ++counts->roofline;
-    return detail::gemmSeconds(m, n, k, count, bytes, dev) * c.gemmScale;
+    return detail::groupedGemmSeconds(m, n, k, count, streams, bytes, dev) * c.gemmScale;
   };
   const double b = static_cast<double>(c.microBatch);
   const double tp = static_cast<double>(c.tp);
@@ -538,8 +554,9 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
                                 (op.shard == Shard::kColumn || op.shard == Shard::kRow) && !op.name.starts_with("moe.");
         // (The host issues the fused op as one op of the compiled graph: its inner launches are counted
         // as one.)
+        const int streams = op.kind == OpKind::kGroupedMatMul ? c.groupedGemmStreams : 0;
         auto fusedGemm = [&](double m, double n, double k) {
-          return decomposed ? tp * gemmOn(dev, m / tp, n, k, g->count) : gemmOn(dev, m, n, k, g->count);
+          return decomposed ? tp * gemmOn(dev, m / tp, n, k, g->count) : gemmOn(dev, m, n, k, g->count, streams);
         };
         fwd = fusedGemm(g->m, g->n, g->k);
         // The fused matmul-reduce-scatter exchanges the unreduced [m, n] partial products and sums the
@@ -551,7 +568,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         // Backward: the input gradient [m, n] x [n, k] and the weight gradient [k, m] x [m, n], each at
         // its own shape (measured where the database has it, else the roofline).
         const bool wgradHp = c.float8Recipe == Float8Recipe::kRowwiseGwHp;
-        double wgrad = gemmOn(wgradHp ? attentionDevice : dev, g->k, g->n, g->m, g->count);
+        double wgrad = gemmOn(wgradHp ? attentionDevice : dev, g->k, g->n, g->m, g->count, streams);
         // Megatron's gradient-accumulation fusion (and Transformer Engine's fused wgrad accumulation)
         // has the weight-gradient GEMM add into the fp32 main_grad: it reads and writes the [k, n]
         // weight in fp32, which bounds short products (an expert's few hundred tokens) by memory.
@@ -559,7 +576,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
           const double io = (g->m * g->k + g->m * g->n) * static_cast<double>(c.dtypeBytes) + g->k * g->n * 8.0;
           wgrad = std::max(wgrad, g->count * io / dev.memoryBytesPerSecond);
         }
-        const double dgrad = op.shard == Shard::kRow ? fusedGemm(g->m, g->k, g->n) : gemmOn(dev, g->m, g->k, g->n, g->count);
+        const double dgrad = op.shard == Shard::kRow ? fusedGemm(g->m, g->k, g->n) : gemmOn(dev, g->m, g->k, g->n, g->count, streams);
         if (regather > 0 && op.shard == Shard::kColumn && op.kind == OpKind::kMatMul) {
           const double hidden = c.tpCommOverlap ? regather : std::min(regather, dgrad);
           regatherExposed += std::max(0.0, regather - hidden) + device.overlapSlowdown * hidden;

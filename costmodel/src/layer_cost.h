@@ -74,6 +74,7 @@ struct LayerConfig {
   double embeddingGradAddBytes = 0;   // per table element and micro-batch: Megatron's hook adding an embedding's gradient into main_grad
   Float8Recipe float8Recipe = Float8Recipe::kTransformerEngine;  // fp8 only: how the linears' operands are cast
   bool fusedBiasGrad = false;         // bias gradients from a fused kernel, not a reduction of their own
+  int groupedGemmStreams = 0;         // an expert layer's GEMMs: one grouped kernel (0), or one GEMM per expert over this many streams (Transformer Engine: 4)
   bool fusedCrossEntropy = false;     // the loss reads and keeps the 16-bit logits (no fp32 upcast)
   bool crossEntropyInPlace = false;   // ... and writes their gradient into them in the forward (TE's)
   UnfusedKernels unfused;             // ops run as PyTorch's eager decompositions (none: fused kernels)
@@ -183,5 +184,11 @@ struct OpCost {
 /// quantisation; docs/costmodel.md).
 [[nodiscard]] double gemmSeconds(double m, double n, double k, double count, std::int64_t dtypeBytes,
                                  const DeviceModel& device);
+
+/// Seconds of `count` expert GEMMs of shape (m, n, k): one grouped kernel when `streams` is 0, else one
+/// GEMM per expert, launched in turn over `streams` streams (docs/costmodel.md, "Transformer Engine's
+/// grouped linear").
+[[nodiscard]] double groupedGemmSeconds(double m, double n, double k, double count, int streams,
+                                        std::int64_t dtypeBytes, const DeviceModel& device);
 
 }  // namespace colo::costmodel::detail

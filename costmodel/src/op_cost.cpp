@@ -10,6 +10,11 @@ double gemmSeconds(double m, double n, double k, double count, std::int64_t dtyp
   return detail::gemmSeconds(m, n, k, count, dtypeBytes, device);
 }
 
+double groupedGemmSeconds(double m, double n, double k, double count, int streams, std::int64_t dtypeBytes,
+                          const DeviceModel& device) {
+  return detail::groupedGemmSeconds(m, n, k, count, streams, dtypeBytes, device);
+}
+
 double streamSeconds(double bytes, const DeviceModel& device) {
   if (bytes <= 0) return 0.0;
   return std::max(device.kernelFloorSeconds, bytes / device.memoryBytesPerSecond);

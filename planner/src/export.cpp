@@ -75,6 +75,8 @@ void megatronParallelArgs(const Plan& p, std::ostream& a) {
     }
     if (p.execution.epCommOverlap) a << "--overlap-moe-expert-parallel-comm \\\n";
   }
+  // Transformer Engine's GroupedLinear for the experts (one GEMM per local expert over four streams).
+  if (p.execution.teGroupedGemm) a << "--moe-grouped-gemm \\\n";
   if (q.etp > 0) a << "--expert-tensor-parallel-size " << q.etp << " \\\n";
   const bool layout = !flagsExpressSplit(p);
   if (layout) a << "--pipeline-model-parallel-layout \"" << megatronLayout(p) << "\" \\\n";

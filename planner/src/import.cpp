@@ -363,6 +363,9 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
     return fail(Error::badInput("--transformer-impl: '" + impl + "' is not one of local, transformer_engine, inference_optimized"));
   }
   p.execution.fusedBiasGrad = impl == "transformer_engine";
+  // --moe-grouped-gemm runs the experts through Transformer Engine's GroupedLinear ("launch multiple
+  // local GEMM kernels in multiple streams", its help text); the legacy GroupedMLP is one grouped kernel.
+  p.execution.teGroupedGemm = impl == "transformer_engine" && r.has("--moe-grouped-gemm") && !r.has("--moe-use-legacy-grouped-gemm");
   // Megatron-LM fuses the rotary embedding and the bias-SwiGLU unless told not to (--no-rope-fusion,
   // --no-bias-swiglu-fusion): unfused, they run as eager elementwise kernels. Its RMSNorm is Transformer
   // Engine's fused kernel, but the local layer spec builds torch.nn.RMSNorm (WrappedTorchNorm: its

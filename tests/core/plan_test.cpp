@@ -200,6 +200,20 @@ TEST(Plan, FusedBiasGradientsAreWrittenOnlyWhenSet) {
   EXPECT_TRUE(back->execution.fusedBiasGrad);
 }
 
+TEST(Plan, TransformerEngineGroupedGemmsAreWrittenOnlyWhenSet) {
+  Plan p = megatronPlan();
+  EXPECT_FALSE(planToJson(p)["execution"].contains("te_grouped_gemm"));
+  p.execution.teGroupedGemm = true;
+  const Json j = planToJson(p);
+  EXPECT_EQ(j["execution"]["te_grouped_gemm"], true);
+  auto back = planFromJson(j, "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_TRUE(back->execution.teGroupedGemm);
+  Json bad = j;
+  bad["execution"]["te_grouped_gemm"] = "yes";
+  EXPECT_FALSE(planFromJson(bad, "p.json"));
+}
+
 TEST(Plan, AFusedCrossEntropyIsWrittenOnlyWhenSet) {
   Plan p = megatronPlan();
   EXPECT_FALSE(planToJson(p)["execution"].contains("fused_cross_entropy"));

@@ -1190,6 +1190,57 @@ TEST(Evaluator, MixtureOfExpertsPaysForAllToAll) {
   EXPECT_LT(ev.stages[0].paramsPerGpu, dense.stages[0].paramsPerGpu / 4);  // experts spread over 8 GPUs
 }
 
+TEST(OpCost, TransformerEngineRunsExpertGemmsFourAtATimeEachItsOwnKernel) {
+  // DeepSeek-V2's experts at ep 8 as Megatron-Core pads them (20 local experts of 154 x 8 rows) and at
+  // one expert per GPU: four GEMMs share the SMs at a time, and each is a kernel launched in turn.
+  const DeviceModel d = deviceModel(makePlan("mixtral-8x7b", "dgx-b200", 8, 1, 1, 8).cluster.gpu, DType::kBf16);
+  const double m = 1232, n = 3072, k = 5120;
+  EXPECT_DOUBLE_EQ(groupedGemmSeconds(m, n, k, 20, 0, 2, d), gemmSeconds(m, n, k, 20, 2, d));
+  EXPECT_DOUBLE_EQ(groupedGemmSeconds(m, n, k, 20, 4, 2, d), 5 * gemmSeconds(m, n, k, 4, 2, d));
+  EXPECT_DOUBLE_EQ(groupedGemmSeconds(m, n, k, 6, 4, 2, d), gemmSeconds(m, n, k, 4, 2, d) + gemmSeconds(m, n, k, 2, 2, d));
+  EXPECT_DOUBLE_EQ(groupedGemmSeconds(m, n, k, 1, 4, 2, d), gemmSeconds(m, n, k, 1, 2, d));
+  // Fewer experts' tiles in flight fill the waves less well than one grouped kernel.
+  EXPECT_GT(groupedGemmSeconds(m, n, k, 20, 4, 2, d), gemmSeconds(m, n, k, 20, 2, d));
+  // Tiny experts: the launches bound it.
+  EXPECT_DOUBLE_EQ(groupedGemmSeconds(16, 128, 128, 64, 4, 2, d), 64 * d.kernelFloorSeconds);
+}
+
+TEST(Evaluator, TransformerEngineGroupedGemmsSlowOnlyTheExpertLayers) {
+  Plan p = makePlan("mixtral-8x7b", "dgx-h100-x64", 8, 1, 1, 8);
+  p.parallel.ep = 1;  // all eight experts on each GPU: two rounds of four streams
+  const auto find = [](const std::vector<Evaluator::OpTime>& ops, const std::string& name) {
+    const auto it = std::find_if(ops.begin(), ops.end(), [&](const auto& o) { return o.op == name; });
+    EXPECT_NE(it, ops.end()) << name;
+    return it == ops.end() ? Evaluator::OpTime{} : *it;
+  };
+  const auto grouped = opTimesOf(p);
+  ASSERT_TRUE(grouped) << grouped.error().toString();
+  p.execution.teGroupedGemm = true;
+  const auto te = opTimesOf(p);
+  ASSERT_TRUE(te) << te.error().toString();
+  ASSERT_EQ(grouped->size(), te->size());
+  for (std::size_t i = 0; i < te->size(); ++i) {
+    const auto& a = (*grouped)[i];
+    const auto& b = (*te)[i];
+    if (a.kind == "grouped_matmul") {
+      EXPECT_GE(b.forwardSeconds, a.forwardSeconds) << a.op;
+      EXPECT_GE(b.backwardSeconds, a.backwardSeconds) << a.op;
+    } else {
+      EXPECT_DOUBLE_EQ(b.forwardSeconds, a.forwardSeconds) << a.op;
+      EXPECT_DOUBLE_EQ(b.backwardSeconds, a.backwardSeconds) << a.op;
+    }
+  }
+  EXPECT_GT(find(*te, "moe.experts.gate_up").forwardSeconds + find(*te, "moe.experts.down").backwardSeconds,
+            find(*grouped, "moe.experts.gate_up").forwardSeconds + find(*grouped, "moe.experts.down").backwardSeconds);
+  // One expert on each GPU: one GEMM, as before.
+  p.parallel.ep = 8;
+  const auto one = opTimesOf(p);
+  p.execution.teGroupedGemm = false;
+  const auto oneGrouped = opTimesOf(p);
+  ASSERT_TRUE(one && oneGrouped);
+  EXPECT_DOUBLE_EQ(find(*one, "moe.experts.gate_up").forwardSeconds, find(*oneGrouped, "moe.experts.gate_up").forwardSeconds);
+}
+
 TEST(Evaluator, TheTokenDispatchPermutesTheRoutedRowsAndSortsThemByLocalExpert) {
   // Megatron-Core's alltoall dispatcher: permutation 1 puts each token's k copies in expert order,
   // permutation 2 (and its mirror before the combine) sorts the received rows by local expert. Each is

@@ -125,12 +125,14 @@ TEST(Import, MegatronMoeDispatchAndExpertOverlapSurviveExportAndImport) {
   Plan p = basePlan("mixtral-8x7b", "dgx-h100-x64", 64, 2, 1, 1, 8, 1, 256, RecomputePolicy::kSelective);
   p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
   p.execution.epCommOverlap = true;
+  p.execution.teGroupedGemm = true;                                // --moe-grouped-gemm: TE's GroupedLinear
   p.execution.fusedBiasGrad = p.execution.teDummyWgrads = true;  // Megatron's default Transformer Engine
   p.execution.gradNanCheck = true;                                 // and NaN check
   ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
   const auto args = exportPlan(p, ExportFormat::kMegatron, "plan.json");
   ASSERT_TRUE(args) << args.error().toString();
-  for (const char* flag : {"--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep", "--overlap-moe-expert-parallel-comm"}) {
+  for (const char* flag : {"--moe-token-dispatcher-type flex", "--moe-flex-dispatcher-backend deepep", "--overlap-moe-expert-parallel-comm",
+                           "--moe-grouped-gemm"}) {
     EXPECT_NE(args->find(flag), std::string::npos) << flag << "\n" << *args;
   }
   auto schema = loadExportSchema("megatron-lm");

@@ -243,6 +243,11 @@ struct Execution {
   /// (PyTorch's autograd, Megatron-LM's own linears, Megatron-DeepSpeed, colo-run). See
   /// docs/costmodel.md, "Bias gradients".
   bool fusedBiasGrad = false;
+  /// An expert layer's GEMMs run as Transformer Engine's GroupedLinear does them (Megatron-Core's
+  /// --moe-grouped-gemm): one cuBLAS GEMM per local expert, launched in turn over four streams. false:
+  /// one grouped kernel for all of them (torch._grouped_mm in torchtitan, the grouped_gemm package of
+  /// Megatron-LM's legacy GroupedMLP). See docs/costmodel.md, "Transformer Engine's grouped linear".
+  bool teGroupedGemm = false;
   /// Megatron-LM checks each gradient bucket's norm for NaN and Inf before reducing it (its
   /// --no-check-for-nan-in-loss-and-grad turns it off; on by default since 2023-09): one more read of
   /// the whole gradient buffer a step and two host synchronizations per bucket. false: no check

@@ -15,6 +15,12 @@ namespace colo::costmodel {
 [[nodiscard]] double gemmSeconds(double m, double n, double k, double count, std::int64_t dtypeBytes,
                                  const DeviceModel& device);
 
+/// Seconds of `count` expert GEMMs [m, k] x [k, n]: one grouped kernel when `streams` is 0, else one
+/// GEMM per expert launched in turn over `streams` streams, as Transformer Engine's GroupedLinear runs
+/// them (docs/costmodel.md, "Transformer Engine's grouped linear").
+[[nodiscard]] double groupedGemmSeconds(double m, double n, double k, double count, int streams,
+                                        std::int64_t dtypeBytes, const DeviceModel& device);
+
 /// Seconds of a memory-bound kernel that reads and writes `bytes` in all (at least the kernel floor;
 /// 0 when it moves nothing).
 [[nodiscard]] double streamSeconds(double bytes, const DeviceModel& device);
