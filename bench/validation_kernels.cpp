@@ -45,38 +45,73 @@ Result<KernelBenchmark> loadKernelBenchmark(const std::string& file) {
   b.cluster = *cluster;
   auto block = text("block");
   if (!block) return fail(block.error());
-  if (*block != "layernorm_linear_sigmoid") {
-    return fail(bad(file, "/block", "block: expected \"layernorm_linear_sigmoid\", got \"" + *block + "\""));
+  if (*block == "layernorm_linear_sigmoid") {
+    b.block = KernelBlock::kLayerNormLinearSigmoid;
+  } else if (*block == "gemm") {
+    b.block = KernelBlock::kGemm;
+  } else {
+    return fail(bad(file, "/block", "block: expected \"layernorm_linear_sigmoid\" or \"gemm\", got \"" + *block + "\""));
   }
-  auto recipe = text("recipe");
-  if (!recipe) return fail(recipe.error());
-  auto parsed = parseFloat8Recipe(*recipe);
-  if (!parsed || *parsed == Float8Recipe::kTransformerEngine) {
-    return fail(bad(file, "/recipe", "recipe: expected tensorwise, rowwise or rowwise_with_gw_hp, got \"" + *recipe + "\""));
-  }
-  b.recipe = *parsed;
   if (doc->contains("source") && (*doc)["source"].is_object() && (*doc)["source"].contains("citation") &&
       (*doc)["source"]["citation"].is_string()) {
     b.citation = (*doc)["source"]["citation"].get<std::string>();
   }
+  if (b.block == KernelBlock::kLayerNormLinearSigmoid) {
+    auto recipe = text("recipe");
+    if (!recipe) return fail(recipe.error());
+    auto parsed = parseFloat8Recipe(*recipe);
+    if (!parsed || *parsed == Float8Recipe::kTransformerEngine) {
+      return fail(bad(file, "/recipe", "recipe: expected tensorwise, rowwise or rowwise_with_gw_hp, got \"" + *recipe + "\""));
+    }
+    b.recipe = *parsed;
+  } else if (doc->contains("streams")) {
+    const Json& streams = (*doc)["streams"];
+    if (!streams.is_number_integer() || streams.get<std::int64_t>() < 0 || streams.get<std::int64_t>() > 64) {
+      return fail(bad(file, "/streams", "streams: expected a whole number from 0 to 64, got " + describeJsonValue(streams)));
+    }
+    b.streams = static_cast<int>(streams.get<std::int64_t>());
+  }
+  const bool gemm = b.block == KernelBlock::kGemm;
+  const char* shape = gemm ? "[groups, m, n, k, accumulate_bytes, tflops]" : "[M, K, N, speedup]";
   if (!doc->contains("points") || !(*doc)["points"].is_array() || (*doc)["points"].empty()) {
-    return fail(bad(file, "/points", "points: expected a non-empty array of [M, K, N, speedup], got " +
+    return fail(bad(file, "/points", std::string("points: expected a non-empty array of ") + shape + ", got " +
                                          (doc->contains("points") ? describeJsonValue((*doc)["points"]) : "nothing")));
   }
   const Json& points = (*doc)["points"];
+  auto whole = [](const Json& v, double most) {
+    return v.is_number() && v.get<double>() >= 1 && v.get<double>() <= most && v.get<double>() == std::floor(v.get<double>());
+  };
   for (std::size_t i = 0; i < points.size(); ++i) {
     const Json& p = points[i];
     const std::string where = "/points/" + std::to_string(i);
-    // GEMM sides from 1 to 2^24 (whole numbers), a speedup from 0.001 to 100.
-    bool ok = p.is_array() && p.size() == 4;
-    for (std::size_t j = 0; ok && j < 3; ++j) {
-      ok = p[j].is_number() && p[j].get<double>() >= 1 && p[j].get<double>() <= 16777216.0 && p[j].get<double>() == std::floor(p[j].get<double>());
+    // Sides from 1 to 2^24 (whole numbers); a speedup from 0.001 to 100; up to 65,536 groups, 0, 4 or 8
+    // accumulated bytes, and from 0.001 to 100,000 TFLOP/s.
+    bool ok = p.is_array() && p.size() == (gemm ? 6u : 4u);
+    if (ok && gemm) {
+      ok = whole(p[0], 65536.0) && whole(p[1], 16777216.0) && whole(p[2], 16777216.0) && whole(p[3], 16777216.0) &&
+           p[4].is_number() && (p[4].get<double>() == 0 || p[4].get<double>() == 4 || p[4].get<double>() == 8) &&
+           p[5].is_number() && p[5].get<double>() >= 0.001 && p[5].get<double>() <= 100000;
+    } else if (ok) {
+      ok = whole(p[0], 16777216.0) && whole(p[1], 16777216.0) && whole(p[2], 16777216.0) && p[3].is_number() &&
+           p[3].get<double>() >= 0.001 && p[3].get<double>() <= 100;
     }
-    ok = ok && p[3].is_number() && p[3].get<double>() >= 0.001 && p[3].get<double>() <= 100;
     if (!ok) {
-      return fail(bad(file, where, "points[" + std::to_string(i) + "]: expected [M, K, N, speedup]: whole sides from 1 to 16777216 and a speedup from 0.001 to 100, got " + describeJsonValue(p)));
+      const char* ranges = gemm ? "whole groups from 1 to 65536 and sides from 1 to 16777216, accumulate_bytes 0, 4 or 8, tflops from 0.001 to 100000"
+                                : "whole sides from 1 to 16777216 and a speedup from 0.001 to 100";
+      return fail(bad(file, where, "points[" + std::to_string(i) + "]: expected " + shape + ": " + ranges + ", got " + describeJsonValue(p)));
     }
-    b.points.push_back({p[0].get<double>(), p[1].get<double>(), p[2].get<double>(), p[3].get<double>()});
+    KernelPoint point;
+    if (gemm) {
+      point.groups = p[0].get<double>();
+      point.m = p[1].get<double>();
+      point.n = p[2].get<double>();
+      point.k = p[3].get<double>();
+      point.accumulateBytes = p[4].get<double>();
+      point.tflops = p[5].get<double>();
+    } else {
+      point = {p[0].get<double>(), p[1].get<double>(), p[2].get<double>(), p[3].get<double>()};
+    }
+    b.points.push_back(point);
   }
   return b;
 }
@@ -129,6 +164,32 @@ BlockSeconds blockSeconds(const KernelBenchmark& bench, const GpuSpec& gpu, cons
   return s;
 }
 
+// As the evaluator costs an expert or dense GEMM (layer_cost.cpp): the roofline with tile and wave
+// quantisation, over the benchmark's streams, and an accumulating weight-gradient GEMM bounded by
+// reading and writing its main_grad.
+double gemmPointSeconds(const KernelBenchmark& bench, const costmodel::DeviceModel& d, const KernelPoint& p) {
+  const double seconds = costmodel::groupedGemmSeconds(p.m, p.n, p.k, p.groups, bench.streams, 2, d);
+  if (p.accumulateBytes <= 0) return seconds;
+  const double io = p.groups * ((p.m * p.k + p.k * p.n) * 2.0 + p.m * p.n * p.accumulateBytes);
+  return std::max(seconds, io / d.memoryBytesPerSecond);
+}
+
+}  // namespace
+
+Result<double> predictGemm(const KernelBenchmark& bench, const KernelPoint& point) {
+  auto gpu = gpuOf(bench);
+  if (!gpu) return fail(gpu.error());
+  return gemmPointSeconds(bench, costmodel::deviceModel(*gpu, DType::kBf16), point);
+}
+
+namespace {
+
+double medianOf(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 }  // namespace
 
 Result<BlockSeconds> predictBlock(const KernelBenchmark& bench, const KernelPoint& point) {
@@ -143,7 +204,13 @@ Result<KernelCheck> checkKernelBenchmark(const KernelBenchmark& bench) {
   std::size_t same = 0;
   auto gpu = gpuOf(bench);
   if (!gpu) return fail(gpu.error());
+  const costmodel::DeviceModel bf16 = costmodel::deviceModel(*gpu, DType::kBf16);
   for (const auto& p : bench.points) {
+    if (bench.block == KernelBlock::kGemm) {
+      const double measured = 2.0 * p.groups * p.m * p.n * p.k / (p.tflops * 1e12);
+      signedErrors.push_back(gemmPointSeconds(bench, bf16, p) / measured - 1.0);
+      continue;
+    }
     const BlockSeconds s = blockSeconds(bench, *gpu, p);
     const double predicted = s.bf16 / s.float8;
     signedErrors.push_back(predicted / p.speedup - 1.0);
@@ -153,10 +220,8 @@ Result<KernelCheck> checkKernelBenchmark(const KernelBenchmark& bench) {
   if (c.shapes == 0) return c;
   for (double e : signedErrors) c.meanAbsError += std::abs(e);
   c.meanAbsError /= static_cast<double>(c.shapes);
-  std::sort(signedErrors.begin(), signedErrors.end());
-  const std::size_t n = signedErrors.size();
-  c.medianSigned = n % 2 ? signedErrors[n / 2] : 0.5 * (signedErrors[n / 2 - 1] + signedErrors[n / 2]);
-  c.sameSide = static_cast<double>(same) / static_cast<double>(n);
+  c.medianSigned = medianOf(signedErrors);
+  c.sameSide = static_cast<double>(same) / static_cast<double>(c.shapes);
   return c;
 }
 

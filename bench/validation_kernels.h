@@ -17,18 +17,35 @@
 
 namespace colo::validation {
 
-/// One measured shape: the forward GEMM [m, k] x [k, n] and the measured speedup of float8 over bf16.
+/// What a table measured.
+enum class KernelBlock {
+  /// torchao's float8 benchmark block: LayerNorm -> Linear -> Sigmoid, forward and backward, in bf16
+  /// and with the linear in float8; the measured figure is the speedup of float8 over bf16.
+  kLayerNormLinearSigmoid,
+  /// GEMMs [m, k] x [k, n] alone, `groups` of them at once (an expert layer's), in bf16; the measured
+  /// figure is the achieved TFLOP/s. `streams` says how the groups run (0: one grouped kernel; else one
+  /// GEMM each over that many streams, Transformer Engine's GroupedLinear).
+  kGemm,
+};
+
+/// One measured shape. layernorm_linear_sigmoid: the forward GEMM [m, k] x [k, n] and the measured
+/// speedup. gemm: groups x [m, k] x [k, n], the bytes per output element an accumulating GEMM reads and
+/// writes (0: none; 8: an fp32 main_grad, 4: a bf16 one), and the measured TFLOP/s.
 struct KernelPoint {
   double m = 0, k = 0, n = 0;
   double speedup = 0;
+  double groups = 1;
+  double accumulateBytes = 0;
+  double tflops = 0;
 };
 
-/// A LayerNorm -> Linear -> Sigmoid block, forward and backward, in bf16 and with the linear in float8
-/// (torchao's float8 benchmark block), measured on the GPU of a library cluster.
+/// A measured table, on the GPU of a library cluster.
 struct KernelBenchmark {
   std::string id, citation, file;
   std::string cluster;  ///< library cluster whose GPU ran it
-  Float8Recipe recipe = Float8Recipe::kRowwise;
+  KernelBlock block = KernelBlock::kLayerNormLinearSigmoid;
+  Float8Recipe recipe = Float8Recipe::kRowwise;  ///< layernorm_linear_sigmoid only
+  int streams = 0;                               ///< gemm only
   std::vector<KernelPoint> points;
 };
 
@@ -38,18 +55,21 @@ struct KernelBenchmark {
 /// Every *.json under `folder` (none when the folder does not exist), sorted by file name.
 [[nodiscard]] Result<std::vector<KernelBenchmark>> loadKernelBenchmarks(const std::string& folder);
 
-/// The block's predicted seconds, forward and backward together.
+/// layernorm_linear_sigmoid: the block's predicted seconds, forward and backward together.
 struct BlockSeconds {
   double bf16 = 0, float8 = 0;
 };
 [[nodiscard]] Result<BlockSeconds> predictBlock(const KernelBenchmark& bench, const KernelPoint& point);
 
-/// How the predicted speedups compare with the measured ones.
+/// gemm: the predicted seconds of one point, as the evaluator costs it (op_cost.h).
+[[nodiscard]] Result<double> predictGemm(const KernelBenchmark& bench, const KernelPoint& point);
+
+/// How the predictions compare with the measurements: speedups (layernorm_linear_sigmoid) or times (gemm).
 struct KernelCheck {
   std::size_t shapes = 0;
-  double meanAbsError = 0;  ///< mean of |predicted speedup / measured - 1|
+  double meanAbsError = 0;  ///< mean of |predicted / measured - 1|
   double medianSigned = 0;  ///< median of (predicted / measured - 1)
-  double sameSide = 0;      ///< share of shapes where both say float8 is faster (or both slower) than bf16
+  double sameSide = 0;      ///< layernorm_linear_sigmoid: share of shapes where both say float8 wins (or both loses)
 };
 [[nodiscard]] Result<KernelCheck> checkKernelBenchmark(const KernelBenchmark& bench);
 

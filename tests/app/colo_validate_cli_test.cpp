@@ -65,11 +65,17 @@ TEST(ColoValidateCli, KernelTablesBesideTheRowsAreCheckedAndABadOneIsExit2) {
           "block": "layernorm_linear_sigmoid", "recipe": "rowwise",
           "points": [[16384, 4096, 1024, 0.57], [32768, 16384, 16384, 1.49]]})";
   dir.write("kernels/small.json", table);
+  dir.write("kernels/gemm.json", R"({"format": "colo.kernel-benchmark/1", "id": "expert_gemms", "cluster": "dgx-b200",
+          "block": "gemm", "streams": 4, "points": [[20, 1232, 3072, 5120, 0, 1150], [20, 5120, 3072, 1232, 8, 860],
+          [40, 616, 3072, 5120, 0, 1050]]})");
   const auto r = test::runProgram("colo-validate", dir.path(""));
   ASSERT_EQ(r.exitCode, 0) << r.err;
   EXPECT_NE(r.out.find("kernel benchmarks"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("small_table: |error| mean"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("small_table (speedup of float8 over bf16): |error| mean"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("of 2 shapes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("expert_gemms (time of each GEMM shape): |error| mean"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("of 3 shapes"), std::string::npos) << r.out;
+  std::filesystem::remove(dir.path("kernels/gemm.json"));
   // A malformed table stops the report, naming the file, the field and the value.
   Json broken = Json::parse(table);
   broken["points"][1][2] = "wide";
