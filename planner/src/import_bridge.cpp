@@ -143,7 +143,8 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   if (model("add_bias_linear") == std::optional<std::string>("false")) args << "--disable-bias-linear\n";
   for (const auto& [key, name] : std::vector<std::pair<const char*, const char*>>{
            {"sequence_parallel", "--sequence-parallel"}, {"multi_latent_attention", "--multi-latent-attention"},
-           {"qk_layernorm", "--qk-layernorm"}, {"tp_comm_overlap", "--tp-comm-overlap"}, {"moe_enable_deepep", "--moe-enable-deepep"}}) {
+           {"qk_layernorm", "--qk-layernorm"}, {"tp_comm_overlap", "--tp-comm-overlap"}, {"moe_enable_deepep", "--moe-enable-deepep"},
+           {"moe_grouped_gemm", "--moe-grouped-gemm"}}) {
     if (on(model(key))) args << name << "\n";
   }
   // Megatron-Bridge's comm_overlap section names the expert all-to-all overlap too.

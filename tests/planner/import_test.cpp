@@ -632,6 +632,13 @@ TEST(Import, MegatronBridgeOverridesAndMixtureOfExperts) {
   EXPECT_EQ(m->model.spec->moe.topK, 2);
   EXPECT_EQ(m->model.spec->moe.firstDenseLayers, 1);
   EXPECT_EQ(m->parallel.ep, 4);
+  EXPECT_FALSE(m->execution.teGroupedGemm);
+  // Megatron-Bridge's MoE providers set moe_grouped_gemm: Transformer Engine's GroupedLinear.
+  std::string withGrouped = moe;
+  withGrouped.insert(withGrouped.find("  num_moe_experts"), "  moe_grouped_gemm: true\n");
+  auto grouped = importMegatronBridge(withGrouped, ImportContext{*cluster, std::nullopt, 0, 0});
+  ASSERT_TRUE(grouped) << grouped.error().toString();
+  EXPECT_TRUE(grouped->execution.teGroupedGemm);
   // What the reader cannot read is named with its line.
   auto flow = importMegatronBridge("model:\n  tensor_model_parallel_size: 2\ntrain: {global_batch_size: 8}\n", ImportContext{*cluster, llama, 0, 0});
   ASSERT_FALSE(flow);
