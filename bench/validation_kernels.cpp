@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "colo/core/json.h"
 #include "colo/core/library.h"
@@ -66,12 +67,20 @@ Result<KernelBenchmark> loadKernelBenchmark(const std::string& file) {
     b.recipe = *parsed;
   } else if (doc->contains("streams")) {
     const Json& streams = (*doc)["streams"];
-    if (!streams.is_number_integer() || streams.get<std::int64_t>() < 0 || streams.get<std::int64_t>() > 64) {
+    if (!streams.is_number() || !(streams.get<double>() >= 0) || streams.get<double>() > 64 ||
+        streams.get<double>() != std::floor(streams.get<double>())) {
       return fail(bad(file, "/streams", "streams: expected a whole number from 0 to 64, got " + describeJsonValue(streams)));
     }
-    b.streams = static_cast<int>(streams.get<std::int64_t>());
+    b.streams = static_cast<int>(streams.get<double>());
   }
   const bool gemm = b.block == KernelBlock::kGemm;
+  // A key of the other block, or one misspelt ("stream"), would be read as its default: refused instead.
+  for (const auto& [key, value] : doc->items()) {
+    static const std::set<std::string> common{"format", "id", "source", "cluster", "block", "measured", "columns", "points"};
+    if (common.contains(key) || key == (gemm ? "streams" : "recipe")) continue;
+    return fail(bad(file, "/" + key, "unknown key \"" + key + "\" for block \"" + *block + "\" (expected " +
+                                         (gemm ? "streams" : "recipe") + ", format, id, source, cluster, block, measured, columns, points)"));
+  }
   const char* shape = gemm ? "[groups, m, n, k, accumulate_bytes, tflops]" : "[M, K, N, speedup]";
   if (!doc->contains("points") || !(*doc)["points"].is_array() || (*doc)["points"].empty()) {
     return fail(bad(file, "/points", std::string("points: expected a non-empty array of ") + shape + ", got " +

@@ -75,8 +75,6 @@ void megatronParallelArgs(const Plan& p, std::ostream& a) {
     }
     if (p.execution.epCommOverlap) a << "--overlap-moe-expert-parallel-comm \\\n";
   }
-  // Transformer Engine's GroupedLinear for the experts (one GEMM per local expert over four streams).
-  if (p.execution.teGroupedGemm) a << "--moe-grouped-gemm \\\n";
   if (q.etp > 0) a << "--expert-tensor-parallel-size " << q.etp << " \\\n";
   const bool layout = !flagsExpressSplit(p);
   if (layout) a << "--pipeline-model-parallel-layout \"" << megatronLayout(p) << "\" \\\n";
@@ -124,6 +122,10 @@ void megatronModelArgs(const Plan& p, std::ostream& a) {
 void megatronExpertAndLatentArgs(const ModelSpec& s, std::ostream& a) {
   if (s.moe.enabled()) {
     a << "--num-experts " << s.moe.numExperts << " \\\n--moe-router-topk " << s.moe.topK << " \\\n";
+    // Transformer Engine's GroupedLinear for the experts (one GEMM per local expert over four streams):
+    // without the flag Megatron-Core runs its SequentialMLP, one expert after another. The job the export
+    // describes is the grouped one, so its import says so (execution.te_grouped_gemm).
+    a << "--moe-grouped-gemm \\\n";
     // Top-1 routing with softmax scores is refused unless the softmax comes before the selection.
     if (s.moe.topK == 1) a << "--moe-router-pre-softmax \\\n";
     if (s.moe.expertFfnHiddenSize > 0) a << "--moe-ffn-hidden-size " << s.moe.expertFfnHiddenSize << " \\\n";

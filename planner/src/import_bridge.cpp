@@ -143,10 +143,13 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   if (model("add_bias_linear") == std::optional<std::string>("false")) args << "--disable-bias-linear\n";
   for (const auto& [key, name] : std::vector<std::pair<const char*, const char*>>{
            {"sequence_parallel", "--sequence-parallel"}, {"multi_latent_attention", "--multi-latent-attention"},
-           {"qk_layernorm", "--qk-layernorm"}, {"tp_comm_overlap", "--tp-comm-overlap"}, {"moe_enable_deepep", "--moe-enable-deepep"},
-           {"moe_grouped_gemm", "--moe-grouped-gemm"}}) {
+           {"qk_layernorm", "--qk-layernorm"}, {"tp_comm_overlap", "--tp-comm-overlap"}, {"moe_enable_deepep", "--moe-enable-deepep"}}) {
     if (on(model(key))) args << name << "\n";
   }
+  // Megatron-Bridge's MoE model providers set moe_grouped_gemm (Transformer Engine's GroupedLinear); a
+  // config that leaves the key out keeps its provider's default, one that says false runs SequentialMLP.
+  const auto grouped = model("moe_grouped_gemm");
+  if (model("num_moe_experts") && !(grouped && (*grouped == "false" || *grouped == "False"))) args << "--moe-grouped-gemm\n";
   // Megatron-Bridge's comm_overlap section names the expert all-to-all overlap too.
   if (on(model("overlap_moe_expert_parallel_comm")) || on(get({"comm_overlap"}, "overlap_moe_expert_parallel_comm"))) {
     args << "--overlap-moe-expert-parallel-comm\n";

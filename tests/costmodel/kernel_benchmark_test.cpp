@@ -89,6 +89,14 @@ TEST(KernelBenchmarks, AMalformedGemmTableIsRefusedNamingTheFieldAndValue) {
   EXPECT_NE(e.message.find("-1"), std::string::npos) << e.message;
   e = refused(head + R"("points": [[20, 1232, 3072, 5120, 0]]})");
   EXPECT_EQ(e.path, "/points/0");
+  // A misspelt key, or the other block's, is not read as a default.
+  e = refused(head + R"("stream": 4, "points": [[20, 1232, 3072, 5120, 0, 1000]]})");
+  EXPECT_EQ(e.path, "/stream");
+  e = refused(head + R"("recipe": "rowwise", "points": [[20, 1232, 3072, 5120, 0, 1000]]})");
+  EXPECT_EQ(e.path, "/recipe");
+  auto whole = loadKernelBenchmark(dir.write("four.json", head + R"("streams": 4.0, "points": [[20, 1232, 3072, 5120, 0, 1000]]})"));
+  ASSERT_TRUE(whole) << whole.error().toString();
+  EXPECT_EQ(whole->streams, 4);
   e = refused(R"({"format": "colo.kernel-benchmark/1", "id": "g", "cluster": "dgx-b200", "block": "conv", "points": [[1, 1, 1, 1]]})");
   EXPECT_EQ(e.path, "/block");
   EXPECT_NE(e.message.find("conv"), std::string::npos) << e.message;

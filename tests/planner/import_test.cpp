@@ -74,6 +74,7 @@ void expectSamePlan(const Plan& a, const Plan& b, const std::string& what, bool 
   EXPECT_EQ(a.execution.moeDispatcher, b.execution.moeDispatcher);
   EXPECT_EQ(a.execution.epCommOverlap, b.execution.epCommOverlap);
   EXPECT_EQ(a.execution.fusedBiasGrad, b.execution.fusedBiasGrad);
+  EXPECT_EQ(a.execution.teGroupedGemm, b.execution.teGroupedGemm);
   EXPECT_EQ(a.execution.teDummyWgrads, b.execution.teDummyWgrads);
   EXPECT_EQ(a.execution.perParameterGathers, b.execution.perParameterGathers);
   EXPECT_EQ(a.execution.gradNanCheck, b.execution.gradNanCheck);
@@ -104,6 +105,8 @@ std::vector<Plan> roundTripPlans() {
   plans[4].offload.optimizerFraction = 0.5;
   // The Megatron export is a Transformer Engine job (Megatron-LM's default): its plans say so.
   for (auto& p : plans) p.execution.fusedBiasGrad = p.execution.teDummyWgrads = p.execution.gradNanCheck = true;
+  // ... whose experts run through Transformer Engine's GroupedLinear (--moe-grouped-gemm).
+  for (auto& p : plans) p.execution.teGroupedGemm = p.model.spec && p.model.spec->moe.enabled();
   for (auto& p : plans) EXPECT_TRUE(validatePlan(p)) << p.name << ": " << validatePlan(p).error().toString();
   return plans;
 }
@@ -143,6 +146,12 @@ TEST(Import, MegatronMoeDispatchAndExpertOverlapSurviveExportAndImport) {
   auto back = importMegatron(*args, ImportContext{p.cluster, p.model, 0, 0});
   ASSERT_TRUE(back) << back.error().toString();
   expectSamePlan(p, *back, "mixtral deepep");
+  // Megatron-LM's own linears, or the legacy grouped GEMM: one grouped kernel, not TE's GroupedLinear.
+  for (const char* extra : {" --transformer-impl local", " --moe-use-legacy-grouped-gemm"}) {
+    auto other = importMegatron(*args + extra, ImportContext{p.cluster, p.model, 0, 0});
+    ASSERT_TRUE(other) << extra << ": " << other.error().toString();
+    EXPECT_FALSE(other->execution.teGroupedGemm) << extra;
+  }
   // The schema's rules: the overlap needs virtual stages under pipelining; DeepEP needs flex.
   std::set<std::string> rules;
   std::string piped = *args;
@@ -632,13 +641,14 @@ TEST(Import, MegatronBridgeOverridesAndMixtureOfExperts) {
   EXPECT_EQ(m->model.spec->moe.topK, 2);
   EXPECT_EQ(m->model.spec->moe.firstDenseLayers, 1);
   EXPECT_EQ(m->parallel.ep, 4);
-  EXPECT_FALSE(m->execution.teGroupedGemm);
-  // Megatron-Bridge's MoE providers set moe_grouped_gemm: Transformer Engine's GroupedLinear.
-  std::string withGrouped = moe;
-  withGrouped.insert(withGrouped.find("  num_moe_experts"), "  moe_grouped_gemm: true\n");
-  auto grouped = importMegatronBridge(withGrouped, ImportContext{*cluster, std::nullopt, 0, 0});
-  ASSERT_TRUE(grouped) << grouped.error().toString();
-  EXPECT_TRUE(grouped->execution.teGroupedGemm);
+  // Megatron-Bridge's MoE providers set moe_grouped_gemm (Transformer Engine's GroupedLinear): a config
+  // without the key keeps that default; one that turns it off runs one expert after another.
+  EXPECT_TRUE(m->execution.teGroupedGemm);
+  std::string sequential = moe;
+  sequential.insert(sequential.find("  num_moe_experts"), "  moe_grouped_gemm: false\n");
+  auto off = importMegatronBridge(sequential, ImportContext{*cluster, std::nullopt, 0, 0});
+  ASSERT_TRUE(off) << off.error().toString();
+  EXPECT_FALSE(off->execution.teGroupedGemm);
   // What the reader cannot read is named with its line.
   auto flow = importMegatronBridge("model:\n  tensor_model_parallel_size: 2\ntrain: {global_batch_size: 8}\n", ImportContext{*cluster, llama, 0, 0});
   ASSERT_FALSE(flow);
