@@ -129,7 +129,9 @@ Result<void> checkSettings(const Json& settings, const std::string& file, const 
   for (const auto& [key, value] : settings.items()) {
     const std::string where = at + "/" + key;
     auto bad = [&](const std::string& why) { return fail(Error::badInput(why + ", got " + describeJsonValue(value), file, where)); };
-    if (key == "cluster" || key == "precision" || key == "recompute" || key == "schedule" || key == "attention" ||
+    if (key == "cp_comm_type") {
+      if (!value.is_string() || !parseCpCommType(value.get<std::string>())) return bad("must be p2p, all_gather or a2a");
+    } else if (key == "cluster" || key == "precision" || key == "recompute" || key == "schedule" || key == "attention" ||
         key == "selective_recompute") {
       if (!value.is_string()) return bad("must be a string");
       // A value the harness parses is checked here, so that its error names this file, not every row.

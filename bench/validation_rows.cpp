@@ -483,8 +483,10 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
                        has(overlap, "async tp") || has(overlap, "async-tp");
   p.execution.tpCommOverlap = flag("tp_comm_overlap") || has(overlap, "tp-comm-overlap") || asyncTp;
   if (asyncTp) p.execution.tpOverlap = TpOverlap::kMicroPipeline;
-  // Megatron's --cp-comm-type as the row states it (p2p, Megatron's default, otherwise).
-  const std::string cpComm = lower(text(par, "cp_comm_type"));
+  // Megatron's --cp-comm-type as the row states it, else the framework's default (assumptions.json:
+  // torchtitan all-gathers the key and value shards), else p2p (Megatron's default).
+  std::string cpComm = lower(text(par, "cp_comm_type"));
+  if (cpComm.empty() && set.pick("cp_comm_type").is_string()) cpComm = lower(set.pick("cp_comm_type").get<std::string>());
   if (has(cpComm, "a2a") || has(cpComm, "all_to_all") || has(cpComm, "ulysses")) p.execution.cpCommType = CpCommType::kAllToAll;
   else if (has(cpComm, "all_gather") || has(cpComm, "allgather")) p.execution.cpCommType = CpCommType::kAllGather;
   p.execution.fp32Params = flag("fp32_params");

@@ -345,6 +345,28 @@ TEST(Validation, AsyncTensorParallelismOverlapsItsCollectives) {
   EXPECT_EQ(overlapped->plan.execution.tpOverlap, TpOverlap::kMicroPipeline);
 }
 
+TEST(Validation, ContextParallelismExchangesAsEachFrameworkDoesUnlessTheRowSays) {
+  // torchtitan all-gathers the key and value shards (context_parallel_rotate_method, default allgather);
+  // Megatron rings them (--cp-comm-type p2p); a row naming its exchange keeps it.
+  Json row = unseenRow();
+  row["source"]["citation"] = "pytorch/torchtitan long-context benchmarks";
+  row["model"]["arch"] = "Llama 3 (RMSNorm, SwiGLU, RoPE, GQA)";
+  row["parallel"] = Json::parse(R"({"tp": 1, "pp": 1, "dp": 2, "cp": 4})");
+  row["training"] = Json::parse(R"({"precision": "bf16", "recompute": "full", "micro_batch_size": 1, "global_batch_size": 8})");
+  auto titan = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(titan) << titan.error().toString();
+  EXPECT_EQ(titan->plan.execution.cpCommType, CpCommType::kAllGather);
+  row["parallel"]["cp_comm_type"] = "a2a";
+  auto stated = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(stated) << stated.error().toString();
+  EXPECT_EQ(stated->plan.execution.cpCommType, CpCommType::kAllToAll);
+  row["parallel"].erase("cp_comm_type");
+  row["source"]["citation"] = "NVIDIA Megatron-Core performance table";
+  auto megatron = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(megatron) << megatron.error().toString();
+  EXPECT_EQ(megatron->plan.execution.cpCommType, CpCommType::kP2p);
+}
+
 TEST(Validation, RowsWrittenOtherwiseStillReadRight) {
   const Json assumptions = assumptionsFile();
   // Recompute as a boolean or as free text; FSDP's sharding strategy; MFU alone; another time key.
