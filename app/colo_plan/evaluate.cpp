@@ -31,7 +31,8 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"cp", "C", "context-parallel degree (default 1)"},
       {"ep", "E", "expert-parallel degree, MoE only (default 1)"},
       {"etp", "T", "tensor-parallel degree of the expert layers (default: tp); ep may then exceed dp*cp (MoE parallel folding)"},
-      {"cp-comm-type", "T", "context-parallel exchange: p2p (ring, default), all_gather or a2a (Megatron's --cp-comm-type)"},
+      {"cp-comm-type", "T", "context-parallel exchange: p2p (ring, default), all_gather, a2a or a2a+p2p (Megatron's --cp-comm-type)"},
+      {"hierarchical-cp-sizes", "A,R", "with --cp-comm-type a2a+p2p: the all-to-all level's size (consecutive cp ranks) and the ring's, A x R = cp (Megatron's --hierarchical-context-parallel-sizes)"},
       {"vpp", "V", "virtual pipeline stages per rank (interleaved schedule)"},
       {"sp", "", "Megatron sequence parallelism (needs tp > 1)"},
       {"mbs", "B", "micro-batch size, samples (default 1)"},
@@ -95,7 +96,8 @@ Error toOptionError(Error e) {
       {"/batch/global_batch_size", "--gbs"}, {"/batch/micro_batch_size", "--mbs"}, {"/batch/seq_len", "--seq-len"},
       {"/zero_stage", "--zero"}, {"/schedule", "--schedule"}, {"/precision", "--precision"}, {"/execution/float8_recipe", "--float8-recipe"},
       {"/offload/optimizer_fraction", "--offload-optimizer"}, {"/offload/params_fraction", "--offload-params"},
-      {"/offload/target", "--offload-optimizer"}, {"/stages", "--stages"}};
+      {"/offload/target", "--offload-optimizer"}, {"/stages", "--stages"},
+      {"/execution/hierarchical_cp_sizes", "--hierarchical-cp-sizes"}, {"/execution/cp_comm_type", "--cp-comm-type"}};
   if (e.file.empty()) {
     std::string path = e.path;
     if (path.rfind("/stages/", 0) == 0) path = "/stages";
@@ -200,6 +202,21 @@ Result<void> executionFromOptions(const Args& args, Execution& x) {
     auto parsed = parseCpCommType(*cpComm);
     if (!parsed) return fail(Error::badInput("--cp-comm-type: " + parsed.error().message));
     x.cpCommType = *parsed;
+  }
+  if (auto sizes = args.value("hierarchical-cp-sizes")) {
+    std::size_t start = 0;
+    while (start <= sizes->size()) {
+      const auto comma = sizes->find(',', start);
+      const std::string item = sizes->substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      char* end = nullptr;
+      const long long n = std::strtoll(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || n < 1 || n > 1'000'000) {
+        return fail(Error::badInput("--hierarchical-cp-sizes: expected two positive sizes separated by a comma, got \"" + *sizes + "\""));
+      }
+      x.hierarchicalCpSizes.push_back(n);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
   }
   auto accumulation = parseGradAccumulation(args.value("grad-accumulation", "fused"));
   if (!accumulation) return fail(Error::badInput("--grad-accumulation: " + accumulation.error().message));

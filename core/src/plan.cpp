@@ -107,6 +107,24 @@ Result<void> checkModelShape(const Rules& r) {
                                                 str(heads / p.tp) + " heads and " + str(kvHeads / p.tp) +
                                                 " key/value heads per rank must divide by it (use p2p or all_gather)");
   }
+  // Hierarchical context parallelism: an all-to-all level of consecutive cp ranks times a ring level.
+  const auto& levels = plan.execution.hierarchicalCpSizes;
+  if (plan.execution.cpCommType == CpCommType::kA2aP2p) {
+    if (levels.size() != 2 || levels[0] < 1 || levels[1] < 1 || levels[0] * levels[1] != p.cp) {
+      std::string got = "[";
+      for (std::size_t i = 0; i < levels.size(); ++i) got += (i ? ", " : "") + str(levels[i]);
+      return r.bad("/execution/hierarchical_cp_sizes", "a2a+p2p needs [all-to-all size, ring size] with a product of cp " +
+                                                           str(p.cp) + ", got " + got + "]");
+    }
+    if (heads > 0 && ((heads / p.tp) % levels[0] != 0 || (kvHeads > 0 && (kvHeads / p.tp) % levels[0] != 0))) {
+      return r.bad("/execution/hierarchical_cp_sizes", "the all-to-all level splits each tensor-parallel rank's heads over " +
+                                                           str(levels[0]) + ": " + str(heads / p.tp) + " heads and " +
+                                                           str(kvHeads / p.tp) + " key/value heads per rank must divide by it");
+    }
+  } else if (!levels.empty()) {
+    return r.bad("/execution/hierarchical_cp_sizes", "only with cp_comm_type a2a+p2p, got cp_comm_type " +
+                                                         toString(plan.execution.cpCommType));
+  }
   const bool moe = plan.model.spec && plan.model.spec->moe.enabled();
   if (p.etp < 0 || p.etp > limits::kMaxGpus) {
     return r.bad("/parallel/expert_tp", "must be from 1 to " + str(limits::kMaxGpus) + " (0 or absent: tp), got " + str(p.etp));

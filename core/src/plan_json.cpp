@@ -117,7 +117,8 @@ Execution readExecution(const JsonReader& e) {
   if (auto method = parseTpOverlap(e.choice("tp_overlap", {"userbuffers", "micro_pipeline"}, "userbuffers"))) {
     x.tpOverlap = *method;
   }
-  if (auto cp = parseCpCommType(e.choice("cp_comm_type", {"p2p", "all_gather", "a2a"}, "p2p"))) x.cpCommType = *cp;
+  if (auto cp = parseCpCommType(e.choice("cp_comm_type", {"p2p", "all_gather", "a2a", "a2a+p2p"}, "p2p"))) x.cpCommType = *cp;
+  if (e.has("hierarchical_cp_sizes")) x.hierarchicalCpSizes = e.integerArray("hierarchical_cp_sizes", 1);
   const std::string accumulation = e.choice("grad_accumulation", {"fused", "main_grad", "autograd", "fp32_copy"}, "fused");
   if (auto g = parseGradAccumulation(accumulation)) x.gradAccumulation = *g;
   x.fp32Params = e.boolean("fp32_params", false);
@@ -317,6 +318,7 @@ Json planToJson(const Plan& p) {
                     {"host_us_per_op", p.execution.hostMicrosecondsPerOp}};
   // Written only when not the default, so that older plans keep their hash.
   if (p.execution.cpCommType != CpCommType::kP2p) j["execution"]["cp_comm_type"] = toString(p.execution.cpCommType);
+  if (!p.execution.hierarchicalCpSizes.empty()) j["execution"]["hierarchical_cp_sizes"] = p.execution.hierarchicalCpSizes;
   if (p.execution.tpOverlap != TpOverlap::kUserbuffers) j["execution"]["tp_overlap"] = toString(p.execution.tpOverlap);
   if (p.execution.fp32Params) j["execution"]["fp32_params"] = true;
   if (p.execution.fusedCrossEntropy) j["execution"]["fused_cross_entropy"] = true;

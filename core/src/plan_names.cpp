@@ -48,6 +48,8 @@ std::string toString(CpCommType value) {
       return "all_gather";
     case CpCommType::kAllToAll:
       return "a2a";
+    case CpCommType::kA2aP2p:
+      return "a2a+p2p";
   }
   return "p2p";
 }
@@ -56,7 +58,8 @@ Result<CpCommType> parseCpCommType(const std::string& name) {
   if (name == "p2p") return CpCommType::kP2p;
   if (name == "all_gather" || name == "allgather") return CpCommType::kAllGather;
   if (name == "a2a" || name == "all_to_all" || name == "alltoall") return CpCommType::kAllToAll;
-  return fail(Error::badInput("unknown context-parallel exchange \"" + name + "\" (expected p2p, all_gather or a2a)"));
+  if (name == "a2a+p2p") return CpCommType::kA2aP2p;
+  return fail(Error::badInput("unknown context-parallel exchange \"" + name + "\" (expected p2p, all_gather, a2a or a2a+p2p)"));
 }
 
 std::string toString(TpOverlap value) { return value == TpOverlap::kUserbuffers ? "userbuffers" : "micro_pipeline"; }

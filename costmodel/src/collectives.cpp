@@ -57,13 +57,18 @@ GroupPlacement placeGroup(const ClusterSpec& cluster, const Parallelism& paralle
     if (d == name) break;
     stride *= degree(parallel, d);
   }
-  GroupPlacement g;
-  g.size = dim == Dim::kExpert ? parallel.ep : dim == Dim::kExpertData ? parallel.expertDp() : degree(parallel, name);
+  const std::int64_t size = dim == Dim::kExpert ? parallel.ep : dim == Dim::kExpertData ? parallel.expertDp() : degree(parallel, name);
   // The expert layers' mesh is expert_tp-ep-edp over the stage's ranks, innermost first (Megatron-Core's
   // expert rank generator): an expert-parallel group's members are expert_tp ranks apart, an expert-
   // data-parallel group's expert_tp x ep.
   if (dim == Dim::kExpert) stride = parallel.expertTp();
   if (dim == Dim::kExpertData) stride = parallel.expertTp() * parallel.ep;
+  return placeRanks(cluster, size, stride);
+}
+
+GroupPlacement placeRanks(const ClusterSpec& cluster, std::int64_t size, std::int64_t stride) {
+  GroupPlacement g;
+  g.size = size;
   g.stride = stride;
   if (g.size <= 1) return g;
   const std::int64_t gpn = cluster.gpusPerNode;

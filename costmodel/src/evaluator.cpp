@@ -189,6 +189,14 @@ struct Evaluator::Impl {
     if (auto table = tables.find(plan.precision); table != tables.end()) cfg.measured = &table->second;
     if (auto kt = kernelTables.find(plan.precision); kt != kernelTables.end()) cfg.kernels = &kt->second;
     if (auto gs = gemmScale.find(plan.precision); gs != gemmScale.end()) cfg.gemmScale = gs->second;
+    // Hierarchical context parallelism: the all-to-all level is consecutive members of the cp group,
+    // the ring every a-th (Megatron-Core's hierarchical cp groups).
+    if (plan.execution.cpCommType == CpCommType::kA2aP2p && plan.execution.hierarchicalCpSizes.size() == 2) {
+      const GroupPlacement cp = placeGroup(cluster, plan.parallel, Dim::kCp);
+      const std::int64_t a = plan.execution.hierarchicalCpSizes[0];
+      cfg.cpA2aGroup = placeRanks(cluster, a, cp.stride);
+      cfg.cpRingGroup = placeRanks(cluster, plan.execution.hierarchicalCpSizes[1], cp.stride * a);
+    }
     return cfg;
   }
 };

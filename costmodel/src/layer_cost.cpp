@@ -799,42 +799,62 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
   // already present (p2p); or exchanges that are not overlapped: one all-gather of K and V forward and a
   // reduce-scatter of their gradients backward (all_gather), or all-to-alls re-splitting Q, K and V from
   // sequence chunks to heads before attention and the output back after it, and the gradients the same
-  // way backward (a2a; Transformer Engine 2.8 on moves only dO on the output side backward).
+  // way backward (a2a; Transformer Engine 2.8 on moves only dO on the output side backward); or both
+  // (a2a+p2p, hierarchical): the all-to-alls inside groups of consecutive cp ranks, then the ring across
+  // the groups, each rank holding the group's sequence for its share of the heads.
   const std::int64_t keyWidth = c.keyWidth > 0 ? c.keyWidth : c.kvWidth;
-  if (c.cp > 1 && c.cpCommType != CpCommType::kP2p) {
-    const double tokens = b * (static_cast<double>(c.seqLen) / cp);
-    const double act = static_cast<double>(c.activationBytes);
-    const double kvWidth = static_cast<double>(c.kvWidth + keyWidth) / tp;  // a key and a value
+  const double tokens = b * (static_cast<double>(c.seqLen) / cp);
+  const double act = static_cast<double>(c.activationBytes);
+  const double kvWidth = static_cast<double>(c.kvWidth + keyWidth) / tp;  // a key and a value
+  // The all-to-alls of Q, K and V forward and of the output back, over `group` (the gradients mirror them).
+  auto allToAlls = [&](const GroupPlacement& group) {
+    if (group.size <= 1) return;
     const double qWidth = static_cast<double>(c.qWidth) / tp;
     const double outWidth = static_cast<double>(c.outWidth > 0 ? c.outWidth : c.qWidth) / tp;
-    if (c.cpCommType == CpCommType::kAllGather) {
-      const double kvAll = tokens * cp * kvWidth * act;  // the whole sequence's K and V
-      out.cpCommFwd = collectiveSeconds(Collective::kAllGather, kvAll, cpGroup);
-      out.cpCommBwd = out.cpCommFwd + collectiveSeconds(Collective::kReduceScatter, kvAll, cpGroup);
-      out.opsFwd += 1;
-      out.opsBwd += 2;
-    } else {
-      const double qkv = collectiveSeconds(Collective::kAllToAll, tokens * (qWidth + kvWidth) * act, cpGroup);
-      const double o = collectiveSeconds(Collective::kAllToAll, tokens * outWidth * act, cpGroup);
-      out.cpCommFwd = qkv + o;
-      out.cpCommBwd = o + qkv;
-      out.opsFwd += 2;
-      out.opsBwd += 2;
-    }
-  } else if (c.cp > 1) {
-    const double kvBytes = b * (static_cast<double>(c.seqLen) / cp) * static_cast<double>(c.kvWidth + keyWidth) / tp *
-                           static_cast<double>(c.activationBytes);
-    const double step = collectiveSeconds(Collective::kSendRecv, kvBytes, cpGroup);
-    const double steps = cp - 1;
-    const double attnPerStepFwd = out.attnCoreFwd / cp;
+    const double qkv = collectiveSeconds(Collective::kAllToAll, tokens * (qWidth + kvWidth) * act, group);
+    const double o = collectiveSeconds(Collective::kAllToAll, tokens * outWidth * act, group);
+    out.cpCommFwd += qkv + o;
+    out.cpCommBwd += o + qkv;
+    out.opsFwd += 2;
+    out.opsBwd += 2;
+  };
+  // The ring over `group`: each step sends this rank's K and V chunk (after an all-to-all level: the
+  // group's sequence for 1/a of the heads, the same bytes) beside the attention of the chunk at hand.
+  auto ring = [&](const GroupPlacement& group) {
+    if (group.size <= 1) return;
+    const double step = collectiveSeconds(Collective::kSendRecv, tokens * kvWidth * act, group);
+    const double steps = static_cast<double>(group.size) - 1;
+    const double attnPerStepFwd = out.attnCoreFwd / static_cast<double>(group.size);
     // What the attention hides still slows it (overlapSlowdown).
     const double attnPerStepBwd = 2.5 * attnPerStepFwd;
-    out.cpCommFwd = steps * (std::max(0.0, step - attnPerStepFwd) + device.overlapSlowdown * std::min(step, attnPerStepFwd));
-    out.cpCommBwd = steps * (std::max(0.0, 2 * step - attnPerStepBwd) +
-                             device.overlapSlowdown * std::min(2 * step, attnPerStepBwd));
+    out.cpCommFwd += steps * (std::max(0.0, step - attnPerStepFwd) + device.overlapSlowdown * std::min(step, attnPerStepFwd));
+    out.cpCommBwd += steps * (std::max(0.0, 2 * step - attnPerStepBwd) +
+                              device.overlapSlowdown * std::min(2 * step, attnPerStepBwd));
     // Each ring step: a send, a receive and one attention kernel on the chunk (two receives backward).
     out.opsFwd += 3 * steps;
     out.opsBwd += 4 * steps;
+  };
+  if (c.cp > 1) {
+    switch (c.cpCommType) {
+      case CpCommType::kAllGather: {
+        const double kvAll = tokens * cp * kvWidth * act;  // the whole sequence's K and V
+        out.cpCommFwd = collectiveSeconds(Collective::kAllGather, kvAll, cpGroup);
+        out.cpCommBwd = out.cpCommFwd + collectiveSeconds(Collective::kReduceScatter, kvAll, cpGroup);
+        out.opsFwd += 1;
+        out.opsBwd += 2;
+        break;
+      }
+      case CpCommType::kAllToAll:
+        allToAlls(cpGroup);
+        break;
+      case CpCommType::kA2aP2p:
+        allToAlls(c.cpA2aGroup);
+        ring(c.cpRingGroup);
+        break;
+      case CpCommType::kP2p:
+        ring(cpGroup);
+        break;
+    }
   }
   // Host floor: the GPU cannot run a kernel before the host has issued it. When the layer's kernels
   // and exposed collectives take less than the host's time to issue them, the GPU waits for the rest.

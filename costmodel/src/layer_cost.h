@@ -57,6 +57,7 @@ struct LayerConfig {
   std::int64_t tp = 1, cp = 1, ep = 1;
   std::int64_t etp = 1;  // tensor parallelism of the expert layers (the plan's expertTp())
   CpCommType cpCommType = CpCommType::kP2p;
+  GroupPlacement cpA2aGroup, cpRingGroup;  // a2a+p2p: the all-to-all level and the ring across its groups
   bool sequenceParallel = false;
   bool flash = true;
   bool tpCommOverlap = false;

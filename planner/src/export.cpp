@@ -65,6 +65,9 @@ void megatronParallelArgs(const Plan& p, std::ostream& a) {
   a << "--tensor-model-parallel-size " << q.tp << " \\\n--pipeline-model-parallel-size " << q.pp << " \\\n";
   if (q.cp > 1) a << "--context-parallel-size " << q.cp << " \\\n";
   if (q.cp > 1 && p.execution.cpCommType != CpCommType::kP2p) a << "--cp-comm-type " << toString(p.execution.cpCommType) << " \\\n";
+  if (q.cp > 1 && p.execution.hierarchicalCpSizes.size() == 2) {
+    a << "--hierarchical-context-parallel-sizes " << p.execution.hierarchicalCpSizes[0] << " " << p.execution.hierarchicalCpSizes[1] << " \\\n";
+  }
   if (q.ep > 1) {
     // colo costs all-to-all dispatch (Megatron's default is allgather), or DeepEP's through flex.
     a << "--expert-model-parallel-size " << q.ep << " \\\n";

@@ -317,6 +317,16 @@ class MegatronCheck {
     if (has("--multi-latent-attention") && has("--group-query-attention")) problem("mla_vs_gqa", "MLA with GQA");
     if (num("--max-position-embeddings", seq_) < seq_) problem("seq_len_max_pos", "--max-position-embeddings below --seq-length");
     if (cp_ > 1 && seq_ % (2 * cp_) != 0) problem("cp_seq_div", "seq_length " + std::to_string(seq_) + " % (2 x cp " + std::to_string(cp_) + ")");
+    // a2a+p2p needs the hierarchical sizes, whose product is cp.
+    const auto* commType = a_.find("--cp-comm-type");
+    const bool hierarchical = commType && std::find(commType->begin(), commType->end(), "a2a+p2p") != commType->end();
+    if (const auto* sizes = a_.find("--hierarchical-context-parallel-sizes"); sizes && !sizes->empty()) {
+      std::int64_t product = 1;
+      for (const auto& s : *sizes) product *= std::max<std::int64_t>(1, std::strtoll(s.c_str(), nullptr, 10));
+      if (product != cp_) problem("cp_a2ap2p", "--hierarchical-context-parallel-sizes multiply to " + std::to_string(product) + ", not cp " + std::to_string(cp_));
+    } else if (hierarchical) {
+      problem("cp_a2ap2p", "--cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes");
+    }
     if (has("--tp-comm-overlap") && !has("--sequence-parallel")) problem("tp_overlap_needs_sp", "--tp-comm-overlap without --sequence-parallel");
     if (has("--sequence-parallel") && tp_ == 1) problem("sp_auto_disable", "--sequence-parallel with tp 1 is switched off");
   }

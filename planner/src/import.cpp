@@ -387,6 +387,14 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
     if (!parsedType) return fail(Error::badInput("--cp-comm-type: " + parsedType.error().message));
     p.execution.cpCommType = *parsedType;
   }
+  if (const auto* sizes = r.args.find("--hierarchical-context-parallel-sizes")) {
+    for (const auto& s : *sizes) {
+      char* end = nullptr;
+      const long long n = std::strtoll(s.c_str(), &end, 10);
+      if (s.empty() || *end != '\0' || n < 1) return fail(Error::badInput("--hierarchical-context-parallel-sizes: '" + s + "' is not a positive size"));
+      p.execution.hierarchicalCpSizes.push_back(n);
+    }
+  }
   if (r.has("--optimizer-cpu-offload")) {
     COLO_TRY(fraction, r.number("--optimizer-offload-fraction", 1.0));
     p.offload.optimizerFraction = fraction;

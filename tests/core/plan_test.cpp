@@ -172,6 +172,28 @@ TEST(Plan, TheContextParallelExchangeIsWrittenOnlyWhenNotTheDefault) {
   EXPECT_EQ(refused.error().path, "/execution/cp_comm_type");
 }
 
+TEST(Plan, HierarchicalContextParallelSizesRoundTrip) {
+  Plan p = megatronPlan();
+  p.parallel.cp = 8;  // 96 heads over tp 8: 12 per rank, over an all-to-all level of 4
+  p.parallel.dp = 1;
+  p.globalBatchSize = 192;
+  p.execution.cpCommType = CpCommType::kA2aP2p;
+  p.execution.hierarchicalCpSizes = {4, 2};
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const Json j = planToJson(p);
+  EXPECT_EQ(j["execution"]["cp_comm_type"], "a2a+p2p");
+  EXPECT_EQ(j["execution"]["hierarchical_cp_sizes"], Json::array({4, 2}));
+  auto back = planFromJson(j, "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_EQ(back->execution.cpCommType, CpCommType::kA2aP2p);
+  EXPECT_EQ(back->execution.hierarchicalCpSizes, (std::vector<std::int64_t>{4, 2}));
+  Json bad = j;
+  bad["execution"]["hierarchical_cp_sizes"] = Json::array({4, 0});
+  auto refused = planFromJson(bad, "p.json");
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().path.find("hierarchical_cp_sizes"), std::string::npos) << refused.error().path;
+}
+
 TEST(Plan, TheTensorParallelOverlapMethodIsWrittenOnlyWhenNotTheDefault) {
   Plan p = megatronPlan();
   p.execution.tpCommOverlap = true;

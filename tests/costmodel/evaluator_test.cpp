@@ -1539,6 +1539,55 @@ TEST(Evaluator, ContextParallelExchangesFollowTheirCommunicationType) {
   EXPECT_EQ(refused.error().path, "/execution/cp_comm_type");
 }
 
+TEST(Evaluator, HierarchicalContextParallelismIsAllToAllInsideItsGroupsAndARingAcross) {
+  // Llama 3 8B at 128K tokens, cp 16 over two H100 nodes. Megatron's a2a+p2p with sizes [a, r]: the
+  // all-to-alls over a consecutive cp ranks, then a ring of r steps across the groups. [1, cp] is the
+  // plain ring and [cp, 1] plain all-to-all, to the last bit; [8, 2] keeps the all-to-alls on NVLink and
+  // leaves one ring step across the nodes instead of fifteen hops of the plain ring.
+  Plan p = makePlan("llama3-8b", "dgx-h100-x64", 16, 1, 1, 1);
+  p.parallel.cp = 16;
+  p.parallel.dp = 1;
+  p.globalBatchSize = 1;
+  p.seqLen = 131072;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const auto ring = evaluateOrFail(p);
+  Plan h = p;
+  h.execution.cpCommType = CpCommType::kA2aP2p;
+  h.execution.hierarchicalCpSizes = {1, 16};
+  ASSERT_TRUE(validatePlan(h)) << validatePlan(h).error().toString();
+  EXPECT_DOUBLE_EQ(evaluateOrFail(h).stepSeconds, ring.stepSeconds);
+  h.execution.hierarchicalCpSizes = {8, 2};
+  ASSERT_TRUE(validatePlan(h)) << validatePlan(h).error().toString();
+  const auto nested = evaluateOrFail(h);
+  EXPECT_GT(nested.time.cpComm, 0);
+  EXPECT_LT(nested.time.cpComm, ring.time.cpComm);
+  EXPECT_LT(nested.stepSeconds, ring.stepSeconds);
+  // The all-to-all level alone equals a2a (8 key/value heads over 8 ranks: cp 8 inside one node).
+  Plan inNode = makePlan("llama3-8b", "dgx-h100-x64", 8, 1, 1, 1);
+  inNode.parallel.cp = 8;
+  inNode.parallel.dp = 1;
+  inNode.globalBatchSize = 1;
+  inNode.seqLen = 65536;
+  Plan a2a = inNode;
+  a2a.execution.cpCommType = CpCommType::kAllToAll;
+  Plan whole = inNode;
+  whole.execution.cpCommType = CpCommType::kA2aP2p;
+  whole.execution.hierarchicalCpSizes = {8, 1};
+  ASSERT_TRUE(validatePlan(a2a) && validatePlan(whole));
+  EXPECT_DOUBLE_EQ(evaluateOrFail(whole).stepSeconds, evaluateOrFail(a2a).stepSeconds);
+  // Sizes must multiply to cp, and the all-to-all level must split each rank's heads.
+  h.execution.hierarchicalCpSizes = {8, 3};
+  auto wrong = validatePlan(h);
+  ASSERT_FALSE(wrong);
+  EXPECT_EQ(wrong.error().path, "/execution/hierarchical_cp_sizes");
+  EXPECT_NE(wrong.error().message.find("[8, 3]"), std::string::npos) << wrong.error().message;
+  h.execution.hierarchicalCpSizes = {16, 1};  // 8 key/value heads over 16
+  EXPECT_FALSE(validatePlan(h));
+  h.execution.cpCommType = CpCommType::kP2p;
+  h.execution.hierarchicalCpSizes = {8, 2};
+  EXPECT_FALSE(validatePlan(h));  // sizes only with a2a+p2p
+}
+
 TEST(Evaluator, LatentAttentionMovesPerHeadKeysAndValuesUnderContextParallelism) {
   // MLA (DeepSeek-style) in Megatron-Core: keys and values are up-projected per head from the latent
   // before core attention, so cp moves keys of qk_head_dim (nope + rope) and values of v_head_dim per

@@ -70,6 +70,7 @@ void expectSamePlan(const Plan& a, const Plan& b, const std::string& what, bool 
   EXPECT_EQ(a.execution.flashAttention2, b.execution.flashAttention2);
   EXPECT_EQ(a.execution.tpCommOverlap, b.execution.tpCommOverlap);
   EXPECT_EQ(a.execution.cpCommType, b.execution.cpCommType);
+  EXPECT_EQ(a.execution.hierarchicalCpSizes, b.execution.hierarchicalCpSizes);
   EXPECT_EQ(a.execution.gradAccumulation, b.execution.gradAccumulation);
   EXPECT_EQ(a.execution.moeDispatcher, b.execution.moeDispatcher);
   EXPECT_EQ(a.execution.epCommOverlap, b.execution.epCommOverlap);
@@ -163,6 +164,40 @@ TEST(Import, MegatronMoeDispatchAndExpertOverlapSurviveExportAndImport) {
   rules.clear();
   for (const auto& problem : checkMegatronArguments(plainA2a, *schema, 64)) rules.insert(problem.rule);
   EXPECT_TRUE(rules.contains("deepep_flex"));
+}
+
+TEST(Import, MegatronHierarchicalContextParallelismSurvivesExportAndImport) {
+  // --cp-comm-type a2a+p2p with --hierarchical-context-parallel-sizes: emitted, accepted by the schema
+  // and its rule (the sizes multiply to cp), read back.
+  Plan p = basePlan("llama3-70b", "dgx-h100-x64", 64, 4, 1, 4, 1, 1, 64, RecomputePolicy::kSelective);
+  p.execution.cpCommType = CpCommType::kA2aP2p;
+  p.execution.hierarchicalCpSizes = {2, 2};
+  p.execution.fusedBiasGrad = p.execution.teDummyWgrads = p.execution.gradNanCheck = true;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const auto args = exportPlan(p, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(args) << args.error().toString();
+  EXPECT_NE(args->find("--cp-comm-type a2a+p2p"), std::string::npos) << *args;
+  EXPECT_NE(args->find("--hierarchical-context-parallel-sizes 2 2"), std::string::npos) << *args;
+  auto schema = loadExportSchema("megatron-lm");
+  ASSERT_TRUE(schema) << schema.error().toString();
+  for (const auto& problem : checkMegatronArguments(*args, *schema, p.cluster.totalGpus())) {
+    ADD_FAILURE() << problem.rule << ": " << problem.message;
+  }
+  auto back = importMegatron(*args, ImportContext{p.cluster, p.model, 0, 0});
+  ASSERT_TRUE(back) << back.error().toString();
+  expectSamePlan(p, *back, "hierarchical cp");
+  EXPECT_EQ(back->execution.hierarchicalCpSizes, p.execution.hierarchicalCpSizes);
+  // Without the sizes Megatron refuses a2a+p2p; with sizes that do not multiply to cp too.
+  std::string missing = *args;
+  missing.replace(missing.find("--hierarchical-context-parallel-sizes 2 2"), 41, "");
+  std::set<std::string> rules;
+  for (const auto& problem : checkMegatronArguments(missing, *schema, 64)) rules.insert(problem.rule);
+  EXPECT_TRUE(rules.contains("cp_a2ap2p"));
+  std::string odd = *args;
+  odd.replace(odd.find("--hierarchical-context-parallel-sizes 2 2"), 41, "--hierarchical-context-parallel-sizes 2 3");
+  rules.clear();
+  for (const auto& problem : checkMegatronArguments(odd, *schema, 64)) rules.insert(problem.rule);
+  EXPECT_TRUE(rules.contains("cp_a2ap2p"));
 }
 
 TEST(Import, MegatronsTransformerEngineLossFusionIsTheInPlaceFusedLoss) {

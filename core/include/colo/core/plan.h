@@ -83,8 +83,10 @@ enum class Optimizer { kAdamW, kLamb, kLars };
 /// Engine's cp_comm_type): a ring of point-to-point sends overlapped with the attention of the chunk in
 /// hand, one all-gather of K and V, or all-to-alls that re-split Q, K, V and the output from sequence
 /// chunks to heads (DeepSpeed-Ulysses style).
-enum class CpCommType { kP2p, kAllGather, kAllToAll };
-[[nodiscard]] std::string toString(CpCommType value);  ///< p2p, all_gather, a2a
+/// kA2aP2p: hierarchical (Megatron's a2a+p2p): all-to-all inside groups of consecutive cp ranks, the p2p
+/// ring across those groups (Execution::hierarchicalCpSizes).
+enum class CpCommType { kP2p, kAllGather, kAllToAll, kA2aP2p };
+[[nodiscard]] std::string toString(CpCommType value);  ///< p2p, all_gather, a2a, a2a+p2p
 [[nodiscard]] Result<CpCommType> parseCpCommType(const std::string& name);
 
 /// How tensor-parallel collectives are overlapped with the GEMMs (Execution::tpCommOverlap).
@@ -194,6 +196,9 @@ struct Execution {
   bool tpCommOverlap = false;     ///< tensor-parallel collectives overlapped with GEMMs
   TpOverlap tpOverlap = TpOverlap::kUserbuffers;  ///< how, when tpCommOverlap
   CpCommType cpCommType = CpCommType::kP2p;  ///< context-parallel exchange (Megatron's default: p2p)
+  /// a2a+p2p only: Megatron's --hierarchical-context-parallel-sizes, the all-to-all level's size (its
+  /// groups consecutive cp ranks) and the ring's; their product is cp. Empty otherwise.
+  std::vector<std::int64_t> hierarchicalCpSizes;
   GradAccumulation gradAccumulation = GradAccumulation::kFused;
   GradSync gradSync = GradSync::kMicroBatch;  ///< ZeRO >= 2 only; see GradSync
   MoeDispatcher moeDispatcher = MoeDispatcher::kAllToAll;  ///< MoE models with ep > 1

@@ -32,6 +32,10 @@ enum class Dim { kTp, kCp, kDp, kPp, kExpert, kExpertData };
 /// Placement of a group of dimension `dim` under the plan's rank order (innermost first).
 [[nodiscard]] GroupPlacement placeGroup(const ClusterSpec& cluster, const Parallelism& parallel, Dim dim);
 
+/// Placement of `size` ranks spaced `stride` apart (a sub-group of a placed group: hierarchical context
+/// parallelism's all-to-all level is `a` consecutive members of the cp group, its ring every a-th).
+[[nodiscard]] GroupPlacement placeRanks(const ClusterSpec& cluster, std::int64_t size, std::int64_t stride);
+
 /// Time of one collective of `bytes` (the full buffer: the all-reduced tensor, the gathered output, the
 /// scattered input, the all-to-all send buffer, the message) over a placed group. Ring algorithm inside a
 /// level; across nodes the per-GPU network rails of the members of a node work in parallel
