@@ -299,7 +299,12 @@ std::string colossalai(const Plan& p) {
   const auto r = summarize(p);
   // Expert parallelism exists only in the MoE plugin (HybridParallelPlugin takes no ep_size).
   const std::string plugin = q.ep > 1 ? "MoeHybridParallelPlugin" : "HybridParallelPlugin";
-  o << "# Colossal-AI " << plugin << " for " << p.name << " (checked against data/export-schemas/colossalai.json)\n"
+  o << "# Colossal-AI " << plugin << " for " << p.name << " (checked against data/export-schemas/colossalai.json)\n";
+  if (q.cp > 1 && (p.execution.cpCommType == CpCommType::kA2aP2p || p.execution.cpCommType == CpCommType::kAllGather)) {
+    o << "# note: Colossal-AI's sequence modes are ring_attn and all_to_all; the plan's " << toString(p.execution.cpCommType)
+      << " exchange runs here as ring_attn (the p2p ring), which colo costs otherwise\n";
+  }
+  o
     << "from colossalai.booster import Booster\n"
     << (q.ep > 1 ? "from colossalai.booster.plugin.moe_hybrid_parallel_plugin import MoeHybridParallelPlugin\n\n"
                  : "from colossalai.booster.plugin import HybridParallelPlugin\n\n")

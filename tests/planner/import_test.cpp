@@ -187,6 +187,11 @@ TEST(Import, MegatronHierarchicalContextParallelismSurvivesExportAndImport) {
   ASSERT_TRUE(back) << back.error().toString();
   expectSamePlan(p, *back, "hierarchical cp");
   EXPECT_EQ(back->execution.hierarchicalCpSizes, p.execution.hierarchicalCpSizes);
+  // Colossal-AI has no such mode: its export says the ring stands in for it.
+  const auto colossal = exportPlan(p, ExportFormat::kColossalAi, "plan.json");
+  ASSERT_TRUE(colossal) << colossal.error().toString();
+  EXPECT_NE(colossal->find("# note: Colossal-AI's sequence modes are ring_attn and all_to_all; the plan's a2a+p2p"), std::string::npos) << *colossal;
+  EXPECT_NE(colossal->find("sequence_parallelism_mode=\"ring_attn\""), std::string::npos) << *colossal;
   // Without the sizes Megatron refuses a2a+p2p; with sizes that do not multiply to cp too.
   std::string missing = *args;
   missing.replace(missing.find("--hierarchical-context-parallel-sizes 2 2"), 41, "");
