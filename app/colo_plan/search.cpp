@@ -210,7 +210,11 @@ std::string renderCandidates(const std::vector<planner::Candidate>& list, bool r
     std::string memory = formatBytes(c.evaluation.peakMemoryBytes);
     if (bands.memoryAtRisk(c.evaluation)) memory += " AT RISK";
     std::vector<std::string> cells{ranked ? std::to_string(++i) : "-", std::to_string(p.parallel.tp), std::to_string(p.parallel.pp),
-                                   std::to_string(p.parallel.dp), std::to_string(p.parallel.cp),
+                                   std::to_string(p.parallel.dp),
+                                   std::to_string(p.parallel.cp) +
+                                       (p.parallel.cp > 1 && p.execution.cpCommType != CpCommType::kP2p
+                                            ? " " + cpExchangeLabel(p.execution.cpCommType, p.execution.hierarchicalCpSizes)
+                                            : ""),
                                    std::to_string(p.parallel.ep) + (p.parallel.etp > 0 ? " (etp " + std::to_string(p.parallel.etp) + ")" : ""),
                                    std::to_string(p.parallel.virtualStages), std::to_string(p.microBatchSize),
                                    std::to_string(p.zeroStage), rec, planner::stagesSummary(p),

@@ -54,6 +54,14 @@ std::string toString(CpCommType value) {
   return "p2p";
 }
 
+std::string cpExchangeLabel(CpCommType type, const std::vector<std::int64_t>& hierarchicalSizes) {
+  std::string label = toString(type);
+  if (type == CpCommType::kA2aP2p && hierarchicalSizes.size() == 2) {
+    label += " " + std::to_string(hierarchicalSizes[0]) + "x" + std::to_string(hierarchicalSizes[1]);
+  }
+  return label;
+}
+
 Result<CpCommType> parseCpCommType(const std::string& name) {
   if (name == "p2p") return CpCommType::kP2p;
   if (name == "all_gather" || name == "allgather") return CpCommType::kAllGather;

@@ -151,6 +151,8 @@ std::string planDifferences(const Plan& a, const Plan& b) {
   diff("pp", n(a.parallel.pp), n(b.parallel.pp));
   diff("dp", n(a.parallel.dp), n(b.parallel.dp));
   diff("cp", n(a.parallel.cp), n(b.parallel.cp));
+  diff("cp exchange", cpExchangeLabel(a.execution.cpCommType, a.execution.hierarchicalCpSizes),
+       cpExchangeLabel(b.execution.cpCommType, b.execution.hierarchicalCpSizes));
   diff("ep", n(a.parallel.ep), n(b.parallel.ep));
   diff("vpp", n(a.parallel.virtualStages), n(b.parallel.virtualStages));
   diff("sequence parallel", a.parallel.sequenceParallel ? "on" : "off", b.parallel.sequenceParallel ? "on" : "off");

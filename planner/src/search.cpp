@@ -145,6 +145,7 @@ Json SearchResult::toJson() const {
                 {"pp", p.parallel.pp},
                 {"dp", p.parallel.dp},
                 {"cp", p.parallel.cp},
+                {"cp_exchange", cpExchangeLabel(p.execution.cpCommType, p.execution.hierarchicalCpSizes)},
                 {"ep", p.parallel.ep},
                 {"expert_tp", p.parallel.expertTp()},
                 {"vpp", p.parallel.virtualStages},

@@ -2,6 +2,7 @@
 // over stages, per stage the cheapest recompute that fits, and offload as the last resort.
 #include <algorithm>
 
+#include "colo/costmodel/collectives.h"
 #include "colo/planner/partition.h"
 #include "search_parts.h"
 
@@ -27,6 +28,31 @@ Plan planOf(const Space& space, const Config& c, const Plan& base) {
 }
 
 namespace {
+
+// Under context parallelism, the exchange of the frameworks that run it (Megatron-Core's
+// --cp-comm-type): the p2p ring (the default), all-to-alls when each rank's heads divide over cp, and
+// a2a+p2p with the all-to-alls inside a node when the cp group spans nodes. `p` and `e0` replaced by the
+// fastest that fits as well (or takes no more memory) and is at least 1% faster than the ring: the ring
+// is the frameworks' default and what colo-run executes, so another exchange must pay for the change.
+void chooseCpExchange(const Space& space, Plan& p, costmodel::Evaluation& e0, const EvaluateFn& evaluate) {
+  const auto group = costmodel::placeGroup(p.cluster, p.parallel, costmodel::Dim::kCp);
+  std::vector<std::pair<CpCommType, std::vector<std::int64_t>>> variants{{CpCommType::kAllToAll, {}}};
+  if (group.perNode > 1 && group.perNode < p.parallel.cp && p.parallel.cp % group.perNode == 0) {
+    variants.push_back({CpCommType::kA2aP2p, {group.perNode, p.parallel.cp / group.perNode}});
+  }
+  const Plan ring = p;
+  for (const auto& [type, sizes] : variants) {
+    Plan q = ring;
+    q.execution.cpCommType = type;
+    q.execution.hierarchicalCpSizes = sizes;
+    if (!validatePlan(q)) continue;
+    auto e = evaluate(q);
+    if (!e || !(e->stepSeconds < 0.99 * e0.stepSeconds)) continue;
+    if (e->peakMemoryBytes > space.budget && e->peakMemoryBytes > e0.peakMemoryBytes) continue;
+    p = q;
+    e0 = std::move(*e);
+  }
+}
 
 // Non-uniform stages: per-stage time balanced (the first holds the embedding, the last the head) within
 // each stage's memory cap; `p` and `e0` replaced when that is faster.
@@ -121,6 +147,7 @@ std::optional<Candidate> costConfig(const Space& space, const Config& c, const P
   Plan p = planOf(space, c, base);
   auto e0 = evaluate(p);
   if (!e0) return std::nullopt;
+  if (c.cp > 1) chooseCpExchange(space, p, *e0, evaluate);
   if (c.vpp == 1 && c.pp > 2) balanceStages(space, p, *e0, evaluate);
   costmodel::Evaluation final = *e0;
   if (e0->peakMemoryBytes > budget) {

@@ -1,5 +1,6 @@
 #include "colo/planner/search.h"
 #include "colo/planner/export.h"
+#include "colo/costmodel/evaluator.h"
 #include "colo/core/runnable.h"
 
 #include <gtest/gtest.h>
@@ -55,6 +56,38 @@ TEST(Search, RunnableOnlyKeepsWhatColoRunExecutesAndSaysWhenNothingIsLeft) {
   auto refused = search(latent.model, latent.cluster, o);
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().message.find("multi-head latent attention"), std::string::npos);
+}
+
+TEST(Search, ContextParallelPlansTakeTheExchangeThatPays) {
+  // Llama 3 8B at 128K tokens on two H100 nodes: with cp 16 across them, all-to-alls inside each node and
+  // a two-step ring between them (a2a+p2p 8x2) beat the sixteen-rank ring by more than the 1% a change
+  // of exchange must pay; the plan the search keeps says so and is costed with it.
+  auto s = setup("llama3-8b", "dgx-h100-x64", 16);
+  SearchOptions o;
+  o.globalBatchSize = 16;
+  o.seqLen = 131072;
+  o.fixed = {{"tp", 1}, {"cp", 16}, {"zero", 3}, {"mbs", 1}};
+  auto r = search(s.model, s.cluster, o);
+  ASSERT_TRUE(r) << r.error().toString();
+  ASSERT_TRUE(r->feasible()) << r->infeasibleReason;
+  const Plan& best = r->top.front().plan;
+  EXPECT_EQ(best.execution.cpCommType, CpCommType::kA2aP2p);
+  EXPECT_EQ(best.execution.hierarchicalCpSizes, (std::vector<std::int64_t>{8, 2}));
+  Plan ring = best;
+  ring.execution.cpCommType = CpCommType::kP2p;
+  ring.execution.hierarchicalCpSizes.clear();
+  auto evaluator = costmodel::Evaluator::create(s.model, s.cluster, 131072);
+  ASSERT_TRUE(evaluator) << evaluator.error().toString();
+  auto ringTime = evaluator->evaluate(ring);
+  ASSERT_TRUE(ringTime) << ringTime.error().toString();
+  EXPECT_LT(r->top.front().evaluation.stepSeconds, 0.99 * ringTime->stepSeconds);
+  // Inside one node there is no second level: cp 8 keeps the ring or takes plain all-to-alls.
+  auto one = setup("llama3-8b", "dgx-h100", 8);
+  o.globalBatchSize = 8;
+  o.fixed = {{"tp", 1}, {"cp", 8}, {"zero", 3}, {"mbs", 1}};
+  auto r1 = search(one.model, one.cluster, o);
+  ASSERT_TRUE(r1) << r1.error().toString();
+  for (const auto& c : r1->top) EXPECT_NE(c.plan.execution.cpCommType, CpCommType::kA2aP2p);
 }
 
 TEST(Search, FindsAFittingPlanForGpt3OnAThousandGpus) {

@@ -88,6 +88,8 @@ enum class Optimizer { kAdamW, kLamb, kLars };
 enum class CpCommType { kP2p, kAllGather, kAllToAll, kA2aP2p };
 [[nodiscard]] std::string toString(CpCommType value);  ///< p2p, all_gather, a2a, a2a+p2p
 [[nodiscard]] Result<CpCommType> parseCpCommType(const std::string& name);
+/// The exchange as tables show it: p2p, a2a, all_gather, or a2a+p2p with its sizes ("a2a+p2p 8x2").
+[[nodiscard]] std::string cpExchangeLabel(CpCommType type, const std::vector<std::int64_t>& hierarchicalSizes);
 
 /// How tensor-parallel collectives are overlapped with the GEMMs (Execution::tpCommOverlap).
 /// kUserbuffers: Transformer Engine's userbuffers (Megatron's --tp-comm-overlap), which overlap the
