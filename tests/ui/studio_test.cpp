@@ -18,6 +18,7 @@
 #include "colo/core/runnable.h"
 #include "colo/core/library.h"
 #include "colo/planner/budget.h"
+#include "colo/planner/search.h"
 #include "colo/ui/candidates_model.h"
 #include "colo/ui/charts.h"
 #include "colo/ui/main_window.h"
@@ -106,6 +107,25 @@ class StudioTest : public QObject {
     QVERIFY(!w.candidates()->data(w.candidates()->index(0, CandidatesModel::kDays), Qt::DisplayRole).toString().contains("LATE"));
     w.setTrainingBudget("2 trillion", 2.0);  // not a count: the columns empty again
     QCOMPARE(w.candidates()->data(w.candidates()->index(0, CandidatesModel::kDays), Qt::DisplayRole).toString(), QString("-"));
+  }
+
+  void theCandidatesTableShowsTheContextParallelExchange() {
+    // A plan whose cp ranks exchange by a2a+p2p shows it beside its degree; it still sorts by the degree.
+    auto model = colo::loadModel(colo::resolveLibraryFile(colo::LibraryKind::kModels, "llama3-8b").value());
+    auto cluster = colo::loadCluster(colo::resolveLibraryFile(colo::LibraryKind::kClusters, "dgx-h100-x64").value());
+    QVERIFY(model && cluster);
+    colo::planner::SearchOptions o;
+    o.globalBatchSize = 16;
+    o.seqLen = 131072;
+    o.fixed = {{"tp", 1}, {"cp", 16}, {"zero", 3}, {"mbs", 1}};
+    auto scaled = colo::scaleCluster(*cluster, 16);
+    QVERIFY(scaled);
+    auto result = colo::planner::search(*model, *scaled, o);
+    QVERIFY(result && result->feasible());
+    CandidatesModel candidates;
+    candidates.setResult(*result);
+    QCOMPARE(candidates.data(candidates.index(0, CandidatesModel::kCp), Qt::DisplayRole).toString(), QString("16 a2a+p2p 8x2"));
+    QCOMPARE(candidates.data(candidates.index(0, CandidatesModel::kCp), CandidatesModel::kSortRole).toLongLong(), 16LL);
   }
 
   void cancelAndRestart() {

@@ -72,7 +72,11 @@ QVariant CandidatesModel::data(const QModelIndex& index, int role) const {
     case kTp: return static_cast<qlonglong>(p.parallel.tp);
     case kPp: return static_cast<qlonglong>(p.parallel.pp);
     case kDp: return static_cast<qlonglong>(p.parallel.dp);
-    case kCp: return static_cast<qlonglong>(p.parallel.cp);
+    case kCp:
+      // The exchange beside the degree when it is not the ring (sorted by the degree).
+      if (sort || p.parallel.cp <= 1 || p.execution.cpCommType == CpCommType::kP2p) return static_cast<qlonglong>(p.parallel.cp);
+      return QString::fromStdString(std::to_string(p.parallel.cp) + " " +
+                                    cpExchangeLabel(p.execution.cpCommType, p.execution.hierarchicalCpSizes));
     case kEp: return static_cast<qlonglong>(p.parallel.ep);
     case kVpp: return static_cast<qlonglong>(p.parallel.virtualStages);
     case kMbs: return static_cast<qlonglong>(p.microBatchSize);
