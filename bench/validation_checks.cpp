@@ -130,7 +130,7 @@ Result<void> checkSettings(const Json& settings, const std::string& file, const 
     const std::string where = at + "/" + key;
     auto bad = [&](const std::string& why) { return fail(Error::badInput(why + ", got " + describeJsonValue(value), file, where)); };
     if (key == "cp_comm_type") {
-      if (!value.is_string() || !parseCpCommType(value.get<std::string>())) return bad("must be p2p, all_gather or a2a");
+      if (!value.is_string() || !parseCpCommType(value.get<std::string>())) return bad("must be p2p, all_gather, a2a or a2a+p2p");
     } else if (key == "cluster" || key == "precision" || key == "recompute" || key == "schedule" || key == "attention" ||
         key == "selective_recompute") {
       if (!value.is_string()) return bad("must be a string");

@@ -487,7 +487,15 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
   // torchtitan all-gathers the key and value shards), else p2p (Megatron's default).
   std::string cpComm = lower(text(par, "cp_comm_type"));
   if (cpComm.empty() && set.pick("cp_comm_type").is_string()) cpComm = lower(set.pick("cp_comm_type").get<std::string>());
-  if (has(cpComm, "a2a") || has(cpComm, "all_to_all") || has(cpComm, "ulysses")) p.execution.cpCommType = CpCommType::kAllToAll;
+  if (has(cpComm, "a2a+p2p")) {
+    // Hierarchical: the row gives the sizes (Megatron's hierarchical_context_parallel_sizes).
+    p.execution.cpCommType = CpCommType::kA2aP2p;
+    if (par.contains("hierarchical_context_parallel_sizes") && par["hierarchical_context_parallel_sizes"].is_array()) {
+      for (const auto& v : par["hierarchical_context_parallel_sizes"]) {
+        if (v.is_number_integer()) p.execution.hierarchicalCpSizes.push_back(v.get<std::int64_t>());
+      }
+    }
+  } else if (has(cpComm, "a2a") || has(cpComm, "all_to_all") || has(cpComm, "ulysses")) p.execution.cpCommType = CpCommType::kAllToAll;
   else if (has(cpComm, "all_gather") || has(cpComm, "allgather")) p.execution.cpCommType = CpCommType::kAllGather;
   p.execution.fp32Params = flag("fp32_params");
   p.execution.fusedCrossEntropy = flag("fused_cross_entropy");

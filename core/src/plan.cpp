@@ -110,7 +110,8 @@ Result<void> checkModelShape(const Rules& r) {
   // Hierarchical context parallelism: an all-to-all level of consecutive cp ranks times a ring level.
   const auto& levels = plan.execution.hierarchicalCpSizes;
   if (plan.execution.cpCommType == CpCommType::kA2aP2p) {
-    if (levels.size() != 2 || levels[0] < 1 || levels[1] < 1 || levels[0] * levels[1] != p.cp) {
+    // (By division: the sizes are read up to 2^53 each, and their product must not overflow.)
+    if (levels.size() != 2 || levels[0] < 1 || levels[1] < 1 || p.cp % levels[0] != 0 || p.cp / levels[0] != levels[1]) {
       std::string got = "[";
       for (std::size_t i = 0; i < levels.size(); ++i) got += (i ? ", " : "") + str(levels[i]);
       return r.bad("/execution/hierarchical_cp_sizes", "a2a+p2p needs [all-to-all size, ring size] with a product of cp " +

@@ -387,7 +387,9 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
     if (!parsedType) return fail(Error::badInput("--cp-comm-type: " + parsedType.error().message));
     p.execution.cpCommType = *parsedType;
   }
-  if (const auto* sizes = r.args.find("--hierarchical-context-parallel-sizes")) {
+  // Megatron reads the sizes only for a2a+p2p (and checks their product either way).
+  const auto* sizes = r.args.find("--hierarchical-context-parallel-sizes");
+  if (sizes && p.execution.cpCommType == CpCommType::kA2aP2p) {
     for (const auto& s : *sizes) {
       char* end = nullptr;
       const long long n = std::strtoll(s.c_str(), &end, 10);

@@ -123,6 +123,12 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
                           "moe_token_dispatcher_type", "moe_flex_dispatcher_backend"}) {
     flag(dashed(key), model(key));
   }
+  // Hierarchical context parallelism's sizes, a list: Megatron's argument takes them as words.
+  if (auto sizes = model("hierarchical_context_parallel_sizes")) {
+    std::string words;
+    for (const char ch : *sizes) words += (ch == '[' || ch == ']' || ch == ',') ? ' ' : ch;
+    args << "--hierarchical-context-parallel-sizes " << words << "\n";
+  }
   flag("--num-virtual-stages-per-pipeline-rank", model("virtual_pipeline_model_parallel_size"));
   // Transformer Engine unless the config says otherwise; Megatron's gradient-accumulation fusion unless
   // it is switched off (ModelParallelConfig.gradient_accumulation_fusion).

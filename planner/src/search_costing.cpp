@@ -24,6 +24,21 @@ Plan planOf(const Space& space, const Config& c, const Plan& base) {
   p.microBatchSize = c.mbs;
   p.zeroStage = c.zero;
   p.stages = uniformStages(layers, c.pp * c.vpp, RecomputePolicy::kNone);
+  // The base's context-parallel exchange (a plan of the user's, --from-plan) where it holds at these
+  // degrees, else the ring: a2a needs each rank's heads to divide over cp, a2a+p2p sizes that multiply
+  // to it.
+  const auto& sizes = p.execution.hierarchicalCpSizes;
+  const std::int64_t tpHeads = space.heads / std::max<std::int64_t>(1, c.tp), tpKv = space.kvHeads / std::max<std::int64_t>(1, c.tp);
+  auto headsSplit = [&](std::int64_t n) { return n >= 1 && tpHeads % n == 0 && (tpKv <= 0 || tpKv % n == 0); };
+  bool holds = c.cp > 1;
+  if (p.execution.cpCommType == CpCommType::kAllToAll) holds = holds && headsSplit(c.cp);
+  if (p.execution.cpCommType == CpCommType::kA2aP2p) {
+    holds = holds && sizes.size() == 2 && sizes[0] >= 1 && c.cp % sizes[0] == 0 && c.cp / sizes[0] == sizes[1] && headsSplit(sizes[0]);
+  }
+  if (!holds) {
+    p.execution.cpCommType = CpCommType::kP2p;
+    p.execution.hierarchicalCpSizes.clear();
+  }
   return p;
 }
 
@@ -35,6 +50,9 @@ namespace {
 // fastest that fits as well (or takes no more memory) and is at least 1% faster than the ring: the ring
 // is the frameworks' default and what colo-run executes, so another exchange must pay for the change.
 void chooseCpExchange(const Space& space, Plan& p, costmodel::Evaluation& e0, const EvaluateFn& evaluate) {
+  // Only from the ring, and not where the plans must run on colo-run (whose cp is the ring) or where
+  // the user's own plan (--from-plan) named its exchange.
+  if (p.execution.cpCommType != CpCommType::kP2p || space.options->runnableOnly) return;
   const auto group = costmodel::placeGroup(p.cluster, p.parallel, costmodel::Dim::kCp);
   std::vector<std::pair<CpCommType, std::vector<std::int64_t>>> variants{{CpCommType::kAllToAll, {}}};
   if (group.perNode > 1 && group.perNode < p.parallel.cp && p.parallel.cp % group.perNode == 0) {

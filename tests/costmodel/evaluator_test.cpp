@@ -1555,7 +1555,7 @@ TEST(Evaluator, HierarchicalContextParallelismIsAllToAllInsideItsGroupsAndARingA
   h.execution.cpCommType = CpCommType::kA2aP2p;
   h.execution.hierarchicalCpSizes = {1, 16};
   ASSERT_TRUE(validatePlan(h)) << validatePlan(h).error().toString();
-  EXPECT_DOUBLE_EQ(evaluateOrFail(h).stepSeconds, ring.stepSeconds);
+  EXPECT_EQ(evaluateOrFail(h).stepSeconds, ring.stepSeconds);
   h.execution.hierarchicalCpSizes = {8, 2};
   ASSERT_TRUE(validatePlan(h)) << validatePlan(h).error().toString();
   const auto nested = evaluateOrFail(h);
@@ -1574,7 +1574,7 @@ TEST(Evaluator, HierarchicalContextParallelismIsAllToAllInsideItsGroupsAndARingA
   whole.execution.cpCommType = CpCommType::kA2aP2p;
   whole.execution.hierarchicalCpSizes = {8, 1};
   ASSERT_TRUE(validatePlan(a2a) && validatePlan(whole));
-  EXPECT_DOUBLE_EQ(evaluateOrFail(whole).stepSeconds, evaluateOrFail(a2a).stepSeconds);
+  EXPECT_EQ(evaluateOrFail(whole).stepSeconds, evaluateOrFail(a2a).stepSeconds);
   // Sizes must multiply to cp, and the all-to-all level must split each rank's heads.
   h.execution.hierarchicalCpSizes = {8, 3};
   auto wrong = validatePlan(h);

@@ -187,6 +187,13 @@ TEST(Import, MegatronHierarchicalContextParallelismSurvivesExportAndImport) {
   ASSERT_TRUE(back) << back.error().toString();
   expectSamePlan(p, *back, "hierarchical cp");
   EXPECT_EQ(back->execution.hierarchicalCpSizes, p.execution.hierarchicalCpSizes);
+  // Megatron reads the sizes only for a2a+p2p: beside the default ring they are left out.
+  std::string ringWithSizes = *args;
+  ringWithSizes.replace(ringWithSizes.find("--cp-comm-type a2a+p2p"), 22, "--cp-comm-type p2p");
+  auto ringBack = importMegatron(ringWithSizes, ImportContext{p.cluster, p.model, 0, 0});
+  ASSERT_TRUE(ringBack) << ringBack.error().toString();
+  EXPECT_EQ(ringBack->execution.cpCommType, CpCommType::kP2p);
+  EXPECT_TRUE(ringBack->execution.hierarchicalCpSizes.empty());
   // Colossal-AI has no such mode: its export says the ring stands in for it.
   const auto colossal = exportPlan(p, ExportFormat::kColossalAi, "plan.json");
   ASSERT_TRUE(colossal) << colossal.error().toString();
@@ -689,6 +696,15 @@ TEST(Import, MegatronBridgeOverridesAndMixtureOfExperts) {
   auto off = importMegatronBridge(sequential, ImportContext{*cluster, std::nullopt, 0, 0});
   ASSERT_TRUE(off) << off.error().toString();
   EXPECT_FALSE(off->execution.teGroupedGemm);
+  // Hierarchical context parallelism's sizes, a list in the config.
+  std::string hierarchical = moe;
+  hierarchical.insert(hierarchical.find("  num_moe_experts"),
+                      "  context_parallel_size: 4\n  cp_comm_type: a2a+p2p\n  hierarchical_context_parallel_sizes: [2, 2]\n");
+  hierarchical.replace(hierarchical.find("global_batch_size: 64"), 21, "global_batch_size: 16");
+  auto nested = importMegatronBridge(hierarchical, ImportContext{*cluster, std::nullopt, 0, 0});
+  ASSERT_TRUE(nested) << nested.error().toString();
+  EXPECT_EQ(nested->execution.cpCommType, CpCommType::kA2aP2p);
+  EXPECT_EQ(nested->execution.hierarchicalCpSizes, (std::vector<std::int64_t>{2, 2}));
   // What the reader cannot read is named with its line.
   auto flow = importMegatronBridge("model:\n  tensor_model_parallel_size: 2\ntrain: {global_batch_size: 8}\n", ImportContext{*cluster, llama, 0, 0});
   ASSERT_FALSE(flow);

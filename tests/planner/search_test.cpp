@@ -81,6 +81,27 @@ TEST(Search, ContextParallelPlansTakeTheExchangeThatPays) {
   auto ringTime = evaluator->evaluate(ring);
   ASSERT_TRUE(ringTime) << ringTime.error().toString();
   EXPECT_LT(r->top.front().evaluation.stepSeconds, 0.99 * ringTime->stepSeconds);
+  // Plans colo-run must run keep the ring (the only cp it executes), at its own time.
+  o.runnableOnly = true;
+  auto runs = search(s.model, s.cluster, o);
+  ASSERT_TRUE(runs) << runs.error().toString();
+  ASSERT_TRUE(runs->feasible()) << runs->infeasibleReason;
+  EXPECT_EQ(runs->top.front().plan.execution.cpCommType, CpCommType::kP2p);
+  EXPECT_NEAR(runs->top.front().evaluation.stepSeconds, ringTime->stepSeconds, 1e-9 * ringTime->stepSeconds);
+  o.runnableOnly = false;
+  // A user's exchange (a plan of theirs, --from-plan: torchtitan's all_gather) is kept, not swapped.
+  o.execution.cpCommType = CpCommType::kAllGather;
+  auto theirs = search(s.model, s.cluster, o);
+  ASSERT_TRUE(theirs && theirs->feasible());
+  EXPECT_EQ(theirs->top.front().plan.execution.cpCommType, CpCommType::kAllGather);
+  // An a2a+p2p plan's sizes hold only at its own cp: at another cp every candidate is a valid plan.
+  o.execution.cpCommType = CpCommType::kA2aP2p;
+  o.execution.hierarchicalCpSizes = {8, 2};
+  o.fixed = {{"tp", 1}, {"cp", 8}, {"zero", 3}, {"mbs", 1}};
+  auto other = search(s.model, s.cluster, o);
+  ASSERT_TRUE(other && other->feasible());
+  for (const auto& c : other->top) EXPECT_TRUE(validatePlan(c.plan)) << validatePlan(c.plan).error().toString();
+  o.execution = {};
   // Inside one node there is no second level: cp 8 keeps the ring or takes plain all-to-alls.
   auto one = setup("llama3-8b", "dgx-h100", 8);
   o.globalBatchSize = 8;
