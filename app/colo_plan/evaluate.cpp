@@ -203,21 +203,9 @@ Result<void> executionFromOptions(const Args& args, Execution& x) {
     if (!parsed) return fail(Error::badInput("--cp-comm-type: " + parsed.error().message));
     x.cpCommType = *parsed;
   }
-  if (auto sizes = args.value("hierarchical-cp-sizes")) {
-    std::size_t start = 0;
-    while (start <= sizes->size()) {
-      const auto comma = sizes->find(',', start);
-      const std::string item = sizes->substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      char* end = nullptr;
-      const long long n = std::strtoll(item.c_str(), &end, 10);
-      if (item.empty() || *end != '\0' || n < 1 || n > 1'000'000) {
-        return fail(Error::badInput("--hierarchical-cp-sizes: expected two positive sizes separated by a comma, got \"" + *sizes + "\""));
-      }
-      x.hierarchicalCpSizes.push_back(n);
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-  }
+  auto sizes = args.positiveIntegers("hierarchical-cp-sizes", "the all-to-all and ring sizes", 1'000'000);
+  if (!sizes) return fail(sizes.error());
+  x.hierarchicalCpSizes = *sizes;
   auto accumulation = parseGradAccumulation(args.value("grad-accumulation", "fused"));
   if (!accumulation) return fail(Error::badInput("--grad-accumulation: " + accumulation.error().message));
   x.gradAccumulation = *accumulation;
@@ -261,21 +249,13 @@ Result<void> offloadFromOptions(const Args& args, Offload& offload) {
 Result<void> stagesFromOptions(const Args& args, RecomputePolicy policy, Plan& plan) {
   const std::int64_t chunks = plan.parallel.pp * plan.parallel.virtualStages;
   const std::int64_t layers = plan.model.numLayers();
-  if (auto list = args.value("stages")) {
-    std::size_t start = 0;
-    while (start <= list->size()) {
-      const auto comma = list->find(',', start);
-      const std::string item = list->substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      char* end = nullptr;
-      const long long n = std::strtoll(item.c_str(), &end, 10);
-      if (item.empty() || *end != '\0' || n < 1) {
-        return fail(Error::badInput("--stages: expected positive layer counts separated by commas, got \"" + item + "\""));
-      }
+  if (args.has("stages")) {
+    auto counts = args.positiveIntegers("stages", "layer counts");
+    if (!counts) return fail(counts.error());
+    for (const std::int64_t n : *counts) {
       StagePlan stage;
       stage.layers = n;
       plan.stages.push_back(stage);
-      if (comma == std::string::npos) break;
-      start = comma + 1;
     }
   } else {
     if (layers % chunks != 0) {

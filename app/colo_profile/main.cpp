@@ -55,20 +55,8 @@ class Bar : public ProgressSink {
 };
 
 Result<std::vector<std::int64_t>> intList(const app::Args& args, const std::string& name, std::vector<std::int64_t> fallback) {
-  const auto text = args.value(name);
-  if (!text) return fallback;
-  std::vector<std::int64_t> out;
-  std::stringstream ss(*text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1) {
-      return fail(Error::badInput("--" + name + ": expected positive integers separated by commas, got \"" + *text + "\""));
-    }
-    out.push_back(v);
-  }
-  return out;
+  if (!args.has(name)) return fallback;
+  return args.positiveIntegers(name, "values");
 }
 
 Result<Model> modelArg(const app::Args& args) {

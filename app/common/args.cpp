@@ -74,6 +74,27 @@ Result<std::int64_t> Args::positiveInteger(const std::string& name, std::int64_t
   return out;
 }
 
+Result<std::vector<std::int64_t>> Args::positiveIntegers(const std::string& name, const std::string& what,
+                                                         std::int64_t max) const {
+  const auto text = value(name);
+  if (!text) return std::vector<std::int64_t>{};
+  std::vector<std::int64_t> out;
+  const char* item = text->data();
+  const char* const last = text->data() + text->size();
+  while (true) {
+    std::int64_t n = 0;
+    const auto [end, ec] = std::from_chars(item, last, n);
+    if (ec != std::errc() || end == item || n <= 0 || n > max || (end != last && *end != ',')) {
+      return fail(Error::badInput("--" + name + ": expected " + what + " (positive integers" +
+                                  (max < INT64_MAX ? " up to " + std::to_string(max) : std::string()) +
+                                  ") separated by commas, got \"" + *text + "\""));
+    }
+    out.push_back(n);
+    if (end == last) return out;
+    item = end + 1;
+  }
+}
+
 std::string describeOptions(const std::vector<OptionSpec>& specs) {
   std::string out;
   for (const auto& s : specs) {

@@ -291,6 +291,15 @@ TEST(ColoPlanEvaluate, InconsistentDegreesAreBadInputWithTheReason) {
       {"--tp 8 --pp 16 --vpp 3 --gbs 1544", "--gbs"},
       {"--tp 8 --pp 16", "missing --gbs"},
       {"--tp 8 --pp 16 --gbs 1536 --precision fp8", "--precision: A100-SXM4-80GB has no fp8 peak"},
+      // Comma lists: an empty item, a trailing comma, a sign or a suffix is refused whole.
+      {"--tp 8 --pp 2 --gbs 1536 --stages 48,", "--stages: expected layer counts (positive integers) separated by commas, got \"48,\""},
+      {"--tp 8 --pp 2 --gbs 1536 --stages 48,,48", "got \"48,,48\""},
+      {"--tp 8 --pp 2 --gbs 1536 --stages 48,+48", "got \"48,+48\""},
+      {"--tp 8 --pp 2 --gbs 1536 --stages 48,48x", "got \"48,48x\""},
+      {"--tp 8 --pp 16 --cp 2 --gbs 1536 --cp-comm-type a2a+p2p --hierarchical-cp-sizes 2,0",
+       "--hierarchical-cp-sizes: expected the all-to-all and ring sizes (positive integers up to 1000000) separated by commas, got \"2,0\""},
+      {"--tp 8 --pp 16 --cp 2 --gbs 1536 --cp-comm-type a2a+p2p --hierarchical-cp-sizes 2",
+       "--hierarchical-cp-sizes: a2a+p2p needs [all-to-all size, ring size] with a product of cp 2, got [2]"},
   };
   for (const auto& c : cases) {
     const auto r = run("evaluate --model gpt3-175b --cluster dgx-a100-80gb-x128 " + c.args);

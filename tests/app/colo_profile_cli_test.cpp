@@ -90,6 +90,13 @@ TEST_F(ColoProfileCli, ForeignFilesAreRefusedUntouched) {
   ss << in.rdbuf();
   EXPECT_EQ(ss.str(), std::string(1000, 'q'));
   EXPECT_EQ(profile("--model tiny-gpt --db x.sqlite --tp 0").exitCode, 2);
+  // A list with a trailing comma is refused whole, naming the option and its value, and creates no file.
+  const std::string fresh = dir.path("fresh.sqlite");
+  const auto trailing = profile("--model tiny-gpt --db " + fresh + " --tp 1,2,");
+  EXPECT_EQ(trailing.exitCode, 2);
+  EXPECT_NE(trailing.err.find("--tp: expected values (positive integers) separated by commas, got \"1,2,\""), std::string::npos)
+      << trailing.err;
+  EXPECT_FALSE(std::filesystem::exists(fresh));
 }
 
 TEST_F(ColoProfileCli, CalibrateFitsTheUsersRunsAndEvaluateAppliesIt) {
