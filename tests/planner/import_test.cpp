@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
-#include <set>
+#include <map>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -42,6 +42,16 @@ Plan basePlan(const std::string& model, const std::string& cluster, std::int64_t
 }
 
 // What an export carries and an import must give back.
+// The rules of Megatron-LM's argument schema that `args` breaks on `gpus` GPUs, each with its message
+// (empty: Megatron would start).
+std::map<std::string, std::string> megatronRules(const std::string& args, std::int64_t gpus) {
+  auto schema = loadExportSchema("megatron-lm");
+  if (!schema) return {{"schema", schema.error().toString()}};
+  std::map<std::string, std::string> rules;
+  for (const auto& problem : checkMegatronArguments(args, *schema, gpus)) rules.emplace(problem.rule, problem.message);
+  return rules;
+}
+
 void expectSamePlan(const Plan& a, const Plan& b, const std::string& what, bool execution = true) {
   SCOPED_TRACE(what);
   EXPECT_EQ(a.parallel.tp, b.parallel.tp);
@@ -139,11 +149,7 @@ TEST(Import, MegatronMoeDispatchAndExpertOverlapSurviveExportAndImport) {
                            "--moe-grouped-gemm"}) {
     EXPECT_NE(args->find(flag), std::string::npos) << flag << "\n" << *args;
   }
-  auto schema = loadExportSchema("megatron-lm");
-  ASSERT_TRUE(schema) << schema.error().toString();
-  for (const auto& problem : checkMegatronArguments(*args, *schema, p.cluster.totalGpus())) {
-    ADD_FAILURE() << problem.rule << ": " << problem.message;
-  }
+  EXPECT_EQ(megatronRules(*args, p.cluster.totalGpus()), (std::map<std::string, std::string>{}));
   auto back = importMegatron(*args, ImportContext{p.cluster, p.model, 0, 0});
   ASSERT_TRUE(back) << back.error().toString();
   expectSamePlan(p, *back, "mixtral deepep");
@@ -154,16 +160,12 @@ TEST(Import, MegatronMoeDispatchAndExpertOverlapSurviveExportAndImport) {
     EXPECT_FALSE(other->execution.teGroupedGemm) << extra;
   }
   // The schema's rules: the overlap needs virtual stages under pipelining; DeepEP needs flex.
-  std::set<std::string> rules;
   std::string piped = *args;
   piped.replace(piped.find("--pipeline-model-parallel-size 1"), 32, "--pipeline-model-parallel-size 2");
-  for (const auto& problem : checkMegatronArguments(piped, *schema, 64)) rules.insert(problem.rule);
-  EXPECT_TRUE(rules.contains("ep_overlap"));
+  EXPECT_TRUE(megatronRules(piped, 64).contains("ep_overlap"));
   std::string plainA2a = *args;
   plainA2a.replace(plainA2a.find("--moe-token-dispatcher-type flex"), 32, "--moe-token-dispatcher-type alltoall --moe-enable-deepep");
-  rules.clear();
-  for (const auto& problem : checkMegatronArguments(plainA2a, *schema, 64)) rules.insert(problem.rule);
-  EXPECT_TRUE(rules.contains("deepep_flex"));
+  EXPECT_TRUE(megatronRules(plainA2a, 64).contains("deepep_flex"));
 }
 
 TEST(Import, MegatronHierarchicalContextParallelismSurvivesExportAndImport) {
@@ -178,11 +180,7 @@ TEST(Import, MegatronHierarchicalContextParallelismSurvivesExportAndImport) {
   ASSERT_TRUE(args) << args.error().toString();
   EXPECT_NE(args->find("--cp-comm-type a2a+p2p"), std::string::npos) << *args;
   EXPECT_NE(args->find("--hierarchical-context-parallel-sizes 2 2"), std::string::npos) << *args;
-  auto schema = loadExportSchema("megatron-lm");
-  ASSERT_TRUE(schema) << schema.error().toString();
-  for (const auto& problem : checkMegatronArguments(*args, *schema, p.cluster.totalGpus())) {
-    ADD_FAILURE() << problem.rule << ": " << problem.message;
-  }
+  EXPECT_EQ(megatronRules(*args, p.cluster.totalGpus()), (std::map<std::string, std::string>{}));
   auto back = importMegatron(*args, ImportContext{p.cluster, p.model, 0, 0});
   ASSERT_TRUE(back) << back.error().toString();
   expectSamePlan(p, *back, "hierarchical cp");
@@ -202,14 +200,10 @@ TEST(Import, MegatronHierarchicalContextParallelismSurvivesExportAndImport) {
   // Without the sizes Megatron refuses a2a+p2p; with sizes that do not multiply to cp too.
   std::string missing = *args;
   missing.replace(missing.find("--hierarchical-context-parallel-sizes 2 2"), 41, "");
-  std::set<std::string> rules;
-  for (const auto& problem : checkMegatronArguments(missing, *schema, 64)) rules.insert(problem.rule);
-  EXPECT_TRUE(rules.contains("cp_a2ap2p"));
+  EXPECT_TRUE(megatronRules(missing, 64).contains("cp_a2ap2p"));
   std::string odd = *args;
   odd.replace(odd.find("--hierarchical-context-parallel-sizes 2 2"), 41, "--hierarchical-context-parallel-sizes 2 3");
-  rules.clear();
-  for (const auto& problem : checkMegatronArguments(odd, *schema, 64)) rules.insert(problem.rule);
-  EXPECT_TRUE(rules.contains("cp_a2ap2p"));
+  EXPECT_TRUE(megatronRules(odd, 64).contains("cp_a2ap2p"));
 }
 
 TEST(Import, MegatronsTransformerEngineLossFusionIsTheInPlaceFusedLoss) {
