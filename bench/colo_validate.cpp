@@ -205,11 +205,15 @@ colo::Result<KernelLines> checkKernelTables(const std::string& folder) {
   for (const auto& b : *benches) {
     auto c = colo::validation::checkKernelBenchmark(b);
     if (!c) return colo::fail(c.error());
-    const bool gemm = b.block == colo::validation::KernelBlock::kGemm;
-    std::string line = "  " + b.id + (gemm ? " (time of each GEMM shape)" : " (speedup of float8 over bf16)") +
+    using colo::validation::KernelBlock;
+    const bool speedup = b.block == KernelBlock::kLayerNormLinearSigmoid;
+    const char* what = speedup                             ? " (speedup of float8 over bf16)"
+                       : b.block == KernelBlock::kGemm ? " (time of each GEMM shape)"
+                                                       : " (time of each fused attention shape, forward and backward)";
+    std::string line = "  " + b.id + what +
                        ": |error| mean " + colo::formatFixed(100 * c->meanAbsError, 1) + "%, median signed " +
                        colo::formatFixed(100 * c->medianSigned, 1) + "%";
-    if (!gemm) line += ", same side of 1 in " + colo::formatFixed(100 * c->sameSide, 0) + "%";
+    if (speedup) line += ", same side of 1 in " + colo::formatFixed(100 * c->sameSide, 0) + "%";
     out.lines.push_back(line + " of " + std::to_string(c->shapes) + " shapes");
   }
   return out;

@@ -19,6 +19,123 @@ Error bad(const std::string& file, const std::string& path, const std::string& m
   return Error::badInput(message, file, path);
 }
 
+bool whole(const Json& v, double most) {
+  return v.is_number() && v.get<double>() >= 1 && v.get<double>() <= most && v.get<double>() == std::floor(v.get<double>());
+}
+bool within(const Json& v, double least, double most) {
+  return v.is_number() && v.get<double>() >= least && v.get<double>() <= most;
+}
+constexpr double kSide = 16777216.0;  // 2^24
+
+// One block's file format: its own optional key, and how a point is checked and read.
+struct BlockFormat {
+  KernelBlock block;
+  const char* name;
+  const char* ownKey;  // the one key only this block has
+  const char* shape;   // the point's columns, for messages
+  const char* ranges;  // what each column may hold, for messages
+  std::size_t columns;
+  bool (*valid)(const Json& p);
+  KernelPoint (*read)(const Json& p);
+};
+
+// Sides from 1 to 2^24 (whole numbers) and a speedup from 0.001 to 100.
+bool validBlock(const Json& p) { return whole(p[0], kSide) && whole(p[1], kSide) && whole(p[2], kSide) && within(p[3], 0.001, 100); }
+KernelPoint readBlock(const Json& p) { return {p[0].get<double>(), p[1].get<double>(), p[2].get<double>(), p[3].get<double>()}; }
+
+// Up to 65,536 groups, 0, 4 or 8 accumulated bytes, and from 0.001 to 100,000 TFLOP/s.
+bool validGemm(const Json& p) {
+  return whole(p[0], 65536.0) && whole(p[1], kSide) && whole(p[2], kSide) && whole(p[3], kSide) && p[4].is_number() &&
+         (p[4].get<double>() == 0 || p[4].get<double>() == 4 || p[4].get<double>() == 8) && within(p[5], 0.001, 100000);
+}
+KernelPoint readGemm(const Json& p) {
+  KernelPoint point;
+  point.groups = p[0].get<double>();
+  point.m = p[1].get<double>();
+  point.n = p[2].get<double>();
+  point.k = p[3].get<double>();
+  point.accumulateBytes = p[4].get<double>();
+  point.tflops = p[5].get<double>();
+  return point;
+}
+
+// Batch up to 65,536, sequence up to 2^24, up to 4,096 heads (key/value heads dividing them), head dims
+// up to 1,024, times from 0.01 us to 1e9 us.
+bool validAttention(const Json& p) {
+  const bool shape = whole(p[0], 65536.0) && whole(p[1], kSide) && whole(p[2], 4096.0) && whole(p[3], 4096.0) &&
+                     whole(p[4], 1024.0) && whole(p[5], 1024.0) && within(p[6], 0.01, 1e9) && within(p[7], 0.01, 1e9);
+  return shape && std::fmod(p[2].get<double>(), p[3].get<double>()) == 0;
+}
+KernelPoint readAttention(const Json& p) {
+  KernelPoint point;
+  point.batch = p[0].get<double>();
+  point.seq = p[1].get<double>();
+  point.heads = p[2].get<double>();
+  point.kvHeads = p[3].get<double>();
+  point.headDim = p[4].get<double>();
+  point.valueDim = p[5].get<double>();
+  point.forwardSeconds = p[6].get<double>() * 1e-6;
+  point.backwardSeconds = p[7].get<double>() * 1e-6;
+  return point;
+}
+
+constexpr BlockFormat kFormats[] = {
+    {KernelBlock::kLayerNormLinearSigmoid, "layernorm_linear_sigmoid", "recipe", "[M, K, N, speedup]",
+     "whole sides from 1 to 16777216 and a speedup from 0.001 to 100", 4, validBlock, readBlock},
+    {KernelBlock::kGemm, "gemm", "streams", "[groups, m, n, k, accumulate_bytes, tflops]",
+     "whole groups from 1 to 65536 and sides from 1 to 16777216, accumulate_bytes 0, 4 or 8, tflops from 0.001 to 100000", 6,
+     validGemm, readGemm},
+    {KernelBlock::kAttention, "attention", nullptr, "[batch, seq, heads, kv_heads, d_qk, d_v, forward_us, backward_us]",
+     "whole batch from 1 to 65536, seq from 1 to 16777216, heads and kv_heads from 1 to 4096 (kv_heads dividing heads), "
+     "head dims from 1 to 1024, times from 0.01 to 1e9 us",
+     8, validAttention, readAttention},
+};
+
+Result<const BlockFormat*> formatOf(const std::string& file, const std::string& block) {
+  for (const auto& f : kFormats) {
+    if (block == f.name) return &f;
+  }
+  return fail(bad(file, "/block", "block: expected \"layernorm_linear_sigmoid\", \"gemm\" or \"attention\", got \"" + block + "\""));
+}
+
+// The block's own key: layernorm_linear_sigmoid's float8 recipe, gemm's streams.
+Result<void> readOwnKey(const Json& doc, const std::string& file, KernelBenchmark& b) {
+  if (b.block == KernelBlock::kLayerNormLinearSigmoid) {
+    const bool given = doc.contains("recipe") && doc["recipe"].is_string();
+    auto parsed = parseFloat8Recipe(given ? doc["recipe"].get<std::string>() : std::string());
+    if (!given || !parsed || *parsed == Float8Recipe::kTransformerEngine) {
+      return fail(bad(file, "/recipe", "recipe: expected tensorwise, rowwise or rowwise_with_gw_hp, got " +
+                                           (doc.contains("recipe") ? describeJsonValue(doc["recipe"]) : std::string("nothing"))));
+    }
+    b.recipe = *parsed;
+  } else if (b.block == KernelBlock::kGemm && doc.contains("streams")) {
+    const Json& streams = doc["streams"];
+    if (!streams.is_number() || !(streams.get<double>() >= 0) || streams.get<double>() > 64 ||
+        streams.get<double>() != std::floor(streams.get<double>())) {
+      return fail(bad(file, "/streams", "streams: expected a whole number from 0 to 64, got " + describeJsonValue(streams)));
+    }
+    b.streams = static_cast<int>(streams.get<double>());
+  }
+  return {};
+}
+
+Result<void> readPoints(const Json& doc, const std::string& file, const BlockFormat& format, KernelBenchmark& b) {
+  if (!doc.contains("points") || !doc["points"].is_array() || doc["points"].empty()) {
+    return fail(bad(file, "/points", std::string("points: expected a non-empty array of ") + format.shape + ", got " +
+                                         (doc.contains("points") ? describeJsonValue(doc["points"]) : "nothing")));
+  }
+  const Json& points = doc["points"];
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const Json& p = points[i];
+    if (!p.is_array() || p.size() != format.columns || !format.valid(p)) {
+      return fail(bad(file, "/points/" + std::to_string(i), "points[" + std::to_string(i) + "]: expected " + format.shape + ": " +
+                                                                format.ranges + ", got " + describeJsonValue(p)));
+    }
+    b.points.push_back(format.read(p));
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<KernelBenchmark> loadKernelBenchmark(const std::string& file) {
@@ -46,82 +163,24 @@ Result<KernelBenchmark> loadKernelBenchmark(const std::string& file) {
   b.cluster = *cluster;
   auto block = text("block");
   if (!block) return fail(block.error());
-  if (*block == "layernorm_linear_sigmoid") {
-    b.block = KernelBlock::kLayerNormLinearSigmoid;
-  } else if (*block == "gemm") {
-    b.block = KernelBlock::kGemm;
-  } else {
-    return fail(bad(file, "/block", "block: expected \"layernorm_linear_sigmoid\" or \"gemm\", got \"" + *block + "\""));
-  }
+  auto format = formatOf(file, *block);
+  if (!format) return fail(format.error());
+  b.block = (*format)->block;
   if (doc->contains("source") && (*doc)["source"].is_object() && (*doc)["source"].contains("citation") &&
       (*doc)["source"]["citation"].is_string()) {
     b.citation = (*doc)["source"]["citation"].get<std::string>();
   }
-  if (b.block == KernelBlock::kLayerNormLinearSigmoid) {
-    auto recipe = text("recipe");
-    if (!recipe) return fail(recipe.error());
-    auto parsed = parseFloat8Recipe(*recipe);
-    if (!parsed || *parsed == Float8Recipe::kTransformerEngine) {
-      return fail(bad(file, "/recipe", "recipe: expected tensorwise, rowwise or rowwise_with_gw_hp, got \"" + *recipe + "\""));
-    }
-    b.recipe = *parsed;
-  } else if (doc->contains("streams")) {
-    const Json& streams = (*doc)["streams"];
-    if (!streams.is_number() || !(streams.get<double>() >= 0) || streams.get<double>() > 64 ||
-        streams.get<double>() != std::floor(streams.get<double>())) {
-      return fail(bad(file, "/streams", "streams: expected a whole number from 0 to 64, got " + describeJsonValue(streams)));
-    }
-    b.streams = static_cast<int>(streams.get<double>());
-  }
-  const bool gemm = b.block == KernelBlock::kGemm;
-  // A key of the other block, or one misspelt ("stream"), would be read as its default: refused instead.
+  // A key of another block, or one misspelt ("stream"), would be read as its default: refused instead.
+  const std::string own = (*format)->ownKey ? (*format)->ownKey : "";
   for (const auto& [key, value] : doc->items()) {
     static const std::set<std::string> common{"format", "id", "source", "cluster", "block", "measured", "columns", "points"};
-    if (common.contains(key) || key == (gemm ? "streams" : "recipe")) continue;
+    if (common.contains(key) || key == own) continue;
     return fail(bad(file, "/" + key, "unknown key \"" + key + "\" for block \"" + *block + "\" (expected " +
-                                         (gemm ? "streams" : "recipe") + ", format, id, source, cluster, block, measured, columns, points)"));
+                                         (own.empty() ? std::string() : own + ", ") +
+                                         "format, id, source, cluster, block, measured, columns, points)"));
   }
-  const char* shape = gemm ? "[groups, m, n, k, accumulate_bytes, tflops]" : "[M, K, N, speedup]";
-  if (!doc->contains("points") || !(*doc)["points"].is_array() || (*doc)["points"].empty()) {
-    return fail(bad(file, "/points", std::string("points: expected a non-empty array of ") + shape + ", got " +
-                                         (doc->contains("points") ? describeJsonValue((*doc)["points"]) : "nothing")));
-  }
-  const Json& points = (*doc)["points"];
-  auto whole = [](const Json& v, double most) {
-    return v.is_number() && v.get<double>() >= 1 && v.get<double>() <= most && v.get<double>() == std::floor(v.get<double>());
-  };
-  for (std::size_t i = 0; i < points.size(); ++i) {
-    const Json& p = points[i];
-    const std::string where = "/points/" + std::to_string(i);
-    // Sides from 1 to 2^24 (whole numbers); a speedup from 0.001 to 100; up to 65,536 groups, 0, 4 or 8
-    // accumulated bytes, and from 0.001 to 100,000 TFLOP/s.
-    bool ok = p.is_array() && p.size() == (gemm ? 6u : 4u);
-    if (ok && gemm) {
-      ok = whole(p[0], 65536.0) && whole(p[1], 16777216.0) && whole(p[2], 16777216.0) && whole(p[3], 16777216.0) &&
-           p[4].is_number() && (p[4].get<double>() == 0 || p[4].get<double>() == 4 || p[4].get<double>() == 8) &&
-           p[5].is_number() && p[5].get<double>() >= 0.001 && p[5].get<double>() <= 100000;
-    } else if (ok) {
-      ok = whole(p[0], 16777216.0) && whole(p[1], 16777216.0) && whole(p[2], 16777216.0) && p[3].is_number() &&
-           p[3].get<double>() >= 0.001 && p[3].get<double>() <= 100;
-    }
-    if (!ok) {
-      const char* ranges = gemm ? "whole groups from 1 to 65536 and sides from 1 to 16777216, accumulate_bytes 0, 4 or 8, tflops from 0.001 to 100000"
-                                : "whole sides from 1 to 16777216 and a speedup from 0.001 to 100";
-      return fail(bad(file, where, "points[" + std::to_string(i) + "]: expected " + shape + ": " + ranges + ", got " + describeJsonValue(p)));
-    }
-    KernelPoint point;
-    if (gemm) {
-      point.groups = p[0].get<double>();
-      point.m = p[1].get<double>();
-      point.n = p[2].get<double>();
-      point.k = p[3].get<double>();
-      point.accumulateBytes = p[4].get<double>();
-      point.tflops = p[5].get<double>();
-    } else {
-      point = {p[0].get<double>(), p[1].get<double>(), p[2].get<double>(), p[3].get<double>()};
-    }
-    b.points.push_back(point);
-  }
+  if (auto ok = readOwnKey(*doc, file, b); !ok) return fail(ok.error());
+  if (auto ok = readPoints(*doc, file, **format, b); !ok) return fail(ok.error());
   return b;
 }
 
@@ -183,7 +242,20 @@ double gemmPointSeconds(const KernelBenchmark& bench, const costmodel::DeviceMod
   return std::max(seconds, io / d.memoryBytesPerSecond);
 }
 
+// As the evaluator costs fused attention (layer_cost.cpp): the causal mask leaves half of the
+// query-key pairs; Q.K^T over the query/key head dim, P.V over the value head dim.
+costmodel::FusedAttentionSeconds attentionPointSeconds(const costmodel::DeviceModel& d, const KernelPoint& p) {
+  const double flops = p.batch * p.heads * p.seq * p.seq * (p.headDim + p.valueDim);
+  return costmodel::fusedAttentionSeconds(flops, d, p.headDim);
+}
+
 }  // namespace
+
+Result<costmodel::FusedAttentionSeconds> predictAttention(const KernelBenchmark& bench, const KernelPoint& point) {
+  auto gpu = gpuOf(bench);
+  if (!gpu) return fail(gpu.error());
+  return attentionPointSeconds(costmodel::deviceModel(*gpu, DType::kBf16), point);
+}
 
 Result<double> predictGemm(const KernelBenchmark& bench, const KernelPoint& point) {
   auto gpu = gpuOf(bench);
@@ -215,6 +287,12 @@ Result<KernelCheck> checkKernelBenchmark(const KernelBenchmark& bench) {
   if (!gpu) return fail(gpu.error());
   const costmodel::DeviceModel bf16 = costmodel::deviceModel(*gpu, DType::kBf16);
   for (const auto& p : bench.points) {
+    if (bench.block == KernelBlock::kAttention) {
+      const auto predicted = attentionPointSeconds(bf16, p);
+      signedErrors.push_back(predicted.forward / p.forwardSeconds - 1.0);
+      signedErrors.push_back(predicted.backward / p.backwardSeconds - 1.0);
+      continue;
+    }
     if (bench.block == KernelBlock::kGemm) {
       const double measured = 2.0 * p.groups * p.m * p.n * p.k / (p.tflops * 1e12);
       signedErrors.push_back(gemmPointSeconds(bench, bf16, p) / measured - 1.0);
@@ -225,10 +303,10 @@ Result<KernelCheck> checkKernelBenchmark(const KernelBenchmark& bench) {
     signedErrors.push_back(predicted / p.speedup - 1.0);
     if ((predicted >= 1.0) == (p.speedup >= 1.0)) ++same;
   }
-  c.shapes = signedErrors.size();
-  if (c.shapes == 0) return c;
+  c.shapes = bench.points.size();
+  if (signedErrors.empty()) return c;
   for (double e : signedErrors) c.meanAbsError += std::abs(e);
-  c.meanAbsError /= static_cast<double>(c.shapes);
+  c.meanAbsError /= static_cast<double>(signedErrors.size());
   c.medianSigned = medianOf(signedErrors);
   c.sameSide = static_cast<double>(same) / static_cast<double>(c.shapes);
   return c;

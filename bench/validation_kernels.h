@@ -14,6 +14,7 @@
 
 #include "colo/core/error.h"
 #include "colo/core/plan.h"
+#include "colo/costmodel/op_cost.h"
 
 namespace colo::validation {
 
@@ -26,17 +27,24 @@ enum class KernelBlock {
   /// figure is the achieved TFLOP/s. `streams` says how the groups run (0: one grouped kernel; else one
   /// GEMM each over that many streams, Transformer Engine's GroupedLinear).
   kGemm,
+  /// One fused attention call (Transformer Engine's DotProductAttention, causal, bf16), forward and
+  /// backward; the measured figures are the two passes' times.
+  kAttention,
 };
 
 /// One measured shape. layernorm_linear_sigmoid: the forward GEMM [m, k] x [k, n] and the measured
 /// speedup. gemm: groups x [m, k] x [k, n], the bytes per output element an accumulating GEMM reads and
-/// writes (0: none; 8: an fp32 main_grad, 4: a bf16 one), and the measured TFLOP/s.
+/// writes (0: none; 8: an fp32 main_grad, 4: a bf16 one), and the measured TFLOP/s. attention: batch,
+/// sequence, query and key/value heads, the query/key and value head dims, and the measured seconds of
+/// the forward and the backward.
 struct KernelPoint {
   double m = 0, k = 0, n = 0;
   double speedup = 0;
   double groups = 1;
   double accumulateBytes = 0;
   double tflops = 0;
+  double batch = 0, seq = 0, heads = 0, kvHeads = 0, headDim = 0, valueDim = 0;
+  double forwardSeconds = 0, backwardSeconds = 0;
 };
 
 /// A measured table, on the GPU of a library cluster.
@@ -64,10 +72,15 @@ struct BlockSeconds {
 /// gemm: the predicted seconds of one point, as the evaluator costs it (op_cost.h).
 [[nodiscard]] Result<double> predictGemm(const KernelBenchmark& bench, const KernelPoint& point);
 
-/// How the predictions compare with the measurements: speedups (layernorm_linear_sigmoid) or times (gemm).
+/// attention: the predicted forward and backward seconds of one point, as the evaluator costs a fused
+/// attention kernel (op_cost.h).
+[[nodiscard]] Result<costmodel::FusedAttentionSeconds> predictAttention(const KernelBenchmark& bench, const KernelPoint& point);
+
+/// How the predictions compare with the measurements: speedups (layernorm_linear_sigmoid) or times (gemm;
+/// attention, each pass a figure of its own).
 struct KernelCheck {
   std::size_t shapes = 0;
-  double meanAbsError = 0;  ///< mean of |predicted / measured - 1|
+  double meanAbsError = 0;  ///< mean of |predicted / measured - 1| (attention: over both passes of every shape)
   double medianSigned = 0;  ///< median of (predicted / measured - 1)
   double sameSide = 0;      ///< layernorm_linear_sigmoid: share of shapes where both say float8 wins (or both loses)
 };

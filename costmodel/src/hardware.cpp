@@ -33,8 +33,10 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision, bool flashAttention
   // communication runs 18.9% slower on average (40% at most) than alone. NCCL runs one CTA per channel,
   // 16-32 of an H100's 132 SMs, and a GEMM sized to the full SM count then needs an extra wave.
   d.overlapSlowdown = 0.19;
-  // FlashAttention-2's shares where they differ from the fused kernels above (Hopper and later).
+  // FlashAttention-2's shares where they differ from the fused kernels above (Hopper and later), and the
+  // fused kernels' shares at a query/key head dim above 128 where they were measured apart.
   std::optional<std::pair<double, double>> flash2;
+  std::optional<std::pair<double, double>> wide;
   if (contains(name, "V100")) {
     d.gemmEfficiency = 0.70;  // cuBLAS fp16 HGEMM ~85-90 of 125 TFLOP/s on large shapes at boost clock
     d.flashFwdEfficiency = 0.45;
@@ -66,8 +68,14 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision, bool flashAttention
     // bf16: torch.matmul on B200 reaches 1.41-1.45 of 2.25 PFLOP/s on 4096^3-8192^3 (pytorch/ao PR 2427's
     // bench_matmul table, June 2025); fp8 provisional (Hopper's share).
     d.gemmEfficiency = precision == DType::kFp8 ? 0.60 : 0.542;
+    // Fused attention: Hopper's shares at head dim 128 (Transformer Engine's cuDNN kernels on B200
+    // measured 0.55 forward and 0.46 backward; docs/costmodel.md, "Fused attention on B200", says why the
+    // backward stays 0.42). At DeepSeek's latent attention (query/key head dim 192, values 128) the same
+    // measurement (SimuMax v1.2, B200 system file, sdp_fwd/sdp_bwd; data/validation/published/kernels/
+    // simumax_b200_attention.json) gives 0.46 forward and 0.35 backward of the clock-held peak.
     d.flashFwdEfficiency = 0.55;
     d.flashBwdEfficiency = 0.42;
+    wide = {0.46, 0.35};
     flash2 = {0.364, 0.318};  // provisional: Hopper's shares (no Blackwell figure published)
     d.memoryBytesPerSecond = gpu.hbmBytesPerSecond * 0.666;
     d.streamingProcessors = 148;
@@ -82,7 +90,10 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision, bool flashAttention
   if (flashAttention2 && flash2) {
     d.flashFwdEfficiency = flash2->first;
     d.flashBwdEfficiency = flash2->second;
+    wide.reset();  // FlashAttention-2's wide-head kernels were not measured apart
   }
+  d.flashWideFwdEfficiency = wide ? wide->first : d.flashFwdEfficiency;
+  d.flashWideBwdEfficiency = wide ? wide->second : d.flashBwdEfficiency;
   if (contains(name, "cpu") || contains(name, "CPU")) {
     // A host CPU through LibTorch: BLAS GEMMs reach well below the FMA peak; eager ops cost ~10 us each.
     d.gemmEfficiency = 0.6;

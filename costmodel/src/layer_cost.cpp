@@ -749,9 +749,9 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
                            : scores->window > 0 ? 1.0 - (static_cast<double>(scores->window) - 1.0) / (2.0 * m)
                                                 : 0.5;
     const double work = density * flops;
-    const double rate = device.attentionPeakFlopsPerSecond * device.sustainedClock;
-    double fwd = std::max(floor, work / (rate * device.flashFwdEfficiency));
-    double bwd = std::max(floor, 2.5 * work / (rate * device.flashBwdEfficiency));
+    const auto t = fusedAttentionSeconds(work, device, static_cast<double>(scores->k));
+    double fwd = t.forward;
+    double bwd = t.backward;
     applyMeasured(c, [&] { return flashKernel(layer, c); }, fwd, bwd, counts);
     out.fwd += fwd;
     out.bwd += bwd;

@@ -20,14 +20,16 @@ double streamSeconds(double bytes, const DeviceModel& device) {
   return std::max(device.kernelFloorSeconds, bytes / device.memoryBytesPerSecond);
 }
 
-FusedAttentionSeconds fusedAttentionSeconds(double flops, const DeviceModel& device) {
+FusedAttentionSeconds fusedAttentionSeconds(double flops, const DeviceModel& device, double headDim) {
   if (flops <= 0) return {};
-  // As the evaluator's FlashAttention (layer_cost.cpp): attention's own peak, the sustained clock and
-  // the fused kernels' measured shares of it.
+  // Attention's own peak, the sustained clock and the fused kernels' measured shares of it (their
+  // wide-head shares above a query/key head dim of 128).
   const double rate = device.attentionPeakFlopsPerSecond * device.sustainedClock;
   const double floor = device.kernelFloorSeconds;
-  return {std::max(floor, flops / (rate * device.flashFwdEfficiency)),
-          std::max(floor, 2.5 * flops / (rate * device.flashBwdEfficiency))};
+  const bool wide = headDim > 128;
+  const double forward = wide ? device.flashWideFwdEfficiency : device.flashFwdEfficiency;
+  const double backward = wide ? device.flashWideBwdEfficiency : device.flashBwdEfficiency;
+  return {std::max(floor, flops / (rate * forward)), std::max(floor, 2.5 * flops / (rate * backward))};
 }
 
 namespace {

@@ -362,7 +362,7 @@ class Coster {
 
   void attention() {
     if (m_c.flash) {
-      const auto t = costmodel::fusedAttentionSeconds(m_unit.flops * m_b / (tokenSplit() * m_out), m_c.device);
+      const auto t = costmodel::fusedAttentionSeconds(m_unit.flops * m_b / (tokenSplit() * m_out), m_c.device, m_unit.k);
       m_s.fwd = t.forward;
       m_s.bwd = t.backward;
       m_s.opsFwd = 1;  // one fused kernel each way

@@ -68,14 +68,20 @@ TEST(ColoValidateCli, KernelTablesBesideTheRowsAreCheckedAndABadOneIsExit2) {
   dir.write("kernels/gemm.json", R"({"format": "colo.kernel-benchmark/1", "id": "expert_gemms", "cluster": "dgx-b200",
           "block": "gemm", "streams": 4, "points": [[20, 1232, 3072, 5120, 0, 1150], [20, 5120, 3072, 1232, 8, 860],
           [40, 616, 3072, 5120, 0, 1050]]})");
+  dir.write("kernels/attention.json", R"({"format": "colo.kernel-benchmark/1", "id": "latent_attention", "cluster": "dgx-b200",
+          "block": "attention", "points": [[1, 4096, 128, 128, 192, 128, 735.4, 2376.62]]})");
   const auto r = test::runProgram("colo-validate", dir.path(""));
   ASSERT_EQ(r.exitCode, 0) << r.err;
   EXPECT_NE(r.out.find("kernel benchmarks"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("latent_attention (time of each fused attention shape, forward and backward): |error| mean"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("of 1 shapes"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("small_table (speedup of float8 over bf16): |error| mean"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("of 2 shapes"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("expert_gemms (time of each GEMM shape): |error| mean"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("of 3 shapes"), std::string::npos) << r.out;
   std::filesystem::remove(dir.path("kernels/gemm.json"));
+  std::filesystem::remove(dir.path("kernels/attention.json"));
   // A malformed table stops the report, naming the file, the field and the value.
   Json broken = Json::parse(table);
   broken["points"][1][2] = "wide";

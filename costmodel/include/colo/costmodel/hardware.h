@@ -20,6 +20,10 @@ struct DeviceModel {
   double sustainedClock = 1;       ///< share of the boost clock held under sustained tensor-core load
   double flashFwdEfficiency = 0;   ///< share of peak a fused attention forward reaches
   double flashBwdEfficiency = 0;   ///< share of peak a fused attention backward reaches
+  /// The same two shares at a query/key head dim above 128 (DeepSeek's latent attention: 192), where the
+  /// kernels tile the sequence in smaller blocks; the shares above where nothing was measured.
+  double flashWideFwdEfficiency = 0;
+  double flashWideBwdEfficiency = 0;
   double memoryBytesPerSecond = 0; ///< achievable device-memory bandwidth
   /// The host issues kernels to a separate device, which can run ahead of it or wait for it (false on a
   /// CPU, whose per-op cost is already its kernel floor). Kept between 8-byte members on purpose: a

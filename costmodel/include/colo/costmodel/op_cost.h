@@ -26,11 +26,12 @@ namespace colo::costmodel {
 [[nodiscard]] double streamSeconds(double bytes, const DeviceModel& device);
 
 /// Forward and backward seconds of fused (Flash) attention doing `flops` of score and context products
-/// forward after any causal or window mask (the backward does 2.5 times the forward's work).
+/// forward after any causal or window mask (the backward does 2.5 times the forward's work), at a
+/// query/key head dim of `headDim` (above 128 the device's wide-head shares apply).
 struct FusedAttentionSeconds {
   double forward = 0, backward = 0;
 };
-[[nodiscard]] FusedAttentionSeconds fusedAttentionSeconds(double flops, const DeviceModel& device);
+[[nodiscard]] FusedAttentionSeconds fusedAttentionSeconds(double flops, const DeviceModel& device, double headDim);
 
 /// torchao's float8 casts around `linears` nn.Linear layers that share one input (torchtitan's float8
 /// converter; a fused GEMM of colo's graph, such as qkv, stands for several): the kernels each recipe runs
