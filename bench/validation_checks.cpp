@@ -147,7 +147,7 @@ Result<void> checkSettings(const Json& settings, const std::string& file, const 
     } else if (key == "sequence_parallel" || key == "overlap_grad_reduce" || key == "overlap_param_gather" ||
                key == "tp_comm_overlap" || key == "no_grad_accumulation" || key == "fp32_params" ||
                key == "fused_cross_entropy" || key == "te_dummy_wgrads" || key == "fused_bias_grad" || key == "te_grouped_gemm" ||
-               key == "cross_entropy_in_place" || key == "per_parameter_gathers" || key == "grad_nan_check" || key == "torch_cross_entropy" ||
+               key == "cross_entropy_in_place" || key == "per_parameter_gathers" || key == "grad_nan_check" || key == "torch_cross_entropy" || key == "native_fused_cross_entropy" ||
                key == "overlap_p2p_comm") {
       if (!value.is_boolean()) return bad("must be true or false");
     } else if (key == "unfused_kernels" || key == "compiled_unfused_kernels") {

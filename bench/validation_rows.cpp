@@ -514,6 +514,8 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
   p.execution.perParameterGathers = flag("per_parameter_gathers");
   p.execution.crossEntropyInPlace = flag("cross_entropy_in_place");
   p.execution.torchCrossEntropy = flag("torch_cross_entropy") && !p.execution.fusedCrossEntropy;
+  p.execution.nativeFusedCrossEntropy =
+      flag("native_fused_cross_entropy") && !p.execution.fusedCrossEntropy && !p.execution.torchCrossEntropy;
   if (set.pick("host_us_per_op").is_number()) p.execution.hostMicrosecondsPerOp = set.pick("host_us_per_op").get<double>();
   // How micro-batch gradients are summed: one mode, or one per precision ({"bf16": ..., "fp16": ...}),
   // as DeepSpeed's BF16 and FP16 optimizers differ.

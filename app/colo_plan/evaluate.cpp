@@ -59,6 +59,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"te-grouped-gemm", "", "an expert layer's GEMMs as Transformer Engine's GroupedLinear runs them (Megatron-Core's --moe-grouped-gemm): one cuBLAS GEMM per local expert over four streams; otherwise one grouped kernel (torchtitan's torch._grouped_mm)"},
       {"unfused-kernels", "OPS", "ops the framework runs as PyTorch's eager decompositions, not one fused kernel each: all (torchtitan without compile, Hugging Face models), or a comma list of rmsnorm, final_rmsnorm (the norm after the last block: torchtitan's compiled runs), rotary, gated_activation (default: none, as Megatron, Transformer Engine and torch.compile)"},
       {"torch-cross-entropy", "", "the loss is PyTorch's F.cross_entropy on fp32 logits (torchtitan, Hugging Face): its backward holds two fp32 gradients of the logits beside the saved log-probabilities"},
+      {"native-fused-cross-entropy", "", "the loss is Megatron-Core's native fusion of its vocab-parallel cross-entropy (--cross-entropy-loss-fusion; Megatron-Bridge's default): its fp32 passes compiled into fewer kernels"},
       {"grad-nan-check", "", "Megatron-LM's check of every gradient bucket's norm for NaN and Inf before it is reduced (its default since 2023-09)"},
       {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
       {"per-parameter-gathers", "", "ZeRO-3 gathers and reduce-scatters one parameter tensor at a time, synchronously (DeepSpeed v0.3.13 to v0.5.4)"},
@@ -97,7 +98,8 @@ Error toOptionError(Error e) {
       {"/zero_stage", "--zero"}, {"/schedule", "--schedule"}, {"/precision", "--precision"}, {"/execution/float8_recipe", "--float8-recipe"},
       {"/offload/optimizer_fraction", "--offload-optimizer"}, {"/offload/params_fraction", "--offload-params"},
       {"/offload/target", "--offload-optimizer"}, {"/stages", "--stages"},
-      {"/execution/hierarchical_cp_sizes", "--hierarchical-cp-sizes"}, {"/execution/cp_comm_type", "--cp-comm-type"}};
+      {"/execution/hierarchical_cp_sizes", "--hierarchical-cp-sizes"}, {"/execution/cp_comm_type", "--cp-comm-type"},
+      {"/execution/native_fused_cross_entropy", "--native-fused-cross-entropy"}};
   if (e.file.empty()) {
     std::string path = e.path;
     if (path.rfind("/stages/", 0) == 0) path = "/stages";
@@ -198,6 +200,7 @@ Result<void> executionFromOptions(const Args& args, Execution& x) {
   x.perParameterGathers = args.has("per-parameter-gathers");
   x.crossEntropyInPlace = args.has("cross-entropy-in-place");
   x.torchCrossEntropy = args.has("torch-cross-entropy");
+  x.nativeFusedCrossEntropy = args.has("native-fused-cross-entropy");
   if (auto cpComm = args.value("cp-comm-type")) {
     auto parsed = parseCpCommType(*cpComm);
     if (!parsed) return fail(Error::badInput("--cp-comm-type: " + parsed.error().message));
@@ -460,6 +463,7 @@ std::string planHeadline(const Plan& plan, const costmodel::Evaluation& ev) {
       << (plan.execution.fp32Params && plan.precision != DType::kFp32 ? ", fp32 params" : "")
       << (plan.execution.fusedCrossEntropy ? (plan.execution.crossEntropyInPlace ? ", fused cross-entropy in place" : ", fused cross-entropy") : "")
       << (plan.execution.torchCrossEntropy ? ", PyTorch cross-entropy" : "")
+      << (plan.execution.nativeFusedCrossEntropy ? ", Megatron's fused cross-entropy" : "")
       << (plan.execution.teDummyWgrads ? ", TE placeholder wgrads" : "")
       << (plan.execution.perParameterGathers && plan.zeroStage == 3 ? ", ZeRO-3 gathers per parameter" : "")
       << (plan.execution.fusedBiasGrad ? ", fused bias gradients" : "")

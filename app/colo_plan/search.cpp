@@ -40,6 +40,7 @@ const std::vector<OptionSpec>& searchOptions() {
       {"cross-entropy-in-place", "", "with --fused-cross-entropy: the loss writes the logits' gradient into them (Transformer Engine's, Megatron's --cross-entropy-fusion-impl te)"},
       {"unfused-kernels", "OPS", "ops the framework runs as PyTorch's eager decompositions, not one fused kernel each: all (torchtitan without compile, Hugging Face models), or a comma list of rmsnorm, final_rmsnorm (the norm after the last block: torchtitan's compiled runs), rotary, gated_activation (default: none, as Megatron, Transformer Engine and torch.compile)"},
       {"torch-cross-entropy", "", "the loss is PyTorch's F.cross_entropy on fp32 logits (torchtitan, Hugging Face): its backward holds two fp32 gradients of the logits beside the saved log-probabilities"},
+      {"native-fused-cross-entropy", "", "the loss is Megatron-Core's native fusion of its vocab-parallel cross-entropy (--cross-entropy-loss-fusion; Megatron-Bridge's default): its fp32 passes compiled into fewer kernels"},
       {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
       {"per-parameter-gathers", "", "ZeRO-3 gathers and reduce-scatters one parameter tensor at a time, synchronously (DeepSpeed v0.3.13 to v0.5.4)"},
       {"zero-bubble", "", "also consider the zero-bubble (ZB-H1) schedule"},
@@ -136,6 +137,7 @@ Result<void> readSearchInputs(const Args& args, const Model& model, const Cluste
   if (args.has("per-parameter-gathers")) options.execution.perParameterGathers = true;
   if (args.has("cross-entropy-in-place")) options.execution.crossEntropyInPlace = true;
   if (args.has("torch-cross-entropy")) options.execution.torchCrossEntropy = true;
+  if (args.has("native-fused-cross-entropy")) options.execution.nativeFusedCrossEntropy = true;
   options.allowZeroBubble = args.has("zero-bubble");
   options.allowOffload = !args.has("no-offload");
   if (auto optimizer = parseOptimizer(args.value("optimizer", from ? toString(from->optimizer) : "adamw")); !optimizer) {

@@ -268,6 +268,11 @@ Result<void> checkExecution(const Rules& r) {
   if (x.torchCrossEntropy && x.fusedCrossEntropy) {
     return r.bad("/execution/torch_cross_entropy", "is PyTorch's unfused loss, and fused_cross_entropy is set too: choose one");
   }
+  if (x.nativeFusedCrossEntropy && (x.fusedCrossEntropy || x.torchCrossEntropy)) {
+    return r.bad("/execution/native_fused_cross_entropy", std::string("is Megatron's native fusion of its own loss, and ") +
+                                                             (x.fusedCrossEntropy ? "fused_cross_entropy" : "torch_cross_entropy") +
+                                                             " is set too: choose one");
+  }
   if (x.crossEntropyInPlace && !x.fusedCrossEntropy) {
     return r.bad("/execution/cross_entropy_in_place", "describes a fused cross-entropy: set fused_cross_entropy too");
   }

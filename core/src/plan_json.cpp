@@ -145,6 +145,7 @@ Execution readExecution(const JsonReader& e) {
   x.perParameterGathers = e.boolean("per_parameter_gathers", false);
   x.crossEntropyInPlace = e.boolean("cross_entropy_in_place", false);
   x.torchCrossEntropy = e.boolean("torch_cross_entropy", false);
+  x.nativeFusedCrossEntropy = e.boolean("native_fused_cross_entropy", false);
   if (auto g = parseGradSync(e.choice("grad_sync", {"micro_batch", "step"}, "micro_batch"))) x.gradSync = *g;
   if (auto d = parseMoeDispatcher(e.choice("moe_dispatcher", {"alltoall", "deepep"}, "alltoall"))) x.moeDispatcher = *d;
   x.epCommOverlap = e.boolean("ep_comm_overlap", false);
@@ -331,6 +332,7 @@ Json planToJson(const Plan& p) {
   if (p.execution.perParameterGathers) j["execution"]["per_parameter_gathers"] = true;
   if (p.execution.crossEntropyInPlace) j["execution"]["cross_entropy_in_place"] = true;
   if (p.execution.torchCrossEntropy) j["execution"]["torch_cross_entropy"] = true;
+  if (p.execution.nativeFusedCrossEntropy) j["execution"]["native_fused_cross_entropy"] = true;
   if (p.execution.gradSync != GradSync::kMicroBatch) j["execution"]["grad_sync"] = toString(p.execution.gradSync);
   if (p.execution.moeDispatcher != MoeDispatcher::kAllToAll) j["execution"]["moe_dispatcher"] = toString(p.execution.moeDispatcher);
   if (p.execution.epCommOverlap) j["execution"]["ep_comm_overlap"] = true;

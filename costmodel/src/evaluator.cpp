@@ -78,6 +78,7 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   cfg.groupedGemmStreams = plan.execution.teGroupedGemm ? kTransformerEngineStreams : 0;
   cfg.unfused = plan.execution.unfused;
   cfg.crossEntropyInPlace = plan.execution.fusedCrossEntropy && plan.execution.crossEntropyInPlace;
+  cfg.nativeFusedLoss = plan.execution.nativeFusedCrossEntropy && !plan.execution.fusedCrossEntropy;
   cfg.kvWidth = T.kvWidth;
   cfg.qWidth = T.qWidth > 0 ? T.qWidth : T.hidden;
   cfg.keyWidth = T.keyWidth > 0 ? T.keyWidth : T.kvWidth;

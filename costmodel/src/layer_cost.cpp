@@ -630,7 +630,17 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         // loss) and writes the gradient over them; the backward scales it, a read and a write.
         const bool fusedLoss = op.kind == OpKind::kCrossEntropy && c.fusedCrossEntropy;
         if (fusedLoss) traffic = fusedLossSavedBytes(op, c) + (c.crossEntropyInPlace ? 2.0 * op.elements * static_cast<double>(c.activationBytes) : 0.0);
-        const double lossBackward = c.crossEntropyInPlace ? 2.0 / 3.0 : 2.0;
+        double lossBackward = c.crossEntropyInPlace ? 2.0 / 3.0 : 2.0;
+        // Megatron's native fusion runs the unfused loss's passes as three compiled kernels forward: the
+        // upcast with the row max (16-bit in, fp32 out), the shift, exp and sum in place (fp32 in and
+        // out) and the division in place (fp32 in and out); backward one: the saved softmax in, updated
+        // in place, and the 16-bit gradient out (megatron/core/fusions/fused_cross_entropy.py).
+        const bool nativeLoss = op.kind == OpKind::kCrossEntropy && c.nativeFusedLoss && !fusedLoss;
+        if (nativeLoss) {
+          const double dt = static_cast<double>(c.activationBytes);
+          traffic = op.elements * (dt + 4.0 + 8.0 + 8.0);
+          lossBackward = (8.0 + dt) / (dt + 20.0);
+        }
         if (fusedAdd) traffic = op.bytes / 3.0;
         const double bytes = traffic * tokenScale / split;
         fwd = fusedAdd ? bytes / bw : std::max(floor, bytes / bw);
@@ -639,7 +649,7 @@ LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& c, const Devi
         // passed through to both inputs without a kernel of its own.
         if (op.kind == OpKind::kAdd) bwd = 0.0;
         else if (op.kind == OpKind::kDropout || op.kind == OpKind::kPermute) bwd = fwd;  // one pass (a permutation's backward: the inverse copy)
-        else bwd = std::max(floor, (fusedLoss ? lossBackward : 1.5) * bytes / bw);
+        else bwd = std::max(floor, (fusedLoss || nativeLoss ? lossBackward : 1.5) * bytes / bw);
         // Eager: the decomposition's kernels at HBM speed (a measured kernel is the fused one). The host
         // issues each of its aten ops; the host floor's time per op covers about three of them.
         const EagerOp eager = eagerDecomposition(op, c);

@@ -78,6 +78,7 @@ struct LayerConfig {
   int groupedGemmStreams = 0;         // an expert layer's GEMMs: one grouped kernel (0), or one GEMM per expert over this many streams (Transformer Engine: 4)
   bool fusedCrossEntropy = false;     // the loss reads and keeps the 16-bit logits (no fp32 upcast)
   bool crossEntropyInPlace = false;   // ... and writes their gradient into them in the forward (TE's)
+  bool nativeFusedLoss = false;       // Megatron's native fusion: the unfused loss's fp32 passes, compiled
   UnfusedKernels unfused;             // ops run as PyTorch's eager decompositions (none: fused kernels)
   std::int64_t kvWidth = 0;       // values: kv heads x head dim (MLA: heads x v_head_dim)
   std::int64_t qWidth = 0;        // query heads x head dim (the context-parallel all-to-alls)

@@ -68,6 +68,7 @@ Result<BaselinePlan> baselinePlan(Baseline baseline, const Model& model, const C
   base.execution.torchCrossEntropy = kernels.torchCrossEntropy;
   base.execution.fusedCrossEntropy = kernels.fusedCrossEntropy;
   base.execution.crossEntropyInPlace = kernels.crossEntropyInPlace;
+  base.execution.nativeFusedCrossEntropy = kernels.nativeFusedCrossEntropy;
   BaselinePlan out;
   auto finish = [&](Plan p, std::string rules) -> Result<BaselinePlan> {
     if (auto valid = validatePlan(p); !valid) return fail(valid.error());
@@ -144,6 +145,7 @@ std::string planDifferences(const Plan& a, const Plan& b) {
   auto loss = [](const Execution& x) -> std::string {
     if (x.torchCrossEntropy) return "torch";
     if (x.fusedCrossEntropy) return x.crossEntropyInPlace ? "fused-in-place" : "fused";
+    if (x.nativeFusedCrossEntropy) return "vocab-parallel, fused";
     return "vocab-parallel";
   };
   diff("loss", loss(a.execution), loss(b.execution));

@@ -188,6 +188,8 @@ void megatronTrainingArgs(const Plan& p, const RecomputeSummary& r, std::ostream
   if (!p.execution.gradNanCheck) a << "--no-check-for-nan-in-loss-and-grad \\\n";
   if (p.execution.unfused.rotary) a << "--no-rope-fusion \\\n";
   if (p.execution.unfused.gatedActivation) a << "--no-bias-swiglu-fusion \\\n";
+  // Megatron-Core's native loss fusion (cross_entropy_fusion_impl native, the default implementation).
+  if (p.execution.nativeFusedCrossEntropy) a << "--cross-entropy-loss-fusion \\\n";
 }
 
 // What the job does differently from the plan, or what the plan says that pretrain_gpt.py cannot.

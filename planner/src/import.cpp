@@ -376,11 +376,12 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
       impl == "local" && r.text("--normalization").value_or("LayerNorm") == "RMSNorm";
   p.execution.teDummyWgrads = p.execution.fusedBiasGrad && p.execution.gradAccumulation == GradAccumulation::kFused;
   p.precision = launchPrecision(r, p.execution.fusedBiasGrad);
-  // --cross-entropy-loss-fusion runs Megatron's native fusion (it still keeps the fp32 softmax: colo's
-  // default loss) unless --cross-entropy-fusion-impl te picks Transformer Engine's, which writes the
+  // --cross-entropy-loss-fusion runs Megatron-Core's native fusion (the unfused loss's fp32 passes,
+  // compiled) unless --cross-entropy-fusion-impl te picks Transformer Engine's, which writes the
   // gradient over the 16-bit logits in place (Megatron-LM refuses that pair from mid-2026 on).
-  if (r.has("--cross-entropy-loss-fusion") && r.text("--cross-entropy-fusion-impl").value_or("native") == "te") {
-    p.execution.fusedCrossEntropy = p.execution.crossEntropyInPlace = true;
+  if (r.has("--cross-entropy-loss-fusion")) {
+    if (r.text("--cross-entropy-fusion-impl").value_or("native") == "te") p.execution.fusedCrossEntropy = p.execution.crossEntropyInPlace = true;
+    else p.execution.nativeFusedCrossEntropy = true;
   }
   if (const auto type = r.text("--cp-comm-type")) {
     auto parsedType = parseCpCommType(*type);

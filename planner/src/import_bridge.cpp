@@ -183,6 +183,12 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   // bias_activation_fusion default True in Bridge's GPTModelProvider); a config may turn them off.
   if (off(model("apply_rope_fusion"))) args << "--no-rope-fusion\n";
   if (off(model("bias_activation_fusion"))) args << "--no-bias-swiglu-fusion\n";
+  // GPTModelProvider fuses the loss (cross_entropy_loss_fusion = True), with Megatron-Core's native
+  // implementation unless cross_entropy_fusion_impl says te.
+  if (!off(model("cross_entropy_loss_fusion"))) {
+    args << "--cross-entropy-loss-fusion\n";
+    if (const auto impl = model("cross_entropy_fusion_impl"); impl && *impl == "te") args << "--cross-entropy-fusion-impl te\n";
+  }
   auto plan = importMegatron(args.str(), context);
   if (!plan) return fail(plan.error());
   // Megatron-Bridge's recipes check the gradients for NaN (ddp.check_for_nan_in_grad = True in every

@@ -345,6 +345,19 @@ TEST(ColoPlanEvaluate, TransformerEngineMemoryFlagsChangeThePeak) {
   EXPECT_EQ(alone.exitCode, 2);
   EXPECT_NE(alone.err.find("cross_entropy_in_place"), std::string::npos) << alone.err;
   EXPECT_EQ(lines(alone.err), 1u) << alone.err;
+  // Megatron's native loss fusion: the last stage runs faster, holds the same memory, and is named.
+  const auto native = run(plan + " --native-fused-cross-entropy");
+  ASSERT_EQ(native.exitCode, 0) << native.err;
+  const Json n = Json::parse(native.out);
+  EXPECT_LT(n["step_time_s"].get<double>(), a["step_time_s"].get<double>());
+  EXPECT_EQ(n["stages"][7]["memory_bytes"]["total"].get<double>(), a["stages"][7]["memory_bytes"]["total"].get<double>());
+  const auto named = run("evaluate --model llama3-70b --cluster dgx-h100-x64 --tp 8 --pp 8 --sp --mbs 1 --gbs 64 --native-fused-cross-entropy");
+  ASSERT_EQ(named.exitCode, 0) << named.err;
+  EXPECT_NE(named.out.find("Megatron's fused cross-entropy"), std::string::npos) << named.out;
+  const auto twoLosses = run(plan + " --native-fused-cross-entropy --torch-cross-entropy");
+  EXPECT_EQ(twoLosses.exitCode, 2);
+  EXPECT_NE(twoLosses.err.find("--native-fused-cross-entropy"), std::string::npos) << twoLosses.err;
+  EXPECT_EQ(lines(twoLosses.err), 1u) << twoLosses.err;
 }
 
 TEST(ColoPlanEvaluate, UnfusedKernelsAreNamedCostedAndCheckedByName) {

@@ -323,6 +323,27 @@ TEST(Plan, TransformerEnginePlaceholderWgradsAreWrittenOnlyWhenSetAndNeedFusedAc
   EXPECT_NE(refused.error().message.find("autograd"), std::string::npos) << refused.error().message;
 }
 
+TEST(Plan, MegatronsNativeLossFusionIsWrittenOnlyWhenSetAndExcludesTheOtherLosses) {
+  Plan p = megatronPlan();
+  EXPECT_FALSE(planToJson(p)["execution"].contains("native_fused_cross_entropy"));
+  p.execution.nativeFusedCrossEntropy = true;
+  ASSERT_TRUE(validatePlan(p, "p.json")) << validatePlan(p, "p.json").error().toString();
+  const Json j = planToJson(p);
+  EXPECT_EQ(j["execution"]["native_fused_cross_entropy"], true);
+  auto back = planFromJson(j, "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_TRUE(back->execution.nativeFusedCrossEntropy);
+  for (const bool torch : {false, true}) {
+    Plan two = p;
+    (torch ? two.execution.torchCrossEntropy : two.execution.fusedCrossEntropy) = true;
+    auto refused = validatePlan(two, "p.json");
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().path, "/execution/native_fused_cross_entropy");
+    EXPECT_NE(refused.error().message.find(torch ? "torch_cross_entropy" : "fused_cross_entropy"), std::string::npos)
+        << refused.error().message;
+  }
+}
+
 TEST(Plan, PerParameterGathersAreWrittenOnlyWhenSetAndReadBack) {
   Plan p = megatronPlan();
   EXPECT_FALSE(planToJson(p)["execution"].contains("per_parameter_gathers"));

@@ -731,6 +731,42 @@ TEST(Evaluator, AFusedCrossEntropyKeepsTheSixteenBitLogitsInsteadOfAnFp32Copy) {
   EXPECT_NEAR(fused.stages.front().forwardSeconds, upcast.stages.front().forwardSeconds, 1e-12);
 }
 
+TEST(Evaluator, MegatronsNativeLossFusionMovesFewerBytesAndKeepsTheSameMemory) {
+  // Megatron-Core's native fusion (--cross-entropy-loss-fusion): the unfused loss's fp32 passes compiled
+  // into three kernels forward (upcast with the row max, 2 + 4 B a logit; shift, exp and sum in place,
+  // 4 + 4; the division in place, 4 + 4) and one backward (the saved softmax updated in place, 4 + 4,
+  // and the 16-bit gradient written, 2). It keeps the same fp32 softmax, so memory does not move.
+  Plan p = makePlan("llama3-8b", "dgx-h100", 8, 1, 1, 8);
+  const double logits = 8192.0 * 128256.0;  // one micro-batch's tokens x the vocabulary
+  auto loss = [](const Plan& plan) {
+    auto ops = opTimesOf(plan);
+    EXPECT_TRUE(ops) << (ops ? "" : ops.error().toString());
+    for (const auto& o : *ops) {
+      if (o.op == "head.cross_entropy") return o;
+    }
+    ADD_FAILURE() << "no loss op";
+    return Evaluator::OpTime{};
+  };
+  const auto unfused = loss(p);
+  const Evaluation before = evaluateOrFail(p);
+  p.execution.nativeFusedCrossEntropy = true;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const auto native = loss(p);
+  const Evaluation after = evaluateOrFail(p);
+  const auto device = deviceModel(p.cluster.gpu, DType::kBf16);
+  EXPECT_NEAR(native.forwardSeconds, 22.0 * logits / device.memoryBytesPerSecond, 1e-9);
+  EXPECT_NEAR(native.backwardSeconds, 10.0 * logits / device.memoryBytesPerSecond, 1e-9);
+  EXPECT_LT(native.forwardSeconds, unfused.forwardSeconds);
+  EXPECT_LT(native.backwardSeconds, unfused.backwardSeconds);
+  EXPECT_LT(after.stepSeconds, before.stepSeconds);
+  EXPECT_EQ(after.peakMemoryBytes, before.peakMemoryBytes);
+  // One loss at a time: the native fusion beside the flash-attn-style fused loss is refused.
+  p.execution.fusedCrossEntropy = true;
+  auto refused = validatePlan(p, "plan.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/native_fused_cross_entropy");
+}
+
 // Transformer Engine (2.3 on) with fused weight-gradient accumulation hands autograd a placeholder of
 // each linear's weight shape from a cache that keeps one tensor per distinct shape: every stage holds one
 // layer's per-GPU linear weights more, in 16 bits, however many layers it has. The router and the

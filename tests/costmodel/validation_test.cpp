@@ -955,10 +955,14 @@ TEST(Validation, MegatronBridgeRowsKeepTransformerEnginesPlaceholderGradientsAnd
   auto nemo = validation::caseFromRow(row, assumptionsFile());
   ASSERT_TRUE(nemo) << nemo.error().toString();
   EXPECT_FALSE(nemo->plan.execution.teDummyWgrads);
-  // Bridge's recipes check the gradients for NaN; NeMo 1.x did not by default. Compare placeholders only.
+  // Bridge's recipes check the gradients for NaN and its model provider fuses the loss natively; NeMo
+  // 1.x did neither by default. Compare placeholders only.
   EXPECT_TRUE(bridge->plan.execution.gradNanCheck);
   EXPECT_FALSE(nemo->plan.execution.gradNanCheck);
+  EXPECT_TRUE(bridge->plan.execution.nativeFusedCrossEntropy);
+  EXPECT_FALSE(nemo->plan.execution.nativeFusedCrossEntropy);
   bridge->plan.execution.gradNanCheck = false;
+  bridge->plan.execution.nativeFusedCrossEntropy = false;
   auto withPlaceholders = costmodel::evaluatePlan(bridge->plan);
   auto without = costmodel::evaluatePlan(nemo->plan);
   ASSERT_TRUE(withPlaceholders && without);

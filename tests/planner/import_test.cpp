@@ -91,6 +91,7 @@ void expectSamePlan(const Plan& a, const Plan& b, const std::string& what, bool 
   EXPECT_EQ(a.execution.gradNanCheck, b.execution.gradNanCheck);
   EXPECT_EQ(a.execution.overlapP2pComm, b.execution.overlapP2pComm);
   EXPECT_EQ(a.execution.unfused, b.execution.unfused);
+  EXPECT_EQ(a.execution.nativeFusedCrossEntropy, b.execution.nativeFusedCrossEntropy);
 }
 
 std::vector<Plan> roundTripPlans() {
@@ -220,6 +221,16 @@ TEST(Import, MegatronsTransformerEngineLossFusionIsTheInPlaceFusedLoss) {
   ASSERT_TRUE(native) << native.error().toString();
   EXPECT_FALSE(native->execution.fusedCrossEntropy);
   EXPECT_FALSE(native->execution.crossEntropyInPlace);
+  EXPECT_TRUE(native->execution.nativeFusedCrossEntropy);
+  EXPECT_FALSE(te->execution.nativeFusedCrossEntropy);
+  // The native fusion goes back out as the flag, which Megatron-LM's arguments accept, and comes back.
+  const std::string nativeArgs = *exportPlan(*native, ExportFormat::kMegatron, "plan.json");
+  EXPECT_NE(nativeArgs.find("\n--cross-entropy-loss-fusion \\\n"), std::string::npos) << nativeArgs;
+  EXPECT_EQ(megatronRules(nativeArgs, p.cluster.totalGpus()), (std::map<std::string, std::string>{}));
+  auto again = importMegatron(nativeArgs, context);
+  ASSERT_TRUE(again) << again.error().toString();
+  EXPECT_TRUE(again->execution.nativeFusedCrossEntropy);
+  EXPECT_EQ(args.find("--cross-entropy-loss-fusion"), std::string::npos) << args;  // the unfused plan has no flag
   // Exported, such a plan says that the Megatron-LM its arguments are checked against refuses TE's fusion.
   const std::string exported = *exportPlan(*te, ExportFormat::kMegatron, "plan.json");
   EXPECT_NE(exported.find("--cross-entropy-fusion-impl te), which this Megatron-LM refuses"), std::string::npos) << exported;
@@ -320,6 +331,29 @@ TEST(Import, MegatronBridgeOverlapsPipelineSendsAsItsCommOverlapConfigDoes) {
   auto off = importMegatronBridge(job + "comm_overlap:\n  overlap_p2p_comm: false\n", context);
   ASSERT_TRUE(off) << off.error().toString();
   EXPECT_FALSE(off->execution.overlapP2pComm);
+}
+
+TEST(Import, MegatronBridgeFusesItsLossAsItsModelProviderDoes) {
+  // GPTModelProvider's cross_entropy_loss_fusion = True with Megatron-Core's native implementation; a
+  // config may turn it off or pick Transformer Engine's in-place kernel.
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-h100.json"));
+  const Model llama = test::loadModelOrFail(test::dataFile("models/llama3-8b.json"));
+  const ImportContext context{cluster, llama, 0, 0};
+  const std::string job = "model:\n  tensor_model_parallel_size: 2\ntrain:\n  global_batch_size: 64\n  micro_batch_size: 1\n";
+  auto plain = importMegatronBridge(job, context);
+  ASSERT_TRUE(plain) << plain.error().toString();
+  EXPECT_TRUE(plain->execution.nativeFusedCrossEntropy);
+  EXPECT_FALSE(plain->execution.fusedCrossEntropy);
+  const std::string model = "model:\n  tensor_model_parallel_size: 2\n";
+  const std::string train = "train:\n  global_batch_size: 64\n  micro_batch_size: 1\n";
+  auto off = importMegatronBridge(model + "  cross_entropy_loss_fusion: false\n" + train, context);
+  ASSERT_TRUE(off) << off.error().toString();
+  EXPECT_FALSE(off->execution.nativeFusedCrossEntropy);
+  EXPECT_FALSE(off->execution.fusedCrossEntropy);
+  auto te = importMegatronBridge(model + "  cross_entropy_fusion_impl: te\n" + train, context);
+  ASSERT_TRUE(te) << te.error().toString();
+  EXPECT_FALSE(te->execution.nativeFusedCrossEntropy);
+  EXPECT_TRUE(te->execution.fusedCrossEntropy && te->execution.crossEntropyInPlace);
 }
 
 TEST(Import, MegatronsDefaultTransformerEngineFusesBiasGradientsAndKeepsPlaceholderWgrads) {

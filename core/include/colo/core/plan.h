@@ -231,6 +231,12 @@ struct Execution {
   /// Megatron's vocab-parallel loss, which writes its gradient into the saved softmax, holds 8.
   /// Not with fusedCrossEntropy. See docs/costmodel.md, "PyTorch's cross-entropy".
   bool torchCrossEntropy = false;
+  /// The loss is Megatron-Core's native fusion of its vocab-parallel cross-entropy
+  /// (--cross-entropy-loss-fusion with cross_entropy_fusion_impl native, Megatron-Bridge's default): the
+  /// same fp32 passes as the unfused loss, compiled into fewer kernels (jit_fuser is torch.compile from
+  /// PyTorch 2.2), so fewer bytes move; it keeps the same fp32 softmax. Not with fusedCrossEntropy or
+  /// torchCrossEntropy. See docs/costmodel.md, "Megatron's native loss fusion".
+  bool nativeFusedCrossEntropy = false;
   /// Transformer Engine's linears (2.3 on) with fused weight-gradient accumulation hand autograd a
   /// placeholder weight gradient and keep it, one tensor per distinct weight shape and dtype, for the
   /// rest of the run (Megatron-Core and Megatron-Bridge with TE, gradient accumulation fusion on).
