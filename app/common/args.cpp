@@ -81,10 +81,14 @@ Result<std::vector<std::int64_t>> Args::positiveIntegers(const std::string& name
   std::vector<std::int64_t> out;
   const char* item = text->data();
   const char* const last = text->data() + text->size();
+  auto blank = [](char c) { return c == ' ' || c == '\t'; };
   while (true) {
+    while (item != last && blank(*item)) ++item;  // "48, 48": spaces around an item are fine
     std::int64_t n = 0;
-    const auto [end, ec] = std::from_chars(item, last, n);
-    if (ec != std::errc() || end == item || n <= 0 || n > max || (end != last && *end != ',')) {
+    auto [end, ec] = std::from_chars(item, last, n);
+    const char* digits = end;
+    while (end != last && blank(*end)) ++end;
+    if (ec != std::errc() || digits == item || n <= 0 || n > max || (end != last && *end != ',')) {
       return fail(Error::badInput("--" + name + ": expected " + what + " (positive integers" +
                                   (max < INT64_MAX ? " up to " + std::to_string(max) : std::string()) +
                                   ") separated by commas, got \"" + *text + "\""));

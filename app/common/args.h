@@ -29,9 +29,9 @@ class Args {
   [[nodiscard]] std::string value(const std::string& name, const std::string& fallback) const;
   /// A positive integer option. Errors: kBadInput naming the option and value.
   [[nodiscard]] Result<std::int64_t> positiveInteger(const std::string& name, std::int64_t fallback) const;
-  /// A comma-separated list of positive integers, each at most `max` ("4,4,8"); empty when the option
-  /// is absent. Errors: kBadInput naming the option and the whole value (an empty item, a trailing
-  /// comma, a sign or a suffix included), what the list is for in `what` ("layer counts").
+  /// A comma-separated list of positive integers, each at most `max` ("4,4,8" or "4, 4, 8"); empty when
+  /// the option is absent. Errors: kBadInput naming the option and the whole value (an empty item, a
+  /// trailing comma, a sign or a suffix included), what the list is for in `what` ("layer counts").
   [[nodiscard]] Result<std::vector<std::int64_t>> positiveIntegers(const std::string& name, const std::string& what,
                                                                    std::int64_t max = INT64_MAX) const;
   [[nodiscard]] const std::vector<std::string>& positional() const { return m_positional; }

@@ -307,6 +307,9 @@ TEST(ColoPlanEvaluate, InconsistentDegreesAreBadInputWithTheReason) {
     EXPECT_EQ(lines(r.err), 1u) << c.args << "\n" << r.err;
     EXPECT_NE(r.err.find(c.reason), std::string::npos) << c.args << "\n" << r.err;
   }
+  // Spaces around a list's items are fine.
+  const auto spaced = run("evaluate --model gpt3-175b --cluster dgx-a100-80gb-x128 --tp 8 --pp 2 --gbs 1536 --stages '47, 49'");
+  EXPECT_EQ(spaced.exitCode, 0) << spaced.err;
   // 96 layers do not split into pp 5: the GPU count check comes first, so ask for a layer split directly.
   const auto layers = run("evaluate --model gpt3-175b --cluster dgx-a100-80gb-x128 --gpus 640 --tp 8 --pp 5 --gbs 1536");
   EXPECT_EQ(layers.exitCode, 2);

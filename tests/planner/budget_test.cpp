@@ -55,7 +55,8 @@ TEST(Budget, TokenCountsAndGpuListsParseAsPeopleWriteThem) {
   for (const char* bad : {"", "T", "12Q", "-5B", "0", "1e30"}) EXPECT_FALSE(parseTokenCount(bad)) << bad;
   EXPECT_EQ(*parseGpuCounts("256,512,1024"), (std::vector<std::int64_t>{256, 512, 1024}));
   EXPECT_EQ(*parseGpuCounts("8"), (std::vector<std::int64_t>{8}));
-  for (const char* bad : {"", "256,,512", "256,x", "-8", "0"}) EXPECT_FALSE(parseGpuCounts(bad)) << bad;
+  EXPECT_EQ(*parseGpuCounts("256, 512"), (std::vector<std::int64_t>{256, 512}));
+  for (const char* bad : {"", "256,,512", "256,x", "-8", "0", "256,512,", "+256", ","}) EXPECT_FALSE(parseGpuCounts(bad)) << bad;
   EXPECT_EQ(*parseObjective("cost"), Objective::kCost);
   EXPECT_FALSE(parseObjective("money"));
   EXPECT_EQ(formatDollars(1.0094e6), "$1.01M");

@@ -41,17 +41,20 @@ Plan basePlan(const std::string& model, const std::string& cluster, std::int64_t
   return p;
 }
 
-// What an export carries and an import must give back.
 // The rules of Megatron-LM's argument schema that `args` breaks on `gpus` GPUs, each with its message
 // (empty: Megatron would start).
 std::map<std::string, std::string> megatronRules(const std::string& args, std::int64_t gpus) {
   auto schema = loadExportSchema("megatron-lm");
-  if (!schema) return {{"schema", schema.error().toString()}};
+  if (!schema) {
+    ADD_FAILURE() << schema.error().toString();
+    return {{"schema", schema.error().toString()}};
+  }
   std::map<std::string, std::string> rules;
   for (const auto& problem : checkMegatronArguments(args, *schema, gpus)) rules.emplace(problem.rule, problem.message);
   return rules;
 }
 
+// What an export carries and an import must give back.
 void expectSamePlan(const Plan& a, const Plan& b, const std::string& what, bool execution = true) {
   SCOPED_TRACE(what);
   EXPECT_EQ(a.parallel.tp, b.parallel.tp);

@@ -234,7 +234,12 @@ class StudioTest : public QObject {
     };
     const auto fused = bestOf("fused");
     const auto compiled = bestOf("compiled");
+    const auto bridge = bestOf("bridge");
     const auto eager = bestOf("eager");
+    QVERIFY(bridge.plan.execution.nativeFusedCrossEntropy && !bridge.plan.execution.unfused.any());
+    QVERIFY(!fused.plan.execution.nativeFusedCrossEntropy);
+    QVERIFY2(bridge.evaluation.stepSeconds < fused.evaluation.stepSeconds,
+             qPrintable(QString("%1 vs %2").arg(bridge.evaluation.stepSeconds).arg(fused.evaluation.stepSeconds)));
     QVERIFY(fused.evaluation.stepSeconds > 0);
     QVERIFY(!fused.plan.execution.unfused.any() && !fused.plan.execution.torchCrossEntropy);
     QVERIFY(compiled.plan.execution.unfused == colo::UnfusedKernels{.finalNorm = true});

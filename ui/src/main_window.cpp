@@ -142,10 +142,12 @@ void MainWindow::addConstraintRows(QFormLayout* form) {
   // How the framework runs the norms, rotary embedding, SwiGLU and loss (execution.unfused_kernels and
   // torch_cross_entropy; docs/costmodel.md, "Eager elementwise kernels").
   m_frameworkKernels->addItem("fused (Megatron-LM, Transformer Engine)", "fused");
+  m_frameworkKernels->addItem("fused, with Megatron-Core's loss fusion (Megatron-Bridge)", "bridge");
   m_frameworkKernels->addItem("torchtitan, compiled", "compiled");
   m_frameworkKernels->addItem("eager PyTorch (torchtitan without compile, Hugging Face)", "eager");
   m_frameworkKernels->setToolTip(
       "fused: one kernel per norm, rotary embedding and SwiGLU, and Megatron's vocab-parallel loss.\n"
+      "Megatron-Bridge: the same, with the loss's fp32 passes compiled (--cross-entropy-loss-fusion).\n"
       "compiled: torch.compile fuses each transformer block and the loss (compile.enable with its default\n"
       "components, torchtitan from 2025-08); the norm after the last block stays eager.\n"
       "eager: PyTorch's decompositions of every norm, rotary and SwiGLU (more time and memory), and\n"
@@ -510,6 +512,7 @@ planner::SearchOptions MainWindow::options() const {
   if (framework == "eager") o.execution.unfused = UnfusedKernels::all();
   if (framework == "compiled") o.execution.unfused.finalNorm = true;
   o.execution.torchCrossEntropy = framework == "eager";
+  o.execution.nativeFusedCrossEntropy = framework == "bridge";
   return o;
 }
 
