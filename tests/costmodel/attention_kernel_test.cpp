@@ -14,9 +14,9 @@
 namespace colo::costmodel {
 namespace {
 
-Plan llamaOn(const std::string& cluster) {
+Plan planOn(const std::string& model, const std::string& cluster, std::int64_t seqLen = 0) {
   Plan p;
-  p.model = test::loadModelOrFail(test::dataFile("models/llama2-7b.json"));
+  p.model = test::loadModelOrFail(test::dataFile("models/" + model + ".json"));
   auto c = scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/" + cluster + ".json")), 8);
   EXPECT_TRUE(c) << (c ? "" : c.error().toString());
   p.cluster = *c;
@@ -24,10 +24,12 @@ Plan llamaOn(const std::string& cluster) {
   p.parallel.dp = 1;
   p.microBatchSize = 1;
   p.globalBatchSize = 8;
-  p.seqLen = p.model.defaultSeqLen();
+  p.seqLen = seqLen > 0 ? seqLen : p.model.defaultSeqLen();
   p.stages = uniformStages(p.model.numLayers(), 1, RecomputePolicy::kNone);
   return p;
 }
+
+Plan llamaOn(const std::string& cluster) { return planOn("llama2-7b", cluster); }
 
 Evaluator::OpTime flashOp(const Plan& p) {
   auto ops = opTimesOf(p);
@@ -106,21 +108,7 @@ TEST(AttentionKernel, LatentAttentionsWideHeadsRunAtTheirMeasuredSharesOnB200Onl
   // DeepSeek's latent attention (query/key head dim 192, values 128): Transformer Engine's fused kernels
   // on B200 measured 0.46 forward and 0.35 backward of the clock-held peak, below the 0.55 / 0.42 of head
   // dim 128. Where no wide-head figure was measured (Hopper) the kernel keeps the GPU's shares.
-  auto planOn = [](const std::string& cluster) {
-    Plan p;
-    p.model = test::loadModelOrFail(test::dataFile("models/deepseek-v3.json"));
-    auto c = scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/" + cluster + ".json")), 8);
-    EXPECT_TRUE(c) << (c ? "" : c.error().toString());
-    p.cluster = *c;
-    p.parallel.tp = 8;
-    p.parallel.dp = 1;
-    p.microBatchSize = 1;
-    p.globalBatchSize = 8;
-    p.seqLen = 4096;
-    p.stages = uniformStages(p.model.numLayers(), 1, RecomputePolicy::kNone);
-    return p;
-  };
-  const Plan blackwell = planOn("dgx-b200");
+  const Plan blackwell = planOn("deepseek-v3", "dgx-b200", 4096);
   const auto b200 = deviceModel(blackwell.cluster.gpu, DType::kBf16);
   EXPECT_DOUBLE_EQ(b200.flashWideFwdEfficiency, 0.46);
   EXPECT_DOUBLE_EQ(b200.flashWideBwdEfficiency, 0.35);

@@ -13,6 +13,13 @@ namespace {
 
 const std::string kRowwiseTable = "validation/published/kernels/torchao_float8_rowwise_h100.json";
 
+// The error loading `text` as a kernel table gives (a failure when it loads).
+Error refusedTable(const test::ScratchDir& dir, const std::string& text) {
+  auto b = loadKernelBenchmark(dir.write("table.json", text));
+  EXPECT_FALSE(b);
+  return b ? Error{} : b.error();
+}
+
 TEST(KernelBenchmarks, TorchaosRowwiseTableIsPredictedWithinTenPercent) {
   // torchao's measured speedup of float8 rowwise over bf16 for a LayerNorm -> Linear -> Sigmoid block,
   // 216 shapes from 1024 to 32768 on each axis. Before colo charged rowwise's casts as measured, it
@@ -114,11 +121,7 @@ TEST(KernelBenchmarks, TransformerEnginesFusedAttentionOnB200IsPredictedWhereThe
 
 TEST(KernelBenchmarks, AMalformedAttentionTableIsRefusedNamingTheFieldAndValue) {
   test::ScratchDir dir;
-  auto refused = [&](const std::string& text) {
-    auto b = loadKernelBenchmark(dir.write("attention.json", text));
-    EXPECT_FALSE(b);
-    return b ? Error{} : b.error();
-  };
+  auto refused = [&](const std::string& text) { return refusedTable(dir, text); };
   const std::string head = R"({"format": "colo.kernel-benchmark/1", "id": "a", "cluster": "dgx-b200", "block": "attention", )";
   // Key/value heads that do not divide the query heads; a missing time; a block's key it does not have.
   Error e = refused(head + R"("points": [[1, 4096, 128, 16, 128, 128, 490, 1469], [1, 4096, 128, 24, 128, 128, 490, 1469]]})");
@@ -135,11 +138,7 @@ TEST(KernelBenchmarks, AMalformedAttentionTableIsRefusedNamingTheFieldAndValue) 
 
 TEST(KernelBenchmarks, AMalformedGemmTableIsRefusedNamingTheFieldAndValue) {
   test::ScratchDir dir;
-  auto refused = [&](const std::string& text) {
-    auto b = loadKernelBenchmark(dir.write("gemm.json", text));
-    EXPECT_FALSE(b);
-    return b ? Error{} : b.error();
-  };
+  auto refused = [&](const std::string& text) { return refusedTable(dir, text); };
   const std::string head = R"({"format": "colo.kernel-benchmark/1", "id": "g", "cluster": "dgx-b200", "block": "gemm", )";
   Error e = refused(head + R"("streams": 4, "points": [[20, 1232, 3072, 5120, 0, 1000], [20, 1232, 3072, 5120, 3, 1000]]})");
   EXPECT_EQ(e.path, "/points/1");
@@ -164,11 +163,7 @@ TEST(KernelBenchmarks, AMalformedGemmTableIsRefusedNamingTheFieldAndValue) {
 
 TEST(KernelBenchmarks, AMalformedTableIsRefusedNamingTheFieldAndValue) {
   test::ScratchDir dir;
-  auto refused = [&](const std::string& text) {
-    auto b = loadKernelBenchmark(dir.write("bench.json", text));
-    EXPECT_FALSE(b);
-    return b ? Error{} : b.error();
-  };
+  auto refused = [&](const std::string& text) { return refusedTable(dir, text); };
   const std::string head =
       R"({"format": "colo.kernel-benchmark/1", "id": "t", "cluster": "h100-hbm2e-500w-x64", "block": "layernorm_linear_sigmoid", )";
   Error e = refused(head + R"("recipe": "rowwise", "points": [[1024, 1024, 1024, 0.5], [1024, -1, 1024, 0.5]]})");
@@ -184,7 +179,7 @@ TEST(KernelBenchmarks, AMalformedTableIsRefusedNamingTheFieldAndValue) {
   e = refused(R"({"format": "colo.kernel-benchmark/1", "id": "t", "cluster": "../models/llama3-8b", "block": "layernorm_linear_sigmoid", "recipe": "rowwise", "points": [[1024, 1024, 1024, 0.5]]})");
   EXPECT_EQ(e.path, "/cluster");
   EXPECT_NE(e.message.find("../models/llama3-8b"), std::string::npos) << e.message;
-  EXPECT_NE(e.file.find("bench.json"), std::string::npos) << e.file;
+  EXPECT_NE(e.file.find("table.json"), std::string::npos) << e.file;
   e = refused(head + R"("recipe": "rowwise"})");
   EXPECT_EQ(e.path, "/points");
   EXPECT_NE(e.message.find("nothing"), std::string::npos) << e.message;
