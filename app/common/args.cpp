@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "colo/core/number_list.h"
 #include "colo/core/suggest.h"
 
 namespace colo::app {
@@ -78,25 +79,13 @@ Result<std::vector<std::int64_t>> Args::positiveIntegers(const std::string& name
                                                          std::int64_t max) const {
   const auto text = value(name);
   if (!text) return std::vector<std::int64_t>{};
-  std::vector<std::int64_t> out;
-  const char* item = text->data();
-  const char* const last = text->data() + text->size();
-  auto blank = [](char c) { return c == ' ' || c == '\t'; };
-  while (true) {
-    while (item != last && blank(*item)) ++item;  // "48, 48": spaces around an item are fine
-    std::int64_t n = 0;
-    auto [end, ec] = std::from_chars(item, last, n);
-    const char* digits = end;
-    while (end != last && blank(*end)) ++end;
-    if (ec != std::errc() || digits == item || n <= 0 || n > max || (end != last && *end != ',')) {
-      return fail(Error::badInput("--" + name + ": expected " + what + " (positive integers" +
-                                  (max < INT64_MAX ? " up to " + std::to_string(max) : std::string()) +
-                                  ") separated by commas, got \"" + *text + "\""));
-    }
-    out.push_back(n);
-    if (end == last) return out;
-    item = end + 1;
+  auto list = parsePositiveIntegerList(*text, max);
+  if (!list) {
+    return fail(Error::badInput("--" + name + ": expected " + what + " (positive integers" +
+                                (max < INT64_MAX ? " up to " + std::to_string(max) : std::string()) +
+                                ") separated by commas, got \"" + *text + "\""));
   }
+  return *list;
 }
 
 std::string describeOptions(const std::vector<OptionSpec>& specs) {

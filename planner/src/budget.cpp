@@ -1,11 +1,11 @@
 // Time and money of a training run from a plan's predicted step (docs/costmodel.md, "Time and money").
 #include "colo/planner/budget.h"
 
-#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
 
+#include "colo/core/number_list.h"
 #include "colo/core/units.h"
 
 namespace colo::planner {
@@ -73,26 +73,9 @@ Result<double> parseTokenCount(const std::string& text) {
 }
 
 Result<std::vector<std::int64_t>> parseGpuCounts(const std::string& text) {
-  // Whole items separated by commas, spaces around them allowed: an empty item (a trailing comma), a
-  // sign or a suffix is refused whole, as the other comma lists of the command line are.
-  std::vector<std::int64_t> counts;
-  auto refused = [&] {
-    return fail(Error::badInput("--gpus: expected GPU counts such as 256 or 256,512,1024, got \"" + text + "\""));
-  };
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t comma = text.find(',', start);
-    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    const auto first = item.find_first_not_of(" \t");
-    const auto last = item.find_last_not_of(" \t");
-    item = first == std::string::npos ? std::string() : item.substr(first, last - first + 1);
-    std::int64_t n = 0;
-    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
-    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || n <= 0 || n > (1LL << 24)) return refused();
-    counts.push_back(n);
-    if (comma == std::string::npos) return counts;
-    start = comma + 1;
-  }
+  auto counts = parsePositiveIntegerList(text, 1LL << 24);
+  if (!counts) return fail(Error::badInput("--gpus: expected GPU counts such as 256 or 256,512,1024, got \"" + text + "\""));
+  return *counts;
 }
 
 }  // namespace colo::planner
