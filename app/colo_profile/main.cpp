@@ -88,8 +88,10 @@ int profile(const std::vector<std::string>& argv) {
     std::cout << "usage: colo-profile --model M --db DB [--tp 1,2,4,8] [--mbs 1,2] [--dtype fp32|bf16] [--device cpu|cuda]\n"
                  "         [--resume] [--json]\n"
                  "       colo-profile merge --db DB OTHER.sqlite...\n"
-                 "       colo-profile check --model M --cluster C --db DB [--batch B] [--seq-len S]\n"
-                 "       colo-profile collectives --db DB [--world N] [--sizes B1,B2,...]\n\n"
+                 "       colo-profile check --model M --db DB [--cluster C] [--batch B] [--seq-len S]\n"
+                 "       colo-profile collectives --db DB [--world N] [--sizes B1,B2,...]\n"
+                 "       colo-profile calibrate --runs PATH [--gpu NAME] [--out FILE]\n"
+                 "       (each subcommand takes --help)\n\n"
                  "Measures the GEMMs the model's plans run (forward, input and weight gradients) through LibTorch into\n"
                  "the cost database. Each batch of measurements is one transaction: Ctrl-C keeps what was measured,\n"
                  "--resume continues.\n\n"
@@ -146,8 +148,17 @@ int profile(const std::vector<std::string>& argv) {
 }
 
 int merge(const std::vector<std::string>& argv) {
-  auto args = app::Args::parse(argv, {{"db", "DB", "database to merge into"}, {"help", "", "show this help"}});
+  const std::vector<app::OptionSpec> specs{{"db", "DB", "database to merge into (created when missing)"},
+                                            {"help", "", "show this help"}};
+  auto args = app::Args::parse(argv, specs);
   if (!args) return report(args.error());
+  if (args->has("help")) {
+    std::cout << "usage: colo-profile merge --db DB OTHER.sqlite...\n\n"
+                 "Adds the measurements of each OTHER cost database (GEMM shapes, kernels, collectives and host-device\n"
+                 "copies, with their device fingerprints) to DB, in one transaction; rows DB already holds are kept.\n\n"
+              << app::describeOptions(specs);
+    return 0;
+  }
   const auto dbPath = args->value("db");
   if (!dbPath || args->positional().empty()) return report(Error::badInput("usage: colo-profile merge --db DB OTHER..."));
   auto db = costmodel::CostDatabase::openForWrite(*dbPath);

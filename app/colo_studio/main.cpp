@@ -5,14 +5,47 @@
 #include <QCommandLineParser>
 #include <QTimer>
 
+#include <cstdlib>
 #include <iostream>
+#include <string_view>
 
 #include "colo/core/version.h"
 #include "colo/ui/main_window.h"
 #include "colo/ui/operator_view.h"
 #include "colo/ui/search_runner.h"
 
+namespace {
+
+bool isSet(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0';
+}
+
+// Without a display Qt aborts in QApplication's constructor ("could not connect to display"), before
+// any option is read. What needs no window (--help, --version, --screenshot) runs on the offscreen
+// platform instead; the interactive window gets one clear error and exit 2.
+bool needsNoWindow(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "-h" || a == "--help" || a == "--help-all" || a == "-v" || a == "--version" || a == "--screenshot" ||
+        a.starts_with("--screenshot=")) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  if (!isSet("QT_QPA_PLATFORM") && !isSet("DISPLAY") && !isSet("WAYLAND_DISPLAY")) {
+    if (!needsNoWindow(argc, argv)) {
+      std::cerr << "colo-studio: error: no display (neither DISPLAY nor WAYLAND_DISPLAY is set): run it in a desktop "
+                   "session or under xvfb-run, or render a window to a file with --screenshot FILE\n";
+      return 2;
+    }
+    setenv("QT_QPA_PLATFORM", "offscreen", 0);
+  }
   QApplication app(argc, argv);
   QApplication::setApplicationName("colo-studio");
   QApplication::setApplicationVersion(colo::kVersion);

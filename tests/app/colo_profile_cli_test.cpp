@@ -26,6 +26,17 @@ class ColoProfileCli : public ::testing::Test {
   }
 };
 
+TEST_F(ColoProfileCli, HelpNamesEverySubcommandAndEachHasItsOwnHelp) {
+  auto help = profile("--help");
+  ASSERT_EQ(help.exitCode, 0) << help.err;
+  for (const char* sub : {"merge", "check", "collectives", "calibrate"}) {
+    EXPECT_NE(help.out.find(std::string("colo-profile ") + sub + " "), std::string::npos) << sub << " missing from\n" << help.out;
+    auto own = profile(std::string(sub) + " --help");
+    EXPECT_EQ(own.exitCode, 0) << sub << ": " << own.err;
+    EXPECT_NE(own.out.find(std::string("usage: colo-profile ") + sub), std::string::npos) << sub << ":\n" << own.out;
+  }
+}
+
 TEST_F(ColoProfileCli, ProfileResumeCheckAndMerge) {
   test::ScratchDir dir;
   const std::string db = dir.path("cpu.sqlite");
