@@ -1,6 +1,7 @@
 // colo-plan autoparallel: the operator-level auto-parallel solve (planner/autoparallel.h), printed as
 // the plan beside Megatron's split and one table of per-operator strategies per distinct block.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -236,16 +237,13 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
   options.allowOffload = !args->has("no-offload");
   options.allowWeightOffload = !args->has("no-weight-offload");
   options.seedWithMegatron = !args->has("solver-only");
-  if (const auto f = args->value("max-memory-fraction")) {
-    options.maxMemoryFraction = std::strtod(f->c_str(), nullptr);
-    if (!(options.maxMemoryFraction > 0 && options.maxMemoryFraction <= 1)) {
-      return reportError(Error::badInput("--max-memory-fraction: must be in (0, 1], got " + *f), err);
-    }
-  }
-  if (const auto g = args->value("memory-gib")) {
-    const double gib = std::strtod(g->c_str(), nullptr);
-    if (!(gib > 0)) return reportError(Error::badInput("--memory-gib: must be positive, got " + *g), err);
-    options.memoryBudgetBytes = gib * 1024.0 * 1024.0 * 1024.0;
+  auto fraction = args->number("max-memory-fraction", options.maxMemoryFraction, kFractionOfMemory);
+  if (!fraction) return reportError(fraction.error(), err);
+  options.maxMemoryFraction = *fraction;
+  if (args->has("memory-gib")) {
+    auto gib = args->number("memory-gib", 0, {0, INFINITY, true});
+    if (!gib) return reportError(gib.error(), err);
+    options.memoryBudgetBytes = *gib * 1024.0 * 1024.0 * 1024.0;
   }
   if (const auto m = args->value("mesh")) {
     auto shape = planner::parseMeshShape(*m);

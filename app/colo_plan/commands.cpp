@@ -208,12 +208,9 @@ Result<planner::TrainingBudget> budgetOption(const Args& args) {
     const auto text = args.value(name);
     if (!text) return {};
     if (!b.enabled()) return fail(Error::badInput(std::string("--") + name + " needs --train-tokens (how many tokens the run trains on)"));
-    char* end = nullptr;
-    const double v = std::strtod(text->c_str(), &end);
-    if (end == text->c_str() || *end != '\0' || !(v > 0) || v > 1e9) {
-      return fail(Error::badInput(std::string("--") + name + ": expected a positive number, got \"" + *text + "\""));
-    }
-    *into = v;
+    auto v = args.number(name, 0, {0, 1e9, true});
+    if (!v) return fail(v.error());
+    *into = *v;
     return {};
   };
   if (auto r = positive("price-per-gpu-hour", &b.pricePerGpuHour); !r) return fail(r.error());

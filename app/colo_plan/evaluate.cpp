@@ -112,14 +112,7 @@ Error toOptionError(Error e) {
 }
 
 Result<double> fractionOption(const Args& args, const std::string& name) {
-  const auto text = args.value(name);
-  if (!text) return 0.0;
-  char* end = nullptr;
-  const double v = std::strtod(text->c_str(), &end);
-  if (end == text->c_str() || *end != '\0' || !(v >= 0 && v <= 1)) {
-    return fail(Error::badInput("--" + name + ": expected a fraction between 0 and 1, got \"" + *text + "\""));
-  }
-  return v;
+  return args.number(name, 0.0, {0, 1});
 }
 
 // The parallel degrees (--tp --pp --cp --ep --etp --vpp --sp --dp, --rank-order); --dp defaults to what
@@ -222,13 +215,10 @@ Result<void> executionFromOptions(const Args& args, Execution& x) {
   auto recipe = parseFloat8Recipe(args.value("float8-recipe", "transformer_engine"));
   if (!recipe) return fail(Error::badInput("--float8-recipe: " + recipe.error().message));
   x.float8Recipe = *recipe;
-  if (const auto text = args.value("host-us-per-op")) {
-    char* end = nullptr;
-    const double us = std::strtod(text->c_str(), &end);
-    if (end == text->c_str() || *end != '\0' || !(us >= 0 && us <= 1e6)) {
-      return fail(Error::badInput("--host-us-per-op: expected 0 to 1e6 microseconds, got \"" + *text + "\""));
-    }
-    x.hostMicrosecondsPerOp = us;
+  if (args.has("host-us-per-op")) {
+    auto us = args.number("host-us-per-op", 0, {0, 1e6});  // microseconds
+    if (!us) return fail(us.error());
+    x.hostMicrosecondsPerOp = *us;
   }
   return {};
 }

@@ -1,5 +1,6 @@
 // colo-plan compare, check and export: a plan against an expert baseline, a plan as a CI gate, and a plan
 // as the settings of other tools.
+#include <cmath>
 #include <fstream>
 #include <iostream>
 
@@ -61,20 +62,19 @@ int runCompare(const std::vector<std::string>& argv, std::ostream& out, std::ost
   if (!baselineKind) return reportError(Error::badInput("--baseline: " + baselineKind.error().message), err);
   auto precision = precisionOption(*args, &mc->second);
   if (!precision) return reportError(precision.error(), err);
-  double fraction = 0.95;
-  if (const auto f = args->value("max-memory-fraction")) fraction = std::strtod(f->c_str(), nullptr);
-  if (!(fraction > 0 && fraction <= 1)) return reportError(Error::badInput("--max-memory-fraction: must be in (0, 1]"), err);
+  auto fraction = args->number("max-memory-fraction", 0.95, kFractionOfMemory);
+  if (!fraction) return reportError(fraction.error(), err);
 
   auto budget = budgetOption(*args);
   if (!budget) return reportError(budget.error(), err);
   auto& [model, cluster] = *mc;
-  auto baseline = planner::baselinePlan(*baselineKind, model, cluster, *gbs, *seq, *precision, fraction);
+  auto baseline = planner::baselinePlan(*baselineKind, model, cluster, *gbs, *seq, *precision, *fraction);
   if (!baseline) return reportError(baseline.error(), err);
   planner::SearchOptions options;
   options.globalBatchSize = *gbs;
   options.seqLen = *seq;
   options.precision = *precision;
-  options.maxMemoryFraction = fraction;
+  options.maxMemoryFraction = *fraction;
   options.topK = 1;
   auto found = planner::search(model, cluster, options);
   if (!found) return reportError(found.error(), err);
@@ -159,19 +159,15 @@ int runCheck(const std::vector<std::string>& argv, std::ostream& out, std::ostre
   if (!plan) return reportError(plan.error(), err);
   auto ev = costmodel::evaluatePlan(*plan);
   if (!ev) return reportError(ev.error(), err);
-  auto number = [&](const char* name) -> Result<std::optional<double>> {
-    const auto v = args->value(name);
-    if (!v) return std::optional<double>{};
-    char* end = nullptr;
-    const double d = std::strtod(v->c_str(), &end);
-    if (end == v->c_str() || *end != '\0' || d < 0) {
-      return fail(Error::badInput(std::string("--") + name + ": expected a non-negative number, got \"" + *v + "\""));
-    }
-    return std::optional<double>{d};
+  auto number = [&](const char* name, const NumberRange& range) -> Result<std::optional<double>> {
+    if (!args->has(name)) return std::optional<double>{};
+    auto v = args->number(name, 0, range);
+    if (!v) return fail(v.error());
+    return std::optional<double>{*v};
   };
-  auto minMfu = number("min-mfu");
-  auto maxMem = number("max-memory-fraction");
-  auto maxStep = number("max-step-time");
+  auto minMfu = number("min-mfu", {0, 1});
+  auto maxMem = number("max-memory-fraction", kFractionOfMemory);
+  auto maxStep = number("max-step-time", {0, INFINITY, true});
   for (const auto* r : {&minMfu, &maxMem, &maxStep}) {
     if (!*r) return reportError(r->error(), err);
   }

@@ -102,13 +102,9 @@ Result<void> readSearchInputs(const Args& args, const Model& model, const Cluste
     if (!fixed) return fail(fixed.error());
     options.fixed = *fixed;
   }
-  if (const auto f = args.value("max-memory-fraction")) {
-    char* end = nullptr;
-    options.maxMemoryFraction = std::strtod(f->c_str(), &end);
-    if (end == f->c_str() || *end != '\0') {
-      return fail(Error::badInput("--max-memory-fraction: expected a number in (0, 1], got \"" + *f + "\""));
-    }
-  }
+  auto fraction = args.number("max-memory-fraction", options.maxMemoryFraction, kFractionOfMemory);
+  if (!fraction) return fail(fraction.error());
+  options.maxMemoryFraction = *fraction;
   auto precision = precisionOption(args, &cluster);
   if (!precision) return fail(precision.error());
   options.precision = from && !args.has("precision") ? from->precision : *precision;

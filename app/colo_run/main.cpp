@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include <iostream>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "args.h"
 #include "fatal.h"
@@ -274,21 +276,18 @@ Result<executor::RunOptions> optionsFrom(const app::Args& args, const std::strin
   auto seed = args.positiveInteger("seed", 1234);
   if (!seed) return fail(seed.error());
   o.seed = static_cast<std::uint64_t>(*seed);
-  if (const auto lr = args.value("lr")) {
-    char* end = nullptr;
-    o.learningRate = std::strtod(lr->c_str(), &end);
-    if (*end != '\0' || o.learningRate <= 0) return fail(Error::badInput("--lr: expected a positive number, got \"" + *lr + "\""));
+  if (args.has("lr")) {
+    auto lr = args.number("lr", 0, {0, INFINITY, true});
+    if (!lr) return fail(lr.error());
+    o.learningRate = *lr;
     o.minLearningRate = o.learningRate / 10;
   }
-  for (const auto& [name, target] : {std::pair<const char*, double*>{"momentum", &o.momentum}, {"trust-coefficient", &o.trustCoefficient},
-                                    {"moe-aux-loss-coeff", &o.moeAuxLossCoeff}}) {
-    if (const auto text = args.value(name)) {
-      char* end = nullptr;
-      *target = std::strtod(text->c_str(), &end);
-      if (*end != '\0' || *target < 0 || *target >= (std::string(name) == "momentum" ? 1.0 : 1e6)) {
-        return fail(Error::badInput(std::string("--") + name + ": expected a number in range, got \"" + *text + "\""));
-      }
-    }
+  for (const auto& [name, target, range] : {std::tuple<const char*, double*, app::NumberRange>{"momentum", &o.momentum, {0, 1, false, true}},
+                                           {"trust-coefficient", &o.trustCoefficient, {0, 1e6, false, true}},
+                                           {"moe-aux-loss-coeff", &o.moeAuxLossCoeff, {0, 1e6, false, true}}}) {
+    auto v = args.number(name, *target, range);
+    if (!v) return fail(v.error());
+    *target = *v;
   }
   // Without --warmup: a tenth of the run, at least 5 steps. Two steps of warm-up let Adam's early,
   // poorly estimated second moments take full-size steps: the README's 20-step run spiked above its

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <iomanip>
+#include <sstream>
 
 #include "colo/core/number_list.h"
 #include "colo/core/suggest.h"
@@ -13,6 +17,12 @@ std::optional<std::string> nearest(const std::string& word, const std::vector<Op
   std::vector<std::string> names;
   for (const auto& spec : specs) names.push_back(spec.name);
   return closestMatch(word, names);
+}
+
+std::string formatNumber(double v) {
+  std::ostringstream out;
+  out << std::setprecision(15) << v;
+  return out.str();
 }
 
 }  // namespace
@@ -73,6 +83,28 @@ Result<std::int64_t> Args::positiveInteger(const std::string& name, std::int64_t
     return fail(Error::badInput("--" + name + ": expected a positive integer, got \"" + *text + "\""));
   }
   return out;
+}
+
+bool NumberRange::contains(double v) const {
+  const bool aboveLow = openLow ? v > low : v >= low;
+  const bool belowHigh = std::isinf(high) || (openHigh ? v < high : v <= high);
+  return aboveLow && belowHigh;
+}
+
+std::string NumberRange::describe() const {
+  if (std::isinf(high)) return std::string(openLow ? "a number above " : "a number of at least ") + formatNumber(low);
+  return std::string("a number in ") + (openLow ? "(" : "[") + formatNumber(low) + ", " + formatNumber(high) + (openHigh ? ")" : "]");
+}
+
+Result<double> Args::number(const std::string& name, double fallback, const NumberRange& range) const {
+  const auto text = value(name);
+  if (!text) return fallback;
+  char* end = nullptr;
+  const double v = std::strtod(text->c_str(), &end);
+  if (text->empty() || end != text->c_str() + text->size() || !std::isfinite(v) || !range.contains(v)) {
+    return fail(Error::badInput("--" + name + ": expected " + range.describe() + ", got \"" + *text + "\""));
+  }
+  return v;
 }
 
 Result<std::vector<std::int64_t>> Args::positiveIntegers(const std::string& name, const std::string& what,

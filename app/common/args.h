@@ -18,6 +18,20 @@ struct OptionSpec {
   std::string help;
 };
 
+/// Where a number option's value must lie: [low, high], either end open (excluded) when asked.
+struct NumberRange {
+  double low = 0;
+  double high = 0;
+  bool openLow = false;
+  bool openHigh = false;
+  [[nodiscard]] bool contains(double v) const;
+  /// "a number in (0, 1]", "a number above 0", "a number of at least 0", for error messages.
+  [[nodiscard]] std::string describe() const;
+};
+
+/// A share of GPU memory: (0, 1].
+inline constexpr NumberRange kFractionOfMemory{0, 1, true, false};
+
 class Args {
  public:
   /// Parses `argv` (without the program and subcommand). Errors: kBadInput for an unknown option
@@ -34,6 +48,9 @@ class Args {
   /// trailing comma, a sign or a suffix included), what the list is for in `what` ("layer counts").
   [[nodiscard]] Result<std::vector<std::int64_t>> positiveIntegers(const std::string& name, const std::string& what,
                                                                    std::int64_t max = INT64_MAX) const;
+  /// A decimal number option, the whole value read (no suffix, not empty, finite) and inside `range`;
+  /// `fallback` when the option is absent. Errors: kBadInput naming the option, the value and the range.
+  [[nodiscard]] Result<double> number(const std::string& name, double fallback, const NumberRange& range) const;
   [[nodiscard]] const std::vector<std::string>& positional() const { return m_positional; }
 
  private:

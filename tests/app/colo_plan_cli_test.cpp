@@ -316,6 +316,35 @@ TEST(ColoPlanEvaluate, InconsistentDegreesAreBadInputWithTheReason) {
   EXPECT_NE(layers.err.find("layers are not divisible by pp*vpp = 5"), std::string::npos) << layers.err;
 }
 
+// Every decimal option is read whole by one parser (Args::number): a suffix, an empty value or a value
+// outside the option's range is refused with one line naming the option, the value and the range.
+TEST(ColoPlanCli, DecimalOptionsAreReadWholeAndCheckedAgainstTheirRange) {
+  struct Case {
+    std::string args;
+    std::string reason;
+  };
+  const std::string small = "--model gpt2-small --cluster dgx-a100-80gb --gbs 64";
+  const std::vector<Case> cases = {
+      {"search " + small + " --max-memory-fraction 0.9x", "--max-memory-fraction: expected a number in (0, 1], got \"0.9x\""},
+      {"search " + small + " --max-memory-fraction 0", "--max-memory-fraction: expected a number in (0, 1], got \"0\""},
+      {"compare " + small + " --max-memory-fraction 0.9x", "--max-memory-fraction: expected a number in (0, 1], got \"0.9x\""},
+      {"autoparallel " + small + " --max-memory-fraction 2", "--max-memory-fraction: expected a number in (0, 1], got \"2\""},
+      {"autoparallel " + small + " --memory-gib 12abc", "--memory-gib: expected a number above 0, got \"12abc\""},
+      {"autoparallel " + small + " --memory-gib ''", "--memory-gib: expected a number above 0, got \"\""},
+      {"search " + small + " --train-tokens 1B --price-per-gpu-hour 2.5usd", "--price-per-gpu-hour: expected a number in (0, 1000000000], got \"2.5usd\""},
+      {"evaluate " + small + " --tp 1 --pp 1 --dp 8 --host-us-per-op 5us", "--host-us-per-op: expected a number in [0, 1000000], got \"5us\""},
+      {"evaluate " + small + " --tp 1 --pp 1 --dp 8 --offload-optimizer 1.5", "--offload-optimizer: expected a number in [0, 1], got \"1.5\""},
+  };
+  for (const auto& c : cases) {
+    const auto r = run(c.args);
+    EXPECT_EQ(r.exitCode, 2) << c.args << "\n" << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.reason), std::string::npos) << c.args << "\n" << r.err;
+  }
+  const auto fine = run("autoparallel " + small + " --memory-gib 40 --max-memory-fraction 0.9 --json");
+  EXPECT_EQ(fine.exitCode, 0) << fine.err;
+}
+
 // Planning a Megatron-Core job with Transformer Engine: its placeholder weight gradients and its
 // in-place loss, as a user asks for them; the in-place loss alone is refused naming the field.
 TEST(ColoPlanEvaluate, TransformerEngineMemoryFlagsChangeThePeak) {
