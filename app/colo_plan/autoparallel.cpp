@@ -190,8 +190,10 @@ void printOperatorPlan(const planner::OperatorPlan& p, std::ostream& out) {
   printOperatorBlocks(p, out);
 }
 
-int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
-  std::vector<OptionSpec> specs{
+namespace {
+
+const std::vector<OptionSpec>& autoParallelSpecs() {
+  static const std::vector<OptionSpec> specs{
       {"model", "M", "model: library name or file"},
       {"cluster", "C", "cluster: library name or file"},
       {"gpus", "N", "scale the cluster to N GPUs"},
@@ -210,6 +212,127 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
       {"out", "FILE", "write the plan (colo.plan/1 with its per-operator plan) for evaluate --plan and colo-run"},
       {"json", "", "print one JSON object"},
       {"help", "", "show this help"}};
+  return specs;
+}
+
+// One optional positive integer option appended to `into` (--pp, --replicas, --vpp).
+Result<void> appendPositive(const Args& args, const std::string& name, std::vector<std::int64_t>& into) {
+  if (!args.has(name)) return {};
+  auto v = args.positiveInteger(name, 1);
+  if (!v) return fail(v.error());
+  into.push_back(*v);
+  return {};
+}
+
+// A fixed mesh (--mesh) must make the cluster with the replicas and stages asked for (the stages follow
+// from it when not given), and be laid out on it.
+Result<void> checkMesh(const Args& args, const ClusterSpec& cluster, planner::AutoParallelOptions& options) {
+  for (const auto r : options.replicas) {
+    if (cluster.totalGpus() % r != 0 || options.globalBatchSize % r != 0) {
+      return fail(Error::badInput("--replicas " + std::to_string(r) + ": copies of the mesh must divide the cluster's " +
+                                  std::to_string(cluster.totalGpus()) + " GPUs and the global batch " +
+                                  std::to_string(options.globalBatchSize)));
+    }
+  }
+  if (options.meshes.size() != 1) return {};
+  std::int64_t size = 1;
+  for (const auto s : options.meshes[0]) size *= s;
+  const std::int64_t r = options.replicas.empty() ? 1 : options.replicas[0];
+  const std::int64_t pp = options.pipelineDegrees.empty() ? cluster.totalGpus() / std::max<std::int64_t>(1, size * r) : options.pipelineDegrees[0];
+  if (size * r * pp != cluster.totalGpus()) {
+    return fail(Error::badInput("--mesh " + *args.value("mesh") + ": " + std::to_string(size) + " GPUs x " +
+                                (r > 1 ? std::to_string(r) + " replicas x " : "") + std::to_string(pp) +
+                                " stages does not make the cluster's " + std::to_string(cluster.totalGpus()) + " GPUs"));
+  }
+  if (options.pipelineDegrees.empty()) options.pipelineDegrees.push_back(pp);
+  auto mesh = planner::makeMesh(cluster, options.meshes[0]);
+  if (!mesh) return fail(mesh.error());
+  return {};
+}
+
+Result<planner::AutoParallelOptions> autoParallelOptions(const Args& args, ClusterSpec& cluster) {
+  if (!args.has("gbs")) return fail(Error::badInput("missing --gbs (the global batch size)"));
+  auto gbs = args.positiveInteger("gbs", 0);
+  if (!gbs) return fail(gbs.error());
+  auto seq = args.positiveInteger("seq-len", 0);
+  if (!seq) return fail(seq.error());
+  auto precision = precisionOption(args, &cluster);
+  if (!precision) return fail(precision.error());
+  planner::AutoParallelOptions options;
+  options.globalBatchSize = *gbs;
+  options.seqLen = *seq;
+  options.precision = *precision;
+  options.allowOffload = !args.has("no-offload");
+  options.allowWeightOffload = !args.has("no-weight-offload");
+  options.seedWithMegatron = !args.has("solver-only");
+  auto fraction = args.number("max-memory-fraction", options.maxMemoryFraction, kFractionOfMemory);
+  if (!fraction) return fail(fraction.error());
+  options.maxMemoryFraction = *fraction;
+  if (args.has("memory-gib")) {
+    auto gib = args.number("memory-gib", 0, {0, INFINITY, true});
+    if (!gib) return fail(gib.error());
+    options.memoryBudgetBytes = *gib * 1024.0 * 1024.0 * 1024.0;
+  }
+  if (const auto m = args.value("mesh")) {
+    auto shape = planner::parseMeshShape(*m);
+    if (!shape) return fail(shape.error());
+    options.meshes.push_back(*shape);
+  }
+  for (const auto& [name, into] : {std::pair<const char*, std::vector<std::int64_t>*>{"pp", &options.pipelineDegrees},
+                                   {"replicas", &options.replicas},
+                                   {"vpp", &options.virtualStages}}) {
+    if (auto added = appendPositive(args, name, *into); !added) return fail(added.error());
+  }
+  if (auto mesh = checkMesh(args, cluster, options); !mesh) return fail(mesh.error());
+  return options;
+}
+
+// --out: the faster of the joint plan and the degree-level search's, with where it came from.
+Result<void> writeAutoParallelPlan(const std::string& file, const Model& model, const ClusterSpec& cluster,
+                                   const planner::AutoParallelOptions& options, const planner::AutoParallelResult& result,
+                                   const DegreeBest& degree, bool degreeFaster, const std::vector<std::string>& argv) {
+  auto plan = degreeFaster ? Result<Plan>(degree.best->plan) : planner::operatorPlanFile(model, cluster, options, result);
+  if (!plan) return fail(plan.error());
+  plan->provenance.toolVersion = kVersion;
+  plan->provenance.modelHash = contentHash(plan->model.toJson());
+  plan->provenance.clusterHash = contentHash(clusterToJson(plan->cluster));
+  std::string command = "colo-plan autoparallel";
+  for (const auto& a : argv) command += " " + a;
+  plan->provenance.command = command;
+  return writeJsonFileAtomic(file, planToJson(*plan));
+}
+
+Json autoParallelJson(const planner::AutoParallelResult& result, const DegreeBest& degree, bool degreeFaster) {
+  Json j = result.toJson();
+  if (degree.best) {
+    j["degree_search"] = {{"step_time_s", degree.best->evaluation.stepSeconds},
+                          {"plan", planToJson(degree.best->plan)},
+                          {"outside_operator_space", degree.outside},
+                          {"faster_than_joint", degreeFaster}};
+  }
+  return j;
+}
+
+void printAutoParallel(const Model& model, const ClusterSpec& cluster, std::int64_t gbs, const planner::AutoParallelResult& result,
+                       const DegreeBest* degree, std::ostream& out) {
+  out << "colo-plan autoparallel: " << model.name() << " on " << clusterLabel(cluster) << ", global batch " << gbs
+      << ", budget " << formatBytes(result.joint.budgetBytes) << " per GPU\n";
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "solved in %.2f s: %lld block solves, %lld layout conversions costed, %lld candidates\n\n",
+                result.solveSeconds, static_cast<long long>(result.blockSolves),
+                static_cast<long long>(result.conversionsCached), static_cast<long long>(result.candidates));
+  out << buf;
+  printSummary(result, out);
+  if (degree) printDegreeComparison(result, *degree, out);
+  out << "\nper-operator plan (axes: what each mesh axis splits; layouts in Colossal-AI's [b, s, f] notation;\n"
+         "time per micro-batch: kernels, collectives and recompute; saved: activations kept per micro-batch)\n";
+  printOperatorBlocks(result.joint, out);
+}
+
+}  // namespace
+
+int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
+  const auto& specs = autoParallelSpecs();
   auto args = Args::parse(argv, specs);
   if (!args) return reportError(args.error(), err);
   if (args->has("help")) {
@@ -223,119 +346,29 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
   }
   auto mc = loadModelAndCluster(*args);
   if (!mc) return reportError(mc.error(), err);
-  if (!args->has("gbs")) return reportError(Error::badInput("missing --gbs (the global batch size)"), err);
-  auto gbs = args->positiveInteger("gbs", 0);
-  if (!gbs) return reportError(gbs.error(), err);
-  auto seq = args->positiveInteger("seq-len", 0);
-  if (!seq) return reportError(seq.error(), err);
-  auto precision = precisionOption(*args, &mc->second);
-  if (!precision) return reportError(precision.error(), err);
-  planner::AutoParallelOptions options;
-  options.globalBatchSize = *gbs;
-  options.seqLen = *seq;
-  options.precision = *precision;
-  options.allowOffload = !args->has("no-offload");
-  options.allowWeightOffload = !args->has("no-weight-offload");
-  options.seedWithMegatron = !args->has("solver-only");
-  auto fraction = args->number("max-memory-fraction", options.maxMemoryFraction, kFractionOfMemory);
-  if (!fraction) return reportError(fraction.error(), err);
-  options.maxMemoryFraction = *fraction;
-  if (args->has("memory-gib")) {
-    auto gib = args->number("memory-gib", 0, {0, INFINITY, true});
-    if (!gib) return reportError(gib.error(), err);
-    options.memoryBudgetBytes = *gib * 1024.0 * 1024.0 * 1024.0;
-  }
-  if (const auto m = args->value("mesh")) {
-    auto shape = planner::parseMeshShape(*m);
-    if (!shape) return reportError(shape.error(), err);
-    options.meshes.push_back(*shape);
-  }
-  if (args->has("pp")) {
-    auto pp = args->positiveInteger("pp", 1);
-    if (!pp) return reportError(pp.error(), err);
-    options.pipelineDegrees.push_back(*pp);
-  }
-  if (args->has("replicas")) {
-    auto r = args->positiveInteger("replicas", 1);
-    if (!r) return reportError(r.error(), err);
-    options.replicas.push_back(*r);
-  }
-  if (args->has("vpp")) {
-    auto vpp = args->positiveInteger("vpp", 1);
-    if (!vpp) return reportError(vpp.error(), err);
-    options.virtualStages.push_back(*vpp);
-  }
   auto& [model, cluster] = *mc;
-  for (const auto r : options.replicas) {
-    if (cluster.totalGpus() % r != 0 || options.globalBatchSize % r != 0) {
-      return reportError(Error::badInput("--replicas " + std::to_string(r) + ": copies of the mesh must divide the cluster's " +
-                                         std::to_string(cluster.totalGpus()) + " GPUs and the global batch " +
-                                         std::to_string(options.globalBatchSize)),
-                         err);
-    }
-  }
-  if (options.meshes.size() == 1) {
-    std::int64_t size = 1;
-    for (const auto s : options.meshes[0]) size *= s;
-    const std::int64_t r = options.replicas.empty() ? 1 : options.replicas[0];
-    const std::int64_t pp = options.pipelineDegrees.empty() ? cluster.totalGpus() / std::max<std::int64_t>(1, size * r) : options.pipelineDegrees[0];
-    if (size * r * pp != cluster.totalGpus()) {
-      return reportError(Error::badInput("--mesh " + *args->value("mesh") + ": " + std::to_string(size) + " GPUs x " +
-                                         (r > 1 ? std::to_string(r) + " replicas x " : "") + std::to_string(pp) +
-                                         " stages does not make the cluster's " + std::to_string(cluster.totalGpus()) + " GPUs"),
-                         err);
-    }
-    if (options.pipelineDegrees.empty()) options.pipelineDegrees.push_back(pp);
-    auto mesh = planner::makeMesh(cluster, options.meshes[0]);
-    if (!mesh) return reportError(mesh.error(), err);
-  }
+  auto options = autoParallelOptions(*args, cluster);
+  if (!options) return reportError(options.error(), err);
   StderrProgress progress(err);
-  if (!args->has("json")) options.progress = &progress;
-  auto result = planner::autoParallel(model, cluster, options);
+  if (!args->has("json")) options->progress = &progress;
+  auto result = planner::autoParallel(model, cluster, *options);
   if (!result) return reportError(result.error(), err);
   // The degree-level search's best beside it: autoparallel never recommends a slower plan than it.
-  const DegreeBest degree = args->has("solver-only") ? DegreeBest{} : degreeBest(model, cluster, options);
+  const bool solverOnly = args->has("solver-only");
+  const DegreeBest degree = solverOnly ? DegreeBest{} : degreeBest(model, cluster, *options);
   const bool degreeFaster = degree.best && degree.best->evaluation.stepSeconds < result->joint.stepSeconds;
-  // --out: the plan file (the faster of the two), with where it came from.
-  auto writePlan = [&](const std::string& file) -> Result<void> {
-    auto plan = degreeFaster ? Result<Plan>(degree.best->plan) : planner::operatorPlanFile(model, cluster, options, *result);
-    if (!plan) return fail(plan.error());
-    plan->provenance.toolVersion = kVersion;
-    plan->provenance.modelHash = contentHash(plan->model.toJson());
-    plan->provenance.clusterHash = contentHash(clusterToJson(plan->cluster));
-    std::string command = "colo-plan autoparallel";
-    for (const auto& a : argv) command += " " + a;
-    plan->provenance.command = command;
-    return writeJsonFileAtomic(file, planToJson(*plan));
-  };
+  const auto file = args->value("out");
   if (args->has("json")) {
-    Json j = result->toJson();
-    if (degree.best) {
-      j["degree_search"] = {{"step_time_s", degree.best->evaluation.stepSeconds},
-                            {"plan", planToJson(degree.best->plan)},
-                            {"outside_operator_space", degree.outside},
-                            {"faster_than_joint", degreeFaster}};
-    }
-    out << j.dump(2) << "\n";
-    if (const auto file = args->value("out")) {
-      if (auto written = writePlan(*file); !written) return reportError(written.error(), err);
-    }
-    return 0;
+    out << autoParallelJson(*result, degree, degreeFaster).dump(2) << "\n";
+  } else {
+    printAutoParallel(model, cluster, options->globalBatchSize, *result, solverOnly ? nullptr : &degree, out);
   }
-  out << "colo-plan autoparallel: " << model.name() << " on " << clusterLabel(cluster) << ", global batch " << *gbs
-      << ", budget " << formatBytes(result->joint.budgetBytes) << " per GPU\n";
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "solved in %.2f s: %lld block solves, %lld layout conversions costed, %lld candidates\n\n",
-                result->solveSeconds, static_cast<long long>(result->blockSolves),
-                static_cast<long long>(result->conversionsCached), static_cast<long long>(result->candidates));
-  out << buf;
-  printSummary(*result, out);
-  if (!args->has("solver-only")) printDegreeComparison(*result, degree, out);
-  out << "\nper-operator plan (axes: what each mesh axis splits; layouts in Colossal-AI's [b, s, f] notation;\n"
-         "time per micro-batch: kernels, collectives and recompute; saved: activations kept per micro-batch)\n";
-  printOperatorBlocks(result->joint, out);
-  if (const auto file = args->value("out")) {
-    if (auto written = writePlan(*file); !written) return reportError(written.error(), err);
+  if (file) {
+    if (auto written = writeAutoParallelPlan(*file, model, cluster, *options, *result, degree, degreeFaster, argv); !written) {
+      return reportError(written.error(), err);
+    }
+  }
+  if (file && !args->has("json")) {
     if (degreeFaster) {
       out << "\nwrote " << *file << ": the degree-level search's plan (faster than the joint solve)";
     } else {
