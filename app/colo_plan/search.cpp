@@ -291,6 +291,96 @@ std::string fromPlanLine(const Plan& from, const planner::Candidate& best, const
   return out.str();
 }
 
+// The job: --from-plan's model, cluster and batch, or --model and --cluster; the cluster scaled to each
+// of several --gpus sizes.
+struct SearchJob {
+  std::optional<Plan> from;
+  std::optional<Model> model;
+  std::vector<ClusterSpec> clusters;
+};
+
+Result<SearchJob> searchJob(const Args& args) {
+  SearchJob job;
+  if (const auto file = args.value("from-plan")) {
+    for (const char* given : {"model", "cluster"}) {
+      if (args.has(given)) return fail(Error::badInput(std::string("--") + given + " cannot be combined with --from-plan (the plan names it)"));
+    }
+    auto loaded = loadPlan(*file);
+    if (!loaded) return fail(loaded.error());
+    job.from = std::move(*loaded);
+  }
+  const auto missingGbs = [] { return Error::badInput("missing --gbs (global batch size, samples per step)"); };
+  if (!job.from && !args.has("gbs") && args.has("model") && args.has("cluster")) return fail(missingGbs());
+  std::vector<std::int64_t> sizes;
+  if (const auto gpus = args.value("gpus"); gpus && gpus->find(',') != std::string::npos) {
+    auto parsed = planner::parseGpuCounts(*gpus);
+    if (!parsed) return fail(parsed.error());
+    sizes = *parsed;
+  }
+  auto inputs = job.from ? Result<std::pair<Model, ClusterSpec>>(std::pair{job.from->model, job.from->cluster})
+                         : loadModelAndCluster(args, /*applyGpus=*/sizes.empty());
+  if (!inputs) return fail(inputs.error());
+  if (job.from && sizes.empty() && args.has("gpus")) {
+    auto gpus = args.positiveInteger("gpus", 0);
+    if (!gpus) return fail(gpus.error());
+    sizes.push_back(*gpus);
+  }
+  if (!job.from && !args.has("gbs")) return fail(missingGbs());
+  job.model = std::move(inputs->first);
+  if (sizes.empty()) job.clusters.push_back(inputs->second);
+  for (const auto n : sizes) {
+    auto scaled = scaleCluster(inputs->second, n);
+    if (!scaled) return fail(Error::badInput("--gpus " + std::to_string(n) + ": " + scaled.error().message));
+    job.clusters.push_back(std::move(*scaled));
+  }
+  return job;
+}
+
+Json searchJson(const std::vector<planner::SearchResult>& results, const std::vector<planner::Candidate>& ranked,
+                const SearchInputs& in) {
+  Json j = results.size() == 1 ? results.front().toJson() : Json::object();
+  if (results.size() > 1) {
+    j["searches"] = Json::array();
+    for (const auto& r : results) j["searches"].push_back(r.toJson());
+  }
+  j["objective"] = in.objective == planner::Objective::kCost ? "cost" : "time";
+  if (in.budget.enabled() || results.size() > 1) {
+    j["ranked"] = Json::array();
+    for (const auto& c : ranked) {
+      Json row{{"gpus", c.plan.cluster.totalGpus()}, {"plan", planToJson(c.plan)}, {"step_time_s", c.evaluation.stepSeconds}};
+      if (in.budget.enabled()) row["training"] = planner::trainingCost(c.plan, c.evaluation, in.budget).toJson();
+      j["ranked"].push_back(row);
+    }
+  }
+  return j;
+}
+
+void printSearch(const Args& args, const SearchJob& job, const std::vector<planner::SearchResult>& results,
+                 const std::vector<planner::Candidate>& ranked, const SearchInputs& in, std::ostream& out) {
+  for (std::size_t k = 0; k < results.size(); ++k) out << searchHeader(*job.model, job.clusters[k], in, results[k], args.has("precision"));
+  if (!ranked.empty()) {
+    if (in.budget.enabled()) {
+      out << "training  " << formatCount(in.budget.trainTokens) << " tokens"
+          << (in.budget.pricePerGpuHour > 0 ? " at $" + formatFixed(in.budget.pricePerGpuHour, 2) + "/GPU-hour" : "")
+          << (in.budget.deadlineDays > 0 ? ", deadline " + formatFixed(in.budget.deadlineDays, 1) + " days (LATE: a plan that misses it, ranked last)" : "")
+          << "\n";
+    }
+    out << (in.objective == planner::Objective::kCost ? "best plans (cheapest first: GPU-hours)\n" : "best plans (fastest first)\n")
+        << renderCandidates(ranked, true, in, job.clusters.size() > 1);
+    if (job.from) out << fromPlanLine(*job.from, ranked.front(), in);
+    if (const auto file = args.value("out")) out << "wrote the best plan to " << *file << "\n";
+  } else {
+    for (const auto& r : results) out << "NO FEASIBLE PLAN: " << r.infeasibleReason << "\n";
+  }
+  if (!args.has("explain")) return;
+  for (const auto& r : results) {
+    out << "pruned by rule\n";
+    for (const auto& [rule, count] : r.stats.pruned) out << "  " << count << "  " << rule << "\n";
+    if (!r.pareto.empty()) out << "Pareto front (step time vs peak memory)\n" << renderCandidates(r.pareto, false, in, false);
+    if (!r.rejected.empty()) out << "closest that do not fit\n" << renderCandidates(r.rejected, false, in, false);
+  }
+}
+
 }  // namespace
 
 int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
@@ -307,45 +397,11 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
     return 0;
   }
   if (!args->positional().empty()) return reportError(Error::badInput("unexpected argument \"" + args->positional().front() + "\""), err);
-  // --from-plan: the job the user runs (a saved or imported plan) sets the model, cluster and batch.
-  std::optional<Plan> from;
-  if (const auto file = args->value("from-plan")) {
-    for (const char* given : {"model", "cluster"}) {
-      if (args->has(given)) return reportError(Error::badInput(std::string("--") + given + " cannot be combined with --from-plan (the plan names it)"), err);
-    }
-    auto loaded = loadPlan(*file);
-    if (!loaded) return reportError(loaded.error(), err);
-    from = std::move(*loaded);
-  }
-  if (!from && !args->has("gbs") && args->has("model") && args->has("cluster")) {
-    return reportError(Error::badInput("missing --gbs (global batch size, samples per step)"), err);
-  }
-  // Several cluster sizes: load the cluster as given and scale it to each.
-  std::vector<std::int64_t> sizes;
-  if (const auto gpus = args->value("gpus"); gpus && gpus->find(',') != std::string::npos) {
-    auto parsed = planner::parseGpuCounts(*gpus);
-    if (!parsed) return reportError(parsed.error(), err);
-    sizes = *parsed;
-  }
-  auto inputs = from ? Result<std::pair<Model, ClusterSpec>>(std::pair{from->model, from->cluster})
-                     : loadModelAndCluster(*args, /*applyGpus=*/sizes.empty());
-  if (!inputs) return reportError(inputs.error(), err);
-  if (from && sizes.empty() && args->has("gpus")) {
-    auto gpus = args->positiveInteger("gpus", 0);
-    if (!gpus) return reportError(gpus.error(), err);
-    sizes.push_back(*gpus);
-  }
-  if (!from && !args->has("gbs")) return reportError(Error::badInput("missing --gbs (global batch size, samples per step)"), err);
-  const Model& model = inputs->first;
-  std::vector<ClusterSpec> clusters;
-  if (sizes.empty()) clusters.push_back(inputs->second);
-  for (const auto n : sizes) {
-    auto scaled = scaleCluster(inputs->second, n);
-    if (!scaled) return reportError(Error::badInput("--gpus " + std::to_string(n) + ": " + scaled.error().message), err);
-    clusters.push_back(std::move(*scaled));
-  }
+  auto job = searchJob(*args);
+  if (!job) return reportError(job.error(), err);
+  const Model& model = *job->model;
   SearchInputs in;
-  if (auto read = readSearchInputs(*args, model, clusters.front(), in, from ? &*from : nullptr); !read) {
+  if (auto read = readSearchInputs(*args, model, job->clusters.front(), in, job->from ? &*job->from : nullptr); !read) {
     return reportError(read.error(), err);
   }
   in.options.costDb = in.costDb ? &*in.costDb : nullptr;
@@ -355,7 +411,7 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   const bool quiet = args->has("quiet") || args->has("json");
   std::vector<planner::SearchResult> results;
   std::vector<planner::Candidate> ranked;
-  for (const auto& cluster : clusters) {
+  for (const auto& cluster : job->clusters) {
     auto result = planner::search(model, cluster, in.options, quiet ? nullptr : &progress);
     if (!result) return reportError(result.error(), err);
     for (const auto& c : result->top) ranked.push_back(c);
@@ -374,45 +430,9 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
     }
   }
   if (args->has("json")) {
-    Json j = results.size() == 1 ? results.front().toJson() : Json::object();
-    if (results.size() > 1) {
-      j["searches"] = Json::array();
-      for (const auto& r : results) j["searches"].push_back(r.toJson());
-    }
-    j["objective"] = in.objective == planner::Objective::kCost ? "cost" : "time";
-    if (in.budget.enabled() || results.size() > 1) {
-      j["ranked"] = Json::array();
-      for (const auto& c : ranked) {
-        Json row{{"gpus", c.plan.cluster.totalGpus()}, {"plan", planToJson(c.plan)}, {"step_time_s", c.evaluation.stepSeconds}};
-        if (in.budget.enabled()) row["training"] = planner::trainingCost(c.plan, c.evaluation, in.budget).toJson();
-        j["ranked"].push_back(row);
-      }
-    }
-    out << j.dump(2) << "\n";
+    out << searchJson(results, ranked, in).dump(2) << "\n";
   } else {
-    for (std::size_t k = 0; k < results.size(); ++k) out << searchHeader(model, clusters[k], in, results[k], args->has("precision"));
-    if (feasible) {
-      if (in.budget.enabled()) {
-        out << "training  " << formatCount(in.budget.trainTokens) << " tokens"
-            << (in.budget.pricePerGpuHour > 0 ? " at $" + formatFixed(in.budget.pricePerGpuHour, 2) + "/GPU-hour" : "")
-            << (in.budget.deadlineDays > 0 ? ", deadline " + formatFixed(in.budget.deadlineDays, 1) + " days (LATE: a plan that misses it, ranked last)" : "")
-            << "\n";
-      }
-      out << (in.objective == planner::Objective::kCost ? "best plans (cheapest first: GPU-hours)\n" : "best plans (fastest first)\n")
-          << renderCandidates(ranked, true, in, clusters.size() > 1);
-      if (from) out << fromPlanLine(*from, ranked.front(), in);
-      if (const auto file = args->value("out")) out << "wrote the best plan to " << *file << "\n";
-    } else {
-      for (const auto& r : results) out << "NO FEASIBLE PLAN: " << r.infeasibleReason << "\n";
-    }
-    if (args->has("explain")) {
-      for (const auto& r : results) {
-        out << "pruned by rule\n";
-        for (const auto& [rule, count] : r.stats.pruned) out << "  " << count << "  " << rule << "\n";
-        if (!r.pareto.empty()) out << "Pareto front (step time vs peak memory)\n" << renderCandidates(r.pareto, false, in, false);
-        if (!r.rejected.empty()) out << "closest that do not fit\n" << renderCandidates(r.rejected, false, in, false);
-      }
-    }
+    printSearch(*args, *job, results, ranked, in, out);
   }
   if (!feasible && args->has("fail-if-infeasible")) {
     if (args->has("json")) err << "colo-plan: no feasible plan: " << results.front().infeasibleReason << "\n";
