@@ -312,6 +312,84 @@ Result<executor::RunOptions> optionsFrom(const app::Args& args, const std::strin
   return o;
 }
 
+// Checked before any rank starts, once here rather than by every rank (one line, not one per rank):
+// the plan against this machine, a checkpoint to resume, the cost database and the data.
+Result<int> checkBeforeLaunch(const app::Args& args, const executor::RunOptions& options, const std::string& planFile) {
+  const auto& p = options.plan.parallel;
+  const int world = static_cast<int>(p.tp * p.pp * p.dp * p.cp);
+  auto nproc = args.positiveInteger("nproc-per-node", world);
+  if (!nproc) return fail(nproc.error());
+  if (*nproc != world) {
+    return fail(Error::badInput("--nproc-per-node " + std::to_string(*nproc) + ": the plan needs " + std::to_string(world) +
+                                " ranks; a job over several machines is started by torchrun or SLURM (colo-plan export "
+                                "--format torchrun|slurm), each rank running colo-run"));
+  }
+  if (auto ok = executor::checkExecutable(options.plan, world, options.backend); !ok) {
+    return fail(Error::badInput(ok.error().message, planFile));
+  }
+  if (options.resume) {
+    if (auto newest = executor::latestCheckpoint(options.checkpointDir); !newest) return fail(newest.error());
+  }
+  if (!options.costDbFile.empty()) {
+    if (auto db = costmodel::CostDatabase::open(options.costDbFile); !db) return fail(db.error());
+  }
+  auto data = executor::TokenData::open(options.dataFile);
+  if (!data) return fail(data.error());
+  if (const auto vocab = options.plan.model.spec->vocabSize; data->maxToken() >= static_cast<std::uint64_t>(vocab)) {
+    return fail(Error::badInput("token id " + std::to_string(data->maxToken()) + " is outside the model's vocabulary of " +
+                                    std::to_string(vocab),
+                                options.dataFile));
+  }
+  return world;
+}
+
+// --compare PLAN (or "megatron": the Megatron-style baseline of the same model, cluster, batch and
+// precision, written into `resultDir`): its options, checked like the plan's. `file` becomes its path.
+Result<std::optional<executor::RunOptions>> baselineOptions(const app::Args& args, const executor::RunOptions& options,
+                                                            const std::string& resultDir, std::optional<std::string>& file) {
+  file = args.value("compare");
+  if (!file) return std::optional<executor::RunOptions>{};
+  if (*file == "megatron") {
+    const Plan& p0 = options.plan;
+    auto made = planner::baselinePlan(planner::Baseline::kMegatron, p0.model, p0.cluster, p0.globalBatchSize, p0.seqLen,
+                                      p0.precision, 0.95);
+    if (!made) return fail(made.error());
+    made->plan.name = "megatron-baseline";
+    planner::annotate(made->plan, made->evaluation, "colo-run --compare megatron", "");
+    file = resultDir + "/megatron-baseline.json";
+    if (auto wrote = writeJsonFileAtomic(*file, planToJson(made->plan)); !wrote) return fail(wrote.error());
+  }
+  auto b = optionsFrom(args, *file);
+  if (!b) return fail(b.error());
+  const auto& q = b->plan.parallel;
+  if (auto ok = executor::checkExecutable(b->plan, static_cast<int>(q.tp * q.pp * q.dp * q.cp), b->backend); !ok) {
+    return fail(Error::badInput(ok.error().message, *file));
+  }
+  if (b->plan.model.name() != options.plan.model.name()) {
+    return fail(Error::badInput("--compare: the baseline trains " + b->plan.model.name() + ", the plan " + options.plan.model.name(), *file));
+  }
+  return std::optional<executor::RunOptions>{std::move(*b)};
+}
+
+// The baseline's command line: the same options with its plan in place of the first, without --compare.
+std::vector<std::string> baselineArgs(const std::vector<std::string>& argv, const std::string& planFile, const std::string& other) {
+  std::vector<std::string> out;
+  bool skip = false;
+  for (const auto& a : argv) {
+    if (skip) {
+      skip = false;
+      continue;
+    }
+    if (a == "--compare") {
+      skip = true;
+      continue;
+    }
+    if (a.rfind("--compare=", 0) == 0) continue;
+    out.push_back(a == planFile ? other : a);
+  }
+  return out;
+}
+
 int run(const std::vector<std::string>& argv) {
   auto args = app::Args::parse(argv, runOptions());
   if (!args) return report(args.error());
@@ -333,108 +411,44 @@ int run(const std::vector<std::string>& argv) {
   if (executor::WorldInfo::launchedByLauncher()) return rankMain(*args, std::move(*options));
   app::reportFatalSignalsAs("launcher");
 
-  // Checked before any rank starts: the plan against this machine, the data, the baseline.
-  const auto& p = options->plan.parallel;
-  const int world = static_cast<int>(p.tp * p.pp * p.dp * p.cp);
-  auto nproc = args->positiveInteger("nproc-per-node", world);
-  if (!nproc) return report(nproc.error());
-  if (*nproc != world) {
-    return report(Error::badInput("--nproc-per-node " + std::to_string(*nproc) + ": the plan needs " + std::to_string(world) +
-                                  " ranks; a job over several machines is started by torchrun or SLURM (colo-plan export "
-                                  "--format torchrun|slurm), each rank running colo-run"));
-  }
-  if (auto ok = executor::checkExecutable(options->plan, world, options->backend); !ok) {
-    return report(Error::badInput(ok.error().message, planFile));
-  }
-  // Checked once here rather than by every rank, so a missing checkpoint is one line, not one per rank.
-  if (options->resume) {
-    if (auto newest = executor::latestCheckpoint(options->checkpointDir); !newest) return report(newest.error());
-  }
-  if (!options->costDbFile.empty()) {
-    if (auto db = costmodel::CostDatabase::open(options->costDbFile); !db) return report(db.error());
-  }
-  auto data = executor::TokenData::open(options->dataFile);
-  if (!data) return report(data.error());
-  if (const auto vocab = options->plan.model.spec->vocabSize; data->maxToken() >= static_cast<std::uint64_t>(vocab)) {
-    return report(Error::badInput("token id " + std::to_string(data->maxToken()) + " is outside the model's vocabulary of " +
-                                      std::to_string(vocab),
-                                  options->dataFile));
-  }
+  auto world = checkBeforeLaunch(*args, *options, planFile);
+  if (!world) return report(world.error());
   const std::string resultDir = std::filesystem::temp_directory_path() / ("colo-run-" + std::to_string(getpid()));
   std::filesystem::create_directories(resultDir);
   struct RemoveOnExit {
     std::string dir;
     ~RemoveOnExit() { removeTree(dir); }
   } cleanup{resultDir};
-  std::optional<executor::RunOptions> baseline;
-  std::optional<std::string> other = args->value("compare");
-  if (other && *other == "megatron") {
-    // The Megatron-style baseline of the same model, cluster, batch and precision (planner rules).
-    const Plan& p0 = options->plan;
-    auto made = planner::baselinePlan(planner::Baseline::kMegatron, p0.model, p0.cluster, p0.globalBatchSize, p0.seqLen,
-                                      p0.precision, 0.95);
-    if (!made) return report(made.error());
-    made->plan.name = "megatron-baseline";
-    planner::annotate(made->plan, made->evaluation, "colo-run --compare megatron", "");
-    other = resultDir + "/megatron-baseline.json";
-    if (auto wrote = writeJsonFileAtomic(*other, planToJson(made->plan)); !wrote) return report(wrote.error());
-  }
-  if (other) {
-    auto b = optionsFrom(*args, *other);
-    if (!b) return report(b.error());
-    const auto& q = b->plan.parallel;
-    if (auto ok = executor::checkExecutable(b->plan, static_cast<int>(q.tp * q.pp * q.dp * q.cp), b->backend); !ok) {
-      return report(Error::badInput(ok.error().message, *other));
-    }
-    if (b->plan.model.name() != options->plan.model.name()) {
-      return report(Error::badInput("--compare: the baseline trains " + b->plan.model.name() + ", the plan " + options->plan.model.name(), *other));
-    }
-    baseline = std::move(*b);
-  }
+  std::optional<std::string> other;
+  auto baseline = baselineOptions(*args, *options, resultDir, other);
+  if (!baseline) return report(baseline.error());
+
   const std::string resultFile = resultDir + "/result.json";
-  std::vector<std::string> childArgs = argv;
-  int code = launch(childArgs, world, resultFile);
+  int code = launch(argv, *world, resultFile);
   std::optional<executor::RunResult> first;
   if (code == 0) {
     auto r = readResult(resultFile);
     if (!r) code = report(r.error());
     else first = std::move(*r);
   }
-  if (code == 0 && baseline) {
-    // The baseline: the same options with its plan in place of the first.
-    std::vector<std::string> baseArgs;
-    bool skip = false;
-    for (std::size_t i = 0; i < argv.size(); ++i) {
-      if (skip) {
-        skip = false;
-        continue;
-      }
-      if (argv[i] == "--compare") {
-        skip = true;
-        continue;
-      }
-      if (argv[i].rfind("--compare=", 0) == 0) continue;
-      baseArgs.push_back(argv[i] == planFile ? *other : argv[i]);
-    }
-    if (!args->has("json") && !args->has("quiet")) std::cerr << "colo-run: baseline " << *other << "\n";
-    const auto& q = baseline->plan.parallel;
-    const std::string baseResult = resultDir + "/baseline.json";
-    code = launch(baseArgs, static_cast<int>(q.tp * q.pp * q.dp * q.cp), baseResult);
-    if (code == 0) {
-      auto r = readResult(baseResult);
-      if (!r) {
-        code = report(r.error());
-      } else if (args->has("json")) {
-        std::cout << Json{{"run", first->toJson()}, {"baseline", r->toJson()}}.dump(2) << "\n";
-      } else {
-        std::cout << executor::renderResult(*first) << "\n" << executor::renderResult(*r) << "\n"
-                  << executor::renderComparison(*first, *r);
-      }
-    }
-  } else if (code == 0) {
+  if (code != 0) return code;
+  if (!*baseline) {
     printResult(*first, args->has("json"));
+    return 0;
   }
-  return code;
+  if (!args->has("json") && !args->has("quiet")) std::cerr << "colo-run: baseline " << *other << "\n";
+  const auto& q = (*baseline)->plan.parallel;
+  const std::string baseResult = resultDir + "/baseline.json";
+  code = launch(baselineArgs(argv, planFile, *other), static_cast<int>(q.tp * q.pp * q.dp * q.cp), baseResult);
+  if (code != 0) return code;
+  auto r = readResult(baseResult);
+  if (!r) return report(r.error());
+  if (args->has("json")) {
+    std::cout << Json{{"run", first->toJson()}, {"baseline", r->toJson()}}.dump(2) << "\n";
+  } else {
+    std::cout << executor::renderResult(*first) << "\n" << executor::renderResult(*r) << "\n" << executor::renderComparison(*first, *r);
+  }
+  return 0;
 }
 
 int prepare(const std::vector<std::string>& argv) {
