@@ -6,6 +6,7 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <system_error>
 #include <unistd.h>
 
@@ -55,6 +56,36 @@ std::optional<std::size_t> tooDeepAt(const std::string& text) {
   return std::nullopt;
 }
 
+// nlohmann's parse error: "[json.exception.parse_error.101] parse error at line 1, column 39: syntax
+// error while parsing value - invalid literal; last read: '{"a": 1, "dropout": N'". colo gives the line
+// and column itself; this keeps the explanation and the last few characters read, on one line.
+std::string parseReason(const std::string& what) {
+  std::string reason = what;
+  if (const auto column = what.find("column "); column != std::string::npos) {
+    if (const auto colon = what.find(": ", column); colon != std::string::npos) reason = what.substr(colon + 2);
+  } else if (const auto bracket = what.find("] "); bracket != std::string::npos) {
+    reason = what.substr(bracket + 2);
+  }
+  constexpr std::string_view kLastRead = "; last read: '";
+  const auto last = reason.find(kLastRead);
+  if (last == std::string::npos) return reason;
+  // What was read is quoted; an expectation may follow it ("...; last read: '{''; expected string literal").
+  std::string read = reason.substr(last + kLastRead.size());
+  std::string expected;
+  if (const auto end = read.rfind("'; "); end != std::string::npos) {
+    expected = read.substr(end + 1);
+    read.erase(end);
+  } else if (!read.empty() && read.back() == '\'') {
+    read.pop_back();
+  }
+  reason = reason.substr(0, last) + expected;
+  if (read.size() > 24) read = "..." + read.substr(read.size() - 24);
+  for (char& c : read) {
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  }
+  return read.empty() ? reason : reason + " (after " + read + ")";
+}
+
 }  // namespace
 
 Result<Json> parseJson(const std::string& text, const std::string& file) {
@@ -72,17 +103,12 @@ Result<Json> parseJson(const std::string& text, const std::string& file) {
     return Json::parse(text);
   } catch (const Json::exception& e) {
     // Parse errors carry a byte offset; out_of_range.406 ("number overflow parsing '1e999'") does not.
-    std::string what = e.what();
-    // nlohmann's message starts with "[json.exception.parse_error.101] parse error at line..." ;
-    // keep only the explanation after the last ": ".
-    const auto colon = what.rfind(": ");
-    std::string reason = colon == std::string::npos ? what : what.substr(colon + 2);
+    const std::string what = e.what();
     if (const auto* parse = dynamic_cast<const Json::parse_error*>(&e)) {
-      return fail(Error::badInput("invalid JSON at " + lineColumn(text, parse->byte) + ": " + reason, file));
+      return fail(Error::badInput("invalid JSON at " + lineColumn(text, parse->byte) + ": " + parseReason(what), file));
     }
     const auto bracket = what.find("] ");
-    reason = bracket == std::string::npos ? what : what.substr(bracket + 2);
-    return fail(Error::badInput("invalid JSON: " + reason, file));
+    return fail(Error::badInput("invalid JSON: " + (bracket == std::string::npos ? what : what.substr(bracket + 2)), file));
   }
 }
 

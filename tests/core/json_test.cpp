@@ -74,6 +74,28 @@ TEST(Json, ErrorToStringNamesFilePathAndMessage) {
   EXPECT_EQ(exitCodeFor(ErrorCode::kInfeasible), 3);
 }
 
+// The parser's explanation survives, with what it read last, on one line (once "last read: '..."
+// was cut at its last ": " and gave "N'").
+TEST(Json, SyntaxErrorsKeepTheExplanationAndWhatWasReadLast) {
+  struct Case {
+    std::string text, expected;
+  };
+  for (const auto& c : std::vector<Case>{
+           {R"({"format":"colo.model/1","dropout": NaN})",
+            "m.json: invalid JSON at line 1, column 37: syntax error while parsing value - invalid literal (after \"dropout\": N)"},
+           {"{'a': 1}",
+            "m.json: invalid JSON at line 1, column 2: syntax error while parsing object key - invalid literal; expected string "
+            "literal (after {')"},
+           {"tru", "m.json: invalid JSON at line 1, column 3: syntax error while parsing value - invalid literal (after tru)"},
+           {"{\"a\": [1, 2,, 3]}",
+            "m.json: invalid JSON at line 1, column 13: syntax error while parsing value - unexpected ','; expected '[', '{', or a literal"},
+       }) {
+    auto r = parseJson(c.text, "m.json");
+    ASSERT_FALSE(r) << c.text;
+    EXPECT_EQ(r.error().toString(), c.expected) << c.text;
+  }
+}
+
 TEST(Json, DeepNestingIsRefusedBeforeParsing) {
   const std::string deep = std::string(50000, '[') + std::string(50000, ']');
   auto r = parseJson(deep, "deep.json");
