@@ -324,6 +324,15 @@ Result<int> checkBeforeLaunch(const app::Args& args, const executor::RunOptions&
                                 " ranks; a job over several machines is started by torchrun or SLURM (colo-plan export "
                                 "--format torchrun|slurm), each rank running colo-run"));
   }
+  // A plan for several multi-GPU nodes is not started by hand by mistake: every rank would run here.
+  const ClusterSpec& cluster = options.plan.cluster;
+  if (!args.has("nproc-per-node") && cluster.nodes > 1 && cluster.gpusPerNode > 1) {
+    return fail(Error::badInput("the plan spans " + std::to_string(cluster.nodes) + " nodes of " + std::to_string(cluster.gpusPerNode) +
+                                    " GPUs (" + std::to_string(world) + " ranks), and started by hand colo-run runs every rank on "
+                                    "this machine: start it on each node with torchrun or SLURM (colo-plan export --format "
+                                    "torchrun|slurm), or pass --nproc-per-node " + std::to_string(world) + " to run them all here",
+                                planFile));
+  }
   if (auto ok = executor::checkExecutable(options.plan, world, options.backend); !ok) {
     return fail(Error::badInput(ok.error().message, planFile));
   }
@@ -466,8 +475,17 @@ int prepare(const std::vector<std::string>& argv) {
 }
 
 int runs(const std::vector<std::string>& argv) {
-  auto args = app::Args::parse(argv, {{"runs-db", "FILE", "runs database"}, {"json", "", "print JSON"}, {"help", "", "show this help"}});
+  const std::vector<app::OptionSpec> specs{{"runs-db", "FILE", "runs database (colo-run --runs-db)"},
+                                           {"json", "", "print JSON"},
+                                           {"help", "", "show this help"}};
+  auto args = app::Args::parse(argv, specs);
   if (!args) return report(args.error());
+  if (args->has("help")) {
+    std::cout << "usage: colo-run runs --runs-db FILE [--json]\n\nLists the runs recorded in a runs database: plan, model, "
+                 "layout, steps, measured step time beside the prediction, tokens/s and the final loss.\n\n"
+              << app::describeOptions(specs);
+    return 0;
+  }
   const auto file = args->value("runs-db");
   if (!file) return report(Error::badInput("usage: colo-run runs --runs-db FILE [--json]"));
   if (!std::filesystem::exists(*file)) return report(Error::io("no such runs database", *file));

@@ -171,6 +171,8 @@ std::vector<std::int64_t> TokenData::sample(std::uint64_t seed, std::int64_t ste
 
 Result<PrepareReport> prepareTokens(const std::string& textFile, const std::string& outFile) {
   if (!endsWith(outFile, ".u16")) return fail(Error::badInput("the token file must end in .u16", outFile));
+  std::error_code ec;
+  if (std::filesystem::is_directory(textFile, ec)) return fail(Error::badInput("is a directory, not a text file", textFile));
   std::ifstream in(textFile, std::ios::binary);
   if (!in) return fail(Error::io("cannot read", textFile));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -187,7 +189,6 @@ Result<PrepareReport> prepareTokens(const std::string& textFile, const std::stri
     }
     if (!out) return fail(Error::io("cannot write", tmp));
   }
-  std::error_code ec;
   std::filesystem::rename(tmp, outFile, ec);
   if (ec) return fail(Error::io("cannot rename into place: " + ec.message(), outFile));
   return PrepareReport{static_cast<std::int64_t>(tokens.size()), 256};

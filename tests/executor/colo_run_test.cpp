@@ -204,6 +204,21 @@ TEST_F(ColoRun, BadInputIsRefusedBeforeAnyRankStarts) {
   auto noDb = test::runProgram("colo-run", file + " --data " + data() + " --costdb " + m_dir.path("none.sqlite"));
   EXPECT_EQ(noDb.exitCode, 2);
   EXPECT_NE(noDb.err.find("none.sqlite"), std::string::npos) << noDb.err;
+  // A plan for 16 nodes of 8 GPUs started by hand: one line pointing to torchrun/SLURM, no rank started
+  // (it once started all 128 ranks here and printed nothing).
+  const std::string nodes = m_dir.path("nodes.json");
+  auto made = test::runProgram("colo-plan", "evaluate --model tiny-gpt --cluster dgx-a100-80gb-x16 --dp 128 --mbs 1 --gbs 128 "
+                                            "--seq-len 32 --precision fp32 --out " + nodes);
+  ASSERT_EQ(made.exitCode, 0) << made.err;
+  auto many = test::runProgram("colo-run", nodes + " --data " + data() + " --steps 1");
+  EXPECT_EQ(many.exitCode, 2);
+  EXPECT_NE(many.err.find("the plan spans 16 nodes of 8 GPUs (128 ranks)"), std::string::npos) << many.err;
+  EXPECT_NE(many.err.find("--nproc-per-node 128"), std::string::npos) << many.err;
+  EXPECT_EQ(std::count(many.err.begin(), many.err.end(), '\n'), 1) << many.err;
+  // colo-run prepare on a folder: bad input naming it, not an internal error.
+  auto folder = test::runProgram("colo-run", "prepare " + m_dir.path("") + " --out " + m_dir.path("x.u16"));
+  EXPECT_EQ(folder.exitCode, 2) << folder.err;
+  EXPECT_NE(folder.err.find("is a directory"), std::string::npos) << folder.err;
 }
 
 // The README's demo (tiny-gpt, global batch 8 x 128 tokens, 20 steps, default learning-rate schedule):
