@@ -199,6 +199,11 @@ TEST(Export, EveryExportPassesTheToolsSchemas) {
         return p;
       }(),
       exportPlanOf("qwen3-30b-a3b", "dgx-h100-x64", 64, 1, 1, 2, 8, 1, 128, RecomputePolicy::kSelective),
+      [] {  // Half the optimizer states on the host (Megatron's --optimizer-cpu-offload chain of flags)
+        Plan p = exportPlanOf("llama3-8b", "dgx-h100", 8, 1, 1, 1, 1, 1, 64, RecomputePolicy::kFull);
+        p.offload.optimizerFraction = 0.5;
+        return p;
+      }(),
   };
   for (const auto& p : plans) {
     ASSERT_TRUE(validatePlan(p)) << p.name << ": " << validatePlan(p).error().toString();
