@@ -614,6 +614,11 @@ Result<Context> makeContext(const Model& model, const ClusterSpec& cluster, cons
     return fail(Error::badInput("the model has no transformer layers with a hidden size to split", model.file));
   }
   c.device = costmodel::deviceModel(cluster.gpu, options.precision, options.flashAttention && options.flashAttention2);
+  // A budget above the GPU's memory would call plans that cannot run "fits".
+  if (options.memoryBudgetBytes > cluster.gpu.memoryBytes) {
+    return fail(Error::badInput("--memory-gib: " + formatBytes(options.memoryBudgetBytes) + " is more than the " +
+                                cluster.gpu.name + "'s " + formatBytes(cluster.gpu.memoryBytes)));
+  }
   c.budget = options.memoryBudgetBytes > 0 ? options.memoryBudgetBytes : options.maxMemoryFraction * cluster.gpu.memoryBytes;
   c.stepBytesPerParam = costmodel::optimizerStepBytes(options.precision);
   c.gradBufferBytes = options.precision == DType::kFp16 ? 2.0 : 4.0;  // as the evaluator's Megatron buffer

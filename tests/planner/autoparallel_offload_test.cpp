@@ -52,8 +52,10 @@ TEST(AutoParallelOffload, WeightsLeaveTheGpuWhereNothingElseFits) {
   AutoParallelOptions none = x.options(40);
   none.allowOffload = false;
   expectNoPlan(none);
-  // With room for every weight and optimizer state, nothing leaves.
-  auto roomy = autoParallel(x.model, x.cluster, x.options(150));
+  // With room for every weight and optimizer state (a GPU of 160 GiB), nothing leaves.
+  ClusterSpec large = x.cluster;
+  large.gpu.memoryBytes = 160 * kGiB;
+  auto roomy = autoParallel(x.model, large, x.options(150));
   ASSERT_TRUE(roomy) << roomy.error().toString();
   EXPECT_EQ(roomy->joint.weightOffloadFraction, 0.0);
   EXPECT_EQ(roomy->joint.optimizerOffloadFraction, 0.0);

@@ -253,6 +253,21 @@ TEST(AutoParallel, MixtralLayersOnANodeMeshAreAtLeastAsFastAsMegatrons) {
       << r->joint.layoutText() << " against " << r->megatron.layoutText();
 }
 
+// A budget above the GPU's memory is refused: the plans under it would read "fits" on GPUs they do not fit.
+TEST(AutoParallel, ABudgetAboveTheGpusMemoryIsRefused) {
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb.json"));
+  const Model model = test::loadModelOrFail(test::dataFile("models/tiny-llama.json"));
+  AutoParallelOptions o;
+  o.globalBatchSize = 8;
+  o.memoryBudgetBytes = cluster.gpu.memoryBytes * 1.5;
+  auto r = autoParallel(model, cluster, o);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kBadInput);
+  EXPECT_NE(r.error().message.find("is more than the A100-SXM4-80GB's 80.00 GiB"), std::string::npos) << r.error().toString();
+  o.memoryBudgetBytes = cluster.gpu.memoryBytes;
+  EXPECT_TRUE(autoParallel(model, cluster, o));
+}
+
 // Every operator splitting the sequence over the mesh is Megatron's context parallelism: runnable by
 // colo-run as cp, unless the executor's capability list refuses it (its MoE layers run without cp).
 TEST(AutoParallel, SequenceSplitEverywhereIsContextParallelism) {
@@ -263,7 +278,7 @@ TEST(AutoParallel, SequenceSplitEverywhereIsContextParallelism) {
     o.globalBatchSize = 8;
     o.meshes = {{8}};
     o.pipelineDegrees = {1};
-    o.memoryBudgetBytes = 1e15;  // (nothing to offload: the roles are what is checked)
+    o.memoryBudgetBytes = cluster.gpu.memoryBytes;  // (the tiny models fit whole: the roles are what is checked)
     auto r = autoParallel(model, cluster, o);
     EXPECT_TRUE(r) << r.error().toString();
     auto file = operatorPlanFile(model, cluster, o, *r);
