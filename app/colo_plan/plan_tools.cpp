@@ -8,6 +8,7 @@
 #include "inputs.h"
 #include "colo/core/library.h"
 #include "colo/core/units.h"
+#include "colo/planner/autoparallel.h"
 #include "colo/planner/baseline.h"
 #include "colo/planner/export.h"
 #include "colo/planner/export_check.h"
@@ -138,6 +139,34 @@ int runCompare(const std::vector<std::string>& argv, std::ostream& out, std::ost
   return 0;
 }
 
+namespace {
+
+// What check judges: the plan's evaluation, or for a per-operator plan (colo-plan autoparallel --out)
+// its operator-level re-costing, as evaluate --plan prints it (the degree fields are only its
+// equivalent or Megatron's split beside it). Its MFU is the degree form's model FLOPs over its step.
+struct CheckFigures {
+  double stepSeconds = 0, mfu = 0, peakMemoryBytes = 0, gpuMemoryBytes = 0;
+  bool fits = false;
+  bool operatorLevel = false;
+};
+
+Result<CheckFigures> checkFigures(const Plan& plan, const std::string& file) {
+  auto ev = costmodel::evaluatePlan(plan);
+  if (!ev) return fail(ev.error());
+  CheckFigures f{ev->stepSeconds, ev->mfu, ev->peakMemoryBytes, ev->gpuMemoryBytes, ev->fits, false};
+  if (!plan.operatorPlan.is_object()) return f;
+  auto op = planner::evaluateOperatorPlan(plan, file);
+  if (!op) return fail(op.error());
+  f.mfu = ev->mfu * ev->stepSeconds / op->stepSeconds;
+  f.stepSeconds = op->stepSeconds;
+  f.peakMemoryBytes = op->peakMemoryBytes;
+  f.fits = op->peakMemoryBytes <= ev->gpuMemoryBytes;
+  f.operatorLevel = true;
+  return f;
+}
+
+}  // namespace
+
 int runCheck(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
   const std::vector<OptionSpec> specs{
       {"plan", "FILE", "the plan to check (required)"},
@@ -157,8 +186,9 @@ int runCheck(const std::vector<std::string>& argv, std::ostream& out, std::ostre
   if (!file) return reportError(Error::badInput("missing --plan"), err);
   auto plan = loadPlan(*file);
   if (!plan) return reportError(plan.error(), err);
-  auto ev = costmodel::evaluatePlan(*plan);
-  if (!ev) return reportError(ev.error(), err);
+  auto figures = checkFigures(*plan, *file);
+  if (!figures) return reportError(figures.error(), err);
+  const CheckFigures* ev = &*figures;
   auto number = [&](const char* name, const NumberRange& range) -> Result<std::optional<double>> {
     if (!args->has(name)) return std::optional<double>{};
     auto v = args->number(name, 0, range);
@@ -184,7 +214,7 @@ int runCheck(const std::vector<std::string>& argv, std::ostream& out, std::ostre
     failures.push_back("step time " + formatFixed(ev->stepSeconds, 3) + " s exceeds " + formatFixed(**maxStep, 3) + " s");
   }
   if (!ev->fits) failures.push_back("the plan does not fit in GPU memory");
-  out << *file << ": step " << formatFixed(ev->stepSeconds, 3) << " s, MFU " << formatFixed(100 * ev->mfu, 1) << "%, peak "
+  out << *file << ": " << (ev->operatorLevel ? "per-operator plan, " : "") << "step " << formatFixed(ev->stepSeconds, 3) << " s, MFU " << formatFixed(100 * ev->mfu, 1) << "%, peak "
       << formatBytes(ev->peakMemoryBytes) << " (" << formatFixed(100 * fraction, 1) << "% of GPU memory)\n";
   out << publishedRunsOf(*plan);
   if (failures.empty()) {

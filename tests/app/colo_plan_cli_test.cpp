@@ -839,6 +839,14 @@ TEST(ColoPlanAutoParallel, OutWritesAPlanThatEvaluateReproduces) {
   const auto text = run("evaluate --plan " + file);
   ASSERT_EQ(text.exitCode, 0) << text.err;
   EXPECT_NE(text.out.find("per-operator plan"), std::string::npos) << text.out;
+  // check judges the same step as evaluate --plan, not the degree fields' form: a bound 1% above the
+  // per-operator step passes, 1% below it fails.
+  const double step = again["step_time_s"].get<double>();
+  const auto pass = run("check --plan " + file + " --max-step-time " + std::to_string(step * 1.01));
+  EXPECT_EQ(pass.exitCode, 0) << pass.out << pass.err;
+  EXPECT_NE(pass.out.find("per-operator plan, step"), std::string::npos) << pass.out;
+  const auto miss = run("check --plan " + file + " --max-step-time " + std::to_string(step * 0.99));
+  EXPECT_EQ(miss.exitCode, 4) << miss.out << miss.err;
   std::filesystem::remove(file);
 }
 
