@@ -248,6 +248,16 @@ int runExport(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   if (!plan) return reportError(plan.error(), err);
   auto text = planner::exportPlan(*plan, *format, *file);
   if (!text) return reportError(text.error(), err);
+  // A per-operator plan goes out as its degree fields: the tools take degrees, not per-operator shardings.
+  if (plan->operatorPlan.is_object()) {
+    auto op = planner::evaluateOperatorPlan(*plan, *file);
+    auto ev = costmodel::evaluatePlan(*plan);
+    if (op && ev) {
+      err << "colo-plan: note: " << *file << " is a per-operator plan (" << formatFixed(op->stepSeconds, 3)
+          << " s); the export writes its degree fields (" << (op->runnable ? "its equivalent" : "Megatron's split beside it")
+          << ", " << formatFixed(ev->stepSeconds, 3) << " s by colo's model)\n";
+    }
+  }
   // Megatron-LM's arguments and DeepSpeed's config are checked against the tools' schemas
   // (data/export-schemas/) before they are written: an export the tool would refuse is not written.
   auto problems = planner::checkExport(*plan, *format, *text);

@@ -847,6 +847,10 @@ TEST(ColoPlanAutoParallel, OutWritesAPlanThatEvaluateReproduces) {
   EXPECT_NE(pass.out.find("per-operator plan, step"), std::string::npos) << pass.out;
   const auto miss = run("check --plan " + file + " --max-step-time " + std::to_string(step * 0.99));
   EXPECT_EQ(miss.exitCode, 4) << miss.out << miss.err;
+  // export writes the degree fields and says so.
+  const auto exported = run("export --plan " + file + " --format torchrun");
+  EXPECT_EQ(exported.exitCode, 0) << exported.err;
+  EXPECT_NE(exported.err.find("is a per-operator plan"), std::string::npos) << exported.err;
   std::filesystem::remove(file);
 }
 
