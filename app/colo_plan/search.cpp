@@ -32,7 +32,7 @@ const std::vector<OptionSpec>& searchOptions() {
       {"gbs", "G", "global batch size, samples per step (required)"},
       {"seq-len", "S", "tokens per sample (default: the model's)"},
       {"top", "K", "how many plans to list (default 10)"},
-      {"fix", "K=V,..", "hold settings fixed: tp, pp, dp, cp, ep, vpp, mbs, zero (e.g. tp=8,pp=4)"},
+      {"fix", "K=V,..", "hold settings fixed: tp, pp, dp, cp, ep, etp (the experts' tp), vpp, mbs, zero (e.g. tp=8,pp=4)"},
       {"max-memory-fraction", "F", "a plan fits when its peak is at most F of GPU memory (default 0.95)"},
       {"precision", "P", "bf16, fp16, fp8, fp32 (default: bf16, or fp16 on GPUs without bf16)"},
       {"attention", "A", "flash (default: the GPU's fastest fused kernels), flash2 (FlashAttention-2's, PyTorch SDPA) or unfused"},

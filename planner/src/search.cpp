@@ -47,6 +47,7 @@ Result<std::map<std::string, std::int64_t>> parseFixed(const std::string& text) 
       return fail(Error::badInput("--fix: " + key + " must be " + (key == "zero" ? "0-3" : "a positive integer") +
                                   ", got \"" + value + "\""));
     }
+    if (out.contains(key)) return fail(Error::badInput("--fix: " + key + " is given twice in \"" + text + "\""));
     out[key] = v;
     if (comma == std::string::npos) break;
     start = comma + 1;

@@ -73,11 +73,23 @@ Result<Space> makeSpace(const Model& model, const ClusterSpec& cluster, const Se
   sp.experts = model.spec ? model.spec->moe.numExperts : 0;
   sp.budget = options.maxMemoryFraction * cluster.gpu.memoryBytes;
   sp.gbs = options.globalBatchSize;
+  // The fixed degrees together: their product must divide the GPUs (and make them when all four are fixed).
+  std::int64_t product = 1;
+  std::string named;
   for (const char* key : {"tp", "pp", "dp", "cp"}) {
     if (auto v = sp.fixed(key); v && sp.gpus % *v != 0) {
       return fail(Error::badInput(std::string("--fix: ") + key + "=" + std::to_string(*v) + " does not divide the cluster's " +
                                   std::to_string(sp.gpus) + " GPUs"));
     }
+    if (auto v = sp.fixed(key)) {
+      product *= *v;
+      named += (named.empty() ? "" : "*") + std::string(key) + "=" + std::to_string(*v);
+    }
+  }
+  const bool allFixed = sp.fixed("tp") && sp.fixed("pp") && sp.fixed("dp") && sp.fixed("cp");
+  if (sp.gpus % product != 0 || (allFixed && product != sp.gpus)) {
+    return fail(Error::badInput("--fix: " + named + " = " + std::to_string(product) + (allFixed ? " does not make" : " does not divide") +
+                                " the cluster's " + std::to_string(sp.gpus) + " GPUs"));
   }
   sp.params = model.spec ? static_cast<double>(countParameters(*model.spec).total) : static_cast<double>(model.graph->totals().params);
   sp.weightBytes = options.precision == DType::kFp32 ? 4.0 : 2.0;

@@ -201,6 +201,22 @@ TEST(Search, FixedSettingsAreRespected) {
   EXPECT_FALSE(parseFixed("tp=8,pipeline=2"));
   EXPECT_FALSE(parseFixed("zero=5"));
   EXPECT_EQ(parseFixed("tp=8,zero=1")->at("zero"), 1);
+  // A setting given twice is refused (the last one used to win silently).
+  auto twice = parseFixed("tp=2,tp=4");
+  ASSERT_FALSE(twice);
+  EXPECT_NE(twice.error().message.find("tp is given twice"), std::string::npos) << twice.error().message;
+  // Fixed degrees whose product does not divide the GPUs, or does not make them when all four are fixed,
+  // are bad input naming the product (they used to give "no feasible plan" and exit 0).
+  for (const auto& [fix, reason] : std::vector<std::pair<std::string, std::string>>{
+           {"tp=8,pp=16", "--fix: tp=8*pp=16 = 128 does not divide the cluster's 64 GPUs"},
+           {"tp=8,pp=4,dp=4", "--fix: tp=8*pp=4*dp=4 = 128 does not divide the cluster's 64 GPUs"},
+           {"tp=8,pp=2,dp=2,cp=1", "--fix: tp=8*pp=2*dp=2*cp=1 = 32 does not make the cluster's 64 GPUs"}}) {
+    o.fixed = *parseFixed(fix);
+    auto refused = search(s.model, s.cluster, o);
+    ASSERT_FALSE(refused) << fix;
+    EXPECT_EQ(refused.error().code, ErrorCode::kBadInput) << fix;
+    EXPECT_EQ(refused.error().message, reason) << fix;
+  }
 }
 
 TEST(Search, ProposesExpertParallelismFoldedOverTensorParallelRanks) {
