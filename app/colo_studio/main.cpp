@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <string>
 #include <string_view>
 
 #include "colo/core/version.h"
@@ -34,6 +35,20 @@ bool needsNoWindow(int argc, char** argv) {
   }
   return false;
 }
+
+int usageError(const std::string& message) {
+  std::cerr << "colo-studio: error: " << message << "\n";
+  return 2;
+}
+
+// A whole integer in [low, high] ("12abc", "x" and "" are not).
+bool intInRange(const QString& text, int low, int high) {
+  bool ok = false;
+  const int v = text.toInt(&ok);
+  return ok && v >= low && v <= high && !text.startsWith('+');
+}
+
+bool positiveInt(const QString& text) { return intInRange(text, 1, 1 << 30); }
 
 }  // namespace
 
@@ -63,7 +78,16 @@ int main(int argc, char** argv) {
   QCommandLineOption deadline("deadline-days", "days the training run must finish in: later plans read LATE", "D");
   QCommandLineOption solveOperators("solve-operators", "with --screenshot: also run the per-operator solve (Operators tab) before saving");
   parser.addOptions({model, cluster, gbs, screenshot, tab, tokens, price, deadline, solveOperators});
+  // Bad options are bad input (exit 2, one line); process() would exit 1. It still handles --help,
+  // --help-all and --version once the arguments parse.
+  if (!parser.parse(QCoreApplication::arguments())) return usageError(parser.errorText().toStdString());
   parser.process(app);
+  if (parser.isSet(gbs) && !positiveInt(parser.value(gbs))) {
+    return usageError("--gbs: expected a positive integer, got \"" + parser.value(gbs).toStdString() + "\"");
+  }
+  if (parser.isSet(tab) && !intInRange(parser.value(tab), 0, 5)) {
+    return usageError("--tab: expected 0 to 5, got \"" + parser.value(tab).toStdString() + "\"");
+  }
 
   colo::ui::MainWindow window;
   window.resize(1500, 950);
@@ -71,14 +95,16 @@ int main(int argc, char** argv) {
   if (parser.isSet(tokens)) {
     window.setTrainingBudget(parser.value(tokens), parser.value(price).toDouble(), parser.value(deadline).toDouble());
   }
-  bool ok = true;
-  if (parser.isSet(model)) ok = window.openModel(parser.value(model)) && ok;
-  if (parser.isSet(cluster)) ok = window.openCluster(parser.value(cluster)) && ok;
+  // The first file that does not open is the one named (opening the next would clear its message).
+  std::string firstError;
+  if (parser.isSet(model) && !window.openModel(parser.value(model))) firstError = window.errorText().toStdString();
+  if (parser.isSet(cluster) && !window.openCluster(parser.value(cluster)) && firstError.empty()) {
+    firstError = window.errorText().toStdString();
+  }
+  const bool ok = firstError.empty();
   if (parser.isSet(screenshot)) {
     if (!ok || !parser.isSet(model) || !parser.isSet(cluster)) {
-      std::cerr << "colo-studio: error: " << (ok ? std::string("--screenshot needs --model and --cluster") : window.errorText().toStdString())
-                << "\n";
-      return 2;
+      return usageError(ok ? std::string("--screenshot needs --model and --cluster") : firstError);
     }
     window.show();
     window.startSearch();

@@ -23,4 +23,20 @@ out=$(headless --model tiny-gpt 2>&1); rc=$?
 
 out=$(headless --screenshot "$scratch/shot.png" --model tiny-gpt --cluster localhost-cpu --gbs 8 2>&1); rc=$?
 [[ $rc -eq 0 && -s "$scratch/shot.png" ]] || fail "--screenshot without a display exited $rc: $out"
+# Bad options are one line and exit 2 (on a display, here the offscreen one); the first file that does
+# not open is the one named, even when a later one opens.
+offscreen() { QT_QPA_PLATFORM=offscreen XDG_RUNTIME_DIR="$scratch" "$studio" "$@"; }
+expect_refused() {
+  local expected=$1; shift
+  out=$(offscreen "$@" 2>&1); rc=$?
+  [[ $rc -eq 2 ]] || fail "$* exited $rc, not 2: $out"
+  [[ $out == *"$expected"* ]] || fail "$*: expected \"$expected\" in: $out"
+  [[ $(printf '%s\n' "$out" | grep -c 'colo-studio: error') -eq 1 ]] || fail "$*: not one error line: $out"
+}
+expect_refused '--gbs: expected a positive integer, got "abc"' --gbs abc
+expect_refused '--gbs: expected a positive integer, got "0"' --gbs 0
+expect_refused '--tab: expected 0 to 5, got "9"' --tab 9
+expect_refused "Unknown option 'bogus'" --bogus
+expect_refused '"nosuch" is neither a file nor an entry of the models library' \
+  --screenshot "$scratch/bad.png" --model nosuch --cluster localhost-cpu
 echo "ok"
