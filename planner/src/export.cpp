@@ -302,6 +302,18 @@ std::string colossalai(const Plan& p) {
   // Expert parallelism exists only in the MoE plugin (HybridParallelPlugin takes no ep_size).
   const std::string plugin = q.ep > 1 ? "MoeHybridParallelPlugin" : "HybridParallelPlugin";
   o << "# Colossal-AI " << plugin << " for " << p.name << " (checked against data/export-schemas/colossalai.json)\n";
+  std::string unevenStages;  // "8, 9, 10, ..." when the stages do not all hold as many layers
+  for (const auto& st : p.stages) {
+    if (st.layers != p.stages.front().layers) unevenStages = "uneven";
+  }
+  if (!unevenStages.empty()) {
+    unevenStages.clear();
+    for (const auto& st : p.stages) unevenStages += (unevenStages.empty() ? "" : ", ") + std::to_string(st.layers);
+    if (q.virtualStages > 1) {
+      o << "# note: Colossal-AI takes one layer count per stage, not per model chunk: the plan's uneven chunks ("
+        << unevenStages << " layers) run here as its default split, which colo costs otherwise\n";
+    }
+  }
   if (q.cp > 1 && (p.execution.cpCommType == CpCommType::kA2aP2p || p.execution.cpCommType == CpCommType::kAllGather)) {
     o << "# note: Colossal-AI's sequence modes are ring_attn and all_to_all; the plan's " << toString(p.execution.cpCommType)
       << " exchange runs here as ring_attn (the p2p ring), which colo costs otherwise\n";
@@ -327,6 +339,10 @@ std::string colossalai(const Plan& p) {
   if (q.pp > 1) {
     o << "    num_microbatches=" << p.numMicroBatches() << ",\n";
     if (q.virtualStages > 1) o << "    pp_style=\"interleaved\",\n    num_model_chunks=" << q.virtualStages << ",\n";
+    // Colossal-AI's PipelineStageManager takes one layer count per stage (it asserts the length is
+    // pp_size and the sum the layers; colossalai/pipeline/stage_manager.py): uneven 1F1B splits go out
+    // as it; an uneven interleaved split has no such list (the note at the top says so).
+    if (q.virtualStages == 1 && !unevenStages.empty()) o << "    num_layers_per_stage=[" << unevenStages << "],\n";
   } else {
     o << "    microbatch_size=" << p.microBatchSize << ",\n";
   }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "colo/core/library.h"
+#include "colo/core/number_list.h"
 #include "colo/planner/export_check.h"
 #include "colo/planner/import.h"
 #include "import_common.h"
@@ -144,6 +145,21 @@ Result<Plan> importColossalAi(const std::string& source, const ImportContext& co
     policy = RecomputePolicy::kFull;  // Hugging Face checkpointing recomputes whole layers
   }
   p.stages = uniformStages(p.model.numLayers(), q.pp * q.virtualStages, policy);
+  if (kw.contains("num_layers_per_stage") && kw.at("num_layers_per_stage") != "None") {
+    // One count per stage, as Colossal-AI's PipelineStageManager asserts (pp_size of them, summing to the layers).
+    std::string list = kw.at("num_layers_per_stage");
+    if (list.size() >= 2 && list.front() == '[' && list.back() == ']') list = list.substr(1, list.size() - 2);
+    auto counts = parsePositiveIntegerList(list, p.model.numLayers());
+    std::int64_t sum = 0;
+    for (const auto c : counts ? *counts : std::vector<std::int64_t>{}) sum += c;
+    if (!counts || static_cast<std::int64_t>(counts->size()) != q.pp || q.virtualStages != 1 || sum != p.model.numLayers()) {
+      return fail(Error::badInput("num_layers_per_stage=" + kw.at("num_layers_per_stage") + ": expected pp_size " + std::to_string(q.pp) +
+                                  " layer counts summing to the model's " + std::to_string(p.model.numLayers()) +
+                                  " layers (one per stage; not with pp_style interleaved)"));
+    }
+    p.stages.clear();
+    for (const auto c : *counts) p.stages.push_back({c, policy, 0});
+  }
   for (auto& st : p.stages) st.recomputeLayers = policy == RecomputePolicy::kNone ? 0 : perStage > 0 ? std::min(perStage, st.layers) : st.layers;
   return finish(p, "a Colossal-AI plugin");
 }

@@ -485,8 +485,12 @@ TEST(Import, ColossalAiPluginGivesBackThePlan) {
     auto back = importColossalAi(*source, ImportContext{p.cluster, p.model, 0, 0});
     ASSERT_TRUE(back) << p.name << ": " << back.error().toString() << "\n" << *source;
     Plan expected = p;
-    // What the plugin cannot say: Megatron's uneven stages, block recompute counts per stage, CP's type.
+    // What the plugin cannot say: uneven model chunks (num_layers_per_stage takes one count per stage,
+    // which it does say), block recompute counts per stage, CP's type.
     expected.stages = uniformStages(p.model.numLayers(), p.parallel.pp * p.parallel.virtualStages, p.stages.front().recompute);
+    if (p.parallel.virtualStages == 1) {
+      for (std::size_t st = 0; st < p.stages.size(); ++st) expected.stages[st].layers = p.stages[st].layers;
+    }
     std::int64_t most = 0;
     for (const auto& st : p.stages) most = std::max(most, st.recomputeLayers);
     for (auto& st : expected.stages) st.recomputeLayers = p.stages.front().recompute == RecomputePolicy::kNone ? 0 : std::min(most, st.layers);
@@ -496,6 +500,20 @@ TEST(Import, ColossalAiPluginGivesBackThePlan) {
   auto noModel = importColossalAi("plugin = HybridParallelPlugin(tp_size=2)", ImportContext{roundTripPlans()[0].cluster, std::nullopt, 0, 0});
   ASSERT_FALSE(noModel);
   EXPECT_NE(noModel.error().message.find("--model"), std::string::npos);
+  // The balanced split goes out as num_layers_per_stage (it was dropped, and the even split did not fit).
+  const Plan balanced = roundTripPlans()[5];
+  const auto source = exportPlan(balanced, ExportFormat::kColossalAi, "plan.json");
+  ASSERT_TRUE(source);
+  EXPECT_NE(source->find("num_layers_per_stage=[9, 10, 10, 10, 10, 11, 11, 9]"), std::string::npos) << *source;
+  // A list Colossal-AI would refuse (not pp_size counts, or not summing to the layers) is refused naming it.
+  std::string wrong = *source;
+  wrong.replace(wrong.find("[9, 10"), 2, "[8");
+  auto bad = importColossalAi(wrong, ImportContext{balanced.cluster, balanced.model, 0, 0});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("num_layers_per_stage=[8, 10, 10, 10, 10, 11, 11, 9]: expected pp_size 8 layer counts summing to "
+                                     "the model's 80 layers"),
+            std::string::npos)
+      << bad.error().message;
 }
 
 TEST(Import, TorchtitanRunsNormsRotaryAndSwiGluEagerUnlessCompiled) {
