@@ -75,6 +75,13 @@ Result<double> parseTokenCount(const std::string& text) {
 Result<std::vector<std::int64_t>> parseGpuCounts(const std::string& text) {
   auto counts = parsePositiveIntegerList(text, 1LL << 24);
   if (!counts) return fail(Error::badInput("--gpus: expected GPU counts such as 256 or 256,512,1024, got \"" + text + "\""));
+  for (std::size_t i = 0; i < counts->size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if ((*counts)[i] == (*counts)[j]) {
+        return fail(Error::badInput("--gpus: " + std::to_string((*counts)[i]) + " is given twice in \"" + text + "\""));
+      }
+    }
+  }
   return *counts;
 }
 

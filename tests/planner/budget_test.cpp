@@ -57,6 +57,10 @@ TEST(Budget, TokenCountsAndGpuListsParseAsPeopleWriteThem) {
   EXPECT_EQ(*parseGpuCounts("8"), (std::vector<std::int64_t>{8}));
   EXPECT_EQ(*parseGpuCounts("256, 512"), (std::vector<std::int64_t>{256, 512}));
   for (const char* bad : {"", "256,,512", "256,x", "-8", "0", "256,512,", "+256", ","}) EXPECT_FALSE(parseGpuCounts(bad)) << bad;
+  // A size given twice would list every plan twice.
+  auto twice = parseGpuCounts("8,16,8");
+  ASSERT_FALSE(twice);
+  EXPECT_EQ(twice.error().message, "--gpus: 8 is given twice in \"8,16,8\"");
   EXPECT_EQ(*parseObjective("cost"), Objective::kCost);
   EXPECT_FALSE(parseObjective("money"));
   EXPECT_EQ(formatDollars(1.0094e6), "$1.01M");
