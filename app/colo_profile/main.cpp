@@ -389,6 +389,10 @@ int main(int argc, char** argv) {
     if (!args.empty() && args[0] == "check") return check({args.begin() + 1, args.end()});
     if (!args.empty() && args[0] == "calibrate") return colo::app::calibrate({args.begin() + 1, args.end()});
     if (!args.empty() && args[0] == "collectives") return collectives({args.begin() + 1, args.end()});
+    if (!args.empty() && !args[0].starts_with("-")) {
+      return report(Error::badInput("unknown command \"" + args[0] + "\" (merge, check, collectives, calibrate; or --model M --db DB to "
+                                    "profile; colo-profile --help)"));
+    }
     return profile(args);
   } catch (const std::exception& e) {
     std::cerr << "colo-profile: internal error: " << e.what() << "\n";

@@ -35,6 +35,9 @@ TEST_F(ColoProfileCli, HelpNamesEverySubcommandAndEachHasItsOwnHelp) {
     EXPECT_EQ(own.exitCode, 0) << sub << ": " << own.err;
     EXPECT_NE(own.out.find(std::string("usage: colo-profile ") + sub), std::string::npos) << sub << ":\n" << own.out;
   }
+  auto unknown = profile("bogus");
+  EXPECT_EQ(unknown.exitCode, 2);
+  EXPECT_NE(unknown.err.find("unknown command \"bogus\""), std::string::npos) << unknown.err;
 }
 
 TEST_F(ColoProfileCli, ProfileResumeCheckAndMerge) {
