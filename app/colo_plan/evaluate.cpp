@@ -44,7 +44,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"recompute-layers", "N", "recompute only the first N layers of each pipeline chunk"},
       {"stages", "L1,L2,..", "layers of each pipeline chunk (default: even split)"},
       {"schedule", "S", "gpipe, 1f1b (default; interleaved when --vpp > 1), interleaved, zb"},
-      {"precision", "P", "bf16, fp16, fp8, fp32 (default: bf16, or fp16 on GPUs without bf16)"},
+      {"precision", "P", "bf16, fp16, fp8, fp32 or tf32 (fp32 states, TF32 matmuls) (default: bf16, or fp16 on GPUs without bf16)"},
       {"float8-recipe", "R", "with --precision fp8, how linears are cast: transformer_engine (default; casts fused), or torchao's tensorwise, rowwise, rowwise_with_gw_hp (torchtitan's float8.recipe_name)"},
       {"attention", "A", "flash (default: the GPU's fastest fused kernels), flash2 (FlashAttention-2's, PyTorch SDPA) or unfused"},
       {"no-overlap-grad-reduce", "", "do not overlap data-parallel gradient reduction with backward"},
