@@ -83,6 +83,9 @@ void megatronParallelArgs(const Plan& p, std::ostream& a) {
   if (layout) a << "--pipeline-model-parallel-layout \"" << megatronLayout(p) << "\" \\\n";
   if (q.virtualStages > 1 && !layout) a << "--num-layers-per-virtual-pipeline-stage " << p.stages.front().layers << " \\\n";
   if (q.sequenceParallel) a << "--sequence-parallel \\\n";
+  // Megatron-LM lays ranks out tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp with --use-tp-pp-dp-mapping
+  // (megatron/training/initialize.py); colo's tp-cp-pp-dp is the second.
+  if (q.rankOrder == std::vector<std::string>{"tp", "cp", "pp", "dp"}) a << "--use-tp-pp-dp-mapping \\\n";
   if (q.pp > 1 && q.virtualStages == 1 && !layout) {
     const auto first = p.stages.front().layers;
     const auto last = p.stages.back().layers;
@@ -198,6 +201,12 @@ std::string megatronNotes(const Plan& p, const RecomputeSummary& r) {
   const auto& q = p.parallel;
   std::string header;
   if (p.zeroStage > 1) header += "# note: Megatron-LM shards optimizer states only (ZeRO-1); the plan's ZeRO-" + std::to_string(p.zeroStage) + " has no Megatron flag\n";
+  if (q.rankOrder != std::vector<std::string>{"tp", "cp", "dp", "pp"} && q.rankOrder != std::vector<std::string>{"tp", "cp", "pp", "dp"}) {
+    std::string order;
+    for (const auto& d : q.rankOrder) order += (order.empty() ? "" : "-") + d;
+    header += "# note: Megatron-LM lays ranks out tp-cp-dp-pp (or tp-cp-pp-dp with --use-tp-pp-dp-mapping); the plan's " + order +
+              " has no flag\n";
+  }
   if (p.execution.fusedCrossEntropy) {
     header += p.execution.crossEntropyInPlace
                   ? "# note: the plan's loss is Transformer Engine's in-place fusion (--cross-entropy-loss-fusion --cross-entropy-fusion-impl te), which this Megatron-LM refuses (validate_args); its native fusion keeps an fp32 softmax\n"

@@ -306,6 +306,7 @@ Result<void> megatronParallel(const Reader& r, Plan& p) {
   COLO_TRY(etp, r.integer("--expert-tensor-parallel-size", 0, kMaxDegree));
   if (etp > 0 && etp != q.tp) q.etp = etp;
   q.sequenceParallel = r.has("--sequence-parallel") && q.tp > 1;
+  if (r.has("--use-tp-pp-dp-mapping")) q.rankOrder = {"tp", "cp", "pp", "dp"};
   const std::int64_t world = p.cluster.totalGpus();
   if (world % (q.tp * q.pp * q.cp) != 0) {
     return fail(Error::badInput("the cluster's " + std::to_string(world) + " GPUs are not a multiple of tp x pp x cp = " +
@@ -488,7 +489,10 @@ Result<Plan> importDeepSpeed(const Json& config, const std::string& arguments, c
                                   config["zero_optimization"].value("overlap_comm", false);
   // Megatron-DeepSpeed has no rotary or SwiGLU fusion: --swiglu runs F.silu(x[0]) * x[1] and its rotary
   // embedding t * cos + rotate_half(t) * sin, eager (megatron/model/transformer.py, rotary_pos_embedding.py).
-  p.execution.unfused.rotary = p.execution.unfused.gatedActivation = true;
+  // (Only for the ops the model has: a GPT-3 has neither, and its plan says so.)
+  const ModelSpec* spec = p.model.spec ? &*p.model.spec : nullptr;
+  p.execution.unfused.rotary = spec && spec->positionEmbedding == PositionEmbedding::kRope;
+  p.execution.unfused.gatedActivation = spec && spec->gatedMlp();
   p.name = p.model.name() + " (imported from a DeepSpeed config)";
   if (auto valid = validatePlan(p); !valid) return fail(valid.error());
   return p;

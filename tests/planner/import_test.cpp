@@ -137,6 +137,28 @@ TEST(Import, MegatronExportThenImportGivesBackThePlan) {
   }
 }
 
+// Megatron-LM's rank layouts: tp-cp-dp-pp by default, tp-cp-pp-dp with --use-tp-pp-dp-mapping; any other
+// order goes out with a note and comes back as the default.
+TEST(Import, MegatronRankOrderSurvivesExportAndImport) {
+  Plan p = roundTripPlans()[0];
+  p.parallel.rankOrder = {"tp", "cp", "pp", "dp"};
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const auto args = exportPlan(p, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(args);
+  EXPECT_NE(args->find("--use-tp-pp-dp-mapping"), std::string::npos) << *args;
+  auto problems = checkExport(p, ExportFormat::kMegatron, *args);
+  ASSERT_TRUE(problems);
+  EXPECT_TRUE(problems->empty()) << problems->front().rule << ": " << problems->front().message;
+  auto back = importMegatron(*args, ImportContext{p.cluster, p.model, 0, 0});
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_EQ(back->parallel.rankOrder, p.parallel.rankOrder);
+  p.parallel.rankOrder = {"cp", "tp", "dp", "pp"};
+  const auto other = exportPlan(p, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(other);
+  EXPECT_NE(other->find("# note: Megatron-LM lays ranks out tp-cp-dp-pp"), std::string::npos) << *other;
+  EXPECT_EQ(other->find("--use-tp-pp-dp-mapping \\\n"), std::string::npos) << *other;
+}
+
 TEST(Import, MegatronMoeDispatchAndExpertOverlapSurviveExportAndImport) {
   // DeepEP through the flex dispatcher and Megatron-Core's expert all-to-all overlap: emitted, accepted
   // by the argument schema, read back.
