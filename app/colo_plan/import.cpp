@@ -7,8 +7,10 @@
 
 #include "args.h"
 #include "colo/core/library.h"
+#include "colo/costmodel/evaluator.h"
 #include "colo/planner/import.h"
 #include "colo/planner/launch.h"
+#include "colo/planner/search.h"
 #include "commands.h"
 
 namespace colo::app {
@@ -169,7 +171,14 @@ int runImport(const std::vector<std::string>& argv, std::ostream& out, std::ostr
     if (e.file.empty()) e.file = source;
     return reportError(e, err);
   }
-  plan->provenance.command = "colo-plan import --format " + *formatName + " " + source;
+  // The plan file says how it was made and what colo predicts for it, as search --out writes it.
+  std::string command = "colo-plan import";
+  for (const auto& a : argv) command += " " + a;
+  if (auto ev = costmodel::evaluatePlan(*plan)) {
+    planner::annotate(*plan, *ev, command, "");
+  } else {
+    plan->provenance.command = command;
+  }
   const auto outFile = args->value("out");
   if (!outFile) {
     out << planToJson(*plan).dump(2) << "\n";

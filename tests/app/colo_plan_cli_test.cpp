@@ -586,6 +586,11 @@ TEST(ColoPlanTools, ImportTheJobYouRunThenSearchFromIt) {
   const Json a = test::loadJson(plan), b = test::loadJson(imported);
   EXPECT_EQ(a["parallel"], b["parallel"]);
   EXPECT_EQ(a["stages"], b["stages"]);
+  // The imported file carries its predictions and the command that made it, as search --out writes them.
+  EXPECT_GT(b["predictions"]["step_time_s"].get<double>(), 0.0);
+  EXPECT_EQ(b["provenance"]["command"], "colo-plan import --format megatron --launch " + args +
+                                            " --cluster dgx-h100-x64 --gpus 64 --model llama3-70b --out " + imported);
+  EXPECT_FALSE(b["provenance"]["model_hash"].get<std::string>().empty());
   EXPECT_EQ(run("evaluate --plan " + plan + " --json").out.substr(0, 60), run("evaluate --plan " + imported + " --json").out.substr(0, 60));
   const auto better = run("search --from-plan " + imported + " --quiet --top 3");
   ASSERT_EQ(better.exitCode, 0) << better.err;
