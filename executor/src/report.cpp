@@ -201,8 +201,9 @@ std::string renderResult(const RunResult& r) {
   o << "run       " << r.planName << " (" << r.model << "): tp " << r.tp << " pp " << r.pp << " dp " << r.dp
     << (r.vpp > 1 ? " vpp " + std::to_string(r.vpp) : "") << " on " << r.world << " x " << r.device << " (" << r.backend << ")\n";
   if (!r.losses.empty()) {
-    o << "loss      " << fixed(r.losses.front(), 4) << " at step " << r.firstStep << " -> " << fixed(r.losses.back(), 4)
-      << " at step " << r.firstStep + static_cast<std::int64_t>(r.losses.size()) - 1 << "\n";
+    // Steps counted from 1, as the progress lines count them ("step 3/3").
+    o << "loss      " << fixed(r.losses.front(), 4) << " at step " << r.firstStep + 1 << " -> " << fixed(r.losses.back(), 4)
+      << " at step " << r.firstStep + static_cast<std::int64_t>(r.losses.size()) << "\n";
   }
   if (!r.fusedKernelNames.empty()) {
     o << "kernels   colo's fused";

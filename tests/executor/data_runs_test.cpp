@@ -216,6 +216,9 @@ TEST(RunResult, JsonRoundTripAndTables) {
   EXPECT_EQ(back->dp, 2);
   const std::string table = renderResult(r);
   EXPECT_NE(table.find("+25.0%"), std::string::npos) << table;  // 250 ms measured vs 200 ms predicted
+  // Steps counted from 1, as the progress lines count them.
+  EXPECT_NE(table.find(" at step 1 -> "), std::string::npos) << table;
+  EXPECT_NE(table.find(" at step " + std::to_string(r.losses.size()) + "\n"), std::string::npos) << table;
   EXPECT_NE(renderComparison(r, r).find("1.00x"), std::string::npos);
   EXPECT_FALSE(resultFromJson(Json{{"plan", 1}}));
 }
