@@ -104,8 +104,18 @@ int validate(const std::string& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::printf("usage: colo-bench-autoparallel [MODEL] | --validate [DIR]\n\n"
+                "Times the operator-level solve of every library model on its library cluster (or of MODEL alone)\n"
+                "against the 1 s target, beside Megatron's split and the degree-level search.\n");
+    return 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "--validate") return validate(argc > 2 ? argv[2] : colo::dataDirectory() + "/validation");
   const std::string only = argc > 1 ? argv[1] : "";
+  if (!only.empty() && std::none_of(std::begin(kCases), std::end(kCases), [&](const auto& c) { return only == c.model; })) {
+    std::fprintf(stderr, "colo-bench-autoparallel: error: \"%s\" is not one of the benchmark's library models (--help)\n", only.c_str());
+    return 2;
+  }
   std::printf("%-16s %-20s %6s %6s %9s %8s %12s %12s %9s %14s  %s\n", "model", "cluster", "gpus", "gbs", "solve s", "solves",
               "joint step", "megatron", "speedup", "degree search", "joint layout");
   double worst = 0;

@@ -13,6 +13,12 @@
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
+  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::cout << "usage: colo-bench-evaluate [MODEL] [CLUSTER] [GPUS]   (defaults: gpt3-175b dgx-a100-80gb-x128 1024)\n\n"
+                 "Plans per second the closed-form cost model evaluates on one core, and the time of one event-level\n"
+                 "schedule simulation.\n";
+    return 0;
+  }
   const std::string modelName = argc > 1 ? argv[1] : "gpt3-175b";
   const std::string clusterName = argc > 2 ? argv[2] : "dgx-a100-80gb-x128";
   const std::int64_t gpus = argc > 3 ? std::atoll(argv[3]) : 1024;

@@ -108,6 +108,13 @@ int main(int argc, char** argv) {
     else if (a == "--only") o.only = next();
     else if (a == "--trace") o.trace = next();
     else if (a == "--sync-debug") o.syncDebug = true;
+    else if (a == "--help" || a == "-h") {
+      std::cout << "usage: colo-bench-kernels [--device cpu|cuda] [--dtype bf16|fp32] [--tokens N] [--hidden H] [--vocab V]\n"
+                   "                          [--repetitions R] [--only NAME] [--trace FILE] [--sync-debug] [--json]\n\n"
+                   "Each fused kernel against LibTorch's unfused composition of the same operation, forward + backward,\n"
+                   "and the optimizer's gradient norm and AdamW over flat fp32 buffers; median device and host times.\n";
+      return 0;
+    }
     else return usage("unknown argument \"" + a + "\"");
   }
   if (o.device != "cpu" && o.device != "cuda") return usage("--device: expected cpu or cuda, got \"" + o.device + "\"");

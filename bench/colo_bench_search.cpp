@@ -37,7 +37,15 @@ int bench(const std::string& modelName, const std::string& clusterName, std::int
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1) {
+    const std::string a = argv[1];
+    std::cout << "usage: colo-bench-search\n\nSearches GPT-3 175B on 1,024 A100s (gbs 1536, target under 1 s) and Llama 3 405B on\n"
+                 "16,384 H100s (gbs 2048, target under 5 s) over the full space; prints time and candidates/s.\n";
+    if (a == "--help" || a == "-h") return 0;
+    std::cerr << "colo-bench-search: error: unexpected argument \"" << a << "\"\n";
+    return 2;
+  }
   int rc = bench("gpt3-175b", "dgx-a100-80gb-x128", 1024, 1536, 1.0);
   rc |= bench("llama3-405b", "dgx-h100-x2048", 16384, 2048, 5.0);
   return rc;
