@@ -1,8 +1,10 @@
 // The user's own jobs as a CSV, read into validation rows (validation_harness.h, rowsFromCsv).
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
 
+#include "colo/core/library.h"
 #include "colo/core/limits.h"
 #include "validation_harness.h"
 #include "validation_rows_detail.h"
@@ -48,6 +50,7 @@ Result<Json> rowsFromCsv(const std::string& file) {
   static const char* kRequired[] = {"model", "gpu", "gpus", "tp", "pp", "dp", "mbs", "gbs", "seq_len", "step_time_s"};
   static const char* kNumeric[] = {"gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "zero", "mbs", "gbs", "seq_len",
                                    "gpus_per_node", "step_time_s", "peak_memory_gib"};
+  static const char* kText[] = {"id", "model", "gpu", "framework", "recompute", "precision", "memory_kind"};
   while (std::getline(in, text)) {
     ++lineNumber;
     if (text.size() > static_cast<std::size_t>(limits::kMaxJsonBytes)) return bad(lineNumber, "", "line too long");
@@ -57,6 +60,24 @@ Result<Json> rowsFromCsv(const std::string& file) {
       header = cells;
       for (const char* r : kRequired) {
         if (std::find(header.begin(), header.end(), r) == header.end()) return bad(lineNumber, r, "missing from the header");
+      }
+      // A misspelled column would be ignored silently (its figures left out of the check).
+      for (std::size_t i = 0; i < header.size(); ++i) {
+        const auto& c = header[i];
+        const bool known = std::find(std::begin(kNumeric), std::end(kNumeric), c) != std::end(kNumeric) ||
+                           std::find(std::begin(kText), std::end(kText), c) != std::end(kText);
+        if (!known) {
+          std::string names;
+          for (const char* k : kRequired) names += std::string(names.empty() ? "" : ", ") + k;
+          for (const char* k : {"id", "cp", "ep", "vpp", "zero", "gpus_per_node", "framework", "recompute", "precision",
+                                "peak_memory_gib", "memory_kind"}) {
+            names += std::string(", ") + k;
+          }
+          return bad(lineNumber, c, "unknown column (the columns: " + names + ")");
+        }
+        if (std::find(header.begin(), header.begin() + static_cast<std::ptrdiff_t>(i), c) != header.begin() + static_cast<std::ptrdiff_t>(i)) {
+          return bad(lineNumber, c, "given twice in the header");
+        }
       }
       continue;
     }
@@ -81,6 +102,9 @@ Result<Json> rowsFromCsv(const std::string& file) {
     }
     for (const char* r : kRequired) {
       if (v[r].empty()) return bad(lineNumber, r, "is empty");
+    }
+    if (auto model = resolveLibraryFile(LibraryKind::kModels, v["model"]); !model) {
+      return bad(lineNumber, "model", "\"" + v["model"] + "\" is neither a model file nor a library model (colo-plan list models)");
     }
     const std::string id = v.contains("id") && !v["id"].empty() ? v["id"] : "line" + std::to_string(lineNumber);
     Json row = {{"id", id},

@@ -147,6 +147,18 @@ TEST_F(ColoProfileCli, CalibrateFitsTheUsersRunsAndEvaluateAppliesIt) {
   const auto bad = profile("calibrate --runs " + csv);
   EXPECT_EQ(bad.exitCode, 2);
   EXPECT_NE(bad.err.find(csv + ": line 1, column step_time_s: missing from the header"), std::string::npos) << bad.err;
+  // A misspelled column (it was ignored, its figures silently left out) and a model colo does not know
+  // (it was "model.num_layers: missing or not positive") are named.
+  const std::string header = "model,gpu,gpus,tp,pp,dp,mbs,gbs,seq_len,step_time_s";
+  std::ofstream(csv) << header << ",peak_mem_gib\nllama3-8b,H100,8,1,1,8,1,8,8192,1.5,70\n";
+  const auto misspelled = profile("calibrate --runs " + csv);
+  EXPECT_EQ(misspelled.exitCode, 2);
+  EXPECT_NE(misspelled.err.find(csv + ": line 1, column peak_mem_gib: unknown column"), std::string::npos) << misspelled.err;
+  std::ofstream(csv) << header << "\nnosuch,H100,8,1,1,8,1,8,8192,1.5\n";
+  const auto unknown = profile("calibrate --runs " + csv);
+  EXPECT_EQ(unknown.exitCode, 2);
+  EXPECT_NE(unknown.err.find(csv + ": line 2, column model: \"nosuch\" is neither a model file nor a library model"), std::string::npos)
+      << unknown.err;
 }
 
 }  // namespace
