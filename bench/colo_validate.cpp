@@ -257,7 +257,9 @@ int main(int argc, char** argv) {
   };
   if (cases->empty()) {
     for (const auto& s : skipped) std::cerr << "colo-validate: " << skippedLine(s) << "\n";
-    std::cerr << "colo-validate: error: " << folder << "/public_runs.json: no row could be evaluated\n";
+    // The file the rows came from: a folder's public_runs.json, or the CSV or JSON named.
+    const bool isFolder = std::filesystem::is_directory(folder);
+    std::cerr << "colo-validate: error: " << (isFolder ? folder + "/public_runs.json" : folder) << ": no row could be evaluated\n";
     return 2;
   }
   // Kernel tables are read and checked before anything is printed or written.

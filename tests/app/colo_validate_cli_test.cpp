@@ -49,7 +49,12 @@ TEST(ColoValidateCli, NothingToEvaluateIsExit2) {
   const auto r = test::runProgram("colo-validate", dir.path(""));
   EXPECT_EQ(r.exitCode, 2);
   EXPECT_NE(r.err.find("skipped v100_tp2: measured: no iteration time"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("no row could be evaluated"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(dir.path("") + "/public_runs.json: no row could be evaluated"), std::string::npos) << r.err;
+  // Rows read from a file are named by that file, not by a public_runs.json inside it.
+  const std::string rows = dir.write("rows.json", Json::array({bad}).dump());
+  const auto file = test::runProgram("colo-validate", rows);
+  EXPECT_EQ(file.exitCode, 2);
+  EXPECT_NE(file.err.find("error: " + rows + ": no row could be evaluated"), std::string::npos) << file.err;
   dir.write("public_runs.json", "[{\"id\": ");
   const auto broken = test::runProgram("colo-validate", dir.path(""));
   EXPECT_EQ(broken.exitCode, 2);
