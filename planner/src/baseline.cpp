@@ -125,7 +125,14 @@ Result<BaselinePlan> baselinePlan(Baseline baseline, const Model& model, const C
     if (r->evaluation.fits) return r;
     last = std::move(*r);
   }
-  if (last) return *last;
+  if (last) {
+    // Nothing fits: the rules say so rather than "the smallest pp that fits".
+    const std::string fitted = "the smallest pp that fits (" + std::to_string(last->plan.parallel.pp) + ")";
+    if (const auto at = last->rules.find(fitted); at != std::string::npos) {
+      last->rules.replace(at, fitted.size(), "no pp that fits (the largest tried, " + std::to_string(last->plan.parallel.pp) + ", is shown)");
+    }
+    return *last;
+  }
   return fail(Error::badInput("no Megatron-style configuration divides the global batch " + std::to_string(gbs) + " over " +
                               std::to_string(gpus) + " GPUs"));
 }

@@ -25,6 +25,13 @@ TEST(Baseline, MegatronRulesPutTensorParallelInsideANode) {
   // The smallest pp that fits: one less would not.
   EXPECT_GT(b->plan.parallel.pp, 1);
   EXPECT_TRUE(validatePlan(b->plan));
+  EXPECT_NE(b->rules.find("the smallest pp that fits (" + std::to_string(b->plan.parallel.pp) + ")"), std::string::npos) << b->rules;
+  // When no pp fits, the rules say so (they claimed "the smallest pp that fits").
+  const ClusterSpec node = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb.json"));
+  auto none = baselinePlan(Baseline::kMegatron, model, node, 8, 0, DType::kBf16, 0.95);
+  ASSERT_TRUE(none) << none.error().toString();
+  EXPECT_FALSE(none->evaluation.fits);
+  EXPECT_NE(none->rules.find("no pp that fits (the largest tried"), std::string::npos) << none->rules;
 }
 
 TEST(Baseline, LlamaGroupsLimitTensorParallelism) {

@@ -93,7 +93,11 @@ class StudioTest : public QObject {
     // A training budget fills the days, GPU-hours and cost columns without a new search.
     w.filter()->setFilterFixedString({});
     QCOMPARE(w.filter()->data(w.filter()->index(0, CandidatesModel::kDays)).toString(), QString("-"));
+    // Without a budget those columns are hidden, so that the layout comes into view; with one they show.
+    QVERIFY(w.table()->isColumnHidden(CandidatesModel::kDays) && w.table()->isColumnHidden(CandidatesModel::kCost));
+    QVERIFY(!w.table()->isColumnHidden(CandidatesModel::kStep));
     w.setTrainingBudget("2T", 2.0);
+    QVERIFY(!w.table()->isColumnHidden(CandidatesModel::kDays) && !w.table()->isColumnHidden(CandidatesModel::kCost));
     const auto& best = w.candidates()->candidate(0);
     const auto cost = colo::planner::trainingCost(best.plan, best.evaluation, w.candidates()->budget());
     QVERIFY(cost.days > 0);
@@ -107,6 +111,16 @@ class StudioTest : public QObject {
     QVERIFY(!w.candidates()->data(w.candidates()->index(0, CandidatesModel::kDays), Qt::DisplayRole).toString().contains("LATE"));
     w.setTrainingBudget("2 trillion", 2.0);  // not a count: the columns empty again
     QCOMPARE(w.candidates()->data(w.candidates()->index(0, CandidatesModel::kDays), Qt::DisplayRole).toString(), QString("-"));
+    QVERIFY(w.table()->isColumnHidden(CandidatesModel::kDays));
+    // A plan colo-run cannot execute (its parameters offloaded) is not offered to it.
+    colo::Plan offloaded = best.plan;
+    offloaded.zeroStage = 3;
+    offloaded.offload.paramsFraction = 0.5;
+    w.runPanel()->setPlan(offloaded, {});
+    QVERIFY(!w.runPanel()->runnable());
+    QVERIFY(!w.runPanel()->startRun());
+    QVERIFY(w.runPanel()->log().contains("colo-run cannot execute this plan"));
+    w.runPanel()->setPlan(best.plan, {});
   }
 
   void theCandidatesTableShowsTheContextParallelExchange() {

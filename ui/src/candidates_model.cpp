@@ -34,10 +34,9 @@ int CandidatesModel::columnCount(const QModelIndex& parent) const { return paren
 
 QVariant CandidatesModel::headerData(int section, Qt::Orientation orientation, int role) const {
   if (orientation != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* names[kColumns] = {"#",         "colo-run",  "tp",       "pp",     "dp",  "cp",  "ep",
-                                        "vpp",       "mbs",       "ZeRO",     "schedule", "recompute", "step time",
-                                        "likely",    "tokens/s",  "MFU",      "peak memory", "fits",
-                                        "days",      "GPU-hours", "cost"};
+  static const char* names[kColumns] = {"#",  "step time", "likely", "MFU",      "peak memory", "fits",     "days",      "GPU-hours",
+                                        "cost", "colo-run", "tp",    "pp",     "dp",          "cp",       "ep",        "vpp",
+                                        "mbs",  "ZeRO",     "schedule", "recompute", "rank layout", "tokens/s"};
   return section >= 0 && section < kColumns ? QString(names[section]) : QVariant();
 }
 
@@ -94,6 +93,11 @@ QVariant CandidatesModel::data(const QModelIndex& index, int role) const {
     case kFits:
       if (sort) return QVariant(c.fits ? 1 : 0);
       return c.fits ? (bands.memoryAtRisk(e) ? QStringLiteral("at risk") : QStringLiteral("yes")) : QStringLiteral("no");
+    case kRankOrder: {
+      std::string order;
+      for (const auto& d : p.parallel.rankOrder) order += (order.empty() ? "" : "-") + d;
+      return QString::fromStdString(order);
+    }
     case kRuns: {
       const bool runs = runnable(p);
       return sort ? QVariant(runs ? 1 : 0) : QVariant(runs ? QStringLiteral("runs") : QStringLiteral("-"));

@@ -76,7 +76,7 @@ void ParetoChart::setCandidates(const std::vector<planner::Candidate>& candidate
   chosen->setColor(QColor(220, 40, 40));
   auto* front = new QLineSeries();
   front->setName("Pareto front");
-  double maxX = 1e-9, maxY = 1e-9, maxFitY = 0, minY = 1e300;
+  double maxX = 1e-9, maxY = 1e-9, maxFitY = 0, minY = 1e300, maxFitX = 0, gpuGiB = 0;
   std::vector<QPointF> frontPoints;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     const auto& c = candidates[i];
@@ -87,10 +87,17 @@ void ParetoChart::setCandidates(const std::vector<planner::Candidate>& candidate
     maxX = std::max(maxX, p.x());
     maxY = std::max(maxY, p.y());
     if (c.fits) maxFitY = std::max(maxFitY, p.y());
+    if (c.fits) maxFitX = std::max(maxFitX, p.x());
+    gpuGiB = std::max(gpuGiB, c.evaluation.gpuMemoryBytes / kGiB);
     minY = std::min(minY, p.y());
   }
-  // Plans far slower than every fitting one would squash the front: the axis ends above the fitting ones.
+  // Plans far slower than every fitting one, or holding far more than the GPU, would squash the front:
+  // the axes end a little past the fitting plans and the GPU's memory, and the title counts what is off them.
   if (maxFitY > 0) maxY = std::min(maxY, 1.6 * maxFitY);
+  if (maxFitX > 0) maxX = std::min(maxX, 1.25 * std::max(maxFitX, gpuGiB));
+  int off = 0;
+  for (const auto& p : m_points) off += p.x() > maxX * 1.08 || p.y() > maxY * 1.08 ? 1 : 0;
+
   // The front: fitting plans that no other fitting plan beats on both axes.
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     if (!candidates[i].fits) continue;
@@ -104,7 +111,7 @@ void ParetoChart::setCandidates(const std::vector<planner::Candidate>& candidate
   std::sort(frontPoints.begin(), frontPoints.end(), [](const QPointF& a, const QPointF& b) { return a.x() < b.x(); });
   for (const auto& p : frontPoints) front->append(p);
   for (QAbstractSeries* s : std::initializer_list<QAbstractSeries*>{front, fits, over, chosen}) chart->addSeries(s);
-  auto* x = axis("peak memory per GPU (GiB)", 0, maxX * 1.08);
+  auto* x = axis(off > 0 ? QString("peak GiB per GPU (%1 off the axes)").arg(off) : QString("peak memory per GPU (GiB)"), 0, maxX * 1.08);
   auto* y = axis("step time (s)", candidates.empty() ? 0.0 : 0.9 * minY, maxY * 1.08);
   chart->addAxis(x, Qt::AlignBottom);
   chart->addAxis(y, Qt::AlignLeft);
@@ -127,8 +134,10 @@ MemoryChart::MemoryChart(QWidget* parent) : QChartView(newChart("Memory per GPU 
   setRenderHint(QPainter::Antialiasing);
 }
 
-void MemoryChart::setEvaluation(const costmodel::Evaluation& e) {
+void MemoryChart::setEvaluation(const costmodel::Evaluation& e, double budgetFraction) {
+  const bool budgeted = budgetFraction > 0 && budgetFraction < 1;
   QChart* chart = newChart(QString::fromStdString("Memory per GPU by pipeline stage (capacity " + formatBytes(e.gpuMemoryBytes) +
+                                                  (budgeted ? ", budget " + formatBytes(budgetFraction * e.gpuMemoryBytes) : "") +
                                                   ", peak " + formatBytes(e.peakMemoryBytes) + ")"));
   auto* series = new QStackedBarSeries();
   const char* names[] = {"weights", "gradients", "optimizer", "activations", "buffers", "allocator + context"};
@@ -166,6 +175,16 @@ void MemoryChart::setEvaluation(const costmodel::Evaluation& e) {
   chart->addAxis(hidden, Qt::AlignTop);
   capacity->attachAxis(hidden);
   capacity->attachAxis(y);
+  if (budgeted) {
+    auto* budget = new QLineSeries();
+    budget->setName(QString("budget (%1 of the GPU)").arg(budgetFraction, 0, 'f', 2));
+    budget->setPen(QPen(QColor(230, 126, 34), 2, Qt::DotLine));
+    budget->append(-0.5, budgetFraction * e.gpuMemoryBytes / kGiB);
+    budget->append(static_cast<double>(e.stages.size()) - 0.5, budgetFraction * e.gpuMemoryBytes / kGiB);
+    chart->addSeries(budget);
+    budget->attachAxis(hidden);
+    budget->attachAxis(y);
+  }
   QChart* old = this->chart();
   setChart(chart);
   delete old;
@@ -185,6 +204,7 @@ void LossChart::clear() {
   chart->addAxis(axis("loss", 0, 1), Qt::AlignLeft);
   m_series->attachAxis(chart->axes(Qt::Horizontal).first());
   m_series->attachAxis(chart->axes(Qt::Vertical).first());
+  chart->legend()->hide();  // one series: the title names it, and its space goes to the plot
   m_max = 0;
   m_min = 1e300;
   m_steps = 0;
@@ -206,9 +226,10 @@ int LossChart::points() const { return static_cast<int>(m_series->count()); }
 
 TimelineView::TimelineView(QWidget* parent) : QWidget(parent) { setMinimumHeight(160); }
 
-void TimelineView::setTimeline(const costmodel::Timeline& timeline, std::int64_t virtualStages) {
+void TimelineView::setTimeline(const costmodel::Timeline& timeline, std::int64_t virtualStages, double stepSeconds) {
   m_timeline = timeline;
   m_virtualStages = std::max<std::int64_t>(1, virtualStages);
+  m_stepSeconds = stepSeconds;
   update();
 }
 
@@ -221,7 +242,7 @@ void TimelineView::paintEvent(QPaintEvent*) {
   }
   std::int64_t stages = 0;
   for (const auto& e : m_timeline.events) stages = std::max(stages, e.stage + 1);
-  const int left = 70, top = 28, bottom = 24, right = 10;
+  const int left = 70, top = 46, bottom = 24, right = 10;
   const double span = std::max(1e-12, m_timeline.makespanSeconds);
   const double rowHeight = std::max(6.0, (height() - top - bottom) / static_cast<double>(stages));
   const double scale = (width() - left - right) / span;
@@ -241,10 +262,16 @@ void TimelineView::paintEvent(QPaintEvent*) {
   x += 100;
   p.fillRect(x, 8, 12, 12, commColor);
   p.drawText(x + 16, 19, "exposed comm");
-  x += 120;
-  p.drawText(x, 19, QString("idle (bubble) %1% of the busiest stage's span; makespan %2 ms")
-                        .arg(100 * m_timeline.bubbleFraction, 0, 'f', 1)
-                        .arg(span * 1e3, 0, 'f', 1));
+  // The summary on a line of its own, elided to the width rather than cut off.
+  QString summary = QString("first forward to last backward %1 ms, idle (bubble) %2% of the busiest stage's span")
+                        .arg(span * 1e3, 0, 'f', 1)
+                        .arg(100 * m_timeline.bubbleFraction, 0, 'f', 1);
+  if (m_stepSeconds > span * (1 + 1e-9)) {
+    summary += QString("; the step, %1 ms, adds %2 ms after it (gradient reduction, optimizer)")
+                   .arg(m_stepSeconds * 1e3, 0, 'f', 1)
+                   .arg((m_stepSeconds - span) * 1e3, 0, 'f', 1);
+  }
+  p.drawText(left, 38, p.fontMetrics().elidedText(summary, Qt::ElideRight, width() - left - right));
   for (std::int64_t s = 0; s < stages; ++s) {
     const double y = top + s * rowHeight;
     p.fillRect(QRectF(left, y + 1, width() - left - right, rowHeight - 2), QColor(235, 235, 235));

@@ -229,6 +229,7 @@ QWidget* MainWindow::buildCandidatesPanel() {
   m_table->setSelectionMode(QAbstractItemView::SingleSelection);
   m_table->verticalHeader()->hide();
   m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
+  showBudgetColumns(false);
   auto* tableLayout = new QVBoxLayout(table);
   tableLayout->addLayout(filterRow);
   tableLayout->addWidget(m_table);
@@ -479,6 +480,7 @@ void MainWindow::budgetChanged() {
       m_trainTokens->setStyleSheet("border: 1px solid #c0392b;");
       m_trainTokens->setToolTip(QString::fromStdString(tokens.error().message));
       m_model->setBudget({});
+      showBudgetColumns(false);
       return;
     }
     budget.trainTokens = *tokens;
@@ -488,6 +490,15 @@ void MainWindow::budgetChanged() {
   m_trainTokens->setStyleSheet({});
   m_trainTokens->setToolTip({});
   m_model->setBudget(budget);
+  showBudgetColumns(budget.enabled());
+}
+
+// Days, GPU-hours and cost only say something with a training budget: without one they are hidden, so
+// the layout columns come into view.
+void MainWindow::showBudgetColumns(bool shown) {
+  for (const int column : {CandidatesModel::kDays, CandidatesModel::kGpuHours, CandidatesModel::kCost}) {
+    m_table->setColumnHidden(column, !shown);
+  }
 }
 
 planner::SearchOptions MainWindow::options() const {
@@ -578,9 +589,9 @@ void MainWindow::selectCandidate(int row) {
   }
   m_pareto->setCandidates(m_model->candidates(), row);
   if (auto t = costmodel::simulateSchedule(costmodel::scheduleInputOf(c.plan, c.evaluation))) {
-    m_timeline->setTimeline(*t, c.plan.parallel.virtualStages);
+    m_timeline->setTimeline(*t, c.plan.parallel.virtualStages, c.evaluation.stepSeconds);
   }
-  m_memory->setEvaluation(c.evaluation);
+  m_memory->setEvaluation(c.evaluation, m_memoryFraction->value());
   m_mesh->setPlan(c.plan);
   m_run->setPlan(c.plan, m_modelFile);
   m_baseline->setMarkdown(comparisonMarkdown());
@@ -596,8 +607,10 @@ QString MainWindow::comparisonMarkdown() const {
   if (!base) return md + q("No Megatron-style baseline: " + base.error().toString());
   auto row = [](const char* what, const std::string& a, const std::string& b) { return q(std::string("| ") + what + " | " + a + " | " + b + " |\n"); };
   auto layout = [](const Plan& p) {
-    return "tp " + std::to_string(p.parallel.tp) + ", pp " + std::to_string(p.parallel.pp) + ", dp " + std::to_string(p.parallel.dp) +
-           (p.parallel.virtualStages > 1 ? ", vpp " + std::to_string(p.parallel.virtualStages) : "");
+    const auto& q = p.parallel;
+    return "tp " + std::to_string(q.tp) + ", pp " + std::to_string(q.pp) + ", dp " + std::to_string(q.dp) +
+           (q.cp > 1 ? ", cp " + std::to_string(q.cp) : "") + (q.ep > 1 ? ", ep " + std::to_string(q.ep) : "") +
+           (q.virtualStages > 1 ? ", vpp " + std::to_string(q.virtualStages) : "");
   };
   const auto& a = c.evaluation;
   const auto& b = base->evaluation;
@@ -619,7 +632,14 @@ QString MainWindow::comparisonMarkdown() const {
     return std::string(e.fits ? (bands.memoryAtRisk(e) ? "at risk (inside its memory error band)" : "yes") : "no");
   };
   md += row("fits", fits(a, bandsA), fits(b, bandsB));
-  md += q("\nSpeed-up over the baseline: " + formatFixed(b.stepSeconds / std::max(1e-12, a.stepSeconds), 2) + "x.\n\n");
+  // A speed-up is only a speed-up between plans that run.
+  if (!b.fits) {
+    md += q("\nNo speed-up to give: the Megatron-style baseline does not fit (" + formatBytes(b.peakMemoryBytes) + " per GPU).\n\n");
+  } else if (!a.fits) {
+    md += q("\nNo speed-up to give: the selected plan does not fit (" + formatBytes(a.peakMemoryBytes) + " per GPU).\n\n");
+  } else {
+    md += q("\nSpeed-up over the baseline: " + formatFixed(b.stepSeconds / std::max(1e-12, a.stepSeconds), 2) + "x.\n\n");
+  }
   md += q("Differences (baseline -> selected): " + planner::planDifferences(base->plan, c.plan) + "\n\nBaseline rules: " + base->rules + "\n");
   return md;
 }

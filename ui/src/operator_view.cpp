@@ -113,9 +113,11 @@ void OperatorView::onJointFinished() {
   QString title = "Joint per-operator solve (" + QString::number(result->solveSeconds, 'f', 2) + " s)";
   if (result->megatronFits) {
     title += ", " + QString::number(result->megatron.stepSeconds / result->joint.stepSeconds, 'f', 3) +
-             "x the speed of Megatron's split (" + QString::number(result->megatron.stepSeconds, 'f', 3) + " s)";
+             "x the speed of Megatron's column/row split on the best mesh the solver found for it (" +
+             QString::number(result->megatron.stepSeconds, 'f', 3) +
+             " s; the \"vs Megatron baseline\" tab compares Megatron-LM's usual degrees instead)";
   } else {
-    title += "; Megatron's split does not fit this budget";
+    title += "; Megatron's column/row split does not fit this budget on any mesh the solver tried";
   }
   show(result->joint, title);
   emit jointSolved(true);

@@ -22,6 +22,7 @@
 #include <QVBoxLayout>
 
 #include "colo/core/json.h"
+#include "colo/core/runnable.h"
 #include "colo/core/units.h"
 #include "colo/ui/charts.h"
 
@@ -76,6 +77,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   m_log->setReadOnly(true);
   m_log->setMaximumBlockCount(5000);
   m_loss = new LossChart();
+  m_loss->setMinimumHeight(180);  // room for the axes' ticks and titles
   m_result = new QTableWidget(0, 4);
   m_result->setHorizontalHeaderLabels({"", "predicted", "measured", "measured vs predicted"});
   m_result->horizontalHeader()->setStretchLastSection(true);
@@ -83,6 +85,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   m_runs = new QTableWidget(0, 8);
   m_runs->setHorizontalHeaderLabels({"id", "started", "plan", "layout", "steps", "step time", "predicted", "final loss"});
   m_runs->horizontalHeader()->setStretchLastSection(true);
+  m_runs->horizontalHeader()->setSectionResizeMode(QHeaderView::ResizeToContents);
   m_runs->verticalHeader()->hide();
   m_runs->setSelectionBehavior(QAbstractItemView::SelectRows);
   m_runs->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -95,7 +98,8 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   auto* split = new QSplitter(Qt::Horizontal);
   split->addWidget(m_log);
   split->addWidget(right);
-  split->setStretchFactor(1, 1);
+  split->setStretchFactor(0, 1);  // the log a third, the charts and tables two
+  split->setStretchFactor(1, 2);
   auto* layout = new QVBoxLayout(this);
   layout->addLayout(form);
   layout->addLayout(buttons);
@@ -131,7 +135,16 @@ void RunPanel::setPlan(const Plan& plan, const QString& modelFile) {
   m_hasPlan = true;
   m_modelFile = modelFile;
   const auto& p = plan.parallel;
-  m_status->setText(QString("Plan: tp %1 pp %2 dp %3, %4 ranks").arg(p.tp).arg(p.pp).arg(p.dp).arg(p.tp * p.pp * p.dp * p.cp));
+  QString layout = QString("tp %1 pp %2 dp %3").arg(p.tp).arg(p.pp).arg(p.dp);
+  if (p.cp > 1) layout += QString(" cp %1").arg(p.cp);
+  if (p.ep > 1) layout += QString(" ep %1").arg(p.ep);
+  // A plan colo-run cannot execute is not offered to it: the button says why.
+  const auto runs = checkRunnable(plan);
+  m_runnable = static_cast<bool>(runs);
+  m_status->setText(QString("Plan: %1, %2 ranks").arg(layout).arg(p.tp * p.pp * p.dp * p.cp) +
+                    (m_runnable ? QString() : QString(" (colo-run cannot execute it: %1)").arg(QString::fromStdString(runs.error().message))));
+  if (!busy()) m_run->setEnabled(m_runnable);
+  m_run->setToolTip(m_runnable ? QString() : QString::fromStdString(runs.error().message));
 }
 
 void RunPanel::setDataFile(const QString& file) { m_data->setText(file); }
@@ -155,6 +168,10 @@ bool RunPanel::startRun() {
   if (busy()) return false;
   if (!m_hasPlan) {
     m_log->appendPlainText("Select a plan first.");
+    return false;
+  }
+  if (!m_runnable) {
+    m_log->appendPlainText("colo-run cannot execute this plan: " + m_run->toolTip());
     return false;
   }
   if (m_data->text().isEmpty()) {
@@ -239,7 +256,7 @@ void RunPanel::showResult(const QByteArray& json) {
 
 void RunPanel::onFinished(int exitCode, QProcess::ExitStatus status) {
   m_stdout += m_process.readAllStandardOutput();
-  m_run->setEnabled(true);
+  m_run->setEnabled(m_runnable);
   m_profile->setEnabled(true);
   m_stop->setEnabled(false);
   m_progress->setRange(0, 1);

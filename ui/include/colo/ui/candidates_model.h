@@ -19,9 +19,10 @@ namespace colo::ui {
 class CandidatesModel : public QAbstractTableModel {
   Q_OBJECT
  public:
+  // The figures first (a default window shows about ten columns), then the layout that gives them.
   enum Column {
-    kRank, kRuns, kTp, kPp, kDp, kCp, kEp, kVpp, kMbs, kZero, kSchedule, kRecompute, kStep, kLikely, kTokens, kMfu, kMemory, kFits,
-    kDays, kGpuHours, kCost, kColumns
+    kRank, kStep, kLikely, kMfu, kMemory, kFits, kDays, kGpuHours, kCost, kRuns, kTp, kPp, kDp, kCp, kEp, kVpp, kMbs, kZero,
+    kSchedule, kRecompute, kRankOrder, kTokens, kColumns
   };
   /// The role that sorts: the number behind a cell (seconds, bytes, ...).
   static constexpr int kSortRole = Qt::UserRole + 1;

@@ -35,7 +35,9 @@ class MemoryChart : public QChartView {
   Q_OBJECT
  public:
   explicit MemoryChart(QWidget* parent = nullptr);
-  void setEvaluation(const costmodel::Evaluation& evaluation);
+  /// Stacked memory per stage, with the GPU's capacity and, when `budgetFraction` is below 1, the budget
+  /// a plan is judged to fit under (that share of the capacity) as lines across.
+  void setEvaluation(const costmodel::Evaluation& evaluation, double budgetFraction = 1.0);
 };
 
 class LossChart : public QChartView {
@@ -58,7 +60,9 @@ class TimelineView : public QWidget {
   explicit TimelineView(QWidget* parent = nullptr);
   /// Draws `timeline` (each event's recompute and exposed communication shaded inside it); later
   /// virtual chunks of a stage are drawn lighter.
-  void setTimeline(const costmodel::Timeline& timeline, std::int64_t virtualStages);
+  /// `stepSeconds` (the plan's whole step, when known) is said beside the timeline's makespan: the step
+  /// adds what follows the last backward (exposed gradient reduction, the optimizer step).
+  void setTimeline(const costmodel::Timeline& timeline, std::int64_t virtualStages, double stepSeconds = 0);
   [[nodiscard]] const costmodel::Timeline& timeline() const { return m_timeline; }
   QSize sizeHint() const override { return {800, 300}; }
 
@@ -68,6 +72,7 @@ class TimelineView : public QWidget {
  private:
   costmodel::Timeline m_timeline;
   std::int64_t m_virtualStages = 1;
+  double m_stepSeconds = 0;
 };
 
 class MeshView : public QWidget {

@@ -67,6 +67,7 @@ class MainWindow : public QMainWindow {
   [[nodiscard]] RunPanel* runPanel() const { return m_run; }
   [[nodiscard]] OperatorView* operators() const { return m_operators; }
   [[nodiscard]] ParetoChart* pareto() const { return m_pareto; }
+  [[nodiscard]] QTableView* table() const { return m_table; }
   /// The training budget fields (tokens such as "1.5T", dollars per GPU-hour).
   /// The training budget of the days, GPU-hours and cost columns (deadline 0: none; later plans read LATE).
   void setTrainingBudget(const QString& tokens, double pricePerGpuHour, double deadlineDays = 0);
@@ -97,6 +98,7 @@ class MainWindow : public QMainWindow {
   void clearError();
   void constraintsChanged();
   void budgetChanged();
+  void showBudgetColumns(bool shown);
   void onSearchFinished();
   /// Selects (adding when new) the loaded entry in its picker, remembers the file, re-runs the search.
   void loaded(QComboBox* box, const QString& name, const QString& file, const QString& given);

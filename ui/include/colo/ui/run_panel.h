@@ -35,6 +35,8 @@ class RunPanel : public QWidget {
   [[nodiscard]] QTableWidget* resultTable() const { return m_result; }
   [[nodiscard]] QTableWidget* runsTable() const { return m_runs; }
   [[nodiscard]] bool busy() const;
+  /// Whether colo-run executes the selected plan (its capability check); the Run button follows it.
+  [[nodiscard]] bool runnable() const { return m_hasPlan && m_runnable; }
   /// Starts colo-run on the plan; false (with the reason in the log) when it cannot start.
   bool startRun();
   bool startProfile();
@@ -52,6 +54,7 @@ class RunPanel : public QWidget {
 
   Plan m_plan;
   bool m_hasPlan = false;
+  bool m_runnable = true;  // colo-run executes the plan (core/runnable.h)
   QString m_modelFile, m_planFile;
   QProcess m_process;
   QByteArray m_stdout, m_stderrTail;
