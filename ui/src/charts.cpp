@@ -377,21 +377,32 @@ void MeshView::paintEvent(QPaintEvent*) {
     return;
   }
   const auto& par = m_plan.parallel;
-  p.drawText(QRect(2, 2, width() - 4, 20), Qt::AlignLeft | Qt::AlignVCenter,
-             QString("%1 nodes x %2 GPUs; rank order %3 (innermost first); colour: node; bottom stripe: pipeline stage; label: tp.dp.pp; hover for details")
-                 .arg(m_plan.cluster.nodes)
-                 .arg(m_plan.cluster.gpusPerNode)
-                 .arg(QString::fromStdString([&] {
-                   std::string s;
-                   for (const auto& d : par.rankOrder) s += (s.empty() ? "" : "-") + d;
-                   return s;
-                 }())));
+  // At the smallest cell a large cluster may still not fit: the nodes drawn are counted, and the
+  // labels are named only when the cells are wide enough to carry them.
+  const std::int64_t gpus = m_plan.cluster.totalGpus();
+  const std::int64_t gpn = std::max<std::int64_t>(1, m_plan.cluster.gpusPerNode);
+  std::int64_t shownNodes = 0;
+  for (std::int64_t node = 0; node < m_plan.cluster.nodes; ++node) shownNodes += cell(node * gpn).bottom() < height() ? 1 : 0;
+  const bool labels = gpus > 0 && cell(0).width() >= 30;
+  const QString order = QString::fromStdString([&] {
+    std::string s;
+    for (const auto& d : par.rankOrder) s += (s.empty() ? "" : "-") + d;
+    return s;
+  }());
+  QString header = QString("%1 nodes x %2 GPUs; rank order %3 (innermost first); colour: node; bottom stripe: pipeline stage; %4hover for details")
+                       .arg(m_plan.cluster.nodes)
+                       .arg(m_plan.cluster.gpusPerNode)
+                       .arg(order)
+                       .arg(labels ? "label: tp.cp.dp.pp; " : "");
+  if (shownNodes < m_plan.cluster.nodes) header = QString("showing %1 of %2 nodes (enlarge the window for more); ").arg(shownNodes).arg(m_plan.cluster.nodes) + header;
+  p.drawText(QRect(2, 2, width() - 4, 20), Qt::AlignLeft | Qt::AlignVCenter, p.fontMetrics().elidedText(header, Qt::ElideRight, width() - 4));
   QFont small = font();
   small.setPointSizeF(std::max(5.0, small.pointSizeF() * 0.7));
   p.setFont(small);
-  for (std::int64_t g = 0; g < m_plan.cluster.totalGpus(); ++g) {
+  for (std::int64_t g = 0; g < gpus; ++g) {
     const QRect r = cell(g);
-    const std::int64_t node = g / std::max<std::int64_t>(1, m_plan.cluster.gpusPerNode);
+    if (r.bottom() >= height()) break;  // the nodes past the bottom are counted in the header
+    const std::int64_t node = g / gpn;
     QColor c = QColor::fromHsv(static_cast<int>((node * 47) % 360), 90, 235);
     p.fillRect(r, c);
     const auto k = coordinatesOf(g, par);
@@ -402,9 +413,7 @@ void MeshView::paintEvent(QPaintEvent*) {
     }
     p.setPen(QColor(90, 90, 90));
     p.drawRect(r);
-    if (r.width() >= 30) {
-      p.drawText(r, Qt::AlignCenter, QString("%1.%2.%3").arg(k.tp).arg(k.dp).arg(k.pp));
-    }
+    if (labels) p.drawText(r, Qt::AlignCenter, QString("%1.%2.%3.%4").arg(k.tp).arg(k.cp).arg(k.dp).arg(k.pp));
   }
 }
 
