@@ -4,7 +4,6 @@
 #include <map>
 #include <sstream>
 
-#include "colo/core/library.h"
 #include "colo/core/limits.h"
 #include "validation_harness.h"
 #include "validation_rows_detail.h"
@@ -64,6 +63,7 @@ Result<Json> rowsFromCsv(const std::string& file) {
       // A misspelled column would be ignored silently (its figures left out of the check).
       for (std::size_t i = 0; i < header.size(); ++i) {
         const auto& c = header[i];
+        if (c.empty()) continue;  // a trailing comma, as spreadsheets write: its cells must stay empty
         const bool known = std::find(std::begin(kNumeric), std::end(kNumeric), c) != std::end(kNumeric) ||
                            std::find(std::begin(kText), std::end(kText), c) != std::end(kText);
         if (!known) {
@@ -86,7 +86,12 @@ Result<Json> rowsFromCsv(const std::string& file) {
     }
     if (rows.size() >= 100000) return bad(lineNumber, "", "more than 100,000 jobs");
     std::map<std::string, std::string> v;
-    for (std::size_t i = 0; i < header.size(); ++i) v[header[i]] = cells[i];
+    for (std::size_t i = 0; i < header.size(); ++i) {
+      if (header[i].empty() && !cells[i].empty()) {
+        return bad(lineNumber, "", "cell " + std::to_string(i + 1) + " holds \"" + cells[i] + "\" under a column with no name");
+      }
+      v[header[i]] = cells[i];
+    }
     std::map<std::string, double> n;
     for (const char* key : kNumeric) {
       if (!v.contains(key) || v[key].empty()) continue;
@@ -103,8 +108,9 @@ Result<Json> rowsFromCsv(const std::string& file) {
     for (const char* r : kRequired) {
       if (v[r].empty()) return bad(lineNumber, r, "is empty");
     }
-    if (auto model = resolveLibraryFile(LibraryKind::kModels, v["model"]); !model) {
-      return bad(lineNumber, "model", "\"" + v["model"] + "\" is neither a model file nor a library model (colo-plan list models)");
+    // The row names its model as the validation rows do: a library model, by name ("Llama 2 7B").
+    if (!detail::libraryModelNamed(v["model"])) {
+      return bad(lineNumber, "model", "\"" + v["model"] + "\" is not a library model (colo-plan list models)");
     }
     const std::string id = v.contains("id") && !v["id"].empty() ? v["id"] : "line" + std::to_string(lineNumber);
     Json row = {{"id", id},

@@ -82,6 +82,8 @@ struct Settings {
 [[nodiscard]] Result<ClusterSpec> clusterOf(const Json& hw, const Settings& set, const std::string& id, bool* assumed);
 /// The row's model: its shape, else the library model it names. Errors: kBadInput naming the field.
 [[nodiscard]] Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, bool* assumed);
+/// The library model a row names, by its letters and digits ("Llama 2 13B", "llama2-13b"), if any.
+[[nodiscard]] std::optional<ModelSpec> libraryModelNamed(const std::string& name);
 /// Layers over pipeline chunks: even when they divide, else the embedding and head count as a layer each.
 [[nodiscard]] std::vector<StagePlan> balancedStages(std::int64_t layers, std::int64_t chunks);
 

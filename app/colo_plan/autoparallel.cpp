@@ -269,8 +269,8 @@ Result<planner::AutoParallelOptions> autoParallelOptions(const Args& args, Clust
   if (!fraction) return fail(fraction.error());
   options.maxMemoryFraction = *fraction;
   if (args.has("memory-gib")) {
-    auto gib = args.number("memory-gib", 0, {0, INFINITY, true});
-    if (!gib) return fail(gib.error());
+    auto gib = args.number("memory-gib", 0, {0, cluster.gpu.memoryBytes / (1024.0 * 1024.0 * 1024.0), true});
+    if (!gib) return fail(Error::badInput(gib.error().message + " (the " + cluster.gpu.name + "'s memory)"));
     options.memoryBudgetBytes = *gib * 1024.0 * 1024.0 * 1024.0;
   }
   if (const auto m = args.value("mesh")) {

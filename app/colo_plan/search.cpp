@@ -411,12 +411,25 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   const bool quiet = args->has("quiet") || args->has("json");
   std::vector<planner::SearchResult> results;
   std::vector<planner::Candidate> ranked;
+  // Across several sizes, fixed degrees that do not make one size leave that size out (said on stderr);
+  // they are an error only when they make none.
+  std::vector<ClusterSpec> searched;
+  std::optional<Error> unmade;
   for (const auto& cluster : job->clusters) {
     auto result = planner::search(model, cluster, in.options, quiet ? nullptr : &progress);
+    if (!result && job->clusters.size() > 1 && result.error().code == ErrorCode::kBadInput &&
+        result.error().message.rfind("--fix: ", 0) == 0) {
+      err << "colo-plan: note: --gpus " << cluster.totalGpus() << " left out: " << result.error().message << "\n";
+      unmade = result.error();
+      continue;
+    }
     if (!result) return reportError(result.error(), err);
     for (const auto& c : result->top) ranked.push_back(c);
     results.push_back(std::move(*result));
+    searched.push_back(cluster);
   }
+  if (results.empty() && unmade) return reportError(*unmade, err);
+  job->clusters = std::move(searched);
   rankByObjective(ranked, in);
   if (ranked.size() > in.options.topK) ranked.resize(in.options.topK);
   const bool feasible = !ranked.empty();

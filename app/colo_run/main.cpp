@@ -25,6 +25,7 @@
 #include "args.h"
 #include "fatal.h"
 #include "colo/core/library.h"
+#include "colo/core/runnable.h"
 #include "colo/core/units.h"
 #include "colo/core/version.h"
 #include "colo/executor/data.h"
@@ -325,12 +326,9 @@ Result<int> checkBeforeLaunch(const app::Args& args, const executor::RunOptions&
                                 "--format torchrun|slurm), each rank running colo-run"));
   }
   // A plan for several multi-GPU nodes is not started by hand by mistake: every rank would run here.
-  const ClusterSpec& cluster = options.plan.cluster;
-  if (!args.has("nproc-per-node") && cluster.nodes > 1 && cluster.gpusPerNode > 1) {
-    return fail(Error::badInput("the plan spans " + std::to_string(cluster.nodes) + " nodes of " + std::to_string(cluster.gpusPerNode) +
-                                    " GPUs (" + std::to_string(world) + " ranks), and started by hand colo-run runs every rank on "
-                                    "this machine: start it on each node with torchrun or SLURM (colo-plan export --format "
-                                    "torchrun|slurm), or pass --nproc-per-node " + std::to_string(world) + " to run them all here",
+  if (auto byHand = checkStartedByHand(options.plan); !byHand && !args.has("nproc-per-node")) {
+    return fail(Error::badInput(byHand.error().message + ", or pass --nproc-per-node " + std::to_string(world) +
+                                    " to run every rank on this machine",
                                 planFile));
   }
   if (auto ok = executor::checkExecutable(options.plan, world, options.backend); !ok) {

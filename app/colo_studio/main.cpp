@@ -48,7 +48,7 @@ bool intInRange(const QString& text, int low, int high) {
   return ok && v >= low && v <= high && !text.startsWith('+');
 }
 
-bool positiveInt(const QString& text) { return intInRange(text, 1, 1 << 30); }
+bool positiveInt(const QString& text) { return intInRange(text, 1, 1 << 24); }  // the batch box's range
 
 }  // namespace
 
@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
                    "session or under xvfb-run, or render a window to a file with --screenshot FILE\n";
       return 2;
     }
-    setenv("QT_QPA_PLATFORM", "offscreen", 0);
+    setenv("QT_QPA_PLATFORM", "offscreen", 1);  // (set but empty counts as unset: Qt would still abort)
   }
   QApplication app(argc, argv);
   QApplication::setApplicationName("colo-studio");
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   if (!parser.parse(QCoreApplication::arguments())) return usageError(parser.errorText().toStdString());
   parser.process(app);
   if (parser.isSet(gbs) && !positiveInt(parser.value(gbs))) {
-    return usageError("--gbs: expected a positive integer, got \"" + parser.value(gbs).toStdString() + "\"");
+    return usageError("--gbs: expected 1 to 16777216 samples, got \"" + parser.value(gbs).toStdString() + "\"");
   }
   if (parser.isSet(tab) && !intInRange(parser.value(tab), 0, 5)) {
     return usageError("--tab: expected 0 to 5, got \"" + parser.value(tab).toStdString() + "\"");

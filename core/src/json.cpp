@@ -72,7 +72,7 @@ std::string parseReason(const std::string& what) {
   // What was read is quoted; an expectation may follow it ("...; last read: '{''; expected string literal").
   std::string read = reason.substr(last + kLastRead.size());
   std::string expected;
-  if (const auto end = read.rfind("'; "); end != std::string::npos) {
+  if (const auto end = read.rfind("'; expected "); end != std::string::npos) {
     expected = read.substr(end + 1);
     read.erase(end);
   } else if (!read.empty() && read.back() == '\'') {

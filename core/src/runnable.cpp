@@ -101,4 +101,13 @@ Result<void> checkRunnable(const Plan& plan) {
 
 bool runnable(const Plan& plan) { return checkRunnable(plan).has_value(); }
 
+Result<void> checkStartedByHand(const Plan& plan) {
+  const ClusterSpec& c = plan.cluster;
+  if (c.nodes <= 1 || c.gpusPerNode <= 1) return {};
+  const auto& q = plan.parallel;
+  return fail(Error::badInput("the plan spans " + std::to_string(c.nodes) + " nodes of " + std::to_string(c.gpusPerNode) + " GPUs (" +
+                              std::to_string(q.tp * q.pp * q.dp * q.cp) + " ranks): start it on each node with torchrun or SLURM "
+                              "(colo-plan export --format torchrun|slurm)"));
+}
+
 }  // namespace colo

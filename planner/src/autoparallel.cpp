@@ -616,7 +616,7 @@ Result<Context> makeContext(const Model& model, const ClusterSpec& cluster, cons
   c.device = costmodel::deviceModel(cluster.gpu, options.precision, options.flashAttention && options.flashAttention2);
   // A budget above the GPU's memory would call plans that cannot run "fits".
   if (options.memoryBudgetBytes > cluster.gpu.memoryBytes) {
-    return fail(Error::badInput("--memory-gib: " + formatBytes(options.memoryBudgetBytes) + " is more than the " +
+    return fail(Error::badInput("the memory budget, " + formatBytes(options.memoryBudgetBytes) + ", is more than the " +
                                 cluster.gpu.name + "'s " + formatBytes(cluster.gpu.memoryBytes)));
   }
   c.budget = options.memoryBudgetBytes > 0 ? options.memoryBudgetBytes : options.maxMemoryFraction * cluster.gpu.memoryBytes;

@@ -240,7 +240,10 @@ Result<OperatorPlan> evaluateOperatorPlan(const Plan& plan, const std::string& f
   options.flashAttention = plan.execution.flashAttention;
   options.flashAttention2 = plan.execution.flashAttention2;
   const Json& stored = plan.operatorPlan;
-  if (stored.contains("budget_bytes") && stored["budget_bytes"].is_number()) options.memoryBudgetBytes = stored["budget_bytes"].get<double>();
+  // A budget above the GPU (written before colo refused one) is the GPU's memory: what fits is judged there.
+  if (stored.contains("budget_bytes") && stored["budget_bytes"].is_number()) {
+    options.memoryBudgetBytes = std::min(stored["budget_bytes"].get<double>(), plan.cluster.gpu.memoryBytes);
+  }
   auto context = makeContext(plan.model, plan.cluster, options);
   if (!context) return fail(Error::badInput(context.error().message, file));
   Search search(std::move(*context));

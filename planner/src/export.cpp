@@ -49,6 +49,17 @@ struct RecomputeSummary {
   bool uniform = true;
 };
 
+// Whether the plan's rank layout is Megatron-LM's --use-tp-pp-dp-mapping (order tp-cp-ep-pp-dp), which
+// Megatron-Core accepts with pipelining only when the experts' data-parallel size equals the dense one:
+// etp x ep = tp x cp (megatron/core/parallel_state.py, initialize_model_parallel; a dense model has
+// etp = tp and ep = 1).
+bool megatronPpDpMapping(const Plan& p) {
+  const auto& q = p.parallel;
+  if (q.rankOrder != std::vector<std::string>{"tp", "cp", "pp", "dp"}) return false;
+  const std::int64_t etp = q.etp > 0 ? q.etp : q.tp;
+  return q.pp == 1 || etp * q.ep == q.tp * q.cp;
+}
+
 RecomputeSummary summarize(const Plan& p) {
   RecomputeSummary r;
   for (const auto& s : p.stages) {
@@ -84,8 +95,8 @@ void megatronParallelArgs(const Plan& p, std::ostream& a) {
   if (q.virtualStages > 1 && !layout) a << "--num-layers-per-virtual-pipeline-stage " << p.stages.front().layers << " \\\n";
   if (q.sequenceParallel) a << "--sequence-parallel \\\n";
   // Megatron-LM lays ranks out tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp with --use-tp-pp-dp-mapping
-  // (megatron/training/initialize.py); colo's tp-cp-pp-dp is the second.
-  if (q.rankOrder == std::vector<std::string>{"tp", "cp", "pp", "dp"}) a << "--use-tp-pp-dp-mapping \\\n";
+  // (megatron/training/initialize.py); colo's tp-cp-pp-dp is the second (megatronPpDpMapping).
+  if (megatronPpDpMapping(p)) a << "--use-tp-pp-dp-mapping \\\n";
   if (q.pp > 1 && q.virtualStages == 1 && !layout) {
     const auto first = p.stages.front().layers;
     const auto last = p.stages.back().layers;
@@ -201,11 +212,11 @@ std::string megatronNotes(const Plan& p, const RecomputeSummary& r) {
   const auto& q = p.parallel;
   std::string header;
   if (p.zeroStage > 1) header += "# note: Megatron-LM shards optimizer states only (ZeRO-1); the plan's ZeRO-" + std::to_string(p.zeroStage) + " has no Megatron flag\n";
-  if (q.rankOrder != std::vector<std::string>{"tp", "cp", "dp", "pp"} && q.rankOrder != std::vector<std::string>{"tp", "cp", "pp", "dp"}) {
+  if (q.rankOrder != std::vector<std::string>{"tp", "cp", "dp", "pp"} && !megatronPpDpMapping(p)) {
     std::string order;
     for (const auto& d : q.rankOrder) order += (order.empty() ? "" : "-") + d;
-    header += "# note: Megatron-LM lays ranks out tp-cp-dp-pp (or tp-cp-pp-dp with --use-tp-pp-dp-mapping); the plan's " + order +
-              " has no flag\n";
+    header += "# note: Megatron-LM lays ranks out tp-cp-dp-pp, or tp-cp-pp-dp with --use-tp-pp-dp-mapping when pp is 1 or the experts' "
+              "data-parallel size equals the dense one (megatron/core/parallel_state.py); the plan's " + order + " is neither\n";
   }
   if (p.execution.fusedCrossEntropy) {
     header += p.execution.crossEntropyInPlace

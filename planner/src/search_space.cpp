@@ -82,11 +82,16 @@ Result<Space> makeSpace(const Model& model, const ClusterSpec& cluster, const Se
                                   std::to_string(sp.gpus) + " GPUs"));
     }
     if (auto v = sp.fixed(key)) {
-      product *= *v;
+      // (Each value divides the GPUs, so a product that still divides them never overflows.)
+      if (product <= sp.gpus / *v) product *= *v;
+      else product = sp.gpus + 1;
       named += (named.empty() ? "" : "*") + std::string(key) + "=" + std::to_string(*v);
     }
   }
   const bool allFixed = sp.fixed("tp") && sp.fixed("pp") && sp.fixed("dp") && sp.fixed("cp");
+  if (product > sp.gpus) {
+    return fail(Error::badInput("--fix: " + named + " is more than the cluster's " + std::to_string(sp.gpus) + " GPUs"));
+  }
   if (sp.gpus % product != 0 || (allFixed && product != sp.gpus)) {
     return fail(Error::badInput("--fix: " + named + " = " + std::to_string(product) + (allFixed ? " does not make" : " does not divide") +
                                 " the cluster's " + std::to_string(sp.gpus) + " GPUs"));

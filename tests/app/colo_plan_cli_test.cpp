@@ -329,8 +329,9 @@ TEST(ColoPlanCli, DecimalOptionsAreReadWholeAndCheckedAgainstTheirRange) {
       {"search " + small + " --max-memory-fraction 0", "--max-memory-fraction: expected a number in (0, 1], got \"0\""},
       {"compare " + small + " --max-memory-fraction 0.9x", "--max-memory-fraction: expected a number in (0, 1], got \"0.9x\""},
       {"autoparallel " + small + " --max-memory-fraction 2", "--max-memory-fraction: expected a number in (0, 1], got \"2\""},
-      {"autoparallel " + small + " --memory-gib 12abc", "--memory-gib: expected a number above 0, got \"12abc\""},
-      {"autoparallel " + small + " --memory-gib ''", "--memory-gib: expected a number above 0, got \"\""},
+      {"autoparallel " + small + " --memory-gib 12abc", "--memory-gib: expected a number in (0, 80], got \"12abc\" (the A100-SXM4-80GB's memory)"},
+      {"autoparallel " + small + " --memory-gib ''", "--memory-gib: expected a number in (0, 80], got \"\""},
+      {"autoparallel " + small + " --memory-gib 1000", "--memory-gib: expected a number in (0, 80], got \"1000\""},
       {"search " + small + " --train-tokens 1B --price-per-gpu-hour 2.5usd", "--price-per-gpu-hour: expected a number in (0, 1000000000], got \"2.5usd\""},
       {"evaluate " + small + " --tp 1 --pp 1 --dp 8 --host-us-per-op 5us", "--host-us-per-op: expected a number in [0, 1000000], got \"5us\""},
       {"evaluate " + small + " --tp 1 --pp 1 --dp 8 --offload-optimizer 1.5", "--offload-optimizer: expected a number in [0, 1], got \"1.5\""},
@@ -520,6 +521,17 @@ TEST(ColoPlanSearch, InfeasibleExitsThreeWhenAskedWithTheBindingConstraint) {
   const auto badFix = run("search --model gpt3-175b --cluster dgx-a100-80gb-x128 --gbs 1536 --fix tp=8,pipe=2");
   EXPECT_EQ(badFix.exitCode, 2);
   EXPECT_NE(badFix.err.find("--fix: unknown setting \"pipe\""), std::string::npos) << badFix.err;
+  // Fixed degrees whose product overflows 64 bits (it crashed: a modulo by zero) are bad input.
+  const auto huge = run("search --model gpt3-1.3b --cluster dgx-h100-x2048 --gpus 65536 --gbs 65536 --quiet "
+                        "--fix tp=65536,pp=65536,dp=65536,cp=65536");
+  EXPECT_EQ(huge.exitCode, 2) << huge.err;
+  EXPECT_NE(huge.err.find("is more than the cluster's 65536 GPUs"), std::string::npos) << huge.err;
+  // Across sizes, one the fixed degrees do not make is left out with a note; the others are ranked.
+  const auto sizes = run("search --model llama3-8b --cluster dgx-h100-x64 --gpus 64,96 --gbs 192 --fix tp=8,dp=8 --quiet --top 2");
+  EXPECT_EQ(sizes.exitCode, 0) << sizes.err;
+  EXPECT_NE(sizes.err.find("--gpus 96 left out: --fix: tp=8*dp=8 = 64 does not divide the cluster's 96 GPUs"), std::string::npos)
+      << sizes.err;
+  EXPECT_NE(sizes.out.find("best plans"), std::string::npos) << sizes.out;
 }
 
 }  // namespace

@@ -87,6 +87,10 @@ TEST(Json, SyntaxErrorsKeepTheExplanationAndWhatWasReadLast) {
             "m.json: invalid JSON at line 1, column 2: syntax error while parsing object key - invalid literal; expected string "
             "literal (after {')"},
            {"tru", "m.json: invalid JSON at line 1, column 3: syntax error while parsing value - invalid literal (after tru)"},
+           // A quote and a semicolon inside what was read are not the end of it.
+           {"{\"name\": \"it'; x",
+            "m.json: invalid JSON at line 1, column 16: syntax error while parsing value - invalid string: missing closing quote "
+            "(after \"it'; x)"},
            {"{\"a\": [1, 2,, 3]}",
             "m.json: invalid JSON at line 1, column 13: syntax error while parsing value - unexpected ','; expected '[', '{', or a literal"},
        }) {

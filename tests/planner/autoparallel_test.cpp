@@ -263,7 +263,8 @@ TEST(AutoParallel, ABudgetAboveTheGpusMemoryIsRefused) {
   auto r = autoParallel(model, cluster, o);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::kBadInput);
-  EXPECT_NE(r.error().message.find("is more than the A100-SXM4-80GB's 80.00 GiB"), std::string::npos) << r.error().toString();
+  EXPECT_NE(r.error().message.find("the memory budget, 120.00 GiB, is more than the A100-SXM4-80GB's 80.00 GiB"), std::string::npos)
+      << r.error().toString();
   o.memoryBudgetBytes = cluster.gpu.memoryBytes;
   EXPECT_TRUE(autoParallel(model, cluster, o));
 }

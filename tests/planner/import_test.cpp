@@ -157,6 +157,15 @@ TEST(Import, MegatronRankOrderSurvivesExportAndImport) {
   ASSERT_TRUE(other);
   EXPECT_NE(other->find("# note: Megatron-LM lays ranks out tp-cp-dp-pp"), std::string::npos) << *other;
   EXPECT_EQ(other->find("--use-tp-pp-dp-mapping \\\n"), std::string::npos) << *other;
+  // With pipelining, Megatron-Core takes the pp-before-dp order only where the experts' data-parallel
+  // size equals the dense one: Mixtral at tp 2, pp 2, ep 8 does not, so a note instead of the flag.
+  Plan moe = roundTripPlans()[2];
+  moe.parallel.rankOrder = {"tp", "cp", "pp", "dp"};
+  ASSERT_TRUE(validatePlan(moe)) << validatePlan(moe).error().toString();
+  const auto moeArgs = exportPlan(moe, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(moeArgs);
+  EXPECT_EQ(moeArgs->find("--use-tp-pp-dp-mapping \\\n"), std::string::npos) << *moeArgs;
+  EXPECT_NE(moeArgs->find("the plan's tp-cp-pp-dp is neither"), std::string::npos) << *moeArgs;
 }
 
 TEST(Import, MegatronMoeDispatchAndExpertOverlapSurviveExportAndImport) {

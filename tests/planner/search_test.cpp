@@ -208,8 +208,8 @@ TEST(Search, FixedSettingsAreRespected) {
   // Fixed degrees whose product does not divide the GPUs, or does not make them when all four are fixed,
   // are bad input naming the product (they used to give "no feasible plan" and exit 0).
   for (const auto& [fix, reason] : std::vector<std::pair<std::string, std::string>>{
-           {"tp=8,pp=16", "--fix: tp=8*pp=16 = 128 does not divide the cluster's 64 GPUs"},
-           {"tp=8,pp=4,dp=4", "--fix: tp=8*pp=4*dp=4 = 128 does not divide the cluster's 64 GPUs"},
+           {"tp=8,pp=16", "--fix: tp=8*pp=16 is more than the cluster's 64 GPUs"},
+           {"tp=8,pp=4,dp=4", "--fix: tp=8*pp=4*dp=4 is more than the cluster's 64 GPUs"},
            {"tp=8,pp=2,dp=2,cp=1", "--fix: tp=8*pp=2*dp=2*cp=1 = 32 does not make the cluster's 64 GPUs"}}) {
     o.fixed = *parseFixed(fix);
     auto refused = search(s.model, s.cluster, o);

@@ -15,6 +15,8 @@ out=$(headless --help 2>&1); rc=$?
 
 out=$(headless --version 2>&1); rc=$?
 [[ $rc -eq 0 && $out == *"colo-studio"* ]] || fail "--version exited $rc: $out"
+out=$(env -u DISPLAY -u WAYLAND_DISPLAY QT_QPA_PLATFORM= XDG_RUNTIME_DIR="$scratch" "$studio" --version 2>&1); rc=$?
+[[ $rc -eq 0 ]] || fail "--version with QT_QPA_PLATFORM set but empty exited $rc: $out"
 
 out=$(headless --model tiny-gpt 2>&1); rc=$?
 [[ $rc -eq 2 ]] || fail "the window without a display exited $rc, not 2: $out"
@@ -33,8 +35,9 @@ expect_refused() {
   [[ $out == *"$expected"* ]] || fail "$*: expected \"$expected\" in: $out"
   [[ $(printf '%s\n' "$out" | grep -c 'colo-studio: error') -eq 1 ]] || fail "$*: not one error line: $out"
 }
-expect_refused '--gbs: expected a positive integer, got "abc"' --gbs abc
-expect_refused '--gbs: expected a positive integer, got "0"' --gbs 0
+expect_refused '--gbs: expected 1 to 16777216 samples, got "abc"' --gbs abc
+expect_refused '--gbs: expected 1 to 16777216 samples, got "0"' --gbs 0
+expect_refused '--gbs: expected 1 to 16777216 samples, got "20000000"' --gbs 20000000
 expect_refused '--tab: expected 0 to 5, got "9"' --tab 9
 expect_refused "Unknown option 'bogus'" --bogus
 expect_refused '"nosuch" is neither a file nor an entry of the models library' \

@@ -73,6 +73,7 @@ RunPanel::RunPanel(QWidget* parent) : QWidget(parent) {
   m_progress->setValue(0);
   buttons->addWidget(m_progress, 1);
   m_status = new QLabel("Select a plan, then run it on this machine's CPU ranks (Gloo).");
+  m_status->setWordWrap(true);  // a long reason wraps rather than widening the window
   m_log = new QPlainTextEdit();
   m_log->setReadOnly(true);
   m_log->setMaximumBlockCount(5000);
@@ -138,8 +139,10 @@ void RunPanel::setPlan(const Plan& plan, const QString& modelFile) {
   QString layout = QString("tp %1 pp %2 dp %3").arg(p.tp).arg(p.pp).arg(p.dp);
   if (p.cp > 1) layout += QString(" cp %1").arg(p.cp);
   if (p.ep > 1) layout += QString(" ep %1").arg(p.ep);
-  // A plan colo-run cannot execute is not offered to it: the button says why.
-  const auto runs = checkRunnable(plan);
+  // A plan colo-run cannot execute, or would run on this machine only through a launcher, is not
+  // offered to it: the button says why.
+  auto runs = checkRunnable(plan);
+  if (runs) runs = checkStartedByHand(plan);
   m_runnable = static_cast<bool>(runs);
   m_status->setText(QString("Plan: %1, %2 ranks").arg(layout).arg(p.tp * p.pp * p.dp * p.cp) +
                     (m_runnable ? QString() : QString(" (colo-run cannot execute it: %1)").arg(QString::fromStdString(runs.error().message))));

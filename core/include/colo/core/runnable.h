@@ -15,5 +15,9 @@ namespace colo {
 /// The model's part of the list (its architecture and traits), whatever the plan.
 [[nodiscard]] Result<void> checkRunnableModel(const Model& model);
 [[nodiscard]] bool runnable(const Plan& plan);
+/// Nothing when colo-run started by hand runs the plan on this machine; kBadInput when the plan spans
+/// several multi-GPU nodes (every rank would run here): such a job is started on each node by torchrun
+/// or SLURM. colo-run (without --nproc-per-node) and colo-studio's Run button both ask.
+[[nodiscard]] Result<void> checkStartedByHand(const Plan& plan);
 
 }  // namespace colo
