@@ -58,6 +58,110 @@ Result<std::int64_t> jobGpus(const Args& args, const std::optional<planner::Laun
 
 }  // namespace
 
+namespace {
+
+// The launch as the user wrote it, with shell variables expanded and the launcher's facts read for
+// Megatron and DeepSpeed launches (they are shell).
+struct Launch {
+  std::optional<std::string> file, text;
+  std::optional<planner::LaunchFacts> facts;
+};
+
+Result<Launch> readLaunch(const Args& args, planner::ImportFormat format) {
+  Launch l;
+  l.file = args.value("launch");
+  if (!l.file) return l;
+  auto text = readText(*l.file);
+  if (!text) return fail(text.error());
+  l.text = *text;
+  if (format == planner::ImportFormat::kMegatron || format == planner::ImportFormat::kDeepSpeed) {
+    auto expanded = planner::expandShellVariables(*text);
+    if (!expanded) return fail(Error::badInput(*l.file + ": " + expanded.error().message));
+    l.text = *expanded;
+    auto read = planner::launchFacts(*expanded);
+    if (!read) return fail(Error::badInput(*l.file + ": " + read.error().message));
+    l.facts = *read;
+  }
+  return l;
+}
+
+// What the import takes from the command line: the cluster at the job's size, and the model, batch and
+// sequence where the launch does not state them.
+Result<planner::ImportContext> importContext(const Args& args, const Launch& launch) {
+  const auto clusterName = args.value("cluster");
+  if (!clusterName) return fail(Error::badInput("missing --cluster (the cluster the job runs on)"));
+  auto clusterFile = resolveLibraryFile(LibraryKind::kClusters, *clusterName);
+  if (!clusterFile) return fail(clusterFile.error());
+  auto cluster = loadCluster(*clusterFile);
+  if (!cluster) return fail(cluster.error());
+  auto gpus = jobGpus(args, launch.facts, launch.file.value_or(""));
+  if (!gpus) return fail(gpus.error());
+  if (*gpus > 0) {
+    auto scaled = scaleCluster(*cluster, *gpus);
+    if (!scaled) return fail(scaled.error());
+    cluster = std::move(*scaled);
+  }
+  planner::ImportContext context;
+  context.cluster = *cluster;
+  if (const auto m = args.value("model")) {
+    auto file = resolveLibraryFile(LibraryKind::kModels, *m);
+    if (!file) return fail(file.error());
+    auto model = loadModel(*file);
+    if (!model) return fail(model.error());
+    context.model = std::move(*model);
+  }
+  auto gbs = args.positiveInteger("gbs", 0);
+  if (!gbs) return fail(gbs.error());
+  auto seq = args.positiveInteger("seq-len", 0);
+  if (!seq) return fail(seq.error());
+  context.globalBatchSize = *gbs;
+  context.seqLen = *seq;
+  return context;
+}
+
+// The job read into a plan, and the file it came from (named in errors and the report).
+struct Imported {
+  Result<Plan> plan = fail(Error::internal("no import"));
+  std::string source;
+};
+
+Result<Imported> importJob(const Args& args, planner::ImportFormat format, const Launch& launch,
+                           const planner::ImportContext& context) {
+  Imported out;
+  if (format == planner::ImportFormat::kDeepSpeed) {
+    std::optional<std::string> configFile = args.value("config");
+    if (!configFile && launch.facts && launch.facts->deepspeedConfig) configFile = besideLaunch(*launch.facts->deepspeedConfig, *launch.file);
+    const auto argsFile = args.value("args");
+    if (!configFile || (!argsFile && !launch.text)) {
+      return fail(Error::badInput("deepspeed: give --launch (a launch naming --deepspeed_config) or --config ds.json with --args "
+                                  "(Megatron-DeepSpeed's arguments)"));
+    }
+    auto config = readJsonFile(*configFile);
+    if (!config) return fail(config.error());
+    std::string arguments;
+    if (argsFile) {
+      auto text = readText(*argsFile);
+      if (!text) return fail(text.error());
+      arguments = *text;
+    } else {
+      arguments = *launch.text;
+    }
+    out.plan = planner::importDeepSpeed(*config, arguments, context);
+    out.source = *configFile;
+    return out;
+  }
+  if (!launch.file) return fail(Error::badInput("missing --launch FILE (the arguments, script or TOML to import)"));
+  const std::string& text = *launch.text;
+  out.plan = format == planner::ImportFormat::kMegatron         ? planner::importMegatron(text, context)
+             : format == planner::ImportFormat::kMegatronBridge ? planner::importMegatronBridge(text, context)
+             : format == planner::ImportFormat::kColossalAi     ? planner::importColossalAi(text, context)
+                                                                : planner::importTorchtitan(text, context);
+  out.source = *launch.file;
+  return out;
+}
+
+}  // namespace
+
 int runImport(const std::vector<std::string>& argv, std::ostream& out, std::ostream& err) {
   const std::vector<OptionSpec> specs{
       {"format", "F", "megatron (pretrain_gpt.py arguments or a launch script), megatron-bridge (its config YAML), deepspeed, colossalai or torchtitan (required)"},
@@ -89,83 +193,14 @@ int runImport(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   if (!formatName) return reportError(Error::badInput("missing --format (megatron, megatron-bridge, deepspeed, colossalai or torchtitan)"), err);
   auto format = planner::parseImportFormat(*formatName);
   if (!format) return reportError(Error::badInput("--format: " + format.error().message), err);
-  const auto clusterName = args->value("cluster");
-  if (!clusterName) return reportError(Error::badInput("missing --cluster (the cluster the job runs on)"), err);
-  auto clusterFile = resolveLibraryFile(LibraryKind::kClusters, *clusterName);
-  if (!clusterFile) return reportError(clusterFile.error(), err);
-  auto cluster = loadCluster(*clusterFile);
-  if (!cluster) return reportError(cluster.error(), err);
-  // Megatron and DeepSpeed launches are shell: their variables expanded, their launcher read.
-  const auto launchFile = args->value("launch");
-  std::optional<std::string> launchText;
-  std::optional<planner::LaunchFacts> facts;
-  if (launchFile) {
-    auto text = readText(*launchFile);
-    if (!text) return reportError(text.error(), err);
-    launchText = *text;
-    if (*format == planner::ImportFormat::kMegatron || *format == planner::ImportFormat::kDeepSpeed) {
-      auto expanded = planner::expandShellVariables(*text);
-      if (!expanded) return reportError(Error::badInput(*launchFile + ": " + expanded.error().message), err);
-      launchText = *expanded;
-      auto read = planner::launchFacts(*expanded);
-      if (!read) return reportError(Error::badInput(*launchFile + ": " + read.error().message), err);
-      facts = *read;
-    }
-  }
-  auto gpus = jobGpus(*args, facts, launchFile.value_or(""));
-  if (!gpus) return reportError(gpus.error(), err);
-  if (*gpus > 0) {
-    auto scaled = scaleCluster(*cluster, *gpus);
-    if (!scaled) return reportError(scaled.error(), err);
-    cluster = std::move(*scaled);
-  }
-  planner::ImportContext context;
-  context.cluster = *cluster;
-  if (const auto m = args->value("model")) {
-    auto file = resolveLibraryFile(LibraryKind::kModels, *m);
-    if (!file) return reportError(file.error(), err);
-    auto model = loadModel(*file);
-    if (!model) return reportError(model.error(), err);
-    context.model = std::move(*model);
-  }
-  auto gbs = args->positiveInteger("gbs", 0);
-  if (!gbs) return reportError(gbs.error(), err);
-  auto seq = args->positiveInteger("seq-len", 0);
-  if (!seq) return reportError(seq.error(), err);
-  context.globalBatchSize = *gbs;
-  context.seqLen = *seq;
-
-  Result<Plan> plan = fail(Error::internal("no import"));
-  std::string source;
-  if (*format == planner::ImportFormat::kDeepSpeed) {
-    std::optional<std::string> configFile = args->value("config");
-    if (!configFile && facts && facts->deepspeedConfig) configFile = besideLaunch(*facts->deepspeedConfig, *launchFile);
-    const auto argsFile = args->value("args");
-    if (!configFile || (!argsFile && !launchText)) {
-      return reportError(Error::badInput("deepspeed: give --launch (a launch naming --deepspeed_config) or --config ds.json with --args "
-                                         "(Megatron-DeepSpeed's arguments)"),
-                         err);
-    }
-    auto config = readJsonFile(*configFile);
-    if (!config) return reportError(config.error(), err);
-    std::string arguments;
-    if (argsFile) {
-      auto text = readText(*argsFile);
-      if (!text) return reportError(text.error(), err);
-      arguments = *text;
-    } else {
-      arguments = *launchText;
-    }
-    plan = planner::importDeepSpeed(*config, arguments, context);
-    source = *configFile;
-  } else {
-    if (!launchFile) return reportError(Error::badInput("missing --launch FILE (the arguments, script or TOML to import)"), err);
-    plan = *format == planner::ImportFormat::kMegatron         ? planner::importMegatron(*launchText, context)
-           : *format == planner::ImportFormat::kMegatronBridge ? planner::importMegatronBridge(*launchText, context)
-           : *format == planner::ImportFormat::kColossalAi     ? planner::importColossalAi(*launchText, context)
-                                                                : planner::importTorchtitan(*launchText, context);
-    source = *launchFile;
-  }
+  auto launch = readLaunch(*args, *format);
+  if (!launch) return reportError(launch.error(), err);
+  auto context = importContext(*args, *launch);
+  if (!context) return reportError(context.error(), err);
+  auto job = importJob(*args, *format, *launch, *context);
+  if (!job) return reportError(job.error(), err);
+  Result<Plan>& plan = job->plan;
+  const std::string& source = job->source;
   if (!plan) {
     Error e = plan.error();
     if (e.file.empty()) e.file = source;
