@@ -3,6 +3,7 @@
 #include "colo/core/plan.h"
 
 #include "colo/core/limits.h"
+#include "colo/core/rank_layout.h"
 #include "json_reader.h"
 
 namespace colo {
@@ -285,8 +286,7 @@ Json planToJson(const Plan& p) {
   Json j;
   j["format"] = "colo.plan/1";
   j["name"] = p.name;
-  std::string order;
-  for (const auto& d : p.parallel.rankOrder) order += (order.empty() ? "" : "-") + d;
+  const std::string order = rankOrderText(p.parallel);
   j["parallel"] = {{"dp", p.parallel.dp},
                    {"tp", p.parallel.tp},
                    {"pp", p.parallel.pp},

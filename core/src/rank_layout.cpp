@@ -35,4 +35,10 @@ std::int64_t rankOf(RankCoordinates c, const Parallelism& p) {
   return rank;
 }
 
+std::string rankOrderText(const Parallelism& p) {
+  std::string order;
+  for (const auto& d : p.rankOrder) order += (order.empty() ? "" : "-") + d;
+  return order;
+}
+
 }  // namespace colo

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "colo/core/rank_layout.h"
+
 namespace colo::planner {
 std::string recomputeSummary(const Plan& p) {
   std::int64_t recomputed = 0, total = 0;
@@ -166,11 +168,7 @@ std::string planDifferences(const Plan& a, const Plan& b) {
   diff("vpp", n(a.parallel.virtualStages), n(b.parallel.virtualStages));
   diff("sequence parallel", a.parallel.sequenceParallel ? "on" : "off", b.parallel.sequenceParallel ? "on" : "off");
   diff("schedule", toString(a.schedule), toString(b.schedule));
-  auto order = [](const Parallelism& q) {
-    std::string o;
-    for (const auto& d : q.rankOrder) o += (o.empty() ? "" : "-") + d;
-    return o;
-  };
+  auto order = [](const Parallelism& q) { return rankOrderText(q); };
   diff("rank layout", order(a.parallel), order(b.parallel));
   diff("micro-batch", n(a.microBatchSize), n(b.microBatchSize));
   diff("ZeRO", n(a.zeroStage), n(b.zeroStage));

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "colo/core/json.h"
+#include "colo/core/rank_layout.h"
 
 namespace colo::planner {
 namespace {
@@ -213,8 +214,7 @@ std::string megatronNotes(const Plan& p, const RecomputeSummary& r) {
   std::string header;
   if (p.zeroStage > 1) header += "# note: Megatron-LM shards optimizer states only (ZeRO-1); the plan's ZeRO-" + std::to_string(p.zeroStage) + " has no Megatron flag\n";
   if (q.rankOrder != std::vector<std::string>{"tp", "cp", "dp", "pp"} && !megatronPpDpMapping(p)) {
-    std::string order;
-    for (const auto& d : q.rankOrder) order += (order.empty() ? "" : "-") + d;
+    const std::string order = rankOrderText(q);
     header += "# note: Megatron-LM lays ranks out tp-cp-dp-pp, or tp-cp-pp-dp with --use-tp-pp-dp-mapping when pp is 1 or the experts' "
               "data-parallel size equals the dense one (megatron/core/parallel_state.py); the plan's " + order + " is neither\n";
   }

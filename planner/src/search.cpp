@@ -1,6 +1,7 @@
 // The degree-level search: its parts (space and pruning, costing, ranking) composed, the --fix parser,
 // plan annotation and the result's JSON.
 #include "colo/planner/search.h"
+#include "colo/core/rank_layout.h"
 #include "colo/core/runnable.h"
 
 #include <algorithm>
@@ -139,10 +140,8 @@ Json SearchResult::toJson() const {
     const auto& p = c.plan;
     std::int64_t recomputed = 0;
     for (const auto& s : p.stages) recomputed += s.recomputeLayers;
-    std::string order;
-    for (const auto& d : p.parallel.rankOrder) order += (order.empty() ? "" : "-") + d;
     return Json{{"tp", p.parallel.tp},
-                {"rank_order", order},
+                {"rank_order", rankOrderText(p.parallel)},
                 {"pp", p.parallel.pp},
                 {"dp", p.parallel.dp},
                 {"cp", p.parallel.cp},

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "colo/core/rank_layout.h"
 #include "colo/core/units.h"
 #include "search_parts.h"
 
@@ -35,9 +36,7 @@ std::string describe(const Plan& p) {
   if (q.virtualStages > 1) s += " vpp" + std::to_string(q.virtualStages);
   s += " mbs" + std::to_string(p.microBatchSize) + " zero" + std::to_string(p.zeroStage);
   if (q.rankOrder != kLayouts.front()) {
-    std::string order;
-    for (const auto& d : q.rankOrder) order += (order.empty() ? "" : "-") + d;
-    s += " layout " + order;
+    s += " layout " + rankOrderText(q);
   }
   return s;
 }

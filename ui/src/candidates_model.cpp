@@ -1,5 +1,6 @@
 #include "colo/ui/candidates_model.h"
 
+#include "colo/core/rank_layout.h"
 #include "colo/core/runnable.h"
 #include "colo/core/units.h"
 #include "colo/planner/baseline.h"
@@ -93,11 +94,7 @@ QVariant CandidatesModel::data(const QModelIndex& index, int role) const {
     case kFits:
       if (sort) return QVariant(c.fits ? 1 : 0);
       return c.fits ? (bands.memoryAtRisk(e) ? QStringLiteral("at risk") : QStringLiteral("yes")) : QStringLiteral("no");
-    case kRankOrder: {
-      std::string order;
-      for (const auto& d : p.parallel.rankOrder) order += (order.empty() ? "" : "-") + d;
-      return QString::fromStdString(order);
-    }
+    case kRankOrder: return QString::fromStdString(rankOrderText(p.parallel));
     case kRuns: {
       const bool runs = runnable(p);
       return sort ? QVariant(runs ? 1 : 0) : QVariant(runs ? QStringLiteral("runs") : QStringLiteral("-"));

@@ -384,11 +384,7 @@ void MeshView::paintEvent(QPaintEvent*) {
   std::int64_t shownNodes = 0;
   for (std::int64_t node = 0; node < m_plan.cluster.nodes; ++node) shownNodes += cell(node * gpn).bottom() < height() ? 1 : 0;
   const bool labels = gpus > 0 && cell(0).width() >= 30;
-  const QString order = QString::fromStdString([&] {
-    std::string s;
-    for (const auto& d : par.rankOrder) s += (s.empty() ? "" : "-") + d;
-    return s;
-  }());
+  const QString order = QString::fromStdString(rankOrderText(par));
   QString header = QString("%1 nodes x %2 GPUs; rank order %3 (innermost first); colour: node; bottom stripe: pipeline stage; %4hover for details")
                        .arg(m_plan.cluster.nodes)
                        .arg(m_plan.cluster.gpusPerNode)

@@ -20,5 +20,7 @@ struct RankCoordinates {
 [[nodiscard]] std::int64_t parallelDegree(const Parallelism& p, const std::string& dim);
 [[nodiscard]] RankCoordinates coordinatesOf(std::int64_t rank, const Parallelism& p);
 [[nodiscard]] std::int64_t rankOf(RankCoordinates c, const Parallelism& p);
+/// The rank order as written in plan files and reports: "tp-cp-dp-pp".
+[[nodiscard]] std::string rankOrderText(const Parallelism& p);
 
 }  // namespace colo
