@@ -323,11 +323,9 @@ std::string colossalai(const Plan& p) {
   const std::string plugin = q.ep > 1 ? "MoeHybridParallelPlugin" : "HybridParallelPlugin";
   o << "# Colossal-AI " << plugin << " for " << p.name << " (checked against data/export-schemas/colossalai.json)\n";
   std::string unevenStages;  // "8, 9, 10, ..." when the stages do not all hold as many layers
-  for (const auto& st : p.stages) {
-    if (st.layers != p.stages.front().layers) unevenStages = "uneven";
-  }
-  if (!unevenStages.empty()) {
-    unevenStages.clear();
+  const bool uneven = std::any_of(p.stages.begin(), p.stages.end(),
+                                  [&](const StagePlan& st) { return st.layers != p.stages.front().layers; });
+  if (uneven) {
     for (const auto& st : p.stages) unevenStages += (unevenStages.empty() ? "" : ", ") + std::to_string(st.layers);
     if (q.virtualStages > 1) {
       o << "# note: Colossal-AI takes one layer count per stage, not per model chunk: the plan's uneven chunks ("
