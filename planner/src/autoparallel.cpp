@@ -294,7 +294,8 @@ std::vector<Search::Combo> Search::combos() const {
 
 bool Search::solveJoint(const Combo& k, MeshSolvers& ms) {
   // Free memory first; when that does not fit, the least price on the sweep that fits, by bisection
-  // (a higher price never costs less time nor more memory). False when even the highest price does not fit.
+  // (a higher price never costs less time nor more memory, offload aside: laterAtHigherPrices). False when
+  // even the highest price does not fit.
   double fastest = kInf;  // the quickest assembled step at free memory, fitting or not
   Best mine;              // this combination's best fitting plan
   std::vector<char> probed(m_lambdas.size(), 0);
@@ -302,7 +303,10 @@ bool Search::solveJoint(const Combo& k, MeshSolvers& ms) {
     probed[i] = 1;
     return probeJoint(k, ms, m_lambdas[i], mine, quickest);
   };
-  if (probe(0, &fastest)) return true;
+  if (probe(0, &fastest)) {
+    laterAtHigherPrices(k, mine, 1, fastest);
+    return true;
+  }
   // Free memory gives this combination's fastest plans: when they are no faster than the best plan
   // found, no price of memory makes them so.
   if (fastest >= m_joint.assembly.step) return true;
@@ -311,12 +315,14 @@ bool Search::solveJoint(const Combo& k, MeshSolvers& ms) {
   const std::size_t highest = m_lambdas.size() - 1;
   std::size_t lo = 0, hi = highest;
   bool fitsAtHi = false;
+  double quickestAtHi = kInf;  // fitting or not, without offload
   while (hi - lo > 1) {
     const std::size_t mid = (lo + hi) / 2;
     double quickest = kInf;
     if (probe(mid, &quickest)) {
       hi = mid;
       fitsAtHi = true;
+      quickestAtHi = quickest;
       continue;
     }
     lo = mid;
@@ -342,6 +348,7 @@ bool Search::solveJoint(const Combo& k, MeshSolvers& ms) {
   // The budget's exact point is usually between the grid's prices: the best combinations are refined
   // there once all are known (run()).
   m_brackets.push_back({k, lo == 0 ? m_lambdas[1] / 10.0 : m_lambdas[lo], m_lambdas[hi], mine.assembly.step});
+  laterAtHigherPrices(k, mine, hi + 1, quickestAtHi);
   return true;
 }
 
@@ -357,6 +364,35 @@ bool Search::probeJoint(const Combo& k, MeshSolvers& ms, double lambda, Best& mi
   }
   if (mine.solvers && mine.assembly.step < m_joint.assembly.step) m_joint = mine;
   return fit;
+}
+
+// With offload, the least price of memory that fits is not always the quickest: a higher price (more
+// recompute, fewer kept activations) leaves less to send to the host, and a smaller share of the weights
+// or optimizer states there can save more time than the recompute costs. A combination whose best plan
+// offloads is noted here and its higher prices are tried once the search is done (offloadAtHigherPrices),
+// so the search's pruning, which the best plan so far drives, is as without them. `quickest` is the
+// quickest plan without offload at the price below `from`, fitting or not: no plan at a higher price is
+// quicker.
+void Search::laterAtHigherPrices(const Combo& k, const Best& mine, std::size_t from, double quickest) {
+  const Assembly& a = mine.assembly;
+  if (!mine.solvers || (a.alpha == 0 && a.beta == 0 && a.gamma == 0) || from >= m_lambdas.size()) return;
+  m_offloaded.push_back({k, from, quickest});
+}
+
+void Search::offloadAtHigherPrices() {
+  for (const auto& [k, from, bound] : m_offloaded) {
+    if (bound >= m_joint.assembly.step) continue;
+    MeshSolvers& ms = solversFor(k.shape, k.samples, k.replicas);
+    Best mine;
+    // Up the grid until the quickest plan without offload at a price (a bound on every share there,
+    // growing with the price) is no quicker than the best plan found.
+    for (std::size_t i = from; i < m_lambdas.size(); ++i) {
+      if (m_c.options.cancel && m_c.options.cancel->cancelled()) return;
+      double quickest = kInf;
+      probeJoint(k, ms, m_lambdas[i], mine, &quickest);
+      if (quickest >= m_joint.assembly.step) break;
+    }
+  }
 }
 
 void Search::refineBest() {
@@ -484,6 +520,7 @@ Result<AutoParallelResult> Search::run() {
     if (megatronMay) solveMegatron(k, ms);
   }
   if (!(o.cancel && o.cancel->cancelled())) refineBest();
+  offloadAtHigherPrices();
   if (o.progress) o.progress->progress(1.0, "done");
   if (!m_joint.solvers) {
     if (o.cancel && o.cancel->cancelled()) return fail(Error{ErrorCode::kInfeasible, {}, {}, "cancelled before any plan was found"});

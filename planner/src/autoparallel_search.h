@@ -153,6 +153,8 @@ class Search {
   /// the GPU (plans that fit only by offloading weights are kept too, and set m_weightsOffloadedFit).
   bool probeJoint(const Combo& k, MeshSolvers& ms, double lambda, Best& mine, double* fastest);
   void refineBest();
+  void laterAtHigherPrices(const Combo& k, const Best& mine, std::size_t from, double quickest);
+  void offloadAtHigherPrices();
   void solveMegatron(const Combo& k, MeshSolvers& ms);
   MeshSolvers& solversFor(const std::vector<std::int64_t>& shape, std::int64_t samples, std::int64_t replicas = 1);
   std::vector<Solution> solve(const MeshSolvers& ms, const SolveWeights& weights, const std::string& recompute, bool megatron);
@@ -184,6 +186,9 @@ class Search {
     double step = 0;
   };
   std::vector<Bracket> m_brackets;
+  // A combination whose best plan offloads, the first price of the grid above those tried for it, and
+  // its quickest plan without offload at the price below.
+  std::vector<std::tuple<Combo, std::size_t, double>> m_offloaded;
   bool m_weightsOffloadedFit = false;  // the last probe fitted a plan only by offloading weights
   bool m_askWeightsFit = false;        // the probe must learn whether any weight share fits, however slow
 };
