@@ -122,13 +122,13 @@ DegreeBest degreeBest(const Model& model, const ClusterSpec& cluster, const plan
   so.globalBatchSize = a.globalBatchSize;
   so.seqLen = a.seqLen;
   so.precision = a.precision;
-  so.maxMemoryFraction = a.maxMemoryFraction;
+  // The same budget as the joint solve: --memory-gib as its share of the GPU's memory.
+  so.maxMemoryFraction = a.memoryBudgetBytes > 0 ? std::min(1.0, a.memoryBudgetBytes / cluster.gpu.memoryBytes) : a.maxMemoryFraction;
   so.allowOffload = a.allowOffload;
   so.topK = 1;
   DegreeBest d;
   auto r = planner::search(model, cluster, so);
   if (!r || !r->feasible()) return d;
-  if (a.memoryBudgetBytes > 0 && r->top.front().evaluation.peakMemoryBytes > a.memoryBudgetBytes) return d;
   d.best = r->top.front();
   d.outside = outsideOperatorSpace(d.best->plan);
   return d;
