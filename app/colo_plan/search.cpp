@@ -12,6 +12,7 @@
 #include "colo/core/library.h"
 #include "colo/core/units.h"
 #include "colo/costmodel/error_band.h"
+#include "colo/planner/autoparallel.h"
 #include "colo/planner/baseline.h"
 #include "colo/planner/budget.h"
 #include "colo/planner/search.h"
@@ -274,20 +275,32 @@ void rankByObjective(std::vector<planner::Candidate>& list, const SearchInputs& 
 }
 
 // How the user's plan compares with colo's best.
-std::string fromPlanLine(const Plan& from, const planner::Candidate& best, const SearchInputs& in) {
+// A per-operator plan (colo-plan autoparallel --out) is judged as evaluate --plan re-costs it, not by
+// its degree fields (its degree-level equivalent, or Megatron's split beside a simulation-only plan).
+std::string fromPlanLine(const Plan& from, const std::string& file, const planner::Candidate& best, const SearchInputs& in) {
   auto evaluated = costmodel::evaluatePlan(from, in.costDb ? &*in.costDb : nullptr);
   if (!evaluated) return "your plan: " + evaluated.error().message + "\n";
   std::ostringstream out;
-  const auto& e = *evaluated;
-  out << "your plan " << from.name << ": " << formatFixed(e.stepSeconds, 3) << " s a step, peak " << formatBytes(e.peakMemoryBytes)
-      << (e.fits ? "" : " (DOES NOT FIT)") << "; colo's best (#1) is " << formatFixed(e.stepSeconds / best.evaluation.stepSeconds, 2)
-      << "x as fast";
+  costmodel::Evaluation e = *evaluated;
+  std::string kind;
+  if (from.operatorPlan.is_object()) {
+    auto op = planner::evaluateOperatorPlan(from, file);
+    if (!op) return "your plan: " + op.error().message + "\n";
+    e.stepSeconds = op->stepSeconds;
+    e.peakMemoryBytes = op->peakMemoryBytes;
+    e.fits = op->fits;
+    kind = " (costed per operator, as evaluate --plan does)";
+  }
+  const double ratio = e.stepSeconds / best.evaluation.stepSeconds;
+  out << "your plan " << from.name << kind << ": " << formatFixed(e.stepSeconds, 3) << " s a step, peak " << formatBytes(e.peakMemoryBytes)
+      << (e.fits ? "" : " (DOES NOT FIT)") << "; colo's best (#1) is "
+      << (ratio >= 1 ? formatFixed(ratio, 2) + "x as fast" : "slower (" + formatFixed(ratio, 2) + "x its speed)");
   if (in.budget.enabled()) {
     const auto mine = planner::trainingCost(from, e, in.budget);
     const auto theirs = planner::trainingCost(best.plan, best.evaluation, in.budget);
     out << ": " << mine.describe(in.budget) << " -> " << theirs.describe(in.budget);
   }
-  out << "; what differs: " << planner::planDifferences(from, best.plan) << "\n";
+  out << (kind.empty() ? "; what differs: " : "; what differs from its degree fields: ") << planner::planDifferences(from, best.plan) << "\n";
   return out.str();
 }
 
@@ -367,7 +380,7 @@ void printSearch(const Args& args, const SearchJob& job, const std::vector<plann
     }
     out << (in.objective == planner::Objective::kCost ? "best plans (cheapest first: GPU-hours)\n" : "best plans (fastest first)\n")
         << renderCandidates(ranked, true, in, job.clusters.size() > 1);
-    if (job.from) out << fromPlanLine(*job.from, ranked.front(), in);
+    if (job.from) out << fromPlanLine(*job.from, args.value("from-plan").value_or(""), ranked.front(), in);
     if (const auto file = args.value("out")) out << "wrote the best plan to " << *file << "\n";
   } else {
     for (const auto& r : results) out << "NO FEASIBLE PLAN: " << r.infeasibleReason << "\n";

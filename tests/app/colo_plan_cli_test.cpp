@@ -883,6 +883,13 @@ TEST(ColoPlanAutoParallel, OutWritesAPlanThatEvaluateReproduces) {
   EXPECT_NE(pass.out.find("per-operator plan, step"), std::string::npos) << pass.out;
   const auto miss = run("check --plan " + file + " --max-step-time " + std::to_string(step * 0.99));
   EXPECT_EQ(miss.exitCode, 4) << miss.out << miss.err;
+  // search --from-plan judges it by the same figures (it printed the degree fields' 7.133 s and 82.86
+  // GiB, "DOES NOT FIT", as the user's plan).
+  const auto from = run("search --from-plan " + file);
+  ASSERT_EQ(from.exitCode, 0) << from.err;
+  char mine[64];
+  std::snprintf(mine, sizeof mine, "(costed per operator, as evaluate --plan does): %.3f s a step", step);
+  EXPECT_NE(from.out.find(mine), std::string::npos) << mine << "\n" << from.out;
   // export writes the degree fields and says so.
   const auto exported = run("export --plan " + file + " --format torchrun");
   EXPECT_EQ(exported.exitCode, 0) << exported.err;
