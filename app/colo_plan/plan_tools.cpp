@@ -246,9 +246,21 @@ int runExport(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   if (!format) return reportError(Error::badInput("--format: " + format.error().message), err);
   auto plan = loadPlan(*file);
   if (!plan) return reportError(plan.error(), err);
+  // A per-operator plan goes out as its degree fields: the tools take degrees, not per-operator shardings.
+  if (plan->operatorPlan.is_object()) {
+    auto op = planner::evaluateOperatorPlan(*plan, *file);
+    if (!op) return reportError(op.error(), err);
+    // torchrun and SLURM launch colo-run on the plan file itself, which refuses a simulation-only plan
+    // on every rank: such a launch is not written.
+    if (!op->runnable && (*format == planner::ExportFormat::kTorchrun || *format == planner::ExportFormat::kSlurm)) {
+      return reportError(Error::badInput("is " + op->expressedAs + ": colo-run cannot run it, so a " + *formatName +
+                                             " launch of it would stop on every rank (--format megatron writes Megatron's split beside it)",
+                                         *file),
+                         err);
+    }
+  }
   auto text = planner::exportPlan(*plan, *format, *file);
   if (!text) return reportError(text.error(), err);
-  // A per-operator plan goes out as its degree fields: the tools take degrees, not per-operator shardings.
   if (plan->operatorPlan.is_object()) {
     auto op = planner::evaluateOperatorPlan(*plan, *file);
     auto ev = costmodel::evaluatePlan(*plan);

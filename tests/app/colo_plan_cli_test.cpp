@@ -891,9 +891,19 @@ TEST(ColoPlanAutoParallel, OutWritesAPlanThatEvaluateReproduces) {
   std::snprintf(mine, sizeof mine, "(costed per operator, as evaluate --plan does): %.3f s a step", step);
   EXPECT_NE(from.out.find(mine), std::string::npos) << mine << "\n" << from.out;
   // export writes the degree fields and says so.
-  const auto exported = run("export --plan " + file + " --format torchrun");
+  const auto exported = run("export --plan " + file + " --format megatron");
   EXPECT_EQ(exported.exitCode, 0) << exported.err;
   EXPECT_NE(exported.err.find("is a per-operator plan"), std::string::npos) << exported.err;
+  // This plan is simulation-only: a torchrun or SLURM launch would run colo-run on it, which refuses it on
+  // every rank, so none is written (one was, exit 0).
+  ASSERT_FALSE(solved["joint"]["runnable"].get<bool>());
+  for (const char* format : {"torchrun", "slurm"}) {
+    const auto launch = run("export --plan " + file + " --format " + format);
+    EXPECT_EQ(launch.exitCode, 2) << format;
+    EXPECT_TRUE(launch.out.empty()) << launch.out;
+    EXPECT_NE(launch.err.find("is simulation-only: "), std::string::npos) << launch.err;
+    EXPECT_NE(launch.err.find("colo-run cannot run it"), std::string::npos) << launch.err;
+  }
   std::filesystem::remove(file);
 }
 
