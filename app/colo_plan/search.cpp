@@ -320,6 +320,9 @@ Result<SearchJob> searchJob(const Args& args) {
     }
     auto loaded = loadPlan(*file);
     if (!loaded) return fail(loaded.error());
+    if (loaded->operatorPlan.is_object()) {
+      if (auto op = planner::evaluateOperatorPlan(*loaded, *file); !op) return fail(op.error());
+    }
     job.from = std::move(*loaded);
   }
   const auto missingGbs = [] { return Error::badInput("missing --gbs (global batch size, samples per step)"); };

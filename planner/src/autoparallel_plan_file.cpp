@@ -109,6 +109,17 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
   const int index = interface.contains("index") && interface["index"].is_number_integer() ? interface["index"].get<int>() : -1;
   if (index < 0 || index >= kLayouts) return bad("/interface/index", "missing or not a layout index (0-24)");
   out.entry = Layout::fromIndex(index);
+  // What the file prints beside its inputs is recomputed on reading; where it could be taken for an input
+  // (an edited mesh or batch count, a layout's text, a block's layer count), it must agree with them.
+  const auto agrees = [&](const Json& j, const char* key, const Json& expected, const std::string& path, const std::string& from) -> Result<void> {
+    if (!j.contains(key) || j[key] == expected) return {};
+    return bad(path, "is " + expected.dump() + " (from " + from + "), got " + describeJsonValue(j[key]) + "; it is printed, not read");
+  };
+  if (auto ok = agrees(stored, "mesh", mesh->toString(), "/mesh", "mesh_shape"); !ok) return fail(ok.error());
+  if (auto ok = agrees(stored, "micro_batches", microBatches, "/micro_batches", "the global batch, replicas and micro_batch_size"); !ok) {
+    return fail(ok.error());
+  }
+  if (auto ok = agrees(interface, "layout", toString(out.entry, mesh->axes()), "/interface/layout", "interface/index"); !ok) return fail(ok.error());
   out.recompute = stored.value("recompute", std::string("per operator"));
   out.method = stored.value("method", std::string("joint"));
   // The blocks in order: embedding, each layer class, head.
@@ -120,8 +131,13 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
   for (const auto& cls : c.classes) order.push_back(&cls.block);
   order.push_back(&c.head);
   for (std::size_t b = 0; b < order.size(); ++b) {
+    if (!blocks[b].is_object()) return bad("/blocks/" + std::to_string(b), "must be an object with the block's units");
     const Json& units = blocks[b].contains("units") ? blocks[b]["units"] : Json();
     const std::string at = "/blocks/" + std::to_string(b) + "/units";
+    const std::int64_t layers = b == 0 || b + 1 == order.size() ? 1 : static_cast<std::int64_t>(c.classes[b - 1].layers.size());
+    if (auto ok = agrees(blocks[b], "count", layers, "/blocks/" + std::to_string(b) + "/count", "the model's layers"); !ok) {
+      return fail(ok.error());
+    }
     if (!units.is_array() || units.size() != order[b]->units.size()) {
       return bad(at, "must list the block's " + std::to_string(order[b]->units.size()) + " operators");
     }
@@ -129,7 +145,8 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
     for (std::size_t u = 0; u < units.size(); ++u) {
       const Json& unit = units[u];
       const std::string here = at + "/" + std::to_string(u);
-      const std::string name = unit.value("unit", std::string());
+      if (!unit.is_object()) return bad(here, "must be an object naming the operator, its axis_roles and recompute");
+      const std::string name = unit.contains("unit") && unit["unit"].is_string() ? unit["unit"].get<std::string>() : std::string();
       if (name != order[b]->units[u].name) return bad(here + "/unit", "expected \"" + order[b]->units[u].name + "\", got \"" + name + "\"");
       std::array<Role, 2> roles{Role::kNone, Role::kNone};
       const Json& names = unit.contains("axis_roles") ? unit["axis_roles"] : Json();
@@ -140,6 +157,9 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
         if (!names[a].is_string() || !parseRole(names[a].get<std::string>(), roles[a])) {
           return bad(here + "/axis_roles/" + std::to_string(a), "not a role (none, batch, seq, out, in, expert, inner): " + names[a].dump());
         }
+      }
+      if (unit.contains("recompute") && !unit["recompute"].is_boolean()) {
+        return bad(here + "/recompute", "must be true or false, got " + describeJsonValue(unit["recompute"]));
       }
       list.push_back({roles, unit.value("recompute", false) ? 1 : 0});
     }

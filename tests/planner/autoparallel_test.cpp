@@ -1,6 +1,7 @@
 #include "colo/planner/autoparallel.h"
 
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include <gtest/gtest.h>
@@ -419,6 +420,24 @@ TEST(AutoParallel, PlanFileStoresThePerOperatorPlanAndEvaluateReproducesIt) {
   EXPECT_EQ(bad.error().code, ErrorCode::kBadInput);
   EXPECT_EQ(bad.error().path, "/operator_plan/blocks/1/units/1/axis_roles/0");
   EXPECT_EQ(bad.error().file, "op.json");
+  // A field of the wrong type is named (it was an internal error), and what the file prints beside its
+  // inputs must agree with them (an edited mesh, batch count, layout text or layer count was ignored).
+  auto refused = [&loaded](const std::function<void(Json&)>& edit, const std::string& path, const std::string& text) {
+    Plan p = *loaded;
+    edit(p.operatorPlan);
+    auto e = evaluateOperatorPlan(p, "op.json");
+    ASSERT_FALSE(e) << path;
+    EXPECT_EQ(e.error().code, ErrorCode::kBadInput);
+    EXPECT_EQ(e.error().path, path);
+    EXPECT_NE(e.error().message.find(text), std::string::npos) << e.error().message;
+  };
+  refused([](Json& j) { j["blocks"][1]["units"][1]["recompute"] = "yes"; }, "/operator_plan/blocks/1/units/1/recompute",
+          "must be true or false, got \"yes\"");
+  refused([](Json& j) { j["blocks"][1]["units"][1]["unit"] = 5; }, "/operator_plan/blocks/1/units/1/unit", "expected \"attn.qkv\"");
+  refused([](Json& j) { j["mesh"] = "3x3"; }, "/operator_plan/mesh", "it is printed, not read");
+  refused([](Json& j) { j["micro_batches"] = j["micro_batches"].get<int>() + 1; }, "/operator_plan/micro_batches", "it is printed, not read");
+  refused([](Json& j) { j["blocks"][1]["count"] = 7; }, "/operator_plan/blocks/1/count", "it is printed, not read");
+  refused([](Json& j) { j["interface"]["layout"] = "[Q, R, R]"; }, "/operator_plan/interface/layout", "it is printed, not read");
 }
 
 TEST(AutoParallel, ARunnablePlanFileCarriesItsDegreeLevelEquivalent) {
