@@ -588,7 +588,10 @@ void printReport(const EvaluateReport& r, const costmodel::CostDatabase* costDb,
         << ": " << formatCount(cost.steps) << " steps, " << cost.describe(r.budget) << "\n";
   }
   if (costDb && !explain) {
-    out << "costdb    " << costDb->path() << ": GEMM shapes timed " << ev.gemmExact << " exactly, "
+    out << "costdb    " << costDb->path()
+        << (ev.calibration.costDbDevice.empty() ? " (no device of it matches the cluster's GPU: nothing measured is used)"
+                                                : " (device \"" + ev.calibration.costDbDevice + "\")")
+        << ": GEMM shapes timed " << ev.gemmExact << " exactly, "
         << ev.gemmInterpolated << " from the nearest measured shape, " << ev.gemmRoofline
         << " by the roofline (--explain for every source)\n";
   }

@@ -6,6 +6,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <functional>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -79,6 +80,25 @@ CREATE TABLE copies(
 UPDATE meta SET value = '3' WHERE key = 'schema_version';
 )sql";
 
+// meta.format, when the file has one (every version writes 'colo.costdb'): another colo database (a
+// runs database, 'colo.runs') is named as what it is.
+Result<void> checkFormat(sqlite3* db, const std::string& path) {
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'format'", -1, &stmt, nullptr) != SQLITE_OK) return {};
+  std::string format;
+  bool found = false;
+  if (sqlite3_step(stmt) == SQLITE_ROW) {
+    found = true;
+    if (const auto* text = sqlite3_column_text(stmt, 0)) format = reinterpret_cast<const char*>(text);
+  }
+  sqlite3_finalize(stmt);
+  if (found && format != "colo.costdb") {
+    return fail(Error::badInput("not a colo cost database: its format is '" + format.substr(0, 40) + "', not 'colo.costdb'", path,
+                                "meta.format"));
+  }
+  return {};
+}
+
 // Reads meta.schema_version; errors name the file and never write.
 Result<int> readVersion(sqlite3* db, const std::string& path) {
   sqlite3_stmt* stmt = nullptr;
@@ -111,6 +131,7 @@ Result<int> readVersion(sqlite3* db, const std::string& path) {
                                 path));
   }
   if (v < 1) return fail(Error::badInput("cost database schema version " + version + " is not valid", path));
+  if (auto format = checkFormat(db, path); !format) return fail(format.error());
   return v;
 }
 
@@ -678,6 +699,14 @@ Result<std::int64_t> CostDatabase::merge(const std::string& otherPath) {
 }
 
 std::vector<GemmMeasurement> CostDatabase::gemmsFor(const std::string& gpuName) const {
+  return gemmsWhere([&gpuName](const std::string& device) { return deviceMatchesGpu(device, gpuName); });
+}
+
+std::vector<GemmMeasurement> CostDatabase::gemmsOfDevice(const std::string& deviceName) const {
+  return gemmsWhere([&deviceName](const std::string& device) { return device == deviceName; });
+}
+
+std::vector<GemmMeasurement> CostDatabase::gemmsWhere(const std::function<bool(const std::string&)>& device) const {
   std::vector<GemmMeasurement> out;
   sqlite3_stmt* stmt = nullptr;
   if (sqlite3_prepare_v2(m_impl->db,
@@ -686,7 +715,7 @@ std::vector<GemmMeasurement> CostDatabase::gemmsFor(const std::string& gpuName) 
     return out;
   }
   while (sqlite3_step(stmt) == SQLITE_ROW) {
-    if (!deviceMatchesGpu(columnText(stmt, 0), gpuName)) continue;
+    if (!device(columnText(stmt, 0))) continue;
     auto dtype = parseDType(columnText(stmt, 1));
     if (!dtype) continue;
     out.push_back({sqlite3_column_int64(stmt, 2), sqlite3_column_int64(stmt, 3), sqlite3_column_int64(stmt, 4), *dtype,

@@ -247,14 +247,26 @@ Result<Evaluator> Evaluator::create(const Model& model, const ClusterSpec& clust
   if (!evaluator) return evaluator;
   Impl& impl = *evaluator->m_impl;
   impl.calibration.costDb = costDb.path();
-  impl.measured = costDb.gemmsFor(cluster.gpu.name);
+  // One device's measurements: two devices that both match the GPU (two machines' profiles merged, say)
+  // would be mixed into one table, and which row wins a shape would depend on the order they were merged.
+  const auto matching = costDb.devicesMatching(cluster.gpu.name);
+  if (matching.size() > 1) {
+    std::string names;
+    for (const auto& d : matching) names += (names.empty() ? "\"" : ", \"") + d + "\"";
+    return fail(Error::badInput(std::to_string(matching.size()) + " of its devices match the cluster's GPU \"" + cluster.gpu.name +
+                                    "\" (" + names + "): keep one device per GPU model in a cost database (profile each machine into a file of its own)",
+                                costDb.path()));
+  }
   std::vector<KernelMeasurement> kernels;
   std::vector<CollectiveMeasurement> collectives;
   std::vector<CopyMeasurement> copies;
-  for (const auto& device : costDb.devicesMatching(cluster.gpu.name)) {
-    for (auto& k : costDb.kernelsFor(device)) kernels.push_back(std::move(k));
-    for (auto& c : costDb.collectivesFor(device)) collectives.push_back(std::move(c));
-    for (auto& c : costDb.copiesFor(device)) copies.push_back(std::move(c));
+  if (!matching.empty()) {
+    const std::string& device = matching.front();
+    impl.calibration.costDbDevice = device;
+    impl.measured = costDb.gemmsOfDevice(device);
+    kernels = costDb.kernelsFor(device);
+    collectives = costDb.collectivesFor(device);
+    copies = costDb.copiesFor(device);
   }
   for (const DType d : {DType::kFp32, DType::kTf32, DType::kFp16, DType::kBf16, DType::kFp8}) {
     GemmTable table(impl.measured, d);
@@ -540,6 +552,7 @@ Json Calibration::toJson() const {
                         {"points", l.points}, {"rms_relative_error", l.rmsRelativeError}});
   }
   return {{"cost_db", costDb},
+          {"cost_db_device", costDbDevice},
           {"links", linkJson},
           {"gemm_roofline_scale", gemmRooflineScale},
           {"gemm_roofline_scale_points", gemmRooflineScalePoints},

@@ -80,6 +80,24 @@ TEST(CostDatabase, CorruptOrForeignFilesAreRefusedAndLeftUntouched) {
   auto v = CostDatabase::open(file);
   ASSERT_FALSE(v);
   EXPECT_NE(v.error().message.find("schema version 99"), std::string::npos);
+
+  // Another colo database (a runs database's format): refused by readers and writers, not written to
+  // (it was read as a cost database, and the profiler wrote into it).
+  const auto runs = dir.path("runs.sqlite");
+  ASSERT_TRUE(CostDatabase::create(runs));
+  {
+    const std::string cmd = "sqlite3 " + runs + " \"UPDATE meta SET value='colo.runs' WHERE key='format'\" 2>/dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+  }
+  const std::string runsBytes = readBytes(runs);
+  for (const bool write : {false, true}) {
+    const auto opened = write ? CostDatabase::openForWrite(runs) : CostDatabase::open(runs);
+    ASSERT_FALSE(opened);
+    EXPECT_EQ(opened.error().code, ErrorCode::kBadInput);
+    EXPECT_EQ(opened.error().path, "meta.format");
+    EXPECT_NE(opened.error().message.find("its format is 'colo.runs'"), std::string::npos) << opened.error().message;
+  }
+  EXPECT_EQ(readBytes(runs), runsBytes);
 }
 
 TEST(CostDatabase, MeasuredTimesReplaceTheRoofline) {
@@ -105,6 +123,48 @@ TEST(CostDatabase, MeasuredTimesReplaceTheRoofline) {
   // 1 ms per forward GEMM is far slower than the roofline's tens of microseconds: 12 layers x 4 GEMMs plus
   // the head, 8 micro-batches.
   EXPECT_GT(measured->stepSeconds, roofline->stepSeconds + 8 * (12 * 4 + 1) * 1e-3 * 0.9);
+}
+
+TEST(CostDatabase, OneDeviceAnswersAndTwoThatMatchTheGpuAreRefused) {
+  // Two A100 profiles in one file: mixed, which row won a shape depended on the merge order, and the
+  // roofline scale was fitted over both. Now the file is refused, naming both; one device is used and named.
+  test::ScratchDir dir;
+  const auto file = dir.path("costs.sqlite");
+  {
+    auto db = CostDatabase::create(file);
+    ASSERT_TRUE(db);
+    ASSERT_TRUE(db->addGemms("NVIDIA A100-SXM4-80GB", kGpt2Shapes));
+    ASSERT_TRUE(db->addGemms("NVIDIA H100 80GB HBM3", {{64, 64, 64, DType::kBf16, 1e-5}}));
+  }
+  const Plan p = gpt2Plan();
+  {
+    auto db = CostDatabase::open(file);
+    ASSERT_TRUE(db);
+    auto one = evaluatePlan(p, &*db);
+    ASSERT_TRUE(one) << one.error().toString();
+    EXPECT_EQ(one->calibration.costDbDevice, "NVIDIA A100-SXM4-80GB");
+    EXPECT_EQ(one->calibration.toJson()["cost_db_device"], "NVIDIA A100-SXM4-80GB");
+    EXPECT_GE(one->gemmExact, 5);
+  }
+  {
+    auto db = CostDatabase::openForWrite(file);
+    ASSERT_TRUE(db);
+    ASSERT_TRUE(db->addGemms("A100-SXM4-80GB (another node)", kGpt2Shapes));
+  }
+  auto db = CostDatabase::open(file);
+  ASSERT_TRUE(db);
+  auto two = evaluatePlan(p, &*db);
+  ASSERT_FALSE(two);
+  EXPECT_EQ(two.error().code, ErrorCode::kBadInput);
+  EXPECT_EQ(two.error().file, file);
+  EXPECT_NE(two.error().message.find("2 of its devices match the cluster's GPU"), std::string::npos) << two.error().message;
+  EXPECT_NE(two.error().message.find("\"NVIDIA A100-SXM4-80GB\""), std::string::npos) << two.error().message;
+  // The H100 cluster takes the one H100 device, named in the calibration.
+  Plan h100 = p;
+  h100.cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100.json")), 1);
+  auto none = evaluatePlan(h100, &*db);
+  ASSERT_TRUE(none) << none.error().toString();
+  EXPECT_EQ(none->calibration.costDbDevice, "NVIDIA H100 80GB HBM3");
 }
 
 TEST(CostDatabase, NearbyShapesAreInterpolatedFarOnesAreNot) {

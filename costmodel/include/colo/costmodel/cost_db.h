@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -106,6 +107,8 @@ class CostDatabase {
 
   /// Measured GEMMs of the device whose name matches `gpuName` (case-insensitive substring either way).
   [[nodiscard]] std::vector<GemmMeasurement> gemmsFor(const std::string& gpuName) const;
+  /// Measured GEMMs of the device named exactly `deviceName`.
+  [[nodiscard]] std::vector<GemmMeasurement> gemmsOfDevice(const std::string& deviceName) const;
 
   /// A short content hash (for plan provenance).
   [[nodiscard]] std::string hash() const;
@@ -115,6 +118,7 @@ class CostDatabase {
   struct Impl;
   explicit CostDatabase(std::unique_ptr<Impl> impl);
   bool ensureDevice(const std::string& name, const std::string& fingerprint);
+  [[nodiscard]] std::vector<GemmMeasurement> gemmsWhere(const std::function<bool(const std::string&)>& device) const;
   std::unique_ptr<Impl> m_impl;
 };
 

@@ -69,6 +69,7 @@ struct TimeBreakdown {
 /// What a cost database changed in the analytic model (the same for every plan of one evaluator).
 struct Calibration {
   std::string costDb;                        ///< the database's path; empty without one
+  std::string costDbDevice;                  ///< the device of it whose measurements were used; empty: none matched the GPU
   std::vector<LinkFit> links;                ///< link levels whose latency/bandwidth come from measured collectives
   double gemmRooflineScale = 1.0;            ///< measured / roofline over the database's GEMMs, applied to unmeasured ones
   std::int64_t gemmRooflineScalePoints = 0;  ///< GEMMs that scale was fitted on
