@@ -2,6 +2,7 @@
 // model's prediction against a measured model step. Exit codes: 0 ok, 2 bad input, 1 internal error.
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -155,12 +156,22 @@ int merge(const std::vector<std::string>& argv) {
   if (args->has("help")) {
     std::cout << "usage: colo-profile merge --db DB OTHER.sqlite...\n\n"
                  "Adds the measurements of each OTHER cost database (GEMM shapes, kernels, collectives and host-device\n"
-                 "copies, with their device fingerprints) to DB, in one transaction; rows DB already holds are kept.\n\n"
+                 "copies, with their device fingerprints) to DB; rows DB already holds are kept. Every OTHER is opened\n"
+                 "and checked before DB is touched, so a missing, corrupt or foreign file (or DB itself) writes nothing;\n"
+                 "each file is then added in one transaction.\n\n"
               << app::describeOptions(specs);
     return 0;
   }
   const auto dbPath = args->value("db");
   if (!dbPath || args->positional().empty()) return report(Error::badInput("usage: colo-profile merge --db DB OTHER..."));
+  // Every file is checked before DB is opened (which creates it when missing): a bad one writes nothing.
+  std::error_code ec;
+  for (const auto& other : args->positional()) {
+    if (std::filesystem::exists(*dbPath, ec) && std::filesystem::equivalent(other, *dbPath, ec)) {
+      return report(Error::badInput("is the database merged into (--db): a database cannot be merged into itself", other));
+    }
+    if (auto opened = costmodel::CostDatabase::open(other); !opened) return report(opened.error());
+  }
   auto db = costmodel::CostDatabase::openForWrite(*dbPath);
   if (!db) return report(db.error());
   for (const auto& other : args->positional()) {

@@ -64,6 +64,23 @@ TEST_F(ColoProfileCli, ProfileResumeCheckAndMerge) {
   auto merged = profile("merge --db " + db + " " + other);
   ASSERT_EQ(merged.exitCode, 0) << merged.err;
   EXPECT_NE(merged.out.find("rows added"), std::string::npos);
+
+  // A bad file among several writes nothing: every file is checked first (the good one was merged, and a
+  // missing --db created, before the bad one failed).
+  const std::string garbage = dir.write("garbage.sqlite", std::string(4096, 'x'));
+  const std::string fresh = dir.path("fresh.sqlite");
+  auto bad = profile("merge --db " + fresh + " " + other + " " + garbage);
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find(garbage), std::string::npos) << bad.err;
+  EXPECT_TRUE(bad.out.empty()) << bad.out;
+  EXPECT_FALSE(std::filesystem::exists(fresh));
+  auto missing = profile("merge --db " + fresh + " " + dir.path("nosuch.sqlite"));
+  EXPECT_EQ(missing.exitCode, 2);
+  EXPECT_FALSE(std::filesystem::exists(fresh));
+  // Itself (it was "database is locked").
+  auto self = profile("merge --db " + db + " " + db);
+  EXPECT_EQ(self.exitCode, 2);
+  EXPECT_NE(self.err.find("a database cannot be merged into itself"), std::string::npos) << self.err;
 }
 
 TEST_F(ColoProfileCli, CollectivesAcrossTwoProcesses) {
