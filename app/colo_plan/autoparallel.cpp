@@ -34,6 +34,17 @@ std::string percent(double f) {
 }
 
 // "activations 25%, optimizer 0%, weights 100%": the shares an operator plan keeps in host memory.
+// "16 samples x 4" (samples per micro-batch, micro-batches).
+std::string microBatchText(const planner::OperatorPlan& p) {
+  return std::to_string(p.microBatchSize) + (p.microBatchSize == 1 ? " sample x " : " samples x ") + std::to_string(p.microBatches);
+}
+
+// The peak's parts: model states, kept activations (with the allocator's allowance), buffers; the CUDA
+// context is the rest.
+std::string memoryParts(const planner::OperatorPlan& p) {
+  return formatBytes(p.stateBytes) + " | " + formatBytes(p.activationBytes) + " | " + formatBytes(p.bufferBytes);
+}
+
 std::string offloadShares(const planner::OperatorPlan& p) {
   return "activations " + percent(p.activationOffloadFraction) + ", optimizer " + percent(p.optimizerOffloadFraction) +
          ", weights " + percent(p.weightOffloadFraction);
@@ -60,11 +71,12 @@ void printSummary(const planner::AutoParallelResult& r, std::ostream& out) {
   auto meshOf = [](const planner::OperatorPlan& p) { return p.layoutText(); };
   const bool haveMegatron = !m.mesh.empty();
   both("layout", meshOf(j), haveMegatron ? meshOf(m) : "-");
-  both("micro-batch", std::to_string(j.microBatchSize) + " samples x " + std::to_string(j.microBatches),
-       haveMegatron ? std::to_string(m.microBatchSize) + " samples x " + std::to_string(m.microBatches) : "-");
+  both("micro-batch", microBatchText(j),
+       haveMegatron ? microBatchText(m) : "-");
   both("step time", seconds(j.stepSeconds), haveMegatron ? seconds(m.stepSeconds) : "-");
   both("peak memory", formatBytes(j.peakMemoryBytes) + " of " + formatBytes(j.budgetBytes),
        haveMegatron ? formatBytes(m.peakMemoryBytes) + (r.megatronFits ? "" : " (DOES NOT FIT)") : "-");
+  both("states | acts | buffers", memoryParts(j), haveMegatron ? memoryParts(m) : "-");
   both("recompute", j.recompute, haveMegatron ? m.recompute : "-");
   both("offload", offloadShares(j),
        haveMegatron ? "none" : "-");
@@ -177,9 +189,10 @@ void printOperatorBlocks(const planner::OperatorPlan& p, std::ostream& out) {
 void printOperatorPlan(const planner::OperatorPlan& p, std::ostream& out) {
   TextTable t({"", p.method == "megatron" ? "megatron (column/row split)" : "per-operator plan"}, {false, false});
   t.addRow({"layout", p.layoutText()});
-  t.addRow({"micro-batch", std::to_string(p.microBatchSize) + " samples x " + std::to_string(p.microBatches)});
+  t.addRow({"micro-batch", microBatchText(p)});
   t.addRow({"step time", seconds(p.stepSeconds)});
   t.addRow({"peak memory", formatBytes(p.peakMemoryBytes) + " of " + formatBytes(p.budgetBytes) + (p.fits ? "" : " (DOES NOT FIT)")});
+  t.addRow({"states | acts | buffers", memoryParts(p)});
   t.addRow({"recompute", p.recompute});
   t.addRow({"offload", offloadShares(p)});
   t.addRow({"compute | comm", seconds(p.compute) + " | " + seconds(p.communication)});

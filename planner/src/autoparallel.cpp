@@ -92,6 +92,7 @@ MeshSolvers& Search::solversFor(const std::vector<std::int64_t>& shape, std::int
   for (const auto& cls : m_c.classes) slot->layers.push_back(std::make_unique<BlockSolver>(cls.block, cc, *slot->converter));
   slot->embedding = std::make_unique<BlockSolver>(m_c.embedding, cc, *slot->converter);
   slot->head = std::make_unique<BlockSolver>(m_c.head, cc, *slot->converter);
+  slot->communicatorBytes = meshCommunicatorBytes(m_c, *slot);
   for (std::size_t k = 0; k < m_c.classes.size(); ++k) {
     double least = 0;
     for (const auto& options : slot->layers[k]->strategies()) {
@@ -160,6 +161,7 @@ std::vector<Solution> Search::solve(const MeshSolvers& ms, const SolveWeights& w
     s.weights = weights;
     s.recompute = recompute;
     s.megatron = megatron;
+    measureBuffers(m_c, ms, s);
     out.push_back(std::move(s));
   }
   return out;
@@ -456,6 +458,7 @@ void Search::solveMegatron(const Combo& k, MeshSolvers& ms) {
       sol.weights = w;
       sol.weights.allow = nullptr;
       sol.megatron = true;
+      measureBuffers(m_c, ms, sol);
       sol.recompute = mode == RecomputeMode::kNone ? "none" : mode == RecomputeMode::kSelective ? "selective" : "full";
       consider(ms, sol, k, m_megatron, m_megatronLean);
       // Megatron's split is a point of the joint space: the joint solve is never worse than it.
@@ -527,10 +530,11 @@ Result<AutoParallelResult> Search::run() {
     std::ostringstream msg;
     msg << "no operator-level plan fits " << formatBytes(m_c.budget) << " per GPU";
     if (m_jointLean.solvers) {
-      msg << "; the leanest needs " << formatBytes(m_jointLean.assembly.memory) << " (" << m_jointLean.pp << " stages of mesh "
+      const auto plural = [](std::int64_t n, const char* word) { return std::to_string(n) + " " + word + (n == 1 ? "" : "s"); };
+      msg << "; the leanest needs " << formatBytes(m_jointLean.assembly.memory) << " (" << plural(m_jointLean.pp, "stage") << " of mesh "
           << m_jointLean.solvers->mesh->toString()
           << (m_jointLean.replicas > 1 ? " x " + std::to_string(m_jointLean.replicas) + " replicas" : "") << ", "
-          << m_jointLean.solvers->samples << " samples per micro-batch)";
+          << plural(m_jointLean.solvers->samples, "sample") << " per micro-batch)";
     }
     return fail(Error{ErrorCode::kInfeasible, {}, {}, msg.str()});
   }
@@ -590,6 +594,7 @@ OperatorPlan Search::report(const Best& best, const std::string& method) const {
   p.stateBytes = a.states;
   p.activationBytes = a.activations;
   p.contextBytes = m_c.device.contextBytes;
+  p.bufferBytes = a.buffers;
   std::vector<SolvedBlock> blocks;
   blocks.push_back({best.solvers->embedding.get(), best.solution.embedding, "embedding", 1, 0});
   for (std::size_t k = 0; k < m_c.classes.size(); ++k) {

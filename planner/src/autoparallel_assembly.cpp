@@ -48,6 +48,7 @@ struct Stage {
   double seconds = 0, compute = 0, comm = 0, recompute = 0, activation = 0, headActivation = 0, state = 0;
   double optimizerParams = 0, params = 0, sync[3] = {0, 0, 0}, copies = 0;
   double layers = 0, exposed = 0, offloaded = 0, layerParams = 0;  // of its layers: count, offload's exposed seconds and bytes, parameters
+  bool last = false;  // holds the head
 };
 
 // The layer classes of one solution at one set of offload fractions, per layer and micro-batch, and
@@ -142,6 +143,7 @@ class StageCosts {
     s.recompute += (first ? m_emb.recompute : 0) + (last ? m_head.recompute : 0);
     s.activation += (first ? m_emb.activation : 0) + (last ? m_head.activation : 0);
     s.headActivation = last ? m_head.activation : 0;  // held for one micro-batch: its backward follows its forward
+    s.last = last;
     s.state += (first ? m_emb.state : 0) + (last ? m_head.state : 0);
     s.optimizerParams += (first ? m_emb.optimizerParams : 0) + (last ? m_head.optimizerParams : 0);
     s.params += (first ? m_emb.params : 0) + (last ? m_head.params : 0);
@@ -190,13 +192,13 @@ double hopSeconds(const Context& c, const MeshSolvers& ms, std::int64_t pp) {
 // what it holds at its peak.
 struct StageEnd {
   double sync = 0, optimizer = 0;
-  double state = 0, activations = 0, device = 0;
+  double state = 0, activations = 0, buffers = 0, device = 0;
   double total = 0;  // device, or +infinity when the host cannot hold the stage's offloaded share
 };
 
 // `memo` caches the stage's gradient reduction while the solution stays the same.
-StageEnd stageEnd(const Context& c, const MeshSolvers& ms, MeshSolvers::SyncMemo& memo, const Stage& s, double beta,
-                  double gamma, double pcie) {
+StageEnd stageEnd(const Context& c, const MeshSolvers& ms, MeshSolvers::SyncMemo& memo, const Solution& sol, const Stage& s,
+                  double beta, double gamma, double pcie, double pipelineCommunicator) {
   const auto& dev = c.device;
   const std::int64_t replicas = ms.replicas;
   StageEnd e;
@@ -231,7 +233,13 @@ StageEnd stageEnd(const Context& c, const MeshSolvers& ms, MeshSolvers::SyncMemo
   const double acts = s.copies * (s.activation - s.headActivation) + std::min(s.copies, 1.0) * s.headActivation;
   // The caching allocator's fragmentation allowance on activations, as the evaluator counts it.
   e.activations = 1.08 * acts;
-  e.device = e.state + e.activations + dev.contextBytes;
+  // Buffers, as the evaluator counts them (its stage memory): the gathers beside the kept activations,
+  // the last stage's logit copies, the data-parallel gradient buckets (two of 40 M elements, or the
+  // stage's gradients when fewer), each with the allocator's allowance; and NCCL's communicators.
+  const double buckets = reduced ? std::min(s.params, 2.0 * 40e6) * c.gradBufferBytes : 0.0;
+  const double buffers = sol.gatherBuffers + 2.0 * sol.gatheredWeights + (s.last ? sol.logitCopies : 0.0) + buckets;
+  e.buffers = 1.08 * buffers + ms.communicatorBytes + pipelineCommunicator;
+  e.device = e.state + e.activations + e.buffers + dev.contextBytes;
   e.total = e.device;
   // What goes to host memory must fit there: every GPU of a node offloads alike.
   const double hosted = s.copies * s.offloaded + beta * s.optimizerParams * 12.0 + hostWeights;
@@ -308,6 +316,81 @@ std::vector<std::int64_t> stageLayerCounts(std::int64_t layers, std::int64_t pp,
   return out;
 }
 
+namespace {
+
+// A group of `members` ranks `stride` apart (the replicas' and the pipeline's): NCCL's buffers for it, on
+// the innermost link it uses.
+double groupCommunicatorBytes(const Context& c, std::int64_t members, std::int64_t stride) {
+  if (members <= 1 || c.cluster->links.empty()) return 0.0;
+  const bool crosses = stride * (members - 1) >= c.cluster->gpusPerNode || stride >= c.cluster->gpusPerNode;
+  const LinkKind innermost = stride < c.cluster->gpusPerNode ? c.cluster->links.front().kind : c.cluster->links.back().kind;
+  return costmodel::communicatorBytes(c.device, members, innermost, crosses);
+}
+
+}  // namespace
+
+double pipelineCommunicatorBytes(const Context& c, const MeshSolvers& ms, std::int64_t pp) {
+  return groupCommunicatorBytes(c, pp, ms.mesh->size() * ms.replicas);
+}
+
+double meshCommunicatorBytes(const Context& c, const MeshSolvers& ms) {
+  // The inner axis's group, and the outer axis's with the replicas as one group (they reduce gradients
+  // together, as Megatron's data-parallel group spans both): copies of a mesh cost what the wider mesh does.
+  const DeviceMesh& mesh = *ms.mesh;
+  const int inner = mesh.axes() - 1;
+  const costmodel::GroupPlacement g = mesh.group(inner);
+  const LinkLevel* link = g.inner ? g.inner : g.outer;
+  double bytes = link ? costmodel::communicatorBytes(c.device, g.size, link->kind, g.crossesNodes()) : 0.0;
+  const std::int64_t outer = (mesh.axes() > 1 ? mesh.axisSize(0) : 1) * ms.replicas;
+  return bytes + groupCommunicatorBytes(c, outer, mesh.axisSize(inner));
+}
+
+void measureBuffers(const Context& c, const MeshSolvers& ms, Solution& sol) {
+  const DeviceMesh& mesh = *ms.mesh;
+  auto axesWith = [&mesh](const std::array<Role, 2>& roles, Role role) {
+    double n = 1;
+    for (int a = 0; a < mesh.axes(); ++a) n *= roles[static_cast<std::size_t>(a)] == role ? static_cast<double>(mesh.axisSize(a)) : 1.0;
+    return n;
+  };
+  bool featureSplit = false;
+  double gathered = 0;
+  for (std::size_t k = 0; k < sol.layers.size() && k < ms.layers.size(); ++k) {
+    const auto& strategies = ms.layers[k]->strategies();
+    double weights = 0;
+    for (std::size_t u = 0; u < sol.layers[k].units.size(); ++u) {
+      const int chosen = sol.layers[k].units[u].strategy;
+      if (chosen < 0) continue;
+      const Strategy& st = strategies[u][static_cast<std::size_t>(chosen)];
+      featureSplit = featureSplit || axesWith(st.role, Role::kOut) > 1 || axesWith(st.role, Role::kIn) > 1;
+      weights += st.stateParams * axesWith(st.role, Role::kFsdp);
+    }
+    // Sharded weights (ZeRO-3's role) are gathered a layer at a time: the largest layer, whole.
+    if (weights > 0 && weights > sol.layers[k].params) gathered = std::max(gathered, weights);
+  }
+  sol.gatheredWeights = gathered * c.weightBytes;
+  // Feature-split operators read the sequence gathered (sequence parallelism's all-gather, or the
+  // replicated input of tensor parallelism): the evaluator's two full activations, of the micro-batch's
+  // share that the batch-split axes leave.
+  sol.gatherBuffers = 0;
+  if (featureSplit && !sol.layers.empty()) {
+    const Layout entry = sol.layers.front().entry;
+    double batchSplit = 1;
+    for (int a = 0; a < mesh.axes(); ++a) batchSplit *= entry.use[static_cast<std::size_t>(a)] == AxisUse::kBatch ? static_cast<double>(mesh.axisSize(a)) : 1.0;
+    sol.gatherBuffers = 2.0 * static_cast<double>(ms.samples) / batchSplit * static_cast<double>(c.seqLen) * static_cast<double>(c.hidden) *
+                        c.weightBytes;
+  }
+  // The loss keeps the fp32 logits; Megatron's unfused loss also holds their 16-bit copy and its
+  // gradient beside them (Plan's default execution; the evaluator's logit copies).
+  sol.logitCopies = 0;
+  const auto& headUnits = ms.head->block().units;
+  for (std::size_t u = 0; u < headUnits.size() && u < sol.head.units.size(); ++u) {
+    const int chosen = sol.head.units[u].strategy;
+    if (headUnits[u].kind != UnitKind::kLoss || chosen < 0) continue;
+    const Strategy& st = ms.head->strategies()[u][static_cast<std::size_t>(chosen)];
+    sol.logitCopies += st.ownSaved / 4.0 * c.weightBytes * 2.0;
+  }
+}
+
 Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches,
                   double alpha, double beta, std::int64_t vpp, const std::vector<std::int64_t>* fixedStages, double gamma) {
   Assembly a;
@@ -370,8 +453,9 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   a.bubble = (P - 1.0) * slowest / V;
   // The step ends with the stage last to reduce and update; memory is the fullest stage's.
   double tail = 0, peak = 0, device = 0;
+  const double pipelineCommunicator = pipelineCommunicatorBytes(c, ms, pp);
   for (std::size_t i = 0; i < stages.size(); ++i) {
-    const StageEnd e = stageEnd(c, ms, ms.lastSync[i], stages[i], beta, gamma, pcie);
+    const StageEnd e = stageEnd(c, ms, ms.lastSync[i], sol, stages[i], beta, gamma, pcie, pipelineCommunicator);
     if (e.sync + e.optimizer > tail) {
       tail = e.sync + e.optimizer;
       a.sync = e.sync;
@@ -382,6 +466,7 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
       peak = e.total;
       a.states = e.state;
       a.activations = e.activations;
+      a.buffers = e.buffers;
     }
   }
   a.step = M * slowest + a.bubble + tail;

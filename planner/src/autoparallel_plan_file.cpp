@@ -221,6 +221,7 @@ Result<Solution> Search::solveFixed(const MeshSolvers& ms, const SolveWeights& w
   sol.weights = w;
   sol.weights.allow = nullptr;
   sol.weights.forceRecompute = nullptr;
+  measureBuffers(m_c, ms, sol);
   return sol;
 }
 

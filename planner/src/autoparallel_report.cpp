@@ -312,7 +312,7 @@ Json OperatorPlan::toJson() const {
           {"breakdown",
            {{"compute", compute}, {"communication", communication}, {"recompute", recomputeSeconds}, {"bubble", bubble},
             {"gradient_sync", gradientSync}, {"optimizer", optimizer}, {"offload", offload}}},
-          {"memory", {{"states", stateBytes}, {"activations", activationBytes}, {"context", contextBytes}}},
+          {"memory", {{"states", stateBytes}, {"activations", activationBytes}, {"buffers", bufferBytes}, {"context", contextBytes}}},
           {"runnable", runnable},
           {"expressed_as", expressedAs},
           {"degrees", {{"tp", tp}, {"cp", cp}, {"dp", dp}, {"ep", ep}, {"pp", pipelineStages}, {"vpp", virtualStages}, {"sp", sequenceParallel}, {"zero", zeroStage}, {"recompute", recomputePolicy}}},

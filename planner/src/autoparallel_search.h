@@ -29,6 +29,8 @@ struct MeshSolvers {
   std::unique_ptr<BlockSolver> embedding, head;
   std::int64_t samples = 1;
   std::int64_t replicas = 1;
+  /// NCCL's buffers for the mesh axes' groups and the replicas' group (the evaluator's communicators).
+  double communicatorBytes = 0;
   /// An average layer's kernels and in-unit collectives at each unit's fastest strategy, per micro-batch:
   /// no plan on this mesh runs a layer quicker (layout conversions, recompute and the host floor only add).
   double leastLayerSeconds = 0;
@@ -52,6 +54,11 @@ struct Solution {
   SolveWeights weights;
   std::string recompute;
   bool megatron = false;
+  // Buffers outside the kept activations, per micro-batch, as the evaluator counts them
+  // (measureBuffers): the sequence gathered for feature-split operators (two of them), the largest
+  // layer's weights gathered where they are sharded (two), the 16-bit logits and their gradient beside
+  // the loss's fp32 upcast (last stage).
+  double gatherBuffers = 0, gatheredWeights = 0, logitCopies = 0;
 };
 
 struct Context {
@@ -79,10 +86,17 @@ struct Assembly {
   double step = kInf, memory = kInf;
   double deviceMemory = kInf;  // the fullest stage on the GPU, whether or not the host holds what it offloads
   double compute = 0, comm = 0, recompute = 0, bubble = 0, sync = 0, optimizer = 0, offload = 0;
-  double states = 0, activations = 0;
+  double states = 0, activations = 0, buffers = 0;
   double alpha = 0, beta = 0, gamma = 0;  // offloaded: activations, optimizer states, layers' weights
   std::vector<std::int64_t> stageLayers;  ///< layers of each model chunk, stage by stage (chunk v of stage i at v*pp + i)
 };
+
+/// Sets `sol`'s buffers from the strategies its blocks chose (docs/autoparallel.md, "Memory").
+void measureBuffers(const Context& c, const MeshSolvers& ms, Solution& sol);
+/// NCCL's buffers for `ms`'s mesh axes and replicas (set once per MeshSolvers).
+[[nodiscard]] double meshCommunicatorBytes(const Context& c, const MeshSolvers& ms);
+/// NCCL's buffers for the pipeline's group of `pp` stages of `ms`.
+[[nodiscard]] double pipelineCommunicatorBytes(const Context& c, const MeshSolvers& ms, std::int64_t pp);
 
 /// The step of `solution` with `pp` stages of `vpp` model chunks each (1: 1F1B, more: Megatron's
 /// interleaved 1F1B) and `microBatches` per replica (`ms.replicas` data-parallel copies of the mesh in

@@ -49,6 +49,7 @@ TEST(AutoParallelReplicas, ReplicasOfADataParallelAxisEqualTheWiderMesh) {
   Plan copies = storedPlan(p, *wide);
   copies.operatorPlan["mesh_shape"] = Json::array({2, 8});
   copies.operatorPlan["replicas"] = 4;
+  copies.operatorPlan["mesh"] = "2x8";  // printed beside mesh_shape, so edited with it
   copies.operatorPlan["micro_batch_size"] = wide->microBatchSize / 4;
   auto narrow = evaluateOperatorPlan(copies, "copies.json");
   ASSERT_TRUE(narrow) << narrow.error().toString();

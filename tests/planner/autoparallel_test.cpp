@@ -114,6 +114,36 @@ TEST(Sharding, ConversionsUseTheCollectiveEachAxisNeeds) {
 // forbids replicated weights: the per-operator solve (without Megatron's plans among its candidates)
 // finds Megatron's split by itself: column-parallel QKV and MLP up, attention by heads, row-parallel
 // output and down projections, norms and dropout split along the sequence (sequence parallelism).
+TEST(AutoParallel, MemoryCountsTheBuffersTheEvaluatorCounts) {
+  // Llama 3 8B on 8 H100s, tp 2 with sequence parallelism, dp 4, two samples per GPU: the operator view
+  // of Megatron's split counted states, activations and the CUDA context only, 75.6 GiB against the
+  // evaluator's 82.9 GiB, and called it fitting a 75.6 GiB budget. It now counts the 16-bit logits and
+  // their gradient (4 GiB here), the sequence gathers, gradient buckets and NCCL's buffers too.
+  Plan p;
+  p.model = test::loadModelOrFail(test::dataFile("models/llama3-8b.json"));
+  p.cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100.json")), 8);
+  p.parallel.tp = 2;
+  p.parallel.dp = 4;
+  p.parallel.sequenceParallel = true;
+  p.microBatchSize = 2;
+  p.globalBatchSize = 64;
+  p.seqLen = 8192;
+  p.zeroStage = 1;
+  p.stages = uniformStages(p.model.numLayers(), 1, RecomputePolicy::kNone);
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  auto view = operatorView(p);
+  ASSERT_TRUE(view) << view.error().toString();
+  auto ev = costmodel::evaluatePlan(p);
+  ASSERT_TRUE(ev) << ev.error().toString();
+  const double GiB = 1024.0 * 1024.0 * 1024.0;
+  EXPECT_GT(view->bufferBytes, 4.0 * GiB);
+  EXPECT_NEAR(view->stateBytes + view->activationBytes + view->bufferBytes + view->contextBytes, view->peakMemoryBytes,
+              1e-6 * view->peakMemoryBytes);
+  EXPECT_NEAR(view->peakMemoryBytes, ev->peakMemoryBytes, 0.05 * ev->peakMemoryBytes)
+      << view->peakMemoryBytes / GiB << " GiB against the evaluator's " << ev->peakMemoryBytes / GiB;
+  EXPECT_EQ(view->toJson()["memory"]["buffers"].get<double>(), view->bufferBytes);
+}
+
 TEST(AutoParallel, RediscoversMegatronsSplitOnGptLayers) {
   const Model model = test::loadModelOrFail(test::dataFile("models/gpt3-175b.json"));
   const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json"));

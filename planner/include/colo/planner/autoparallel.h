@@ -114,6 +114,7 @@ struct OperatorPlan {
          offload = 0;
   /// Memory breakdown of the fullest stage (bytes per GPU).
   double stateBytes = 0, activationBytes = 0, contextBytes = 0;
+  double bufferBytes = 0;  ///< gathers, logit copies, gradient buckets and NCCL's communicators (as the evaluator's buffers)
   std::vector<BlockAssignment> blocks;
   /// "8 stages x mesh 4x8", with " x 2 replicas" when there are several.
   [[nodiscard]] std::string layoutText() const;
