@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "args.h"
+#include "colo/core/limits.h"
 #include "colo/core/units.h"
 #include "colo/core/version.h"
 #include "colo/planner/autoparallel.h"
@@ -252,6 +253,11 @@ Result<void> checkMesh(const Args& args, const ClusterSpec& cluster, planner::Au
   for (const auto s : options.meshes[0]) size *= s;
   const std::int64_t r = options.replicas.empty() ? 1 : options.replicas[0];
   const std::int64_t pp = options.pipelineDegrees.empty() ? cluster.totalGpus() / std::max<std::int64_t>(1, size * r) : options.pipelineDegrees[0];
+  if (options.pipelineDegrees.empty() && cluster.totalGpus() % (size * r) != 0) {
+    return fail(Error::badInput("--mesh " + *args.value("mesh") + ": " + std::to_string(size) + " GPUs" +
+                                (r > 1 ? " x " + std::to_string(r) + " replicas" : "") + " do not divide the cluster's " +
+                                std::to_string(cluster.totalGpus()) + " GPUs into pipeline stages"));
+  }
   if (size * r * pp != cluster.totalGpus()) {
     return fail(Error::badInput("--mesh " + *args.value("mesh") + ": " + std::to_string(size) + " GPUs x " +
                                 (r > 1 ? std::to_string(r) + " replicas x " : "") + std::to_string(pp) +
@@ -267,8 +273,14 @@ Result<planner::AutoParallelOptions> autoParallelOptions(const Args& args, Clust
   if (!args.has("gbs")) return fail(Error::badInput("missing --gbs (the global batch size)"));
   auto gbs = args.positiveInteger("gbs", 0);
   if (!gbs) return fail(gbs.error());
+  if (*gbs > limits::kMaxBatch) {
+    return fail(Error::badInput("--gbs: must be at most " + std::to_string(limits::kMaxBatch) + ", got " + std::to_string(*gbs)));
+  }
   auto seq = args.positiveInteger("seq-len", 0);
   if (!seq) return fail(seq.error());
+  if (*seq > limits::kMaxSeqLen) {
+    return fail(Error::badInput("--seq-len: must be at most " + std::to_string(limits::kMaxSeqLen) + ", got " + std::to_string(*seq)));
+  }
   auto precision = precisionOption(args, &cluster);
   if (!precision) return fail(precision.error());
   planner::AutoParallelOptions options;
@@ -306,17 +318,20 @@ Result<void> writeAutoParallelPlan(const std::string& file, const Model& model, 
                                    const DegreeBest& degree, bool degreeFaster, const std::vector<std::string>& argv) {
   auto plan = degreeFaster ? Result<Plan>(degree.best->plan) : planner::operatorPlanFile(model, cluster, options, result);
   if (!plan) return fail(plan.error());
+  std::string command = "colo-plan autoparallel";
+  for (const auto& a : argv) command += " " + a;
+  // The degree-level plan carries its predictions and provenance as search --out writes them.
+  if (degreeFaster) planner::annotate(*plan, degree.best->evaluation, command, "");
   plan->provenance.toolVersion = kVersion;
   plan->provenance.modelHash = contentHash(plan->model.toJson());
   plan->provenance.clusterHash = contentHash(clusterToJson(plan->cluster));
-  std::string command = "colo-plan autoparallel";
-  for (const auto& a : argv) command += " " + a;
   plan->provenance.command = command;
   return writeJsonFileAtomic(file, planToJson(*plan));
 }
 
-Json autoParallelJson(const planner::AutoParallelResult& result, const DegreeBest& degree, bool degreeFaster) {
+Json autoParallelJson(const planner::AutoParallelResult& result, const DegreeBest& degree, bool degreeFaster, bool searched) {
   Json j = result.toJson();
+  if (searched && !degree.best) j["degree_search"] = {{"step_time_s", nullptr}, {"why", "no degree-level plan fits this budget"}};
   if (degree.best) {
     j["degree_search"] = {{"step_time_s", degree.best->evaluation.stepSeconds},
                           {"plan", planToJson(degree.best->plan)},
@@ -362,6 +377,7 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
   auto& [model, cluster] = *mc;
   auto options = autoParallelOptions(*args, cluster);
   if (!options) return reportError(options.error(), err);
+  if (auto writable = checkOutputPath(*args, "out"); !writable) return reportError(writable.error(), err);
   StderrProgress progress(err);
   if (!args->has("json")) options->progress = &progress;
   auto result = planner::autoParallel(model, cluster, *options);
@@ -372,7 +388,7 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
   const bool degreeFaster = degree.best && degree.best->evaluation.stepSeconds < result->joint.stepSeconds;
   const auto file = args->value("out");
   if (args->has("json")) {
-    out << autoParallelJson(*result, degree, degreeFaster).dump(2) << "\n";
+    out << autoParallelJson(*result, degree, degreeFaster, !solverOnly).dump(2) << "\n";
   } else {
     printAutoParallel(model, cluster, options->globalBatchSize, *result, solverOnly ? nullptr : &degree, out);
   }

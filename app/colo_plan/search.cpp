@@ -415,6 +415,7 @@ int runSearch(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   if (!args->positional().empty()) return reportError(Error::badInput("unexpected argument \"" + args->positional().front() + "\""), err);
   auto job = searchJob(*args);
   if (!job) return reportError(job.error(), err);
+  if (auto writable = checkOutputPath(*args, "out"); !writable) return reportError(writable.error(), err);
   const Model& model = *job->model;
   SearchInputs in;
   if (auto read = readSearchInputs(*args, model, job->clusters.front(), in, job->from ? &*job->from : nullptr); !read) {

@@ -1,5 +1,9 @@
 #include "inputs.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "colo/core/library.h"
 
 namespace colo::app {
@@ -25,6 +29,23 @@ Result<std::pair<Model, ClusterSpec>> loadModelAndCluster(const Args& args, bool
     cluster = std::move(*scaled);
   }
   return std::pair{std::move(*model), std::move(*cluster)};
+}
+
+Result<void> checkOutputPath(const Args& args, const std::string& option) {
+  const auto file = args.value(option);
+  if (!file) return {};
+  namespace fs = std::filesystem;
+  const fs::path path(*file);
+  const fs::path folder = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) {
+    return fail(Error::badInput("--" + option + " " + *file + ": the folder " + folder.string() + " does not exist"));
+  }
+  if (fs::is_directory(path, ec)) return fail(Error::badInput("--" + option + " " + *file + ": is a folder, not a file"));
+  if (::access(folder.c_str(), W_OK) != 0) {
+    return fail(Error::badInput("--" + option + " " + *file + ": the folder " + folder.string() + " is not writable"));
+  }
+  return {};
 }
 
 }  // namespace colo::app

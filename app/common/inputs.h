@@ -14,4 +14,8 @@ namespace colo::app {
 /// plus whatever loading reports (file, field, value).
 [[nodiscard]] Result<std::pair<Model, ClusterSpec>> loadModelAndCluster(const Args& args, bool applyGpus = true);
 
+/// Checks before a long job that `option`'s file (when given) can be written: its folder exists and is
+/// writable. Errors: kBadInput naming the option and the path.
+[[nodiscard]] Result<void> checkOutputPath(const Args& args, const std::string& option);
+
 }  // namespace colo::app

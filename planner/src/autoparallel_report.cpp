@@ -335,7 +335,7 @@ Json AutoParallelResult::toJson() const {
   return {{"joint", joint.toJson()},
           {"megatron", megatron.toJson()},
           {"megatron_fits", megatronFits},
-          {"speedup_over_megatron", megatronFits && joint.stepSeconds > 0 ? megatron.stepSeconds / joint.stepSeconds : 0.0},
+          {"speedup_over_megatron", megatronFits && joint.stepSeconds > 0 ? Json(megatron.stepSeconds / joint.stepSeconds) : Json(nullptr)},
           {"solve_seconds", solveSeconds},
           {"block_solves", blockSolves},
           {"conversions_cached", conversionsCached},

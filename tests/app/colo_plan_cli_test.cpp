@@ -829,6 +829,9 @@ TEST(ColoPlanAutoParallel, NeverRecommendsASlowerPlanThanTheDegreeLevelSearch) {
   const Json written = test::loadJson(file);
   EXPECT_EQ(written["zero_stage"], 2);
   EXPECT_FALSE(written.contains("operator_plan"));
+  // With its predictions and the time it was made, as search --out writes them (they were empty).
+  EXPECT_TRUE(written["predictions"]["step_time_s"].is_number()) << written["predictions"].dump();
+  EXPECT_FALSE(written["provenance"]["created_at"].get<std::string>().empty());
   const auto e = run("evaluate --plan " + file + " --json");
   ASSERT_EQ(e.exitCode, 0) << e.err;
   const auto j = run(job + " --json");
@@ -847,7 +850,7 @@ TEST(ColoPlanAutoParallel, TheDegreeLevelSearchHasTheSameMemoryBudget) {
   const auto r = run("autoparallel --model llama3-8b --cluster dgx-h100 --gpus 8 --gbs 64 --memory-gib 60 --json");
   ASSERT_EQ(r.exitCode, 0) << r.err;
   const Json doc = Json::parse(r.out);
-  ASSERT_TRUE(doc.contains("degree_search")) << r.out;
+  ASSERT_TRUE(doc["degree_search"]["step_time_s"].is_number()) << r.out;
   const std::string file = (std::filesystem::temp_directory_path() / "colo-autoparallel-budget.json").string();
   {
     std::ofstream f(file);
@@ -936,7 +939,18 @@ TEST(ColoPlanAutoParallel, ReplicasCopyTheMeshAndTheFileKeepsThem) {
 TEST(ColoPlanAutoParallel, BadOptionsExitTwoNamingThem) {
   const auto mesh = run("autoparallel --model tiny-gpt --cluster dgx-a100-80gb --gbs 64 --mesh 3x3");
   EXPECT_EQ(mesh.exitCode, 2);
-  EXPECT_NE(mesh.err.find("--mesh 3x3"), std::string::npos) << mesh.err;
+  // (It said "9 GPUs x 0 stages".)
+  EXPECT_NE(mesh.err.find("--mesh 3x3: 9 GPUs do not divide the cluster's 8 GPUs"), std::string::npos) << mesh.err;
+  // Refused before the solve, naming the option (a batch past colo's limit was accepted, and an --out
+  // folder that does not exist failed after the whole solve, naming a temporary file).
+  const auto huge = run("autoparallel --model tiny-gpt --cluster dgx-a100-80gb --gbs 1000000000");
+  EXPECT_EQ(huge.exitCode, 2);
+  EXPECT_NE(huge.err.find("--gbs: must be at most 16777216, got 1000000000"), std::string::npos) << huge.err;
+  const auto nowhere = run("autoparallel --model tiny-gpt --cluster dgx-a100-80gb --gbs 64 --out /nonexistent/dir/p.json");
+  EXPECT_EQ(nowhere.exitCode, 2);
+  EXPECT_TRUE(nowhere.out.empty()) << nowhere.out;
+  EXPECT_NE(nowhere.err.find("--out /nonexistent/dir/p.json: the folder /nonexistent/dir does not exist"), std::string::npos)
+      << nowhere.err;
   const auto shape = run("autoparallel --model tiny-gpt --cluster dgx-a100-80gb --gbs 64 --mesh 2y4");
   EXPECT_EQ(shape.exitCode, 2);
   EXPECT_NE(shape.err.find("not a mesh shape"), std::string::npos) << shape.err;
