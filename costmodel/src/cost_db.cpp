@@ -400,7 +400,8 @@ Result<void> CostDatabase::addGemms(const std::string& deviceName, const std::ve
                                     const std::string& fingerprint) {
   return insertBatch(
       m_impl->db, m_impl->path, [&] { return ensureDevice(deviceName, fingerprint); },
-      "INSERT OR REPLACE INTO gemms(device_id, dtype, m, n, k, median_s) SELECT id, ?, ?, ?, ?, ? FROM devices WHERE name = ?",
+      "INSERT OR REPLACE INTO gemms(device_id, dtype, m, n, k, median_s, spread_s, repetitions) SELECT id, ?, ?, ?, ?, ?, ?, ? "
+      "FROM devices WHERE name = ?",
       rows,
       [&](sqlite3_stmt* st, const GemmMeasurement& r) {
         bindText(st, 1, toString(r.dtype));
@@ -408,7 +409,9 @@ Result<void> CostDatabase::addGemms(const std::string& deviceName, const std::ve
         sqlite3_bind_int64(st, 3, r.n);
         sqlite3_bind_int64(st, 4, r.k);
         sqlite3_bind_double(st, 5, r.seconds);
-        bindText(st, 6, deviceName);
+        sqlite3_bind_double(st, 6, r.spreadSeconds);
+        sqlite3_bind_int64(st, 7, r.repetitions);
+        bindText(st, 8, deviceName);
       },
       "a measurement");
 }
@@ -710,7 +713,7 @@ std::vector<GemmMeasurement> CostDatabase::gemmsWhere(const std::function<bool(c
   std::vector<GemmMeasurement> out;
   sqlite3_stmt* stmt = nullptr;
   if (sqlite3_prepare_v2(m_impl->db,
-                         "SELECT d.name, g.dtype, g.m, g.n, g.k, g.median_s FROM gemms g JOIN devices d ON d.id = g.device_id",
+                         "SELECT d.name, g.dtype, g.m, g.n, g.k, g.median_s, g.spread_s, g.repetitions FROM gemms g JOIN devices d ON d.id = g.device_id",
                          -1, &stmt, nullptr) != SQLITE_OK) {
     return out;
   }
@@ -719,7 +722,7 @@ std::vector<GemmMeasurement> CostDatabase::gemmsWhere(const std::function<bool(c
     auto dtype = parseDType(columnText(stmt, 1));
     if (!dtype) continue;
     out.push_back({sqlite3_column_int64(stmt, 2), sqlite3_column_int64(stmt, 3), sqlite3_column_int64(stmt, 4), *dtype,
-                   sqlite3_column_double(stmt, 5)});
+                   sqlite3_column_double(stmt, 5), sqlite3_column_double(stmt, 6), sqlite3_column_int64(stmt, 7)});
   }
   sqlite3_finalize(stmt);
   return out;

@@ -157,7 +157,7 @@ Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& 
     }
     auto t = timeGemm(s.m, s.n, s.k, s.count, options.dtype, options.device, options.warmup, options.repetitions);
     if (!t) return fail(t.error());
-    batch.push_back({s.m, s.n, s.k, options.dtype, t->median});
+    batch.push_back({s.m, s.n, s.k, options.dtype, t->median, t->spread, t->repetitions > 0 ? t->repetitions : options.repetitions});
     ++report.measured;
     measuredFlops += 2.0 * static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.k);
     measuredSeconds += t->median;

@@ -21,7 +21,9 @@ namespace colo::costmodel {
 struct GemmMeasurement {
   std::int64_t m = 0, n = 0, k = 0;
   DType dtype = DType::kBf16;
-  double seconds = 0;
+  double seconds = 0;           ///< median per call
+  double spreadSeconds = 0;     ///< half the inter-quartile range of the repetitions
+  std::int64_t repetitions = 1;
 };
 
 /// One measured kernel other than a GEMM (norms, activations, attention, optimizer step, ...).
