@@ -675,6 +675,14 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
     if (!loaded) return reportError(loaded.error(), err);
     plan = std::move(*loaded);
     if (plan.operatorPlan.is_object()) return printOperatorPlanFile(plan, *file, *args, out, err);
+    // A plan predicted with a cost database is re-costed with another source of figures only on purpose:
+    // say so, since its stored predictions will not be reproduced.
+    const std::string& used = plan.provenance.costDbHash;
+    const std::string now = costDb ? costDb->hash() : "";
+    if (!used.empty() && used != now) {
+      err << "colo-plan: note: " << *file << " was predicted with a cost database (hash " << used << "); this evaluation uses "
+          << (costDb ? "another (hash " + now + ")" : std::string("none (--costdb DB to use it)")) << ", so its figures can differ\n";
+    }
   } else {
     auto built = planFromOptions(*args, argv);
     if (!built) return reportError(built.error(), err);

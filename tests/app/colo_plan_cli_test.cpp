@@ -478,6 +478,25 @@ TEST(ColoPlanEvaluate, CostDatabaseIsReadOrRefusedClearly) {
   EXPECT_NE(missing.err.find("no such cost database"), std::string::npos) << missing.err;
 }
 
+TEST(ColoPlanEvaluate, APlanPredictedWithACostDatabaseSaysWhenItIsReCostedWithout) {
+  // The shipped H200 database names its device, and a plan searched with it carries its hash: evaluate
+  // --plan without it says the figures can differ (it said nothing, and printed other figures).
+  test::ScratchDir dir;
+  const std::string db = test::dataFile("costdb/h200-bf16.sqlite");
+  const std::string file = dir.path("best.json");
+  const auto found = run("search --model gpt2-small --cluster hgx-h200 --gpus 8 --gbs 64 --costdb " + db + " --out " + file);
+  ASSERT_EQ(found.exitCode, 0) << found.err;
+  const auto evaluated = run("evaluate --model gpt2-small --cluster hgx-h200 --gpus 1 --gbs 8 --costdb " + db);
+  ASSERT_EQ(evaluated.exitCode, 0) << evaluated.err;
+  EXPECT_NE(evaluated.out.find("(device \"cuda: NVIDIA H200\")"), std::string::npos) << evaluated.out;
+  const auto without = run("evaluate --plan " + file);
+  ASSERT_EQ(without.exitCode, 0) << without.err;
+  EXPECT_NE(without.err.find("was predicted with a cost database (hash "), std::string::npos) << without.err;
+  const auto with = run("evaluate --plan " + file + " --costdb " + db);
+  ASSERT_EQ(with.exitCode, 0) << with.err;
+  EXPECT_EQ(with.err.find("was predicted with a cost database"), std::string::npos) << with.err;
+}
+
 }  // namespace
 }  // namespace colo
 
