@@ -381,6 +381,11 @@ void printSearch(const Args& args, const SearchJob& job, const std::vector<plann
           << (in.budget.deadlineDays > 0 ? ", deadline " + formatFixed(in.budget.deadlineDays, 1) + " days (LATE: a plan that misses it, ranked last)" : "")
           << "\n";
     }
+    if (in.costDb) {
+      const std::string& device = ranked.front().evaluation.calibration.costDbDevice;
+      out << "costdb    " << in.costDb->path()
+          << (device.empty() ? " (no device of it matches the cluster's GPU: nothing measured is used)" : " (device \"" + device + "\")") << "\n";
+    }
     out << (in.objective == planner::Objective::kCost ? "best plans (cheapest first: GPU-hours)\n" : "best plans (fastest first)\n")
         << renderCandidates(ranked, true, in, job.clusters.size() > 1);
     if (job.from) out << fromPlanLine(*job.from, args.value("from-plan").value_or(""), ranked.front(), in);

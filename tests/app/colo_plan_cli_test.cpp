@@ -486,6 +486,7 @@ TEST(ColoPlanEvaluate, APlanPredictedWithACostDatabaseSaysWhenItIsReCostedWithou
   const std::string file = dir.path("best.json");
   const auto found = run("search --model gpt2-small --cluster hgx-h200 --gpus 8 --gbs 64 --costdb " + db + " --out " + file);
   ASSERT_EQ(found.exitCode, 0) << found.err;
+  EXPECT_NE(found.out.find("costdb    " + db + " (device \"cuda: NVIDIA H200\")"), std::string::npos) << found.out;
   const auto evaluated = run("evaluate --model gpt2-small --cluster hgx-h200 --gpus 1 --gbs 8 --costdb " + db);
   ASSERT_EQ(evaluated.exitCode, 0) << evaluated.err;
   EXPECT_NE(evaluated.out.find("(device \"cuda: NVIDIA H200\")"), std::string::npos) << evaluated.out;
