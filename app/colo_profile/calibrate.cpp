@@ -7,6 +7,7 @@
 #include <set>
 
 #include "args.h"
+#include "inputs.h"
 #include "colo/core/json.h"
 #include "colo/core/units.h"
 #include "colo/costmodel/run_calibration.h"
@@ -135,6 +136,7 @@ int calibrate(const std::vector<std::string>& argv) {
   }
   const auto runsPath = args->value("runs");
   if (!runsPath) return fail2(Error::badInput("missing --runs PATH (a CSV of your jobs, see --help)"));
+  if (auto writable = checkOutputPath(*args, "out"); !writable) return fail2(writable.error());
   auto observed = isSqliteFile(*runsPath) ? observedInRunsDatabase(*runsPath) : observedInRows(*runsPath);
   if (!observed) return fail2(observed.error());
   std::set<std::string> gpus;
@@ -146,6 +148,13 @@ int calibrate(const std::vector<std::string>& argv) {
     gpus.insert(o.gpu);
     gpu = o.gpu;
     runs.push_back(o.observation);
+  }
+  if (runs.empty() && !only.empty()) {
+    std::set<std::string> all;
+    for (const auto& o : *observed) all.insert(o.gpu);
+    std::string names;
+    for (const auto& g : all) names += (names.empty() ? "" : ", ") + g;
+    return fail2(Error::badInput("--gpu " + only + ": no run is on such a GPU (the runs are on " + (names.empty() ? "none" : names) + ")", *runsPath));
   }
   if (gpus.size() > 1) {
     std::string names;

@@ -197,6 +197,15 @@ TEST_F(ColoProfileCli, CalibrateFitsTheUsersRunsAndEvaluateAppliesIt) {
   EXPECT_EQ(unknown.exitCode, 2);
   EXPECT_NE(unknown.err.find(csv + ": line 2, column model: \"nosuch\" is not a library model"), std::string::npos)
       << unknown.err;
+  // A --gpu no run is on is named as such (it said "no run with a measured and a predicted step time"),
+  // and an --out folder that does not exist is named before the runs are read.
+  const std::string runs = test::dataFile("examples/nemo-h100-runs.csv");
+  const auto b200 = profile("calibrate --runs " + runs + " --gpu B200");
+  EXPECT_EQ(b200.exitCode, 2);
+  EXPECT_NE(b200.err.find("--gpu B200: no run is on such a GPU (the runs are on H100-SXM5-80GB)"), std::string::npos) << b200.err;
+  const auto nowhere = profile("calibrate --runs " + runs + " --out /nonexistent/c.json");
+  EXPECT_EQ(nowhere.exitCode, 2);
+  EXPECT_NE(nowhere.err.find("--out /nonexistent/c.json: the folder /nonexistent does not exist"), std::string::npos) << nowhere.err;
 }
 
 }  // namespace
