@@ -126,6 +126,9 @@ int profile(const std::vector<std::string>& argv) {
   if (!dtype) return report(Error::badInput("--dtype: " + dtype.error().message));
   o.dtype = *dtype;
   o.resume = args->has("resume");
+  // The device is checked before the database is opened, which creates it when missing: a run that cannot
+  // start leaves no empty file behind.
+  if (auto device = profiler::deviceName(o.device); !device) return report(device.error());
   auto db = costmodel::CostDatabase::openForWrite(*dbPath);
   if (!db) return report(db.error());
   std::signal(SIGINT, onSignal);
@@ -331,10 +334,10 @@ int collectives(const std::vector<std::string>& argv) {
   }
   const auto dbPath = args->value("db");
   if (!dbPath) return report(Error::badInput("missing --db"));
-  auto db = costmodel::CostDatabase::openForWrite(*dbPath);
-  if (!db) return report(db.error());
   auto name = profiler::deviceName(o->backend == "nccl" ? "cuda" : "cpu");
   if (!name) return report(name.error());
+  auto db = costmodel::CostDatabase::openForWrite(*dbPath);
+  if (!db) return report(db.error());
 
   // Ranks 1..N-1 are this program again; rank 0 runs here.
   std::vector<pid_t> children;

@@ -93,6 +93,12 @@ TEST_F(ColoProfileCli, ProfileResumeCheckAndMerge) {
   auto missing = profile("merge --db " + fresh + " " + dir.path("nosuch.sqlite"));
   EXPECT_EQ(missing.exitCode, 2);
   EXPECT_FALSE(std::filesystem::exists(fresh));
+  // A device that is not there is refused before the database is created (an empty file was left).
+  const auto cuda = profile("--model tiny-gpt --db " + fresh + " --device cuda --seq-len 64 --reps 1 --quiet");
+  if (cuda.exitCode == 2) {
+    EXPECT_NE(cuda.err.find("--device cuda"), std::string::npos) << cuda.err;
+    EXPECT_FALSE(std::filesystem::exists(fresh));
+  }
   // Itself (it was "database is locked").
   auto self = profile("merge --db " + db + " " + db);
   EXPECT_EQ(self.exitCode, 2);
