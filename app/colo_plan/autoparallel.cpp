@@ -40,6 +40,11 @@ std::string microBatchText(const planner::OperatorPlan& p) {
   return std::to_string(p.microBatchSize) + (p.microBatchSize == 1 ? " sample x " : " samples x ") + std::to_string(p.microBatches);
 }
 
+// How it recomputes: per operator (saying so when the choice was to recompute nothing) or a layer policy.
+std::string recomputeText(const planner::OperatorPlan& p) {
+  return p.recompute == "per operator" && p.recomputeSeconds == 0 ? "per operator (nothing recomputed)" : p.recompute;
+}
+
 // The peak's parts: model states, kept activations (with the allocator's allowance), buffers; the CUDA
 // context is the rest.
 std::string memoryParts(const planner::OperatorPlan& p) {
@@ -78,7 +83,7 @@ void printSummary(const planner::AutoParallelResult& r, std::ostream& out) {
   both("peak memory", formatBytes(j.peakMemoryBytes) + " of " + formatBytes(j.budgetBytes),
        haveMegatron ? formatBytes(m.peakMemoryBytes) + (r.megatronFits ? "" : " (DOES NOT FIT)") : "-");
   both("states | acts | buffers", memoryParts(j), haveMegatron ? memoryParts(m) : "-");
-  both("recompute", j.recompute, haveMegatron ? m.recompute : "-");
+  both("recompute", recomputeText(j), haveMegatron ? recomputeText(m) : "-");
   both("offload", offloadShares(j),
        haveMegatron ? "none" : "-");
   both("compute | comm", seconds(j.compute) + " | " + seconds(j.communication),
@@ -194,7 +199,7 @@ void printOperatorPlan(const planner::OperatorPlan& p, std::ostream& out) {
   t.addRow({"step time", seconds(p.stepSeconds)});
   t.addRow({"peak memory", formatBytes(p.peakMemoryBytes) + " of " + formatBytes(p.budgetBytes) + (p.fits ? "" : " (DOES NOT FIT)")});
   t.addRow({"states | acts | buffers", memoryParts(p)});
-  t.addRow({"recompute", p.recompute});
+  t.addRow({"recompute", recomputeText(p)});
   t.addRow({"offload", offloadShares(p)});
   t.addRow({"compute | comm", seconds(p.compute) + " | " + seconds(p.communication)});
   t.addRow({"recompute | bubble", seconds(p.recomputeSeconds) + " | " + seconds(p.bubble)});
@@ -378,6 +383,13 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
   auto options = autoParallelOptions(*args, cluster);
   if (!options) return reportError(options.error(), err);
   if (auto writable = checkOutputPath(*args, "out"); !writable) return reportError(writable.error(), err);
+  for (const auto v : options->virtualStages) {
+    if (model.numLayers() % v != 0) {
+      return reportError(Error::badInput("--vpp " + std::to_string(v) + ": chunks per stage must divide the model's " +
+                                         std::to_string(model.numLayers()) + " layers"),
+                         err);
+    }
+  }
   StderrProgress progress(err);
   if (!args->has("json")) options->progress = &progress;
   auto result = planner::autoParallel(model, cluster, *options);

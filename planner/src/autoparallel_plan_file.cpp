@@ -64,7 +64,8 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
                    " GPUs must be the cluster's " + std::to_string(c.cluster->totalGpus()));
   }
   if (!samples || (c.options.globalBatchSize / *replicas) % *samples != 0) {
-    return bad("/micro_batch_size", "must divide each replica's batch " + std::to_string(c.options.globalBatchSize / *replicas));
+    return bad("/micro_batch_size", "must divide each replica's batch " + std::to_string(c.options.globalBatchSize / *replicas) + ", got " +
+                                        (stored.contains("micro_batch_size") ? describeJsonValue(stored["micro_batch_size"]) : "none"));
   }
   out.replicas = *replicas;
   if (!price || *price < 0) return bad("/memory_price", "missing or negative");

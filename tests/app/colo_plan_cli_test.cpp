@@ -832,7 +832,11 @@ TEST(ColoPlanAutoParallel, InterleavesStagesUnlessTold) {
   EXPECT_NE(text.out.find("16 stages x mesh 8, 2 chunks each (interleaved)"), std::string::npos) << text.out;
   const auto bad = run(base + " --vpp 5");
   EXPECT_EQ(bad.exitCode, 2);
-  EXPECT_NE(bad.err.find("--vpp"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("--vpp 5: chunks per stage must divide the model's 96 layers"), std::string::npos) << bad.err;
+  // A plan that recomputes nothing says so.
+  const auto none = run("autoparallel --model tiny-llama --cluster dgx-a100-80gb --gbs 64");
+  ASSERT_EQ(none.exitCode, 0) << none.err;
+  EXPECT_NE(none.out.find("per operator (nothing recomputed)"), std::string::npos) << none.out;
 }
 
 TEST(ColoPlanAutoParallel, NeverRecommendsASlowerPlanThanTheDegreeLevelSearch) {
