@@ -148,6 +148,7 @@ struct CheckFigures {
   double stepSeconds = 0, mfu = 0, peakMemoryBytes = 0, gpuMemoryBytes = 0;
   bool fits = false;
   bool operatorLevel = false;
+  bool simulationOnly = false;  // a per-operator plan colo-run cannot run
 };
 
 Result<CheckFigures> checkFigures(const Plan& plan, const std::string& file) {
@@ -162,6 +163,7 @@ Result<CheckFigures> checkFigures(const Plan& plan, const std::string& file) {
   f.peakMemoryBytes = op->peakMemoryBytes;
   f.fits = op->fits;  // under its budget (at most the GPU's memory), as evaluate --plan says
   f.operatorLevel = true;
+  f.simulationOnly = !op->runnable;
   return f;
 }
 
@@ -214,7 +216,7 @@ int runCheck(const std::vector<std::string>& argv, std::ostream& out, std::ostre
     failures.push_back("step time " + formatFixed(ev->stepSeconds, 3) + " s exceeds " + formatFixed(**maxStep, 3) + " s");
   }
   if (!ev->fits) failures.push_back("the plan does not fit in GPU memory");
-  out << *file << ": " << (ev->operatorLevel ? "per-operator plan, " : "") << "step " << formatFixed(ev->stepSeconds, 3) << " s, MFU " << formatFixed(100 * ev->mfu, 1) << "%, peak "
+  out << *file << ": " << (ev->operatorLevel ? (ev->simulationOnly ? "per-operator plan (simulation-only), " : "per-operator plan, ") : "") << "step " << formatFixed(ev->stepSeconds, 3) << " s, MFU " << formatFixed(100 * ev->mfu, 1) << "%, peak "
       << formatBytes(ev->peakMemoryBytes) << " (" << formatFixed(100 * fraction, 1) << "% of GPU memory)\n";
   out << publishedRunsOf(*plan);
   if (failures.empty()) {
