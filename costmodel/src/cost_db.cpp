@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -80,30 +81,11 @@ CREATE TABLE copies(
 UPDATE meta SET value = '3' WHERE key = 'schema_version';
 )sql";
 
-// meta.format, when the file has one (every version writes 'colo.costdb'): another colo database (a
-// runs database, 'colo.runs') is named as what it is.
-Result<void> checkFormat(sqlite3* db, const std::string& path) {
+// One meta value: nullopt when the key is absent; an error (the SQLite reason) when the table cannot be
+// read, "no meta table" when there is none.
+Result<std::optional<std::string>> readMeta(sqlite3* db, const std::string& path, const char* key) {
   sqlite3_stmt* stmt = nullptr;
-  if (sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'format'", -1, &stmt, nullptr) != SQLITE_OK) return {};
-  std::string format;
-  bool found = false;
-  if (sqlite3_step(stmt) == SQLITE_ROW) {
-    found = true;
-    if (const auto* text = sqlite3_column_text(stmt, 0)) format = reinterpret_cast<const char*>(text);
-  }
-  sqlite3_finalize(stmt);
-  if (found && format != "colo.costdb") {
-    return fail(Error::badInput("not a colo cost database: its format is '" + format.substr(0, 40) + "', not 'colo.costdb'", path,
-                                "meta.format"));
-  }
-  return {};
-}
-
-// Reads meta.schema_version; errors name the file and never write.
-Result<int> readVersion(sqlite3* db, const std::string& path) {
-  sqlite3_stmt* stmt = nullptr;
-  const int rc = sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &stmt, nullptr);
-  if (rc != SQLITE_OK) {
+  if (sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = ?", -1, &stmt, nullptr) != SQLITE_OK) {
     const std::string why = sqlite3_errmsg(db);
     sqlite3_finalize(stmt);
     if (why.find("no such table") != std::string::npos) {
@@ -111,14 +93,24 @@ Result<int> readVersion(sqlite3* db, const std::string& path) {
     }
     return fail(Error::badInput("not a readable SQLite cost database: " + why, path));
   }
-  std::string version;
-  bool found = false;
+  sqlite3_bind_text(stmt, 1, key, -1, SQLITE_STATIC);
+  std::optional<std::string> value;
   if (sqlite3_step(stmt) == SQLITE_ROW) {
-    found = true;
-    if (const auto* text = sqlite3_column_text(stmt, 0)) version = reinterpret_cast<const char*>(text);
+    const auto* text = sqlite3_column_text(stmt, 0);
+    value = text ? reinterpret_cast<const char*>(text) : "";
   }
   sqlite3_finalize(stmt);
-  if (!found) return fail(Error::badInput("not a colo cost database (no schema_version)", path));
+  return value;
+}
+
+// Reads meta.schema_version and, when the file has one, meta.format (every version writes 'colo.costdb':
+// another colo database, a runs database's 'colo.runs', is named as what it is). Errors name the file and
+// never write.
+Result<int> readVersion(sqlite3* db, const std::string& path) {
+  auto stored = readMeta(db, path, "schema_version");
+  if (!stored) return fail(stored.error());
+  if (!stored->has_value()) return fail(Error::badInput("not a colo cost database (no schema_version)", path));
+  const std::string version = **stored;
   if (version.empty() || version.size() > 4 || version.find_first_not_of("0123456789") != std::string::npos) {
     return fail(Error::badInput("must be a whole number from 1 to " + std::to_string(CostDatabase::kSchemaVersion) +
                                     ", got '" + version.substr(0, 40) + "'",
@@ -131,7 +123,12 @@ Result<int> readVersion(sqlite3* db, const std::string& path) {
                                 path));
   }
   if (v < 1) return fail(Error::badInput("cost database schema version " + version + " is not valid", path));
-  if (auto format = checkFormat(db, path); !format) return fail(format.error());
+  auto format = readMeta(db, path, "format");
+  if (!format) return fail(format.error());
+  if (format->has_value() && **format != "colo.costdb") {
+    return fail(Error::badInput("not a colo cost database: its format is '" + (**format).substr(0, 40) + "', not 'colo.costdb'", path,
+                                "meta.format"));
+  }
   return v;
 }
 
