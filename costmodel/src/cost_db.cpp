@@ -395,22 +395,6 @@ void bindText(sqlite3_stmt* stmt, int index, const std::string& text) {
 
 Result<void> CostDatabase::addGemms(const std::string& deviceName, const std::vector<GemmMeasurement>& rows,
                                     const std::string& fingerprint) {
-  // Measurements of one device under another setup (a LibTorch version, a thread count) would be mixed
-  // under one fingerprint, the last writer's: refused, naming both.
-  if (!fingerprint.empty()) {
-    sqlite3_stmt* stmt = nullptr;
-    std::string stored;
-    if (sqlite3_prepare_v2(m_impl->db, "SELECT fingerprint FROM devices WHERE name = ?", -1, &stmt, nullptr) == SQLITE_OK) {
-      bindText(stmt, 1, deviceName);
-      if (sqlite3_step(stmt) == SQLITE_ROW) stored = columnText(stmt, 0);
-      sqlite3_finalize(stmt);
-    }
-    if (!stored.empty() && stored != fingerprint) {
-      return fail(Error::badInput("its device \"" + deviceName + "\" was measured as \"" + stored + "\", this run is \"" + fingerprint +
-                                      "\": profile into another database, so the two setups' times are not mixed",
-                                  m_impl->path));
-    }
-  }
   return insertBatch(
       m_impl->db, m_impl->path, [&] { return ensureDevice(deviceName, fingerprint); },
       "INSERT OR REPLACE INTO gemms(device_id, dtype, m, n, k, median_s, spread_s, repetitions) SELECT id, ?, ?, ?, ?, ?, ?, ? "

@@ -167,25 +167,6 @@ TEST(CostDatabase, OneDeviceAnswersAndTwoThatMatchTheGpuAreRefused) {
   EXPECT_EQ(none->calibration.costDbDevice, "NVIDIA H100 80GB HBM3");
 }
 
-TEST(CostDatabase, AnotherSetupOfTheSameDeviceIsRefused) {
-  // One device measured under two setups (here two thread counts): the rows were mixed and the fingerprint
-  // became the last writer's.
-  test::ScratchDir dir;
-  const auto file = dir.path("costs.sqlite");
-  auto db = CostDatabase::create(file);
-  ASSERT_TRUE(db);
-  ASSERT_TRUE(db->addGemms("cpu: x", {{64, 64, 64, DType::kFp32, 1e-5}}, "libtorch 1.13.0; threads 1"));
-  ASSERT_TRUE(db->addGemms("cpu: x", {{128, 64, 64, DType::kFp32, 2e-5}}, "libtorch 1.13.0; threads 1"));
-  auto other = db->addGemms("cpu: x", {{256, 64, 64, DType::kFp32, 1e-5}}, "libtorch 1.13.0; threads 2");
-  ASSERT_FALSE(other);
-  EXPECT_EQ(other.error().code, ErrorCode::kBadInput);
-  EXPECT_EQ(other.error().file, file);
-  EXPECT_NE(other.error().message.find("was measured as \"libtorch 1.13.0; threads 1\", this run is \"libtorch 1.13.0; threads 2\""),
-            std::string::npos)
-      << other.error().message;
-  EXPECT_EQ(db->gemmsFor("cpu: x").size(), 2u);
-}
-
 TEST(CostDatabase, NearbyShapesAreInterpolatedFarOnesAreNot) {
   GemmTable table({{1024, 1024, 1024, DType::kBf16, 2e-3}}, DType::kBf16);
   auto flopsTime = [](double m, double n, double k) { return 2 * m * n * k / 1e14; };
