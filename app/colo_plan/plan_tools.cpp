@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "args.h"
+#include "colo/core/runnable.h"
 #include "inputs.h"
 #include "colo/core/library.h"
 #include "colo/core/units.h"
@@ -250,13 +251,15 @@ int runExport(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   if (!plan) return reportError(plan.error(), err);
   // A per-operator plan goes out as its degree fields: the tools take degrees, not per-operator shardings.
   if (plan->operatorPlan.is_object()) {
-    auto op = planner::evaluateOperatorPlan(*plan, *file);
-    if (!op) return reportError(op.error(), err);
-    // torchrun and SLURM launch colo-run on the plan file itself, which refuses a simulation-only plan
-    // on every rank: such a launch is not written.
-    if (!op->runnable && (*format == planner::ExportFormat::kTorchrun || *format == planner::ExportFormat::kSlurm)) {
-      return reportError(Error::badInput("is " + op->expressedAs + ": colo-run cannot run it, so a " + *formatName +
-                                             " launch of it would stop on every rank (--format megatron writes Megatron's split beside it)",
+    if (auto op = planner::evaluateOperatorPlan(*plan, *file); !op) return reportError(op.error(), err);
+  }
+  // torchrun and SLURM launch colo-run on the plan file itself: a plan it refuses (by the same check) would
+  // stop on every rank, so no such launch is written.
+  if (*format == planner::ExportFormat::kTorchrun || *format == planner::ExportFormat::kSlurm) {
+    if (auto runs = checkRunnable(*plan); !runs) {
+      return reportError(Error::badInput("colo-run cannot run it (" + runs.error().message + "), so a " + *formatName +
+                                             " launch of it would stop on every rank" +
+                                             (plan->operatorPlan.is_object() ? " (--format megatron writes Megatron's split beside it)" : ""),
                                          *file),
                          err);
     }
