@@ -42,7 +42,11 @@ std::string microBatchText(const planner::OperatorPlan& p) {
 
 // How it recomputes: per operator (saying so when the choice was to recompute nothing) or a layer policy.
 std::string recomputeText(const planner::OperatorPlan& p) {
-  return p.recompute == "per operator" && p.recomputeSeconds == 0 ? "per operator (nothing recomputed)" : p.recompute;
+  bool any = false;
+  for (const auto& b : p.blocks) {
+    for (const auto& u : b.units) any = any || u.recompute;
+  }
+  return p.recompute == "per operator" && !any ? "per operator (nothing recomputed)" : p.recompute;
 }
 
 // The peak's parts: model states, kept activations (with the allocator's allowance), buffers; the CUDA
@@ -133,6 +137,7 @@ std::string outsideOperatorSpace(const Plan& p) {
 struct DegreeBest {
   std::optional<planner::Candidate> best;
   std::string outside;  // what it uses outside the operator-level space
+  std::string why;      // without a best: why there is none
 };
 
 DegreeBest degreeBest(const Model& model, const ClusterSpec& cluster, const planner::AutoParallelOptions& a) {
@@ -146,7 +151,14 @@ DegreeBest degreeBest(const Model& model, const ClusterSpec& cluster, const plan
   so.topK = 1;
   DegreeBest d;
   auto r = planner::search(model, cluster, so);
-  if (!r || !r->feasible()) return d;
+  if (!r) {
+    d.why = "the degree-level search failed: " + r.error().message;
+    return d;
+  }
+  if (!r->feasible()) {
+    d.why = "no plan fits this budget";
+    return d;
+  }
   d.best = r->top.front();
   d.outside = outsideOperatorSpace(d.best->plan);
   return d;
@@ -154,7 +166,7 @@ DegreeBest degreeBest(const Model& model, const ClusterSpec& cluster, const plan
 
 void printDegreeComparison(const planner::AutoParallelResult& r, const DegreeBest& d, std::ostream& out) {
   if (!d.best) {
-    out << "  degree-level search (colo-plan search): no plan fits this budget\n";
+    out << "  degree-level search (colo-plan search): " << (d.why.empty() ? "no plan fits this budget" : d.why) << "\n";
     return;
   }
   const Plan& p = d.best->plan;
@@ -336,7 +348,9 @@ Result<void> writeAutoParallelPlan(const std::string& file, const Model& model, 
 
 Json autoParallelJson(const planner::AutoParallelResult& result, const DegreeBest& degree, bool degreeFaster, bool searched) {
   Json j = result.toJson();
-  if (searched && !degree.best) j["degree_search"] = {{"step_time_s", nullptr}, {"why", "no degree-level plan fits this budget"}};
+  if (searched && !degree.best) {
+    j["degree_search"] = {{"step_time_s", nullptr}, {"plan", nullptr}, {"faster_than_joint", false}, {"why", degree.why}};
+  }
   if (degree.best) {
     j["degree_search"] = {{"step_time_s", degree.best->evaluation.stepSeconds},
                           {"plan", planToJson(degree.best->plan)},

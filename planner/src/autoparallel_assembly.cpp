@@ -236,7 +236,7 @@ StageEnd stageEnd(const Context& c, const MeshSolvers& ms, MeshSolvers::SyncMemo
   // Buffers, as the evaluator counts them (its stage memory): the gathers beside the kept activations,
   // the last stage's logit copies, the data-parallel gradient buckets (two of 40 M elements, or the
   // stage's gradients when fewer), each with the allocator's allowance; and NCCL's communicators.
-  const double buckets = reduced ? std::min(s.params, 2.0 * 40e6) * c.gradBufferBytes : 0.0;
+  const double buckets = sol.dataParallel || replicas > 1 ? std::min(s.params, 2.0 * 40e6) * c.gradBufferBytes : 0.0;
   const double buffers = sol.gatherBuffers + 2.0 * sol.gatheredWeights + (s.last ? sol.logitCopies : 0.0) + buckets;
   e.buffers = 1.08 * buffers + ms.communicatorBytes + pipelineCommunicator;
   e.device = e.state + e.activations + e.buffers + dev.contextBytes;
@@ -372,6 +372,13 @@ void measureBuffers(const Context& c, const MeshSolvers& ms, Solution& sol) {
   // replicated input of tensor parallelism): the evaluator's two full activations, of the micro-batch's
   // share that the batch-split axes leave.
   sol.gatherBuffers = 0;
+  sol.dataParallel = false;
+  if (!sol.layers.empty()) {
+    const Layout entry = sol.layers.front().entry;
+    for (int a = 0; a < mesh.axes(); ++a) {
+      sol.dataParallel = sol.dataParallel || (entry.use[static_cast<std::size_t>(a)] == AxisUse::kBatch && mesh.axisSize(a) > 1);
+    }
+  }
   if (featureSplit && !sol.layers.empty()) {
     const Layout entry = sol.layers.front().entry;
     double batchSplit = 1;

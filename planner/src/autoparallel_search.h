@@ -59,6 +59,7 @@ struct Solution {
   // layer's weights gathered where they are sharded (two), the 16-bit logits and their gradient beside
   // the loss's fp32 upcast (last stage).
   double gatherBuffers = 0, gatheredWeights = 0, logitCopies = 0;
+  bool dataParallel = false;  // the layers' input is split by batch over a mesh axis (gradient buckets)
 };
 
 struct Context {

@@ -87,7 +87,7 @@ TEST(CostDatabase, CorruptOrForeignFilesAreRefusedAndLeftUntouched) {
   ASSERT_TRUE(CostDatabase::create(runs));
   {
     const std::string cmd = "sqlite3 " + runs + " \"UPDATE meta SET value='colo.runs' WHERE key='format'\" 2>/dev/null";
-    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "the sqlite3 command-line tool is not installed";
   }
   const std::string runsBytes = readBytes(runs);
   for (const bool write : {false, true}) {
