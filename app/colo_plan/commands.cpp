@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "args.h"
+#include "colo/costmodel/cost_db.h"
 #include "colo/core/cluster.h"
 #include "colo/core/library.h"
 #include "colo/core/model.h"
@@ -159,8 +160,8 @@ int runList(const std::vector<std::string>& argv, std::ostream& out, std::ostrea
   auto args = Args::parse(argv, {{"help", "", "show this help"}});
   if (!args) return reportError(args.error(), err);
   const std::string what = args->positional().empty() ? "all" : args->positional().front();
-  if (args->has("help") || (what != "models" && what != "clusters" && what != "all")) {
-    (args->has("help") ? out : err) << "usage: colo-plan list [models|clusters]\n";
+  if (args->has("help") || (what != "models" && what != "clusters" && what != "costdbs" && what != "all")) {
+    (args->has("help") ? out : err) << "usage: colo-plan list [models|clusters|costdbs]\n";
     return args->has("help") ? 0 : 2;
   }
   for (const auto kind : {LibraryKind::kModels, LibraryKind::kClusters}) {
@@ -186,6 +187,19 @@ int runList(const std::vector<std::string>& argv, std::ostream& out, std::ostrea
         out << "  " << name << std::string(name.size() < 22 ? 22 - name.size() : 1, ' ') << cluster->totalGpus() << " x "
             << cluster->gpu.name << "\n";
       }
+    }
+  }
+  if (what == "all" || what == "costdbs") {
+    // Measured cost databases (--costdb NAME): their devices.
+    out << "costdbs (" << dataDirectory() << "/costdb):\n";
+    for (const auto& name : libraryEntries(LibraryKind::kCostDbs)) {
+      auto db = costmodel::CostDatabase::open(dataDirectory() + "/costdb/" + name + ".sqlite");
+      std::string devices;
+      if (db) {
+        for (const auto& d : db->devices()) devices += (devices.empty() ? "" : ", ") + d;
+      }
+      out << "  " << name << std::string(name.size() < 22 ? 22 - name.size() : 1, ' ')
+          << (db ? devices : "(invalid: " + db.error().toString() + ")") << "\n";
     }
   }
   return 0;

@@ -664,7 +664,9 @@ int runEvaluate(const std::vector<std::string>& argv, std::ostream& out, std::os
   }
   std::optional<costmodel::CostDatabase> costDb;
   if (const auto dbFile = args->value("costdb")) {
-    auto opened = costmodel::CostDatabase::open(*dbFile);
+    auto file = resolveLibraryFile(LibraryKind::kCostDbs, *dbFile);  // a path, or a shipped database by name
+    if (!file) return reportError(Error::badInput("--costdb: " + file.error().message), err);
+    auto opened = costmodel::CostDatabase::open(*file);
     if (!opened) return reportError(opened.error(), err);
     costDb = std::move(*opened);
   }

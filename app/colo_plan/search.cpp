@@ -148,7 +148,9 @@ Result<void> readSearchInputs(const Args& args, const Model& model, const Cluste
   options.runnableOnly = args.has("runnable") ||
                          (args.has("out") && !args.has("any") && !from && checkRunnableModel(model).has_value());
   if (const auto db = args.value("costdb")) {
-    auto opened = costmodel::CostDatabase::open(*db);
+    auto file = resolveLibraryFile(LibraryKind::kCostDbs, *db);  // a path, or a shipped database by name
+    if (!file) return fail(Error::badInput("--costdb: " + file.error().message));
+    auto opened = costmodel::CostDatabase::open(*file);
     if (!opened) return fail(opened.error());
     in.costDb = std::move(*opened);
   }

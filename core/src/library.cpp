@@ -9,7 +9,10 @@
 namespace colo {
 namespace {
 
-std::string folder(LibraryKind kind) { return kind == LibraryKind::kModels ? "models" : "clusters"; }
+std::string folder(LibraryKind kind) {
+  return kind == LibraryKind::kModels ? "models" : kind == LibraryKind::kClusters ? "clusters" : "costdb";
+}
+std::string extension(LibraryKind kind) { return kind == LibraryKind::kCostDbs ? ".sqlite" : ".json"; }
 
 }  // namespace
 
@@ -24,7 +27,7 @@ std::vector<std::string> libraryEntries(LibraryKind kind) {
   std::error_code ec;
   const fs::path dir = fs::path(dataDirectory()) / folder(kind);
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    if (entry.path().extension() == ".json") out.push_back(entry.path().stem().string());
+    if (entry.path().extension() == extension(kind)) out.push_back(entry.path().stem().string());
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -34,16 +37,17 @@ Result<std::string> resolveLibraryFile(LibraryKind kind, const std::string& name
   namespace fs = std::filesystem;
   std::error_code ec;
   if (nameOrPath.empty()) return fail(Error::badInput("empty " + folder(kind) + " name"));
+  const std::string ext = extension(kind);
   const bool looksLikePath = nameOrPath.find('/') != std::string::npos ||
-                             (nameOrPath.size() > 5 && nameOrPath.ends_with(".json"));
+                             (nameOrPath.size() > ext.size() && nameOrPath.ends_with(ext));
   if (looksLikePath || fs::is_regular_file(nameOrPath, ec)) return nameOrPath;
-  const fs::path entry = fs::path(dataDirectory()) / folder(kind) / (nameOrPath + ".json");
+  const fs::path entry = fs::path(dataDirectory()) / folder(kind) / (nameOrPath + ext);
   if (fs::is_regular_file(entry, ec)) return entry.string();
   const auto entries = libraryEntries(kind);
   std::string message = "\"" + nameOrPath + "\" is neither a file nor an entry of the " + folder(kind) + " library (" +
                         (fs::path(dataDirectory()) / folder(kind)).string() + ")";
   if (auto close = closestMatch(nameOrPath, entries)) message += "; did you mean \"" + *close + "\"?";
-  message += " `colo-plan list " + folder(kind) + "` shows them all";
+  message += " `colo-plan list " + (kind == LibraryKind::kCostDbs ? std::string("costdbs") : folder(kind)) + "` shows them all";
   return fail(Error::badInput(message));
 }
 

@@ -496,6 +496,16 @@ TEST(ColoPlanEvaluate, APlanPredictedWithACostDatabaseSaysWhenItIsReCostedWithou
   const auto with = run("evaluate --plan " + file + " --costdb " + db);
   ASSERT_EQ(with.exitCode, 0) << with.err;
   EXPECT_EQ(with.err.find("was predicted with a cost database"), std::string::npos) << with.err;
+  // The shipped database by name, as models and clusters are ("no such cost database" before), and listed.
+  const auto named = run("evaluate --plan " + file + " --costdb h200-bf16");
+  ASSERT_EQ(named.exitCode, 0) << named.err;
+  EXPECT_EQ(named.out, with.out);
+  const auto listed = run("list costdbs");
+  ASSERT_EQ(listed.exitCode, 0) << listed.err;
+  EXPECT_NE(listed.out.find("h200-bf16             cuda: NVIDIA H200"), std::string::npos) << listed.out;
+  const auto unknown = run("evaluate --plan " + file + " --costdb h200");
+  EXPECT_EQ(unknown.exitCode, 2);
+  EXPECT_NE(unknown.err.find("--costdb: \"h200\" is neither a file nor an entry of the costdb library"), std::string::npos) << unknown.err;
 }
 
 }  // namespace

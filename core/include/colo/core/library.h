@@ -1,7 +1,7 @@
 #pragma once
 /// \file
-/// The shipped model and cluster libraries (data/models, data/clusters). A user may name a library
-/// entry ("gpt3-175b") wherever a file path is accepted.
+/// The shipped model, cluster and cost-database libraries (data/models, data/clusters, data/costdb). A
+/// user may name a library entry ("gpt3-175b", "h200-bf16") wherever a file path is accepted.
 
 #include <string>
 #include <vector>
@@ -10,7 +10,7 @@
 
 namespace colo {
 
-enum class LibraryKind { kModels, kClusters };
+enum class LibraryKind { kModels, kClusters, kCostDbs };
 
 /// The data folder: $COLO_DATA_DIR when set, else the repository's data/ this build came from.
 [[nodiscard]] std::string dataDirectory();
@@ -18,8 +18,8 @@ enum class LibraryKind { kModels, kClusters };
 /// Entry names (file stems) of a library, sorted.
 [[nodiscard]] std::vector<std::string> libraryEntries(LibraryKind kind);
 
-/// A path as given when it names an existing file (or looks like a path: contains '/' or ends in
-/// .json), else the library entry of that name. Errors: kBadInput for an unknown name, suggesting the
+/// A path as given when it names an existing file (or looks like a path: contains '/' or ends in the
+/// library's extension, .json or .sqlite), else the library entry of that name. Errors: kBadInput for an unknown name, suggesting the
 /// closest entries.
 [[nodiscard]] Result<std::string> resolveLibraryFile(LibraryKind kind, const std::string& nameOrPath);
 
