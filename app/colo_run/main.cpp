@@ -273,7 +273,11 @@ Result<executor::RunOptions> optionsFrom(const app::Args& args, const std::strin
   if (!every) return fail(every.error());
   o.checkpointEvery = *every == (1 << 30) ? 0 : *every;
   o.resume = args.has("resume");
-  o.costDbFile = args.value("costdb", "");
+  if (const auto db = args.value("costdb")) {  // a path, or a shipped database by name
+    auto file = resolveLibraryFile(LibraryKind::kCostDbs, *db);
+    if (!file) return fail(Error::badInput("--costdb: " + file.error().message));
+    o.costDbFile = *file;
+  }
   auto seed = args.positiveInteger("seed", 1234);
   if (!seed) return fail(seed.error());
   o.seed = static_cast<std::uint64_t>(*seed);
