@@ -34,7 +34,6 @@ std::string percent(double f) {
   return buf;
 }
 
-// "activations 25%, optimizer 0%, weights 100%": the shares an operator plan keeps in host memory.
 // "16 samples x 4" (samples per micro-batch, micro-batches).
 std::string microBatchText(const planner::OperatorPlan& p) {
   return std::to_string(p.microBatchSize) + (p.microBatchSize == 1 ? " sample x " : " samples x ") + std::to_string(p.microBatches);
@@ -55,6 +54,7 @@ std::string memoryParts(const planner::OperatorPlan& p) {
   return formatBytes(p.stateBytes) + " | " + formatBytes(p.activationBytes) + " | " + formatBytes(p.bufferBytes);
 }
 
+// "activations 25%, optimizer 0%, weights 100%": the shares an operator plan keeps in host memory.
 std::string offloadShares(const planner::OperatorPlan& p) {
   return "activations " + percent(p.activationOffloadFraction) + ", optimizer " + percent(p.optimizerOffloadFraction) +
          ", weights " + percent(p.weightOffloadFraction);
