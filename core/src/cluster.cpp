@@ -168,6 +168,10 @@ Result<void> validateCluster(const ClusterSpec& c, const std::string& file) {
 
 Result<ClusterSpec> scaleCluster(const ClusterSpec& cluster, std::int64_t gpus) {
   if (gpus <= 0) return fail(Error::badInput("--gpus must be positive, got " + std::to_string(gpus)));
+  if (gpus > limits::kMaxGpus) {
+    return fail(Error::badInput("--gpus " + std::to_string(gpus) + " is more than the " + std::to_string(limits::kMaxGpus) +
+                                " GPUs colo plans for"));
+  }
   ClusterSpec out = cluster;
   const std::int64_t oldTotal = cluster.totalGpus();
   if (gpus < cluster.gpusPerNode) {

@@ -70,6 +70,9 @@ TEST(Cluster, ScalesToWholeNodesOrPartOfOne) {
   EXPECT_NE(ragged.error().message.find("not a whole number of nodes"), std::string::npos);
   EXPECT_FALSE(scaleCluster(c, 3));
   EXPECT_FALSE(scaleCluster(c, 0));
+  auto huge = scaleCluster(c, 1000000000);  // a whole number of nodes, but past what colo plans for
+  ASSERT_FALSE(huge);
+  EXPECT_NE(huge.error().message.find("--gpus 1000000000 is more than"), std::string::npos) << huge.error().message;
 }
 
 struct BadClusterCase {
