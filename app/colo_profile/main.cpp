@@ -34,6 +34,16 @@ int report(const Error& e) {
   return exitCodeFor(e.code);
 }
 
+// Opens DB to add to, saying on stderr when an older file's schema was migrated (in one transaction).
+Result<costmodel::CostDatabase> openForWrite(const std::string& path) {
+  auto db = costmodel::CostDatabase::openForWrite(path);
+  if (db && db->migratedFrom() > 0) {
+    std::cerr << "colo-profile: " << path << ": schema version " << db->migratedFrom() << " migrated to " << db->schemaVersion()
+              << " (older colo versions cannot read it now)\n";
+  }
+  return db;
+}
+
 // A progress bar with the rate and an estimate of the time left.
 class Bar : public ProgressSink {
  public:
@@ -129,7 +139,7 @@ int profile(const std::vector<std::string>& argv) {
   // The device is checked before the database is opened, which creates it when missing: a run that cannot
   // start leaves no empty file behind.
   if (auto device = profiler::deviceName(o.device); !device) return report(device.error());
-  auto db = costmodel::CostDatabase::openForWrite(*dbPath);
+  auto db = openForWrite(*dbPath);
   if (!db) return report(db.error());
   std::signal(SIGINT, onSignal);
   std::signal(SIGTERM, onSignal);
@@ -138,11 +148,12 @@ int profile(const std::vector<std::string>& argv) {
   if (!r) return report(r.error());
   if (args->has("json")) {
     std::cout << Json{{"device", r->deviceName}, {"shapes", r->shapes}, {"measured", r->measured}, {"skipped", r->skipped},
-                      {"kernels", r->kernels}, {"copies", r->copies}, {"seconds", r->seconds}, {"cancelled", r->cancelled}, {"db", *dbPath}}.dump(2)
+                      {"kernels", r->kernels}, {"kernels_skipped", r->kernelsSkipped}, {"copies", r->copies}, {"seconds", r->seconds}, {"cancelled", r->cancelled}, {"db", *dbPath}}.dump(2)
               << "\n";
   } else {
     std::cout << r->deviceName << ": " << r->shapes << " GEMM shapes, " << r->measured << " measured, " << r->skipped
-              << " already in " << *dbPath << "; " << r->kernels << " other kernels; "
+              << " already in " << *dbPath << "; " << r->kernels << " other kernels measured"
+              << (r->kernelsSkipped > 0 ? ", " + std::to_string(r->kernelsSkipped) + " already in" : std::string()) << "; "
               << (o.device.rfind("cuda", 0) == 0 ? std::to_string(r->copies) + " host-device copies"
                                                   : std::string("no host-device copies on a CPU"))
               << "; " << formatFixed(r->seconds, 1) << " s"
@@ -175,7 +186,7 @@ int merge(const std::vector<std::string>& argv) {
     }
     if (auto opened = costmodel::CostDatabase::open(other); !opened) return report(opened.error());
   }
-  auto db = costmodel::CostDatabase::openForWrite(*dbPath);
+  auto db = openForWrite(*dbPath);
   if (!db) return report(db.error());
   for (const auto& other : args->positional()) {
     auto added = db->merge(other);
@@ -336,7 +347,7 @@ int collectives(const std::vector<std::string>& argv) {
   if (!dbPath) return report(Error::badInput("missing --db"));
   auto name = profiler::deviceName(o->backend == "nccl" ? "cuda" : "cpu");
   if (!name) return report(name.error());
-  auto db = costmodel::CostDatabase::openForWrite(*dbPath);
+  auto db = openForWrite(*dbPath);
   if (!db) return report(db.error());
 
   // Ranks 1..N-1 are this program again; rank 0 runs here.

@@ -279,6 +279,7 @@ struct CostDatabase::Impl {
   sqlite3* db = nullptr;
   std::string path;
   int version = 0;
+  int migratedFrom = 0;
   ~Impl() {
     if (db) sqlite3_close(db);
   }
@@ -351,12 +352,15 @@ Result<CostDatabase> CostDatabase::openForWrite(const std::string& path) {
       exec(impl->db, "ROLLBACK");
       return fail(Error::io("cannot migrate the schema to version " + std::to_string(kSchemaVersion) + ": " + why, path));
     }
+    impl->migratedFrom = *version;
   }
   impl->version = kSchemaVersion;
   return CostDatabase(std::move(impl));
 }
 
 int CostDatabase::schemaVersion() const { return m_impl->version; }
+
+int CostDatabase::migratedFrom() const { return m_impl->migratedFrom; }
 
 namespace {
 

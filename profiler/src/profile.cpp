@@ -191,7 +191,7 @@ Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& 
     const std::string shape = costmodel::kernelShape(k.elements, k.width);
     const std::string impl = detail::kernelImplementation(k.key, options.device);
     if (options.resume && have.contains(k.key + ".fwd|" + toString(options.dtype) + "|" + shape + "|" + impl)) {
-      ++report.skipped;
+      ++report.kernelsSkipped;
       continue;
     }
     auto t = detail::timeKernel(k.key, k.elements, k.width, options.dtype, options.device, options.warmup, options.repetitions);
@@ -218,7 +218,7 @@ Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& 
     }
     const std::string shape = costmodel::kernelShape(params, 0);
     if (options.resume && have.contains("adam_step.fwd|fp32|" + shape + "|" + detail::adamImplementation(options.device))) {
-      ++report.skipped;
+      ++report.kernelsSkipped;
       continue;
     }
     auto t = detail::timeKernel("adam_step", params, 0, DType::kFp32, options.device, 1, std::max(2, options.repetitions / 2));

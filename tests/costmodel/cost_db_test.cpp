@@ -261,11 +261,13 @@ TEST(CostDatabaseV2, VersionOneFilesAreMigratedInPlace) {
   auto db = CostDatabase::openForWrite(file);
   ASSERT_TRUE(db) << db.error().toString();
   EXPECT_EQ(db->schemaVersion(), 3);
+  EXPECT_EQ(db->migratedFrom(), 1);  // colo-profile says so
   ASSERT_TRUE(db->addKernels("gpu", {{"gelu", DType::kBf16, "1x1", "", 1e-6, 0, 1}}));
   ASSERT_TRUE(db->addCopies("gpu", {{"h2d", true, 4096, 1e-5, 0, 3}}));
   EXPECT_EQ(CostDatabase::open(file)->schemaVersion(), 3);
   EXPECT_EQ(CostDatabase::open(file)->copiesFor("gpu").size(), 1u);
   EXPECT_EQ(CostDatabase::open(file)->gemmsFor("gpu").size(), 1u);  // the old rows survive
+  EXPECT_EQ(CostDatabase::openForWrite(file)->migratedFrom(), 0);      // nothing left to migrate
 }
 
 TEST(CostDatabaseV2, MergeAddsWhatIsMissingAndRefusesForeignFiles) {

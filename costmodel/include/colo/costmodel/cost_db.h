@@ -82,6 +82,9 @@ class CostDatabase {
   /// The schema version of the opened file.
   [[nodiscard]] int schemaVersion() const;
 
+  /// The version an older file had before openForWrite migrated it; 0 when nothing was migrated.
+  [[nodiscard]] int migratedFrom() const;
+
   /// Adds a device (its fingerprint: driver and library versions, clocks) and its GEMM measurements in
   /// one transaction. Errors: kIo on a write failure (the database keeps everything committed before).
   [[nodiscard]] Result<void> addGemms(const std::string& deviceName, const std::vector<GemmMeasurement>& rows,

@@ -33,8 +33,9 @@ struct ProfileReport {
   std::string deviceName;
   std::int64_t shapes = 0;     ///< distinct GEMM shapes the plans need
   std::int64_t measured = 0;
-  std::int64_t skipped = 0;    ///< already in the database (--resume)
+  std::int64_t skipped = 0;    ///< GEMM shapes already in the database (--resume)
   std::int64_t kernels = 0;    ///< non-GEMM kernels measured (including the optimizer step)
+  std::int64_t kernelsSkipped = 0;  ///< non-GEMM kernels already in the database (--resume)
   std::int64_t copies = 0;     ///< host-device copies measured (CUDA devices only)
   double seconds = 0;
   bool cancelled = false;
