@@ -17,15 +17,23 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // with wide branches): the cheapest this many, an approximation docs/autoparallel.md states.
 constexpr std::size_t kBeam = 20000;
 
+// One state of the DP: its objective and how it was reached. Kept this small (24 bytes) because the
+// tables are the solver's memory traffic; what a plan sums (seconds, bytes, collectives) is summed again
+// along the chosen path only (BlockDp::totalsOf).
 struct Entry {
   double objective = kInf;
+  std::uint64_t previous = 0;
+  std::int32_t strategy = -1;
+  bool recompute_ = false;
+  std::uint8_t keepBefore = 0;
+};
+static_assert(sizeof(Entry) == 24);
+
+// What a plan sums over its units, in the order the DP extends it.
+struct Totals {
   double seconds = 0, compute = 0, comm = 0, recompute = 0, activation = 0, state = 0, params = 0, optimizer = 0;
   double forward = 0, opsFwd = 0, opsBwd = 0, opsRec = 0;
   double sync[3] = {0, 0, 0};
-  std::uint64_t previous = 0;
-  int strategy = -1;
-  bool recompute_ = false;
-  std::uint8_t keepBefore = 0;
 };
 
 // State key: the entry layout, then per live tensor its layout and whether its producer recomputes it.
@@ -263,8 +271,8 @@ class BlockDp {
   // kept[0] without recompute, kept[1] with (when `withRecompute`).
   void keptInputs(std::size_t u, std::size_t s, const std::vector<std::pair<int, bool>>& state,
                   const std::vector<std::size_t>& inputAt, double memoryPrice, bool withRecompute, std::array<Kept, 2>& kept) const;
-  static Entry extend(const Entry& from, std::uint64_t key, const Strategy& st, std::size_t s, const Step& step, double objective,
-                      bool recompute, std::uint8_t keepBefore);
+  // `t` extended by one unit's choice.
+  static void extend(Totals& t, const Strategy& st, const Step& step);
   // What a unit's choices do not take from the state.
   struct UnitFixed {
     std::vector<std::size_t> inputAt;  // per input: its place among the live tensors
@@ -287,12 +295,22 @@ class BlockDp {
   void leaveOutFruitlessRecompute();
   // Appends to `out` the unit's cheapest choice for each output code, given the inputs in `state`.
   void options(std::size_t u, const UnitFixed& f, const std::vector<std::pair<int, bool>>& state, std::vector<Option>& out) const;
+  // The conversions unit `u`'s strategy `s` needs from the inputs in `state`: seconds forward, backward,
+  // and their collectives (false when a conversion is impossible).
+  struct Conversions {
+    double fwd = 0, bwd = 0, ops = 0;
+  };
+  [[nodiscard]] bool conversions(std::size_t u, const UnitFixed& f, const std::vector<std::pair<int, bool>>& state, std::size_t s,
+                                 Conversions& c) const;
+  // One choice (strategy `s`, recompute or not) of unit `u`: what it adds and its cost.
+  void describe(std::size_t u, const UnitFixed& f, std::size_t s, bool recompute, const Conversions& conv, const Kept& kept,
+                Option& o) const;
   static void prune(StateMap<Entry>& states);
   void advance(std::size_t u);
   void cut(std::size_t k);
   // The best way from each entry to each state at a cut, joined segment by segment.
   struct Prefix {
-    Entry sum;
+    double objective = 0;          // of the segments joined so far
     std::uint64_t reachedKey = 0;  // the state reaching the cut, in the previous segment's keys
     std::int64_t previous = -1;    // index of the prefix it extends (the previous cut)
     int entry = 0;                 // the block's entry code
@@ -300,10 +318,14 @@ class BlockDp {
   };
   [[nodiscard]] std::vector<std::vector<Prefix>> joinCuts() const;
   [[nodiscard]] static std::vector<std::vector<std::size_t>> indexByCode(const std::vector<Prefix>& list);
-  [[nodiscard]] BlockPlan planOf(Layout entry, Layout exit, const Entry& e, std::uint64_t key, std::int64_t prefix,
+  [[nodiscard]] BlockPlan planOf(Layout entry, Layout exit, double objective, std::uint64_t key, std::int64_t prefix,
                                  const std::vector<std::vector<Prefix>>& prefixes) const;
   std::vector<BlockPlan> finish();
-  void walkBack(std::size_t from, std::size_t to, std::uint64_t key, bool atCut, BlockPlan& plan) const;
+  // Fills plan.units[to, from) and `stateAt` (the state key before each unit) walking back from `key`.
+  void walkBack(std::size_t from, std::size_t to, std::uint64_t key, bool atCut, BlockPlan& plan,
+                std::vector<std::uint64_t>& stateAt) const;
+  // The sums of units [from, to) along the plan's choices, from zero.
+  [[nodiscard]] Totals totalsOf(std::size_t from, std::size_t to, const BlockPlan& plan, const std::vector<std::uint64_t>& stateAt) const;
 
   const BlockSolver& m_s;
   const SolveWeights& m_w;
@@ -313,6 +335,7 @@ class BlockDp {
   std::vector<std::size_t> m_cuts;
   std::map<std::size_t, StateMap<Entry>> m_reached;  // states reaching each cut, before the restart
   std::vector<char> m_noRecompute;                   // per unit: recompute can never pay at this price
+  std::vector<UnitFixed> m_fixed;                    // per unit, as advance() computed it
 };
 
 std::array<bool, 2> BlockDp::recomputeChoices(std::size_t u) const {
@@ -439,6 +462,41 @@ BlockDp::UnitFixed BlockDp::unitFixed(std::size_t u) const {
   return f;
 }
 
+bool BlockDp::conversions(std::size_t u, const UnitFixed& f, const std::vector<std::pair<int, bool>>& state, std::size_t s,
+                          Conversions& c) const {
+  c = {};
+  for (std::size_t i = 0; i < f.inputAt.size(); ++i) {
+    const auto l = static_cast<std::size_t>(state[f.inputAt[i]].first);
+    c.fwd += m_s.m_convFwd[u][i][s][l];
+    c.bwd += m_s.m_convBwd[u][i][s][l];
+    c.ops += m_s.m_convOps[u][i][s][l];
+  }
+  return std::isfinite(c.fwd) && std::isfinite(c.bwd);
+}
+
+void BlockDp::describe(std::size_t u, const UnitFixed& f, std::size_t s, bool recompute, const Conversions& conv, const Kept& kept,
+                       Option& o) const {
+  const Strategy& st = m_s.m_strategies[u][s];
+  Step& step = o.step;
+  step.recompute = kept.redo + (recompute ? st.fwd + st.commFwd + conv.fwd : 0.0);
+  step.activation = kept.bytes + (recompute ? 0.0 : st.ownSaved);
+  step.comm = st.commFwd + st.commBwd + conv.fwd + conv.bwd;
+  step.seconds = st.fwd + st.bwd + step.comm + f.sync[s] + step.recompute;
+  step.state = f.state[s];
+  step.optimizer = st.stateParams / optimizerSplit(st);
+  step.forward = st.fwd + st.commFwd + conv.fwd;
+  // Collectives of conversions are counted once each way (half of both directions' count each).
+  step.opsFwd = st.opsFwd + conv.ops / 2;
+  step.opsBwd = st.opsBwd + conv.ops / 2;
+  step.opsRec = recompute ? st.opsFwd + conv.ops / 2 : 0.0;
+  o.price = f.memoryPrice * step.activation;
+  o.cost = step.seconds + m_w.lambda * f.state[s] + o.price;
+  o.strategy = s;
+  o.recompute = recompute;
+  o.keepBefore = kept.before;
+  o.outCode = (st.out.index() << 1) | (recompute && f.outputBit ? 1 : 0);
+}
+
 void BlockDp::options(std::size_t u, const UnitFixed& f, const std::vector<std::pair<int, bool>>& state, std::vector<Option>& out) const {
   // Every (strategy, recompute) choice of the unit given its inputs' layouts and recompute bits; of the
   // choices that leave the same output code only the cheapest (the first on a tie) can win, since they
@@ -448,65 +506,30 @@ void BlockDp::options(std::size_t u, const UnitFixed& f, const std::vector<std::
   std::array<int, 2 * kLayouts> byCode;  // output code -> its option's place in `out`
   byCode.fill(-1);
   std::array<Kept, 2> keptBoth;
+  Conversions conv;
+  Option candidate;
   for (std::size_t s = 0; s < strategies.size(); ++s) {
-    if (!f.allowed[s]) continue;
-    const Strategy& st = strategies[s];
-    double convFwd = 0, convBwd = 0, convOps = 0;
-    for (std::size_t i = 0; i < f.inputAt.size(); ++i) {
-      const auto l = static_cast<std::size_t>(state[f.inputAt[i]].first);
-      convFwd += m_s.m_convFwd[u][i][s][l];
-      convBwd += m_s.m_convBwd[u][i][s][l];
-      convOps += m_s.m_convOps[u][i][s][l];
-    }
-    if (!std::isfinite(convFwd) || !std::isfinite(convBwd)) continue;
+    if (!f.allowed[s] || !conversions(u, f, state, s, conv)) continue;
     keptInputs(u, s, state, f.inputAt, f.memoryPrice, f.choices[1], keptBoth);
     for (int r = 0; r < 2; ++r) {
       if (!f.choices[static_cast<std::size_t>(r)]) continue;
-      const bool recompute = r == 1;
-      const Kept& kept = keptBoth[static_cast<std::size_t>(r)];
-      // The cost first: a choice no cheaper than the one already kept for its output code is not built.
-      const double recomputeSeconds = kept.redo + (recompute ? st.fwd + st.commFwd + convFwd : 0.0);
-      const double activation = kept.bytes + (recompute ? 0.0 : st.ownSaved);
-      const double comm = st.commFwd + st.commBwd + convFwd + convBwd;
-      const double seconds = st.fwd + st.bwd + comm + f.sync[s] + recomputeSeconds;
-      const double price = f.memoryPrice * activation;
-      const double cost = seconds + m_w.lambda * f.state[s] + price;
-      const int outCode = (st.out.index() << 1) | (recompute && f.outputBit ? 1 : 0);
-      int& at = byCode[static_cast<std::size_t>(outCode)];
-      Option* o = nullptr;
+      describe(u, f, s, r == 1, conv, keptBoth[static_cast<std::size_t>(r)], candidate);
+      int& at = byCode[static_cast<std::size_t>(candidate.outCode)];
       if (at < 0) {
         at = static_cast<int>(out.size() - first);
-        o = &out.emplace_back();
-      } else {
-        o = &out[first + static_cast<std::size_t>(at)];
-        if (!(cost < o->cost)) continue;
+        out.push_back(candidate);
+      } else if (Option& o = out[first + static_cast<std::size_t>(at)]; candidate.cost < o.cost) {
+        o = candidate;
       }
-      Step& step = o->step;
-      step.recompute = recomputeSeconds;
-      step.activation = activation;
-      step.comm = comm;
-      step.seconds = seconds;
-      step.state = f.state[s];
-      step.optimizer = st.stateParams / optimizerSplit(st);
-      step.forward = st.fwd + st.commFwd + convFwd;
-      // Collectives of conversions are counted once each way (half of both directions' count each).
-      step.opsFwd = st.opsFwd + convOps / 2;
-      step.opsBwd = st.opsBwd + convOps / 2;
-      step.opsRec = recompute ? st.opsFwd + convOps / 2 : 0.0;
-      o->price = price;
-      o->cost = cost;
-      o->strategy = s;
-      o->recompute = recompute;
-      o->keepBefore = kept.before;
-      o->outCode = outCode;
     }
   }
 }
 
 void BlockDp::advance(std::size_t u) {
-  const auto& strategies = m_s.m_strategies[u];
   const auto& before = m_live[u];
-  const UnitFixed f = unitFixed(u);
+  if (m_fixed.size() != m_n) m_fixed.resize(m_n);
+  m_fixed[u] = unitFixed(u);
+  const UnitFixed& f = m_fixed[u];
   auto& out = m_steps[u + 1];
   out.reserve(m_steps[u].size() * 2);
   const bool producesLive = m_s.m_lastUse[u + 1] > static_cast<int>(u);
@@ -572,34 +595,47 @@ void BlockDp::advance(std::size_t u) {
       const std::uint64_t nextKey = producesLive ? (survivors << 6) | static_cast<std::uint64_t>(o.outCode) : survivors;
       auto [slot, inserted] = out.tryEmplace(nextKey);
       if (!inserted && slot->objective <= objective) continue;
-      *slot = extend(entry, key, strategies[o.strategy], o.strategy, o.step, objective, o.recompute, o.keepBefore);
+      *slot = {objective, key, static_cast<std::int32_t>(o.strategy), o.recompute, o.keepBefore};
     }
   }
   prune(out);
 }
 
-Entry BlockDp::extend(const Entry& from, std::uint64_t key, const Strategy& st, std::size_t s, const Step& step, double objective,
-                      bool recompute, std::uint8_t keepBefore) {
-  Entry e;
-  e.objective = objective;
-  e.seconds = from.seconds + step.seconds;
-  e.compute = from.compute + st.fwd + st.bwd;
-  e.comm = from.comm + step.comm;
-  e.recompute = from.recompute + step.recompute;
-  e.activation = from.activation + step.activation;
-  e.state = from.state + step.state;
-  e.params = from.params + st.stateParams;
-  e.optimizer = from.optimizer + step.optimizer;
-  e.forward = from.forward + step.forward;
-  e.opsFwd = from.opsFwd + step.opsFwd;
-  e.opsBwd = from.opsBwd + step.opsBwd;
-  e.opsRec = from.opsRec + step.opsRec;
-  for (int k = 0; k < 3; ++k) e.sync[k] = from.sync[k] + st.syncBytes[k];
-  e.previous = key;
-  e.strategy = static_cast<int>(s);
-  e.recompute_ = recompute;
-  e.keepBefore = keepBefore;
-  return e;
+void BlockDp::extend(Totals& t, const Strategy& st, const Step& step) {
+  t.seconds += step.seconds;
+  t.compute = t.compute + st.fwd + st.bwd;  // summed as before, left to right
+  t.comm += step.comm;
+  t.recompute += step.recompute;
+  t.activation += step.activation;
+  t.state += step.state;
+  t.params += st.stateParams;
+  t.optimizer += step.optimizer;
+  t.forward += step.forward;
+  t.opsFwd += step.opsFwd;
+  t.opsBwd += step.opsBwd;
+  t.opsRec += step.opsRec;
+  for (int k = 0; k < 3; ++k) t.sync[k] += st.syncBytes[k];
+}
+
+Totals BlockDp::totalsOf(std::size_t from, std::size_t to, const BlockPlan& plan, const std::vector<std::uint64_t>& stateAt) const {
+  // Each unit's choice described again from the state it was made in, as options() described it.
+  Totals t;
+  std::vector<std::pair<int, bool>> state;
+  std::array<Kept, 2> keptBoth;
+  Conversions conv;
+  Option o;
+  for (std::size_t u = from; u < to; ++u) {
+    const UnitFixed& f = m_fixed[u];
+    int code = 0;
+    unpack(stateAt[u], m_live[u].size(), code, state);
+    const auto s = static_cast<std::size_t>(plan.units[u].strategy);
+    if (!conversions(u, f, state, s, conv)) throw std::logic_error("autoparallel solver: a chosen conversion of " + m_s.m_block->name);
+    keptInputs(u, s, state, f.inputAt, f.memoryPrice, f.choices[1], keptBoth);
+    const bool recompute = plan.units[u].recompute;
+    describe(u, f, s, recompute, conv, keptBoth[recompute ? 1 : 0], o);
+    extend(t, m_s.m_strategies[u][s], o.step);
+  }
+  return t;
 }
 
 void BlockDp::prune(StateMap<Entry>& states) {
@@ -629,7 +665,8 @@ void BlockDp::cut(std::size_t k) {
   m_cuts.push_back(k);
 }
 
-void BlockDp::walkBack(std::size_t from, std::size_t to, std::uint64_t key, bool atCut, BlockPlan& plan) const {
+void BlockDp::walkBack(std::size_t from, std::size_t to, std::uint64_t key, bool atCut, BlockPlan& plan,
+                       std::vector<std::uint64_t>& stateAt) const {
   // Units from-1 down to `to`; the state at `from` is in m_reached when `from` is a cut the walk ends at.
   std::uint64_t at = key;
   for (std::size_t u = from; u-- > to;) {
@@ -641,13 +678,13 @@ void BlockDp::walkBack(std::size_t from, std::size_t to, std::uint64_t key, bool
     c.keepBeforeConversion.assign(inputs, false);
     for (std::size_t i = 0; i < inputs; ++i) c.keepBeforeConversion[i] = ((e.keepBefore >> i) & 1u) != 0;
     at = e.previous;
+    stateAt[u] = at;
   }
 }
 
 namespace {
 
-Entry sum(Entry a, const Entry& b) {
-  a.objective += b.objective;
+Totals sum(Totals a, const Totals& b) {
   a.seconds += b.seconds;
   a.compute += b.compute;
   a.comm += b.comm;
@@ -691,17 +728,15 @@ std::vector<std::vector<BlockDp::Prefix>> BlockDp::joinCuts() const {
       const int z = state[0].first * 2 + (state[0].second ? 1 : 0);
       if (j == 0) {
         auto [it, inserted] = slot(code, z);
-        if (inserted || e.objective < it->sum.objective) *it = {e, key, -1, code, z};
+        if (inserted || e.objective < it->objective) *it = {e.objective, key, -1, code, z};
         continue;
       }
       // This segment's states carry the previous cut's code as their entry code.
       for (const auto p : byCode[static_cast<std::size_t>(code)]) {
         const Prefix& before = prefixes[j - 1][p];
-        const double objective = before.sum.objective + e.objective;
+        const double objective = before.objective + e.objective;
         auto [it, inserted] = slot(before.entry, z);
-        if (inserted || objective < it->sum.objective) {
-          *it = {sum(before.sum, e), key, static_cast<std::int64_t>(p), before.entry, z};
-        }
+        if (inserted || objective < it->objective) *it = {objective, key, static_cast<std::int64_t>(p), before.entry, z};
       }
     }
     for (std::size_t k = 0; k < place.size(); ++k) {
@@ -724,8 +759,8 @@ std::vector<BlockPlan> BlockDp::finish() {
   const auto byCode = m_cuts.empty() ? std::vector<std::vector<std::size_t>>{} : indexByCode(prefixes.back());
   // (entry, exit) -> the best way through, in a flat table of places in `found`; planned in key order.
   std::vector<int> place(static_cast<std::size_t>(kLayouts * kLayouts), -1);
-  std::vector<std::tuple<Entry, std::uint64_t, std::int64_t>> found;
-  auto slot = [&](int entry, int exit) -> std::pair<std::tuple<Entry, std::uint64_t, std::int64_t>*, bool> {
+  std::vector<std::tuple<double, std::uint64_t, std::int64_t>> found;  // objective, final key, prefix
+  auto slot = [&](int entry, int exit) -> std::pair<std::tuple<double, std::uint64_t, std::int64_t>*, bool> {
     int& at = place[static_cast<std::size_t>(entry * kLayouts + exit)];
     if (at >= 0) return {&found[static_cast<std::size_t>(at)], false};
     at = static_cast<int>(found.size());
@@ -738,32 +773,57 @@ std::vector<BlockPlan> BlockDp::finish() {
     const int exit = finalLive.empty() ? 0 : state.back().first;
     if (m_cuts.empty()) {
       auto [it, inserted] = slot(code / 2, exit);
-      if (inserted || e.objective < std::get<0>(*it).objective) *it = {e, key, -1};
+      if (inserted || e.objective < std::get<0>(*it)) *it = {e.objective, key, -1};
       continue;
     }
     const auto& last = prefixes.back();
     for (const auto p : byCode[static_cast<std::size_t>(code)]) {
-      const double objective = last[p].sum.objective + e.objective;
+      const double objective = last[p].objective + e.objective;
       auto [it, inserted] = slot(last[p].entry / 2, exit);
-      if (inserted || objective < std::get<0>(*it).objective) *it = {sum(last[p].sum, e), key, static_cast<std::int64_t>(p)};
+      if (inserted || objective < std::get<0>(*it)) *it = {objective, key, static_cast<std::int64_t>(p)};
     }
   }
   std::vector<BlockPlan> plans;
   for (std::size_t k = 0; k < place.size(); ++k) {
     if (place[k] < 0) continue;
-    const auto& [e, key, prefix] = found[static_cast<std::size_t>(place[k])];
+    const auto& [objective, key, prefix] = found[static_cast<std::size_t>(place[k])];
     const int entry = static_cast<int>(k) / kLayouts, exit = static_cast<int>(k) % kLayouts;
-    plans.push_back(planOf(Layout::fromIndex(entry), Layout::fromIndex(exit), e, key, prefix, prefixes));
+    plans.push_back(planOf(Layout::fromIndex(entry), Layout::fromIndex(exit), objective, key, prefix, prefixes));
   }
   return plans;
 }
 
-BlockPlan BlockDp::planOf(Layout entry, Layout exit, const Entry& e, std::uint64_t key, std::int64_t prefix,
+BlockPlan BlockDp::planOf(Layout entry, Layout exit, double objective, std::uint64_t key, std::int64_t prefix,
                           const std::vector<std::vector<Prefix>>& prefixes) const {
   BlockPlan plan;
   plan.entry = entry;
   plan.exit = exit;
-  plan.objective = e.objective;
+  plan.objective = objective;
+  plan.units.resize(m_n);
+  // The last segment, then each earlier one through the prefix chain.
+  std::vector<std::uint64_t> stateAt(m_n, 0);
+  std::size_t end = m_n;
+  std::uint64_t at = key;
+  bool atCut = false;
+  std::int64_t p = prefix;
+  for (std::size_t j = m_cuts.size(); j-- > 0;) {
+    walkBack(end, m_cuts[j], at, atCut, plan, stateAt);
+    const Prefix& pre = prefixes[j][static_cast<std::size_t>(p)];
+    end = m_cuts[j];
+    at = pre.reachedKey;
+    atCut = true;
+    p = pre.previous;
+  }
+  walkBack(end, 0, at, atCut, plan, stateAt);
+  // The sums segment by segment, each from zero, joined first to last as the cuts join them.
+  Totals e;
+  std::size_t begin = 0;
+  for (std::size_t j = 0; j <= m_cuts.size(); ++j) {
+    const std::size_t stop = j < m_cuts.size() ? m_cuts[j] : m_n;
+    const Totals segment = totalsOf(begin, stop, plan, stateAt);
+    e = j == 0 ? segment : sum(e, segment);
+    begin = stop;
+  }
   plan.seconds = e.seconds;
   plan.computeSeconds = e.compute;
   plan.commSeconds = e.comm;
@@ -777,21 +837,6 @@ BlockPlan BlockDp::planOf(Layout entry, Layout exit, const Entry& e, std::uint64
   plan.opsBackward = e.opsBwd;
   plan.opsRecompute = e.opsRec;
   for (int k = 0; k < 3; ++k) plan.syncBytes[k] = e.sync[k];
-  plan.units.resize(m_n);
-  // The last segment, then each earlier one through the prefix chain.
-  std::size_t end = m_n;
-  std::uint64_t at = key;
-  bool atCut = false;
-  std::int64_t p = prefix;
-  for (std::size_t j = m_cuts.size(); j-- > 0;) {
-    walkBack(end, m_cuts[j], at, atCut, plan);
-    const Prefix& pre = prefixes[j][static_cast<std::size_t>(p)];
-    end = m_cuts[j];
-    at = pre.reachedKey;
-    atCut = true;
-    p = pre.previous;
-  }
-  walkBack(end, 0, at, atCut, plan);
   return plan;
 }
 
