@@ -419,27 +419,78 @@ Result<void> CostDatabase::addGemms(const std::string& deviceName, const std::ve
 
 bool CostDatabase::ensureDevice(const std::string& name, const std::string& fingerprint) {
   sqlite3_stmt* device = nullptr;
-  if (sqlite3_prepare_v2(m_impl->db, "INSERT OR IGNORE INTO devices(name, fingerprint) VALUES (?, ?)", -1, &device,
-                         nullptr) != SQLITE_OK) {
+  if (sqlite3_prepare_v2(m_impl->db, "INSERT OR IGNORE INTO devices(name, fingerprint) VALUES (?, '')", -1, &device, nullptr) !=
+      SQLITE_OK) {
     return false;
   }
   sqlite3_bind_text(device, 1, name.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(device, 2, fingerprint.c_str(), -1, SQLITE_TRANSIENT);
   const int rc = sqlite3_step(device);
   sqlite3_finalize(device);
-  if (rc != SQLITE_DONE) return false;
-  if (!fingerprint.empty()) {
-    sqlite3_stmt* update = nullptr;
-    if (sqlite3_prepare_v2(m_impl->db, "UPDATE devices SET fingerprint = ? WHERE name = ?", -1, &update, nullptr) != SQLITE_OK) {
-      return false;
+  return rc == SQLITE_DONE && addFingerprint(name, fingerprint);
+}
+
+namespace {
+
+// `history` (fingerprints one a line, oldest first) with `fingerprint`'s lines added where missing,
+// dropping the oldest lines past what the schema allows a fingerprint (4 KiB).
+std::string withFingerprint(const std::string& history, const std::string& fingerprint) {
+  auto lines = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::size_t start = 0;
+    while (start < text.size()) {
+      const std::size_t end = std::min(text.find('\n', start), text.size());
+      if (end > start) out.push_back(text.substr(start, end - start));
+      start = end + 1;
     }
-    sqlite3_bind_text(update, 1, fingerprint.c_str(), -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(update, 2, name.c_str(), -1, SQLITE_TRANSIENT);
-    const int urc = sqlite3_step(update);
-    sqlite3_finalize(update);
-    return urc == SQLITE_DONE;
+    return out;
+  };
+  std::vector<std::string> all = lines(history);
+  for (auto& line : lines(fingerprint)) {
+    if (std::find(all.begin(), all.end(), line) == all.end()) all.push_back(std::move(line));
   }
-  return true;
+  auto joined = [&all] {
+    std::string text;
+    for (const auto& line : all) text += (text.empty() ? "" : "\n") + line;
+    return text;
+  };
+  std::string text = joined();
+  while (text.size() > 4096 && all.size() > 1) {
+    all.erase(all.begin());
+    text = joined();
+  }
+  return text.substr(0, 4096);
+}
+
+}  // namespace
+
+bool CostDatabase::addFingerprint(const std::string& name, const std::string& fingerprint) {
+  // A device's rows may come from several runs (threads, library versions): each run's fingerprint is
+  // kept, not only the last writer's.
+  if (fingerprint.empty()) return true;
+  const std::string history = fingerprintOf(name);
+  const std::string updated = withFingerprint(history, fingerprint);
+  if (updated == history) return true;
+  sqlite3_stmt* update = nullptr;
+  if (sqlite3_prepare_v2(m_impl->db, "UPDATE devices SET fingerprint = ? WHERE name = ?", -1, &update, nullptr) != SQLITE_OK) {
+    return false;
+  }
+  sqlite3_bind_text(update, 1, updated.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(update, 2, name.c_str(), -1, SQLITE_TRANSIENT);
+  const int rc = sqlite3_step(update);
+  sqlite3_finalize(update);
+  return rc == SQLITE_DONE;
+}
+
+std::string CostDatabase::fingerprintOf(const std::string& deviceName) const {
+  sqlite3_stmt* stmt = nullptr;
+  std::string out;
+  if (sqlite3_prepare_v2(m_impl->db, "SELECT fingerprint FROM devices WHERE name = ?", -1, &stmt, nullptr) != SQLITE_OK) return out;
+  sqlite3_bind_text(stmt, 1, deviceName.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(stmt) == SQLITE_ROW) {
+    if (const auto* text = sqlite3_column_text(stmt, 0)) out = reinterpret_cast<const char*>(text);
+  }
+  sqlite3_finalize(stmt);
+  return out;
 }
 
 Result<void> CostDatabase::addKernels(const std::string& deviceName, const std::vector<KernelMeasurement>& rows) {
@@ -692,14 +743,29 @@ Result<std::int64_t> CostDatabase::merge(const std::string& otherPath) {
               "SELECT d.id, c.direction, c.pinned, c.bytes, c.median_s, c.spread_s, c.repetitions, c.measured_at "
               "FROM other.copies c JOIN other.devices od ON od.id = c.device_id JOIN devices d ON d.name = od.name;";
   }
-  script += "COMMIT;";
-  if (!exec(db, script, &why)) {
+  // A device both files hold keeps both files' fingerprints, in the same transaction.
+  bool fingerprints = exec(db, script, &why);
+  const auto added = sqlite3_total_changes(db) - before;  // rows, not the fingerprints updated below
+  if (fingerprints) {
+    sqlite3_stmt* stmt = nullptr;
+    fingerprints = sqlite3_prepare_v2(db, "SELECT name, fingerprint FROM other.devices", -1, &stmt, nullptr) == SQLITE_OK;
+    std::vector<std::pair<std::string, std::string>> theirs;
+    while (fingerprints && sqlite3_step(stmt) == SQLITE_ROW) {
+      const auto* name = sqlite3_column_text(stmt, 0);
+      const auto* fp = sqlite3_column_text(stmt, 1);
+      theirs.emplace_back(name ? reinterpret_cast<const char*>(name) : "", fp ? reinterpret_cast<const char*>(fp) : "");
+    }
+    sqlite3_finalize(stmt);
+    for (const auto& [name, fp] : theirs) fingerprints = fingerprints && addFingerprint(name, fp);
+    if (!fingerprints && why.empty()) why = sqlite3_errmsg(db);
+  }
+  if (!fingerprints || !exec(db, "COMMIT;", &why)) {
     exec(db, "ROLLBACK");
     exec(db, "DETACH DATABASE other");
     return fail(Error::io("merge failed: " + why, m_impl->path));
   }
   exec(db, "DETACH DATABASE other");
-  return static_cast<std::int64_t>(sqlite3_total_changes(db) - before);
+  return static_cast<std::int64_t>(added);
 }
 
 std::vector<GemmMeasurement> CostDatabase::gemmsFor(const std::string& gpuName) const {

@@ -115,6 +115,11 @@ class CostDatabase {
   /// Measured GEMMs of the device named exactly `deviceName`.
   [[nodiscard]] std::vector<GemmMeasurement> gemmsOfDevice(const std::string& deviceName) const;
 
+  /// The fingerprints of the profiling runs that wrote `deviceName`'s rows, one a line, oldest first (a
+  /// run with the same fingerprint as an earlier one adds no line; past 4 KiB the oldest lines go); empty
+  /// for an unknown device.
+  [[nodiscard]] std::string fingerprintOf(const std::string& deviceName) const;
+
   /// A short content hash (for plan provenance).
   [[nodiscard]] std::string hash() const;
   [[nodiscard]] const std::string& path() const;
@@ -123,6 +128,7 @@ class CostDatabase {
   struct Impl;
   explicit CostDatabase(std::unique_ptr<Impl> impl);
   bool ensureDevice(const std::string& name, const std::string& fingerprint);
+  bool addFingerprint(const std::string& name, const std::string& fingerprint);
   [[nodiscard]] std::vector<GemmMeasurement> gemmsWhere(const std::function<bool(const std::string&)>& device) const;
   std::unique_ptr<Impl> m_impl;
 };
