@@ -14,8 +14,11 @@ std::int64_t Model::numLayers() const { return spec ? spec->numLayers : graph->i
 
 std::int64_t Model::defaultSeqLen() const { return spec ? spec->defaultSeqLen() : graph->info().seqLen; }
 
-Result<OpGraph> Model::expand(const GraphOptions& options) const {
-  if (spec) return buildOpGraph(*spec, options);
+Result<void> Model::checkExpand(const GraphOptions& options) const {
+  if (spec) {
+    if (auto ok = checkGraphOptions(*spec, options); !ok) return fail(ok.error());
+    return {};
+  }
   const GraphInfo& info = graph->info();
   if (options.seqLen > 0 && options.seqLen != info.seqLen) {
     return fail(Error::badInput("the op graph " + info.name + " was recorded at sequence length " +
@@ -23,10 +26,7 @@ Result<OpGraph> Model::expand(const GraphOptions& options) const {
                                     std::to_string(options.seqLen),
                                 file));
   }
-  if (options.batch == info.batch) return *graph;
-  // Every op's work is linear in the batch; parameters are not.
-  OpGraph scaled(info);
-  scaled.info().batch = options.batch;
+  if (options.batch == info.batch) return {};
   const double factor = static_cast<double>(options.batch) / static_cast<double>(info.batch);
   for (std::size_t v = 0; v < graph->size(); ++v) {
     const Op& op = graph->op(v);
@@ -36,6 +36,18 @@ Result<OpGraph> Model::expand(const GraphOptions& options) const {
                                   file));
     }
   }
+  return {};
+}
+
+Result<OpGraph> Model::expand(const GraphOptions& options) const {
+  if (spec) return buildOpGraph(*spec, options);
+  if (auto ok = checkExpand(options); !ok) return fail(ok.error());
+  const GraphInfo& info = graph->info();
+  if (options.batch == info.batch) return *graph;
+  // Every op's work is linear in the batch; parameters are not.
+  OpGraph scaled(info);
+  scaled.info().batch = options.batch;
+  const double factor = static_cast<double>(options.batch) / static_cast<double>(info.batch);
   auto scale = [&](std::int64_t v) { return static_cast<std::int64_t>(static_cast<double>(v) * factor); };
   for (std::size_t v = 0; v < graph->size(); ++v) {
     Op op = graph->op(v);

@@ -566,6 +566,12 @@ class Builder {
 }  // namespace
 
 Result<OpGraph> buildOpGraph(const ModelSpec& spec, const GraphOptions& options) {
+  auto seqLen = checkGraphOptions(spec, options);
+  if (!seqLen) return fail(seqLen.error());
+  return Builder(spec, *seqLen, options.batch, options.dtypeBytes).build();
+}
+
+Result<std::int64_t> checkGraphOptions(const ModelSpec& spec, const GraphOptions& options) {
   if (auto valid = validateModelSpec(spec); !valid) return fail(valid.error());
   if (options.batch <= 0) return fail(Error::badInput("batch must be positive, got " + std::to_string(options.batch)));
   if (options.dtypeBytes <= 0) {
@@ -600,7 +606,7 @@ Result<OpGraph> buildOpGraph(const ModelSpec& spec, const GraphOptions& options)
     return fail(Error::badInput("batch " + std::to_string(options.batch) + " x sequence " + std::to_string(seqLen) +
                                 " is too large to describe (tensors beyond 2^61 bytes)"));
   }
-  return Builder(spec, seqLen, options.batch, options.dtypeBytes).build();
+  return seqLen;
 }
 
 }  // namespace colo

@@ -183,7 +183,8 @@ Result<void> checkBatch(const Rules& r) {
     return r.bad("/parallel/sequence_parallel", "seq_len " + str(plan.seqLen) + " is not divisible by tp*cp " +
                                                     str(p.tp * p.cp));
   }
-  if (auto graph = plan.model.expand(GraphOptions{plan.seqLen, 1, bytesPerElement(plan.precision)}); !graph) {
+  // Whether the graph can be built at this length, without building it (a search validates many plans).
+  if (auto graph = plan.model.checkExpand(GraphOptions{plan.seqLen, 1, bytesPerElement(plan.precision)}); !graph) {
     Error e = graph.error();
     e.file = r.file;
     e.path = "/batch/seq_len";

@@ -224,6 +224,26 @@ TEST(OpGraph, SequenceLengthLimits) {
   EXPECT_NE(huge.error().message.find("too large"), std::string::npos);
 }
 
+TEST(OpGraph, CheckingWithoutBuildingGivesBuildingsAnswer) {
+  // validatePlan checks with checkGraphOptions; it must refuse exactly what buildOpGraph refuses.
+  struct Case {
+    const char* model;
+    GraphOptions options;
+  };
+  for (const auto& [name, options] : std::vector<Case>{{"gpt2-small", {2048, 1, 2}}, {"gpt2-small", {1024, 4, 2}},
+                                                       {"vit-large", {512, 1, 2}}, {"vit-large", {0, 8, 2}},
+                                                       {"llama3-405b", {1 << 20, 1 << 20, 2}}, {"llama2-7b", {32768, 1, 2}},
+                                                       {"llama2-7b", {-1, 1, 2}}, {"llama2-7b", {64, 0, 2}}}) {
+    const ModelSpec spec = libraryModel(name);
+    auto built = buildOpGraph(spec, options);
+    auto checked = checkGraphOptions(spec, options);
+    ASSERT_EQ(static_cast<bool>(built), static_cast<bool>(checked)) << name << " " << options.seqLen;
+    if (!built) {
+      EXPECT_EQ(built.error().message, checked.error().message);
+    }
+  }
+}
+
 Json tinyGraph() {
   return Json::parse(R"({
     "format": "colo.opgraph/1", "name": "tiny", "seq_len": 128, "num_layers": 1,

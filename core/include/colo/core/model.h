@@ -29,6 +29,8 @@ struct Model {
   /// The op graph at the given sequence length and batch. A raw op graph cannot change its sequence
   /// length (errors: kBadInput naming both lengths); its batch scales linearly.
   [[nodiscard]] Result<OpGraph> expand(const GraphOptions& options) const;
+  /// Whether expand() would succeed (the same errors), without building the graph.
+  [[nodiscard]] Result<void> checkExpand(const GraphOptions& options) const;
   /// The embeddable document: the spec as `colo.model/1` (an HF config is stored mapped), or the graph.
   [[nodiscard]] Json toJson() const;
 };

@@ -154,6 +154,9 @@ struct GraphOptions {
 /// Expands a validated spec into its op graph. Errors: kBadInput when the sequence length exceeds a
 /// learned position table or is given for an image model, whose length is fixed by its patches.
 [[nodiscard]] Result<OpGraph> buildOpGraph(const ModelSpec& spec, const GraphOptions& options = {});
+/// Whether buildOpGraph would succeed, without building (its errors, word for word); the sequence length
+/// it would use.
+[[nodiscard]] Result<std::int64_t> checkGraphOptions(const ModelSpec& spec, const GraphOptions& options = {});
 
 /// Reads a `colo.opgraph/1` document (unknown fields rejected, edges checked, cycles rejected).
 [[nodiscard]] Result<OpGraph> opGraphFromJson(const Json& document, const std::string& file);
