@@ -348,7 +348,10 @@ Result<SearchJob> searchJob(const Args& args) {
   if (sizes.empty()) job.clusters.push_back(inputs->second);
   for (const auto n : sizes) {
     auto scaled = scaleCluster(inputs->second, n);
-    if (!scaled) return fail(Error::badInput("--gpus " + std::to_string(n) + ": " + scaled.error().message));
+    if (!scaled) {
+      const std::string& why = scaled.error().message;  // most of scaleCluster's messages name --gpus already
+      return fail(Error::badInput(why.starts_with("--gpus") ? why : "--gpus " + std::to_string(n) + ": " + why));
+    }
     job.clusters.push_back(std::move(*scaled));
   }
   return job;

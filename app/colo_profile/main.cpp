@@ -379,7 +379,7 @@ int collectives(const std::vector<std::string>& argv) {
   }
   if (!measured) return report(measured.error());
   if (childFailed) return report(Error::internal("a collective rank failed; see its message above"));
-  if (auto w = db->addCollectives(*name, *measured); !w) return report(w.error());
+  if (auto w = db->addCollectives(*name, *measured, profiler::deviceFingerprint(o->backend == "nccl" ? "cuda" : "cpu")); !w) return report(w.error());
   // The same ring model the cost model uses; `colo-plan evaluate --costdb` applies these fits.
   const auto fits = costmodel::fitLinkLevels(*measured);
   if (args->has("json")) {

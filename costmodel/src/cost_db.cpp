@@ -431,8 +431,8 @@ bool CostDatabase::ensureDevice(const std::string& name, const std::string& fing
 
 namespace {
 
-// `history` (fingerprints one a line, oldest first) with `fingerprint`'s lines added where missing,
-// dropping the oldest lines past what the schema allows a fingerprint (4 KiB).
+// `history` (fingerprints one a line, the most recently written last) with `fingerprint`'s lines moved
+// or added to the end, dropping the first lines past what the schema allows a fingerprint (4 KiB).
 std::string withFingerprint(const std::string& history, const std::string& fingerprint) {
   auto lines = [](const std::string& text) {
     std::vector<std::string> out;
@@ -446,7 +446,8 @@ std::string withFingerprint(const std::string& history, const std::string& finge
   };
   std::vector<std::string> all = lines(history);
   for (auto& line : lines(fingerprint)) {
-    if (std::find(all.begin(), all.end(), line) == all.end()) all.push_back(std::move(line));
+    all.erase(std::remove(all.begin(), all.end(), line), all.end());
+    all.push_back(std::move(line));
   }
   auto joined = [&all] {
     std::string text;
@@ -467,9 +468,10 @@ bool CostDatabase::addFingerprint(const std::string& name, const std::string& fi
   // A device's rows may come from several runs (threads, library versions): each run's fingerprint is
   // kept, not only the last writer's.
   if (fingerprint.empty()) return true;
-  const std::string history = fingerprintOf(name);
-  const std::string updated = withFingerprint(history, fingerprint);
-  if (updated == history) return true;
+  const auto history = readFingerprint(name);
+  if (!history) return false;  // never overwrite a history that could not be read
+  const std::string updated = withFingerprint(*history, fingerprint);
+  if (updated == *history) return true;
   sqlite3_stmt* update = nullptr;
   if (sqlite3_prepare_v2(m_impl->db, "UPDATE devices SET fingerprint = ? WHERE name = ?", -1, &update, nullptr) != SQLITE_OK) {
     return false;
@@ -481,22 +483,31 @@ bool CostDatabase::addFingerprint(const std::string& name, const std::string& fi
   return rc == SQLITE_DONE;
 }
 
-std::string CostDatabase::fingerprintOf(const std::string& deviceName) const {
+std::optional<std::string> CostDatabase::readFingerprint(const std::string& name) const {
   sqlite3_stmt* stmt = nullptr;
-  std::string out;
-  if (sqlite3_prepare_v2(m_impl->db, "SELECT fingerprint FROM devices WHERE name = ?", -1, &stmt, nullptr) != SQLITE_OK) return out;
-  sqlite3_bind_text(stmt, 1, deviceName.c_str(), -1, SQLITE_TRANSIENT);
-  if (sqlite3_step(stmt) == SQLITE_ROW) {
-    if (const auto* text = sqlite3_column_text(stmt, 0)) out = reinterpret_cast<const char*>(text);
+  if (sqlite3_prepare_v2(m_impl->db, "SELECT fingerprint FROM devices WHERE name = ?", -1, &stmt, nullptr) != SQLITE_OK) {
+    return std::nullopt;
+  }
+  sqlite3_bind_text(stmt, 1, name.c_str(), -1, SQLITE_TRANSIENT);
+  std::optional<std::string> out;
+  const int rc = sqlite3_step(stmt);
+  if (rc == SQLITE_ROW) {
+    const auto* text = sqlite3_column_text(stmt, 0);
+    out = text ? reinterpret_cast<const char*>(text) : "";
+  } else if (rc == SQLITE_DONE) {
+    out = "";  // no such device yet
   }
   sqlite3_finalize(stmt);
   return out;
 }
 
-Result<void> CostDatabase::addKernels(const std::string& deviceName, const std::vector<KernelMeasurement>& rows) {
+std::string CostDatabase::fingerprintOf(const std::string& deviceName) const { return readFingerprint(deviceName).value_or(""); }
+
+Result<void> CostDatabase::addKernels(const std::string& deviceName, const std::vector<KernelMeasurement>& rows,
+                                   const std::string& fingerprint) {
   if (m_impl->version < 2) return fail(Error::badInput("kernels need schema version 2; open with openForWrite", m_impl->path));
   return insertBatch(
-      m_impl->db, m_impl->path, [&] { return ensureDevice(deviceName, {}); },
+      m_impl->db, m_impl->path, [&] { return ensureDevice(deviceName, fingerprint); },
       "INSERT OR REPLACE INTO kernels(device_id, op, dtype, shape, impl, median_s, spread_s, repetitions) "
       "SELECT id, ?, ?, ?, ?, ?, ?, ? FROM devices WHERE name = ?",
       rows,
@@ -513,10 +524,11 @@ Result<void> CostDatabase::addKernels(const std::string& deviceName, const std::
       "a kernel measurement");
 }
 
-Result<void> CostDatabase::addCollectives(const std::string& deviceName, const std::vector<CollectiveMeasurement>& rows) {
+Result<void> CostDatabase::addCollectives(const std::string& deviceName, const std::vector<CollectiveMeasurement>& rows,
+                                   const std::string& fingerprint) {
   if (m_impl->version < 2) return fail(Error::badInput("collectives need schema version 2; open with openForWrite", m_impl->path));
   return insertBatch(
-      m_impl->db, m_impl->path, [&] { return ensureDevice(deviceName, {}); },
+      m_impl->db, m_impl->path, [&] { return ensureDevice(deviceName, fingerprint); },
       "INSERT OR REPLACE INTO collectives(device_id, op, backend, world, link_level, bytes, median_s, spread_s, repetitions) "
       "SELECT id, ?, ?, ?, ?, ?, ?, ?, ? FROM devices WHERE name = ?",
       rows,
@@ -534,10 +546,11 @@ Result<void> CostDatabase::addCollectives(const std::string& deviceName, const s
       "a collective measurement");
 }
 
-Result<void> CostDatabase::addCopies(const std::string& deviceName, const std::vector<CopyMeasurement>& rows) {
+Result<void> CostDatabase::addCopies(const std::string& deviceName, const std::vector<CopyMeasurement>& rows,
+                                   const std::string& fingerprint) {
   if (m_impl->version < 3) return fail(Error::badInput("copies need schema version 3; open with openForWrite", m_impl->path));
   return insertBatch(
-      m_impl->db, m_impl->path, [&] { return ensureDevice(deviceName, {}); },
+      m_impl->db, m_impl->path, [&] { return ensureDevice(deviceName, fingerprint); },
       "INSERT OR REPLACE INTO copies(device_id, direction, pinned, bytes, median_s, spread_s, repetitions) "
       "SELECT id, ?, ?, ?, ?, ?, ? FROM devices WHERE name = ?",
       rows,

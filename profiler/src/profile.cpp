@@ -229,7 +229,7 @@ Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& 
     if (progress) progress->progress(1.0, "kernel adam_step " + shape);
   }
   if (!kernels.empty()) {
-    if (auto w = db.addKernels(*name, kernels); !w) return fail(w.error());
+    if (auto w = db.addKernels(*name, kernels, deviceFingerprint(options.device)); !w) return fail(w.error());
   }
 
   // Host-device copies (the offload path), on a CUDA device only: a CPU has no copy to measure.
@@ -245,7 +245,7 @@ Result<ProfileReport> profileModel(const Model& model, costmodel::CostDatabase& 
         }
       }
     }
-    if (auto w = db.addCopies(*name, copies); !w) return fail(w.error());
+    if (auto w = db.addCopies(*name, copies, deviceFingerprint(options.device)); !w) return fail(w.error());
   }
   (void)measuredFlops;
   (void)measuredSeconds;

@@ -272,7 +272,7 @@ TEST(CostDatabaseV2, VersionOneFilesAreMigratedInPlace) {
 
 TEST(CostDatabaseV2, EveryRunsFingerprintIsKept) {
   // Rows of one device from runs with different fingerprints (a 1-thread and a 2-thread run): the device
-  // keeps both, once each, oldest first, and a merge adds the other file's.
+  // keeps both, once each, the most recently written last, and a merge adds the other file's.
   test::ScratchDir dir;
   const auto a = dir.path("a.sqlite");
   const auto b = dir.path("b.sqlite");
@@ -282,7 +282,8 @@ TEST(CostDatabaseV2, EveryRunsFingerprintIsKept) {
     ASSERT_TRUE(db->addGemms("cpu", {{64, 64, 64, DType::kFp32, 1e-5}}, "libtorch 1.13; threads 1"));
     ASSERT_TRUE(db->addGemms("cpu", {{128, 64, 64, DType::kFp32, 2e-5}}, "libtorch 1.13; threads 2"));
     ASSERT_TRUE(db->addGemms("cpu", {{256, 64, 64, DType::kFp32, 3e-5}}, "libtorch 1.13; threads 1"));
-    EXPECT_EQ(db->fingerprintOf("cpu"), "libtorch 1.13; threads 1\nlibtorch 1.13; threads 2");
+    EXPECT_EQ(db->fingerprintOf("cpu"), "libtorch 1.13; threads 2\nlibtorch 1.13; threads 1");
+    ASSERT_TRUE(db->addKernels("cpu", {{"gelu", DType::kFp32, "1x1", "", 1e-6, 0, 1}}, "libtorch 1.13; threads 3"));
     EXPECT_EQ(db->fingerprintOf("gpu"), "");
     auto other = CostDatabase::openForWrite(b);
     ASSERT_TRUE(other);
@@ -293,7 +294,7 @@ TEST(CostDatabaseV2, EveryRunsFingerprintIsKept) {
   auto added = db->merge(b);
   ASSERT_TRUE(added) << added.error().toString();
   EXPECT_EQ(*added, 0);  // the one row of b is already in a; the fingerprint is not a row
-  EXPECT_EQ(db->fingerprintOf("cpu"), "libtorch 1.13; threads 1\nlibtorch 1.13; threads 2\nlibtorch 2.5; threads 4");
+  EXPECT_EQ(db->fingerprintOf("cpu"), "libtorch 1.13; threads 2\nlibtorch 1.13; threads 1\nlibtorch 1.13; threads 3\nlibtorch 2.5; threads 4");
   // Bounded by the schema's 4 KiB: the oldest go first.
   for (int i = 0; i < 200; ++i) {
     ASSERT_TRUE(db->addGemms("cpu", {{64, 64, 64, DType::kFp32, 1e-5}}, "run " + std::to_string(i) + std::string(40, '.')));
@@ -301,7 +302,7 @@ TEST(CostDatabaseV2, EveryRunsFingerprintIsKept) {
   const std::string history = db->fingerprintOf("cpu");
   EXPECT_LE(history.size(), 4096u);
   EXPECT_NE(history.find("run 199"), std::string::npos);
-  EXPECT_EQ(history.find("threads 1"), std::string::npos);
+  EXPECT_EQ(history.find("threads 2"), std::string::npos);
   EXPECT_TRUE(CostDatabase::open(a));  // still a valid file
 }
 

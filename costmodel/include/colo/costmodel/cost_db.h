@@ -85,13 +85,16 @@ class CostDatabase {
   /// The version an older file had before openForWrite migrated it; 0 when nothing was migrated.
   [[nodiscard]] int migratedFrom() const;
 
-  /// Adds a device (its fingerprint: driver and library versions, clocks) and its GEMM measurements in
-  /// one transaction. Errors: kIo on a write failure (the database keeps everything committed before).
+  /// Adds a device (with the run's fingerprint: library versions, threads, CUDA device; fingerprintOf) and
+  /// its GEMM measurements in one transaction. Errors: kIo on a write failure (the database keeps everything committed before).
   [[nodiscard]] Result<void> addGemms(const std::string& deviceName, const std::vector<GemmMeasurement>& rows,
                                       const std::string& fingerprint = {});
-  [[nodiscard]] Result<void> addKernels(const std::string& deviceName, const std::vector<KernelMeasurement>& rows);
-  [[nodiscard]] Result<void> addCollectives(const std::string& deviceName, const std::vector<CollectiveMeasurement>& rows);
-  [[nodiscard]] Result<void> addCopies(const std::string& deviceName, const std::vector<CopyMeasurement>& rows);
+  [[nodiscard]] Result<void> addKernels(const std::string& deviceName, const std::vector<KernelMeasurement>& rows,
+                                        const std::string& fingerprint = {});
+  [[nodiscard]] Result<void> addCollectives(const std::string& deviceName, const std::vector<CollectiveMeasurement>& rows,
+                                            const std::string& fingerprint = {});
+  [[nodiscard]] Result<void> addCopies(const std::string& deviceName, const std::vector<CopyMeasurement>& rows,
+                                       const std::string& fingerprint = {});
 
   /// Whether a GEMM of this device (exact name), precision and shape is already measured (for --resume).
   [[nodiscard]] bool hasGemm(const std::string& deviceName, DType dtype, std::int64_t m, std::int64_t n, std::int64_t k) const;
@@ -115,9 +118,9 @@ class CostDatabase {
   /// Measured GEMMs of the device named exactly `deviceName`.
   [[nodiscard]] std::vector<GemmMeasurement> gemmsOfDevice(const std::string& deviceName) const;
 
-  /// The fingerprints of the profiling runs that wrote `deviceName`'s rows, one a line, oldest first (a
-  /// run with the same fingerprint as an earlier one adds no line; past 4 KiB the oldest lines go); empty
-  /// for an unknown device.
+  /// The distinct fingerprints of the profiling runs that wrote `deviceName`'s rows, one a line, the most
+  /// recently written last (a run with a fingerprint already listed moves it to the end; a merge adds the
+  /// other file's after this one's; past 4 KiB the first lines go); empty for an unknown device.
   [[nodiscard]] std::string fingerprintOf(const std::string& deviceName) const;
 
   /// A short content hash (for plan provenance).
@@ -129,6 +132,7 @@ class CostDatabase {
   explicit CostDatabase(std::unique_ptr<Impl> impl);
   bool ensureDevice(const std::string& name, const std::string& fingerprint);
   bool addFingerprint(const std::string& name, const std::string& fingerprint);
+  [[nodiscard]] std::optional<std::string> readFingerprint(const std::string& name) const;
   [[nodiscard]] std::vector<GemmMeasurement> gemmsWhere(const std::function<bool(const std::string&)>& device) const;
   std::unique_ptr<Impl> m_impl;
 };
