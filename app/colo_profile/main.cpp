@@ -294,6 +294,7 @@ const std::vector<app::OptionSpec>& collectiveSpecs() {
       {"port", "P", "TCPStore port on 127.0.0.1 (default 29631)"},
       {"sizes", "B1,B2", "message sizes in bytes per rank (default 1 KiB to 64 MiB)"},
       {"reps", "N", "timed repetitions per size (default 5)"},
+      {"resume", "", "measure only the sizes the database lacks (after an interrupted run)"},
       {"rank", "R", "(internal) run as this rank"},
       {"json", "", "print one JSON object"},
       {"quiet", "", "no progress bar"},
@@ -330,13 +331,16 @@ int collectives(const std::vector<std::string>& argv) {
   if (args->has("help")) {
     std::cout << "usage: colo-profile collectives --db DB [--world N] [--backend gloo|nccl] [--sizes B1,B2,...] [--port P] [--json]\n\n"
                  "Measures all-reduce, all-gather and broadcast through c10d/Gloo across N local processes and fits\n"
-                 "latency and bandwidth.\n\n"
+                 "latency and bandwidth. Ctrl-C stops every rank after the size in flight and keeps the sizes completed;\n"
+                 "--resume then measures the rest.\n\n"
               << app::describeOptions(collectiveSpecs());
     return 0;
   }
   auto o = collectiveOptions(*args);
   if (!o) return report(o.error());
   if (args->has("rank")) {  // a spawned rank: measure and exit
+    // Ctrl-C reaches every process of the terminal's group; rank 0 alone decides when all stop.
+    std::signal(SIGINT, SIG_IGN);
     auto rank = args->positiveInteger("rank", 1);
     if (!rank) return report(rank.error());
     auto r = profiler::runCollectiveWorker(*o, static_cast<int>(*rank));
@@ -349,6 +353,19 @@ int collectives(const std::vector<std::string>& argv) {
   if (!name) return report(name.error());
   auto db = openForWrite(*dbPath);
   if (!db) return report(db.error());
+  std::size_t already = 0;
+  if (args->has("resume")) {
+    const auto missing = profiler::collectiveSizesMissing(*o, db->collectivesFor(*name));
+    already = o->sizes.size() - missing.size();
+    o->sizes = missing;
+    if (o->sizes.empty()) {
+      std::cout << *name << ": all " << already << " sizes already in " << *dbPath << " (" << o->backend << ", " << o->world
+                << " ranks)\n";
+      return 0;
+    }
+  }
+  std::signal(SIGINT, onSignal);
+  std::signal(SIGTERM, onSignal);
 
   // Ranks 1..N-1 are this program again; rank 0 runs here.
   std::vector<pid_t> children;
@@ -369,7 +386,7 @@ int collectives(const std::vector<std::string>& argv) {
     children.push_back(pid);
   }
   Bar bar;
-  auto measured = profiler::runCollectiveWorker(*o, 0, args->has("quiet") || args->has("json") ? nullptr : &bar);
+  auto measured = profiler::runCollectiveWorker(*o, 0, args->has("quiet") || args->has("json") ? nullptr : &bar, &gCancel);
   bool childFailed = false;
   for (const auto pid : children) {
     if (!measured) kill(pid, SIGTERM);  // no rank outlives a failed group
@@ -379,26 +396,35 @@ int collectives(const std::vector<std::string>& argv) {
   }
   if (!measured) return report(measured.error());
   if (childFailed) return report(Error::internal("a collective rank failed; see its message above"));
-  if (auto w = db->addCollectives(*name, *measured, profiler::deviceFingerprint(o->backend == "nccl" ? "cuda" : "cpu")); !w) return report(w.error());
-  // The same ring model the cost model uses; `colo-plan evaluate --costdb` applies these fits.
-  const auto fits = costmodel::fitLinkLevels(*measured);
+  if (!measured->empty()) {
+    if (auto w = db->addCollectives(*name, *measured, profiler::deviceFingerprint(o->backend == "nccl" ? "cuda" : "cpu")); !w) {
+      return report(w.error());
+    }
+  }
+  const bool interrupted = gCancel.cancelled();
+  // The same ring model over the same rows the cost model uses (the device's, this run's and earlier
+  // ones'); `colo-plan evaluate --costdb` applies these fits.
+  const auto fits = costmodel::fitLinkLevels(db->collectivesFor(*name));
   if (args->has("json")) {
     Json j = Json::array();
     for (const auto& f : fits) {
       j.push_back({{"level", f.level}, {"points", f.points}, {"latency_us", f.latencySeconds * 1e6},
                    {"bandwidth_GBps", f.bytesPerSecond / 1e9}, {"rms_relative_error", f.rmsRelativeError}});
     }
-    std::cout << Json{{"device", *name}, {"measurements", measured->size()}, {"fits", j}}.dump(2) << "\n";
+    std::cout << Json{{"device", *name}, {"measurements", measured->size()}, {"sizes_already_in", already}, {"cancelled", interrupted}, {"fits", j}}
+                     .dump(2)
+              << "\n";
   } else {
     std::cout << *name << ": " << measured->size() << " collective measurements (" << o->backend << ", " << o->world << " ranks) in "
-              << *dbPath << "\n";
+              << *dbPath << (already > 0 ? "; " + std::to_string(already) + " sizes already in" : std::string())
+              << (interrupted ? " (interrupted: run again with --resume)" : "") << "\n";
     for (const auto& f : fits) {
       std::cout << "  link level " << f.level << " (ring model over " << f.points << " measurements): latency "
                 << formatFixed(f.latencySeconds * 1e6, 1) << " us per step, bandwidth " << formatFixed(f.bytesPerSecond / 1e9, 2)
                 << " GB/s, rms error " << formatFixed(100 * f.rmsRelativeError, 1) << "%\n";
     }
   }
-  return 0;
+  return interrupted ? 130 : 0;
 }
 
 }  // namespace

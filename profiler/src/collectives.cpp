@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
 
+#include <algorithm>
 #include <chrono>
 
 #if defined(COLO_TORCH_CUDA) && __has_include(<nccl.h>)
@@ -28,7 +29,7 @@ namespace {
 // for NCCL); the Stopwatch times on that device's clock.
 template <class PG>
 std::vector<costmodel::CollectiveMeasurement> measure(PG& pg, const CollectiveOptions& o, int rank, const torch::Device& device,
-                                                      const std::string& link, ProgressSink* progress) {
+                                                      const std::string& link, ProgressSink* progress, const CancellationToken* cancel) {
   std::vector<costmodel::CollectiveMeasurement> out;
   const auto options = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   // Time grows with the bytes moved plus a fixed cost per call; progress follows that.
@@ -38,6 +39,10 @@ std::vector<costmodel::CollectiveMeasurement> measure(PG& pg, const CollectiveOp
   for (const auto bytes : o.sizes) total += 3 * weight(bytes);
   detail::Stopwatch watch(device);
   for (const auto bytes : o.sizes) {
+    // Rank 0 says whether to go on (it alone hears Ctrl-C: the others ignore SIGINT), so all stop together.
+    std::vector<at::Tensor> goOn{torch::full({1}, rank == 0 && cancel && cancel->cancelled() ? 0 : 1, options)};
+    pg.broadcast(goOn)->wait();
+    if (goOn[0].to(torch::kCPU).item<float>() < 0.5f) break;
     const std::int64_t elements = std::max<std::int64_t>(1, bytes / 4);
     for (const std::string op : {"all_reduce", "all_gather", "broadcast"}) {
       std::vector<double> samples;
@@ -71,8 +76,30 @@ std::vector<costmodel::CollectiveMeasurement> measure(PG& pg, const CollectiveOp
 
 }  // namespace
 
+std::string collectiveLinkLevel(const CollectiveOptions& o) {
+  if (o.backend != "nccl") return "loopback";
+  return o.world == 1 ? "self" : "nvlink";
+}
+
+std::vector<std::int64_t> collectiveSizesMissing(const CollectiveOptions& o, const std::vector<costmodel::CollectiveMeasurement>& have) {
+  const std::string link = collectiveLinkLevel(o);
+  std::vector<std::int64_t> missing;
+  for (const auto bytes : o.sizes) {
+    const std::int64_t perRank = std::max<std::int64_t>(1, bytes / 4) * 4;
+    int found = 0;
+    for (const std::string op : {"all_reduce", "all_gather", "broadcast"}) {
+      const std::int64_t counted = op == "all_gather" ? perRank * o.world : perRank;
+      found += std::any_of(have.begin(), have.end(), [&](const costmodel::CollectiveMeasurement& m) {
+        return m.op == op && m.backend == o.backend && m.world == o.world && m.linkLevel == link && m.bytes == counted;
+      });
+    }
+    if (found < 3) missing.push_back(bytes);
+  }
+  return missing;
+}
+
 Result<std::vector<costmodel::CollectiveMeasurement>> runCollectiveWorker(const CollectiveOptions& o, int rank,
-                                                                         ProgressSink* progress) {
+                                                                         ProgressSink* progress, const CancellationToken* cancel) {
   const bool nccl = o.backend == "nccl";
   if (!nccl && o.backend != "gloo") return fail(Error::badInput("--backend: expected gloo or nccl, got \"" + o.backend + "\""));
   if (o.world < (nccl ? 1 : 2) || rank < 0 || rank >= o.world) {
@@ -103,7 +130,7 @@ Result<std::vector<costmodel::CollectiveMeasurement>> runCollectiveWorker(const 
       auto pgOptions = c10d::ProcessGroupNCCL::Options::create();
       pgOptions->timeout = std::chrono::milliseconds(o.timeoutSeconds * 1000);
       auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, o.world, pgOptions);
-      return measure(*pg, o, rank, torch::Device(torch::kCUDA, index), o.world == 1 ? "self" : "nvlink", progress);
+      return measure(*pg, o, rank, torch::Device(torch::kCUDA, index), collectiveLinkLevel(o), progress, cancel);
     }
 #endif
 #if defined(COLO_HAS_GLOO)
@@ -111,7 +138,7 @@ Result<std::vector<costmodel::CollectiveMeasurement>> runCollectiveWorker(const 
     pgOptions->timeout = std::chrono::milliseconds(o.timeoutSeconds * 1000);
     pgOptions->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, o.world, pgOptions);
-    return measure(*pg, o, rank, torch::Device(torch::kCPU), "loopback", progress);
+    return measure(*pg, o, rank, torch::Device(torch::kCPU), collectiveLinkLevel(o), progress, cancel);
 #else
     return fail(Error::internal("no process group"));
 #endif

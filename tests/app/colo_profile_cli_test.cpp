@@ -5,12 +5,19 @@
 #include <random>
 #include <regex>
 #include <sstream>
+#include <csignal>
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include "colo/core/json.h"
 #include "core/test_support.h"
+
+extern char** environ;
 
 namespace colo {
 namespace {
@@ -107,6 +114,64 @@ TEST_F(ColoProfileCli, ProfileResumeCheckAndMerge) {
     EXPECT_EQ(most, 2);
     EXPECT_EQ(spread, 1);
   }
+}
+
+TEST_F(ColoProfileCli, CollectivesResumeMeasuresOnlyTheMissingSizes) {
+  test::ScratchDir dir;
+  std::random_device rd;
+  const std::string db = dir.path("c.sqlite");
+  auto port = [&] { return " --port " + std::to_string(30000 + static_cast<int>(rd() % 20000)); };
+  auto first = profile("collectives --db " + db + " --world 2 --sizes 1024 --reps 2 --json" + port());
+  ASSERT_EQ(first.exitCode, 0) << first.err;
+  EXPECT_EQ(Json::parse(first.out)["measurements"].get<int>(), 3);
+  auto second = profile("collectives --db " + db + " --world 2 --sizes 1024,4096 --reps 2 --resume --json" + port());
+  ASSERT_EQ(second.exitCode, 0) << second.err;
+  EXPECT_EQ(Json::parse(second.out)["measurements"].get<int>(), 3);  // 4096 only
+  EXPECT_EQ(Json::parse(second.out)["sizes_already_in"].get<int>(), 1);
+  auto third = profile("collectives --db " + db + " --world 2 --sizes 1024,4096 --reps 2 --resume" + port());
+  ASSERT_EQ(third.exitCode, 0) << third.err;
+  EXPECT_NE(third.out.find("all 2 sizes already in"), std::string::npos) << third.out;
+}
+
+TEST_F(ColoProfileCli, CollectivesInterruptedKeepWhatWasMeasured) {
+  // SIGINT to the parent (rank 0) while it measures: every rank stops after the size in flight, the
+  // completed sizes are written, exit 130; --resume then measures the rest, and the file holds every size.
+  test::ScratchDir dir;
+  std::random_device rd;
+  const std::string db = dir.path("c.sqlite");
+  const std::string sizes = "1024,65536,1048576,4194304,16777216,67108864";
+  const std::string bin = std::string(COLO_BIN_DIR) + "/colo-profile";
+  std::vector<std::string> argv{bin, "collectives", "--db", db, "--world", "2", "--sizes", sizes, "--reps", "5", "--json",
+                                "--port", std::to_string(30000 + static_cast<int>(rd() % 20000))};
+  std::vector<char*> cargv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, dir.path("out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, dir.path("err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, bin.c_str(), &actions, nullptr, cargv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  kill(pid, SIGINT);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  std::ifstream outFile(dir.path("out")), errFile(dir.path("err"));
+  const std::string out((std::istreambuf_iterator<char>(outFile)), {}), err((std::istreambuf_iterator<char>(errFile)), {});
+  ASSERT_TRUE(WIFEXITED(status)) << err;
+  if (WEXITSTATUS(status) == 0) GTEST_SKIP() << "the run finished before the signal (a fast machine): nothing to interrupt";
+  ASSERT_EQ(WEXITSTATUS(status), 130) << out << err;
+  const Json j = Json::parse(out);
+  EXPECT_TRUE(j["cancelled"].get<bool>());
+  const int kept = j["measurements"].get<int>();
+  EXPECT_LT(kept, 18);
+  EXPECT_EQ(kept % 3, 0);  // whole sizes only
+  auto rest = profile("collectives --db " + db + " --world 2 --sizes " + sizes + " --reps 1 --resume --json --port " +
+                      std::to_string(30000 + static_cast<int>(rd() % 20000)));
+  ASSERT_EQ(rest.exitCode, 0) << rest.err;
+  EXPECT_EQ(Json::parse(rest.out)["sizes_already_in"].get<int>(), kept / 3);
+  EXPECT_EQ(kept + Json::parse(rest.out)["measurements"].get<int>(), 18);
 }
 
 TEST_F(ColoProfileCli, CollectivesAcrossTwoProcesses) {

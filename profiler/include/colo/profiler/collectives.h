@@ -29,8 +29,19 @@ struct CollectiveOptions {
 /// Runs the measurement as `rank`; every rank must call it (in its own process). Rank 0 returns the
 /// medians (all_reduce, all_gather with the gathered bytes, broadcast); the others return nothing.
 /// `progress` (rank 0; may be null) hears after each collective and size, weighted by the bytes moved.
+/// `cancel` (rank 0; may be null): before each size rank 0 tells every rank whether to go on, so a
+/// cancelled run stops together after the size in flight and rank 0 returns the sizes completed.
 /// Errors: kInternal with the c10d message (a rank that died, a port in use, a timeout).
 [[nodiscard]] Result<std::vector<costmodel::CollectiveMeasurement>> runCollectiveWorker(const CollectiveOptions& options,
-                                                                                      int rank, ProgressSink* progress = nullptr);
+                                                                                      int rank, ProgressSink* progress = nullptr,
+                                                                                      const CancellationToken* cancel = nullptr);
+
+/// The link level the measurements are stored under: loopback (Gloo), self (NCCL, one rank), nvlink.
+[[nodiscard]] std::string collectiveLinkLevel(const CollectiveOptions& options);
+
+/// The sizes of `options` not yet measured in `have` (a device's rows) for its backend, world and link
+/// level: those missing any of the three collectives (--resume).
+[[nodiscard]] std::vector<std::int64_t> collectiveSizesMissing(const CollectiveOptions& options,
+                                                               const std::vector<costmodel::CollectiveMeasurement>& have);
 
 }  // namespace colo::profiler
