@@ -568,8 +568,23 @@ void BlockDp::advance(std::size_t u) {
   std::vector<std::pair<int, bool>> state;
   thread_local std::vector<Option> pool;  // (its memory reused from step to step)
   pool.clear();
+  // The next states by what survives of a state (its group) and then by the choice's output code, so a
+  // choice finds its next state by index; only a new next state is hashed into `out`. States join `out`
+  // in the same order as through its hash index alone, so ties break as they always have.
+  constexpr std::size_t kCodes = 64;                 // 6 bits: layout and recompute bit
+  thread_local StateMap<std::int32_t> groups;        // survivors -> group
+  thread_local std::vector<std::int32_t> placeOf;    // per group and output code: the next state's place in `out`, or -1
+  groups.clear();
+  placeOf.clear();
+  if (out.size() != 0) throw std::logic_error("autoparallel solver: step " + std::to_string(u + 1) + " advanced twice");
   for (const auto& [key, entry] : m_steps[u]) {
     const std::uint64_t survivors = survivorsOf(key);
+    auto [group, newGroup] = groups.tryEmplace(survivors);
+    if (newGroup) {
+      *group = static_cast<std::int32_t>(groups.size() - 1);
+      placeOf.resize(placeOf.size() + kCodes, -1);
+    }
+    std::int32_t* places = &placeOf[static_cast<std::size_t>(*group) * kCodes];
     std::pair<std::size_t, std::size_t> range;
     if (share) {
       auto& cached = bySignature[signatureOf(key)];
@@ -592,9 +607,15 @@ void BlockDp::advance(std::size_t u) {
       const Option& o = pool[i];
       // Summed in the order the objective has always been summed, so ties break as they did.
       const double objective = entry.objective + o.step.seconds + m_w.lambda * o.step.state + o.price;
-      const std::uint64_t nextKey = producesLive ? (survivors << 6) | static_cast<std::uint64_t>(o.outCode) : survivors;
-      auto [slot, inserted] = out.tryEmplace(nextKey);
-      if (!inserted && slot->objective <= objective) continue;
+      std::int32_t& place = places[producesLive ? static_cast<std::size_t>(o.outCode) : 0];
+      Entry* slot = nullptr;
+      if (place < 0) {
+        place = static_cast<std::int32_t>(out.size());
+        slot = out.tryEmplace(producesLive ? (survivors << 6) | static_cast<std::uint64_t>(o.outCode) : survivors).first;
+      } else {
+        slot = &out.valueAt(static_cast<std::size_t>(place));
+        if (slot->objective <= objective) continue;
+      }
       *slot = {objective, key, static_cast<std::int32_t>(o.strategy), o.recompute, o.keepBefore};
     }
   }

@@ -62,6 +62,8 @@ class StateMap {
     m_shift = 64;
   }
   [[nodiscard]] std::size_t size() const { return m_items.size(); }
+  /// The value of the `i`-th key inserted.
+  [[nodiscard]] Value& valueAt(std::size_t i) { return m_items[i].second; }
   [[nodiscard]] std::vector<Item>::const_iterator begin() const { return m_items.begin(); }
   [[nodiscard]] std::vector<Item>::const_iterator end() const { return m_items.end(); }
 
