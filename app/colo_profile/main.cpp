@@ -325,6 +325,43 @@ Result<profiler::CollectiveOptions> collectiveOptions(const app::Args& args) {
   return o;
 }
 
+// Rank 0 here and ranks 1..N-1 as this program again, all measuring `o`. Ctrl-C: the ranks are
+// spawned while SIGINT is ignored (which they keep across exec), so the terminal's Ctrl-C reaches rank 0
+// alone, whose handler tells every rank to stop after the size in flight.
+Result<std::vector<costmodel::CollectiveMeasurement>> measureCollectives(const profiler::CollectiveOptions& o, ProgressSink* progress) {
+  std::signal(SIGINT, SIG_IGN);
+  std::vector<pid_t> children;
+  std::string sizes;
+  for (const auto s : o.sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(s);
+  for (int rank = 1; rank < o.world; ++rank) {
+    std::vector<std::string> childArgs{"/proc/self/exe", "collectives", "--rank", std::to_string(rank), "--world",
+                                       std::to_string(o.world), "--backend", o.backend, "--port", std::to_string(o.port), "--sizes", sizes,
+                                       "--reps", std::to_string(o.repetitions)};
+    std::vector<char*> cargs;
+    for (auto& a : childArgs) cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    pid_t pid = 0;
+    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargs.data(), environ) != 0) {
+      for (const auto c : children) kill(c, SIGTERM);
+      return fail(Error::internal("cannot start rank " + std::to_string(rank)));
+    }
+    children.push_back(pid);
+  }
+  std::signal(SIGINT, onSignal);
+  std::signal(SIGTERM, onSignal);
+  auto measured = profiler::runCollectiveWorker(o, 0, progress, &gCancel);
+  bool childFailed = false;
+  for (const auto pid : children) {
+    if (!measured) kill(pid, SIGTERM);  // no rank outlives a failed group
+    int status = 0;
+    waitpid(pid, &status, 0);
+    childFailed = childFailed || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+  }
+  if (!measured) return fail(measured.error());
+  if (childFailed) return fail(Error::internal("a collective rank failed; see its message above"));
+  return measured;
+}
+
 int collectives(const std::vector<std::string>& argv) {
   auto args = app::Args::parse(argv, collectiveSpecs());
   if (!args) return report(args.error());
@@ -339,7 +376,8 @@ int collectives(const std::vector<std::string>& argv) {
   auto o = collectiveOptions(*args);
   if (!o) return report(o.error());
   if (args->has("rank")) {  // a spawned rank: measure and exit
-    // Ctrl-C reaches every process of the terminal's group; rank 0 alone decides when all stop.
+    // Ctrl-C reaches every process of the terminal's group; rank 0 alone decides when all stop (SIGINT is
+    // ignored from the spawn on: measureCollectives).
     std::signal(SIGINT, SIG_IGN);
     auto rank = args->positiveInteger("rank", 1);
     if (!rank) return report(rank.error());
@@ -358,50 +396,18 @@ int collectives(const std::vector<std::string>& argv) {
     const auto missing = profiler::collectiveSizesMissing(*o, db->collectivesFor(*name));
     already = o->sizes.size() - missing.size();
     o->sizes = missing;
-    if (o->sizes.empty()) {
-      std::cout << *name << ": all " << already << " sizes already in " << *dbPath << " (" << o->backend << ", " << o->world
-                << " ranks)\n";
-      return 0;
-    }
-  }
-  std::signal(SIGINT, onSignal);
-  std::signal(SIGTERM, onSignal);
-
-  // Ranks 1..N-1 are this program again; rank 0 runs here.
-  std::vector<pid_t> children;
-  std::string sizes;
-  for (const auto s : o->sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(s);
-  for (int rank = 1; rank < o->world; ++rank) {
-    std::vector<std::string> childArgs{"/proc/self/exe", "collectives", "--rank", std::to_string(rank), "--world",
-                                       std::to_string(o->world), "--backend", o->backend, "--port", std::to_string(o->port), "--sizes", sizes,
-                                       "--reps", std::to_string(o->repetitions)};
-    std::vector<char*> cargs;
-    for (auto& a : childArgs) cargs.push_back(a.data());
-    cargs.push_back(nullptr);
-    pid_t pid = 0;
-    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargs.data(), environ) != 0) {
-      for (const auto c : children) kill(c, SIGTERM);
-      return report(Error::internal("cannot start rank " + std::to_string(rank)));
-    }
-    children.push_back(pid);
   }
   Bar bar;
-  auto measured = profiler::runCollectiveWorker(*o, 0, args->has("quiet") || args->has("json") ? nullptr : &bar, &gCancel);
-  bool childFailed = false;
-  for (const auto pid : children) {
-    if (!measured) kill(pid, SIGTERM);  // no rank outlives a failed group
-    int status = 0;
-    waitpid(pid, &status, 0);
-    childFailed = childFailed || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-  }
+  auto measured = o->sizes.empty() ? Result<std::vector<costmodel::CollectiveMeasurement>>{}
+                                   : measureCollectives(*o, args->has("quiet") || args->has("json") ? nullptr : &bar);
   if (!measured) return report(measured.error());
-  if (childFailed) return report(Error::internal("a collective rank failed; see its message above"));
   if (!measured->empty()) {
     if (auto w = db->addCollectives(*name, *measured, profiler::deviceFingerprint(o->backend == "nccl" ? "cuda" : "cpu")); !w) {
       return report(w.error());
     }
   }
-  const bool interrupted = gCancel.cancelled();
+  // Cut short only when a size was left out (Ctrl-C during the last size still measured them all).
+  const bool interrupted = measured->size() < 3 * o->sizes.size();
   // The same ring model over the same rows the cost model uses (the device's, this run's and earlier
   // ones'); `colo-plan evaluate --costdb` applies these fits.
   const auto fits = costmodel::fitLinkLevels(db->collectivesFor(*name));

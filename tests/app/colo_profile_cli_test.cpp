@@ -128,9 +128,13 @@ TEST_F(ColoProfileCli, CollectivesResumeMeasuresOnlyTheMissingSizes) {
   ASSERT_EQ(second.exitCode, 0) << second.err;
   EXPECT_EQ(Json::parse(second.out)["measurements"].get<int>(), 3);  // 4096 only
   EXPECT_EQ(Json::parse(second.out)["sizes_already_in"].get<int>(), 1);
-  auto third = profile("collectives --db " + db + " --world 2 --sizes 1024,4096 --reps 2 --resume" + port());
+  auto third = profile("collectives --db " + db + " --world 2 --sizes 1024,4096 --reps 2 --resume --json" + port());
   ASSERT_EQ(third.exitCode, 0) << third.err;
-  EXPECT_NE(third.out.find("all 2 sizes already in"), std::string::npos) << third.out;
+  const Json nothing = Json::parse(third.out);  // still one JSON object with nothing left to measure
+  EXPECT_EQ(nothing["measurements"].get<int>(), 0);
+  EXPECT_EQ(nothing["sizes_already_in"].get<int>(), 2);
+  EXPECT_FALSE(nothing["cancelled"].get<bool>());
+  EXPECT_EQ(nothing["fits"][0]["points"].get<int>(), 2);  // over the stored rows of both sizes (this run measured none)
 }
 
 TEST_F(ColoProfileCli, CollectivesInterruptedKeepWhatWasMeasured) {
@@ -153,12 +157,17 @@ TEST_F(ColoProfileCli, CollectivesInterruptedKeepWhatWasMeasured) {
   pid_t pid = 0;
   ASSERT_EQ(posix_spawn(&pid, bin.c_str(), &actions, nullptr, cargv.data(), environ), 0);
   posix_spawn_file_actions_destroy(&actions);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // The signal once the database exists (the program has started), and a second later while it measures.
+  for (int i = 0; i < 600 && !std::filesystem::exists(db); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   kill(pid, SIGINT);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   std::ifstream outFile(dir.path("out")), errFile(dir.path("err"));
   const std::string out((std::istreambuf_iterator<char>(outFile)), {}), err((std::istreambuf_iterator<char>(errFile)), {});
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) {
+    GTEST_SKIP() << "the signal came before colo-profile installed its handler (a slow start): nothing measured to keep";
+  }
   ASSERT_TRUE(WIFEXITED(status)) << err;
   if (WEXITSTATUS(status) == 0) GTEST_SKIP() << "the run finished before the signal (a fast machine): nothing to interrupt";
   ASSERT_EQ(WEXITSTATUS(status), 130) << out << err;
