@@ -127,7 +127,7 @@ std::vector<Solution> Search::solve(const MeshSolvers& ms, const SolveWeights& w
   for (auto& [k, s] : byEntry) s.backConversion.assign(m_c.classes.size(), kInf);
   for (std::size_t k = 0; k < m_c.classes.size(); ++k) {
     ++m_blockSolves;
-    for (auto& plan : ms.layers[k]->solve(entries, weights)) {
+    for (auto& plan : ms.layers[k]->solve(entries, weights, backToEntry(ms, k))) {
       auto it = byEntry.find(plan.entry.index());
       if (it == byEntry.end()) continue;
       const double back = boundarySeconds(ms, plan.exit, plan.entry, m_c.classes[k].block.input);
@@ -142,7 +142,7 @@ std::vector<Solution> Search::solve(const MeshSolvers& ms, const SolveWeights& w
   ++m_blockSolves;
   const auto embPlans = ms.embedding->solve({}, weights);
   ++m_blockSolves;
-  const auto headPlans = ms.head->solve(entries, weights);
+  const auto headPlans = ms.head->solve(entries, weights, anyExit);
   std::vector<Solution> out;
   for (auto& [index, s] : byEntry) {
     const Layout e = Layout::fromIndex(index);
@@ -436,7 +436,8 @@ void Search::solveMegatron(const Combo& k, MeshSolvers& ms) {
       auto best = [&](const BlockSolver& solver, const std::vector<Layout>& entries, bool sameExit) {
         ++m_blockSolves;
         BlockPlan chosen;
-        for (auto& plan : solver.solve(entries, w)) {
+        const auto exitCost = [sameExit, entry](Layout, Layout exit) { return !sameExit || exit == entry ? 0.0 : kInf; };
+        for (auto& plan : solver.solve(entries, w, exitCost)) {
           if ((!sameExit || plan.exit == entry) && plan.objective < chosen.objective) chosen = plan;
         }
         return chosen;

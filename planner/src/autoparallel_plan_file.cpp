@@ -203,7 +203,7 @@ Result<Solution> Search::solveFixed(const MeshSolvers& ms, const SolveWeights& w
   for (std::size_t k = 0; k < m_c.classes.size(); ++k) {
     BlockPlan chosen;
     double back = 0;
-    for (auto& plan : ms.layers[k]->solve({entry}, w)) {
+    for (auto& plan : ms.layers[k]->solve({entry}, w, backToEntry(ms, k))) {
       const double conv = boundarySeconds(ms, plan.exit, plan.entry, m_c.classes[k].block.input);
       if (plan.objective + conv < chosen.objective + back) {
         chosen = plan;
@@ -215,7 +215,7 @@ Result<Solution> Search::solveFixed(const MeshSolvers& ms, const SolveWeights& w
     sol.backConversion.push_back(back);
   }
   chooseEmbedding(ms.embedding->solve({}, w), ms, entry, sol);
-  for (auto& plan : ms.head->solve({entry}, w)) {
+  for (auto& plan : ms.head->solve({entry}, w, anyExit)) {
     if (plan.objective < sol.head.objective) sol.head = plan;
   }
   if (!sol.embedding.valid() || !sol.head.valid()) return fail(Error::badInput("the embedding's or head's strategies do not connect on this mesh"));

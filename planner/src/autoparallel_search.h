@@ -182,6 +182,13 @@ class Search {
   OperatorPlan report(const Best& best, const std::string& method) const;
   /// Seconds to turn a block's `exit` layout into `entry` forward and the gradient back backward.
   [[nodiscard]] double boundarySeconds(const MeshSolvers& ms, Layout exit, Layout entry, const TensorDims& dims) const;
+  /// A layer class's exit cost for BlockSolver::solve: converting its exit back to its entry (layers
+  /// follow layers), so that the solve describes only the plan each entry uses.
+  [[nodiscard]] BlockSolver::ExitCost backToEntry(const MeshSolvers& ms, std::size_t k) const {
+    return [this, &ms, k](Layout entry, Layout exit) { return boundarySeconds(ms, exit, entry, m_c.classes[k].block.input); };
+  }
+  /// Any exit at no cost (the head, whose output is the loss).
+  static double anyExit(Layout, Layout) { return 0.0; }
   /// Of the embedding's `plans`, the cheapest once its output is converted to `entry`, into `sol`.
   void chooseEmbedding(const std::vector<BlockPlan>& plans, const MeshSolvers& ms, Layout entry, Solution& sol) const;
 

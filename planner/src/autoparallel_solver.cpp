@@ -60,6 +60,8 @@ BlockSolver::BlockSolver(const Block& block, const CostContext& context, LayoutC
   m_strategies.resize(n);
   m_inputDims.resize(n);
   m_inputShare.resize(n);
+  m_inputBytes.resize(n);
+  m_inShare.resize(n);
   m_convFwd.resize(n);
   m_convBwd.resize(n);
   m_convOps.resize(n);
@@ -72,8 +74,11 @@ BlockSolver::BlockSolver(const Block& block, const CostContext& context, LayoutC
     double total = 0;
     for (const auto& d : m_inputDims[u]) total += d.bytes(1);
     for (const auto& d : m_inputDims[u]) m_inputShare[u].push_back(total > 0 ? d.bytes(1) / total : 0.0);
+    for (const auto& d : m_inputDims[u]) m_inputBytes[u].push_back(d.bytes(context.samples));
+    if (units[u].inputs.size() > 9) throw std::logic_error("unit " + units[u].name + " has more than 9 inputs");
     m_strategies[u] = detail::strategies(units[u], m_inputDims[u], context);
     if (m_strategies[u].empty()) throw std::logic_error("unit " + units[u].name + " has no strategy");
+    for (const auto& st : m_strategies[u]) m_inShare[u].push_back(m_share[static_cast<std::size_t>(st.in.index())]);
     for (const auto& st : m_strategies[u]) {
       m_syncSeconds[u].push_back(gradientSyncSeconds(*context.mesh, st.syncBytes, context.replicas,
                                                      st.stateParams * static_cast<double>(context.dtypeBytes)));
@@ -222,7 +227,7 @@ class BlockDp {
   BlockDp& operator=(const BlockDp&) = delete;
   ~BlockDp() { giveBackSteps(std::move(m_steps)); }
 
-  std::vector<BlockPlan> run(const std::vector<Layout>& entries) {
+  std::vector<BlockPlan> run(const std::vector<Layout>& entries, const BlockSolver::ExitCost& exitCost) {
     const DeviceMesh& mesh = *m_s.m_context.mesh;
     Entry start;
     start.objective = 0;
@@ -240,7 +245,7 @@ class BlockDp {
       const auto& live = m_live[u + 1];
       if (u + 1 < m_n && live.size() == 1 && live[0] != 0) cut(u + 1);
     }
-    return finish();
+    return finish(exitCost);
   }
 
  private:
@@ -268,9 +273,6 @@ class BlockDp {
   [[nodiscard]] double optimizerSplit(const Strategy& st) const {
     return st.optimizerShard * static_cast<double>(m_s.m_context.replicas);
   }
-  // kept[0] without recompute, kept[1] with (when `withRecompute`).
-  void keptInputs(std::size_t u, std::size_t s, const std::vector<std::pair<int, bool>>& state,
-                  const std::vector<std::size_t>& inputAt, double memoryPrice, bool withRecompute, std::array<Kept, 2>& kept) const;
   // `t` extended by one unit's choice.
   static void extend(Totals& t, const Strategy& st, const Step& step);
   // What a unit's choices do not take from the state.
@@ -279,32 +281,56 @@ class BlockDp {
     std::array<bool, 2> choices{};     // keep, recompute allowed
     std::vector<char> allowed;         // per strategy
     std::vector<double> sync, state;   // per strategy: amortised gradient reduction seconds, state bytes
+    std::vector<double> stateCost;     // per strategy: lambda x state bytes
     double memoryPrice = 0;            // per activation byte
     bool outputBit = false;            // whether the output's recompute bit matters later
   };
-  // One choice of a unit from a given input signature.
+  // A unit's inputs in one state, looked up once for all of its strategies: each input's layout, whether
+  // its producer recomputes it, and its rows of the conversion tables (per strategy, per layout).
+  struct Inputs {
+    static constexpr std::size_t kMost = 9;  // (as many as a block keeps live)
+    std::size_t count = 0;
+    std::array<std::size_t, kMost> layout{};
+    std::array<bool, kMost> dropped{};
+    std::array<const std::array<float, kLayouts>*, kMost> fwd{}, bwd{};
+    std::array<const std::array<std::uint8_t, kLayouts>*, kMost> ops{};
+  };
+  // The inputs of unit `u` in the state `key` (of `m_live[u]`).
+  [[nodiscard]] Inputs inputsOf(std::size_t u, const UnitFixed& f, std::uint64_t key) const;
+  // kept[0] without recompute, kept[1] with (when `withRecompute`).
+  void keptInputs(std::size_t u, std::size_t s, const Inputs& in, double memoryPrice, bool withRecompute, std::array<Kept, 2>& kept) const;
+  // One choice of a unit from a given input signature: only what the DP compares (the rest of what
+  // the choice adds is described again along the chosen path, stepOf()). Kept small: the options of a
+  // step are the DP's second-largest memory traffic.
   struct Option {
-    Step step;
-    double cost = 0, price = 0;  // objective added; its activation part
-    std::size_t strategy = 0;
+    double seconds = 0, stateCost = 0, price = 0;  // added: time, lambda x state bytes, the activations' price
+    double cost = 0;                                // their sum: the objective added
+    std::int32_t strategy = 0;
     bool recompute = false;
     std::uint8_t keepBefore = 0;
-    int outCode = 0;             // the output's layout and recompute bit
+    std::uint8_t outCode = 0;                       // the output's layout and recompute bit
   };
   [[nodiscard]] UnitFixed unitFixed(std::size_t u) const;
   void leaveOutFruitlessRecompute();
   // Appends to `out` the unit's cheapest choice for each output code, given the inputs in `state`.
-  void options(std::size_t u, const UnitFixed& f, const std::vector<std::pair<int, bool>>& state, std::vector<Option>& out) const;
+  void options(std::size_t u, const UnitFixed& f, const Inputs& in, std::vector<Option>& out) const;
   // The conversions unit `u`'s strategy `s` needs from the inputs in `state`: seconds forward, backward,
   // and their collectives (false when a conversion is impossible).
   struct Conversions {
     double fwd = 0, bwd = 0, ops = 0;
   };
-  [[nodiscard]] bool conversions(std::size_t u, const UnitFixed& f, const std::vector<std::pair<int, bool>>& state, std::size_t s,
-                                 Conversions& c) const;
-  // One choice (strategy `s`, recompute or not) of unit `u`: what it adds and its cost.
+  [[nodiscard]] static bool conversions(const Inputs& in, std::size_t s, Conversions& c);
+  // One choice (strategy `s`, recompute or not) of unit `u`: its cost (describe) and everything it adds
+  // (stepOf); both take the seconds, recompute seconds and activation bytes from one place (timeOf).
   void describe(std::size_t u, const UnitFixed& f, std::size_t s, bool recompute, const Conversions& conv, const Kept& kept,
                 Option& o) const;
+  [[nodiscard]] Step stepOf(std::size_t u, const UnitFixed& f, std::size_t s, bool recompute, const Conversions& conv,
+                            const Kept& kept) const;
+  struct Time {
+    double seconds, recompute, comm, activation;  // Step's fields of the same names
+  };
+  [[nodiscard, gnu::always_inline]] inline Time timeOf(std::size_t u, const UnitFixed& f, std::size_t s, bool recompute,
+                                                      const Conversions& conv, const Kept& kept) const;
   static void prune(StateMap<Entry>& states);
   void advance(std::size_t u);
   void cut(std::size_t k);
@@ -320,7 +346,7 @@ class BlockDp {
   [[nodiscard]] static std::vector<std::vector<std::size_t>> indexByCode(const std::vector<Prefix>& list);
   [[nodiscard]] BlockPlan planOf(Layout entry, Layout exit, double objective, std::uint64_t key, std::int64_t prefix,
                                  const std::vector<std::vector<Prefix>>& prefixes) const;
-  std::vector<BlockPlan> finish();
+  std::vector<BlockPlan> finish(const BlockSolver::ExitCost& exitCost);
   // Fills plan.units[to, from) and `stateAt` (the state key before each unit) walking back from `key`.
   void walkBack(std::size_t from, std::size_t to, std::uint64_t key, bool atCut, BlockPlan& plan,
                 std::vector<std::uint64_t>& stateAt) const;
@@ -365,8 +391,22 @@ std::array<bool, 2> BlockDp::recomputeChoices(std::size_t u) const {
   return choices;
 }
 
-void BlockDp::keptInputs(std::size_t u, std::size_t s, const std::vector<std::pair<int, bool>>& state,
-                         const std::vector<std::size_t>& inputAt, double memoryPrice, bool withRecompute,
+BlockDp::Inputs BlockDp::inputsOf(std::size_t u, const UnitFixed& f, std::uint64_t key) const {
+  const std::size_t count = m_live[u].size();
+  Inputs in;
+  in.count = f.inputAt.size();
+  for (std::size_t i = 0; i < in.count; ++i) {
+    const std::uint64_t x = (key >> (6 * (count - 1 - f.inputAt[i]))) & 63u;  // (pack())
+    in.layout[i] = static_cast<std::size_t>(x >> 1);
+    in.dropped[i] = (x & 1u) != 0;
+    in.fwd[i] = m_s.m_convFwd[u][i].data();
+    in.bwd[i] = m_s.m_convBwd[u][i].data();
+    in.ops[i] = m_s.m_convOps[u][i].data();
+  }
+  return in;
+}
+
+void BlockDp::keptInputs(std::size_t u, std::size_t s, const Inputs& in, double memoryPrice, bool withRecompute,
                          std::array<Kept, 2>& kept) const {
   // What the unit's backward reads of its inputs, and (kept[1]) also whatever a recompute of its forward
   // reads; kept after the conversion, or (when cheaper at this price of memory) before it and converted
@@ -378,22 +418,22 @@ void BlockDp::keptInputs(std::size_t u, std::size_t s, const std::vector<std::pa
     return p;
   }();
   const Strategy& st = m_s.m_strategies[u][s];
-  const double inShare = m_s.m_share[static_cast<std::size_t>(st.in.index())];
+  const double inShare = m_s.m_inShare[u][s];
   kept = {};
-  for (std::size_t i = 0; i < inputAt.size(); ++i) {
-    const auto l = static_cast<std::size_t>(state[inputAt[i]].first);
-    const double again = m_s.m_convFwd[u][i][s][l];
-    if (state[inputAt[i]].second) {
+  for (std::size_t i = 0; i < in.count; ++i) {
+    const std::size_t l = in.layout[i];
+    const double again = in.fwd[i][s][l];
+    if (in.dropped[i]) {
       if (st.inputSaved > 0) kept[0].redo += again;
       kept[1].redo += again;
       continue;
     }
     const double saved = st.inputSaved * m_s.m_inputShare[u][i];
-    const double whole = withRecompute ? m_s.m_inputDims[u][i].bytes(m_s.m_context.samples) * inShare : 0.0;
+    const double whole = withRecompute ? m_s.m_inputBytes[u][i] * inShare : 0.0;
     for (std::size_t r = 0; r < (withRecompute ? 2u : 1u); ++r) {
       const double after = r == 0 ? saved : std::max(saved, whole);
       if (after <= 0) continue;
-      if (again > 0 && !partial[l]) {
+      if (again > 0 && !partial[l] && i < 8) {  // (`before` has a bit for the first 8 inputs)
         const double smaller = after * m_s.m_share[l] / inShare;
         if (again + memoryPrice * smaller < memoryPrice * after) {
           kept[r].bytes += smaller;
@@ -450,11 +490,13 @@ BlockDp::UnitFixed BlockDp::unitFixed(std::size_t u) const {
   f.allowed.assign(strategies.size(), 1);
   f.sync.assign(strategies.size(), 0.0);
   f.state.assign(strategies.size(), 0.0);
+  f.stateCost.assign(strategies.size(), 0.0);
   for (std::size_t s = 0; s < strategies.size(); ++s) {
     const Strategy& st = strategies[s];
     f.allowed[s] = !m_w.allow || m_w.allow(*m_s.m_block, u, st);
     f.sync[s] = m_s.m_syncSeconds[u][s] * m_w.syncExposed / m_w.microBatches;
     f.state[s] = st.stateParams * (m_w.stateBytesPerParam + m_w.optimizerBytesPerParam / optimizerSplit(st));
+    f.stateCost[s] = m_w.lambda * f.state[s];
   }
   f.memoryPrice = m_w.lambda * m_w.activationCopies;
   f.outputBit = bitMatters(static_cast<int>(u) + 1, u + 1);
@@ -462,26 +504,50 @@ BlockDp::UnitFixed BlockDp::unitFixed(std::size_t u) const {
   return f;
 }
 
-bool BlockDp::conversions(std::size_t u, const UnitFixed& f, const std::vector<std::pair<int, bool>>& state, std::size_t s,
-                          Conversions& c) const {
+bool BlockDp::conversions(const Inputs& in, std::size_t s, Conversions& c) {
   c = {};
-  for (std::size_t i = 0; i < f.inputAt.size(); ++i) {
-    const auto l = static_cast<std::size_t>(state[f.inputAt[i]].first);
-    c.fwd += m_s.m_convFwd[u][i][s][l];
-    c.bwd += m_s.m_convBwd[u][i][s][l];
-    c.ops += m_s.m_convOps[u][i][s][l];
+  for (std::size_t i = 0; i < in.count; ++i) {
+    const std::size_t l = in.layout[i];
+    c.fwd += in.fwd[i][s][l];
+    c.bwd += in.bwd[i][s][l];
+    c.ops += in.ops[i][s][l];
   }
   return std::isfinite(c.fwd) && std::isfinite(c.bwd);
 }
 
+BlockDp::Time BlockDp::timeOf(std::size_t u, const UnitFixed& f, std::size_t s, bool recompute, const Conversions& conv,
+                              const Kept& kept) const {
+  const Strategy& st = m_s.m_strategies[u][s];
+  Time t;
+  t.recompute = kept.redo + (recompute ? st.fwd + st.commFwd + conv.fwd : 0.0);
+  t.activation = kept.bytes + (recompute ? 0.0 : st.ownSaved);
+  t.comm = st.commFwd + st.commBwd + conv.fwd + conv.bwd;
+  t.seconds = st.fwd + st.bwd + t.comm + f.sync[s] + t.recompute;
+  return t;
+}
+
 void BlockDp::describe(std::size_t u, const UnitFixed& f, std::size_t s, bool recompute, const Conversions& conv, const Kept& kept,
                        Option& o) const {
+  const Time t = timeOf(u, f, s, recompute, conv, kept);
+  o.seconds = t.seconds;
+  o.stateCost = f.stateCost[s];
+  o.price = f.memoryPrice * t.activation;
+  o.cost = t.seconds + o.stateCost + o.price;
+  o.strategy = static_cast<std::int32_t>(s);
+  o.recompute = recompute;
+  o.keepBefore = kept.before;
+  o.outCode = static_cast<std::uint8_t>((m_s.m_strategies[u][s].out.index() << 1) | (recompute && f.outputBit ? 1 : 0));
+}
+
+BlockDp::Step BlockDp::stepOf(std::size_t u, const UnitFixed& f, std::size_t s, bool recompute, const Conversions& conv,
+                              const Kept& kept) const {
   const Strategy& st = m_s.m_strategies[u][s];
-  Step& step = o.step;
-  step.recompute = kept.redo + (recompute ? st.fwd + st.commFwd + conv.fwd : 0.0);
-  step.activation = kept.bytes + (recompute ? 0.0 : st.ownSaved);
-  step.comm = st.commFwd + st.commBwd + conv.fwd + conv.bwd;
-  step.seconds = st.fwd + st.bwd + step.comm + f.sync[s] + step.recompute;
+  const Time t = timeOf(u, f, s, recompute, conv, kept);
+  Step step;
+  step.seconds = t.seconds;
+  step.recompute = t.recompute;
+  step.comm = t.comm;
+  step.activation = t.activation;
   step.state = f.state[s];
   step.optimizer = st.stateParams / optimizerSplit(st);
   step.forward = st.fwd + st.commFwd + conv.fwd;
@@ -489,15 +555,10 @@ void BlockDp::describe(std::size_t u, const UnitFixed& f, std::size_t s, bool re
   step.opsFwd = st.opsFwd + conv.ops / 2;
   step.opsBwd = st.opsBwd + conv.ops / 2;
   step.opsRec = recompute ? st.opsFwd + conv.ops / 2 : 0.0;
-  o.price = f.memoryPrice * step.activation;
-  o.cost = step.seconds + m_w.lambda * f.state[s] + o.price;
-  o.strategy = s;
-  o.recompute = recompute;
-  o.keepBefore = kept.before;
-  o.outCode = (st.out.index() << 1) | (recompute && f.outputBit ? 1 : 0);
+  return step;
 }
 
-void BlockDp::options(std::size_t u, const UnitFixed& f, const std::vector<std::pair<int, bool>>& state, std::vector<Option>& out) const {
+void BlockDp::options(std::size_t u, const UnitFixed& f, const Inputs& in, std::vector<Option>& out) const {
   // Every (strategy, recompute) choice of the unit given its inputs' layouts and recompute bits; of the
   // choices that leave the same output code only the cheapest (the first on a tie) can win, since they
   // extend the same state into the same next state.
@@ -509,8 +570,8 @@ void BlockDp::options(std::size_t u, const UnitFixed& f, const std::vector<std::
   Conversions conv;
   Option candidate;
   for (std::size_t s = 0; s < strategies.size(); ++s) {
-    if (!f.allowed[s] || !conversions(u, f, state, s, conv)) continue;
-    keptInputs(u, s, state, f.inputAt, f.memoryPrice, f.choices[1], keptBoth);
+    if (!f.allowed[s] || !conversions(in, s, conv)) continue;
+    keptInputs(u, s, in, f.memoryPrice, f.choices[1], keptBoth);
     for (int r = 0; r < 2; ++r) {
       if (!f.choices[static_cast<std::size_t>(r)]) continue;
       describe(u, f, s, r == 1, conv, keptBoth[static_cast<std::size_t>(r)], candidate);
@@ -565,7 +626,6 @@ void BlockDp::advance(std::size_t u) {
   bySignature.clear();
   for (const auto& item : m_steps[u]) bySignature.try_emplace(signatureOf(item.first));
   const bool share = bySignature.size() * 2 <= m_steps[u].size();
-  std::vector<std::pair<int, bool>> state;
   thread_local std::vector<Option> pool;  // (its memory reused from step to step)
   pool.clear();
   // The next states by what survives of a state (its group) and then by the choice's output code, so a
@@ -589,24 +649,20 @@ void BlockDp::advance(std::size_t u) {
     if (share) {
       auto& cached = bySignature[signatureOf(key)];
       if (cached.second == 0) {
-        int code = 0;
-        unpack(key, count, code, state);
         cached.first = pool.size();
-        options(u, f, state, pool);
+        options(u, f, inputsOf(u, f, key), pool);
         cached.second = pool.size() + 1;  // one past, so that no choice reads as not computed
       }
       range = {cached.first, cached.second - 1};
     } else {
-      int code = 0;
-      unpack(key, count, code, state);
       pool.clear();
-      options(u, f, state, pool);
+      options(u, f, inputsOf(u, f, key), pool);
       range = {0, pool.size()};
     }
     for (std::size_t i = range.first; i < range.second; ++i) {
       const Option& o = pool[i];
       // Summed in the order the objective has always been summed, so ties break as they did.
-      const double objective = entry.objective + o.step.seconds + m_w.lambda * o.step.state + o.price;
+      const double objective = entry.objective + o.seconds + o.stateCost + o.price;
       std::int32_t& place = places[producesLive ? static_cast<std::size_t>(o.outCode) : 0];
       Entry* slot = nullptr;
       if (place < 0) {
@@ -639,22 +695,18 @@ void BlockDp::extend(Totals& t, const Strategy& st, const Step& step) {
 }
 
 Totals BlockDp::totalsOf(std::size_t from, std::size_t to, const BlockPlan& plan, const std::vector<std::uint64_t>& stateAt) const {
-  // Each unit's choice described again from the state it was made in, as options() described it.
+  // Each unit's choice described again (stepOf) from the state it was made in, from the figures options() compared.
   Totals t;
-  std::vector<std::pair<int, bool>> state;
   std::array<Kept, 2> keptBoth;
   Conversions conv;
-  Option o;
   for (std::size_t u = from; u < to; ++u) {
     const UnitFixed& f = m_fixed[u];
-    int code = 0;
-    unpack(stateAt[u], m_live[u].size(), code, state);
+    const Inputs in = inputsOf(u, f, stateAt[u]);
     const auto s = static_cast<std::size_t>(plan.units[u].strategy);
-    if (!conversions(u, f, state, s, conv)) throw std::logic_error("autoparallel solver: a chosen conversion of " + m_s.m_block->name);
-    keptInputs(u, s, state, f.inputAt, f.memoryPrice, f.choices[1], keptBoth);
+    if (!conversions(in, s, conv)) throw std::logic_error("autoparallel solver: a chosen conversion of " + m_s.m_block->name);
+    keptInputs(u, s, in, f.memoryPrice, f.choices[1], keptBoth);
     const bool recompute = plan.units[u].recompute;
-    describe(u, f, s, recompute, conv, keptBoth[recompute ? 1 : 0], o);
-    extend(t, m_s.m_strategies[u][s], o.step);
+    extend(t, m_s.m_strategies[u][s], stepOf(u, f, s, recompute, conv, keptBoth[recompute ? 1 : 0]));
   }
   return t;
 }
@@ -773,7 +825,7 @@ std::vector<std::vector<std::size_t>> BlockDp::indexByCode(const std::vector<Pre
   return byCode;
 }
 
-std::vector<BlockPlan> BlockDp::finish() {
+std::vector<BlockPlan> BlockDp::finish(const BlockSolver::ExitCost& exitCost) {
   const auto prefixes = joinCuts();
   // Final states, joined with the last cut's prefixes; one plan per (entry, exit).
   const auto& finalLive = m_live[m_n];
@@ -802,6 +854,25 @@ std::vector<BlockPlan> BlockDp::finish() {
       const double objective = last[p].objective + e.objective;
       auto [it, inserted] = slot(last[p].entry / 2, exit);
       if (inserted || objective < std::get<0>(*it)) *it = {objective, key, static_cast<std::int64_t>(p)};
+    }
+  }
+  // With an exit cost, each entry's least sum (the first on a tie, in exit order) is the one planned.
+  if (exitCost) {
+    for (int entry = 0; entry < kLayouts; ++entry) {
+      double least = kInf;
+      int chosen = -1;
+      for (int exit = 0; exit < kLayouts; ++exit) {
+        const int at = place[static_cast<std::size_t>(entry * kLayouts + exit)];
+        if (at < 0) continue;
+        const double sum = std::get<0>(found[static_cast<std::size_t>(at)]) + exitCost(Layout::fromIndex(entry), Layout::fromIndex(exit));
+        if (sum < least) {
+          least = sum;
+          chosen = exit;
+        }
+      }
+      for (int exit = 0; exit < kLayouts; ++exit) {
+        if (exit != chosen) place[static_cast<std::size_t>(entry * kLayouts + exit)] = -1;
+      }
     }
   }
   std::vector<BlockPlan> plans;
@@ -861,9 +932,9 @@ BlockPlan BlockDp::planOf(Layout entry, Layout exit, double objective, std::uint
   return plan;
 }
 
-std::vector<BlockPlan> BlockSolver::solve(const std::vector<Layout>& entries, const SolveWeights& weights) const {
+std::vector<BlockPlan> BlockSolver::solve(const std::vector<Layout>& entries, const SolveWeights& weights, const ExitCost& exitCost) const {
   BlockDp dp(*this, weights);
-  return dp.run(entries);
+  return dp.run(entries, exitCost);
 }
 
 }  // namespace colo::planner::detail

@@ -70,9 +70,15 @@ struct BlockPlan {
 class BlockSolver {
  public:
   BlockSolver(const Block& block, const CostContext& context, LayoutConverter& converter);
+  /// What a caller adds to a plan for leaving the block by `exit` having entered by `entry` (infinite:
+  /// not wanted), when it wants one plan per entry.
+  using ExitCost = std::function<double(Layout entry, Layout exit)>;
   /// The best plan for every (entry, exit) pair reachable from `entries` (ignored for a block without
-  /// an input).
-  [[nodiscard]] std::vector<BlockPlan> solve(const std::vector<Layout>& entries, const SolveWeights& weights) const;
+  /// an input), in order of entry and then exit. With `exitCost`, only each entry's plan of least
+  /// objective + exitCost (the first such in that order), and no entry whose every sum is infinite: the
+  /// plans a caller would pick from the whole list, without the work of describing the others.
+  [[nodiscard]] std::vector<BlockPlan> solve(const std::vector<Layout>& entries, const SolveWeights& weights,
+                                             const ExitCost& exitCost = nullptr) const;
   [[nodiscard]] const Block& block() const { return *m_block; }
   [[nodiscard]] const std::vector<std::vector<Strategy>>& strategies() const { return m_strategies; }
   /// The forward conversion of input `input` of unit `unit` from `from` to what strategy `s` needs.
@@ -88,6 +94,8 @@ class BlockSolver {
   std::vector<std::vector<Strategy>> m_strategies;              // per unit
   std::vector<std::vector<TensorDims>> m_inputDims;             // per unit, per input
   std::vector<std::vector<double>> m_inputShare;                // per unit, per input: share of its saved input bytes
+  std::vector<std::vector<double>> m_inputBytes;                // per unit, per input: its whole bytes per micro-batch
+  std::vector<std::vector<double>> m_inShare;                   // per unit, strategy: the share of its input layout one GPU holds
   // Per unit, input, strategy, producer layout: forward and backward conversion seconds.
   std::vector<std::vector<std::vector<std::array<float, kLayouts>>>> m_convFwd, m_convBwd;
   std::vector<std::vector<std::vector<std::array<std::uint8_t, kLayouts>>>> m_convOps;  // collectives of both conversions
