@@ -3,6 +3,8 @@
 #include "autoparallel_solver.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <vector>
 #include <string>
@@ -193,6 +195,54 @@ TEST(AutoParallelSolver, TheBlockSolveEqualsBruteForceOverASmallSpace) {
     for (const auto& [key, objective] : brute) {
       ASSERT_TRUE(dp.count(key)) << "lambda " << lambda;
       EXPECT_NEAR(dp[key], objective, 1e-12 * objective) << "lambda " << lambda << ", entry " << key.first << ", exit " << key.second;
+    }
+  }
+}
+
+// A caller that wants one plan per entry passes its exit cost, and the solve describes only those plans
+// (BlockSolver::solve). They must be exactly what the caller would pick from the whole list: per entry
+// the least objective + exit cost, the first in (entry, exit) order on a tie, with every figure the same.
+// Llama 3 8B's layer on a 2x4 mesh, with an exit cost that converts back to the entry and one that
+// wants the entry's own layout only.
+TEST(AutoParallelSolver, AnExitCostGivesThePlansPickedFromTheWholeList) {
+  LayerSolver x("llama3-8b", "dgx-h100", {2, 4}, 8, true);
+  ASSERT_GT(x.entries.size(), 1u);
+  const BlockSolver::ExitCost back = [&x](Layout entry, Layout exit) {
+    return x.converter.convert(exit, entry, x.block.input, x.cc.samples).seconds +
+           x.converter.convert(entry, gradientTarget(exit), x.block.input, x.cc.samples).seconds;
+  };
+  const BlockSolver::ExitCost same = [](Layout entry, Layout exit) {
+    return exit == entry ? 0.0 : std::numeric_limits<double>::infinity();
+  };
+  for (const double lambda : {0.0, 1e-12, 1e-10}) {
+    SolveWeights w;
+    w.lambda = lambda;
+    w.activationCopies = 2;
+    w.microBatches = 8;
+    const auto all = x.solver.solve(x.entries, w);
+    for (const auto* cost : {&back, &same}) {
+      std::map<int, const BlockPlan*> picked;
+      for (const auto& p : all) {
+        const double sum = p.objective + (*cost)(p.entry, p.exit);
+        auto& best = picked[p.entry.index()];
+        if (std::isfinite(sum) && (!best || sum < best->objective + (*cost)(best->entry, best->exit))) best = &p;
+      }
+      std::erase_if(picked, [](const auto& kv) { return kv.second == nullptr; });
+      const auto chosen = x.solver.solve(x.entries, w, *cost);
+      ASSERT_EQ(chosen.size(), picked.size()) << "lambda " << lambda;
+      ASSERT_FALSE(chosen.empty());
+      std::size_t i = 0;
+      for (const auto& [entry, p] : picked) {
+        const BlockPlan& c = chosen[i++];
+        EXPECT_EQ(c.entry, p->entry);
+        EXPECT_EQ(c.exit, p->exit);
+        EXPECT_EQ(c.objective, p->objective);
+        EXPECT_EQ(c.seconds, p->seconds);
+        EXPECT_EQ(c.activationBytes, p->activationBytes);
+        EXPECT_EQ(c.stateBytes, p->stateBytes);
+        ASSERT_EQ(c.units.size(), p->units.size());
+        for (std::size_t u = 0; u < c.units.size(); ++u) EXPECT_EQ(c.units[u].strategy, p->units[u].strategy) << "unit " << u;
+      }
     }
   }
 }
