@@ -67,6 +67,7 @@ BlockSolver::BlockSolver(const Block& block, const CostContext& context, LayoutC
   m_convOps.resize(n);
   m_syncSeconds.resize(n);
   for (int l = 0; l < kLayouts; ++l) m_share[static_cast<std::size_t>(l)] = localBytes(Layout::fromIndex(l), 1.0, *context.mesh);
+  for (int l = 0; l < kLayouts; ++l) m_partial[static_cast<std::size_t>(l)] = Layout::fromIndex(l).partial();
   for (std::size_t u = 0; u < n; ++u) {
     for (const int input : units[u].inputs) {
       m_inputDims[u].push_back(input < 0 ? block.input : units[static_cast<std::size_t>(input)].out);
@@ -298,7 +299,7 @@ class BlockDp {
   // The inputs of unit `u` in the state `key` (of `m_live[u]`).
   [[nodiscard]] Inputs inputsOf(std::size_t u, const UnitFixed& f, std::uint64_t key) const;
   // kept[0] without recompute, kept[1] with (when `withRecompute`).
-  void keptInputs(std::size_t u, std::size_t s, const Inputs& in, double memoryPrice, bool withRecompute, std::array<Kept, 2>& kept) const;
+  [[gnu::always_inline]] inline void keptInputs(std::size_t u, std::size_t s, const Inputs& in, double memoryPrice, bool withRecompute, std::array<Kept, 2>& kept) const;
   // One choice of a unit from a given input signature: only what the DP compares (the rest of what
   // the choice adds is described again along the chosen path, stepOf()). Kept small: the options of a
   // step are the DP's second-largest memory traffic.
@@ -319,10 +320,10 @@ class BlockDp {
   struct Conversions {
     double fwd = 0, bwd = 0, ops = 0;
   };
-  [[nodiscard]] static bool conversions(const Inputs& in, std::size_t s, Conversions& c);
+  [[nodiscard, gnu::always_inline]] static inline bool conversions(const Inputs& in, std::size_t s, Conversions& c);
   // One choice (strategy `s`, recompute or not) of unit `u`: its cost (describe) and everything it adds
   // (stepOf); both take the seconds, recompute seconds and activation bytes from one place (timeOf).
-  void describe(std::size_t u, const UnitFixed& f, std::size_t s, bool recompute, const Conversions& conv, const Kept& kept,
+  [[gnu::always_inline]] inline void describe(std::size_t u, const UnitFixed& f, std::size_t s, bool recompute, const Conversions& conv, const Kept& kept,
                 Option& o) const;
   [[nodiscard]] Step stepOf(std::size_t u, const UnitFixed& f, std::size_t s, bool recompute, const Conversions& conv,
                             const Kept& kept) const;
@@ -412,11 +413,6 @@ void BlockDp::keptInputs(std::size_t u, std::size_t s, const Inputs& in, double 
   // reads; kept after the conversion, or (when cheaper at this price of memory) before it and converted
   // again backward, as Megatron's sequence parallelism does. An input its producer recomputes is
   // regenerated and converted into this unit's layout again.
-  static const std::array<bool, kLayouts> partial = [] {
-    std::array<bool, kLayouts> p{};
-    for (int l = 0; l < kLayouts; ++l) p[static_cast<std::size_t>(l)] = Layout::fromIndex(l).partial();
-    return p;
-  }();
   const Strategy& st = m_s.m_strategies[u][s];
   const double inShare = m_s.m_inShare[u][s];
   kept = {};
@@ -433,7 +429,7 @@ void BlockDp::keptInputs(std::size_t u, std::size_t s, const Inputs& in, double 
     for (std::size_t r = 0; r < (withRecompute ? 2u : 1u); ++r) {
       const double after = r == 0 ? saved : std::max(saved, whole);
       if (after <= 0) continue;
-      if (again > 0 && !partial[l] && i < 8) {  // (`before` has a bit for the first 8 inputs)
+      if (again > 0 && !m_s.m_partial[l] && i < 8) {  // (`before` has a bit for the first 8 inputs)
         const double smaller = after * m_s.m_share[l] / inShare;
         if (again + memoryPrice * smaller < memoryPrice * after) {
           kept[r].bytes += smaller;

@@ -101,6 +101,7 @@ class BlockSolver {
   std::vector<std::vector<std::vector<std::array<std::uint8_t, kLayouts>>>> m_convOps;  // collectives of both conversions
   std::vector<std::vector<double>> m_syncSeconds;                 // per unit, strategy: one step's gradient reduction
   std::array<double, kLayouts> m_share{};                          // per layout: the share of a tensor one GPU holds
+  std::array<bool, kLayouts> m_partial{};                          // per layout: whether it holds partial sums
   std::vector<int> m_lastUse;                                   // per unit output (and the input, index 0 = -1): last consumer
   std::vector<int> m_lastSaver;                                 // the same: last consumer that keeps it for backward (-1: none)
   // Per unit, per input: the most bytes the unit can keep of that input, over its strategies, when it
