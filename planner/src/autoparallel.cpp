@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -77,8 +78,17 @@ MeshSolvers& Search::solversFor(const std::vector<std::int64_t>& shape, std::int
   auto& slot = m_solvers[{shape, samples, replicas}];
   if (slot) return *slot;
   slot = std::make_unique<MeshSolvers>();
-  slot->mesh = std::make_unique<DeviceMesh>(*makeMesh(*m_c.cluster, shape));
-  slot->converter = std::make_unique<LayoutConverter>(*slot->mesh);
+  for (const auto& [key, other] : m_solvers) {
+    if (std::get<0>(key) == shape && other) {
+      slot->mesh = other->mesh;
+      slot->converter = other->converter;
+      break;
+    }
+  }
+  if (!slot->mesh) {
+    slot->mesh = std::make_shared<DeviceMesh>(*makeMesh(*m_c.cluster, shape));
+    slot->converter = std::make_shared<LayoutConverter>(*slot->mesh);
+  }
   slot->samples = samples;
   slot->replicas = replicas;
   CostContext cc;
@@ -546,7 +556,10 @@ Result<AutoParallelResult> Search::run() {
   result.megatronFits = m_megatron.solvers != nullptr;
   result.blockSolves = m_blockSolves;
   result.candidates = m_candidates;
-  for (const auto& [key, ms] : m_solvers) result.conversionsCached += static_cast<std::int64_t>(ms->converter->cached());
+  std::set<const LayoutConverter*> converters;
+  for (const auto& [key, ms] : m_solvers) {
+    if (converters.insert(ms->converter.get()).second) result.conversionsCached += static_cast<std::int64_t>(ms->converter->cached());
+  }
   result.solveSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

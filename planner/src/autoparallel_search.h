@@ -23,8 +23,10 @@ inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Everything solved for one stage mesh, micro-batch and number of replicas of the mesh.
 struct MeshSolvers {
-  std::unique_ptr<DeviceMesh> mesh;
-  std::unique_ptr<LayoutConverter> converter;
+  // Shared by the solvers of every micro-batch and replica count on the same mesh shape: conversions
+  // depend on the mesh and the tensor alone.
+  std::shared_ptr<DeviceMesh> mesh;
+  std::shared_ptr<LayoutConverter> converter;
   std::vector<std::unique_ptr<BlockSolver>> layers;  // per layer class
   std::unique_ptr<BlockSolver> embedding, head;
   std::int64_t samples = 1;
