@@ -61,7 +61,7 @@ BlockSolver::BlockSolver(const Block& block, const CostContext& context, LayoutC
   m_inputDims.resize(n);
   m_inputShare.resize(n);
   m_inputBytes.resize(n);
-  m_inShare.resize(n);
+  m_hot.resize(n);
   m_convFwd.resize(n);
   m_convBwd.resize(n);
   m_convOps.resize(n);
@@ -79,7 +79,10 @@ BlockSolver::BlockSolver(const Block& block, const CostContext& context, LayoutC
     if (units[u].inputs.size() > 9) throw std::logic_error("unit " + units[u].name + " has more than 9 inputs");
     m_strategies[u] = detail::strategies(units[u], m_inputDims[u], context);
     if (m_strategies[u].empty()) throw std::logic_error("unit " + units[u].name + " has no strategy");
-    for (const auto& st : m_strategies[u]) m_inShare[u].push_back(m_share[static_cast<std::size_t>(st.in.index())]);
+    for (const auto& st : m_strategies[u]) {
+      m_hot[u].push_back({st.fwd + st.bwd, st.commFwd + st.commBwd, st.fwd + st.commFwd, st.inputSaved, st.ownSaved,
+                          m_share[static_cast<std::size_t>(st.in.index())], st.out.index() << 1});
+    }
     for (const auto& st : m_strategies[u]) {
       m_syncSeconds[u].push_back(gradientSyncSeconds(*context.mesh, st.syncBytes, context.replicas,
                                                      st.stateParams * static_cast<double>(context.dtypeBytes)));
@@ -293,6 +296,7 @@ class BlockDp {
     std::size_t count = 0;
     std::array<std::size_t, kMost> layout{};
     std::array<bool, kMost> dropped{};
+    std::array<double, kMost> share{}, bytes{};  // its share of the unit's saved input bytes; its whole bytes
     std::array<const std::array<float, kLayouts>*, kMost> fwd{}, bwd{};
     std::array<const std::array<std::uint8_t, kLayouts>*, kMost> ops{};
   };
@@ -400,6 +404,8 @@ BlockDp::Inputs BlockDp::inputsOf(std::size_t u, const UnitFixed& f, std::uint64
     const std::uint64_t x = (key >> (6 * (count - 1 - f.inputAt[i]))) & 63u;  // (pack())
     in.layout[i] = static_cast<std::size_t>(x >> 1);
     in.dropped[i] = (x & 1u) != 0;
+    in.share[i] = m_s.m_inputShare[u][i];
+    in.bytes[i] = m_s.m_inputBytes[u][i];
     in.fwd[i] = m_s.m_convFwd[u][i].data();
     in.bwd[i] = m_s.m_convBwd[u][i].data();
     in.ops[i] = m_s.m_convOps[u][i].data();
@@ -413,8 +419,8 @@ void BlockDp::keptInputs(std::size_t u, std::size_t s, const Inputs& in, double 
   // reads; kept after the conversion, or (when cheaper at this price of memory) before it and converted
   // again backward, as Megatron's sequence parallelism does. An input its producer recomputes is
   // regenerated and converted into this unit's layout again.
-  const Strategy& st = m_s.m_strategies[u][s];
-  const double inShare = m_s.m_inShare[u][s];
+  const BlockSolver::Hot& st = m_s.m_hot[u][s];
+  const double inShare = st.inShare;
   kept = {};
   for (std::size_t i = 0; i < in.count; ++i) {
     const std::size_t l = in.layout[i];
@@ -424,8 +430,8 @@ void BlockDp::keptInputs(std::size_t u, std::size_t s, const Inputs& in, double 
       kept[1].redo += again;
       continue;
     }
-    const double saved = st.inputSaved * m_s.m_inputShare[u][i];
-    const double whole = withRecompute ? m_s.m_inputBytes[u][i] * inShare : 0.0;
+    const double saved = st.inputSaved * in.share[i];
+    const double whole = withRecompute ? in.bytes[i] * inShare : 0.0;
     for (std::size_t r = 0; r < (withRecompute ? 2u : 1u); ++r) {
       const double after = r == 0 ? saved : std::max(saved, whole);
       if (after <= 0) continue;
@@ -513,12 +519,12 @@ bool BlockDp::conversions(const Inputs& in, std::size_t s, Conversions& c) {
 
 BlockDp::Time BlockDp::timeOf(std::size_t u, const UnitFixed& f, std::size_t s, bool recompute, const Conversions& conv,
                               const Kept& kept) const {
-  const Strategy& st = m_s.m_strategies[u][s];
+  const BlockSolver::Hot& st = m_s.m_hot[u][s];
   Time t;
-  t.recompute = kept.redo + (recompute ? st.fwd + st.commFwd + conv.fwd : 0.0);
+  t.recompute = kept.redo + (recompute ? st.fwdAgain + conv.fwd : 0.0);
   t.activation = kept.bytes + (recompute ? 0.0 : st.ownSaved);
-  t.comm = st.commFwd + st.commBwd + conv.fwd + conv.bwd;
-  t.seconds = st.fwd + st.bwd + t.comm + f.sync[s] + t.recompute;
+  t.comm = st.commBoth + conv.fwd + conv.bwd;
+  t.seconds = st.fwdBwd + t.comm + f.sync[s] + t.recompute;
   return t;
 }
 
@@ -532,7 +538,7 @@ void BlockDp::describe(std::size_t u, const UnitFixed& f, std::size_t s, bool re
   o.strategy = static_cast<std::int32_t>(s);
   o.recompute = recompute;
   o.keepBefore = kept.before;
-  o.outCode = static_cast<std::uint8_t>((m_s.m_strategies[u][s].out.index() << 1) | (recompute && f.outputBit ? 1 : 0));
+  o.outCode = static_cast<std::uint8_t>(m_s.m_hot[u][s].outCode | (recompute && f.outputBit ? 1 : 0));
 }
 
 BlockDp::Step BlockDp::stepOf(std::size_t u, const UnitFixed& f, std::size_t s, bool recompute, const Conversions& conv,

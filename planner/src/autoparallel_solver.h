@@ -95,7 +95,16 @@ class BlockSolver {
   std::vector<std::vector<TensorDims>> m_inputDims;             // per unit, per input
   std::vector<std::vector<double>> m_inputShare;                // per unit, per input: share of its saved input bytes
   std::vector<std::vector<double>> m_inputBytes;                // per unit, per input: its whole bytes per micro-batch
-  std::vector<std::vector<double>> m_inShare;                   // per unit, strategy: the share of its input layout one GPU holds
+  // Per unit, strategy: the figures the solve's inner loop reads, together (sums as the solve adds them).
+  struct Hot {
+    double fwdBwd = 0;      // fwd + bwd
+    double commBoth = 0;    // commFwd + commBwd
+    double fwdAgain = 0;    // fwd + commFwd: what recomputing runs again
+    double inputSaved = 0, ownSaved = 0;
+    double inShare = 0;     // the share of its input layout one GPU holds
+    int outCode = 0;        // its output layout's code, recompute bit clear
+  };
+  std::vector<std::vector<Hot>> m_hot;
   // Per unit, input, strategy, producer layout: forward and backward conversion seconds.
   std::vector<std::vector<std::vector<std::array<float, kLayouts>>>> m_convFwd, m_convBwd;
   std::vector<std::vector<std::vector<std::array<std::uint8_t, kLayouts>>>> m_convOps;  // collectives of both conversions
