@@ -79,7 +79,7 @@ MeshSolvers& Search::solversFor(const std::vector<std::int64_t>& shape, std::int
   if (slot) return *slot;
   slot = std::make_unique<MeshSolvers>();
   for (const auto& [key, other] : m_solvers) {
-    if (std::get<0>(key) == shape && other) {
+    if (std::get<0>(key) == shape && other && other->mesh) {  // (this slot itself has none yet)
       slot->mesh = other->mesh;
       slot->converter = other->converter;
       break;

@@ -220,7 +220,14 @@ TEST(AutoParallelSolver, AnExitCostGivesThePlansPickedFromTheWholeList) {
     w.activationCopies = 2;
     w.microBatches = 8;
     const auto all = x.solver.solve(x.entries, w);
-    for (const auto* cost : {&back, &same}) {
+    // Every sum exactly zero: each entry's first exit must win the tie.
+    std::map<std::pair<int, int>, double> objective;
+    for (const auto& p : all) objective[{p.entry.index(), p.exit.index()}] = p.objective;
+    const BlockSolver::ExitCost tied = [&objective](Layout entry, Layout exit) {
+      const auto it = objective.find({entry.index(), exit.index()});
+      return it == objective.end() ? 0.0 : -it->second;
+    };
+    for (const auto* cost : {&back, &same, &tied}) {
       std::map<int, const BlockPlan*> picked;
       for (const auto& p : all) {
         const double sum = p.objective + (*cost)(p.entry, p.exit);
