@@ -317,9 +317,9 @@ class BlockDp {
   };
   [[nodiscard]] UnitFixed unitFixed(std::size_t u) const;
   void leaveOutFruitlessRecompute();
-  // Appends to `out` the unit's cheapest choice for each output code, given the inputs in `state`.
+  // Appends to `out` the unit's cheapest choice for each output code, given its inputs `in`.
   void options(std::size_t u, const UnitFixed& f, const Inputs& in, std::vector<Option>& out) const;
-  // The conversions unit `u`'s strategy `s` needs from the inputs in `state`: seconds forward, backward,
+  // The conversions strategy `s` of the unit whose inputs are `in` needs: seconds forward, backward,
   // and their collectives (false when a conversion is impossible).
   struct Conversions {
     double fwd = 0, bwd = 0, ops = 0;
