@@ -186,10 +186,11 @@ struct Search::Assembler {
   const Combo& k;
   std::int64_t vpp;
   Best& leanest;
+  mutable AssemblyMemo memo{};  // (the offload grid's shares of optimizer states share a pipeline)
   Assembly operator()(double alpha, double beta, double gamma = 0.0) const {
     ++search.m_candidates;
     const auto* fixed = search.m_fixedStages.empty() ? nullptr : &search.m_fixedStages;
-    Assembly a = assemble(search.m_c, ms, sol, k.pp, k.microBatches, alpha, beta, vpp, fixed, gamma);
+    Assembly a = memo(search.m_c, ms, sol, k.pp, k.microBatches, alpha, beta, vpp, fixed, gamma);
     if (a.memory < leanest.assembly.memory) leanest = as(a);
     return a;
   }

@@ -398,26 +398,40 @@ void measureBuffers(const Context& c, const MeshSolvers& ms, Solution& sol) {
   }
 }
 
-Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches,
-                  double alpha, double beta, std::int64_t vpp, const std::vector<std::int64_t>* fixedStages, double gamma) {
-  Assembly a;
-  a.alpha = alpha;
-  a.beta = beta;
-  a.gamma = gamma;
+// What the pipeline makes of one solution at one share of activations and weights offloaded: the
+// stages that can be slowest, fullest or last to reduce, and the step before their ends (which the
+// optimizer states' share changes; finishAssembly).
+struct AssemblyMemo::Frame {
+  double alpha = 0, gamma = 0;
+  bool valid = false;
+  std::vector<std::int64_t> stageLayers;
+  std::array<Stage, 4> chosen{};
+  std::size_t count = 0;
+  double slowest = 0, compute = 0, comm = 0, recompute = 0, offload = 0, bubble = 0;
+  double pcie = 0, pipelineCommunicator = 0;
+};
+
+namespace {
+
+void pipelineOf(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches, double alpha,
+                std::int64_t vpp, const std::vector<std::int64_t>* fixedStages, double gamma, AssemblyMemo::Frame& f) {
+  f.alpha = alpha;
+  f.gamma = gamma;
+  f.valid = true;
   const double P = static_cast<double>(pp);
   const double M = static_cast<double>(microBatches);
   const double V = static_cast<double>(std::max<std::int64_t>(1, vpp));
-  const double pcie = c.cluster->pcieBytesPerSecond > 0 ? c.cluster->pcieBytesPerSecond : 16e9;
-  StageCosts costs(c, sol, alpha, gamma, pcie);
+  f.pcie = c.cluster->pcieBytesPerSecond > 0 ? c.cluster->pcieBytesPerSecond : 16e9;
+  StageCosts costs(c, sol, alpha, gamma, f.pcie);
   // Layers per stage: the first and last stages give up layers to their embedding and head.
   const std::size_t chunkCount = static_cast<std::size_t>(pp * std::max<std::int64_t>(1, vpp));
   if (fixedStages && fixedStages->size() == chunkCount &&
       std::accumulate(fixedStages->begin(), fixedStages->end(), std::int64_t{0}) == c.numLayers) {
-    a.stageLayers = *fixedStages;  // a saved or degree-level plan's own split
+    f.stageLayers = *fixedStages;  // a saved or degree-level plan's own split
   } else {
-    a.stageLayers = stageLayerCounts(c.numLayers, pp, vpp, costs.averageLayerSeconds(), costs.embeddingSeconds(), costs.headSeconds());
+    f.stageLayers = stageLayerCounts(c.numLayers, pp, vpp, costs.averageLayerSeconds(), costs.embeddingSeconds(), costs.headSeconds());
   }
-  costs.place(a.stageLayers, pp);
+  costs.place(f.stageLayers, pp);
   // Micro-batches whose activations stage i holds at its peak: 1F1B keeps pp - i; the interleaved
   // schedule's warm-up keeps 2(pp - i - 1) + (v - 1)pp + 1 chunk-micro-batches of 1/v of the stage's
   // layers (Megatron's schedule; Korthikanti et al. 2022: pp(1 + (pp - 1)/(pp v)) on the first stage).
@@ -429,9 +443,8 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
   // The stages that can be slowest, fullest or last to reduce: the two ends and, between them, the
   // slowest (the earliest of them) and the one whose layers and micro-batches in flight hold the most.
   // (At most four, kept on the stack: the search assembles millions of candidates.)
-  std::array<Stage, 4> chosen{};
-  std::size_t count = 0;
-  auto keep = [&](const Stage& s) { chosen[count++] = s; };
+  f.count = 0;
+  auto keep = [&](const Stage& s) { f.chosen[f.count++] = s; };
   keep(stage(0));
   if (pp > 2) {
     auto [widestSeconds, fullestHeld] = costs.middleKeys(1, copiesOf(1));
@@ -445,24 +458,38 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
     if (fullestAt != widestAt) keep(stage(fullestAt));
   }
   if (pp > 1) keep(stage(pp - 1));
-  const std::span<const Stage> stages(chosen.data(), count);
+  const std::span<const Stage> stages(f.chosen.data(), f.count);
   // A micro-batch crosses a stage boundary once per chunk; the bubble is pp - 1 chunks' time.
   const double hop = hopSeconds(c, ms, pp);
-  double slowest = 0;
-  for (const auto& s : stages) slowest = std::max(slowest, s.seconds + V * hop);
+  f.slowest = 0;
+  for (const auto& s : stages) f.slowest = std::max(f.slowest, s.seconds + V * hop);
   const Stage& critical = *std::max_element(stages.begin(), stages.end(), [](const Stage& x, const Stage& y) {
     return x.seconds < y.seconds;
   });
-  a.compute = M * critical.compute;
-  a.comm = M * (critical.comm + V * hop);
-  a.recompute = M * critical.recompute;
-  a.offload = M * critical.exposed;
-  a.bubble = (P - 1.0) * slowest / V;
-  // The step ends with the stage last to reduce and update; memory is the fullest stage's.
+  f.compute = M * critical.compute;
+  f.comm = M * (critical.comm + V * hop);
+  f.recompute = M * critical.recompute;
+  f.offload = M * critical.exposed;
+  f.bubble = (P - 1.0) * f.slowest / V;
+  f.pipelineCommunicator = pipelineCommunicatorBytes(c, ms, pp);
+}
+
+// The step ends with the stage last to reduce and update; memory is the fullest stage's.
+Assembly finishAssembly(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t microBatches, double beta,
+                        const AssemblyMemo::Frame& f) {
+  Assembly a;
+  a.alpha = f.alpha;
+  a.beta = beta;
+  a.gamma = f.gamma;
+  a.stageLayers = f.stageLayers;
+  a.compute = f.compute;
+  a.comm = f.comm;
+  a.recompute = f.recompute;
+  a.offload = f.offload;
+  a.bubble = f.bubble;
   double tail = 0, peak = 0, device = 0;
-  const double pipelineCommunicator = pipelineCommunicatorBytes(c, ms, pp);
-  for (std::size_t i = 0; i < stages.size(); ++i) {
-    const StageEnd e = stageEnd(c, ms, ms.lastSync[i], sol, stages[i], beta, gamma, pcie, pipelineCommunicator);
+  for (std::size_t i = 0; i < f.count; ++i) {
+    const StageEnd e = stageEnd(c, ms, ms.lastSync[i], sol, f.chosen[i], beta, f.gamma, f.pcie, f.pipelineCommunicator);
     if (e.sync + e.optimizer > tail) {
       tail = e.sync + e.optimizer;
       a.sync = e.sync;
@@ -476,10 +503,29 @@ Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, 
       a.buffers = e.buffers;
     }
   }
-  a.step = M * slowest + a.bubble + tail;
+  a.step = static_cast<double>(microBatches) * f.slowest + a.bubble + tail;
   a.memory = peak;
   a.deviceMemory = device;
   return a;
+}
+
+}  // namespace
+
+AssemblyMemo::AssemblyMemo() : m_frame(std::make_unique<Frame>()) {}
+AssemblyMemo::~AssemblyMemo() = default;
+
+Assembly AssemblyMemo::operator()(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches,
+                                  double alpha, double beta, std::int64_t vpp, const std::vector<std::int64_t>* fixedStages, double gamma) {
+  Frame& f = *m_frame;
+  if (!f.valid || f.alpha != alpha || f.gamma != gamma) pipelineOf(c, ms, sol, pp, microBatches, alpha, vpp, fixedStages, gamma, f);
+  return finishAssembly(c, ms, sol, microBatches, beta, f);
+}
+
+Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches,
+                  double alpha, double beta, std::int64_t vpp, const std::vector<std::int64_t>* fixedStages, double gamma) {
+  AssemblyMemo::Frame f;
+  pipelineOf(c, ms, sol, pp, microBatches, alpha, vpp, fixedStages, gamma, f);
+  return finishAssembly(c, ms, sol, microBatches, beta, f);
 }
 
 }  // namespace colo::planner::detail

@@ -109,6 +109,24 @@ void measureBuffers(const Context& c, const MeshSolvers& ms, Solution& sol);
 [[nodiscard]] Assembly assemble(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp,
                                 std::int64_t microBatches, double alpha, double beta, std::int64_t vpp = 1,
                                 const std::vector<std::int64_t>* fixedStages = nullptr, double gamma = 0.0);
+/// assemble(), for a caller that assembles one solution (same mesh, stages, micro-batches, chunks and
+/// fixed split) at several offload shares: the pipeline of the last activations' and weights' shares is
+/// kept, and only the stages' ends (gradient reduction, optimizer, what they hold) are formed again for
+/// another share of the optimizer states. The same figures as assemble(), bit for bit.
+class AssemblyMemo {
+ public:
+  AssemblyMemo();
+  ~AssemblyMemo();
+  AssemblyMemo(const AssemblyMemo&) = delete;
+  AssemblyMemo& operator=(const AssemblyMemo&) = delete;
+  [[nodiscard]] Assembly operator()(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp,
+                                    std::int64_t microBatches, double alpha, double beta, std::int64_t vpp,
+                                    const std::vector<std::int64_t>* fixedStages, double gamma);
+  struct Frame;
+
+ private:
+  std::unique_ptr<Frame> m_frame;
+};
 /// Layers of each of the pp x vpp model chunks (chunk v of stage i at v*pp + i). Under 1F1B the first and
 /// last stages give layers up to their embedding (`firstSeconds` a micro-batch) and head (`lastSeconds`)
 /// so the slowest stage is as fast as it can be (docs/autoparallel.md, "Assembly"); the interleaved
