@@ -88,6 +88,13 @@ class BlockSolver {
 
  private:
   friend class BlockDp;
+  // The constructor's steps (autoparallel_tables.cpp): unit u's inputs (dimensions, shares, bytes); its
+  // strategies with their hot figures and gradient reductions; its inputs' conversion tables; then,
+  // for the whole block, which unit last uses and last keeps each tensor and what a unit can keep.
+  void readInputs(std::size_t u);
+  void costStrategies(std::size_t u);
+  void fillConversions(std::size_t u);
+  void findUses();
   const Block* m_block;
   CostContext m_context;
   LayoutConverter* m_converter;
