@@ -107,11 +107,14 @@ void balanceStages(const Space& space, Plan& p, costmodel::Evaluation& e0, const
 
 // Per stage, the cheapest recompute policy and layer count that fits (from three evaluations), then
 // layers added until the plan fits. False when it does not fit; `out` holds the last evaluation.
-bool recomputeToFit(Plan& q, costmodel::Evaluation& out, double budget, const EvaluateFn& evaluate) {
+// `known`, when given, is q's own evaluation (the evaluator is a pure function of the plan, so it is
+// not formed again).
+bool recomputeToFit(Plan& q, costmodel::Evaluation& out, double budget, const EvaluateFn& evaluate,
+                    const costmodel::Evaluation* known = nullptr) {
   Plan sel = q, full = q;
   for (auto& s : sel.stages) s = StagePlan{s.layers, RecomputePolicy::kSelective, s.layers};
   for (auto& s : full.stages) s = StagePlan{s.layers, RecomputePolicy::kFull, s.layers};
-  auto none = evaluate(q);
+  auto none = known ? Result<costmodel::Evaluation>(*known) : evaluate(q);
   auto es = evaluate(sel);
   auto ef = evaluate(full);
   if (!none || !es || !ef) return false;
@@ -170,7 +173,7 @@ std::optional<Candidate> costConfig(const Space& space, const Config& c, const P
   costmodel::Evaluation final = *e0;
   if (e0->peakMemoryBytes > budget) {
     Plan q = p;
-    const bool fits = recomputeToFit(q, final, budget, evaluate);
+    const bool fits = recomputeToFit(q, final, budget, evaluate, &*e0);  // (e0 is p's evaluation: see above)
     // Offload as the last resort, the least first: half the optimizer states, all of them, then (ZeRO-3)
     // half and all of the parameters.
     if (!fits && space.options->allowOffload && c.zero >= 1) {

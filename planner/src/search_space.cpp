@@ -42,6 +42,7 @@ std::string describe(const Plan& p) {
 }
 
 std::optional<std::int64_t> Space::fixed(const char* key) const {
+  if (options->fixed.empty()) return std::nullopt;  // (the usual search: asked per configuration)
   const auto it = options->fixed.find(key);
   if (it == options->fixed.end()) return std::nullopt;
   return it->second;
