@@ -2,13 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 
 #include "colo/costmodel/hardware.h"
 
 namespace colo::costmodel {
 namespace {
 
-std::int64_t degree(const Parallelism& p, const std::string& name) {
+std::int64_t degree(const Parallelism& p, std::string_view name) {
   if (name == "tp") return p.tp;
   if (name == "cp") return p.cp;
   if (name == "dp") return p.dp;
@@ -31,7 +32,8 @@ std::string_view fitName(Collective kind) {
 struct LevelFigures {
   double efficiency, latency, launch;
 };
-LevelFigures figures(const LinkLevel* level, Collective kind) {
+// (Inlined: the search costs tens of millions of collectives.)
+[[gnu::always_inline]] inline LevelFigures figures(const LinkLevel* level, Collective kind) {
   if (const CollectiveFit* f = level->fitFor(fitName(kind))) return {f->efficiency, f->latencySeconds, f->launchSeconds};
   return {level->efficiency > 0 ? level->efficiency : linkEfficiency(level->kind), level->latencySeconds, level->launchSeconds};
 }
@@ -51,7 +53,7 @@ double levelRate(const LinkLevel* level, const GroupPlacement& g, Collective kin
 }  // namespace
 
 GroupPlacement placeGroup(const ClusterSpec& cluster, const Parallelism& parallel, Dim dim) {
-  const std::string name = dim == Dim::kTp ? "tp" : dim == Dim::kCp ? "cp" : dim == Dim::kPp ? "pp" : "dp";
+  const std::string_view name = dim == Dim::kTp ? "tp" : dim == Dim::kCp ? "cp" : dim == Dim::kPp ? "pp" : "dp";
   std::int64_t stride = 1;
   for (const auto& d : parallel.rankOrder) {
     if (d == name) break;

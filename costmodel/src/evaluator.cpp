@@ -2,6 +2,7 @@
 #include "colo/costmodel/evaluator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
 
@@ -157,7 +158,15 @@ double gradAccumulationBytes(GradAccumulation mode, DType precision, double micr
   return 0.0;
 }
 
+namespace {
+std::uint64_t newEvaluatorId() {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1);
+}
+}  // namespace
+
 struct Evaluator::Impl {
+  const std::uint64_t id = newEvaluatorId();  // (names this evaluator's layer costs in LayerMemo)
   ClusterSpec cluster;
   std::vector<GemmMeasurement> measured;  // for the cluster's GPU, all precisions
   std::map<DType, GemmTable> tables;
@@ -403,6 +412,29 @@ void closeSchedule(const Plan& plan, const std::vector<detail::StageWork>& work,
 
 }  // namespace
 
+namespace {
+
+// The layer costs of the last evaluation on this thread. costLayer is a function of the evaluator's
+// templates and of the layer configuration, device and tp/cp/ep groups alone: plans that differ only in
+// their stages, recompute, offload, ZeRO stage or batch (the search asks for several such variants of
+// each configuration) cost their layers the same, so those are formed once. Keyed by the evaluator's
+// id and everything costLayer reads; per thread, so evaluators on several threads do not share it.
+struct LayerMemo {
+  std::uint64_t owner = 0;
+  detail::LayerConfig cfg;
+  DeviceModel device;
+  GroupPlacement tp, cp, ep;
+  detail::CostedLayers layers;
+  detail::LookupCounts counts;
+};
+
+LayerMemo& layerMemo() {
+  thread_local LayerMemo memo;
+  return memo;
+}
+
+}  // namespace
+
 Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   const Impl& I = *m_impl;
   const ModelTemplates& T = I.templates;
@@ -422,13 +454,26 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
 
   LayerConfig cfg = I.configFor(plan);
   if (!device.hostIssued) cfg.hostSecondsPerOp = 0;
-  detail::LookupCounts counts;
   const detail::Groups groups = detail::placeGroups(I.cluster, par);
-  detail::CostedLayers layers;
-  layers.classes.reserve(T.classes.size());
-  for (const auto& cls : T.classes) layers.classes.push_back(costLayer(cls, cfg, device, groups.tp, groups.cp, groups.ep, &counts));
-  layers.embedding = costLayer(T.embedding, cfg, device, groups.tp, groups.cp, groups.ep, &counts);
-  layers.head = costLayer(T.head, cfg, device, groups.tp, groups.cp, groups.ep, &counts);
+  LayerMemo& memo = layerMemo();
+  if (memo.owner != I.id || !(memo.cfg == cfg) || !(memo.device == device) || !(memo.tp == groups.tp) || !(memo.cp == groups.cp) ||
+      !(memo.ep == groups.ep)) {
+    memo.owner = 0;  // (invalid until formed whole)
+    memo.counts = {};
+    memo.layers.classes.clear();
+    memo.layers.classes.reserve(T.classes.size());
+    for (const auto& cls : T.classes) memo.layers.classes.push_back(costLayer(cls, cfg, device, groups.tp, groups.cp, groups.ep, &memo.counts));
+    memo.layers.embedding = costLayer(T.embedding, cfg, device, groups.tp, groups.cp, groups.ep, &memo.counts);
+    memo.layers.head = costLayer(T.head, cfg, device, groups.tp, groups.cp, groups.ep, &memo.counts);
+    memo.cfg = cfg;
+    memo.device = device;
+    memo.tp = groups.tp;
+    memo.cp = groups.cp;
+    memo.ep = groups.ep;
+    memo.owner = I.id;
+  }
+  const detail::CostedLayers& layers = memo.layers;
+  const detail::LookupCounts counts = memo.counts;
   const std::vector<detail::ChunkCost> chunks = detail::costChunks(plan, T, layers, cfg, byteScale);
   const double hop = detail::pipelineHopSeconds(plan, T, groups, I.cluster, dt);
   const detail::StateBytes bytes = detail::stateBytesOf(plan);

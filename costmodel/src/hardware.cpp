@@ -147,24 +147,4 @@ double communicatorBytes(const DeviceModel& device, std::int64_t members, LinkKi
   return device.commChannelBytes * channels * (crossesNodes ? 2.0 : 1.0);
 }
 
-double linkEfficiency(LinkKind kind) {
-  switch (kind) {
-    case LinkKind::kNvSwitch:
-      return 0.78;  // NCCL all-reduce bus bandwidth ~235 of 300 GB/s (A100), ~360 of 450 (H100)
-    case LinkKind::kNvLink:
-      return 0.80;
-    case LinkKind::kHybridCubeMesh:
-      return 0.85;  // DGX-1: ~130 of 150 GB/s bus bandwidth in nccl-tests
-    case LinkKind::kPcie:
-      return 0.75;
-    case LinkKind::kInfiniBand:
-      return 0.90;  // ~23 of 25 GB/s per HDR NIC
-    case LinkKind::kRoce:
-      return 0.85;
-    case LinkKind::kEthernet:
-      return 0.70;
-  }
-  return 0.75;
-}
-
 }  // namespace colo::costmodel

@@ -88,6 +88,7 @@ struct LayerConfig {
   const KernelTable* kernels = nullptr; // measured non-GEMM kernel times
   double gemmScale = 1.0;               // measured / roofline on this device, for GEMMs not measured
   double hostSecondsPerOp = 0;          // host time to issue one op (0: the host keeps ahead)
+  friend bool operator==(const LayerConfig&, const LayerConfig&) = default;
 };
 
 /// Where GEMM times came from in one evaluation.

@@ -46,6 +46,76 @@ Evaluation evaluateOrFail(const Plan& p) {
   return ev ? *ev : Evaluation{};
 }
 
+// An evaluator forms a plan's layer costs once for plans that differ only in what the layers do not
+// depend on (stages, recompute), kept per thread: whatever the order of evaluations, of evaluators and
+// of evaluators freed and created again, every evaluation equals a fresh evaluator's.
+TEST(Evaluator, KeptLayerCostsNeverLeakBetweenPlansOrEvaluators) {
+  const Plan a = makePlan("gpt2-medium", "dgx-a100-80gb", 8, 2, 1, 64);
+  Plan aFull = a;
+  setRecompute(aFull, RecomputePolicy::kFull);
+  Plan aFp16 = a;
+  aFp16.precision = DType::kFp16;
+  const Plan b = makePlan("gpt2-medium", "dgx-a100-80gb", 8, 4, 2, 64, 2);
+  const Plan aMbs2 = makePlan("gpt2-medium", "dgx-a100-80gb", 8, 2, 1, 64, 2);  // the same groups, another micro-batch
+
+  // The same layers' configuration, device and groups on a model with another vocabulary: only the
+  // evaluator (its templates) tells them apart.
+  Plan wide = a;
+  ASSERT_TRUE(wide.model.spec);
+  wide.model.spec->vocabSize *= 2;
+  const Plan c = makePlan("llama3-8b", "dgx-h100", 8, 8, 1, 64);
+  // On Hopper, FlashAttention-2's kernels against the GPU's fastest: the same layer configuration,
+  // another device model.
+  Plan flash = c, flash2 = c;
+  flash.execution.flashAttention = flash2.execution.flashAttention = true;
+  flash2.execution.flashAttention2 = true;
+  // References first, each from an evaluator of its own.
+  std::map<std::string, Json> fresh;
+  for (const auto& [name, p] : std::vector<std::pair<std::string, const Plan*>>{
+           {"a", &a}, {"aFull", &aFull}, {"aFp16", &aFp16}, {"b", &b}, {"aMbs2", &aMbs2}, {"flash", &flash}, {"flash2", &flash2}, {"wide", &wide}, {"c", &c}}) {
+    fresh[name] = evaluateOrFail(*p).toJson();
+  }
+  EXPECT_NE(fresh["wide"], fresh["a"]);
+  EXPECT_NE(fresh["aFp16"], fresh["a"]);
+  EXPECT_NE(fresh["aMbs2"], fresh["a"]);
+  EXPECT_NE(fresh["flash2"], fresh["flash"]);
+  auto one = Evaluator::create(a.model, a.cluster, a.seqLen);
+  auto large = Evaluator::create(wide.model, wide.cluster, wide.seqLen);
+  auto other = Evaluator::create(c.model, c.cluster, c.seqLen);
+  ASSERT_TRUE(one && large && other);
+  auto with = [](const Evaluator& e, const Plan& p) {
+    auto ev = e.evaluate(p);
+    EXPECT_TRUE(ev) << (ev ? "" : ev.error().toString());
+    return ev ? ev->toJson() : Json();
+  };
+  // One after another on this thread, so that each may find the last one's layers kept.
+  EXPECT_EQ(with(*one, a), fresh["a"]);
+  EXPECT_EQ(with(*one, aFull), fresh["aFull"]);  // the same layers, other stages
+  EXPECT_EQ(with(*one, a), fresh["a"]);
+  EXPECT_EQ(with(*large, wide), fresh["wide"]);  // another evaluator, the same layer configuration
+  EXPECT_EQ(with(*one, a), fresh["a"]);
+  EXPECT_EQ(with(*one, aMbs2), fresh["aMbs2"]);  // the same groups, another layer configuration
+  EXPECT_EQ(with(*one, a), fresh["a"]);
+  EXPECT_EQ(with(*one, b), fresh["b"]);          // other degrees and micro-batch
+  EXPECT_EQ(with(*one, a), fresh["a"]);
+  EXPECT_EQ(with(*one, aFp16), fresh["aFp16"]);  // another precision
+
+  EXPECT_EQ(with(*other, c), fresh["c"]);
+  EXPECT_EQ(with(*other, flash), fresh["flash"]);
+  EXPECT_EQ(with(*other, flash2), fresh["flash2"]);
+  EXPECT_EQ(with(*other, flash), fresh["flash"]);
+  EXPECT_EQ(with(*one, aFull), fresh["aFull"]);
+  // A freed evaluator's successor (which may take its memory) is a different evaluator.
+  for (int i = 0; i < 3; ++i) {
+    auto first = Evaluator::create(a.model, a.cluster, a.seqLen);
+    ASSERT_TRUE(first);
+    EXPECT_EQ(with(*first, a), fresh["a"]);
+    first = Evaluator::create(wide.model, wide.cluster, wide.seqLen);
+    ASSERT_TRUE(first);
+    EXPECT_EQ(with(*first, wide), fresh["wide"]);
+  }
+}
+
 // The head's GEMMs run on the vocabulary padded to a multiple of 128 x tp (Megatron-LM's
 // --make-vocab-size-divisible-by 128, and colo-run's layout): GPT-2's 50,257 as 50,304 at tp 1 and
 // 50,432 split in two at tp 2. These are the shapes colo-profile measures.

@@ -21,6 +21,7 @@ struct GroupPlacement {
   const LinkLevel* inner = nullptr;  ///< the level joining members inside a node (null: one per node)
   const LinkLevel* outer = nullptr;  ///< the level joining nodes (null: the group fits in a node)
   [[nodiscard]] bool crossesNodes() const { return outer != nullptr; }
+  friend bool operator==(const GroupPlacement&, const GroupPlacement&) = default;
 };
 
 /// The parallel dimensions a group can be formed over. kExpert is the expert-parallel group of the

@@ -38,6 +38,7 @@ struct DeviceModel {
   /// Compute running beside an overlapped collective is this much slower (the collective's kernels
   /// hold SMs and memory bandwidth): a hidden collective of duration C still costs overlapSlowdown * C.
   double overlapSlowdown = 0;
+  friend bool operator==(const DeviceModel&, const DeviceModel&) = default;
 };
 
 /// The device model of `gpu` training in `precision`. GPUs are recognised by name (V100, A100, H100,
@@ -49,6 +50,24 @@ struct DeviceModel {
 [[nodiscard]] double communicatorBytes(const DeviceModel& device, std::int64_t members, LinkKind innermost, bool crossesNodes);
 
 /// Fraction of a link level's nominal bandwidth that NCCL-style collectives achieve on it.
-[[nodiscard]] double linkEfficiency(LinkKind kind);
+[[nodiscard]] inline double linkEfficiency(LinkKind kind) {
+  switch (kind) {
+    case LinkKind::kNvSwitch:
+      return 0.78;  // NCCL all-reduce bus bandwidth ~235 of 300 GB/s (A100), ~360 of 450 (H100)
+    case LinkKind::kNvLink:
+      return 0.80;
+    case LinkKind::kHybridCubeMesh:
+      return 0.85;  // DGX-1: ~130 of 150 GB/s bus bandwidth in nccl-tests
+    case LinkKind::kPcie:
+      return 0.75;
+    case LinkKind::kInfiniBand:
+      return 0.90;  // ~23 of 25 GB/s per HDR NIC
+    case LinkKind::kRoce:
+      return 0.85;
+    case LinkKind::kEthernet:
+      return 0.70;
+  }
+  return 0.75;
+}
 
 }  // namespace colo::costmodel
