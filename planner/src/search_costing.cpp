@@ -58,18 +58,23 @@ void chooseCpExchange(const Space& space, Plan& p, costmodel::Evaluation& e0, co
   if (group.perNode > 1 && group.perNode < p.parallel.cp && p.parallel.cp % group.perNode == 0) {
     variants.push_back({CpCommType::kA2aP2p, {group.perNode, p.parallel.cp / group.perNode}});
   }
-  const Plan ring = p;
+  // Each variant differs from the ring in the exchange alone: it is tried on `p` itself (no copy of the
+  // plan per variant) and `p` ends with the exchange chosen.
+  CpCommType chosen = p.execution.cpCommType;
+  std::vector<std::int64_t> chosenSizes = p.execution.hierarchicalCpSizes;
   for (const auto& [type, sizes] : variants) {
-    Plan q = ring;
-    q.execution.cpCommType = type;
-    q.execution.hierarchicalCpSizes = sizes;
-    if (!validatePlan(q)) continue;
-    auto e = evaluate(q);
+    p.execution.cpCommType = type;
+    p.execution.hierarchicalCpSizes = sizes;
+    if (!validatePlan(p)) continue;
+    auto e = evaluate(p);
     if (!e || !(e->stepSeconds < 0.99 * e0.stepSeconds)) continue;
     if (e->peakMemoryBytes > space.budget && e->peakMemoryBytes > e0.peakMemoryBytes) continue;
-    p = q;
+    chosen = type;
+    chosenSizes = sizes;
     e0 = std::move(*e);
   }
+  p.execution.cpCommType = chosen;
+  p.execution.hierarchicalCpSizes = std::move(chosenSizes);
 }
 
 // Non-uniform stages: per-stage time balanced (the first holds the embedding, the last the head) within
@@ -111,12 +116,15 @@ void balanceStages(const Space& space, Plan& p, costmodel::Evaluation& e0, const
 // not formed again).
 bool recomputeToFit(Plan& q, costmodel::Evaluation& out, double budget, const EvaluateFn& evaluate,
                     const costmodel::Evaluation* known = nullptr) {
-  Plan sel = q, full = q;
-  for (auto& s : sel.stages) s = StagePlan{s.layers, RecomputePolicy::kSelective, s.layers};
-  for (auto& s : full.stages) s = StagePlan{s.layers, RecomputePolicy::kFull, s.layers};
+  // Every stage selective, then every stage full: q's own stages changed and put back (no copy of the
+  // plan for each).
   auto none = known ? Result<costmodel::Evaluation>(*known) : evaluate(q);
-  auto es = evaluate(sel);
-  auto ef = evaluate(full);
+  const std::vector<StagePlan> own = q.stages;
+  for (auto& s : q.stages) s = StagePlan{s.layers, RecomputePolicy::kSelective, s.layers};
+  auto es = evaluate(q);
+  for (auto& s : q.stages) s = StagePlan{s.layers, RecomputePolicy::kFull, s.layers};
+  auto ef = evaluate(q);
+  q.stages = own;
   if (!none || !es || !ef) return false;
   const double m = static_cast<double>(none->microBatches);
   for (std::size_t s = 0; s < q.stages.size(); ++s) {
