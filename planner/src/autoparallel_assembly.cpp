@@ -402,21 +402,20 @@ void measureBuffers(const Context& c, const MeshSolvers& ms, Solution& sol) {
 // stages that can be slowest, fullest or last to reduce, and the step before their ends (which the
 // optimizer states' share changes; finishAssembly).
 struct AssemblyMemo::Frame {
-  double alpha = 0, gamma = 0;
+  Assembly base;  // its shares of activations and weights, layer split, compute, comm, recompute, offload, bubble
   bool valid = false;
-  std::vector<std::int64_t> stageLayers;
   std::array<Stage, 4> chosen{};
   std::size_t count = 0;
-  double slowest = 0, compute = 0, comm = 0, recompute = 0, offload = 0, bubble = 0;
-  double pcie = 0, pipelineCommunicator = 0;
+  double slowest = 0, pcie = 0, pipelineCommunicator = 0;
 };
 
 namespace {
 
 void pipelineOf(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches, double alpha,
                 std::int64_t vpp, const std::vector<std::int64_t>* fixedStages, double gamma, AssemblyMemo::Frame& f) {
-  f.alpha = alpha;
-  f.gamma = gamma;
+  f.base = Assembly{};
+  f.base.alpha = alpha;
+  f.base.gamma = gamma;
   f.valid = true;
   const double P = static_cast<double>(pp);
   const double M = static_cast<double>(microBatches);
@@ -427,11 +426,11 @@ void pipelineOf(const Context& c, const MeshSolvers& ms, const Solution& sol, st
   const std::size_t chunkCount = static_cast<std::size_t>(pp * std::max<std::int64_t>(1, vpp));
   if (fixedStages && fixedStages->size() == chunkCount &&
       std::accumulate(fixedStages->begin(), fixedStages->end(), std::int64_t{0}) == c.numLayers) {
-    f.stageLayers = *fixedStages;  // a saved or degree-level plan's own split
+    f.base.stageLayers = *fixedStages;  // a saved or degree-level plan's own split
   } else {
-    f.stageLayers = stageLayerCounts(c.numLayers, pp, vpp, costs.averageLayerSeconds(), costs.embeddingSeconds(), costs.headSeconds());
+    f.base.stageLayers = stageLayerCounts(c.numLayers, pp, vpp, costs.averageLayerSeconds(), costs.embeddingSeconds(), costs.headSeconds());
   }
-  costs.place(f.stageLayers, pp);
+  costs.place(f.base.stageLayers, pp);
   // Micro-batches whose activations stage i holds at its peak: 1F1B keeps pp - i; the interleaved
   // schedule's warm-up keeps 2(pp - i - 1) + (v - 1)pp + 1 chunk-micro-batches of 1/v of the stage's
   // layers (Megatron's schedule; Korthikanti et al. 2022: pp(1 + (pp - 1)/(pp v)) on the first stage).
@@ -466,30 +465,22 @@ void pipelineOf(const Context& c, const MeshSolvers& ms, const Solution& sol, st
   const Stage& critical = *std::max_element(stages.begin(), stages.end(), [](const Stage& x, const Stage& y) {
     return x.seconds < y.seconds;
   });
-  f.compute = M * critical.compute;
-  f.comm = M * (critical.comm + V * hop);
-  f.recompute = M * critical.recompute;
-  f.offload = M * critical.exposed;
-  f.bubble = (P - 1.0) * f.slowest / V;
+  f.base.compute = M * critical.compute;
+  f.base.comm = M * (critical.comm + V * hop);
+  f.base.recompute = M * critical.recompute;
+  f.base.offload = M * critical.exposed;
+  f.base.bubble = (P - 1.0) * f.slowest / V;
   f.pipelineCommunicator = pipelineCommunicatorBytes(c, ms, pp);
 }
 
 // The step ends with the stage last to reduce and update; memory is the fullest stage's.
 Assembly finishAssembly(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t microBatches, double beta,
                         const AssemblyMemo::Frame& f) {
-  Assembly a;
-  a.alpha = f.alpha;
+  Assembly a = f.base;
   a.beta = beta;
-  a.gamma = f.gamma;
-  a.stageLayers = f.stageLayers;
-  a.compute = f.compute;
-  a.comm = f.comm;
-  a.recompute = f.recompute;
-  a.offload = f.offload;
-  a.bubble = f.bubble;
   double tail = 0, peak = 0, device = 0;
   for (std::size_t i = 0; i < f.count; ++i) {
-    const StageEnd e = stageEnd(c, ms, ms.lastSync[i], sol, f.chosen[i], beta, f.gamma, f.pcie, f.pipelineCommunicator);
+    const StageEnd e = stageEnd(c, ms, ms.lastSync[i], sol, f.chosen[i], beta, a.gamma, f.pcie, f.pipelineCommunicator);
     if (e.sync + e.optimizer > tail) {
       tail = e.sync + e.optimizer;
       a.sync = e.sync;
@@ -517,7 +508,7 @@ AssemblyMemo::~AssemblyMemo() = default;
 Assembly AssemblyMemo::operator()(const Context& c, const MeshSolvers& ms, const Solution& sol, std::int64_t pp, std::int64_t microBatches,
                                   double alpha, double beta, std::int64_t vpp, const std::vector<std::int64_t>* fixedStages, double gamma) {
   Frame& f = *m_frame;
-  if (!f.valid || f.alpha != alpha || f.gamma != gamma) pipelineOf(c, ms, sol, pp, microBatches, alpha, vpp, fixedStages, gamma, f);
+  if (!f.valid || f.base.alpha != alpha || f.base.gamma != gamma) pipelineOf(c, ms, sol, pp, microBatches, alpha, vpp, fixedStages, gamma, f);
   return finishAssembly(c, ms, sol, microBatches, beta, f);
 }
 
