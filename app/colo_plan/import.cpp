@@ -98,6 +98,13 @@ Result<planner::ImportContext> importContext(const Args& args, const Launch& lau
   if (!gpus) return fail(gpus.error());
   if (*gpus > 0) {
     auto scaled = scaleCluster(*cluster, *gpus);
+    if (!scaled && !args.has("gpus") && launch.file) {
+      // The count came from the launcher's options, not from --gpus: say so, and name the file.
+      const std::string how = launch.facts && launch.facts->world() > 0 ? launch.facts->describe() : "the hostfile's slots";
+      std::string why = scaled.error().message;
+      if (why.starts_with("--gpus ")) why.erase(0, 7);
+      return fail(Error::badInput(*launch.file + ": the launch asks for " + std::to_string(*gpus) + " GPUs (" + how + "): " + why));
+    }
     if (!scaled) return fail(scaled.error());
     cluster = std::move(*scaled);
   }

@@ -702,6 +702,23 @@ TEST(ColoPlanTools, ImportADeepSpeedLaunchScriptAsItIs) {
   const auto wrong = run("import --format deepspeed --launch " + launch + " --cluster dgx-a100-80gb-x16 --gpus 8");
   EXPECT_EQ(wrong.exitCode, 2);
   EXPECT_NE(wrong.err.find("--gpus 8 disagrees with the launch: 2 nodes x 8 GPUs per node = 16"), std::string::npos) << wrong.err;
+  // A launch larger than the cluster can grow to, or than colo plans for, is named with the launcher's
+  // own count: the file, the nodes and GPUs per node, and why the cluster cannot hold them.
+  const std::string huge = dir.path("huge.sh"), big = dir.path("big.sh");
+  {
+    std::ofstream(huge) << "deepspeed --num_nodes 1000000 --num_gpus 8 pretrain_gpt.py --tensor-model-parallel-size 8\n";
+    std::ofstream(big) << "torchrun --nnodes 2048 --nproc_per_node 8 pretrain_gpt.py --tensor-model-parallel-size 8\n";
+  }
+  const auto tooMany = run("import --format megatron --launch " + huge + " --cluster dgx-h100-x2048");
+  EXPECT_EQ(tooMany.exitCode, 2);
+  EXPECT_NE(tooMany.err.find(huge + ": the launch asks for 8000000 GPUs (1000000 nodes x 8 GPUs per node): 8000000 is more than the"),
+            std::string::npos)
+      << tooMany.err;
+  const auto oneNode = run("import --format megatron --launch " + big + " --cluster dgx-h100");
+  EXPECT_EQ(oneNode.exitCode, 2);
+  EXPECT_NE(oneNode.err.find(big + ": the launch asks for 16384 GPUs (2048 nodes x 8 GPUs per node): dgx-h100 has no network level"),
+            std::string::npos)
+      << oneNode.err;
   // A Megatron-Bridge config YAML, then what would be faster.
   const std::string bridge = dir.path("bridge.json");
   const auto mb = run("import --format megatron-bridge --launch " + test::dataFile("examples/megatron-bridge-llama3-8b.yaml") +
