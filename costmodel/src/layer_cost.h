@@ -91,6 +91,12 @@ struct LayerConfig {
   friend bool operator==(const LayerConfig&, const LayerConfig&) = default;
 };
 
+/// Whether Transformer Engine runs the layer's linears in fp8: it keeps their inputs in fp8 and its
+/// sequence-parallel all-gathers move the fp8 cast (docs/costmodel.md, "fp8 all-gathers").
+[[nodiscard]] inline bool transformerEngineFp8(const LayerConfig& c) {
+  return c.dtypeBytes == 1 && c.float8Recipe == Float8Recipe::kTransformerEngine;
+}
+
 /// Where GEMM times came from in one evaluation.
 struct LookupCounts {
   std::int64_t exact = 0, interpolated = 0, roofline = 0;
@@ -104,6 +110,11 @@ struct ScaledKernel {
   std::int64_t width = 0;
 };
 [[nodiscard]] std::optional<ScaledKernel> scaledKernel(const OpTemplate& op, const LayerConfig& config);
+/// Whether the op sorts an expert layer's received rows by local expert (Megatron-Core's
+/// dispatch_postprocess, after the expert-tensor-parallel all-gather).
+[[nodiscard]] inline bool sortsByExpert(const OpTemplate& op) { return op.kind == OpKind::kPermute && op.groups > 0; }
+/// How many ways an elementwise op's rows are split across the tensor-parallel group.
+[[nodiscard]] double elementSplit(const OpTemplate& op, const LayerConfig& config);
 
 /// The fused attention kernel a layer runs under FlashAttention, as a measured kernel's key:
 /// "flash_attention[.causal].d<query/key head dim>[.v<value head dim>][.dropout]", elements = heads x samples x
@@ -175,9 +186,6 @@ struct OpCost {
 
 /// `opCosts`, when given, receives every op's forward and backward compute (FlashAttention's fused
 /// kernel as one "attn.flash" entry); their sums are the layer's fwd and bwd.
-/// One expert dispatch (or combine) all-to-all of `bytes` (every token's k copies) over the
-/// expert-parallel group, by the plan's dispatcher (docs/costmodel.md, "Expert parallelism").
-[[nodiscard]] double expertDispatchSeconds(double bytes, const LayerConfig& config, const GroupPlacement& ep);
 [[nodiscard]] LayerCost costLayer(const LayerTemplate& layer, const LayerConfig& config, const DeviceModel& device,
                                   const GroupPlacement& tpGroup, const GroupPlacement& cpGroup,
                                   const GroupPlacement& epGroup, LookupCounts* counts = nullptr,

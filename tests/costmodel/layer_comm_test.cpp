@@ -1,0 +1,154 @@
+// A layer's communication along each parallel dimension (costmodel/src/layer_comm.cpp), each checked
+// against the collectives it is made of (docs/costmodel.md, "Communication"). Private code: these tests
+// include the module's own header.
+#include <gtest/gtest.h>
+
+#include "colo/costmodel/collectives.h"
+#include "colo/costmodel/hardware.h"
+#include "core/test_support.h"
+#include "layer_comm.h"
+
+namespace colo::costmodel::detail {
+namespace {
+
+struct Node {
+  ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-h100.json"));
+  DeviceModel device = deviceModel(cluster.gpu, DType::kBf16);
+};
+
+// Llama-3-8B-like widths: 32 query heads and 8 key/value heads of 128.
+LayerConfig config(std::int64_t tp, std::int64_t cp) {
+  LayerConfig c;
+  c.microBatch = 2;
+  c.tp = tp;
+  c.cp = cp;
+  c.seqLen = 8192;
+  c.hidden = 4096;
+  c.qWidth = 4096;
+  c.kvWidth = 1024;
+  c.activationBytes = 2;
+  return c;
+}
+
+TEST(LayerComm, ContextParallelAllGatherIsOneGatherForwardAndAGatherAndAScatterBackward) {
+  const Node node;
+  LayerConfig c = config(1, 4);
+  c.cpCommType = CpCommType::kAllGather;
+  const GroupPlacement group = placeRanks(node.cluster, 4, 1);
+  LayerCost out;
+  contextParallelComm(c, node.device, group, out);
+  // The whole sequence's keys and values: 2 x 8192 tokens x (1024 + 1024) x 2 bytes.
+  const double kvAll = 2.0 * 8192 * 2048 * 2;
+  const double gather = collectiveSeconds(Collective::kAllGather, kvAll, group);
+  EXPECT_DOUBLE_EQ(out.cpCommFwd, gather);
+  EXPECT_DOUBLE_EQ(out.cpCommBwd, gather + collectiveSeconds(Collective::kReduceScatter, kvAll, group));
+  EXPECT_EQ(out.opsFwd, 1);
+  EXPECT_EQ(out.opsBwd, 2);
+  // Without context parallelism nothing is exchanged.
+  LayerCost none;
+  contextParallelComm(config(1, 1), node.device, placeRanks(node.cluster, 1, 1), none);
+  EXPECT_EQ(none.cpCommFwd + none.cpCommBwd + none.opsFwd + none.opsBwd, 0);
+}
+
+TEST(LayerComm, TheRingHidesItsStepsBehindTheAttentionOfTheChunkAtHand) {
+  const Node node;
+  const LayerConfig c = config(2, 4);  // kP2p by default
+  const GroupPlacement group = placeRanks(node.cluster, 4, 2);
+  // One step sends this rank's keys and values: 2 x 2048 tokens x 2048 / tp x 2 bytes.
+  const double step = collectiveSeconds(Collective::kSendRecv, 2.0 * 2048 * 1024 * 2, group);
+  LayerCost exposed;  // no attention to hide behind: three steps forward, three of two messages backward
+  contextParallelComm(c, node.device, group, exposed);
+  EXPECT_DOUBLE_EQ(exposed.cpCommFwd, 3 * step);
+  EXPECT_DOUBLE_EQ(exposed.cpCommBwd, 3 * 2 * step);
+  EXPECT_EQ(exposed.opsFwd, 9);
+  EXPECT_EQ(exposed.opsBwd, 12);
+  LayerCost hidden;  // an attention far longer than a step: only the slowdown of the hidden sends
+  hidden.attnCoreFwd = 1.0;
+  contextParallelComm(c, node.device, group, hidden);
+  EXPECT_DOUBLE_EQ(hidden.cpCommFwd, 3 * node.device.overlapSlowdown * step);
+  EXPECT_DOUBLE_EQ(hidden.cpCommBwd, 3 * node.device.overlapSlowdown * 2 * step);
+  EXPECT_LT(hidden.cpCommFwd, exposed.cpCommFwd);
+}
+
+TEST(LayerComm, HierarchicalContextParallelismIsItsAllToAllLevelThenItsRing) {
+  const Node node;
+  LayerConfig c = config(1, 8);
+  c.cpA2aGroup = placeRanks(node.cluster, 2, 1);
+  c.cpRingGroup = placeRanks(node.cluster, 4, 2);
+  LayerCost a2a, ring, both;
+  c.cpCommType = CpCommType::kAllToAll;
+  contextParallelComm(c, node.device, c.cpA2aGroup, a2a);
+  c.cpCommType = CpCommType::kP2p;
+  contextParallelComm(c, node.device, c.cpRingGroup, ring);
+  c.cpCommType = CpCommType::kA2aP2p;
+  contextParallelComm(c, node.device, placeRanks(node.cluster, 8, 1), both);
+  EXPECT_GT(a2a.cpCommFwd, 0);
+  EXPECT_GT(ring.cpCommFwd, 0);
+  EXPECT_DOUBLE_EQ(both.cpCommFwd, a2a.cpCommFwd + ring.cpCommFwd);
+  EXPECT_DOUBLE_EQ(both.cpCommBwd, a2a.cpCommBwd + ring.cpCommBwd);
+  EXPECT_EQ(both.opsFwd, a2a.opsFwd + ring.opsFwd);
+}
+
+TEST(LayerComm, ExpertAllToAllsRunOnMoeLayersUnderExpertParallelismOnly) {
+  const Node node;
+  LayerConfig c = config(1, 1);
+  c.ep = 8;
+  c.topK = 2;
+  const GroupPlacement group = placeRanks(node.cluster, 8, 1);
+  LayerTemplate moe;
+  moe.moe = true;
+  LayerCost out;
+  expertParallelComm(moe, c, node.device, group, out);
+  // Dispatch and combine, each way: every token's two copies of its hidden state.
+  const double a2a = expertDispatchSeconds(2.0 * 8192 * 2 * 4096 * 2, c, group);
+  EXPECT_DOUBLE_EQ(out.epCommFwd, 2 * a2a);
+  EXPECT_DOUBLE_EQ(out.epCommBwd, 2 * a2a);
+  EXPECT_EQ(out.opsFwd, 2);
+  // Megatron-Core's batch-level overlap behind ample compute leaves only the slowdown.
+  c.epCommOverlap = true;
+  LayerCost overlapped;
+  overlapped.fwd = overlapped.bwd = 10.0;
+  expertParallelComm(moe, c, node.device, group, overlapped);
+  EXPECT_NEAR(overlapped.epCommFwd + overlapped.epCommBwd, node.device.overlapSlowdown * 4 * a2a, 1e-15);
+  // A dense layer, or one expert-parallel rank, exchanges nothing.
+  LayerCost dense, single;
+  expertParallelComm(LayerTemplate{}, c, node.device, group, dense);
+  c.ep = 1;
+  expertParallelComm(moe, c, node.device, placeRanks(node.cluster, 1, 1), single);
+  EXPECT_EQ(dense.epCommFwd + dense.opsFwd + single.epCommFwd + single.opsFwd, 0);
+}
+
+TEST(LayerComm, SequenceParallelismTurnsEachAllReduceIntoAScatterAndAGather) {
+  const Node node;
+  LayerConfig c = config(8, 1);
+  const GroupPlacement group = placeRanks(node.cluster, 8, 1);
+  LayerTemplate layer;
+  layer.rowOps = 2;
+  layer.columnOps = 2;
+  const double bytes = 2.0 * 8192 * 4096 * 2;  // one micro-batch's activation
+  LayerCost plain;
+  tensorParallelComm(layer, c, node.device, group, plain);
+  const double allReduce = collectiveSeconds(Collective::kAllReduce, bytes, group);
+  EXPECT_DOUBLE_EQ(plain.tpCommFwd, 2 * allReduce);
+  EXPECT_DOUBLE_EQ(plain.tpCommBwd, 2 * allReduce);
+  EXPECT_EQ(plain.opsFwd, 2);
+  c.sequenceParallel = true;
+  LayerCost sp;
+  tensorParallelComm(layer, c, node.device, group, sp);
+  const double scatter = collectiveSeconds(Collective::kReduceScatter, bytes, group);
+  const double gather = collectiveSeconds(Collective::kAllGather, bytes, group);
+  EXPECT_DOUBLE_EQ(sp.tpCommFwd, 2 * (scatter + gather));
+  EXPECT_DOUBLE_EQ(sp.tpCommBwd, 2 * scatter + 2 * gather);
+  EXPECT_EQ(sp.opsFwd, 4);
+  EXPECT_DOUBLE_EQ(tensorParallelGather(c, group), gather);
+  // Transformer Engine's fp8 linears gather their fp8 cast: half the bytes.
+  c.dtypeBytes = 1;
+  LayerCost fp8;
+  tensorParallelComm(layer, c, node.device, group, fp8);
+  const double halfGather = collectiveSeconds(Collective::kAllGather, bytes / 2, group);
+  EXPECT_DOUBLE_EQ(fp8.tpCommFwd, 2 * (scatter + halfGather));
+  EXPECT_DOUBLE_EQ(tensorParallelGather(c, group), halfGather);
+}
+
+}  // namespace
+}  // namespace colo::costmodel::detail
