@@ -138,6 +138,7 @@ struct DegreeBest {
   std::optional<planner::Candidate> best;
   std::string outside;  // what it uses outside the operator-level space
   std::string why;      // without a best: why there is none
+  bool layoutFixed = false;  // --mesh, --pp or --replicas: --out keeps the operator-level plan on that layout
 };
 
 DegreeBest degreeBest(const Model& model, const ClusterSpec& cluster, const planner::AutoParallelOptions& a) {
@@ -185,7 +186,7 @@ void printDegreeComparison(const planner::AutoParallelResult& r, const DegreeBes
     out << "  the degree-level plan is faster"
         << (d.outside.empty() ? " (the two cost models differ by a few percent on the same plan)"
                               : ": it uses " + d.outside + ", outside the operator-level space")
-        << "; --out writes it\n";
+        << (d.layoutFixed ? "; --out writes the per-operator plan, on the layout --mesh/--pp/--replicas fix\n" : "; --out writes it\n");
   }
 }
 
@@ -257,36 +258,60 @@ Result<void> appendPositive(const Args& args, const std::string& name, std::vect
 
 // A fixed mesh (--mesh) must make the cluster with the replicas and stages asked for (the stages follow
 // from it when not given), and be laid out on it.
-Result<void> checkMesh(const Args& args, const ClusterSpec& cluster, planner::AutoParallelOptions& options) {
+// One --mesh: the pipeline degree that fills the cluster with it (and --replicas), unless --pp says. When
+// one copy of the mesh per stage would need more stages than the model has layers, the pipeline degrees
+// that keep a layer a stage are searched, each with the copies of the mesh that fill the cluster.
+Result<void> checkMesh(const Args& args, const ClusterSpec& cluster, std::int64_t layers, planner::AutoParallelOptions& options) {
+  const std::int64_t total = cluster.totalGpus();
   for (const auto r : options.replicas) {
-    if (cluster.totalGpus() % r != 0 || options.globalBatchSize % r != 0) {
+    if (total % r != 0 || options.globalBatchSize % r != 0) {
       return fail(Error::badInput("--replicas " + std::to_string(r) + ": copies of the mesh must divide the cluster's " +
-                                  std::to_string(cluster.totalGpus()) + " GPUs and the global batch " +
+                                  std::to_string(total) + " GPUs and the global batch " +
                                   std::to_string(options.globalBatchSize)));
     }
   }
   if (options.meshes.size() != 1) return {};
+  const std::string named = "--mesh " + *args.value("mesh");
   std::int64_t size = 1;
   for (const auto s : options.meshes[0]) size *= s;
   const std::int64_t r = options.replicas.empty() ? 1 : options.replicas[0];
-  const std::int64_t pp = options.pipelineDegrees.empty() ? cluster.totalGpus() / std::max<std::int64_t>(1, size * r) : options.pipelineDegrees[0];
-  if (options.pipelineDegrees.empty() && cluster.totalGpus() % (size * r) != 0) {
-    return fail(Error::badInput("--mesh " + *args.value("mesh") + ": " + std::to_string(size) + " GPUs" +
-                                (r > 1 ? " x " + std::to_string(r) + " replicas" : "") + " do not divide the cluster's " +
-                                std::to_string(cluster.totalGpus()) + " GPUs into pipeline stages"));
+  const std::string copies = r > 1 ? " x " + std::to_string(r) + " replicas" : "";
+  const std::string hint = options.replicas.empty() ? " (--replicas R puts R copies of the mesh in each stage)" : "";
+  if (options.pipelineDegrees.empty() && total % (size * r) != 0) {
+    return fail(Error::badInput(named + ": " + std::to_string(size) + " GPUs" + copies + " do not divide the cluster's " +
+                                std::to_string(total) + " GPUs into pipeline stages"));
   }
-  if (size * r * pp != cluster.totalGpus()) {
-    return fail(Error::badInput("--mesh " + *args.value("mesh") + ": " + std::to_string(size) + " GPUs x " +
-                                (r > 1 ? std::to_string(r) + " replicas x " : "") + std::to_string(pp) +
-                                " stages does not make the cluster's " + std::to_string(cluster.totalGpus()) + " GPUs"));
+  const std::int64_t pp = options.pipelineDegrees.empty() ? total / (size * r) : options.pipelineDegrees[0];
+  if (size * r * pp != total) {
+    return fail(Error::badInput(named + ": " + std::to_string(size) + " GPUs x " + (r > 1 ? std::to_string(r) + " replicas x " : "") +
+                                std::to_string(pp) + " stages does not make the cluster's " + std::to_string(total) + " GPUs" + hint));
   }
-  if (options.pipelineDegrees.empty()) options.pipelineDegrees.push_back(pp);
   auto mesh = planner::makeMesh(cluster, options.meshes[0]);
   if (!mesh) return fail(mesh.error());
+  if (pp <= layers || !options.pipelineDegrees.empty()) {
+    if (options.pipelineDegrees.empty()) options.pipelineDegrees.push_back(pp);
+    return {};  // (more --pp than layers: autoParallel refuses it by name)
+  }
+  if (!options.replicas.empty()) {
+    return fail(Error::badInput(named + copies + ": " + std::to_string(pp) + " pipeline stages, more than the model's " +
+                                std::to_string(layers) + " layers (every stage holds at least one)"));
+  }
+  for (std::int64_t copy = 2; copy <= total / size; copy *= 2) {
+    if ((total / size) % copy == 0 && total / (size * copy) <= layers && options.globalBatchSize % copy == 0) {
+      options.replicas.push_back(copy);
+    }
+  }
+  if (options.replicas.empty()) {
+    return fail(Error::badInput(named + ": one copy of the mesh per stage makes " + std::to_string(pp) +
+                                " pipeline stages, more than the model's " + std::to_string(layers) +
+                                " layers, and no power-of-two number of copies (--replicas) divides both the " +
+                                std::to_string(total) + " GPUs and the global batch " + std::to_string(options.globalBatchSize) +
+                                " with fewer stages"));
+  }
   return {};
 }
 
-Result<planner::AutoParallelOptions> autoParallelOptions(const Args& args, ClusterSpec& cluster) {
+Result<planner::AutoParallelOptions> autoParallelOptions(const Args& args, ClusterSpec& cluster, std::int64_t layers) {
   if (!args.has("gbs")) return fail(Error::badInput("missing --gbs (the global batch size)"));
   auto gbs = args.positiveInteger("gbs", 0);
   if (!gbs) return fail(gbs.error());
@@ -325,7 +350,7 @@ Result<planner::AutoParallelOptions> autoParallelOptions(const Args& args, Clust
                                    {"vpp", &options.virtualStages}}) {
     if (auto added = appendPositive(args, name, *into); !added) return fail(added.error());
   }
-  if (auto mesh = checkMesh(args, cluster, options); !mesh) return fail(mesh.error());
+  if (auto mesh = checkMesh(args, cluster, layers, options); !mesh) return fail(mesh.error());
   return options;
 }
 
@@ -394,7 +419,7 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
   auto mc = loadModelAndCluster(*args);
   if (!mc) return reportError(mc.error(), err);
   auto& [model, cluster] = *mc;
-  auto options = autoParallelOptions(*args, cluster);
+  auto options = autoParallelOptions(*args, cluster, model.numLayers());
   if (!options) return reportError(options.error(), err);
   if (auto writable = checkOutputPath(*args, "out"); !writable) return reportError(writable.error(), err);
   for (const auto v : options->virtualStages) {
@@ -410,8 +435,11 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
   if (!result) return reportError(result.error(), err);
   // The degree-level search's best beside it: autoparallel never recommends a slower plan than it.
   const bool solverOnly = args->has("solver-only");
-  const DegreeBest degree = solverOnly ? DegreeBest{} : degreeBest(model, cluster, *options);
+  DegreeBest degree = solverOnly ? DegreeBest{} : degreeBest(model, cluster, *options);
+  degree.layoutFixed = args->has("mesh") || args->has("pp") || args->has("replicas");
   const bool degreeFaster = degree.best && degree.best->evaluation.stepSeconds < result->joint.stepSeconds;
+  // The degree-level search is not held to the layout the user fixed: --out keeps theirs.
+  const bool writeDegree = degreeFaster && !degree.layoutFixed;
   const auto file = args->value("out");
   if (args->has("json")) {
     out << autoParallelJson(*result, degree, degreeFaster, !solverOnly).dump(2) << "\n";
@@ -419,12 +447,12 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
     printAutoParallel(model, cluster, options->globalBatchSize, *result, solverOnly ? nullptr : &degree, out);
   }
   if (file) {
-    if (auto written = writeAutoParallelPlan(*file, model, cluster, *options, *result, degree, degreeFaster, argv); !written) {
+    if (auto written = writeAutoParallelPlan(*file, model, cluster, *options, *result, degree, writeDegree, argv); !written) {
       return reportError(written.error(), err);
     }
   }
   if (file && !args->has("json")) {
-    if (degreeFaster) {
+    if (writeDegree) {
       out << "\nwrote " << *file << ": the degree-level search's plan (faster than the joint solve)";
     } else {
       out << "\nwrote " << *file << (result->joint.runnable ? " (colo-run runs it: " + result->joint.expressedAs + ")"

@@ -491,6 +491,10 @@ Result<AutoParallelResult> Search::run() {
     if (pp <= 0 || total % pp != 0) {
       return fail(Error::badInput("--pp " + std::to_string(pp) + ": does not divide the cluster's " + std::to_string(total) + " GPUs"));
     }
+    if (pp > m_c.numLayers) {
+      return fail(Error::badInput("--pp " + std::to_string(pp) + ": more pipeline stages than the model's " +
+                                  std::to_string(m_c.numLayers) + " layers (every stage holds at least one)"));
+    }
   }
   // Memory prices: none, then a sweep of seconds per byte (a GiB weighs from ~0.1 us to ~10 s).
   m_lambdas = {0.0};

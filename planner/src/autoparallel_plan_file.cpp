@@ -63,7 +63,11 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
                "stages (" + stages + ") x replicas (" + std::to_string(*replicas) + ") x the mesh's " + std::to_string(mesh->size()) +
                    " GPUs must be the cluster's " + std::to_string(c.cluster->totalGpus()));
   }
-  if (!samples || (c.options.globalBatchSize / *replicas) % *samples != 0) {
+  if (!samples) {
+    return bad("/micro_batch_size", "must be a whole number of samples, 1 or more, got " +
+                                        (stored.contains("micro_batch_size") ? describeJsonValue(stored["micro_batch_size"]) : "none"));
+  }
+  if ((c.options.globalBatchSize / *replicas) % *samples != 0) {
     return bad("/micro_batch_size", "must divide each replica's batch " + std::to_string(c.options.globalBatchSize / *replicas) + ", got " +
                                         (stored.contains("micro_batch_size") ? describeJsonValue(stored["micro_batch_size"]) : "none"));
   }
@@ -156,7 +160,7 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
       }
       for (std::size_t a = 0; a < names.size(); ++a) {
         if (!names[a].is_string() || !parseRole(names[a].get<std::string>(), roles[a])) {
-          return bad(here + "/axis_roles/" + std::to_string(a), "not a role (none, batch, seq, out, in, expert, inner): " + names[a].dump());
+          return bad(here + "/axis_roles/" + std::to_string(a), "not a role (none, batch, seq, out, in, expert, inner, fsdp): " + names[a].dump());
         }
       }
       if (unit.contains("recompute") && !unit["recompute"].is_boolean()) {
@@ -166,6 +170,37 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
     }
   }
   return out;
+}
+
+// Each stored operator's roles must be one of its strategies on this mesh: a role that does not apply
+// (say, experts for a projection) is named with the operator and the roles it has.
+Result<void> checkRolesOffered(const MeshSolvers& ms, const Stored& st, const std::string& file) {
+  std::vector<const BlockSolver*> solvers{ms.embedding.get()};
+  for (const auto& layer : ms.layers) solvers.push_back(layer.get());
+  solvers.push_back(ms.head.get());
+  const int axes = ms.mesh->axes();
+  auto rolesOf = [axes](const std::array<Role, 2>& r) {
+    std::string out = "[" + roleName(r[0]);
+    if (axes > 1) out += ", " + roleName(r[1]);
+    return out + "]";
+  };
+  for (std::size_t b = 0; b < solvers.size(); ++b) {
+    const Block& block = solvers[b]->block();
+    const auto& stored = st.units.at(&block);
+    for (std::size_t u = 0; u < stored.size(); ++u) {
+      const auto& offered = solvers[b]->strategies()[u];
+      if (std::any_of(offered.begin(), offered.end(), [&](const Strategy& s) { return s.role == stored[u].first; })) continue;
+      std::string roles;
+      for (const auto& s : offered) {
+        const std::string r = rolesOf(s.role);
+        if (roles.find(r) == std::string::npos) roles += (roles.empty() ? "" : " ") + r;
+      }
+      return fail(Error::badInput(block.units[u].name + " has no strategy " + rolesOf(stored[u].first) + " on mesh " +
+                                      ms.mesh->toString() + "; its roles there: " + roles,
+                                  file, "/operator_plan/blocks/" + std::to_string(b) + "/units/" + std::to_string(u) + "/axis_roles"));
+    }
+  }
+  return {};
 }
 
 }  // namespace
@@ -181,6 +216,7 @@ Result<OperatorPlan> Search::reproduce(const Json& json, const std::string& file
   w.activationCopies = static_cast<double>(std::min(st.pp, microBatches));
   w.microBatches = static_cast<double>(microBatches);
   const auto& units = st.units;
+  if (auto offered = checkRolesOffered(ms, st, file); !offered) return fail(offered.error());
   w.allow = [&units](const Block& block, std::size_t u, const Strategy& s) { return units.at(&block)[u].first == s.role; };
   w.forceRecompute = [&units](const Block& block, std::size_t u) { return units.at(&block)[u].second; };
   auto solution = solveFixed(ms, w, st.entry);

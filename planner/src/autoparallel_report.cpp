@@ -161,6 +161,58 @@ std::vector<BlockAssignment> assignments(const std::vector<SolvedBlock>& blocks,
   return out;
 }
 
+namespace {
+
+std::string describeRule(const MegatronRule& r) {
+  auto axis = [](int a) { return a == 2 ? std::string("both axes") : "axis " + std::to_string(a); };
+  std::vector<std::string> parts;
+  if (r.tpAxis >= 0) parts.push_back("tp" + std::string(r.sequenceParallel ? "+sp" : "") + " on " + axis(r.tpAxis));
+  if (r.cpAxis >= 0) parts.push_back("cp on " + axis(r.cpAxis));
+  if (r.dpAxis >= 0) parts.push_back((r.fsdp ? "dp with sharded weights on " : "dp on ") + axis(r.dpAxis));
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : ", ") + p;
+  return out;
+}
+
+// Why no one of Megatron's rules gives every operator its strategy: the first operator that no rule
+// allows, else the first that leaves the rule most operators follow (colo-run applies one rule to all).
+std::string leavesMegatronsRules(const std::vector<SolvedBlock>& blocks, const std::vector<MegatronRule>& rules,
+                                 const DeviceMesh& mesh) {
+  const int axes = mesh.axes();
+  auto strategyOf = [](const SolvedBlock& sb, std::size_t u) -> const Strategy& {
+    return sb.solver->strategies()[u][static_cast<std::size_t>(sb.plan.units[u].strategy)];
+  };
+  std::vector<std::size_t> follows(rules.size(), 0);
+  for (const auto& sb : blocks) {
+    const Block& block = sb.solver->block();
+    for (std::size_t u = 0; u < block.units.size(); ++u) {
+      bool any = false;
+      for (std::size_t r = 0; r < rules.size(); ++r) {
+        const bool allowed = megatronAllows(rules[r], block.units[u], strategyOf(sb, u), mesh);
+        follows[r] += allowed ? 1 : 0;
+        any = any || allowed;
+      }
+      if (!any) {
+        return "simulation-only: " + sb.name + " " + block.units[u].name + " (" + describeRoles(strategyOf(sb, u), axes) +
+               ") has no Megatron-style tp/sp/cp/dp equivalent";
+      }
+    }
+  }
+  const std::size_t best = static_cast<std::size_t>(std::max_element(follows.begin(), follows.end()) - follows.begin());
+  for (const auto& sb : blocks) {
+    const Block& block = sb.solver->block();
+    for (std::size_t u = 0; u < block.units.size(); ++u) {
+      if (megatronAllows(rules[best], block.units[u], strategyOf(sb, u), mesh)) continue;
+      return "simulation-only: " + sb.name + " " + block.units[u].name + " (" + describeRoles(strategyOf(sb, u), axes) +
+             ") leaves the split the other operators follow (" + describeRule(rules[best]) +
+             "); colo-run applies one such split to every operator";
+    }
+  }
+  return "simulation-only: its operators follow no one of Megatron's tp/sp/cp/dp splits";
+}
+
+}  // namespace
+
 Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& mesh, std::int64_t pp, double activationOffload,
                      double weightOffload, std::int64_t replicas) {
   Equivalent eq;
@@ -202,22 +254,7 @@ Equivalent expressAs(const std::vector<SolvedBlock>& blocks, const DeviceMesh& m
       break;
     }
   }
-  if (!matched) {
-    // Name the first operator that leaves Megatron's split (against the rule with the most matches).
-    for (const auto& sb : blocks) {
-      const Block& block = sb.solver->block();
-      for (std::size_t u = 0; u < block.units.size(); ++u) {
-        const Strategy& s = sb.solver->strategies()[u][static_cast<std::size_t>(sb.plan.units[u].strategy)];
-        bool any = false;
-        for (const auto& rule : rules) any = any || megatronAllows(rule, block.units[u], s, mesh);
-        if (!any) {
-          return only("simulation-only: " + sb.name + " " + block.units[u].name + " (" + describeRoles(s, axes) +
-                      ") has no Megatron-style tp/sp/dp equivalent");
-        }
-      }
-    }
-    return only("simulation-only: its operators mix Megatron's data- and tensor-parallel rules across the mesh axes");
-  }
+  if (!matched) return only(leavesMegatronsRules(blocks, rules, mesh));
   // Layer-level recompute: each layer block recomputes nothing, everything it can, or attention's core.
   std::string recompute = "none";
   for (const auto& sb : blocks) {

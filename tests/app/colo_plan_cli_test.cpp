@@ -1015,5 +1015,54 @@ TEST(ColoPlanAutoParallel, BadOptionsExitTwoNamingThem) {
   EXPECT_NE(fit.err.find("no operator-level plan fits"), std::string::npos) << fit.err;
 }
 
+TEST(ColoPlanAutoParallel, EveryStageHoldsALayer) {
+  // More stages than layers were solved and printed ("1024 stages x mesh 2x8, layers 0x898,1x126").
+  const auto pp = run("autoparallel --model llama3-405b --cluster dgx-h100-x2048 --gbs 2048 --pp 1024");
+  EXPECT_EQ(pp.exitCode, 2);
+  EXPECT_NE(pp.err.find("--pp 1024: more pipeline stages than the model's 126 layers"), std::string::npos) << pp.err;
+  // A mesh that one copy per stage would spread over 1,024 stages: the stages that keep a layer are
+  // searched, each with the copies of the mesh that fill the cluster.
+  const auto mesh = run("autoparallel --model llama3-405b --cluster dgx-h100-x2048 --gbs 2048 --mesh 2x8 --json");
+  ASSERT_EQ(mesh.exitCode, 0) << mesh.err;
+  const Json j = Json::parse(mesh.out);
+  const Json& joint = j["joint"];
+  EXPECT_EQ(joint["mesh"], "2x8");
+  EXPECT_LE(joint["pipeline_stages"].get<int>(), 126);
+  EXPECT_EQ(joint["pipeline_stages"].get<int>() * joint["replicas"].get<int>() * 16, 16384);
+  // With the replicas given, the stages they leave must keep a layer too; a count that does not fill the
+  // cluster says how replicas would.
+  const auto few = run("autoparallel --model llama3-405b --cluster dgx-h100-x2048 --gbs 2048 --mesh 2x8 --replicas 2");
+  EXPECT_EQ(few.exitCode, 2);
+  EXPECT_NE(few.err.find("--mesh 2x8 x 2 replicas: 512 pipeline stages, more than the model's 126 layers"), std::string::npos) << few.err;
+  const auto short16 = run("autoparallel --model llama3-405b --cluster dgx-h100-x2048 --gbs 2048 --mesh 2x8 --pp 16");
+  EXPECT_EQ(short16.exitCode, 2);
+  EXPECT_NE(short16.err.find("(--replicas R puts R copies of the mesh in each stage)"), std::string::npos) << short16.err;
+}
+
+TEST(ColoPlanAutoParallel, OutKeepsTheLayoutTheUserFixed) {
+  // The degree-level search is not held to --mesh: its faster plan (tp 4 pp 8 dp 4, another mesh) was
+  // what --out wrote. Now the file holds the per-operator plan on the 2x8 mesh asked for.
+  test::ScratchDir dir;
+  const std::string file = dir.path("g.json");
+  const auto r = run("autoparallel --model gpt3-175b --cluster dgx-a100-80gb-x16 --gbs 1536 --mesh 2x8 --out " + file);
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("the degree-level plan is faster"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--out writes the per-operator plan, on the layout --mesh/--pp/--replicas fix"), std::string::npos) << r.out;
+  const Json plan = test::loadJson(file);
+  ASSERT_TRUE(plan.contains("operator_plan"));
+  EXPECT_EQ(plan["operator_plan"]["mesh_shape"], Json::array({2, 8}));
+}
+
+TEST(ColoPlanAutoParallel, ASimulationOnlyPlanNamesTheOperatorThatLeavesTheSplit) {
+  // Ulysses on a 1-D mesh: attention split by heads between operators split by sequence. It was "its
+  // operators mix Megatron's data- and tensor-parallel rules across the mesh axes", on a mesh of one axis.
+  const auto r = run("autoparallel --model llama3-8b --cluster dgx-h100 --gbs 8 --seq-len 65536 --mesh 8");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_EQ(r.out.find("mix Megatron"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("simulation-only: layers 0-31 attn.core (0:out) leaves the split the other operators follow (cp on axis 0)"),
+            std::string::npos)
+      << r.out;
+}
+
 }  // namespace
 }  // namespace colo

@@ -450,6 +450,18 @@ TEST(AutoParallel, PlanFileStoresThePerOperatorPlanAndEvaluateReproducesIt) {
   EXPECT_EQ(bad.error().code, ErrorCode::kBadInput);
   EXPECT_EQ(bad.error().path, "/operator_plan/blocks/1/units/1/axis_roles/0");
   EXPECT_EQ(bad.error().file, "op.json");
+  // A role that names no strategy of this operator (experts for a projection) is refused at the
+  // operator, with the roles it has (it was "layer block 1: its operators' strategies do not connect").
+  qkv["axis_roles"] = Json::array({"expert"});
+  auto offered = evaluateOperatorPlan(edited, "op.json");
+  ASSERT_FALSE(offered);
+  EXPECT_EQ(offered.error().path, "/operator_plan/blocks/1/units/1/axis_roles");
+  EXPECT_NE(offered.error().message.find("attn.qkv has no strategy [expert] on mesh"), std::string::npos) << offered.error().message;
+  EXPECT_NE(offered.error().message.find("[out]"), std::string::npos) << offered.error().message;
+  qkv["axis_roles"] = Json::array({"fsdp-ish"});
+  auto listed = evaluateOperatorPlan(edited, "op.json");
+  ASSERT_FALSE(listed);
+  EXPECT_NE(listed.error().message.find("inner, fsdp)"), std::string::npos) << listed.error().message;
   // A field of the wrong type is named (it was an internal error), and what the file prints beside its
   // inputs must agree with them (an edited mesh, batch count, layout text or layer count was ignored).
   auto refused = [&loaded](const std::function<void(Json&)>& edit, const std::string& path, const std::string& text) {
@@ -463,6 +475,8 @@ TEST(AutoParallel, PlanFileStoresThePerOperatorPlanAndEvaluateReproducesIt) {
   };
   refused([](Json& j) { j["blocks"][1]["units"][1]["recompute"] = "yes"; }, "/operator_plan/blocks/1/units/1/recompute",
           "must be true or false, got \"yes\"");
+  refused([](Json& j) { j["micro_batch_size"] = "2"; }, "/operator_plan/micro_batch_size",
+          "must be a whole number of samples, 1 or more, got \"2\"");
   refused([](Json& j) { j["blocks"][1]["units"][1]["unit"] = 5; }, "/operator_plan/blocks/1/units/1/unit", "expected \"attn.qkv\"");
   refused([](Json& j) { j["mesh"] = "3x3"; }, "/operator_plan/mesh", "it is printed, not read");
   refused([](Json& j) { j["micro_batches"] = j["micro_batches"].get<int>() + 1; }, "/operator_plan/micro_batches", "it is printed, not read");
