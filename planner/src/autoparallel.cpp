@@ -624,6 +624,14 @@ OperatorPlan Search::report(const Best& best, const std::string& method) const {
   }
   blocks.push_back({best.solvers->head.get(), best.solution.head, "head", 1, 0});
   p.blocks = assignments(blocks, *best.solvers->mesh, best.solution.weights, best.replicas);
+  // On one stage a tied head that splits the embedding's weight alike holds no copy of its own.
+  if (best.pp == 1 && best.solution.tiedShare > 0) {
+    const auto& headUnits = best.solvers->head->block().units;
+    for (std::size_t u = 0; u < headUnits.size() && u < p.blocks.back().units.size(); ++u) {
+      const Unit& unit = headUnits[u];
+      if (unit.tiedParams > 0) p.blocks.back().units[u].stateBytes *= unit.params / (unit.params + unit.tiedParams);
+    }
+  }
   const Equivalent eq = expressAs(blocks, *best.solvers->mesh, best.pp, a.alpha, a.gamma, best.replicas);
   p.runnable = eq.runnable;
   p.expressedAs = eq.text;

@@ -144,10 +144,12 @@ class StageCosts {
     s.activation += (first ? m_emb.activation : 0) + (last ? m_head.activation : 0);
     s.headActivation = last ? m_head.activation : 0;  // held for one micro-batch: its backward follows its forward
     s.last = last;
-    s.state += (first ? m_emb.state : 0) + (last ? m_head.state : 0);
-    s.optimizerParams += (first ? m_emb.optimizerParams : 0) + (last ? m_head.optimizerParams : 0);
-    s.params += (first ? m_emb.params : 0) + (last ? m_head.params : 0);
-    for (int j = 0; j < 3; ++j) s.sync[j] += (first ? m_emb.sync[j] : 0) + (last ? m_head.sync[j] : 0);
+    // One stage holding the embedding and a head that splits their tied weight alike keeps one copy.
+    const double head = last ? 1.0 - (first ? m_sol.tiedShare : 0.0) : 0.0;
+    s.state += (first ? m_emb.state : 0) + head * m_head.state;
+    s.optimizerParams += (first ? m_emb.optimizerParams : 0) + head * m_head.optimizerParams;
+    s.params += (first ? m_emb.params : 0) + head * m_head.params;
+    for (int j = 0; j < 3; ++j) s.sync[j] += (first ? m_emb.sync[j] : 0) + head * m_head.sync[j];
     s.copies = copies;
     return s;
   }
@@ -345,6 +347,38 @@ double meshCommunicatorBytes(const Context& c, const MeshSolvers& ms) {
   return bytes + groupCommunicatorBytes(c, outer, mesh.axisSize(inner));
 }
 
+namespace {
+
+// The chosen strategy of the first unit of `block` that `is` picks, or null.
+template <class Is>
+const Strategy* chosenOf(const BlockSolver& solver, const BlockPlan& plan, Is&& is) {
+  const auto& units = solver.block().units;
+  for (std::size_t u = 0; u < units.size() && u < plan.units.size(); ++u) {
+    if (!is(units[u]) || plan.units[u].strategy < 0) continue;
+    return &solver.strategies()[u][static_cast<std::size_t>(plan.units[u].strategy)];
+  }
+  return nullptr;
+}
+
+// Solution::tiedShare: the head's tied weight is the embedding's own where every mesh axis splits the
+// vocabulary in both or in neither, shards the weight (fsdp) in both or in neither, and does not split
+// the head's hidden dimension.
+double tiedShare(const MeshSolvers& ms, const Solution& sol) {
+  const Unit* tied = nullptr;
+  for (const auto& u : ms.head->block().units) tied = !tied && u.tiedParams > 0 ? &u : tied;
+  if (!tied || sol.head.params <= 0) return 0.0;
+  const Strategy* head = chosenOf(*ms.head, sol.head, [](const Unit& u) { return u.tiedParams > 0; });
+  const Strategy* emb = chosenOf(*ms.embedding, sol.embedding, [](const Unit& u) { return u.kind == UnitKind::kEmbedding && u.params > 0; });
+  if (!head || !emb) return 0.0;
+  for (int a = 0; a < ms.mesh->axes(); ++a) {
+    const Role h = head->role[static_cast<std::size_t>(a)], e = emb->role[static_cast<std::size_t>(a)];
+    if ((h == Role::kOut) != (e == Role::kOut) || (h == Role::kFsdp) != (e == Role::kFsdp) || h == Role::kIn) return 0.0;
+  }
+  return head->stateParams * tied->tiedParams / (tied->params + tied->tiedParams) / sol.head.params;
+}
+
+}  // namespace
+
 void measureBuffers(const Context& c, const MeshSolvers& ms, Solution& sol) {
   const DeviceMesh& mesh = *ms.mesh;
   auto axesWith = [&mesh](const std::array<Role, 2>& roles, Role role) {
@@ -396,6 +430,7 @@ void measureBuffers(const Context& c, const MeshSolvers& ms, Solution& sol) {
     const Strategy& st = ms.head->strategies()[u][static_cast<std::size_t>(chosen)];
     sol.logitCopies += st.ownSaved / 4.0 * c.weightBytes * 2.0;
   }
+  sol.tiedShare = tiedShare(ms, sol);
 }
 
 // What the pipeline makes of one solution at one share of activations and weights offloaded: the

@@ -61,6 +61,10 @@ struct Solution {
   // layer's weights gathered where they are sharded (two), the 16-bit logits and their gradient beside
   // the loss's fp32 upcast (last stage).
   double gatherBuffers = 0, gatheredWeights = 0, logitCopies = 0;
+  // A tied head: the share of the head's states, parameters and gradient reductions that is its copy
+  // of the embedding's weight, where the embedding splits that weight alike; a stage holding both keeps
+  // one (Megatron on one stage). 0 where the layouts differ (the head keeps its own copy) or untied.
+  double tiedShare = 0;
   bool dataParallel = false;  // the layers' input is split by batch over a mesh axis (gradient buckets)
 };
 

@@ -145,7 +145,10 @@ Block makeBlock(const OpGraph& graph, std::int64_t layer, const std::string& nam
       const Op& p = graph.op(pred);
       int from = -1;
       if (const auto it = unitOf.find(pred); it != unitOf.end()) from = it->second;
-      else if (p.kind == OpKind::kEmbedding && op.kind == OpKind::kMatMul) continue;  // a tied head's shared weight
+      else if (p.kind == OpKind::kEmbedding && op.kind == OpKind::kMatMul) {  // a tied head's shared weight
+        unit.tiedParams = static_cast<double>(p.params);
+        continue;
+      }
       if (from == joined) continue;
       if (std::find(unit.inputs.begin(), unit.inputs.end(), from) == unit.inputs.end()) unit.inputs.push_back(from);
       if (from == -1) block.hasInput = true;
@@ -343,7 +346,9 @@ class Coster {
     m_s.bwd = costmodel::gemmSeconds(m, k, n, 1, m_bytes, m_c.device) + costmodel::gemmSeconds(k, n, m, 1, m_bytes, m_c.device);
     m_s.opsFwd = 1;
     m_s.opsBwd = 2;  // input and weight gradients
-    m_s.stateParams = m_unit.params / (m_out * m_in);
+    // A tied head holds the embedding's weight in its own layout: a copy (Megatron's last stage keeps
+    // one), unless the embedding's stage splits it alike (Solution::tiedShare takes it back).
+    m_s.stateParams = (m_unit.params + m_unit.tiedParams) / (m_out * m_in);
     addSync(m_s.stateParams * static_cast<double>(m_bytes), m_syncs);
     return true;
   }

@@ -34,6 +34,7 @@ struct Unit {
   TensorDims out;                   // the tensor it produces (f = 0: nothing, the loss)
   std::int64_t m = 0, n = 0, k = 0; // GEMM
   double params = 0;                // weights it owns
+  double tiedParams = 0;            // a tied head: the embedding's weight it multiplies by (its own copy, unless shared)
   double expertParams = 0;          // MoE: the routed experts' part of params
   double traffic = 0;               // pointwise and norms: forward bytes read and written
   double flops = 0;                 // attention: forward score and context FLOPs after the mask

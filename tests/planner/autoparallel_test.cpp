@@ -110,10 +110,6 @@ TEST(Sharding, ConversionsUseTheCollectiveEachAxisNeeds) {
   EXPECT_EQ(conv.cached(), before);
 }
 
-// GPT-3 175B's layers on an 8-GPU node mesh, 16 pipeline stages of 128 A100s, under a budget that
-// forbids replicated weights: the per-operator solve (without Megatron's plans among its candidates)
-// finds Megatron's split by itself: column-parallel QKV and MLP up, attention by heads, row-parallel
-// output and down projections, norms and dropout split along the sequence (sequence parallelism).
 TEST(AutoParallel, MemoryCountsTheBuffersTheEvaluatorCounts) {
   // Llama 3 8B on 8 H100s, tp 2 with sequence parallelism, dp 4, two samples per GPU: the operator view
   // of Megatron's split counted states, activations and the CUDA context only, 75.6 GiB against the
@@ -144,6 +140,10 @@ TEST(AutoParallel, MemoryCountsTheBuffersTheEvaluatorCounts) {
   EXPECT_EQ(view->toJson()["memory"]["buffers"].get<double>(), view->bufferBytes);
 }
 
+// GPT-3 175B's layers on an 8-GPU node mesh, 16 pipeline stages of 128 A100s, under a budget that
+// forbids replicated weights: the per-operator solve (without Megatron's plans among its candidates)
+// finds Megatron's split by itself: column-parallel QKV and MLP up, attention by heads, row-parallel
+// output and down projections, norms and dropout split along the sequence (sequence parallelism).
 TEST(AutoParallel, RediscoversMegatronsSplitOnGptLayers) {
   const Model model = test::loadModelOrFail(test::dataFile("models/gpt3-175b.json"));
   const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json"));
@@ -166,12 +166,54 @@ TEST(AutoParallel, RediscoversMegatronsSplitOnGptLayers) {
   EXPECT_EQ(roles.at("mlp.down"), "0:in");
   EXPECT_EQ(roles.at("attn_norm"), "0:seq");
   EXPECT_EQ(roles.at("mlp_residual"), "0:seq");
-  // And it is at least as fast as Megatron's split with layer-level recompute (per-operator recompute
-  // of the cheap norms and the GeLU instead of whole layers).
+  // Alone, the solver comes within 0.3% of Megatron's split: one price of memory for every block
+  // reaches only the points of the time/memory trade-off's convex hull, and Megatron's 155.7 s at 35.9 GiB
+  // lies above the segment from 151.3 s at 39.0 GiB to 156.1 s at 32.8 GiB (docs/autoparallel.md,
+  // "Approximations"). It was 154.8 s while the tied head's copy of the embedding cost no memory.
   ASSERT_TRUE(r->megatronFits);
-  EXPECT_LE(r->joint.stepSeconds, r->megatron.stepSeconds * 1.0001);
+  EXPECT_LE(r->joint.stepSeconds, r->megatron.stepSeconds * 1.003);
   EXPECT_NE(r->megatron.expressedAs.find("tp=8 dp=1 pp=16"), std::string::npos) << r->megatron.expressedAs;
   EXPECT_TRUE(r->megatron.runnable);
+  // By default Megatron's plans join the candidates: the answer is at least as fast as its split.
+  o.seedWithMegatron = true;
+  auto seeded = autoParallel(model, cluster, o);
+  ASSERT_TRUE(seeded) << seeded.error().toString();
+  EXPECT_LE(seeded->joint.stepSeconds, seeded->megatron.stepSeconds * 1.0001);
+  EXPECT_LE(seeded->joint.stepSeconds, r->joint.stepSeconds * 1.0001);
+}
+
+// A tied head multiplies by the embedding's weight: where the two split it alike on one stage it is one
+// tensor (Megatron's tied embedding); on the last of several stages, or split otherwise, the head holds
+// its own copy, whose states count (they were free, and the head kept the whole vocabulary for nothing).
+TEST(AutoParallel, ATiedHeadHoldsTheEmbeddingsWeightUnlessItSharesIt) {
+  const Model model = test::loadModelOrFail(test::dataFile("models/gpt3-175b.json"));
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x16.json"));
+  AutoParallelOptions o;
+  o.globalBatchSize = 1536;
+  o.meshes = {{8}};
+  o.pipelineDegrees = {16};
+  o.memoryBudgetBytes = 36 * kGiB;
+  o.allowOffload = false;
+  o.seedWithMegatron = false;
+  auto r = autoParallel(model, cluster, o);
+  ASSERT_TRUE(r) << r.error().toString();
+  const auto& head = r->joint.blocks.back();
+  ASSERT_EQ(head.name, "head");
+  // GPT-3's 50,257 x 12,288 table split eight ways, in 16-bit weights and gradients and fp32 Adam states.
+  const double copy = 50257.0 * 12288.0 / 8.0;
+  for (const auto& u : head.units) {
+    if (u.unit != "head.lm_head") continue;
+    EXPECT_GT(u.stateBytes, copy * 10.0) << u.roles;
+  }
+  // GPT-2 small on one stage of eight A100s: the joint plan is Megatron's data parallelism, one copy of
+  // the table (it was 110 MiB leaner than Megatron's split, holding the table once, split, while its head
+  // used it whole).
+  const Model gpt2 = test::loadModelOrFail(test::dataFile("models/gpt2-small.json"));
+  AutoParallelOptions small;
+  small.globalBatchSize = 64;
+  auto s = autoParallel(gpt2, test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb.json")), small);
+  ASSERT_TRUE(s) << s.error().toString();
+  EXPECT_GE(s->joint.stateBytes, s->megatron.stateBytes * 0.999) << s->joint.expressedAs;
 }
 
 // Llama-3-70B on a node mesh: the MLP is column- then row-parallel and the attention output row-parallel
