@@ -436,6 +436,7 @@ void Search::solveMegatron(const Combo& k, MeshSolvers& ms) {
     if (rule.dpAxis == 2) entry.use = {AxisUse::kBatch, AxisUse::kBatch};
     else if (rule.dpAxis >= 0) entry.use[static_cast<std::size_t>(rule.dpAxis)] = AxisUse::kBatch;
     if (rule.sequenceParallel && rule.tpAxis >= 0) entry.use[static_cast<std::size_t>(rule.tpAxis)] = AxisUse::kSeq;
+    if (rule.cpAxis >= 0) entry.use[static_cast<std::size_t>(rule.cpAxis)] = AxisUse::kSeq;
     if (!fits(entry, m_c.embedding.input, ms.samples, *ms.mesh)) continue;
     for (const auto mode : {RecomputeMode::kNone, RecomputeMode::kSelective, RecomputeMode::kFull}) {
       if (m_onlyRules && mode != m_onlyMode) continue;

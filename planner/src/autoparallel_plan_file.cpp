@@ -264,11 +264,11 @@ Result<Solution> Search::solveFixed(const MeshSolvers& ms, const SolveWeights& w
 
 Result<OperatorPlan> Search::megatronAt(const std::vector<std::int64_t>& shape, const MegatronRule& rule, RecomputeMode mode,
                                         std::int64_t pp, std::int64_t samples, std::int64_t vpp,
-                                        const std::vector<std::int64_t>& stages) {
+                                        const std::vector<std::int64_t>& stages, std::int64_t replicas) {
   auto mesh = makeMesh(*m_c.cluster, shape, "plan");
   if (!mesh) return fail(mesh.error());
-  const Combo k{pp, shape, samples, m_c.options.globalBatchSize / samples, 0.0};
-  MeshSolvers& ms = solversFor(shape, samples);
+  const Combo k{pp, shape, samples, m_c.options.globalBatchSize / (replicas * samples), 0.0, 0.0, replicas};
+  MeshSolvers& ms = solversFor(shape, samples, replicas);
   // solveMegatron tries every rule and mode; keep the one asked for.
   const std::vector<MegatronRule> only{rule};
   m_onlyRules = &only;
@@ -312,12 +312,14 @@ Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction) {
   const auto& par = plan.parallel;
   auto refuse = [](const std::string& why) { return fail(Error::badInput("no operator view: " + why)); };
   if (plan.operatorPlan.is_object()) return evaluateOperatorPlan(plan);
-  if (par.cp > 1) return refuse("context parallelism (cp " + std::to_string(par.cp) + ") is not one of Megatron's operator rules here");
   if (par.ep > 1) return refuse("expert parallelism (ep " + std::to_string(par.ep) + ") beside tp is not modelled per operator");
   if (plan.schedule == Schedule::kGpipe || plan.schedule == Schedule::kZeroBubble) {
     return refuse("the operator view assembles 1F1B and interleaved 1F1B pipelines only, not " + toString(plan.schedule));
   }
   if (plan.zeroStage == 2) return refuse("ZeRO-2 shards the gradients, which no operator role holds apart from the weights");
+  if (plan.zeroStage == 3 && par.cp > 1 && par.tp > 1 && par.dp > 1) {
+    return refuse("ZeRO-3 over data-parallel copies of a tp x cp mesh is not an operator role");
+  }
   if (plan.zeroStage == 3 && par.pp > 1) return refuse("ZeRO-3 under pipelining gathers a stage's weights once a step, not per operator");
   if (plan.offload.paramsFraction > 0) return refuse("parameter offload is not an operator role");
   AutoParallelOptions options;
@@ -334,7 +336,25 @@ Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction) {
   Search search(std::move(*context));
   std::vector<std::int64_t> shape;
   MegatronRule rule;
-  if (par.tp > 1 && par.dp > 1) {
+  std::int64_t replicas = 1;
+  std::int64_t meshDp = par.dp;  // data-parallel ranks inside the mesh
+  if (par.cp > 1) {
+    // Context parallelism (colo-run's ranks: tp, cp, dp from the inside out): the sequence over the
+    // outer axis with tensor parallelism inside, data parallelism as copies of that mesh; or the sequence
+    // inside and data parallelism outside. The per-operator model exchanges keys and values by all-gather.
+    if (par.tp > 1) {
+      shape = {par.cp, par.tp};
+      rule = {1, -1, par.sequenceParallel, false, 0};
+      replicas = par.dp;
+      meshDp = 1;
+    } else if (par.dp > 1) {
+      shape = {par.dp, par.cp};
+      rule = {-1, 0, false, false, 1};
+    } else {
+      shape = {par.cp};
+      rule = {-1, -1, false, false, 0};
+    }
+  } else if (par.tp > 1 && par.dp > 1) {
     shape = {par.dp, par.tp};
     rule = {1, 0, par.sequenceParallel};
   } else if (par.tp > 1) {
@@ -351,7 +371,7 @@ Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction) {
                                                                      : RecomputeMode::kNone;
   std::vector<std::int64_t> stages;  // the plan's own layers per chunk
   for (const auto& st : plan.stages) stages.push_back(st.layers);
-  return search.megatronAt(shape, rule, mode, par.pp, plan.microBatchSize * par.dp, par.virtualStages, stages);
+  return search.megatronAt(shape, rule, mode, par.pp, plan.microBatchSize * meshDp, par.virtualStages, stages, replicas);
 }
 
 Result<Plan> detail::degreeForm(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options,

@@ -165,7 +165,7 @@ class Search {
   /// `stages`, the layers of each chunk, when given).
   Result<OperatorPlan> megatronAt(const std::vector<std::int64_t>& shape, const MegatronRule& rule, RecomputeMode mode,
                                   std::int64_t pp, std::int64_t samples, std::int64_t vpp = 1,
-                                  const std::vector<std::int64_t>& stages = {});
+                                  const std::vector<std::int64_t>& stages = {}, std::int64_t replicas = 1);
 
  private:
   struct Best {

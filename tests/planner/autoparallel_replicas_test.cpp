@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "colo/core/runnable.h"
+#include "colo/costmodel/evaluator.h"
 #include "colo/planner/autoparallel.h"
 #include "core/test_support.h"
 
@@ -206,6 +207,58 @@ TEST(AutoParallelReplicas, ExpertsOnTheDataAxisAreTheDegreeFormsExpertParallelis
     EXPECT_EQ(file->parallel.ep, 8);
   }
   EXPECT_EQ(file->parallel.tp * file->parallel.dp * file->parallel.pp, 64);
+}
+
+// Context parallelism has an operator view (colo-studio's Operators tab showed none for the degree-level
+// search's best plans with cp): every operator splits the sequence over the cp axis, the tensor-parallel
+// axis inside it as Megatron's split, data parallelism as copies of the tp x cp mesh; its memory and step
+// agree with the evaluator's to within what the two models differ in (the per-operator model exchanges
+// keys and values by all-gather where the plan's ring overlaps them).
+TEST(AutoParallelReplicas, ContextParallelPlansHaveAnOperatorView) {
+  Plan p;
+  p.model = test::loadModelOrFail(test::dataFile("models/llama3-70b.json"));
+  p.cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 128);
+  p.parallel.tp = 2;
+  p.parallel.cp = 4;
+  p.parallel.dp = 4;
+  p.parallel.pp = 4;
+  p.parallel.sequenceParallel = true;
+  p.microBatchSize = 1;
+  p.globalBatchSize = 64;
+  p.seqLen = 8192;
+  p.zeroStage = 1;
+  p.stages = uniformStages(p.model.numLayers(), 4, RecomputePolicy::kNone);
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  auto view = operatorView(p);
+  ASSERT_TRUE(view) << view.error().toString();
+  EXPECT_EQ(view->mesh, "4x2");
+  EXPECT_EQ(view->replicas, 4);
+  EXPECT_TRUE(view->runnable) << view->expressedAs;
+  EXPECT_NE(view->expressedAs.find("cp=4"), std::string::npos) << view->expressedAs;
+  for (const auto& b : view->blocks) {
+    if (b.name.rfind("layer", 0) != 0) continue;
+    for (const auto& u : b.units) {
+      if (u.unit == "attn.core") {
+        EXPECT_EQ(u.roles, "0:seq 1:out");
+      }
+      if (u.unit == "mlp.down") {
+        EXPECT_EQ(u.roles, "0:seq 1:in");
+      }
+    }
+  }
+  auto ev = costmodel::evaluatePlan(p);
+  ASSERT_TRUE(ev) << ev.error().toString();
+  EXPECT_NEAR(view->stepSeconds, ev->stepSeconds, 0.03 * ev->stepSeconds);  // 1.1% apart (2026-11-30)
+  EXPECT_NEAR(view->peakMemoryBytes, ev->peakMemoryBytes, 0.03 * ev->peakMemoryBytes);  // 1.4% apart
+  // A 1-D sequence split and the sequence inside data parallelism have views too.
+  p.parallel.tp = 1;
+  p.parallel.cp = 8;
+  p.parallel.dp = 4;
+  p.parallel.sequenceParallel = false;
+  auto inner = operatorView(p);
+  ASSERT_TRUE(inner) << inner.error().toString();
+  EXPECT_EQ(inner->mesh, "4x8");
+  EXPECT_TRUE(inner->runnable) << inner->expressedAs;
 }
 
 }  // namespace

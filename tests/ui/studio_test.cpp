@@ -309,7 +309,7 @@ class StudioTest : public QObject {
     auto* ops = w.operators();
     QTreeWidget* tree = ops->tree();
     const auto& plan = w.candidates()->candidate(w.selected()).plan;
-    if (plan.parallel.cp == 1 && plan.parallel.ep == 1 && plan.parallel.virtualStages == 1 && plan.zeroStage < 2) {
+    if (plan.parallel.ep == 1 && plan.parallel.virtualStages == 1 && plan.zeroStage < 2) {
       QVERIFY2(tree->topLevelItemCount() >= 3, qPrintable(ops->summary()));
     } else {
       QVERIFY2(ops->summary().contains("no operator view"), qPrintable(ops->summary()));
