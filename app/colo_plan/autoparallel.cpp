@@ -299,6 +299,7 @@ Result<void> checkMesh(const Args& args, const ClusterSpec& cluster, std::int64_
   for (std::int64_t copy = 2; copy <= total / size; copy *= 2) {
     if ((total / size) % copy == 0 && total / (size * copy) <= layers && options.globalBatchSize % copy == 0) {
       options.replicas.push_back(copy);
+      options.pipelineDegrees.push_back(total / (size * copy));  // (not always a power of two: 72 GPUs)
     }
   }
   if (options.replicas.empty()) {

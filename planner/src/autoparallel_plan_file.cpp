@@ -64,7 +64,7 @@ Result<Stored> readStored(const Json& stored, const std::string& file, const Con
                    " GPUs must be the cluster's " + std::to_string(c.cluster->totalGpus()));
   }
   if (!samples) {
-    return bad("/micro_batch_size", "must be a whole number of samples, 1 or more, got " +
+    return bad("/micro_batch_size", "must be a whole number of samples from 1 to 1048576, got " +
                                         (stored.contains("micro_batch_size") ? describeJsonValue(stored["micro_batch_size"]) : "none"));
   }
   if ((c.options.globalBatchSize / *replicas) % *samples != 0) {
@@ -317,8 +317,8 @@ Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction) {
     return refuse("the operator view assembles 1F1B and interleaved 1F1B pipelines only, not " + toString(plan.schedule));
   }
   if (plan.zeroStage == 2) return refuse("ZeRO-2 shards the gradients, which no operator role holds apart from the weights");
-  if (plan.zeroStage == 3 && par.cp > 1 && par.tp > 1 && par.dp > 1) {
-    return refuse("ZeRO-3 over data-parallel copies of a tp x cp mesh is not an operator role");
+  if (plan.zeroStage == 3 && par.cp > 1) {
+    return refuse("ZeRO-3 beside context parallelism shards the weights over dp x cp, which no operator rule does");
   }
   if (plan.zeroStage == 3 && par.pp > 1) return refuse("ZeRO-3 under pipelining gathers a stage's weights once a step, not per operator");
   if (plan.offload.paramsFraction > 0) return refuse("parameter offload is not an operator role");

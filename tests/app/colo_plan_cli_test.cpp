@@ -1034,6 +1034,13 @@ TEST(ColoPlanAutoParallel, EveryStageHoldsALayer) {
   const auto few = run("autoparallel --model llama3-405b --cluster dgx-h100-x2048 --gbs 2048 --mesh 2x8 --replicas 2");
   EXPECT_EQ(few.exitCode, 2);
   EXPECT_NE(few.err.find("--mesh 2x8 x 2 replicas: 512 pipeline stages, more than the model's 126 layers"), std::string::npos) << few.err;
+  // The stages left need not be a power of two: GPT-2 small's 12 layers on a 72-GPU NVLink domain with a
+  // 4-GPU mesh are 9 stages of 2 copies (18 stages of one copy would leave 6 empty).
+  const auto nine = run("autoparallel --model gpt2-small --cluster gb200-nvl72 --gbs 64 --mesh 4 --json");
+  ASSERT_EQ(nine.exitCode, 0) << nine.err;
+  const Json n = Json::parse(nine.out)["joint"];
+  EXPECT_EQ(n["pipeline_stages"], 9);
+  EXPECT_EQ(n["replicas"], 2);
   const auto short16 = run("autoparallel --model llama3-405b --cluster dgx-h100-x2048 --gbs 2048 --mesh 2x8 --pp 16");
   EXPECT_EQ(short16.exitCode, 2);
   EXPECT_NE(short16.err.find("(--replicas R puts R copies of the mesh in each stage)"), std::string::npos) << short16.err;

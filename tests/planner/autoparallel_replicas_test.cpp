@@ -259,6 +259,12 @@ TEST(AutoParallelReplicas, ContextParallelPlansHaveAnOperatorView) {
   ASSERT_TRUE(inner) << inner.error().toString();
   EXPECT_EQ(inner->mesh, "4x8");
   EXPECT_TRUE(inner->runnable) << inner->expressedAs;
+  // ZeRO-3 beside context parallelism shards the weights over dp x cp: no operator rule does, so no view
+  // (it was viewed with the weights sharded over dp alone, or not at all with dp 1).
+  p.zeroStage = 3;
+  auto sharded = operatorView(p);
+  ASSERT_FALSE(sharded);
+  EXPECT_NE(sharded.error().message.find("ZeRO-3 beside context parallelism"), std::string::npos) << sharded.error().message;
 }
 
 }  // namespace

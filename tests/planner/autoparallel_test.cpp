@@ -201,10 +201,14 @@ TEST(AutoParallel, ATiedHeadHoldsTheEmbeddingsWeightUnlessItSharesIt) {
   ASSERT_EQ(head.name, "head");
   // GPT-3's 50,257 x 12,288 table split eight ways, in 16-bit weights and gradients and fp32 Adam states.
   const double copy = 50257.0 * 12288.0 / 8.0;
+  bool found = false;
   for (const auto& u : head.units) {
     if (u.unit != "head.lm_head") continue;
+    found = true;
     EXPECT_GT(u.stateBytes, copy * 10.0) << u.roles;
+    EXPECT_EQ(u.roles, "0:out");  // it split the vocabulary only once the copy cost memory (it kept 0:seq)
   }
+  EXPECT_TRUE(found);
   // GPT-2 small on one stage of eight A100s: the joint plan is Megatron's data parallelism, one copy of
   // the table (it was 110 MiB leaner than Megatron's split, holding the table once, split, while its head
   // used it whole).
@@ -518,7 +522,7 @@ TEST(AutoParallel, PlanFileStoresThePerOperatorPlanAndEvaluateReproducesIt) {
   refused([](Json& j) { j["blocks"][1]["units"][1]["recompute"] = "yes"; }, "/operator_plan/blocks/1/units/1/recompute",
           "must be true or false, got \"yes\"");
   refused([](Json& j) { j["micro_batch_size"] = "2"; }, "/operator_plan/micro_batch_size",
-          "must be a whole number of samples, 1 or more, got \"2\"");
+          "must be a whole number of samples from 1 to 1048576, got \"2\"");
   refused([](Json& j) { j["blocks"][1]["units"][1]["unit"] = 5; }, "/operator_plan/blocks/1/units/1/unit", "expected \"attn.qkv\"");
   refused([](Json& j) { j["mesh"] = "3x3"; }, "/operator_plan/mesh", "it is printed, not read");
   refused([](Json& j) { j["micro_batches"] = j["micro_batches"].get<int>() + 1; }, "/operator_plan/micro_batches", "it is printed, not read");
