@@ -13,6 +13,7 @@
 #include "colo/planner/autoparallel.h"
 #include "colo/planner/search.h"
 #include "colo/planner/sharding.h"
+#include "colo/planner/space.h"
 #include "commands.h"
 #include "inputs.h"
 #include "text_table.h"
@@ -108,30 +109,6 @@ void printSummary(const planner::AutoParallelResult& r, std::ostream& out) {
   }
 }
 
-// What the degree-level search's plan uses that the operator-level space (one 1-D or 2-D mesh per
-// stage, data-parallel replicas of meshes of whole nodes, 1F1B or interleaved 1F1B with
-// planner::kDefaultChunkCounts, ZeRO-0/1/3) has no place for.
-std::string outsideOperatorSpace(const Plan& p) {
-  std::vector<std::string> why;
-  const auto& q = p.parallel;
-  // (Its ranks are tp innermost, then cp: the mesh cp x tp, copied dp times.)
-  if (q.cp > 1 && q.tp > 1 && q.dp > 1 && !planner::searchesReplicas(p.cluster, q.pp, {q.cp, q.tp}, q.dp)) {
-    why.push_back("context parallelism beside tensor and data parallelism on a mesh of tp x cp that the search does not copy "
-                  "(copies of meshes of 2 to 8 whole nodes with a node inside, on 32 nodes or more; --replicas asks for others)");
-  }
-  const auto& chunks = planner::kDefaultChunkCounts;
-  if (std::find(chunks.begin(), chunks.end(), q.virtualStages) == chunks.end()) {
-    why.push_back(std::to_string(q.virtualStages) + " chunks per stage (the operator-level search tries 2, 3, 4, 6 and 8)");
-  }
-  if (p.schedule == Schedule::kGpipe) why.push_back("the GPipe schedule");
-  if (p.schedule == Schedule::kZeroBubble) why.push_back("the zero-bubble schedule");
-  if (p.zeroStage == 2) why.push_back("ZeRO-2");
-  if (q.ep > 1 && q.expertTp() != q.tp) why.push_back("experts folded over other ranks (expert_tp != tp)");
-  std::string out;
-  for (const auto& w : why) out += (out.empty() ? "" : ", ") + w;
-  return out;
-}
-
 // The degree-level search's best on the same model, cluster and batch (costed by the evaluator, a
 // different model from the operator-level one: a few percent apart on the same plan).
 struct DegreeBest {
@@ -161,7 +138,7 @@ DegreeBest degreeBest(const Model& model, const ClusterSpec& cluster, const plan
     return d;
   }
   d.best = r->top.front();
-  d.outside = outsideOperatorSpace(d.best->plan);
+  d.outside = planner::outsideOperatorSpace(d.best->plan);
   return d;
 }
 

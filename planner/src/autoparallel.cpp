@@ -271,7 +271,7 @@ std::vector<Search::Combo> Search::combos() const {
   const std::int64_t total = m_c.cluster->totalGpus();
   std::vector<std::int64_t> degrees = o.pipelineDegrees;
   if (degrees.empty()) {
-    for (std::int64_t pp = 1; pp <= std::min(total, m_c.numLayers); pp *= 2) {
+    for (std::int64_t pp = 1; pp <= total && !stagesRule(m_c.numLayers, pp); pp *= 2) {
       if (total % pp == 0) degrees.push_back(pp);
     }
   }
@@ -492,7 +492,7 @@ Result<AutoParallelResult> Search::run() {
     if (pp <= 0 || total % pp != 0) {
       return fail(Error::badInput("--pp " + std::to_string(pp) + ": does not divide the cluster's " + std::to_string(total) + " GPUs"));
     }
-    if (pp > m_c.numLayers) {
+    if (stagesRule(m_c.numLayers, pp)) {
       return fail(Error::badInput("--pp " + std::to_string(pp) + ": more pipeline stages than the model's " +
                                   std::to_string(m_c.numLayers) + " layers (every stage holds at least one)"));
     }

@@ -254,18 +254,6 @@ StageEnd stageEnd(const Context& c, const MeshSolvers& ms, MeshSolvers::SyncMemo
 
 }  // namespace
 
-std::vector<std::int64_t> chunkCounts(const std::vector<std::int64_t>& wanted, std::int64_t layers, std::int64_t pp,
-                                      std::int64_t microBatches) {
-  std::vector<std::int64_t> out;
-  for (const auto v : wanted.empty() ? kDefaultChunkCounts : wanted) {
-    if (v < 1) continue;
-    // Megatron's interleaved schedule: equal chunks, and micro-batches in groups of the stages.
-    if (v > 1 && (pp == 1 || layers % (pp * v) != 0 || microBatches % pp != 0)) continue;
-    out.push_back(v);
-  }
-  return out;
-}
-
 std::vector<std::int64_t> stageLayerCounts(std::int64_t layers, std::int64_t pp, std::int64_t vpp, double layerSeconds,
                                            double firstSeconds, double lastSeconds) {
   const std::int64_t chunks = pp * std::max<std::int64_t>(1, vpp);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "autoparallel_detail.h"
+#include "colo/planner/space.h"
 #include "colo/costmodel/hardware.h"
 
 namespace colo::planner::detail {
@@ -137,10 +138,6 @@ class AssemblyMemo {
 /// schedule keeps equal chunks.
 [[nodiscard]] std::vector<std::int64_t> stageLayerCounts(std::int64_t layers, std::int64_t pp, std::int64_t vpp,
                                                          double layerSeconds, double firstSeconds, double lastSeconds);
-/// The chunks per stage worth trying for `pp` stages and `microBatches`: `wanted` (empty:
-/// kDefaultChunkCounts) where the chunks divide `layers` and, above 1, the micro-batches divide by the stages.
-[[nodiscard]] std::vector<std::int64_t> chunkCounts(const std::vector<std::int64_t>& wanted, std::int64_t layers, std::int64_t pp,
-                                                    std::int64_t microBatches);
 
 /// The degree-level plan (tp, cp, dp, ep, pp, schedule, ZeRO, recompute, stages, micro-batch; the
 /// optimizer's offload share) of an operator plan's degree fields, as a plan file stores it beside the

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "colo/core/rank_layout.h"
+#include "colo/planner/space.h"
 
 namespace colo::planner {
 std::string recomputeSummary(const Plan& p) {
@@ -94,8 +95,7 @@ Result<BaselinePlan> baselinePlan(Baseline baseline, const Model& model, const C
   const std::int64_t heads = model.spec ? model.spec->numAttentionHeads : model.graph->info().numAttentionHeads;
   const std::int64_t kv = model.spec ? model.spec->kvHeads() : model.graph->info().numKvHeads;
   std::int64_t tp = 1;
-  while (tp * 2 <= std::min<std::int64_t>(8, cluster.gpusPerNode) && (heads <= 0 || heads % (tp * 2) == 0) &&
-         (kv <= 0 || kv % (tp * 2) == 0) && gpus % (tp * 2) == 0) {
+  while (tp * 2 <= std::min<std::int64_t>(8, cluster.gpusPerNode) && !headsRule(heads, kv, tp * 2) && gpus % (tp * 2) == 0) {
     tp *= 2;
   }
   std::optional<BaselinePlan> last;
@@ -104,11 +104,10 @@ Result<BaselinePlan> baselinePlan(Baseline baseline, const Model& model, const C
     const std::int64_t dp = gpus / (tp * pp);
     if (gbs % dp != 0) continue;
     const std::int64_t m = gbs / dp;
+    // The most chunks per stage the searches try that keep two layers a chunk.
     std::int64_t vpp = 1;
-    if (pp > 1 && m % pp == 0) {
-      for (const std::int64_t v : {2, 3, 4, 6, 8}) {
-        if (layers % (pp * v) == 0 && layers / (pp * v) >= 2) vpp = v;
-      }
+    for (const std::int64_t v : chunkCounts({}, layers, pp, m)) {
+      if (layers / (pp * v) >= 2) vpp = v;
     }
     if (pp > 1 && vpp == 1 && layers % pp != 0) continue;
     Plan p = base;

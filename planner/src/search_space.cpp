@@ -5,6 +5,7 @@
 
 #include "colo/core/rank_layout.h"
 #include "colo/core/units.h"
+#include "colo/planner/space.h"
 #include "search_parts.h"
 
 namespace colo::planner::detail {
@@ -125,20 +126,18 @@ const char* pruneRule(const Space& space, const Config& c, bool zb, double& stat
   if (fixedOr("etp") && *fixedOr("etp") != (etp > 0 ? etp : tp)) return "fixed by --fix";
   if (zb && (vpp > 1 || pp == 1 || !options.allowZeroBubble)) return "schedule not applicable";
   if (layout > 0 && (pp == 1 || dp == 1)) return "rank layout: nothing to reorder";
-  if (heads > 0 && (heads % tp != 0 || (kvHeads > 0 && kvHeads % tp != 0))) {
-    return "heads or kv heads not divisible by tp";
-  }
+  if (const char* rule = headsRule(heads, kvHeads, tp)) return rule;
   if (cp > 1 && (seq % (2 * cp) != 0 || seq < 8192)) {
     return "context parallel only for sequences >= 8192 that split into 2*cp chunks";
   }
-  if (vpp > 1 && (pp == 1 || layers % (pp * vpp) != 0)) return "virtual stages need pp > 1 and layers divisible by pp*vpp";
-  if (layers < pp) return "more stages than layers";
+  if (const char* rule = chunksRule(layers, pp, vpp)) return rule;
+  if (const char* rule = stagesRule(layers, pp)) return rule;
   if (ep > 1 && ((tp * cp * dp) % ((etp > 0 ? etp : tp) * ep) != 0)) {
     return "expert_tp*ep does not divide tp*cp*dp";
   }
   if (gbs % (mbs * dp) != 0) return "global batch not divisible by mbs*dp";
   const std::int64_t m = gbs / (mbs * dp);
-  if (vpp > 1 && m % pp != 0) return "interleaving needs micro-batches divisible by pp";
+  if (const char* rule = interleavedBatchRule(m, pp, vpp)) return rule;
   // Valid and costed (FSDP2 under PyTorch pipelining, and colo-run), but Megatron-LM and
   // DeepSpeed do not run it. Searched when asked for (--fix zero=2|3).
   if (pp > 1 && zero > 1 && !options.fixed.contains("zero")) {
@@ -178,7 +177,6 @@ Enumeration enumerate(const Space& space, SearchStats& st) {
   const std::vector<std::int64_t> ppList = divisorsUpTo(gpus, std::min<std::int64_t>(layers, 128));
   const std::vector<std::int64_t> epList = experts > 0 ? divisorsUpTo(experts, experts) : std::vector<std::int64_t>{1};
   const std::vector<std::int64_t> mbsList{1, 2, 4, 8, 16};
-  const std::vector<std::int64_t> vppList{1, 2, 3, 4, 6, 8};
   for (const auto tp : tpList) {
     for (const auto cp : cpList) {
       for (const auto pp : ppList) {
@@ -186,7 +184,7 @@ Enumeration enumerate(const Space& space, SearchStats& st) {
          // Expert tensor parallelism: tp's (0) or, for a MoE model under tp, 1 (MoE parallel folding).
          for (const std::int64_t etp : {std::int64_t{0}, std::int64_t{1}}) {
           for (const auto mbs : mbsList) {
-            for (const auto vpp : vppList) {
+            for (const auto vpp : kChunkCounts) {
               for (int zero = 0; zero <= 3; ++zero) {
                 for (int zb = 0; zb <= 1; ++zb) {
                  for (int layout = 0; layout < static_cast<int>(kLayouts.size()); ++layout) {

@@ -27,9 +27,6 @@
 
 namespace colo::planner {
 
-/// Model chunks per pipeline stage the operator-level search tries by default (1: plain 1F1B).
-inline const std::vector<std::int64_t> kDefaultChunkCounts{1, 2, 3, 4, 6, 8};
-
 struct AutoParallelOptions {
   std::int64_t globalBatchSize = 0;           ///< samples per step (required)
   std::int64_t seqLen = 0;                    ///< 0: the model's default
@@ -45,7 +42,7 @@ struct AutoParallelOptions {
   /// split over them); empty: 1, and, for 2-D meshes of whole nodes, 2, 4, ... (docs/autoparallel.md).
   std::vector<std::int64_t> replicas;
   /// Model chunks per pipeline stage tried (Megatron's interleaved 1F1B when > 1; empty:
-  /// kDefaultChunkCounts, where the chunks divide the layers and the micro-batches divide by the stages).
+  /// kChunkCounts of colo/planner/space.h, where chunksRule and interleavedBatchRule let them).
   std::vector<std::int64_t> virtualStages;
   bool allowOffload = true;                   ///< activations, optimizer states and weights to host memory
   bool allowWeightOffload = true;             ///< with allowOffload: the layers' weights too
