@@ -72,8 +72,9 @@ int validate(const std::string& path) {
     if (!o) continue;
     auto view = colo::planner::operatorView(c.plan);
     if (!view) {
+      // The reason without the row's own figures (its first clause: up to a parenthesis or a comma).
       const std::string& why = view.error().message;
-      ++refused[why.substr(0, why.find(' ', why.find(':') + 2))];
+      ++refused[why.substr(0, std::min(why.find(" ("), why.find(", ")))];
       continue;
     }
     ++expressed;

@@ -445,28 +445,35 @@ void Search::solveMegatron(const Combo& k, MeshSolvers& ms) {
       w.allow = [&rule, &mesh](const Block& block, std::size_t u, const Strategy& st) {
         return megatronAllows(rule, block.units[u], st, mesh);
       };
-      auto best = [&](const BlockSolver& solver, const std::vector<Layout>& entries, bool sameExit) {
-        ++m_blockSolves;
-        BlockPlan chosen;
-        const auto exitCost = [sameExit, entry](Layout, Layout exit) { return !sameExit || exit == entry ? 0.0 : kInf; };
-        for (auto& plan : solver.solve(entries, w, exitCost)) {
-          if ((!sameExit || plan.exit == entry) && plan.objective < chosen.objective) chosen = plan;
-        }
-        return chosen;
-      };
       Solution sol;
       sol.backConversion.assign(classes.size(), 0.0);
       bool ok = true;
       for (std::size_t c = 0; c < classes.size() && ok; ++c) {
-        sol.layers.push_back(best(*ms.layers[c], {entry}, true));
-        ok = sol.layers.back().valid();
+        // A layer's exit goes back to the residual stream's layout (a MoE block under tp ends in partial
+        // sums, reduced as Megatron-Core's combine does; a dense layer ends in it already).
+        ++m_blockSolves;
+        BlockPlan chosen;
+        double back = 0;
+        for (auto& plan : ms.layers[c]->solve({entry}, w, backToEntry(ms, c))) {
+          const double conversion = boundarySeconds(ms, plan.exit, entry, classes[c].block.input);
+          if (plan.objective + conversion < chosen.objective + back) {
+            chosen = plan;
+            back = conversion;
+          }
+        }
+        sol.layers.push_back(chosen);
+        sol.backConversion[c] = back;
+        ok = chosen.valid();
       }
       if (!ok) continue;
       // The embedding's output converts to the layers' layout (a vocabulary-parallel lookup's partial
       // sums are all-reduced, or reduce-scattered under sequence parallelism).
       ++m_blockSolves;
       chooseEmbedding(ms.embedding->solve({}, w), ms, entry, sol);
-      sol.head = best(*ms.head, {entry}, false);
+      ++m_blockSolves;
+      for (auto& plan : ms.head->solve({entry}, w, anyExit)) {
+        if (plan.objective < sol.head.objective) sol.head = plan;
+      }
       if (!sol.embedding.valid() || !sol.head.valid()) continue;
       sol.weights = w;
       sol.weights.allow = nullptr;

@@ -26,6 +26,9 @@ struct MegatronRule {
   bool sequenceParallel = false;
   bool fsdp = false;  // data parallelism with sharded weights (ZeRO-3): weight-bearing operators use kFsdp
   int cpAxis = -1;    // context parallelism: every operator splits the sequence over this axis
+  // What a MoE block does on the data-parallel axes: -1 either (the search chooses), 0 split the batch
+  // (ep 1), 1 split the experts (Megatron's expert parallelism over those ranks; a degree-level plan's view).
+  int expertsOverDp = -1;
 };
 /// Whether `s` is the strategy Megatron's rule gives `unit`.
 [[nodiscard]] bool megatronAllows(const MegatronRule& rule, const Unit& unit, const Strategy& s, const DeviceMesh& mesh);

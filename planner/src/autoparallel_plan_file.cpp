@@ -7,6 +7,7 @@
 #include <map>
 
 #include "autoparallel_search.h"
+#include "colo/planner/space.h"
 
 namespace colo::planner {
 namespace detail {
@@ -308,20 +309,84 @@ Result<OperatorPlan> evaluateOperatorPlan(const Plan& plan, const std::string& f
   return search.reproduce(stored, file);
 }
 
-Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction) {
+namespace {
+
+// Why a degree-level plan has no operator view ("" when it has one).
+std::string viewRefusal(const Plan& plan) {
   const auto& par = plan.parallel;
-  auto refuse = [](const std::string& why) { return fail(Error::badInput("no operator view: " + why)); };
-  if (plan.operatorPlan.is_object()) return evaluateOperatorPlan(plan);
-  if (par.ep > 1) return refuse("expert parallelism (ep " + std::to_string(par.ep) + ") beside tp is not modelled per operator");
+  const auto str = [](std::int64_t v) { return std::to_string(v); };
+  if (par.ep > 1 && par.expertTp() != par.tp) {
+    return "experts folded over other ranks (expert_tp " + str(par.expertTp()) + ", tp " + str(par.tp) +
+           ") have no operator rule: a MoE block's experts split over the data-parallel ranks beside tp";
+  }
+  if (par.ep > 1 && par.cp > 1) return "expert parallelism over dp x cp (ep " + str(par.ep) + " beside cp " + str(par.cp) + ") has no operator rule";
+  if (par.ep > 1 && par.dp % par.ep != 0) return "ep " + str(par.ep) + " does not divide dp " + str(par.dp);
+  if (par.ep > 1 && plan.zeroStage == 3) return "ZeRO-3 beside expert parallelism shards the experts' weights, which no operator rule does";
   if (plan.schedule == Schedule::kGpipe || plan.schedule == Schedule::kZeroBubble) {
-    return refuse("the operator view assembles 1F1B and interleaved 1F1B pipelines only, not " + toString(plan.schedule));
+    return "the operator view assembles 1F1B and interleaved 1F1B pipelines only, not " + toString(plan.schedule);
   }
-  if (plan.zeroStage == 2) return refuse("ZeRO-2 shards the gradients, which no operator role holds apart from the weights");
-  if (plan.zeroStage == 3 && par.cp > 1) {
-    return refuse("ZeRO-3 beside context parallelism shards the weights over dp x cp, which no operator rule does");
+  if (plan.zeroStage == 2) return "ZeRO-2 shards the gradients, which no operator role holds apart from the weights";
+  if (plan.zeroStage == 3 && par.cp > 1) return "ZeRO-3 beside context parallelism shards the weights over dp x cp, which no operator rule does";
+  if (plan.zeroStage == 3 && par.pp > 1) return "ZeRO-3 under pipelining gathers a stage's weights once a step, not per operator";
+  if (plan.offload.paramsFraction > 0) return "parameter offload is not an operator role";
+  if (const char* rule = chunksRule(plan.model.numLayers(), par.pp, par.virtualStages)) {
+    return std::string(rule) + " (the interleaved assembly holds equal chunks: " + str(plan.model.numLayers()) + " layers over " +
+           str(par.pp) + " x " + str(par.virtualStages) + " chunks)";
   }
-  if (plan.zeroStage == 3 && par.pp > 1) return refuse("ZeRO-3 under pipelining gathers a stage's weights once a step, not per operator");
-  if (plan.offload.paramsFraction > 0) return refuse("parameter offload is not an operator role");
+  return {};
+}
+
+// A degree-level plan's mesh of one stage, Megatron's rule on it, the copies of that mesh and the
+// data-parallel ranks inside it.
+struct ViewLayout {
+  std::vector<std::int64_t> shape;
+  MegatronRule rule;
+  std::int64_t replicas = 1;
+  std::int64_t meshDp = 1;
+};
+ViewLayout viewLayout(const Plan& plan) {
+  const auto& par = plan.parallel;
+  ViewLayout v;
+  v.meshDp = par.dp;
+  if (par.cp > 1) {
+    // Context parallelism (colo-run's ranks: tp, cp, dp from the inside out): the sequence over the
+    // outer axis with tensor parallelism inside, data parallelism as copies of that mesh; or the sequence
+    // inside and data parallelism outside. The per-operator model exchanges keys and values by all-gather.
+    if (par.tp > 1) {
+      v = {{par.cp, par.tp}, {1, -1, par.sequenceParallel, false, 0}, par.dp, 1};
+    } else if (par.dp > 1) {
+      v = {{par.dp, par.cp}, {-1, 0, false, false, 1}, 1, par.dp};
+    } else {
+      v = {{par.cp}, {-1, -1, false, false, 0}, 1, 1};
+    }
+  } else if (par.ep > 1) {
+    // Expert parallelism (Megatron-Core's ranks: ep inside dp, beside tp): the mesh ep x tp, or ep alone,
+    // its outer axis splitting the batch of dense operators and the experts of MoE blocks, copied dp/ep
+    // times (each copy holds the same experts: the experts' data parallelism).
+    v.shape = par.tp > 1 ? std::vector<std::int64_t>{par.ep, par.tp} : std::vector<std::int64_t>{par.ep};
+    v.rule = par.tp > 1 ? MegatronRule{1, 0, par.sequenceParallel} : MegatronRule{-1, 0, false};
+    v.replicas = par.dp / par.ep;
+    v.meshDp = par.ep;
+  } else if (par.tp > 1 && par.dp > 1) {
+    v.shape = {par.dp, par.tp};
+    v.rule = {1, 0, par.sequenceParallel};
+  } else if (par.tp > 1) {
+    v.shape = {par.tp};
+    v.rule = {0, -1, par.sequenceParallel};
+  } else {
+    v.shape = {par.dp};
+    v.rule = {-1, par.dp > 1 ? 0 : -1, false};  // (one GPU: nothing to split)
+  }
+  v.rule.fsdp = plan.zeroStage == 3 && par.dp > 1;
+  v.rule.expertsOverDp = par.ep > 1 ? 1 : 0;  // (the plan's own choice, not the solver's)
+  return v;
+}
+
+}  // namespace
+
+Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction) {
+  if (plan.operatorPlan.is_object()) return evaluateOperatorPlan(plan);
+  if (const std::string why = viewRefusal(plan); !why.empty()) return fail(Error::badInput("no operator view: " + why));
   AutoParallelOptions options;
   options.globalBatchSize = plan.globalBatchSize;
   options.seqLen = plan.seqLen;
@@ -334,44 +399,15 @@ Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction) {
   auto context = makeContext(plan.model, plan.cluster, options);
   if (!context) return fail(context.error());
   Search search(std::move(*context));
-  std::vector<std::int64_t> shape;
-  MegatronRule rule;
-  std::int64_t replicas = 1;
-  std::int64_t meshDp = par.dp;  // data-parallel ranks inside the mesh
-  if (par.cp > 1) {
-    // Context parallelism (colo-run's ranks: tp, cp, dp from the inside out): the sequence over the
-    // outer axis with tensor parallelism inside, data parallelism as copies of that mesh; or the sequence
-    // inside and data parallelism outside. The per-operator model exchanges keys and values by all-gather.
-    if (par.tp > 1) {
-      shape = {par.cp, par.tp};
-      rule = {1, -1, par.sequenceParallel, false, 0};
-      replicas = par.dp;
-      meshDp = 1;
-    } else if (par.dp > 1) {
-      shape = {par.dp, par.cp};
-      rule = {-1, 0, false, false, 1};
-    } else {
-      shape = {par.cp};
-      rule = {-1, -1, false, false, 0};
-    }
-  } else if (par.tp > 1 && par.dp > 1) {
-    shape = {par.dp, par.tp};
-    rule = {1, 0, par.sequenceParallel};
-  } else if (par.tp > 1) {
-    shape = {par.tp};
-    rule = {0, -1, par.sequenceParallel};
-  } else {
-    shape = {par.dp};
-    rule = {-1, 0, false};
-  }
-  rule.fsdp = plan.zeroStage == 3 && par.dp > 1;
+  const ViewLayout v = viewLayout(plan);
   const RecomputePolicy policy = plan.stages.empty() ? RecomputePolicy::kNone : plan.stages.front().recompute;
   const RecomputeMode mode = policy == RecomputePolicy::kFull        ? RecomputeMode::kFull
                              : policy == RecomputePolicy::kSelective ? RecomputeMode::kSelective
                                                                      : RecomputeMode::kNone;
   std::vector<std::int64_t> stages;  // the plan's own layers per chunk
   for (const auto& st : plan.stages) stages.push_back(st.layers);
-  return search.megatronAt(shape, rule, mode, par.pp, plan.microBatchSize * meshDp, par.virtualStages, stages, replicas);
+  const auto& par = plan.parallel;
+  return search.megatronAt(v.shape, v.rule, mode, par.pp, plan.microBatchSize * v.meshDp, par.virtualStages, stages, v.replicas);
 }
 
 Result<Plan> detail::degreeForm(const Model& model, const ClusterSpec& cluster, const AutoParallelOptions& options,

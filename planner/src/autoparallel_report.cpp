@@ -72,6 +72,8 @@ bool megatronAllows(const MegatronRule& rule, const Unit& unit, const Strategy& 
       const bool weights = unit.kind == UnitKind::kGemm || unit.kind == UnitKind::kMoe || unit.kind == UnitKind::kEmbedding;
       if (rule.fsdp && weights) {
         if (r != Role::kFsdp) return false;
+      } else if (unit.kind == UnitKind::kMoe && rule.expertsOverDp >= 0) {
+        if (r != (rule.expertsOverDp == 1 ? Role::kExpert : Role::kBatch)) return false;
       } else if (!(r == Role::kBatch || (unit.kind == UnitKind::kMoe && r == Role::kExpert))) {
         return false;
       }

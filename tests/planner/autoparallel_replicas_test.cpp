@@ -267,5 +267,97 @@ TEST(AutoParallelReplicas, ContextParallelPlansHaveAnOperatorView) {
   EXPECT_NE(sharded.error().message.find("ZeRO-3 beside context parallelism"), std::string::npos) << sharded.error().message;
 }
 
+// A MoE plan's expert parallelism (ep inside dp, beside tp, as Megatron-Core places it) has an operator
+// view: the mesh ep x tp copied dp/ep times, the MoE blocks' experts over its outer axis.
+TEST(AutoParallelReplicas, ExpertParallelPlansHaveAnOperatorView) {
+  Plan p;
+  p.model = test::loadModelOrFail(test::dataFile("models/mixtral-8x7b.json"));
+  p.cluster = *scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-h100-x64.json")), 32);
+  p.parallel.tp = 2;
+  p.parallel.dp = 8;
+  p.parallel.ep = 4;
+  p.parallel.pp = 2;
+  p.parallel.sequenceParallel = true;
+  p.microBatchSize = 1;
+  p.globalBatchSize = 256;
+  p.seqLen = 4096;
+  p.zeroStage = 1;
+  p.stages = uniformStages(p.model.numLayers(), 2, RecomputePolicy::kSelective);
+  for (auto& s : p.stages) s.recomputeLayers = s.layers;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  auto view = operatorView(p);
+  ASSERT_TRUE(view) << view.error().toString();
+  EXPECT_EQ(view->mesh, "4x2");
+  EXPECT_EQ(view->replicas, 2);
+  EXPECT_TRUE(view->runnable) << view->expressedAs;
+  EXPECT_NE(view->expressedAs.find("tp=2 dp=8 ep=4 pp=2 sp"), std::string::npos) << view->expressedAs;
+  int moe = 0;
+  for (const auto& b : view->blocks) {
+    for (const auto& u : b.units) {
+      if (u.kind != "moe") continue;
+      ++moe;
+      EXPECT_EQ(u.roles, "0:expert 1:inner") << b.name;
+    }
+  }
+  EXPECT_GT(moe, 0);
+  auto ev = costmodel::evaluatePlan(p);
+  ASSERT_TRUE(ev) << ev.error().toString();
+  EXPECT_NEAR(view->stepSeconds, ev->stepSeconds, 0.03 * ev->stepSeconds);  // 0.6% apart (2026-12-01)
+  EXPECT_NEAR(view->peakMemoryBytes, ev->peakMemoryBytes, 0.03 * ev->peakMemoryBytes);  // 1.1% apart
+  // Without expert parallelism the MoE blocks split the batch (the solver is not free to split experts).
+  p.parallel.ep = 1;
+  auto dense = operatorView(p);
+  ASSERT_TRUE(dense) << dense.error().toString();
+  EXPECT_EQ(dense->mesh, "8x2");
+  for (const auto& b : dense->blocks) {
+    for (const auto& u : b.units) {
+      if (u.kind == "moe") {
+        EXPECT_EQ(u.roles, "0:batch 1:inner") << b.name;
+      }
+    }
+  }
+  // Experts folded over the tensor-parallel ranks have no operator rule: refused by name.
+  p.parallel.ep = 8;
+  p.parallel.etp = 1;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  auto folded = operatorView(p);
+  ASSERT_FALSE(folded);
+  EXPECT_NE(folded.error().message.find("experts folded over other ranks (expert_tp 1, tp 2)"), std::string::npos)
+      << folded.error().message;
+}
+
+// One GPU has an operator view (it was refused: its one-GPU mesh was given a data-parallel axis, which
+// no layout of the layers could enter), and an interleaved plan whose chunks are unequal is refused by the
+// space's own rule rather than by "the split does not apply".
+TEST(AutoParallelReplicas, OneGpuAndUnequalChunksInTheOperatorView) {
+  Plan p;
+  p.model = test::loadModelOrFail(test::dataFile("models/gpt2-small.json"));
+  const ClusterSpec node = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb.json"));
+  p.cluster = *scaleCluster(node, 1);
+  p.microBatchSize = 8;
+  p.globalBatchSize = 32;
+  p.seqLen = 1024;
+  p.zeroStage = 0;
+  p.stages = uniformStages(p.model.numLayers(), 1, RecomputePolicy::kNone);
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  auto view = operatorView(p);
+  ASSERT_TRUE(view) << view.error().toString();
+  EXPECT_EQ(view->mesh, "1");
+  EXPECT_TRUE(view->runnable) << view->expressedAs;
+  auto ev = costmodel::evaluatePlan(p);
+  ASSERT_TRUE(ev) << ev.error().toString();
+  EXPECT_NEAR(view->stepSeconds, ev->stepSeconds, 0.1 * ev->stepSeconds);
+  // 12 layers over 2 stages of 4 chunks: 1 or 2 layers a chunk.
+  p.cluster = *scaleCluster(node, 2);
+  p.parallel.pp = 2;
+  p.parallel.virtualStages = 4;
+  p.schedule = Schedule::kInterleaved;
+  p.stages = uniformStages(p.model.numLayers(), 8, RecomputePolicy::kNone);
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  auto unequal = operatorView(p);
+  ASSERT_FALSE(unequal);
+  EXPECT_NE(unequal.error().message.find("12 layers over 2 x 4 chunks"), std::string::npos) << unequal.error().message;
+}
+
 }  // namespace
 }  // namespace colo::planner

@@ -157,10 +157,11 @@ struct AutoParallelResult {
 /// cluster.
 [[nodiscard]] Result<OperatorPlan> evaluateOperatorPlan(const Plan& plan, const std::string& file = {});
 
-/// A degree-level plan seen operator by operator: Megatron's split of its tp (inner axis), dp (outer),
-/// sp, pp, micro-batch and first stage's recompute policy, costed by the operator-level model (what
-/// colo-studio's Operators tab shows for a selected plan). Errors: kBadInput for what the operator view
-/// does not hold (context or expert parallelism, interleaved or zero-bubble schedules, ZeRO-2/3).
+/// A degree-level plan seen operator by operator: Megatron's split of its tp (inner axis), dp (outer), cp,
+/// ep (MoE experts over the data-parallel ranks), sp, pp, micro-batch and first stage's recompute policy,
+/// costed by the operator-level model (what colo-studio's Operators tab shows for a selected plan).
+/// Errors: kBadInput for what the operator view does not hold (GPipe and zero-bubble schedules, ZeRO-2,
+/// ZeRO-3 beside pp, cp or ep, experts over cp or folded over other ranks, parameter offload).
 [[nodiscard]] Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction = 0.95);
 
 /// Whether the operator-level search tries, by default, `replicas` copies of a mesh of `shape` in each of
