@@ -220,6 +220,7 @@ const std::vector<OptionSpec>& autoParallelSpecs() {
       {"solver-only", "", "do not count Megatron's split among the joint candidates (shows what the per-operator solve finds alone)"},
       {"out", "FILE", "write the plan (colo.plan/1 with its per-operator plan) for evaluate --plan and colo-run"},
       {"json", "", "print one JSON object"},
+      {"explain", "", "also list the layouts pruned, by rule (as `colo-plan search --explain` lists configurations)"},
       {"help", "", "show this help"}};
   return specs;
 }
@@ -364,14 +365,19 @@ Json autoParallelJson(const planner::AutoParallelResult& result, const DegreeBes
 }
 
 void printAutoParallel(const Model& model, const ClusterSpec& cluster, std::int64_t gbs, const planner::AutoParallelResult& result,
-                       const DegreeBest* degree, std::ostream& out) {
+                       const DegreeBest* degree, bool explain, std::ostream& out) {
   out << "colo-plan autoparallel: " << model.name() << " on " << clusterLabel(cluster) << ", global batch " << gbs
       << ", budget " << formatBytes(result.joint.budgetBytes) << " per GPU\n";
   char buf[160];
-  std::snprintf(buf, sizeof buf, "solved in %.2f s: %lld block solves, %lld layout conversions costed, %lld candidates\n\n",
+  std::snprintf(buf, sizeof buf, "solved in %.2f s: %lld block solves, %lld layout conversions costed, %lld candidates\n",
                 result.solveSeconds, static_cast<long long>(result.blockSolves),
                 static_cast<long long>(result.conversionsCached), static_cast<long long>(result.candidates));
   out << buf;
+  const auto& st = result.stats;
+  out << st.generated << " layouts (stages x copies x mesh x micro-batch) generated, " << st.prunedTotal() << " pruned, " << st.costed
+      << " solved, " << st.feasible << " fit" << (explain ? "" : " (--explain: pruned by rule)") << "\n";
+  if (explain) out << st.prunedText();
+  out << "\n";
   printSummary(result, out);
   if (degree) printDegreeComparison(result, *degree, out);
   out << "\nper-operator plan (axes: what each mesh axis splits; layouts in Colossal-AI's [b, s, f] notation;\n"
@@ -422,7 +428,7 @@ int runAutoParallel(const std::vector<std::string>& argv, std::ostream& out, std
   if (args->has("json")) {
     out << autoParallelJson(*result, degree, degreeFaster, !solverOnly).dump(2) << "\n";
   } else {
-    printAutoParallel(model, cluster, options->globalBatchSize, *result, solverOnly ? nullptr : &degree, out);
+    printAutoParallel(model, cluster, options->globalBatchSize, *result, solverOnly ? nullptr : &degree, args->has("explain"), out);
   }
   if (file) {
     if (auto written = writeAutoParallelPlan(*file, model, cluster, *options, *result, degree, writeDegree, argv); !written) {

@@ -248,8 +248,7 @@ std::string renderCandidates(const std::vector<planner::Candidate>& list, bool r
 std::string searchHeader(const Model& model, const ClusterSpec& cluster, const SearchInputs& in, const planner::SearchResult& r,
                          bool precisionGiven) {
   const auto& st = r.stats;
-  std::int64_t pruned = 0;
-  for (const auto& [rule, count] : st.pruned) pruned += count;
+  const std::int64_t pruned = st.prunedTotal();
   std::ostringstream out;
   out << "search    " << model.name() << " on " << clusterLabel(cluster) << ", gbs " << in.options.globalBatchSize << " x "
       << in.options.seqLen << " tokens, " << toString(in.options.precision)
@@ -400,8 +399,7 @@ void printSearch(const Args& args, const SearchJob& job, const std::vector<plann
   }
   if (!args.has("explain")) return;
   for (const auto& r : results) {
-    out << "pruned by rule\n";
-    for (const auto& [rule, count] : r.stats.pruned) out << "  " << count << "  " << rule << "\n";
+    out << r.stats.prunedText();
     if (!r.pareto.empty()) out << "Pareto front (step time vs peak memory)\n" << renderCandidates(r.pareto, false, in, false);
     if (!r.rejected.empty()) out << "closest that do not fit\n" << renderCandidates(r.rejected, false, in, false);
   }

@@ -266,7 +266,7 @@ std::vector<std::int64_t> Search::replicaCounts(std::int64_t pp) const {
   return out;
 }
 
-std::vector<Search::Combo> Search::combos() const {
+std::vector<Search::Combo> Search::combos() {
   const auto& o = m_c.options;
   const std::int64_t total = m_c.cluster->totalGpus();
   std::vector<std::int64_t> degrees = o.pipelineDegrees;
@@ -276,22 +276,39 @@ std::vector<Search::Combo> Search::combos() const {
     }
   }
   std::vector<Combo> out;
+  auto prune = [this](const char* rule) {
+    ++m_stats.generated;
+    ++m_stats.pruned[rule];
+  };
   for (const auto pp : degrees) {
     for (const auto r : replicaCounts(pp)) {
-      if (r < 1 || (total / pp) % r != 0 || o.globalBatchSize % r != 0) continue;
+      if (r < 1 || (total / pp) % r != 0 || o.globalBatchSize % r != 0) {
+        prune("copies of the mesh do not divide the stage's GPUs or the global batch");
+        continue;
+      }
       const std::int64_t gpus = total / (pp * r);  // one replica's mesh
       const std::int64_t batch = o.globalBatchSize / r;
       for (auto& shape : o.meshes.empty() ? meshShapes(*m_c.cluster, gpus) : o.meshes) {
         std::int64_t size = 1;
         for (const auto x : shape) size *= x;
-        if (size != gpus) continue;
-        if (o.replicas.empty() && !searchesReplicas(*m_c.cluster, pp, shape, r)) continue;
+        if (size != gpus) {
+          prune("--mesh does not cover one copy of a stage");
+          continue;
+        }
+        if (o.replicas.empty() && !searchesReplicas(*m_c.cluster, pp, shape, r)) {
+          prune("copies of a mesh other than 2 to 8 whole nodes, or below 32 nodes (--replicas asks)");
+          continue;
+        }
         for (const auto samples : microBatchSizes(batch, gpus, pp, m_c.seqLen)) {
           const std::int64_t microBatches = batch / samples;
           // No plan of this layout beats its GEMMs at the large-GEMM rate with the smallest bubble its
           // chunk counts allow.
           const auto chunks = chunkCounts(o.virtualStages, m_c.numLayers, pp, microBatches);
-          if (chunks.empty()) continue;
+          if (chunks.empty()) {
+            prune("no chunk count asked for (--vpp) divides the layers with micro-batches in groups of the stages");
+            continue;
+          }
+          ++m_stats.generated;
           const double most = static_cast<double>(*std::max_element(chunks.begin(), chunks.end()));
           const double slots = static_cast<double>(microBatches) + static_cast<double>(pp - 1) / most;
           const double bound = slots * m_c.flopsPerSample * static_cast<double>(samples) / static_cast<double>(pp * gpus) / m_c.peakRate;
@@ -529,21 +546,32 @@ Result<AutoParallelResult> Search::run() {
     // Megatron's split on replicas is its split on the wider mesh with more data parallelism: the search
     // solves it on the meshes alone, unless the replicas were asked for.
     const bool megatronCanWin = (k.replicas == 1 || !o.replicas.empty()) && k.bound < m_megatron.assembly.step;
-    if (!jointCanWin && !megatronCanWin) continue;
+    if (!jointCanWin && !megatronCanWin) {
+      ++m_stats.pruned["bound: its GEMMs at the large-GEMM rate are no faster than the best plan"];
+      continue;
+    }
     const auto key = std::make_tuple(k.pp, k.replicas, k.shape);
-    if (const auto it = tooLarge.find(key); it != tooLarge.end() && k.samples >= it->second) continue;
+    if (const auto it = tooLarge.find(key); it != tooLarge.end() && k.samples >= it->second) {
+      ++m_stats.pruned["dominated: a smaller micro-batch on this layout fits at no price of memory"];
+      continue;
+    }
     MeshSolvers& ms = solversFor(k.shape, k.samples, k.replicas);
     // The mesh's own kernels bound the step tighter: the slowest stage holds at least the average share
     // of layers, each no quicker than its fastest strategies.
     const double kernels = k.slots * static_cast<double>(m_c.numLayers) / static_cast<double>(k.pp) * ms.leastLayerSeconds;
     const bool jointMay = jointCanWin && kernels < m_joint.assembly.step;
     const bool megatronMay = megatronCanWin && kernels < m_megatron.assembly.step;
-    if (!jointMay && !megatronMay) continue;
+    if (!jointMay && !megatronMay) {
+      ++m_stats.pruned["bound: the mesh's fastest kernels are no faster than the best plan"];
+      continue;
+    }
+    ++m_stats.costed;
     if (jointMay && !solveJoint(k, ms)) {
       auto& limit = tooLarge.try_emplace(key, k.samples).first->second;
       limit = std::min(limit, k.samples);
       continue;
     }
+    if (jointMay) ++m_stats.feasible;
     if (megatronMay) solveMegatron(k, ms);
   }
   if (!(o.cancel && o.cancel->cancelled())) refineBest();
@@ -569,11 +597,14 @@ Result<AutoParallelResult> Search::run() {
   result.megatronFits = m_megatron.solvers != nullptr;
   result.blockSolves = m_blockSolves;
   result.candidates = m_candidates;
+  result.stats = m_stats;
+  result.stats.evaluated = m_candidates;
   std::set<const LayoutConverter*> converters;
   for (const auto& [key, ms] : m_solvers) {
     if (converters.insert(ms->converter.get()).second) result.conversionsCached += static_cast<std::int64_t>(ms->converter->cached());
   }
   result.solveSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.stats.seconds = result.solveSeconds;
   return result;
 }
 

@@ -378,7 +378,8 @@ Json AutoParallelResult::toJson() const {
           {"solve_seconds", solveSeconds},
           {"block_solves", blockSolves},
           {"conversions_cached", conversionsCached},
-          {"candidates", candidates}};
+          {"candidates", candidates},
+          {"stats", stats.toJson()}};
 }
 
 }  // namespace colo::planner

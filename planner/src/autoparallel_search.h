@@ -179,7 +179,8 @@ class Search {
     double slots = 0;  // layer-times per stage the pipeline takes: micro-batches + bubble
     std::int64_t replicas = 1;
   };
-  [[nodiscard]] std::vector<Combo> combos() const;
+  /// Every layout worth solving, best bound first; what is left out is counted in m_stats by rule.
+  [[nodiscard]] std::vector<Combo> combos();
   /// The data-parallel replica counts tried with `pp` stages (options.replicas, or the default rule).
   [[nodiscard]] std::vector<std::int64_t> replicaCounts(std::int64_t pp) const;
   bool solveJoint(const Combo& k, MeshSolvers& ms);
@@ -216,6 +217,7 @@ class Search {
   Context m_c;
   std::map<std::tuple<std::vector<std::int64_t>, std::int64_t, std::int64_t>, std::unique_ptr<MeshSolvers>> m_solvers;
   std::int64_t m_blockSolves = 0, m_candidates = 0;
+  SearchStats m_stats;
   std::vector<double> m_lambdas;
   const std::vector<MegatronRule>* m_onlyRules = nullptr;  // megatronAt: the one rule and mode to solve
   RecomputeMode m_onlyMode = RecomputeMode::kNone;

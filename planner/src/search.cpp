@@ -189,16 +189,27 @@ Json SearchResult::toJson() const {
   Json rej = Json::array();
   for (const auto& c : rejected) rej.push_back(summary(c));
   out["rejected"] = rej;
-  std::int64_t pruned = 0;
-  Json rules = Json::object();
-  for (const auto& [rule, count] : stats.pruned) {
-    rules[rule] = count;
-    pruned += count;
-  }
-  out["stats"] = {{"generated", stats.generated}, {"pruned", pruned},         {"pruned_by_rule", rules},
-                  {"evaluated", stats.evaluated}, {"costed", stats.costed},   {"feasible", stats.feasible},
-                  {"search_time_s", stats.seconds}};
+  out["stats"] = stats.toJson();
   return out;
+}
+
+std::int64_t SearchStats::prunedTotal() const {
+  std::int64_t n = 0;
+  for (const auto& [rule, count] : pruned) n += count;
+  return n;
+}
+
+std::string SearchStats::prunedText() const {
+  std::string out = "pruned by rule\n";
+  for (const auto& [rule, count] : pruned) out += "  " + std::to_string(count) + "  " + rule + "\n";
+  return out;
+}
+
+Json SearchStats::toJson() const {
+  Json rules = Json::object();
+  for (const auto& [rule, count] : pruned) rules[rule] = count;
+  return {{"generated", generated}, {"pruned", prunedTotal()}, {"pruned_by_rule", rules}, {"evaluated", evaluated},
+          {"costed", costed},       {"feasible", feasible},    {"search_time_s", seconds}};
 }
 
 }  // namespace colo::planner

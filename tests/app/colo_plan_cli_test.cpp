@@ -841,6 +841,31 @@ TEST(ColoPlanAutoParallel, PrintsThePerOperatorPlanBesideMegatrons) {
   EXPECT_TRUE(j.err.empty()) << j.err;
 }
 
+// The operator-level search counts what it leaves out, by rule, and prints it as the degree-level search
+// prints its own (one SearchStats, one printer); the JSON carries the same counts.
+TEST(ColoPlanAutoParallel, ExplainListsPrunedLayoutsByRuleAsSearchDoes) {
+  const std::string job = "autoparallel --model gpt3-175b --cluster dgx-a100-80gb-x16 --gbs 1536";
+  const auto r = run(job + " --explain");
+  ASSERT_EQ(r.exitCode, 0) << r.err;
+  EXPECT_NE(r.out.find("pruned by rule\n"), std::string::npos) << r.out;
+  // 16 nodes: copies of meshes are searched from 32 nodes on, so that rule prunes some layouts.
+  EXPECT_NE(r.out.find("copies of a mesh other than 2 to 8 whole nodes, or below 32 nodes (--replicas asks)"), std::string::npos) << r.out;
+  const auto j = run(job + " --json");
+  ASSERT_EQ(j.exitCode, 0) << j.err;
+  const Json st = Json::parse(j.out)["stats"];
+  std::int64_t byRule = 0;
+  for (const auto& [rule, count] : st["pruned_by_rule"].items()) byRule += count.get<std::int64_t>();
+  EXPECT_EQ(st["pruned"].get<std::int64_t>(), byRule);
+  // Every layout generated is pruned by a rule or solved (the search was not cancelled).
+  EXPECT_EQ(st["generated"].get<std::int64_t>(), st["pruned"].get<std::int64_t>() + st["costed"].get<std::int64_t>());
+  EXPECT_GT(st["costed"].get<std::int64_t>(), 0);
+  EXPECT_GE(st["costed"].get<std::int64_t>(), st["feasible"].get<std::int64_t>());
+  const auto plain = run(job);
+  ASSERT_EQ(plain.exitCode, 0) << plain.err;
+  EXPECT_EQ(plain.out.find("pruned by rule\n"), std::string::npos);
+  EXPECT_NE(plain.out.find(std::to_string(st["generated"].get<std::int64_t>()) + " layouts"), std::string::npos) << plain.out;
+}
+
 TEST(ColoPlanAutoParallel, InterleavesStagesUnlessTold) {
   // 16 stages with 32 micro-batches: interleaving shrinks the bubble, so the solve takes chunks; --vpp 1
   // keeps plain 1F1B; a chunk count the layers cannot take is named (exit 2).

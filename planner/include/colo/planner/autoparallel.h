@@ -24,6 +24,7 @@
 #include "colo/core/model.h"
 #include "colo/core/plan.h"
 #include "colo/core/progress.h"
+#include "colo/planner/search.h"
 
 namespace colo::planner {
 
@@ -141,6 +142,9 @@ struct AutoParallelResult {
   std::int64_t blockSolves = 0;       ///< per-block dynamic programmes run
   std::int64_t conversionsCached = 0; ///< distinct layout conversions costed
   std::int64_t candidates = 0;        ///< (mesh, micro-batch, pipeline, price of memory, offload) combinations assembled
+  /// Layouts (stages, copies, mesh, micro-batch) enumerated, pruned by rule (`colo-plan autoparallel
+  /// --explain`, printed as the degree-level search prints its own), solved, and fitting the budget.
+  SearchStats stats;
   [[nodiscard]] Json toJson() const;
 };
 

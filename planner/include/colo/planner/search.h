@@ -56,6 +56,8 @@ struct Candidate {
   std::string reason;  ///< why it ranks where it does, or why it was rejected
 };
 
+/// What a search enumerated, pruned (by rule) and costed: the degree-level search's configurations, or
+/// the operator-level search's layouts (stages, copies, mesh, micro-batch). Both print it alike.
 struct SearchStats {
   std::int64_t generated = 0;                  ///< configurations enumerated
   std::map<std::string, std::int64_t> pruned;  ///< by rule
@@ -63,6 +65,11 @@ struct SearchStats {
   std::int64_t costed = 0;                     ///< configurations costed
   std::int64_t feasible = 0;                   ///< of those, fitting the memory budget
   double seconds = 0;
+  [[nodiscard]] std::int64_t prunedTotal() const;
+  /// "pruned by rule" and a line per rule ("  12  more stages than layers"), as `--explain` prints it.
+  [[nodiscard]] std::string prunedText() const;
+  /// {generated, pruned, pruned_by_rule, evaluated, costed, feasible, search_time_s}
+  [[nodiscard]] Json toJson() const;
 };
 
 struct SearchResult {
