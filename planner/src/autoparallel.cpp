@@ -296,7 +296,10 @@ std::vector<Search::Combo> Search::combos() {
           continue;
         }
         if (o.replicas.empty() && !searchesReplicas(*m_c.cluster, pp, shape, r)) {
-          prune("copies of a mesh other than 2 to 8 whole nodes, or below 32 nodes (--replicas asks)");
+          // (counted per micro-batch, as the layouts that are generated)
+          for (std::size_t i = microBatchSizes(batch, gpus, pp, m_c.seqLen).size(); i > 0; --i) {
+            prune("copies of a mesh other than 2 to 8 whole nodes, or below 32 nodes (--replicas asks)");
+          }
           continue;
         }
         for (const auto samples : microBatchSizes(batch, gpus, pp, m_c.seqLen)) {
@@ -322,7 +325,7 @@ std::vector<Search::Combo> Search::combos() {
   return out;
 }
 
-bool Search::solveJoint(const Combo& k, MeshSolvers& ms) {
+bool Search::solveJoint(const Combo& k, MeshSolvers& ms, bool& fitted) {
   // Free memory first; when that does not fit, the least price on the sweep that fits, by bisection
   // (a higher price never costs less time nor more memory, offload aside: laterAtHigherPrices). False when
   // even the highest price does not fit.
@@ -331,7 +334,9 @@ bool Search::solveJoint(const Combo& k, MeshSolvers& ms) {
   std::vector<char> probed(m_lambdas.size(), 0);
   auto probe = [&](std::size_t i, double* quickest) {
     probed[i] = 1;
-    return probeJoint(k, ms, m_lambdas[i], mine, quickest);
+    const bool fits = probeJoint(k, ms, m_lambdas[i], mine, quickest);
+    fitted = fitted || mine.solvers != nullptr;  // (weights offloaded included)
+    return fits;
   };
   if (probe(0, &fastest)) {
     laterAtHigherPrices(k, mine, 1, fastest);
@@ -440,7 +445,8 @@ void Search::refineBest() {
   }
 }
 
-void Search::solveMegatron(const Combo& k, MeshSolvers& ms) {
+bool Search::solveMegatron(const Combo& k, MeshSolvers& ms) {
+  bool fitted = false;
   const auto& classes = m_c.classes;
   SolveWeights w;
   w.activationCopies = static_cast<double>(std::min(k.pp, k.microBatches));
@@ -497,7 +503,7 @@ void Search::solveMegatron(const Combo& k, MeshSolvers& ms) {
       sol.megatron = true;
       measureBuffers(m_c, ms, sol);
       sol.recompute = mode == RecomputeMode::kNone ? "none" : mode == RecomputeMode::kSelective ? "selective" : "full";
-      consider(ms, sol, k, m_megatron, m_megatronLean);
+      fitted = consider(ms, sol, k, m_megatron, m_megatronLean) || fitted;
       // Megatron's split is a point of the joint space: the joint solve is never worse than it.
       if (m_c.options.seedWithMegatron) {
         Solution asJoint = sol;
@@ -506,6 +512,7 @@ void Search::solveMegatron(const Combo& k, MeshSolvers& ms) {
       }
     }
   }
+  return fitted;
 }
 
 Result<AutoParallelResult> Search::run() {
@@ -552,7 +559,7 @@ Result<AutoParallelResult> Search::run() {
     }
     const auto key = std::make_tuple(k.pp, k.replicas, k.shape);
     if (const auto it = tooLarge.find(key); it != tooLarge.end() && k.samples >= it->second) {
-      ++m_stats.pruned["dominated: a smaller micro-batch on this layout fits at no price of memory"];
+      ++m_stats.pruned["dominated: a smaller micro-batch on this layout does not fit at any price of memory"];
       continue;
     }
     MeshSolvers& ms = solversFor(k.shape, k.samples, k.replicas);
@@ -566,13 +573,14 @@ Result<AutoParallelResult> Search::run() {
       continue;
     }
     ++m_stats.costed;
-    if (jointMay && !solveJoint(k, ms)) {
+    bool fitted = false;  // a plan of this layout fits (the joint solve's, else Megatron's)
+    if (jointMay && !solveJoint(k, ms, fitted)) {
       auto& limit = tooLarge.try_emplace(key, k.samples).first->second;
       limit = std::min(limit, k.samples);
       continue;
     }
-    if (jointMay) ++m_stats.feasible;
-    if (megatronMay) solveMegatron(k, ms);
+    if (megatronMay) fitted = solveMegatron(k, ms) || fitted;
+    m_stats.feasible += fitted ? 1 : 0;
   }
   if (!(o.cancel && o.cancel->cancelled())) refineBest();
   offloadAtHigherPrices();

@@ -276,12 +276,12 @@ Result<OperatorPlan> Search::megatronAt(const std::vector<std::int64_t>& shape, 
   m_onlyMode = mode;
   m_onlyChunks = {vpp};
   m_fixedStages = stages;
-  solveMegatron(k, ms);
+  (void)solveMegatron(k, ms);  // (whether it fits is the report's)
   m_onlyRules = nullptr;
   m_onlyChunks.clear();
   m_fixedStages.clear();
   const Best& chosen = m_megatron.solvers ? m_megatron : m_megatronLean;
-  if (!chosen.solvers) return fail(Error::badInput("the plan's split does not apply to its model on mesh " + mesh->toString()));
+  if (!chosen.solvers) return fail(Error::badInput("the plan's split does not apply to its model (mesh " + mesh->toString() + ")"));
   return report(chosen, "megatron");
 }
 
@@ -320,7 +320,7 @@ std::string viewRefusal(const Plan& plan) {
            ") have no operator rule: a MoE block's experts split over the data-parallel ranks beside tp";
   }
   if (par.ep > 1 && par.cp > 1) return "expert parallelism over dp x cp (ep " + str(par.ep) + " beside cp " + str(par.cp) + ") has no operator rule";
-  if (par.ep > 1 && par.dp % par.ep != 0) return "ep " + str(par.ep) + " does not divide dp " + str(par.dp);
+  if (par.ep > 1 && par.dp % par.ep != 0) return "ep does not divide dp (ep " + str(par.ep) + ", dp " + str(par.dp) + ")";
   if (par.ep > 1 && plan.zeroStage == 3) return "ZeRO-3 beside expert parallelism shards the experts' weights, which no operator rule does";
   if (plan.schedule == Schedule::kGpipe || plan.schedule == Schedule::kZeroBubble) {
     return "the operator view assembles 1F1B and interleaved 1F1B pipelines only, not " + toString(plan.schedule);

@@ -183,7 +183,9 @@ class Search {
   [[nodiscard]] std::vector<Combo> combos();
   /// The data-parallel replica counts tried with `pp` stages (options.replicas, or the default rule).
   [[nodiscard]] std::vector<std::int64_t> replicaCounts(std::int64_t pp) const;
-  bool solveJoint(const Combo& k, MeshSolvers& ms);
+  /// False when no price of memory fits (larger micro-batches on the layout need not be tried); true
+  /// also when the layout was left because it cannot beat the best plan. `fitted` says whether a plan fits.
+  bool solveJoint(const Combo& k, MeshSolvers& ms, bool& fitted);
   /// The residual stream's layouts a block may be entered in on `ms`'s mesh.
   std::vector<Layout> entryLayouts(const MeshSolvers& ms) const;
   /// Solves and assembles `k` at one price of memory: whether a plan fits with the layers' weights on
@@ -192,7 +194,8 @@ class Search {
   void refineBest();
   void laterAtHigherPrices(const Combo& k, const Best& mine, std::size_t from, double quickest);
   void offloadAtHigherPrices();
-  void solveMegatron(const Combo& k, MeshSolvers& ms);
+  /// Whether one of Megatron's plans on `k` fits.
+  bool solveMegatron(const Combo& k, MeshSolvers& ms);
   MeshSolvers& solversFor(const std::vector<std::int64_t>& shape, std::int64_t samples, std::int64_t replicas = 1);
   std::vector<Solution> solve(const MeshSolvers& ms, const SolveWeights& weights, const std::string& recompute, bool megatron);
   bool consider(const MeshSolvers& ms, const Solution& sol, const Combo& k, Best& best, Best& leanest, double* fastest = nullptr);

@@ -316,6 +316,43 @@ TEST(AutoParallelReplicas, ExpertParallelPlansHaveAnOperatorView) {
       }
     }
   }
+  // Experts alone on a 1-D mesh, copied: tp 1, ep 8 over 16 data-parallel ranks.
+  {
+    Plan q = p;
+    q.parallel.tp = 1;
+    q.parallel.sequenceParallel = false;
+    q.parallel.ep = 8;
+    q.parallel.dp = 16;
+    ASSERT_TRUE(validatePlan(q)) << validatePlan(q).error().toString();
+    auto alone = operatorView(q);
+    ASSERT_TRUE(alone) << alone.error().toString();
+    EXPECT_EQ(alone->mesh, "8");
+    EXPECT_EQ(alone->replicas, 2);
+    EXPECT_NE(alone->expressedAs.find("tp=1 dp=16 ep=8 pp=2"), std::string::npos) << alone->expressedAs;
+    for (const auto& b : alone->blocks) {
+      for (const auto& u : b.units) {
+        if (u.kind == "moe") {
+          EXPECT_EQ(u.roles, "0:expert") << b.name;
+        }
+      }
+    }
+    // Experts over dp x cp, and ZeRO-3 beside expert parallelism, have no operator rule.
+    Plan cp = q;
+    cp.parallel.cp = 2;
+    cp.parallel.dp = 8;
+    cp.seqLen = 8192;
+    auto overCp = operatorView(cp);
+    ASSERT_FALSE(overCp);
+    EXPECT_NE(overCp.error().message.find("expert parallelism over dp x cp"), std::string::npos) << overCp.error().message;
+    Plan z3 = q;
+    z3.zeroStage = 3;
+    z3.parallel.pp = 1;
+    z3.stages = uniformStages(q.model.numLayers(), 1, RecomputePolicy::kFull);
+    for (auto& s : z3.stages) s.recomputeLayers = s.layers;
+    auto sharded = operatorView(z3);
+    ASSERT_FALSE(sharded);
+    EXPECT_NE(sharded.error().message.find("ZeRO-3 beside expert parallelism"), std::string::npos) << sharded.error().message;
+  }
   // Experts folded over the tensor-parallel ranks have no operator rule: refused by name.
   p.parallel.ep = 8;
   p.parallel.etp = 1;

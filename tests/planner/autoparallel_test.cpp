@@ -333,6 +333,30 @@ TEST(AutoParallel, MixtralLayersOnANodeMeshAreAtLeastAsFastAsMegatrons) {
       << r->joint.layoutText() << " against " << r->megatron.layoutText();
 }
 
+// Megatron's split of a MoE model may use tensor parallelism: its MoE blocks end in partial sums over
+// the tensor axis, which go back to the residual stream's layout at their cost (until 2026-12-01 it
+// demanded the layout itself, and every MoE model's Megatron split came out without tp).
+TEST(AutoParallel, MegatronsSplitOfAMoeModelMayUseTensorParallelism) {
+  const Model model = test::loadModelOrFail(test::dataFile("models/mixtral-8x7b.json"));
+  const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-h100.json"));
+  AutoParallelOptions o;
+  o.globalBatchSize = 256;
+  o.meshes = {{2, 4}};
+  o.pipelineDegrees = {1};
+  auto r = autoParallel(model, cluster, o);
+  ASSERT_TRUE(r) << r.error().toString();
+  EXPECT_EQ(r->megatron.mesh, "2x4");
+  EXPECT_EQ(r->megatron.tp, 4) << r->megatron.expressedAs;
+  EXPECT_NE(r->megatron.expressedAs.find("tp=4 dp=2 ep=2"), std::string::npos) << r->megatron.expressedAs;
+  for (const auto& b : r->megatron.blocks) {
+    for (const auto& u : b.units) {
+      if (u.kind == "moe") {
+        EXPECT_EQ(u.roles, "0:expert 1:inner") << b.name;
+      }
+    }
+  }
+}
+
 // A budget above the GPU's memory is refused: the plans under it would read "fits" on GPUs they do not fit.
 TEST(AutoParallel, ABudgetAboveTheGpusMemoryIsRefused) {
   const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb.json"));

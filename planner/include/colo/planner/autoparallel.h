@@ -165,7 +165,8 @@ struct AutoParallelResult {
 /// ep (MoE experts over the data-parallel ranks), sp, pp, micro-batch and first stage's recompute policy,
 /// costed by the operator-level model (what colo-studio's Operators tab shows for a selected plan).
 /// Errors: kBadInput for what the operator view does not hold (GPipe and zero-bubble schedules, ZeRO-2,
-/// ZeRO-3 beside pp, cp or ep, experts over cp or folded over other ranks, parameter offload).
+/// ZeRO-3 beside pp, cp or ep, experts over cp, folded over other ranks or not dividing dp, interleaved
+/// chunks of unequal layers, parameter offload).
 [[nodiscard]] Result<OperatorPlan> operatorView(const Plan& plan, double maxMemoryFraction = 0.95);
 
 /// Whether the operator-level search tries, by default, `replicas` copies of a mesh of `shape` in each of
