@@ -104,6 +104,9 @@ void printSummary(const planner::AutoParallelResult& r, std::ostream& out) {
     std::snprintf(buf, sizeof buf, "  joint solve vs Megatron's split: %.3fx the speed (%s vs %s per step)\n",
                   m.stepSeconds / j.stepSeconds, seconds(j.stepSeconds).c_str(), seconds(m.stepSeconds).c_str());
     out << buf;
+    // Worded as `colo-plan search` ranks its plans.
+    if (const std::string why = planner::slowerReason(m, j); !why.empty()) out << "  Megatron's split: " << why << "\n";
+    if (const std::string why = planner::slowerReason(j, m); !why.empty()) out << "  the joint solve: " << why << "\n";
   } else if (haveMegatron) {
     out << "  Megatron's split with layer-level recompute does not fit this budget; the joint solve does\n";
   }

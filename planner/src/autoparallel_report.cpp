@@ -370,11 +370,25 @@ std::string OperatorPlan::layoutText() const {
          (uneven ? ", layers " + stagesSummary(stageLayers) : "");
 }
 
+std::string slowerReason(const OperatorPlan& plan, const OperatorPlan& best) {
+  const OperatorPlan& a = plan;
+  const OperatorPlan& b = best;
+  return slowerReason(a.stepSeconds, b.stepSeconds,
+                      {{"compute", a.compute - b.compute},
+                       {"collectives", a.communication - b.communication},
+                       {"recompute", a.recomputeSeconds - b.recomputeSeconds},
+                       {"pipeline bubble", a.bubble - b.bubble},
+                       {"data-parallel comm", a.gradientSync - b.gradientSync},
+                       {"optimizer", a.optimizer - b.optimizer},
+                       {"host transfers", a.offload - b.offload}});
+}
+
 Json AutoParallelResult::toJson() const {
   return {{"joint", joint.toJson()},
           {"megatron", megatron.toJson()},
           {"megatron_fits", megatronFits},
           {"speedup_over_megatron", megatronFits && joint.stepSeconds > 0 ? Json(megatron.stepSeconds / joint.stepSeconds) : Json(nullptr)},
+          {"megatron_slower_by", megatronFits ? Json(slowerReason(megatron, joint)) : Json(nullptr)},
           {"solve_seconds", solveSeconds},
           {"block_solves", blockSolves},
           {"conversions_cached", conversionsCached},

@@ -15,23 +15,19 @@ namespace {
 std::string compareReason(const Candidate& c, const Candidate& best, const ClusterSpec& cluster) {
   const auto& a = c.evaluation.time;
   const auto& b = best.evaluation.time;
-  const std::pair<const char*, double> deltas[] = {
+  const std::vector<std::pair<std::string, double>> extra = {
       {"compute", a.compute - b.compute},     {"recompute", a.recompute - b.recompute},
       {"tensor-parallel comm", a.tpComm - b.tpComm}, {"context-parallel comm", a.cpComm - b.cpComm},
       {"expert all-to-all", a.epComm - b.epComm},    {"pipeline send/recv", a.ppComm - b.ppComm},
       {"data-parallel comm", a.dpComm - b.dpComm},   {"pipeline bubble", a.bubble - b.bubble},
       {"gradient accumulation", a.gradAccum - b.gradAccum}, {"optimizer", a.optimizer - b.optimizer}};
-  const auto* worst = &deltas[0];
-  for (const auto& d : deltas) {
-    if (d.second > worst->second) worst = &d;
-  }
-  const double slower = c.evaluation.stepSeconds / best.evaluation.stepSeconds - 1;
+  std::string reason = slowerReason(c.evaluation.stepSeconds, best.evaluation.stepSeconds, extra);
   // A tie at the printed precision says what differs instead, so no two rows read the same.
-  if (slower < 0.0005 || worst->second < 0.0005) {
+  if (reason.empty()) {
+    const double slower = c.evaluation.stepSeconds / best.evaluation.stepSeconds - 1;
     return "ties #1 within " + formatFixed(100 * std::max(slower, 0.0), 2) + "%: " + planDifferences(best.plan, c.plan);
   }
-  std::string reason = "+" + formatFixed(100 * slower, 1) + "% step: " + worst->first + " +" + formatFixed(worst->second, 3) + " s";
-  if (std::string(worst->first) == "tensor-parallel comm" &&
+  if (reason.find(": tensor-parallel comm +") != std::string::npos &&
       costmodel::placeGroup(cluster, c.plan.parallel, costmodel::Dim::kTp).crossesNodes()) {
     reason += " (tp=" + std::to_string(c.plan.parallel.tp) + " crosses nodes)";
   }
@@ -121,3 +117,18 @@ void rank(std::vector<Candidate>& all, const Space& space, const Enumeration& en
 }
 
 }  // namespace colo::planner::detail
+
+namespace colo::planner {
+
+std::string slowerReason(double step, double bestStep, const std::vector<std::pair<std::string, double>>& extra) {
+  if (extra.empty() || !(bestStep > 0)) return {};
+  const auto* worst = &extra.front();
+  for (const auto& d : extra) {
+    if (d.second > worst->second) worst = &d;
+  }
+  const double slower = step / bestStep - 1;
+  if (slower < 0.0005 || worst->second < 0.0005) return {};
+  return "+" + formatFixed(100 * slower, 1) + "% step: " + worst->first + " +" + formatFixed(worst->second, 3) + " s";
+}
+
+}  // namespace colo::planner

@@ -865,6 +865,11 @@ TEST(ColoPlanAutoParallel, ExplainListsPrunedLayoutsByRuleAsSearchDoes) {
   const auto plain = run(job);
   ASSERT_EQ(plain.exitCode, 0) << plain.err;
   EXPECT_EQ(plain.out.find("pruned by rule\n"), std::string::npos);
+  // Megatron's split is slower here, and says why as `search` ranks its plans ("+9.0% step: compute +7.980 s").
+  const std::string why = Json::parse(j.out)["megatron_slower_by"].get<std::string>();
+  EXPECT_EQ(why.rfind("+", 0), 0u) << why;
+  EXPECT_NE(why.find("% step: "), std::string::npos) << why;
+  EXPECT_NE(plain.out.find("  Megatron's split: " + why + "\n"), std::string::npos) << plain.out;
   EXPECT_NE(plain.out.find(std::to_string(st["generated"].get<std::int64_t>()) + " layouts"), std::string::npos) << plain.out;
 }
 

@@ -72,6 +72,22 @@ TEST(Space, BothSearchesAcceptTheSameChunkCounts) {
   EXPECT_GT(refused, 10);
 }
 
+// Both searches say why a plan ranks below the best in the same words: its largest extra part.
+TEST(Space, SlowerReasonNamesTheLargestExtraPart) {
+  EXPECT_EQ(slowerReason(11.0, 10.0, {{"compute", 0.2}, {"recompute", 0.7}, {"optimizer", -0.1}}), "+10.0% step: recompute +0.700 s");
+  // Within 0.05%, or no part 0.5 ms longer: a tie, which the caller words.
+  EXPECT_EQ(slowerReason(10.004, 10.0, {{"compute", 0.004}}), "");
+  EXPECT_EQ(slowerReason(11.0, 10.0, {{"compute", 0.0001}}), "");
+  EXPECT_EQ(slowerReason(11.0, 0.0, {{"compute", 1.0}}), "");
+  OperatorPlan best, other;
+  best.stepSeconds = 10;
+  other.stepSeconds = 12;
+  other.communication = 1.5;
+  other.bubble = 0.5;
+  EXPECT_EQ(slowerReason(other, best), "+20.0% step: collectives +1.500 s");
+  EXPECT_EQ(slowerReason(best, other), "");
+}
+
 TEST(Space, OutsideOperatorSpaceNamesWhatTheOperatorSearchDoesNotHold) {
   const Model model = test::loadModelOrFail(test::dataFile("models/gpt3-175b.json"));
   const ClusterSpec cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-a100-80gb-x128.json"));

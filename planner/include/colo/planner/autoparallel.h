@@ -148,6 +148,11 @@ struct AutoParallelResult {
   [[nodiscard]] Json toJson() const;
 };
 
+/// Why `plan` is slower than `best`, worded as the degree-level search words its ranking ("+9.1% step:
+/// collectives +0.412 s"; slowerReason in search.h) over the operator plans' step breakdowns; empty when
+/// it is not slower.
+[[nodiscard]] std::string slowerReason(const OperatorPlan& plan, const OperatorPlan& best);
+
 /// A `colo.plan/1` holding a solved operator plan (`colo-plan autoparallel --out`): `operator_plan` is the
 /// per-operator plan and what reproduces it; the degree fields are its Megatron-style equivalent when it
 /// has one (then colo-run runs it), else Megatron's split from the same solve (colo-run refuses the file,

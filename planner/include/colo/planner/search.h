@@ -56,6 +56,11 @@ struct Candidate {
   std::string reason;  ///< why it ranks where it does, or why it was rejected
 };
 
+/// Why a plan of `step` seconds ranks below one of `bestStep`, as both searches word it: "+4.2% step:
+/// recompute +0.512 s", the largest of `extra` (each part of the step: its seconds beyond the best plan's).
+/// Empty when it is not slower by 0.05% or no part is 0.5 ms longer (a tie: say what differs instead).
+[[nodiscard]] std::string slowerReason(double step, double bestStep, const std::vector<std::pair<std::string, double>>& extra);
+
 /// What a search enumerated, pruned (by rule) and costed: the degree-level search's configurations, or
 /// the operator-level search's layouts (stages, copies, mesh, micro-batch). Both print it alike.
 struct SearchStats {
