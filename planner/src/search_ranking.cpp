@@ -27,7 +27,8 @@ std::string compareReason(const Candidate& c, const Candidate& best, const Clust
     const double slower = c.evaluation.stepSeconds / best.evaluation.stepSeconds - 1;
     return "ties #1 within " + formatFixed(100 * std::max(slower, 0.0), 2) + "%: " + planDifferences(best.plan, c.plan);
   }
-  if (reason.find(": tensor-parallel comm +") != std::string::npos &&
+  const auto worst = std::max_element(extra.begin(), extra.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
+  if (worst->first == "tensor-parallel comm" &&
       costmodel::placeGroup(cluster, c.plan.parallel, costmodel::Dim::kTp).crossesNodes()) {
     reason += " (tp=" + std::to_string(c.plan.parallel.tp) + " crosses nodes)";
   }
