@@ -20,7 +20,8 @@ namespace {
 
 // ---- Python keyword arguments and TOML (the subsets these launches use) -------------------------
 
-// TOML tables of scalar keys: section.key -> value text (strings unquoted; arrays kept as written).
+// TOML tables of scalar keys: section.key -> value text (basic and literal strings unquoted; arrays kept
+// as written).
 Result<std::map<std::string, std::string>> tomlScalars(const std::string& text) {
   std::map<std::string, std::string> out;
   std::string section;
@@ -28,10 +29,10 @@ Result<std::map<std::string, std::string>> tomlScalars(const std::string& text) 
   int lineNumber = 0;
   for (std::string line; std::getline(in, line);) {
     ++lineNumber;
-    bool quoted = false;
+    char quote = 0;  // inside a basic ("...") or literal ('...') string: no comment starts there
     for (std::size_t i = 0; i < line.size(); ++i) {
-      if (line[i] == '"') quoted = !quoted;
-      if (line[i] == '#' && !quoted) {
+      if ((line[i] == '"' || line[i] == '\'') && (quote == 0 || quote == line[i])) quote = quote == 0 ? line[i] : 0;
+      if (line[i] == '#' && quote == 0) {
         line.resize(i);
         break;
       }
@@ -49,7 +50,9 @@ Result<std::map<std::string, std::string>> tomlScalars(const std::string& text) 
     std::string key = line.substr(0, eq), value = line.substr(eq + 1);
     key.erase(key.find_last_not_of(" \t") + 1);
     value.erase(0, value.find_first_not_of(" \t"));
-    if (value.size() >= 2 && value.front() == '"' && value.back() == '"') value = value.substr(1, value.size() - 2);
+    if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') && value.back() == value.front()) {
+      value = value.substr(1, value.size() - 2);
+    }
     out[section.empty() ? key : section + "." + key] = value;
   }
   return out;
@@ -164,34 +167,44 @@ Result<Plan> importColossalAi(const std::string& source, const ImportContext& co
   return finish(p, "a Colossal-AI plugin");
 }
 
-Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& context) {
-  auto kv = tomlScalars(toml);
-  if (!kv) return fail(kv.error());
-  Plan p;
-  p.cluster = context.cluster;
-  if (context.model) {
-    p.model = *context.model;
-  } else {
-    // torchtitan's model name and flavor, for the library models colo ships.
-    const std::string name = kv->contains("model.name") ? kv->at("model.name") : "";
-    std::string flavor = kv->contains("model.flavor") ? kv->at("model.flavor") : "";
-    std::transform(flavor.begin(), flavor.end(), flavor.begin(), [](unsigned char c) { return std::tolower(c); });
-    const std::string library = name + "-" + flavor;
-    auto file = resolveLibraryFile(LibraryKind::kModels, library);
-    if (name.empty() || !file) {
-      return fail(Error::badInput("model.name \"" + name + "\", flavor \"" + flavor + "\" is not a colo library model: pass --model"));
-    }
-    auto model = loadModel(*file);
-    if (!model) return fail(model.error());
-    p.model = *model;
+namespace {
+
+// ---- torchtitan's job TOML ------------------------------------------------------------------------
+//
+// torchtitan renamed its keys twice; a TOML of any of these layouts reads the same (torchtitan's
+// config_manager.py at each date):
+// - until 2025-03-18: training.{data_parallel_*_degree, tensor_parallel_degree, batch_size},
+//   experimental.{pipeline_parallel_*, context_parallel_*, enable_async_tensor_parallel}, with
+//   pipeline_parallel_microbatches a count of micro-batches (default: the pipeline degree);
+// - from 2025-03-18 (PR 980) the same under parallelism.*; from 2025-04-07 (PR 1073) the micro-batch
+//   count gave way to parallelism.pipeline_parallel_microbatch_size (default 1);
+// - float8: float8.enable_float8_linear until 2025-02-15 (PR 823), then model.converters = ["float8"].
+
+using Toml = std::map<std::string, std::string>;
+
+// The first of `keys` the TOML sets (newest layout first), else the first of them (absent: the default).
+std::string tomlKey(const Toml& kv, std::initializer_list<const char*> keys) {
+  for (const char* k : keys) {
+    if (kv.contains(k)) return k;
   }
+  return *keys.begin();
+}
+
+bool tomlTrue(const Toml& kv, const std::string& key) { return kv.contains(key) && kv.at(key) == "true"; }
+
+// The mesh: tp, pp, cp, ep and the data-parallel replicate x shard degrees (FSDP2, ZeRO-3, over shard).
+Result<void> readTorchtitanMesh(const Toml& kv, Plan& p) {
   auto& q = p.parallel;
-  COLO_TRY(tp, integerValue(*kv, "parallelism.tensor_parallel_degree", 1, 1, kMaxDegree));
-  COLO_TRY(pp, integerValue(*kv, "parallelism.pipeline_parallel_degree", 1, 1, kMaxDegree));
-  COLO_TRY(cp, integerValue(*kv, "parallelism.context_parallel_degree", 1, 1, kMaxDegree));
-  COLO_TRY(ep, integerValue(*kv, "parallelism.expert_parallel_degree", 1, 1, kMaxDegree));
-  COLO_TRY(replicate, integerValue(*kv, "parallelism.data_parallel_replicate_degree", 1, 1, kMaxDegree));
-  COLO_TRY(shard, integerValue(*kv, "parallelism.data_parallel_shard_degree", -1, -1, kMaxDegree));
+  COLO_TRY(tp, integerValue(kv, tomlKey(kv, {"parallelism.tensor_parallel_degree", "training.tensor_parallel_degree"}), 1, 1, kMaxDegree));
+  COLO_TRY(pp, integerValue(kv, tomlKey(kv, {"parallelism.pipeline_parallel_degree", "experimental.pipeline_parallel_degree"}), 1, 1,
+                            kMaxDegree));
+  COLO_TRY(cp, integerValue(kv, tomlKey(kv, {"parallelism.context_parallel_degree", "experimental.context_parallel_degree"}), 1, 1,
+                            kMaxDegree));
+  COLO_TRY(ep, integerValue(kv, "parallelism.expert_parallel_degree", 1, 1, kMaxDegree));
+  COLO_TRY(replicate, integerValue(kv, tomlKey(kv, {"parallelism.data_parallel_replicate_degree", "training.data_parallel_replicate_degree"}),
+                                   1, 1, kMaxDegree));
+  COLO_TRY(shard, integerValue(kv, tomlKey(kv, {"parallelism.data_parallel_shard_degree", "training.data_parallel_shard_degree"}), -1, -1,
+                               kMaxDegree));
   q.tp = tp;
   q.pp = pp;
   q.cp = cp;
@@ -215,21 +228,41 @@ Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& cont
   // Under pipeline parallelism PyTorch's pipelining syncs FSDP gradients on the last micro-batch only,
   // and torchtitan keeps each stage's layers gathered (reshard_after_forward off with PP).
   if (pp > 1 && p.zeroStage >= 2) p.execution.gradSync = GradSync::kStep;
-  p.execution.tpCommOverlap = kv->contains("parallelism.enable_async_tensor_parallel") &&
-                              kv->at("parallelism.enable_async_tensor_parallel") == "true";
+  p.execution.tpCommOverlap = tomlTrue(kv, tomlKey(kv, {"parallelism.enable_async_tensor_parallel", "experimental.enable_async_tensor_parallel"}));
   if (p.execution.tpCommOverlap) p.execution.tpOverlap = TpOverlap::kMicroPipeline;  // PyTorch's async TP
-  const std::string rotate = kv->contains("parallelism.context_parallel_rotate_method") ? kv->at("parallelism.context_parallel_rotate_method") : "allgather";
+  const std::string rotateKey = tomlKey(kv, {"parallelism.context_parallel_rotate_method", "experimental.context_parallel_rotate_method"});
+  const std::string rotate = kv.contains(rotateKey) ? kv.at(rotateKey) : "allgather";
   if (cp > 1) p.execution.cpCommType = rotate == "alltoall" ? CpCommType::kP2p : CpCommType::kAllGather;
-  COLO_TRY(local, integerValue(*kv, "training.local_batch_size", 0));
-  COLO_TRY(legacyLocal, integerValue(*kv, "training.batch_size", 8));
+  return {};
+}
+
+// The batch, sequence and pipeline schedule: the local batch (training.local_batch_size, before
+// 2025 training.batch_size) is split into micro-batches under pipelining only.
+Result<void> readTorchtitanBatch(const Toml& kv, Plan& p) {
+  auto& q = p.parallel;
+  COLO_TRY(local, integerValue(kv, "training.local_batch_size", 0));
+  COLO_TRY(legacyLocal, integerValue(kv, "training.batch_size", 8));
   const std::int64_t localBatch = local > 0 ? local : legacyLocal;
-  COLO_TRY(global, integerValue(*kv, "training.global_batch_size", -1, -1));
-  COLO_TRY(seq, integerValue(*kv, "training.seq_len", 2048));
-  COLO_TRY(ppMicro, integerValue(*kv, "parallelism.pipeline_parallel_microbatch_size", 1));
+  COLO_TRY(global, integerValue(kv, "training.global_batch_size", -1, -1));
+  COLO_TRY(seq, integerValue(kv, "training.seq_len", 2048));
   p.globalBatchSize = global > 0 ? global : localBatch * q.dp;
-  p.microBatchSize = pp > 1 ? ppMicro : localBatch;
   p.seqLen = seq;
-  const std::string schedule = kv->contains("parallelism.pipeline_parallel_schedule") ? kv->at("parallelism.pipeline_parallel_schedule") : "1F1B";
+  const std::string countKey = tomlKey(kv, {"parallelism.pipeline_parallel_microbatches", "experimental.pipeline_parallel_microbatches"});
+  if (q.pp > 1 && !kv.contains("parallelism.pipeline_parallel_microbatch_size") &&
+      (kv.contains(countKey) || !kv.contains("training.local_batch_size"))) {
+    // The older layout: a count of micro-batches, the pipeline degree unless set.
+    COLO_TRY(count, integerValue(kv, countKey, q.pp, 1, kMaxLaunchInteger));
+    if (localBatch % count != 0) {
+      return fail(Error::badInput(countKey + ": the local batch " + std::to_string(localBatch) + " is not divisible by " +
+                                  std::to_string(count) + " micro-batches"));
+    }
+    p.microBatchSize = localBatch / count;
+  } else {
+    COLO_TRY(ppMicro, integerValue(kv, "parallelism.pipeline_parallel_microbatch_size", 1));
+    p.microBatchSize = q.pp > 1 ? ppMicro : localBatch;
+  }
+  const std::string scheduleKey = tomlKey(kv, {"parallelism.pipeline_parallel_schedule", "experimental.pipeline_parallel_schedule"});
+  const std::string schedule = kv.contains(scheduleKey) ? kv.at(scheduleKey) : "1F1B";
   p.schedule = schedule == "GPipe" ? Schedule::kGpipe
                : schedule.find("ZeroBubble") != std::string::npos ? Schedule::kZeroBubble
                : schedule == "Interleaved1F1B" ? Schedule::kInterleaved
@@ -238,29 +271,34 @@ Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& cont
   // PyTorch's pipelining waits for each time step's batched sends and receives before the next compute
   // (PipelineScheduleMulti): nothing of a hop hides behind another chunk.
   p.execution.overlapP2pComm = false;
+  return {};
+}
+
+// torch.compile's fusions, the loss and float8: what kernels the job runs.
+Result<void> readTorchtitanKernels(const Toml& kv, Plan& p) {
   // torch.compile (training.compile until 2025-08, then compile.enable with compile.components, default
   // model and loss) fuses the blocks' norms, rotary embedding and SwiGLU; without it the model runs them as
   // PyTorch's eager decompositions (nn.RMSNorm's composite form, the complex-multiply rotary, F.silu then
   // *), unless model.norm_type names the fused Triton RMSNorm torchtitan offered in 2024.
-  auto truthy = [&](const char* key) { return kv->contains(key) && kv->at(key) == "true"; };
-  const std::string components = kv->contains("compile.components") ? kv->at("compile.components") : "model, loss";
-  const bool compiled = truthy("training.compile") || (truthy("compile.enable") && components.find("model") != std::string::npos);
+  const std::string components = kv.contains("compile.components") ? kv.at("compile.components") : "model, loss";
+  const bool compiled = tomlTrue(kv, "training.compile") || (tomlTrue(kv, "compile.enable") && components.find("model") != std::string::npos);
   // Its loss is F.cross_entropy on the logits upcast to fp32, compiled only with compile.components
   // holding "loss" (from 2025-08).
-  p.execution.torchCrossEntropy = !(truthy("compile.enable") && components.find("loss") != std::string::npos);
+  p.execution.torchCrossEntropy = !(tomlTrue(kv, "compile.enable") && components.find("loss") != std::string::npos);
   // Compile wraps each transformer block (apply_compile), so the final norm stays eager either way.
   p.execution.unfused = compiled ? UnfusedKernels{.finalNorm = true} : UnfusedKernels::all();
-  if (kv->contains("model.norm_type") && kv->at("model.norm_type").find("fused") != std::string::npos) {
+  if (kv.contains("model.norm_type") && kv.at("model.norm_type").find("fused") != std::string::npos) {
     p.execution.unfused.rmsNorm = p.execution.unfused.finalNorm = false;
   }
-  const std::string converters = kv->contains("model.converters") ? kv->at("model.converters") : "";
-  p.precision = converters.find("float8") != std::string::npos ? DType::kFp8 : DType::kBf16;
+  const std::string converters = kv.contains("model.converters") ? kv.at("model.converters") : "";
+  const bool float8 = converters.find("float8") != std::string::npos || tomlTrue(kv, "float8.enable_float8_linear");
+  p.precision = float8 ? DType::kFp8 : DType::kBf16;
   if (p.precision == DType::kFp8) {
     // torchao's recipe (float8.recipe_name; quantize.linear.float8.recipe_name since late 2025); unset
-    // means tensorwise.
+    // means tensorwise (before recipes, 2024's dynamic scaling: tensorwise).
     std::string recipe = "tensorwise";
     for (const char* key : {"float8.recipe_name", "quantize.linear.float8.recipe_name"}) {
-      if (kv->contains(key)) recipe = kv->at(key);
+      if (kv.contains(key)) recipe = kv.at(key);
     }
     auto parsed = parseFloat8Recipe(recipe);
     if (!parsed || *parsed == Float8Recipe::kTransformerEngine) {
@@ -268,16 +306,56 @@ Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& cont
     }
     p.execution.float8Recipe = *parsed;
   }
-  const std::string mode = kv->contains("activation_checkpoint.mode") ? kv->at("activation_checkpoint.mode") : "selective";
-  const std::string option = kv->contains("activation_checkpoint.selective_ac_option") ? kv->at("activation_checkpoint.selective_ac_option") : "op";
-  RecomputePolicy policy = mode == "full" ? RecomputePolicy::kFull
-                           : mode == "none" ? RecomputePolicy::kNone
-                           : option == "op" ? RecomputePolicy::kOp
-                                            : RecomputePolicy::kFull;  // every N-th layer fully recomputed
-  p.stages = uniformStages(p.model.numLayers(), pp * q.virtualStages, policy);
+  return {};
+}
+
+// Activation checkpointing: none, full, or selective (per op, or every N-th block fully).
+Result<void> readTorchtitanCheckpointing(const Toml& kv, Plan& p) {
+  const std::string mode = kv.contains("activation_checkpoint.mode") ? kv.at("activation_checkpoint.mode") : "selective";
+  const std::string option = kv.contains("activation_checkpoint.selective_ac_option") ? kv.at("activation_checkpoint.selective_ac_option") : "op";
+  if (mode != "none" && mode != "selective" && mode != "full") {
+    return fail(Error::badInput("activation_checkpoint.mode: expected none, selective or full, got \"" + mode + "\""));
+  }
+  const std::int64_t every = option == "op" ? 0 : std::strtoll(option.c_str(), nullptr, 10);
+  if (mode == "selective" && option != "op" && (every < 1 || std::to_string(every) != option)) {
+    return fail(Error::badInput("activation_checkpoint.selective_ac_option: expected op or a positive integer, got \"" + option + "\""));
+  }
+  const RecomputePolicy policy = mode == "full" ? RecomputePolicy::kFull
+                                 : mode == "none" ? RecomputePolicy::kNone
+                                 : option == "op" ? RecomputePolicy::kOp
+                                                  : RecomputePolicy::kFull;  // every N-th layer fully recomputed
+  p.stages = uniformStages(p.model.numLayers(), p.parallel.pp * p.parallel.virtualStages, policy);
   if (mode == "selective" && option != "op") {
-    const std::int64_t every = std::max<std::int64_t>(1, std::strtoll(option.c_str(), nullptr, 10));
     for (auto& st : p.stages) st.recomputeLayers = st.layers / every;
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<Plan> importTorchtitan(const std::string& toml, const ImportContext& context) {
+  auto kv = tomlScalars(toml);
+  if (!kv) return fail(kv.error());
+  Plan p;
+  p.cluster = context.cluster;
+  if (context.model) {
+    p.model = *context.model;
+  } else {
+    // torchtitan's model name and flavor, for the library models colo ships.
+    const std::string name = kv->contains("model.name") ? kv->at("model.name") : "";
+    std::string flavor = kv->contains("model.flavor") ? kv->at("model.flavor") : "";
+    std::transform(flavor.begin(), flavor.end(), flavor.begin(), [](unsigned char c) { return std::tolower(c); });
+    const std::string library = name + "-" + flavor;
+    auto file = resolveLibraryFile(LibraryKind::kModels, library);
+    if (name.empty() || !file) {
+      return fail(Error::badInput("model.name \"" + name + "\", flavor \"" + flavor + "\" is not a colo library model: pass --model"));
+    }
+    auto model = loadModel(*file);
+    if (!model) return fail(model.error());
+    p.model = *model;
+  }
+  for (auto read : {readTorchtitanMesh, readTorchtitanBatch, readTorchtitanKernels, readTorchtitanCheckpointing}) {
+    if (auto ok = read(*kv, p); !ok) return fail(ok.error());
   }
   return finish(p, "a torchtitan TOML");
 }

@@ -692,6 +692,83 @@ TEST(Import, TorchtitanTomlReadsFsdpAndPerOpCheckpointing) {
   EXPECT_NE(refused.error().message.find("multiply to"), std::string::npos);
 }
 
+// torchtitan's TOML as each release spelled it: until 2025-03 the degrees under [training] and
+// [experimental], the local batch as training.batch_size, a count of pipeline micro-batches (the
+// pipeline degree by default) and float8 as float8.enable_float8_linear; then [parallelism] with
+// that count; from 2025-04 a micro-batch size. Each is the same job (Llama 3.1 405B on 512 H100s,
+// torchtitan's 3D benchmark); a key the reader does not know must not silently become tp 1.
+TEST(Import, TorchtitanReadsEveryKeyLayoutItHasUsed) {
+  auto base = test::loadClusterOrFail(test::dataFile("clusters/h100-hbm2e-500w-x64.json"));
+  auto cluster = scaleCluster(base, 512);
+  ASSERT_TRUE(cluster) << cluster.error().toString();
+  const ImportContext context{*cluster, std::nullopt, 0, 0};
+  const std::string model = "[model]\nname = \"llama3\"\nflavor = \"405B\"\n";
+  const std::string end2024 = model +
+                              "[training]\nbatch_size = 32\nseq_len = 8192\ndata_parallel_shard_degree = -1\n"
+                              "tensor_parallel_degree = 8  # 8-way TP\ncompile = true\n"
+                              "[experimental]\npipeline_parallel_degree = 8\npipeline_parallel_schedule = \"Interleaved1F1B\"\n"
+                              "enable_async_tensor_parallel = true\ncontext_parallel_degree = 1\n"
+                              "[activation_checkpoint]\nmode = 'full' # ['none', 'selective', 'full']\n"
+                              "[float8]\nenable_float8_linear = true\nenable_fsdp_float8_all_gather = true\n";
+  const std::string march2025 = model + "converters = \"float8\"\n"
+                                "[training]\nbatch_size = 32\nseq_len = 8192\ncompile = true\n"
+                                "[parallelism]\ndata_parallel_shard_degree = -1\ntensor_parallel_degree = 8\n"
+                                "pipeline_parallel_degree = 8\npipeline_parallel_schedule = \"Interleaved1F1B\"\n"
+                                "pipeline_parallel_microbatches = 8\nenable_async_tensor_parallel = true\n"
+                                "[activation_checkpoint]\nmode = \"full\"\n";
+  const std::string later = model + "converters = [\"float8\"]\n"
+                            "[training]\nlocal_batch_size = 32\nseq_len = 8192\ncompile = true\n"
+                            "[parallelism]\ndata_parallel_shard_degree = -1\ntensor_parallel_degree = 8\n"
+                            "pipeline_parallel_degree = 8\npipeline_parallel_schedule = \"Interleaved1F1B\"\n"
+                            "pipeline_parallel_microbatch_size = 4\nenable_async_tensor_parallel = true\n"
+                            "[activation_checkpoint]\nmode = \"full\"\n";
+  for (const auto& toml : {end2024, march2025, later}) {
+    auto p = importTorchtitan(toml, context);
+    ASSERT_TRUE(p) << p.error().toString() << "\n" << toml;
+    EXPECT_EQ(p->parallel.tp, 8) << toml;
+    EXPECT_EQ(p->parallel.pp, 8) << toml;
+    EXPECT_EQ(p->parallel.dp, 8) << toml;
+    EXPECT_EQ(p->parallel.virtualStages, 2) << toml;
+    EXPECT_EQ(p->schedule, Schedule::kInterleaved) << toml;
+    EXPECT_EQ(p->microBatchSize, 4) << toml;  // 32 samples in 8 micro-batches
+    EXPECT_EQ(p->globalBatchSize, 256) << toml;
+    EXPECT_EQ(p->precision, DType::kFp8) << toml;
+    EXPECT_EQ(p->execution.float8Recipe, Float8Recipe::kTensorwise) << toml;
+    EXPECT_TRUE(p->execution.tpCommOverlap) << toml;
+    EXPECT_EQ(p->execution.unfused, UnfusedKernels{.finalNorm = true}) << toml;  // compiled blocks
+    for (const auto& st : p->stages) {
+      EXPECT_EQ(st.recompute, RecomputePolicy::kFull) << toml;
+      EXPECT_EQ(st.recomputeLayers, st.layers) << toml;
+    }
+  }
+  // The older count of micro-batches defaults to the pipeline degree and must divide the local batch.
+  std::string counted = march2025;
+  counted.replace(counted.find("pipeline_parallel_microbatches = 8"), 34, "pipeline_parallel_microbatches = 16");
+  auto sixteen = importTorchtitan(counted, context);
+  ASSERT_TRUE(sixteen) << sixteen.error().toString();
+  EXPECT_EQ(sixteen->microBatchSize, 2);
+  counted.replace(counted.find("pipeline_parallel_microbatches = 16"), 35, "pipeline_parallel_microbatches = 5");
+  auto five = importTorchtitan(counted, context);
+  ASSERT_FALSE(five);
+  EXPECT_NE(five.error().message.find("parallelism.pipeline_parallel_microbatches: the local batch 32 is not divisible by 5"),
+            std::string::npos)
+      << five.error().message;
+  // A checkpointing mode torchtitan does not have is named, not read as its default.
+  std::string odd = later;
+  odd.replace(odd.find("mode = \"full\""), 13, "mode = \"sometimes\"");
+  auto refused = importTorchtitan(odd, context);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("activation_checkpoint.mode: expected none, selective or full, got \"sometimes\""),
+            std::string::npos)
+      << refused.error().message;
+  odd = later;
+  odd.replace(odd.find("mode = \"full\""), 13, "mode = \"selective\"\nselective_ac_option = \"half\"");
+  refused = importTorchtitan(odd, context);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("selective_ac_option: expected op or a positive integer, got \"half\""), std::string::npos)
+      << refused.error().message;
+}
+
 }  // namespace
 }  // namespace colo::planner
 
