@@ -220,9 +220,10 @@ Result<void> readTorchtitanMesh(const Toml& kv, Plan& p) {
   }
   q.dp = replicate * shardDegree;
   q.sequenceParallel = tp > 1;  // torchtitan's TP plan runs the norms sequence-parallel
-  // FSDP2 (ZeRO-3 with fp32 sharded parameters); HSDP shards within replicas, which colo approximates
-  // by sharding over the whole data-parallel group.
-  p.zeroStage = shardDegree > 1 ? 3 : 0;
+  // FSDP2 (ZeRO-3 with fp32 sharded parameters) over the shard and context-parallel ranks together
+  // (torchtitan's dp_shard_cp mesh: FSDP applies when either is on, parallelize_llama.py); HSDP shards
+  // within replicas, which colo approximates by sharding over the whole data-parallel group.
+  p.zeroStage = shardDegree > 1 || cp > 1 ? 3 : 0;
   p.execution.fp32Params = true;
   p.execution.gradAccumulation = GradAccumulation::kAutograd;
   // Under pipeline parallelism PyTorch's pipelining syncs FSDP gradients on the last micro-batch only,
@@ -289,6 +290,17 @@ Result<void> readTorchtitanKernels(const Toml& kv, Plan& p) {
   p.execution.unfused = compiled ? UnfusedKernels{.finalNorm = true} : UnfusedKernels::all();
   if (kv.contains("model.norm_type") && kv.at("model.norm_type").find("fused") != std::string::npos) {
     p.execution.unfused.rmsNorm = p.execution.unfused.finalNorm = false;
+  }
+  // PyTorch's SDPA flash backend (FlashAttention-2's Ampere kernels on Hopper) ran torchtitan's
+  // attention until cuDNN's went first on every GPU (PR 1776, 2025-10-09). A TOML with a key torchtitan
+  // stopped reading before then (the layouts above; training.compile until 2025-08) was written for such
+  // a torchtitan; a newer layout does not say, and keeps the GPU's fastest kernels.
+  for (const auto& entry : kv) {
+    const std::string& key = entry.first;
+    const bool legacy = key.starts_with("experimental.") || key == "training.compile" || key == "training.batch_size" ||
+                        (key.starts_with("training.") && key.ends_with("_degree")) || key == "float8.enable_float8_linear" ||
+                        key == "parallelism.pipeline_parallel_microbatches";
+    if (legacy) p.execution.flashAttention2 = true;
   }
   const std::string converters = kv.contains("model.converters") ? kv.at("model.converters") : "";
   const bool float8 = converters.find("float8") != std::string::npos || tomlTrue(kv, "float8.enable_float8_linear");

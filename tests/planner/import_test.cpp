@@ -736,11 +736,29 @@ TEST(Import, TorchtitanReadsEveryKeyLayoutItHasUsed) {
     EXPECT_EQ(p->execution.float8Recipe, Float8Recipe::kTensorwise) << toml;
     EXPECT_TRUE(p->execution.tpCommOverlap) << toml;
     EXPECT_EQ(p->execution.unfused, UnfusedKernels{.finalNorm = true}) << toml;  // compiled blocks
+    // Each layout (training.compile included) predates October 2025: SDPA's FlashAttention-2 kernels.
+    EXPECT_TRUE(p->execution.flashAttention2) << toml;
     for (const auto& st : p->stages) {
       EXPECT_EQ(st.recompute, RecomputePolicy::kFull) << toml;
       EXPECT_EQ(st.recomputeLayers, st.layers) << toml;
     }
   }
+  // A layout torchtitan still reads after cuDNN's attention went first says nothing of the kernels.
+  std::string current = later;
+  current.replace(current.find("compile = true"), 14, "[compile]\nenable = true");
+  auto now = importTorchtitan(current, context);
+  ASSERT_TRUE(now) << now.error().toString();
+  EXPECT_FALSE(now->execution.flashAttention2);
+  // FSDP shards over the shard and context-parallel ranks together: with cp 8 and no shard degree
+  // left, the parameters are still sharded eight ways.
+  std::string contextParallel = later;
+  contextParallel.replace(contextParallel.find("pipeline_parallel_degree = 8"), 28,
+                          "pipeline_parallel_degree = 8\ncontext_parallel_degree = 8");
+  auto cp = importTorchtitan(contextParallel, context);
+  ASSERT_TRUE(cp) << cp.error().toString();
+  EXPECT_EQ(cp->parallel.cp, 8);
+  EXPECT_EQ(cp->parallel.dp, 1);
+  EXPECT_EQ(cp->zeroStage, 3);
   // The older count of micro-batches defaults to the pipeline degree and must divide the local batch.
   std::string counted = march2025;
   counted.replace(counted.find("pipeline_parallel_microbatches = 8"), 34, "pipeline_parallel_microbatches = 16");
