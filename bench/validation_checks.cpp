@@ -163,8 +163,8 @@ Result<void> checkSettings(const Json& settings, const std::string& file, const 
       if (!value.is_number() || !(value.get<double>() > 0) || value.get<double>() > 1e6) {
         return bad("must be a number above 0 and at most 1e6");
       }
-    } else if (key == "micro_batch_size" || key == "virtual_stages" || key == "zero_stage") {
-      const std::int64_t maximum = key == "micro_batch_size" ? limits::kMaxBatch : key == "virtual_stages" ? limits::kMaxLayers : 3;
+    } else if (key == "micro_batch_size" || key == "virtual_stages" || key == "interleaved_virtual_stages" || key == "zero_stage") {
+      const std::int64_t maximum = key == "micro_batch_size" ? limits::kMaxBatch : key == "zero_stage" ? 3 : limits::kMaxLayers;
       if (auto problem = integerProblem(value, key == "zero_stage" ? 0 : 1, maximum)) {
         return fail(Error::badInput(*problem, file, where));
       }

@@ -227,6 +227,13 @@ bool readParallel(const Json& par, const Settings& set, Plan& p, bool* assumed) 
   if (schedule.empty() && set.pick("schedule").is_string()) schedule = lower(set.pick("schedule").get<std::string>());
   if (has(schedule, "non-interleaved") || has(schedule, "non interleaved")) schedule = "1f1b";
   Json vpp = number(par, "virtual_pipeline_stages") ? par["virtual_pipeline_stages"] : set.pick("virtual_stages");
+  // A framework's own chunk count when the row says "interleaved" without one (torchtitan: two).
+  if (!vpp.is_number() && p.parallel.pp > 1 && has(schedule, "interleaved") && !set.run.contains("stages")) {
+    if (const Json chunks = set.pick("interleaved_virtual_stages"); chunks.is_number()) {
+      vpp = chunks;
+      *assumed = true;
+    }
+  }
   p.parallel.virtualStages = vpp.is_number() ? vpp.get<std::int64_t>() : 1;
   const bool vppOpen = p.parallel.pp > 1 && has(schedule, "interleaved") && !vpp.is_number() && !set.run.contains("stages");
   p.schedule = p.parallel.virtualStages > 1 ? Schedule::kInterleaved : Schedule::kOneFOneB;

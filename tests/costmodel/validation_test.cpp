@@ -305,6 +305,35 @@ TEST(Validation, TheRowsOwnScheduleBeatsItsFrameworksUsualOne) {
   EXPECT_EQ(open->plan.schedule, Schedule::kInterleaved);
 }
 
+TEST(Validation, TorchtitansInterleavedScheduleRunsTwoStagesPerRank) {
+  // torchtitan splits the model into two stages per rank for its multi-stage schedules unless the job
+  // splits it itself; a row saying "interleaved 1F1B" without a count runs that, not the fastest count.
+  Json row = unseenRow();
+  row["source"]["citation"] = "pytorch/torchtitan benchmarks";
+  row["model"]["arch"] = "Llama 3 (RMSNorm, SwiGLU, RoPE, GQA)";
+  row["model"]["hidden_size"] = 4096;
+  row["model"]["num_attention_heads"] = 32;
+  row["parallel"] = Json::parse(R"({"tp": 1, "pp": 4, "dp": 4, "schedule": "Interleaved 1F1B"})");
+  row["training"] = Json::parse(R"({"precision": "bf16", "recompute": "full", "micro_batch_size": 1, "global_batch_size": 16})");
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_EQ(c->plan.schedule, Schedule::kInterleaved);
+  EXPECT_EQ(c->plan.parallel.virtualStages, 2);
+  EXPECT_EQ(c->plan.stages.size(), 8u);
+  EXPECT_FALSE(c->fullyPublished);
+  // Its plain 1F1B keeps one stage per rank; the row's own count wins.
+  row["parallel"]["schedule"] = "1F1B";
+  auto plain = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(plain) << plain.error().toString();
+  EXPECT_EQ(plain->plan.schedule, Schedule::kOneFOneB);
+  EXPECT_EQ(plain->plan.parallel.virtualStages, 1);
+  row["parallel"]["schedule"] = "Interleaved 1F1B";
+  row["parallel"]["virtual_pipeline_stages"] = 4;
+  auto stated = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(stated) << stated.error().toString();
+  EXPECT_EQ(stated->plan.parallel.virtualStages, 4);
+}
+
 TEST(Validation, TorchtitansSelectiveCheckpointingIsPerOp) {
   // torchtitan's activation_checkpoint mode "selective" defaults to per-op checkpointing; Megatron's
   // "selective" is its attention-core recompute. A torchtitan row saying only "selective" is per-op.
@@ -352,7 +381,7 @@ TEST(Validation, ContextParallelismExchangesAsEachFrameworkDoesUnlessTheRowSays)
   row["source"]["citation"] = "pytorch/torchtitan long-context benchmarks";
   row["model"]["arch"] = "Llama 3 (RMSNorm, SwiGLU, RoPE, GQA)";
   row["parallel"] = Json::parse(R"({"tp": 1, "pp": 1, "dp": 2, "cp": 4})");
-  row["training"] = Json::parse(R"({"precision": "bf16", "recompute": "full", "micro_batch_size": 1, "global_batch_size": 8})");
+  row["training"] = Json::parse(R"({"precision": "bf16", "recompute": "full", "micro_batch_size": 1, "global_batch_size": 16})");
   auto titan = validation::caseFromRow(row, assumptionsFile());
   ASSERT_TRUE(titan) << titan.error().toString();
   EXPECT_EQ(titan->plan.execution.cpCommType, CpCommType::kAllGather);
