@@ -263,7 +263,9 @@ Result<void> readTorchtitanBatch(const Toml& kv, Plan& p) {
     p.microBatchSize = q.pp > 1 ? ppMicro : localBatch;
   }
   const std::string scheduleKey = tomlKey(kv, {"parallelism.pipeline_parallel_schedule", "experimental.pipeline_parallel_schedule"});
-  const std::string schedule = kv.contains(scheduleKey) ? kv.at(scheduleKey) : "1F1B";
+  // Without pipelining torchtitan builds no schedule, whatever the TOML names (its shipped DeepSeek-V3
+  // config names Interleaved1F1B beside pipeline_parallel_degree 1).
+  const std::string schedule = kv.contains(scheduleKey) && q.pp > 1 ? kv.at(scheduleKey) : "1F1B";
   p.schedule = schedule == "GPipe" ? Schedule::kGpipe
                : schedule.find("ZeroBubble") != std::string::npos ? Schedule::kZeroBubble
                : schedule == "Interleaved1F1B" ? Schedule::kInterleaved

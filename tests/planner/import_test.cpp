@@ -743,6 +743,16 @@ TEST(Import, TorchtitanReadsEveryKeyLayoutItHasUsed) {
       EXPECT_EQ(st.recomputeLayers, st.layers) << toml;
     }
   }
+  // Without pipelining the schedule a TOML names is not built (torchtitan's DeepSeek-V3 config).
+  std::string flat = later;
+  flat.replace(flat.find("pipeline_parallel_degree = 8"), 28, "pipeline_parallel_degree = 1");
+  flat.replace(flat.find("tensor_parallel_degree = 8"), 26, "tensor_parallel_degree = 4");
+  auto unpiped = importTorchtitan(flat, context);
+  ASSERT_TRUE(unpiped) << unpiped.error().toString();
+  EXPECT_EQ(unpiped->parallel.pp, 1);
+  EXPECT_EQ(unpiped->parallel.virtualStages, 1);
+  EXPECT_EQ(unpiped->schedule, Schedule::kOneFOneB);
+  EXPECT_EQ(unpiped->microBatchSize, 32);  // the whole local batch at once
   // A layout torchtitan still reads after cuDNN's attention went first says nothing of the kernels.
   std::string current = later;
   current.replace(current.find("compile = true"), 14, "[compile]\nenable = true");
