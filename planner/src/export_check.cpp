@@ -119,8 +119,20 @@ std::vector<std::string> shellWords(const std::string& text, bool* unterminated)
 
 Result<ParsedArguments> parseArgumentList(const std::string& text) {
   bool unterminated = false;
-  const std::vector<std::string> tokens = shellWords(text, &unterminated);
+  const std::vector<std::string> words = shellWords(text, &unterminated);
   if (unterminated) return fail(Error::badInput("unterminated quote in the argument list"));
+  // A quoted "--flag value" is one element of a bash array that the launch expands unquoted
+  // (${ARGS[@]}: word splitting gives argparse "--flag" and "value"; NVIDIA's Megatron-LM examples
+  // write their arrays so). No argparse flag holds a space, so such a word is always split.
+  std::vector<std::string> tokens;
+  for (const auto& w : words) {
+    if (w.rfind("--", 0) != 0 || w.find_first_of(" \t") == std::string::npos) {
+      tokens.push_back(w);
+      continue;
+    }
+    std::istringstream split(w);
+    for (std::string part; split >> part;) tokens.push_back(part);
+  }
   ParsedArguments out;
   for (const auto& t : tokens) {
     if (t.rfind("--", 0) == 0) {

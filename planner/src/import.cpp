@@ -37,6 +37,8 @@ Result<ParsedArguments> launchArguments(const std::string& text) {
     at += 2;
   }
   if (at == std::string::npos) return fail(Error::badInput("no --arguments found in the launch"));
+  // A first flag inside quotes ("--fp8-format hybrid", an array element) keeps its opening quote.
+  if (at > 0 && kept[at - 1] == '"') --at;
   return parseArgumentList(kept.substr(at));
 }
 
@@ -433,6 +435,20 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
   p.globalBatchSize = gbs;
   p.seqLen = seq;
   p.zeroStage = r.has("--use-distributed-optimizer") ? 1 : 0;
+  // Megatron-FSDP (--use-megatron-fsdp, before it --use-custom-fsdp) shards as
+  // --data-parallel-sharding-strategy says (Megatron-LM arguments.py; default optim_grads_params):
+  // the optimizer states (ZeRO-1), also the gradients (ZeRO-2), also the parameters (ZeRO-3).
+  // PyTorch's FSDP2 (--use-torch-fsdp2) shards all three.
+  if (r.has("--use-megatron-fsdp") || r.has("--use-custom-fsdp")) {
+    const std::string strategy = r.text("--data-parallel-sharding-strategy").value_or("optim_grads_params");
+    const std::map<std::string, int> stages{{"no_shard", 0}, {"optim", 1}, {"optim_grads", 2}, {"optim_grads_params", 3}};
+    if (!stages.contains(strategy)) {
+      return fail(Error::badInput("--data-parallel-sharding-strategy: expected no_shard, optim, optim_grads or optim_grads_params, got \"" +
+                                  strategy + "\""));
+    }
+    p.zeroStage = stages.at(strategy);
+  }
+  if (r.has("--use-torch-fsdp2")) p.zeroStage = 3;
   if (auto execution = megatronExecution(r, p); !execution) return fail(execution.error());
   auto stages = megatronStages(r, p);
   if (!stages) return fail(stages.error());

@@ -456,6 +456,36 @@ TEST(Import, MegatronArgumentsAloneStateTheArchitecture) {
   EXPECT_NE(unexpanded.error().message.find("--tensor-model-parallel-size"), std::string::npos);
 }
 
+TEST(Import, MegatronArrayElementsAndMegatronFsdpAreRead) {
+  // NVIDIA's example scripts keep arguments in bash arrays of quoted "--flag value" elements, expanded
+  // unquoted (${DTYPE_ARGS[@]}): word splitting hands argparse the flag and its value apart.
+  const Plan p = roundTripPlans()[0];  // Llama 3 8B
+  const std::string base = *exportPlan(p, ExportFormat::kMegatron, "plan.json");
+  const std::string arrays = "DTYPE_ARGS+=(\n    \"--fp8-format hybrid\"\n    \"--fp8-amax-history-len 1024\"\n)\n"
+                             "DATA_ARGS=(\n    \"--vocab-size 128256\"\n)\n"
+                             "torchrun pretrain_gpt.py \\\n" + base + " \\\n    ${DTYPE_ARGS[@]} ${DATA_ARGS[@]}\n";
+  auto fp8 = importMegatron(arrays, ImportContext{p.cluster, std::nullopt, 0, 0});
+  ASSERT_TRUE(fp8) << fp8.error().toString();
+  EXPECT_EQ(fp8->precision, DType::kFp8);
+  EXPECT_EQ(fp8->model.spec->vocabSize, 128256);
+  // Megatron-FSDP shards as its strategy says (default: optimizer, gradients and parameters).
+  const ImportContext context{p.cluster, p.model, 0, 0};
+  auto zero = [&](const std::string& extra) {
+    auto q = importMegatron(base + " \\\n" + extra, context);
+    EXPECT_TRUE(q) << q.error().toString() << "\n" << extra;
+    return q ? q->zeroStage : -1;
+  };
+  EXPECT_EQ(zero("--use-megatron-fsdp"), 3);
+  EXPECT_EQ(zero("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads"), 2);
+  EXPECT_EQ(zero("--use-custom-fsdp --data-parallel-sharding-strategy optim"), 1);
+  EXPECT_EQ(zero("--use-torch-fsdp2"), 3);
+  auto bad = importMegatron(base + " --use-megatron-fsdp --data-parallel-sharding-strategy most", context);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("--data-parallel-sharding-strategy: expected no_shard, optim, optim_grads or optim_grads_params, got \"most\""),
+            std::string::npos)
+      << bad.error().message;
+}
+
 TEST(Import, DeepSpeedConfigWithItsArgumentsGivesBackThePlan) {
   for (const auto& p : roundTripPlans()) {
     const auto config = exportPlan(p, ExportFormat::kDeepSpeed, "plan.json");
