@@ -33,8 +33,11 @@ std::string besideLaunch(const std::string& named, const std::string& launchFile
 }
 
 // The job's GPU count: --gpus, else what the launcher says (--num_nodes x --num_gpus, --include, a
-// hostfile's slots, torchrun's --nnodes x --nproc_per_node); both given must agree. 0: neither says.
-Result<std::int64_t> jobGpus(const Args& args, const std::optional<planner::LaunchFacts>& facts, const std::string& launchFile) {
+// hostfile's slots, torchrun's --nnodes x --nproc_per_node). --gpus wins over the launcher, with a note
+// naming both: published scripts fix the node count for one node (NUM_NODES=1, "change for multinode")
+// or read it from the scheduler (${SLURM_NNODES:-1}). 0: neither says.
+Result<std::int64_t> jobGpus(const Args& args, const std::optional<planner::LaunchFacts>& facts, const std::string& launchFile,
+                             std::ostream& err) {
   std::int64_t said = facts ? facts->world() : 0;
   std::string how = facts ? facts->describe() : "";
   if (said == 0 && facts && facts->hostfile) {
@@ -50,8 +53,8 @@ Result<std::int64_t> jobGpus(const Args& args, const std::optional<planner::Laun
   auto gpus = args.positiveInteger("gpus", 0);
   if (!gpus) return fail(gpus.error());
   if (said > 0 && *gpus != said) {
-    return fail(Error::badInput("--gpus " + std::to_string(*gpus) + " disagrees with the launch: " + how + " = " + std::to_string(said) +
-                                " GPUs (" + launchFile + ")"));
+    err << "note: --gpus " << *gpus << " replaces the launch's " << how << " = " << said << " GPUs (" << launchFile
+        << "): the plan is for " << *gpus << " GPUs\n";
   }
   return *gpus;
 }
@@ -87,14 +90,14 @@ Result<Launch> readLaunch(const Args& args, planner::ImportFormat format) {
 
 // What the import takes from the command line: the cluster at the job's size, and the model, batch and
 // sequence where the launch does not state them.
-Result<planner::ImportContext> importContext(const Args& args, const Launch& launch) {
+Result<planner::ImportContext> importContext(const Args& args, const Launch& launch, std::ostream& err) {
   const auto clusterName = args.value("cluster");
   if (!clusterName) return fail(Error::badInput("missing --cluster (the cluster the job runs on)"));
   auto clusterFile = resolveLibraryFile(LibraryKind::kClusters, *clusterName);
   if (!clusterFile) return fail(clusterFile.error());
   auto cluster = loadCluster(*clusterFile);
   if (!cluster) return fail(cluster.error());
-  auto gpus = jobGpus(args, launch.facts, launch.file.value_or(""));
+  auto gpus = jobGpus(args, launch.facts, launch.file.value_or(""), err);
   if (!gpus) return fail(gpus.error());
   if (*gpus > 0) {
     auto scaled = scaleCluster(*cluster, *gpus);
@@ -176,7 +179,7 @@ int runImport(const std::vector<std::string>& argv, std::ostream& out, std::ostr
       {"config", "FILE", "deepspeed: the DeepSpeed JSON config (default: the launch's --deepspeed_config, found beside the launch)"},
       {"args", "FILE", "deepspeed: Megatron-DeepSpeed's arguments (default: the launch's own)"},
       {"cluster", "C", "the cluster the job runs on (required): library name or file"},
-      {"gpus", "N", "the job's GPU count (scales the cluster; default: what the launcher says, e.g. --num_nodes x --num_gpus)"},
+      {"gpus", "N", "the job's GPU count (scales the cluster; default: what the launcher says, e.g. --num_nodes x --num_gpus; given, it wins over the launcher, with a note)"},
       {"model", "M", "the model, where the launch does not state it: library name or file"},
       {"gbs", "G", "global batch size, where the launch does not state it"},
       {"seq-len", "S", "sequence length, where the launch does not state it"},
@@ -202,7 +205,7 @@ int runImport(const std::vector<std::string>& argv, std::ostream& out, std::ostr
   if (!format) return reportError(Error::badInput("--format: " + format.error().message), err);
   auto launch = readLaunch(*args, *format);
   if (!launch) return reportError(launch.error(), err);
-  auto context = importContext(*args, *launch);
+  auto context = importContext(*args, *launch, err);
   if (!context) return reportError(context.error(), err);
   auto job = importJob(*args, *format, *launch, *context);
   if (!job) return reportError(job.error(), err);

@@ -698,10 +698,14 @@ TEST(ColoPlanTools, ImportADeepSpeedLaunchScriptAsItIs) {
   EXPECT_EQ(p["batch"]["global_batch_size"], 64);
   EXPECT_EQ(p["zero_stage"], 1);
   EXPECT_EQ(p["batch"]["seq_len"], 2048);  // ${SEQ_LEN:-2048}
-  // A job size that contradicts the launcher is named with both figures.
-  const auto wrong = run("import --format deepspeed --launch " + launch + " --cluster dgx-a100-80gb-x16 --gpus 8");
-  EXPECT_EQ(wrong.exitCode, 2);
-  EXPECT_NE(wrong.err.find("--gpus 8 disagrees with the launch: 2 nodes x 8 GPUs per node = 16"), std::string::npos) << wrong.err;
+  // --gpus wins over the launcher's count (scripts fix it for one node or read it from the scheduler),
+  // with a note naming both figures.
+  const std::string resized = dir.path("resized.json");
+  // (As Megatron-LM arguments: the DeepSpeed config's batch arithmetic holds for 16 GPUs only.)
+  const auto other = run("import --format megatron --launch " + launch + " --cluster dgx-a100-80gb-x16 --gpus 8 --out " + resized);
+  ASSERT_EQ(other.exitCode, 0) << other.err;
+  EXPECT_NE(other.err.find("note: --gpus 8 replaces the launch's 2 nodes x 8 GPUs per node = 16 GPUs"), std::string::npos) << other.err;
+  EXPECT_EQ(test::loadJson(resized)["parallel"]["dp"], 2);  // tp 2 x pp 2 on 8 GPUs
   // A launch larger than the cluster can grow to, or than colo plans for, is named with the launcher's
   // own count: the file, the nodes and GPUs per node, and why the cluster cannot hold them.
   const std::string huge = dir.path("huge.sh"), big = dir.path("big.sh");
