@@ -88,7 +88,7 @@ Result<Plan> importColossalAi(const std::string& source, const ImportContext& co
     if (source[close] == '(') ++depth;
     if (source[close] == ')') --depth;
   }
-  const auto kw = pythonKeywordArguments(source.substr(open + 21, close - open - 22));
+  auto kw = pythonKeywordArguments(source.substr(open + 21, close - open - 22));
   Plan p;
   p.model = *context.model;
   p.cluster = context.cluster;
@@ -118,7 +118,9 @@ Result<Plan> importColossalAi(const std::string& source, const ImportContext& co
   auto dtype = parseDType(precision);
   if (!dtype) return fail(Error::badInput("precision: " + dtype.error().message));
   p.precision = *dtype;
-  p.execution.flashAttention = kw.contains("enable_flash_attention") && kw.at("enable_flash_attention") == "True";
+  // enable_all_optimization turns flash attention on too (ShardConfig._turn_on_all_optimization).
+  auto isTrue = [&](const char* key) { return kw.contains(key) && kw.at(key) == "True"; };
+  p.execution.flashAttention = isTrue("enable_flash_attention") || isTrue("enable_all_optimization");
   if (kw.contains("cpu_offload") && kw.at("cpu_offload") == "True") p.offload.optimizerFraction = 1.0;
   // The batch: colo's export writes "# micro-batch M, global batch G, sequence S"; else the context.
   std::int64_t gbs = context.globalBatchSize, seq = context.seqLen, mbsComment = 0;
@@ -131,6 +133,10 @@ Result<Plan> importColossalAi(const std::string& source, const ImportContext& co
   if (gbs == 0) return fail(Error::badInput("the plugin does not state the global batch: pass --gbs"));
   p.globalBatchSize = gbs;
   p.seqLen = seq > 0 ? seq : p.model.defaultSeqLen();
+  // None is the plugin's own default for both (the other of the two then decides).
+  for (const char* key : {"microbatch_size", "num_microbatches"}) {
+    if (kw.contains(key) && kw.at(key) == "None") kw.erase(key);
+  }
   COLO_TRY(micro, integerValue(kw, "microbatch_size", mbsComment));
   COLO_TRY(numMicro, integerValue(kw, "num_microbatches", 0));
   p.microBatchSize = micro > 0 ? micro : numMicro > 0 ? gbs / (q.dp * numMicro) : 1;

@@ -558,6 +558,24 @@ TEST(Import, ColossalAiPluginGivesBackThePlan) {
     if (expected.offload.optimizerFraction > 0) expected.offload.optimizerFraction = 1.0;  // cpu_offload is all or nothing
     expectSamePlan(expected, *back, p.name, /*execution=*/false);
   }
+  // Colossal-AI's own examples: enable_all_optimization turns flash attention on, and None is the
+  // plugin's default micro-batching (examples/language/gpt/hybridparallelism/finetune.py).
+  {
+    const Plan q = roundTripPlans()[0];
+    const std::string example = "plugin = HybridParallelPlugin(\n    tp_size=1,\n    pp_size=2,\n    num_microbatches=None,\n"
+                                "    microbatch_size=1,\n    enable_all_optimization=True,\n    zero_stage=1,\n    precision=\"fp16\",\n"
+                                "    initial_scale=1,\n)\n";
+    auto all = importColossalAi(example, ImportContext{q.cluster, q.model, 64, 2048});
+    ASSERT_TRUE(all) << all.error().toString();
+    EXPECT_TRUE(all->execution.flashAttention);
+    EXPECT_EQ(all->parallel.pp, 2);
+    EXPECT_EQ(all->microBatchSize, 1);
+    std::string plain = example;
+    plain.replace(plain.find("enable_all_optimization=True"), 28, "enable_all_optimization=False");
+    auto off = importColossalAi(plain, ImportContext{q.cluster, q.model, 64, 2048});
+    ASSERT_TRUE(off) << off.error().toString();
+    EXPECT_FALSE(off->execution.flashAttention);
+  }
   auto noModel = importColossalAi("plugin = HybridParallelPlugin(tp_size=2)", ImportContext{roundTripPlans()[0].cluster, std::nullopt, 0, 0});
   ASSERT_FALSE(noModel);
   EXPECT_NE(noModel.error().message.find("--model"), std::string::npos);
