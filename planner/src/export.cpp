@@ -125,10 +125,10 @@ void megatronModelArgs(const Plan& p, std::ostream& a) {
   }
   if (!s.tieWordEmbeddings) a << "--untie-embeddings-and-output-weights \\\n";
   if (!s.qkvBias && !s.mlpBias) a << "--disable-bias-linear \\\n";
-  // Megatron-Core's sliding window: (window, 0) keys; --window-attn-skip-freq N makes every Nth layer
+  // Megatron-Core's sliding window: (window - 1, 0), window keys with the query's own; --window-attn-skip-freq N makes every Nth layer
   // full attention, colo's global_attention_every. Per-head query/key norms; GPT-OSS's sinks.
   if (s.slidingWindow > 0) {
-    a << "--window-size " << s.slidingWindow << ",0 \\\n";
+    a << "--window-size " << s.slidingWindow - 1 << ",0 \\\n";  // (left, right): left keys before the query and itself
     if (s.globalAttentionEvery > 0) a << "--window-attn-skip-freq " << s.globalAttentionEvery << " \\\n";
   }
   if (s.qkNorm) a << "--qk-layernorm \\\n";

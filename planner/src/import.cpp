@@ -75,7 +75,11 @@ struct Reader {
 
 // The architecture stated by Megatron's arguments (when no model is given).
 Result<ModelSpec> megatronModel(const Reader& r) {
-  const bool llama = r.has("--swiglu") && r.text("--normalization") == "RMSNorm";
+  // Megatron-LM spells it RMSNorm, Megatron-DeepSpeed rmsnorm.
+  std::string normalization = r.text("--normalization").value_or("LayerNorm");
+  std::transform(normalization.begin(), normalization.end(), normalization.begin(), [](unsigned char c) { return std::tolower(c); });
+  const bool rmsNorm = normalization == "rmsnorm";
+  const bool llama = r.has("--swiglu") && rmsNorm;
   auto preset = familyPreset(llama ? "llama" : "gpt");
   ModelSpec s = *preset;
   s.name = "imported";
@@ -94,6 +98,9 @@ Result<ModelSpec> megatronModel(const Reader& r) {
   if (r.has("--group-query-attention")) {
     COLO_TRY(groups, r.integer("--num-query-groups", heads));
     s.numKvHeads = groups;
+  } else if (r.has("--num-key-value-heads")) {  // Megatron-DeepSpeed's grouped-query attention
+    COLO_TRY(groups, r.integer("--num-key-value-heads", heads));
+    s.numKvHeads = groups;
   }
   COLO_TRY(kvChannels, r.integer("--kv-channels", 0));
   s.headDim = kvChannels;
@@ -108,14 +115,17 @@ Result<ModelSpec> megatronModel(const Reader& r) {
   COLO_TRY(seqLength, r.integer("--seq-length", 0));
   COLO_TRY(maxPos, r.integer("--max-position-embeddings", seqLength));
   s.maxPositionEmbeddings = maxPos;
-  const std::string position = r.text("--position-embedding-type").value_or("learned_absolute");
+  // Megatron-DeepSpeed: --use-rotary-position-embeddings, its theta --rotary-position-embeddings-theta.
+  const std::string position =
+      r.text("--position-embedding-type").value_or(r.has("--use-rotary-position-embeddings") ? "rope" : "learned_absolute");
   s.positionEmbedding = position == "rope" ? PositionEmbedding::kRope : position == "none" ? PositionEmbedding::kNone
                                                                                            : PositionEmbedding::kLearned;
-  COLO_TRY(base, r.number("--rotary-base", 10000));
+  COLO_TRY(deepspeedBase, r.number("--rotary-position-embeddings-theta", 10000));
+  COLO_TRY(base, r.number("--rotary-base", deepspeedBase));
   s.ropeTheta = base;
   COLO_TRY(percent, r.number("--rotary-percent", 1.0));
   s.rotaryFraction = percent;
-  s.norm = r.text("--normalization") == "RMSNorm" ? NormKind::kRmsNorm : NormKind::kLayerNorm;
+  s.norm = rmsNorm ? NormKind::kRmsNorm : NormKind::kLayerNorm;
   s.activation = r.has("--swiglu") ? Activation::kSwiGlu : Activation::kGelu;
   const bool bias = !r.has("--disable-bias-linear");
   s.qkvBias = s.attentionOutputBias = s.mlpBias = bias;
@@ -125,7 +135,9 @@ Result<ModelSpec> megatronModel(const Reader& r) {
   s.qkNorm = r.has("--qk-layernorm");
   s.attentionSinks = r.text("--softmax-type") == "learnable";
   if (const auto window = r.text("--window-size")) {
-    s.slidingWindow = std::strtoll(window->c_str(), nullptr, 10);
+    // (left, right): a query sees `left` keys before it and itself, Hugging Face's sliding_window of
+    // left + 1 (GPT-OSS: 128 there, --window-size 127,0 in Megatron-LM's examples/gptoss).
+    s.slidingWindow = std::strtoll(window->c_str(), nullptr, 10) + 1;
     COLO_TRY(every, r.integer("--window-attn-skip-freq", 0));
     s.globalAttentionEvery = every;
   }
@@ -231,7 +243,11 @@ Result<std::vector<StagePlan>> megatronStages(const Reader& r, const Plan& p) {
   const std::int64_t layers = p.model.numLayers();
   const std::int64_t chunks = p.parallel.pp * p.parallel.virtualStages;
   RecomputePolicy policy = RecomputePolicy::kNone;
-  const std::string granularity = r.text("--recompute-granularity").value_or(r.has("--recompute-activations") ? "selective" : "");
+  // --checkpoint-activations (Megatron-LM until 2021, Megatron-DeepSpeed still: its _checkpointed_forward
+  // runs before any --recompute-granularity) recomputes every layer whole.
+  const std::string granularity = r.has("--checkpoint-activations")
+                                      ? "full"
+                                      : r.text("--recompute-granularity").value_or(r.has("--recompute-activations") ? "selective" : "");
   if (granularity == "selective") policy = RecomputePolicy::kSelective;
   if (granularity == "full") policy = RecomputePolicy::kFull;
   std::vector<StagePlan> stages = uniformStages(layers, chunks, policy);
@@ -500,6 +516,15 @@ Result<Plan> importDeepSpeed(const Json& config, const std::string& arguments, c
   const Reader r{*parsed, "Megatron-DeepSpeed argument"};
   p.execution.fusedBiasGrad = r.text("--transformer-impl").value_or("local") == "transformer_engine";
   p.execution.teDummyWgrads = false;
+  // Its attention is CoreAttention's unfused softmax unless a --use-flash-attn* switch picks the
+  // flash-attn package (v1, v2, its Triton kernel) or DeepSpeed's builder (megatron/arguments.py,
+  // megatron/model/transformer.py); and it has no check of the gradients for NaN (Megatron-LM's
+  // check_for_nan_in_loss_and_grad came after the fork).
+  const bool flash = r.has("--use-flash-attn") || r.has("--use-flash-attn-v1") || r.has("--use-flash-attn-v2") ||
+                     r.has("--use-flash-attn-triton") || r.has("--use-flash-attn-builder");
+  p.execution.flashAttention = flash;
+  p.execution.flashAttention2 = flash && r.has("--use-flash-attn-v2");
+  p.execution.gradNanCheck = false;
   if (!p.execution.fusedBiasGrad && p.precision == DType::kFp8) p.precision = launchPrecision(r, false);
   p.execution.overlapGradReduce = config.contains("zero_optimization") && config["zero_optimization"].is_object() &&
                                   config["zero_optimization"].value("overlap_comm", false);

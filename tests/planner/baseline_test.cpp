@@ -237,7 +237,7 @@ TEST(Export, EveryExportPassesTheToolsSchemas) {
   // Llama 3's rotary base, Gemma's window pattern and QK-norm reach Megatron.
   EXPECT_NE(exportPlan(plans[0], ExportFormat::kMegatron, "p")->find("--rotary-base 500000"), std::string::npos);
   const auto gemma = *exportPlan(plans[4], ExportFormat::kMegatron, "p");
-  for (const char* flag : {"--window-size 1024,0", "--window-attn-skip-freq 6", "--qk-layernorm"}) {
+  for (const char* flag : {"--window-size 1023,0", "--window-attn-skip-freq 6", "--qk-layernorm"}) {  // 1,024 keys with its own
     EXPECT_NE(gemma.find(flag), std::string::npos) << flag;
   }
   // A split the plain flags cannot say (unequal middle stages, as colo's balancing makes) goes out as

@@ -514,6 +514,42 @@ TEST(Import, DeepSpeedConfigWithItsArgumentsGivesBackThePlan) {
   ASSERT_TRUE(autoBatch) << autoBatch.error().toString();
   EXPECT_EQ(autoBatch->globalBatchSize, p.globalBatchSize);
   EXPECT_EQ(autoBatch->microBatchSize, p.microBatchSize);
+  // Megatron-DeepSpeed's own semantics: CoreAttention's unfused softmax unless --use-flash-attn*
+  // says otherwise, --checkpoint-activations recomputes every layer, no gradient NaN check.
+  {
+    const std::string args = *exportPlan(p, ExportFormat::kMegatron, "plan.json");
+    auto plain = importDeepSpeed(config, args, ImportContext{p.cluster, p.model, 0, 0});
+    ASSERT_TRUE(plain) << plain.error().toString();
+    EXPECT_FALSE(plain->execution.flashAttention);
+    EXPECT_FALSE(plain->execution.gradNanCheck);
+    auto v2 = importDeepSpeed(config, args + " \\\n--use-flash-attn-v2 --checkpoint-activations\n", ImportContext{p.cluster, p.model, 0, 0});
+    ASSERT_TRUE(v2) << v2.error().toString();
+    EXPECT_TRUE(v2->execution.flashAttention);
+    EXPECT_TRUE(v2->execution.flashAttention2);
+    for (const auto& st : v2->stages) {
+      EXPECT_EQ(st.recompute, RecomputePolicy::kFull);
+      EXPECT_EQ(st.recomputeLayers, st.layers);
+    }
+  }
+  // Its model arguments: grouped-query attention as --num-key-value-heads, rmsnorm in lower case,
+  // rotary embeddings by switch.
+  {
+    const std::string model = "--num-layers 16 --hidden-size 2048 --ffn-hidden-size 5504 --num-attention-heads 16 "
+                              "--num-key-value-heads 4 --seq-length 4096 --max-position-embeddings 4096 --swiglu "
+                              "--normalization rmsnorm --use-rotary-position-embeddings --untie-embeddings-and-output-weights "
+                              "--disable-bias-linear --vocab-size 32000 --micro-batch-size 1 --global-batch-size 64 --bf16 --use-flash-attn-v2";
+    Json small = config;
+    small.erase("train_batch_size");
+    small.erase("train_micro_batch_size_per_gpu");
+    small.erase("gradient_accumulation_steps");
+    auto llama = importDeepSpeed(small, model, ImportContext{p.cluster, std::nullopt, 0, 0});
+    ASSERT_TRUE(llama) << llama.error().toString();
+    const ModelSpec& m = *llama->model.spec;
+    EXPECT_EQ(m.kvHeads(), 4);
+    EXPECT_EQ(m.norm, NormKind::kRmsNorm);
+    EXPECT_EQ(m.positionEmbedding, PositionEmbedding::kRope);
+    EXPECT_EQ(m.activation, Activation::kSwiGlu);
+  }
   // A launch that asks for fp8 with Megatron-DeepSpeed's own linears, and a config naming no 16-bit
   // section, trains at the launch's 16-bit precision: fp8 acts only through Transformer Engine.
   Json plainConfig = Json::parse(*exportPlan(p, ExportFormat::kDeepSpeed, "plan.json"));
