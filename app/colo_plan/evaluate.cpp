@@ -61,6 +61,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"torch-cross-entropy", "", "the loss is PyTorch's F.cross_entropy on fp32 logits (torchtitan, Hugging Face): its backward holds two fp32 gradients of the logits beside the saved log-probabilities"},
       {"native-fused-cross-entropy", "", "the loss is Megatron-Core's native fusion of its vocab-parallel cross-entropy (--cross-entropy-loss-fusion; Megatron-Bridge's default): its fp32 passes compiled into fewer kernels"},
       {"grad-nan-check", "", "Megatron-LM's check of every gradient bucket's norm for NaN and Inf before it is reduced (its default since 2023-09)"},
+      {"grad-reduce-in-bf16", "", "Megatron's gradient buffer and its reduction in bf16 (its --grad-reduce-in-bf16; default fp32)"},
       {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
       {"per-parameter-gathers", "", "ZeRO-3 gathers and reduce-scatters one parameter tensor at a time, synchronously (DeepSpeed v0.3.13 to v0.5.4)"},
       {"moe-dispatcher", "D", "MoE token dispatch: alltoall (default; every token-expert copy apart) or deepep (one copy per destination node, forwarded over NVLink)"},
@@ -184,6 +185,7 @@ Result<void> executionFromOptions(const Args& args, Execution& x) {
   x.fusedBiasGrad = args.has("fused-bias-grad");
   x.teGroupedGemm = args.has("te-grouped-gemm");
   x.gradNanCheck = args.has("grad-nan-check");
+  x.gradReduceBf16 = args.has("grad-reduce-in-bf16");
   if (auto unfused = args.value("unfused-kernels")) {
     auto parsed = parseUnfusedKernels(*unfused);
     if (!parsed) return fail(Error::badInput("--unfused-kernels: " + parsed.error().message));
@@ -459,6 +461,7 @@ std::string planHeadline(const Plan& plan, const costmodel::Evaluation& ev) {
       << (plan.execution.fusedBiasGrad ? ", fused bias gradients" : "")
       << (plan.execution.teGroupedGemm ? ", TE grouped GEMMs" : "")
       << (plan.execution.gradNanCheck ? ", NaN check of gradients" : "")
+      << (plan.execution.gradReduceBf16 ? ", bf16 gradient reduction" : "")
       << (plan.execution.unfused.any() ? ", eager " + unfusedKernelsLabel(plan.execution.unfused) : "")
       << (plan.parallel.pp > 1 && plan.parallel.virtualStages > 1 && !plan.execution.overlapP2pComm ? ", pipeline sends exposed" : "")
       << (plan.execution.tpCommOverlap && p.tp > 1

@@ -263,6 +263,15 @@ Result<void> checkExecution(const Rules& r) {
     return r.bad("/execution/te_dummy_wgrads", "needs grad_accumulation fused (the weight-gradient GEMM accumulating into "
                                                "main_grad), got " + toString(x.gradAccumulation));
   }
+  if (x.gradReduceBf16) {
+    const bool bf16 = plan.precision == DType::kBf16 || plan.precision == DType::kFp8;
+    const bool buffer = x.gradAccumulation == GradAccumulation::kFused || x.gradAccumulation == GradAccumulation::kMainGrad;
+    if (!bf16 || !buffer || x.fp32Params) {
+      return r.bad("/execution/grad_reduce_in_bf16", "is Megatron's bf16 gradient buffer: it needs bf16 or fp8 precision, grad_accumulation "
+                                                     "fused or main_grad and no fp32 parameters, got " + toString(plan.precision) + ", " +
+                                                     toString(x.gradAccumulation) + (x.fp32Params ? ", fp32 parameters" : ""));
+    }
+  }
   if (x.flashAttention2 && !x.flashAttention) {
     return r.bad("/execution/attention", "FlashAttention-2 kernels are fused attention: flash2 with unfused attention is contradictory");
   }

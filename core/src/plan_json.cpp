@@ -127,6 +127,7 @@ Execution readExecution(const JsonReader& e) {
   x.fusedBiasGrad = e.boolean("fused_bias_grad", false);
   x.teGroupedGemm = e.boolean("te_grouped_gemm", false);
   x.gradNanCheck = e.boolean("grad_nan_check", false);
+  x.gradReduceBf16 = e.boolean("grad_reduce_in_bf16", false);
   e.accept({"unfused_kernels"});
   if (e.has("unfused_kernels")) {
     const Json& list = e.json().at("unfused_kernels");
@@ -327,6 +328,7 @@ Json planToJson(const Plan& p) {
   if (p.execution.teGroupedGemm) j["execution"]["te_grouped_gemm"] = true;
   if (!p.execution.overlapP2pComm) j["execution"]["overlap_p2p_comm"] = false;
   if (p.execution.gradNanCheck) j["execution"]["grad_nan_check"] = true;
+  if (p.execution.gradReduceBf16) j["execution"]["grad_reduce_in_bf16"] = true;
   if (p.execution.unfused.any()) j["execution"]["unfused_kernels"] = unfusedKernelNames(p.execution.unfused);
   if (p.execution.teDummyWgrads) j["execution"]["te_dummy_wgrads"] = true;
   if (p.execution.perParameterGathers) j["execution"]["per_parameter_gathers"] = true;

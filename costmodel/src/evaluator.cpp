@@ -71,7 +71,8 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   // by the backward hook, as every parameter's is without the fusion (main_grad mode, which charges it
   // already through gradAccumulationBytes).
   if (plan.execution.gradAccumulation == GradAccumulation::kFused) {
-    cfg.embeddingGradAddBytes = gradAccumulationBytes(GradAccumulation::kMainGrad, plan.precision, 1.0);
+    cfg.embeddingGradAddBytes =
+        gradAccumulationBytes(GradAccumulation::kMainGrad, plan.execution.gradReduceBf16 ? DType::kFp16 : plan.precision, 1.0);
   }
   if (plan.precision == DType::kFp8) cfg.float8Recipe = plan.execution.float8Recipe;
   cfg.fusedCrossEntropy = plan.execution.fusedCrossEntropy;
@@ -112,7 +113,7 @@ double gradientBufferBytes(const Plan& plan) {
   if ((mode != GradAccumulation::kFused && mode != GradAccumulation::kMainGrad) || plan.zeroStage > 1) return 0.0;
   // fp32 main gradients (bf16 training turns on --accumulate-allreduce-grads-in-fp32; fp32 training);
   // fp16 keeps them at 16 bits unless asked.
-  return plan.precision == DType::kFp16 ? 2.0 : 4.0;
+  return plan.precision == DType::kFp16 || plan.execution.gradReduceBf16 ? 2.0 : 4.0;
 }
 
 double adamStepBytes(DType precision, bool fp32Params) {

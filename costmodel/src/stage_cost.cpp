@@ -161,7 +161,7 @@ StateBytes stateBytesOf(const Plan& plan) {
   b.gathered = fp32 ? 4.0 : 2.0;
   // bf16: gradients accumulate in fp32 (Megatron's main_grad). fp16: 16-bit gradients, plus the fp32
   // copies the mixed-precision optimizer makes of them for the step (memory only).
-  b.gradient = plan.precision == DType::kFp16 ? 2.0 : 4.0;
+  b.gradient = plan.precision == DType::kFp16 || plan.execution.gradReduceBf16 ? 2.0 : 4.0;
   // Accumulating in the 16-bit .grad (autograd) or beside it (DeepSpeed's fp32 copies) keeps both.
   // With fp32 parameters the kept gradient is the fp32 .grad of the (sharded) parameter: the 16-bit
   // gradient is cast for the reduction (FSDP's reduce_dtype) and freed.
@@ -170,7 +170,9 @@ StateBytes stateBytesOf(const Plan& plan) {
                                                (!fp32 && (accumulation == GradAccumulation::kAutograd ||
                                                           accumulation == GradAccumulation::kFp32Copy)));
   b.gradientMemory = sixteenBitGrads ? 6.0 : (fp32Params ? 4.0 : b.gradient);
-  b.accumulate = gradAccumulationBytes(accumulation, plan.precision, static_cast<double>(plan.numMicroBatches()));
+  // A bf16 main_grad buffer (--grad-reduce-in-bf16) accumulates at 16 bits, as fp16 training's does.
+  const DType bufferType = plan.execution.gradReduceBf16 ? DType::kFp16 : plan.precision;
+  b.accumulate = gradAccumulationBytes(accumulation, bufferType, static_cast<double>(plan.numMicroBatches()));
   // fp32 moments (two for AdamW and LAMB, one for LARS) and, unless the weights are fp32 themselves,
   // the fp32 master copy.
   b.optimizer = 4.0 * optimizerMoments(plan.optimizer) + (fp32 || fp32Params ? 0.0 : 4.0);

@@ -201,6 +201,7 @@ void megatronTrainingArgs(const Plan& p, const RecomputeSummary& r, std::ostream
   if (p.execution.gradAccumulation != GradAccumulation::kFused) a << "--no-gradient-accumulation-fusion \\\n";
   // The plan's step holds no NaN check unless it says so; Megatron-LM's is on by default.
   if (!p.execution.gradNanCheck) a << "--no-check-for-nan-in-loss-and-grad \\\n";
+  if (p.execution.gradReduceBf16) a << "--grad-reduce-in-bf16 \\\n";
   if (p.execution.unfused.rotary) a << "--no-rope-fusion \\\n";
   if (p.execution.unfused.gatedActivation) a << "--no-bias-swiglu-fusion \\\n";
   // Megatron-Core's native loss fusion (cross_entropy_fusion_impl native, the default implementation).

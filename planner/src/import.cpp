@@ -395,6 +395,8 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
       impl == "local" && r.text("--normalization").value_or("LayerNorm") == "RMSNorm";
   p.execution.teDummyWgrads = p.execution.fusedBiasGrad && p.execution.gradAccumulation == GradAccumulation::kFused;
   p.precision = launchPrecision(r, p.execution.fusedBiasGrad);
+  // --grad-reduce-in-bf16: the gradient buffer in bf16 (bf16 training; fp16's is 16-bit anyway).
+  p.execution.gradReduceBf16 = r.has("--grad-reduce-in-bf16") && (p.precision == DType::kBf16 || p.precision == DType::kFp8);
   // --cross-entropy-loss-fusion runs Megatron-Core's native fusion (the unfused loss's fp32 passes,
   // compiled) unless --cross-entropy-fusion-impl te picks Transformer Engine's, which writes the
   // gradient over the 16-bit logits in place (Megatron-LM refuses that pair from mid-2026 on).
@@ -525,6 +527,7 @@ Result<Plan> importDeepSpeed(const Json& config, const std::string& arguments, c
   p.execution.flashAttention = flash;
   p.execution.flashAttention2 = flash && r.has("--use-flash-attn-v2");
   p.execution.gradNanCheck = false;
+  p.execution.gradReduceBf16 = false;  // DeepSpeed's optimizer keeps its own gradient copies
   if (!p.execution.fusedBiasGrad && p.precision == DType::kFp8) p.precision = launchPrecision(r, false);
   p.execution.overlapGradReduce = config.contains("zero_optimization") && config["zero_optimization"].is_object() &&
                                   config["zero_optimization"].value("overlap_comm", false);

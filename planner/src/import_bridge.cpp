@@ -195,6 +195,12 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   // pretrain config, src/megatron/bridge/recipes), precision aside (Bridge does not run Megatron-LM's
   // validate_args): on unless the config turns it off.
   plan->execution.gradNanCheck = !off(get({"ddp", "ddp_config"}, "check_for_nan_in_grad"));
+  // ddp.grad_reduce_in_fp32: false keeps Megatron's gradient buffer in bf16 (the recipes set it true).
+  if (off(get({"ddp", "ddp_config"}, "grad_reduce_in_fp32")) &&
+      (plan->precision == DType::kBf16 || plan->precision == DType::kFp8) &&
+      (plan->execution.gradAccumulation == GradAccumulation::kFused || plan->execution.gradAccumulation == GradAccumulation::kMainGrad)) {
+    plan->execution.gradReduceBf16 = true;
+  }
   // Pipeline sends beside compute: the comm_overlap section's own value; else, with that section,
   // CommOverlapConfig's rule (on with virtual stages, _get_model_comm_overlap_cfgs); else Megatron-Core's
   // ModelParallelConfig as written (overlap_p2p_comm, default False).

@@ -209,6 +209,31 @@ TEST(Evaluator, GradientAccumulationCostsAPassPerMicroBatchUnlessFused) {
   EXPECT_NEAR(evaluateOrFail(p).stages[0].memory.gradients, params * 6, 1);  // autograd, last in the loop
 }
 
+TEST(Evaluator, ABf16GradientBufferHalvesTheGradientsAndTheirReduction) {
+  // Megatron's --grad-reduce-in-bf16: the main_grad buffer, its reduce-scatter and the optimizer's
+  // reading of it at 2 bytes a gradient, not 4 (NVIDIA's Llama 3 8B fp8 recipe passes it).
+  Plan p = makePlan("llama3-8b", "dgx-h100", 8, 1, 1, 64);
+  p.seqLen = 8192;
+  p.zeroStage = 1;
+  p.execution.gradAccumulation = GradAccumulation::kFused;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const Evaluation fp32 = evaluateOrFail(p);
+  p.execution.gradReduceBf16 = true;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const Evaluation bf16 = evaluateOrFail(p);
+  EXPECT_NEAR(bf16.stages[0].memory.gradients, fp32.stages[0].memory.gradients / 2, 1.0);
+  EXPECT_LT(bf16.peakMemoryBytes, fp32.peakMemoryBytes - 0.45 * fp32.stages[0].memory.gradients);
+  EXPECT_LT(bf16.stages[0].dpExposedSeconds, fp32.stages[0].dpExposedSeconds);
+  // It is Megatron's buffer: not with fp32 parameters (FSDP) or a precision without a bf16 buffer.
+  p.execution.fp32Params = true;
+  auto refused = validatePlan(p);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().toString().find("/execution/grad_reduce_in_bf16"), std::string::npos) << refused.error().toString();
+  p.execution.fp32Params = false;
+  p.precision = DType::kFp16;
+  EXPECT_FALSE(validatePlan(p));
+}
+
 TEST(Evaluator, DeepSpeedsFp32CopiesAreAllReducedWholeUnderZero1) {
   // ZeRO-1 normally reduce-scatters the gradients; DeepSpeed's BF16 optimizer all-reduces its fp32
   // copies (about twice the traffic), then all-gathers the 16-bit weights.

@@ -486,6 +486,29 @@ TEST(Import, MegatronArrayElementsAndMegatronFsdpAreRead) {
       << bad.error().message;
 }
 
+TEST(Import, MegatronsBf16GradientReductionSurvivesExportImportAndThePlanFile) {
+  Plan p = roundTripPlans()[0];  // Llama 3 8B, bf16
+  ASSERT_TRUE(p.precision == DType::kBf16 || p.precision == DType::kFp8);
+  p.execution.gradReduceBf16 = true;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const auto args = exportPlan(p, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(args);
+  EXPECT_NE(args->find("--grad-reduce-in-bf16"), std::string::npos);
+  auto problems = checkExport(p, ExportFormat::kMegatron, *args);
+  ASSERT_TRUE(problems) << problems.error().toString();
+  for (const auto& problem : *problems) ADD_FAILURE() << problem.rule << ": " << problem.message;
+  auto back = importMegatron(*args, ImportContext{p.cluster, p.model, 0, 0});
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_TRUE(back->execution.gradReduceBf16);
+  auto file = planFromJson(planToJson(p), "plan.json");
+  ASSERT_TRUE(file) << file.error().toString();
+  EXPECT_TRUE(file->execution.gradReduceBf16);
+  p.execution.gradReduceBf16 = false;
+  auto plain = importMegatron(*exportPlan(p, ExportFormat::kMegatron, "plan.json"), ImportContext{p.cluster, p.model, 0, 0});
+  ASSERT_TRUE(plain) << plain.error().toString();
+  EXPECT_FALSE(plain->execution.gradReduceBf16);
+}
+
 TEST(Import, DeepSpeedConfigWithItsArgumentsGivesBackThePlan) {
   for (const auto& p : roundTripPlans()) {
     const auto config = exportPlan(p, ExportFormat::kDeepSpeed, "plan.json");

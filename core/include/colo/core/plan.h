@@ -266,6 +266,12 @@ struct Execution {
   /// the whole gradient buffer a step and two host synchronizations per bucket. false: no check
   /// (Megatron-Core's own default, PyTorch, DeepSpeed, colo-run). See docs/costmodel.md, "The NaN check".
   bool gradNanCheck = false;
+  /// Megatron's gradient buffer holds and reduces the gradients in bf16 (--grad-reduce-in-bf16; its
+  /// DDP config's grad_reduce_in_fp32 false): 2 bytes a gradient instead of 4 in the buffer, the
+  /// data-parallel reduction and the distributed optimizer's reduce-scatter. Needs bf16 (or fp8 on
+  /// bf16 parameters) training with Megatron's buffer (grad_accumulation fused or main_grad). JSON:
+  /// grad_reduce_in_bf16.
+  bool gradReduceBf16 = false;
   /// The ops run as eager decompositions (see UnfusedKernels); none by default.
   UnfusedKernels unfused;
   /// Host time the framework spends issuing one op (Python module code, dispatcher, autograd, launch):
