@@ -96,7 +96,19 @@ std::vector<std::string> shellWords(const std::string& text, bool* unterminated)
   std::string current;
   bool inWord = false;
   char quote = 0;
-  for (const char c : joined) {
+  for (std::size_t i = 0; i < joined.size(); ++i) {
+    const char c = joined[i];
+    // A backslash escapes the next character outside quotes, and ", \, $ and ` inside double quotes
+    // (ssh ... "test -f \"$f\""); inside single quotes it is itself.
+    if (c == '\\' && quote != '\'' && i + 1 < joined.size()) {
+      const char next = joined[i + 1];
+      if (quote == 0 || next == '"' || next == '\\' || next == '$' || next == '`') {
+        current += next;
+        inWord = true;
+        ++i;
+        continue;
+      }
+    }
     if (quote) {
       if (c == quote) quote = 0;
       else current += c;

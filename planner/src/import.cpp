@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <regex>
 #include <sstream>
 
@@ -31,15 +32,19 @@ Result<ParsedArguments> launchArguments(const std::string& text) {
     if (first != std::string::npos && line[first] == '#') continue;
     kept += line + "\n";
   }
-  std::size_t at = 0;
-  while ((at = kept.find("--", at)) != std::string::npos) {
-    if (at == 0 || std::isspace(static_cast<unsigned char>(kept[at - 1])) || kept[at - 1] == '"') break;
-    at += 2;
+  // The list starts at the first --flag from which the rest reads as an argument list: a flag inside
+  // a quoted assignment (ds_args=" --deepspeed ...", expanded again on the launch line) leaves a quote
+  // open, so the next flag is tried.
+  std::optional<Error> first;
+  for (std::size_t at = 0; (at = kept.find("--", at)) != std::string::npos; at += 2) {
+    if (at > 0 && !std::isspace(static_cast<unsigned char>(kept[at - 1])) && kept[at - 1] != '"') continue;
+    // A first flag inside quotes ("--fp8-format hybrid", an array element) keeps its opening quote.
+    auto parsed = parseArgumentList(kept.substr(at > 0 && kept[at - 1] == '"' ? at - 1 : at));
+    if (parsed) return parsed;
+    if (!first) first = parsed.error();
   }
-  if (at == std::string::npos) return fail(Error::badInput("no --arguments found in the launch"));
-  // A first flag inside quotes ("--fp8-format hybrid", an array element) keeps its opening quote.
-  if (at > 0 && kept[at - 1] == '"') --at;
-  return parseArgumentList(kept.substr(at));
+  if (first) return fail(*first);
+  return fail(Error::badInput("no --arguments found in the launch"));
 }
 
 struct Reader {
@@ -126,7 +131,8 @@ Result<ModelSpec> megatronModel(const Reader& r) {
   COLO_TRY(percent, r.number("--rotary-percent", 1.0));
   s.rotaryFraction = percent;
   s.norm = rmsNorm ? NormKind::kRmsNorm : NormKind::kLayerNorm;
-  s.activation = r.has("--swiglu") ? Activation::kSwiGlu : Activation::kGelu;
+  // --quick-geglu: a gated unit with quick GELU (gated_linear_unit, GPT-OSS's examples/gptoss).
+  s.activation = r.has("--swiglu") ? Activation::kSwiGlu : r.has("--quick-geglu") ? Activation::kGeGlu : Activation::kGelu;
   const bool bias = !r.has("--disable-bias-linear");
   s.qkvBias = s.attentionOutputBias = s.mlpBias = bias;
   s.tieWordEmbeddings = !r.has("--untie-embeddings-and-output-weights");

@@ -111,12 +111,21 @@ Result<std::string> substitute(const std::string& line, const std::map<std::stri
       continue;
     }
     if (line.compare(i, 3, "$((") == 0) {
+      // What colo cannot evaluate (a command substitution, a ternary, a name the script does not define,
+      // a division by zero) stays as written: the launch names it if an argument that matters uses it,
+      // and a line that does not matter (a resume loop, a log path) does not stop the import.
       const std::size_t end = line.find("))", i + 3);
-      if (end == std::string::npos) return fail(Error::badInput("unterminated $(( in \"" + line + "\""));
+      if (end == std::string::npos) {
+        out += line.substr(i);
+        break;
+      }
       auto inner = substitute(line.substr(i + 3, end - i - 3), vars, depth + 1);
-      if (!inner) return inner;
-      auto value = Arithmetic(*inner, vars).evaluate();
-      if (!value) return fail(Error::badInput("$((" + line.substr(i + 3, end - i - 3) + ")): " + value.error().message));
+      auto value = inner ? Arithmetic(*inner, vars).evaluate() : Result<std::int64_t>(fail(inner.error()));
+      if (!value) {
+        out += line.substr(i, end + 2 - i);
+        i = end + 2;
+        continue;
+      }
       out += std::to_string(*value);
       i = end + 2;
       continue;
@@ -230,7 +239,11 @@ Result<std::string> expandShellVariables(const std::string& script) {
     auto expanded = substitute(line, vars);
     if (!expanded) return fail(expanded.error());
     if (const auto a = assignmentOf(*expanded)) {
-      if (a->second.empty() || a->second.front() != '(') vars[a->first] = a->second;  // arrays stay as written
+      // Arrays stay as written, and so does a quoted value that goes on over more lines (its name is
+      // then left unexpanded where it is used, not replaced by a stray quote).
+      const std::string& v = a->second;
+      const bool open = !v.empty() && (v.front() == '"' || v.front() == '\'') && (v.size() == 1 || v.back() != v.front());
+      if ((v.empty() || v.front() != '(') && !open) vars[a->first] = v;
     }
     out += *expanded + "\n";
   }

@@ -468,6 +468,14 @@ TEST(Import, MegatronArrayElementsAndMegatronFsdpAreRead) {
   ASSERT_TRUE(fp8) << fp8.error().toString();
   EXPECT_EQ(fp8->precision, DType::kFp8);
   EXPECT_EQ(fp8->model.spec->vocabSize, 128256);
+  // A flag inside a quoted assignment (Megatron-DeepSpeed's ds_args=" --deepspeed ${ds_args}") is not
+  // where the argument list starts: the launch line that expands it is.
+  const std::string assigned = "ds_args=\" --deepspeed --zero-stage=1 ${ds_args}\"\n"
+                               "torchrun pretrain_gpt.py \\\n" + base + " \\\n    --vocab-size 128256 $ds_args\n";
+  auto quoted = importMegatron(assigned, ImportContext{p.cluster, std::nullopt, 0, 0});
+  ASSERT_TRUE(quoted) << quoted.error().toString();
+  EXPECT_EQ(quoted->parallel.tp, p.parallel.tp);
+  EXPECT_EQ(quoted->model.spec->vocabSize, 128256);
   // Megatron-FSDP shards as its strategy says (default: optimizer, gradients and parameters).
   const ImportContext context{p.cluster, p.model, 0, 0};
   auto zero = [&](const std::string& extra) {
