@@ -444,6 +444,10 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
     p.model = *context.model;
     if (p.model.spec) {
       if (auto ok = matchesModel(r, *p.model.spec); !ok) return fail(ok.error());
+      // Multi-token prediction is the launch's to train (--mtp-num-layers; none without it), whatever the
+      // model file carries.
+      COLO_TRY(mtp, r.integer("--mtp-num-layers", 0));
+      p.model.spec->mtpLayers = mtp;
     }
   } else {
     auto spec = megatronModel(r);

@@ -476,6 +476,17 @@ TEST(Import, MegatronArrayElementsAndMegatronFsdpAreRead) {
   ASSERT_TRUE(quoted) << quoted.error().toString();
   EXPECT_EQ(quoted->parallel.tp, p.parallel.tp);
   EXPECT_EQ(quoted->model.spec->vocabSize, 128256);
+  // Multi-token prediction is the launch's: a model file's MTP layer is trained only with --mtp-num-layers.
+  {
+    Model withMtp = p.model;
+    withMtp.spec->mtpLayers = 1;
+    auto without = importMegatron(base, ImportContext{p.cluster, withMtp, 0, 0});
+    ASSERT_TRUE(without) << without.error().toString();
+    EXPECT_EQ(without->model.spec->mtpLayers, 0);
+    auto with = importMegatron(base + " \\\n--mtp-num-layers 1", ImportContext{p.cluster, p.model, 0, 0});
+    ASSERT_TRUE(with) << with.error().toString();
+    EXPECT_EQ(with->model.spec->mtpLayers, 1);
+  }
   // Megatron-FSDP shards as its strategy says (default: optimizer, gradients and parameters).
   const ImportContext context{p.cluster, p.model, 0, 0};
   auto zero = [&](const std::string& extra) {
