@@ -71,8 +71,9 @@ Result<Json> loadExportSchema(const std::string& name) {
 }
 
 const std::vector<std::string>* ParsedArguments::find(const std::string& flag) const {
-  for (const auto& [f, v] : flags) {
-    if (f == flag) return &v;
+  // argparse keeps the last value of a flag given twice (an override appended to a launch).
+  for (auto it = flags.rbegin(); it != flags.rend(); ++it) {
+    if (it->first == flag) return &it->second;
   }
   return nullptr;
 }

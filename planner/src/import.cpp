@@ -448,6 +448,10 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
       // model file carries.
       COLO_TRY(mtp, r.integer("--mtp-num-layers", 0));
       p.model.spec->mtpLayers = mtp;
+      // So is the position table's length (--max-position-embeddings): a 2,048-position GPT trained at
+      // 32k tokens (Megatron-DeepSpeed's long-sequence examples) has a 32k table.
+      COLO_TRY(positions, r.integer("--max-position-embeddings", p.model.spec->maxPositionEmbeddings));
+      p.model.spec->maxPositionEmbeddings = positions;
     }
   } else {
     auto spec = megatronModel(r);

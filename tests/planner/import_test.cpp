@@ -486,6 +486,10 @@ TEST(Import, MegatronArrayElementsAndMegatronFsdpAreRead) {
     auto with = importMegatron(base + " \\\n--mtp-num-layers 1", ImportContext{p.cluster, p.model, 0, 0});
     ASSERT_TRUE(with) << with.error().toString();
     EXPECT_EQ(with->model.spec->mtpLayers, 1);
+    // The position table is the launch's too.
+    auto longer = importMegatron(base + " \\\n--max-position-embeddings 65536", ImportContext{p.cluster, p.model, 0, 0});
+    ASSERT_TRUE(longer) << longer.error().toString();
+    EXPECT_EQ(longer->model.spec->maxPositionEmbeddings, 65536);
   }
   // Megatron-FSDP shards as its strategy says (default: optimizer, gradients and parameters).
   const ImportContext context{p.cluster, p.model, 0, 0};

@@ -32,6 +32,7 @@ struct ExportProblem {
 /// quotes), each flag with its values. A `${NAME:?...}` placeholder counts as a value the user fills.
 struct ParsedArguments {
   std::vector<std::pair<std::string, std::vector<std::string>>> flags;  ///< in order
+  /// The values of the flag's last occurrence (argparse's rule for a flag given twice), or null.
   [[nodiscard]] const std::vector<std::string>* find(const std::string& flag) const;
   [[nodiscard]] bool has(const std::string& flag) const { return find(flag) != nullptr; }
 };
