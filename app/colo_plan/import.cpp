@@ -216,6 +216,14 @@ int runImport(const std::vector<std::string>& argv, std::ostream& out, std::ostr
     if (e.file.empty()) e.file = source;
     return reportError(e, err);
   }
+  // A Megatron-Bridge override file leaves its recipe's settings unsaid; the import reads what is
+  // missing as Megatron-LM's defaults, which for precision means fp32 training: say so.
+  if (*format == planner::ImportFormat::kMegatronBridge && plan->precision == DType::kFp32 && launch->text &&
+      launch->text->find("mixed_precision") == std::string::npos) {
+    err << "note: " << source << " states no mixed_precision, so the plan trains in fp32 (Megatron-LM's default); an override "
+           "file leaves its recipe's precision, distributed optimizer and overlaps unsaid: import the recipe's whole "
+           "ConfigContainer (its YAML dump) for them\n";
+  }
   // The plan file says how it was made and what colo predicts for it, as search --out writes it.
   std::string command = "colo-plan import";
   for (const auto& a : argv) command += " " + a;

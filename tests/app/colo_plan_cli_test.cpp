@@ -730,6 +730,15 @@ TEST(ColoPlanTools, ImportADeepSpeedLaunchScriptAsItIs) {
   ASSERT_EQ(mb.exitCode, 0) << mb.err;
   EXPECT_NE(mb.out.find("tp 1 pp 1 dp 8 cp 2"), std::string::npos) << mb.out;
   EXPECT_EQ(run("search --from-plan " + bridge + " --quiet --top 1").exitCode, 0);
+  EXPECT_EQ(mb.err.find("states no mixed_precision"), std::string::npos) << mb.err;
+  // An override file that states no precision is read as Megatron-LM's fp32 default, and says so.
+  const std::string overrides = dir.path("override.yaml");
+  std::ofstream(overrides) << "model:\n  tensor_model_parallel_size: 2\n  num_layers: 32\n  hidden_size: 4096\n"
+                              "  ffn_hidden_size: 14336\n  num_attention_heads: 32\n  num_query_groups: 8\n"
+                              "  seq_length: 8192\ntrain:\n  global_batch_size: 64\n  micro_batch_size: 1\n";
+  const auto plain = run("import --format megatron-bridge --launch " + overrides + " --cluster dgx-h100-x64 --gpus 16 --model llama3-8b");
+  ASSERT_EQ(plain.exitCode, 0) << plain.err;
+  EXPECT_NE(plain.err.find("states no mixed_precision, so the plan trains in fp32"), std::string::npos) << plain.err;
 }
 
 TEST(ColoPlanTools, CompareCheckAndExportEndToEnd) {
