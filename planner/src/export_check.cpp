@@ -139,7 +139,9 @@ Result<ParsedArguments> parseArgumentList(const std::string& text) {
   // write their arrays so). No argparse flag holds a space, so such a word is always split.
   std::vector<std::string> tokens;
   for (const auto& w : words) {
-    if (w.rfind("--", 0) != 0 || w.find_first_of(" \t") == std::string::npos) {
+    // (--flag="a b" is one argument with its value: argparse reads the value after '='.)
+    const std::size_t space = w.find_first_of(" \t");
+    if (w.rfind("--", 0) != 0 || space == std::string::npos || w.find('=') < space) {
       tokens.push_back(w);
       continue;
     }

@@ -32,14 +32,22 @@ Result<ParsedArguments> launchArguments(const std::string& text) {
     if (first != std::string::npos && line[first] == '#') continue;
     kept += line + "\n";
   }
-  // The list starts at the first --flag from which the rest reads as an argument list: a flag inside
+  // The training script's own arguments, when the launch runs one (`torchrun ... pretrain_gpt.py ARGS`):
+  // what follows the first `.py` word that three or more flags follow.
+  static const std::regex script(R"((^|\s)\S+\.py(?=\s))");
+  for (auto it = std::sregex_iterator(kept.begin(), kept.end(), script); it != std::sregex_iterator(); ++it) {
+    auto parsed = parseArgumentList(kept.substr(static_cast<std::size_t>(it->position() + it->length())));
+    if (parsed && parsed->flags.size() >= 3) return parsed;
+  }
+  // Else the list starts at the first --flag from which the rest reads as an argument list: a flag inside
   // a quoted assignment (ds_args=" --deepspeed ...", expanded again on the launch line) leaves a quote
-  // open, so the next flag is tried.
+  // open, so the next flag is tried (a few of them: each try reads the rest of the file).
   std::optional<Error> first;
-  for (std::size_t at = 0; (at = kept.find("--", at)) != std::string::npos; at += 2) {
+  int tries = 0;
+  for (std::size_t at = 0; tries < 8 && (at = kept.find("--", at)) != std::string::npos; at += 2) {
     if (at > 0 && !std::isspace(static_cast<unsigned char>(kept[at - 1])) && kept[at - 1] != '"') continue;
-    // A first flag inside quotes ("--fp8-format hybrid", an array element) keeps its opening quote.
-    auto parsed = parseArgumentList(kept.substr(at > 0 && kept[at - 1] == '"' ? at - 1 : at));
+    ++tries;
+    auto parsed = parseArgumentList(kept.substr(at));
     if (parsed) return parsed;
     if (!first) first = parsed.error();
   }
@@ -143,7 +151,8 @@ Result<ModelSpec> megatronModel(const Reader& r) {
   if (const auto window = r.text("--window-size")) {
     // (left, right): a query sees `left` keys before it and itself, Hugging Face's sliding_window of
     // left + 1 (GPT-OSS: 128 there, --window-size 127,0 in Megatron-LM's examples/gptoss).
-    s.slidingWindow = std::strtoll(window->c_str(), nullptr, 10) + 1;
+    const long long left = std::strtoll(window->c_str(), nullptr, 10);
+    s.slidingWindow = left >= 0 && left < (1LL << 40) ? left + 1 : left;  // out of range: validateModelSpec names it
     COLO_TRY(every, r.integer("--window-attn-skip-freq", 0));
     s.globalAttentionEvery = every;
   }

@@ -179,11 +179,12 @@ namespace {
 //
 // torchtitan renamed its keys twice; a TOML of any of these layouts reads the same (torchtitan's
 // config_manager.py at each date):
-// - until 2025-03-18: training.{data_parallel_*_degree, tensor_parallel_degree, batch_size},
+// - until 2025-03-18: training.{data_parallel_*_degree, tensor_parallel_degree},
 //   experimental.{pipeline_parallel_*, context_parallel_*, enable_async_tensor_parallel}, with
 //   pipeline_parallel_microbatches a count of micro-batches (default: the pipeline degree);
 // - from 2025-03-18 (PR 980) the same under parallelism.*; from 2025-04-07 (PR 1073) the micro-batch
 //   count gave way to parallelism.pipeline_parallel_microbatch_size (default 1);
+// - the local batch is training.batch_size until 2025-06-05 (PR 1238), training.local_batch_size after;
 // - float8: float8.enable_float8_linear until 2025-02-15 (PR 823), then model.converters = ["float8"].
 
 using Toml = std::map<std::string, std::string>;
@@ -243,8 +244,8 @@ Result<void> readTorchtitanMesh(const Toml& kv, Plan& p) {
   return {};
 }
 
-// The batch, sequence and pipeline schedule: the local batch (training.local_batch_size, before
-// 2025 training.batch_size) is split into micro-batches under pipelining only.
+// The batch, sequence and pipeline schedule: the local batch (training.local_batch_size, until
+// 2025-06 training.batch_size) is split into micro-batches under pipelining only.
 Result<void> readTorchtitanBatch(const Toml& kv, Plan& p) {
   auto& q = p.parallel;
   COLO_TRY(local, integerValue(kv, "training.local_batch_size", 0));
@@ -255,8 +256,9 @@ Result<void> readTorchtitanBatch(const Toml& kv, Plan& p) {
   p.globalBatchSize = global > 0 ? global : localBatch * q.dp;
   p.seqLen = seq;
   const std::string countKey = tomlKey(kv, {"parallelism.pipeline_parallel_microbatches", "experimental.pipeline_parallel_microbatches"});
-  if (q.pp > 1 && !kv.contains("parallelism.pipeline_parallel_microbatch_size") &&
-      (kv.contains(countKey) || !kv.contains("training.local_batch_size"))) {
+  // The count belongs to the layouts before 2025-04: a count key, or the [experimental] pipeline keys.
+  const bool countLayout = kv.contains(countKey) || kv.contains("experimental.pipeline_parallel_degree");
+  if (q.pp > 1 && !kv.contains("parallelism.pipeline_parallel_microbatch_size") && countLayout) {
     // The older layout: a count of micro-batches, the pipeline degree unless set.
     COLO_TRY(count, integerValue(kv, countKey, q.pp, 1, kMaxLaunchInteger));
     if (localBatch % count != 0) {
@@ -307,7 +309,7 @@ Result<void> readTorchtitanKernels(const Toml& kv, Plan& p) {
     const std::string& key = entry.first;
     const bool legacy = key.starts_with("experimental.") || key == "training.compile" || key == "training.batch_size" ||
                         (key.starts_with("training.") && key.ends_with("_degree")) || key == "float8.enable_float8_linear" ||
-                        key == "parallelism.pipeline_parallel_microbatches";
+                        key == "parallelism.pipeline_parallel_microbatches";  // (batch_size: until 2025-06)
     if (legacy) p.execution.flashAttention2 = true;
   }
   const std::string converters = kv.contains("model.converters") ? kv.at("model.converters") : "";

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <map>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <vector>
 
@@ -174,7 +175,18 @@ std::optional<std::pair<std::string, std::string>> assignmentOf(const std::strin
   std::size_t end = at;
   while (end < line.size() && identifierChar(line[end])) ++end;
   if (end >= line.size() || line[end] != '=') return std::nullopt;
-  return std::make_pair(line.substr(at, end - at), unquoted(line.substr(end + 1)));
+  // A trailing comment (a # after a blank, outside quotes) is not part of the value: TP="2"  # tp.
+  std::string value = line.substr(end + 1);
+  char quote = 0;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const char c = value[i];
+    if ((c == '"' || c == '\'') && (quote == 0 || quote == c)) quote = quote == 0 ? c : 0;
+    if (c == '#' && quote == 0 && i > 0 && std::isspace(static_cast<unsigned char>(value[i - 1]))) {
+      value.resize(i);
+      break;
+    }
+  }
+  return std::make_pair(line.substr(at, end - at), unquoted(value));
 }
 
 // The words of a launch (shellWords), `--flag=value` as two words.
@@ -230,7 +242,68 @@ Result<std::string> expandShellVariables(const std::string& script) {
   std::map<std::string, std::string> vars;
   std::string out;
   std::istringstream in(script);
+  // A quoted value over several lines (GPT_ARGS="\n --num-layers 32 \\\n ...\n"): its name, the
+  // value so far (continuations joined), and its quote.
+  std::optional<std::pair<std::string, std::string>> pending;
+  char pendingQuote = 0;
+  // A bash array (NAME=( ... ) or NAME+=( ... ), over lines): its elements as written, quotes kept,
+  // stored as NAME[@] and NAME[*] so that ${NAME[@]} expands to them (NVIDIA's Megatron-LM scripts).
+  static const std::regex arrayStart(R"(^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=\((.*)$)");
+  std::optional<std::string> arrayName;
+  std::string arrayValue;
+  auto arrayPart = [&](const std::string& text) {
+    // The part up to a closing ) outside quotes; true when it closes the array.
+    char quote = 0;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      const char c = text[i];
+      if ((c == '"' || c == '\'') && (quote == 0 || quote == c)) quote = quote == 0 ? c : 0;
+      if (c == ')' && quote == 0) {
+        arrayValue += " " + text.substr(0, i);
+        return true;
+      }
+      if (c == '#' && quote == 0 && (i == 0 || std::isspace(static_cast<unsigned char>(text[i - 1])))) {
+        arrayValue += " " + text.substr(0, i);  // a comment ends the line
+        return false;
+      }
+    }
+    std::string part = text;
+    while (!part.empty() && (std::isspace(static_cast<unsigned char>(part.back())) || part.back() == '\\')) part.pop_back();
+    arrayValue += " " + part;
+    return false;
+  };
+  auto closeArray = [&]() {
+    vars[*arrayName + "[@]"] = arrayValue;
+    vars[*arrayName + "[*]"] = arrayValue;
+    arrayName.reset();
+  };
   for (std::string line; std::getline(in, line);) {
+    if (arrayName) {
+      const auto first = line.find_first_not_of(" \t");
+      if (first == std::string::npos || line[first] != '#') {
+        auto expanded = substitute(line, vars);
+        if (!expanded) return fail(expanded.error());
+        if (arrayPart(*expanded)) closeArray();
+        out += *expanded + "\n";
+      } else {
+        out += line + "\n";
+      }
+      continue;
+    }
+    if (pending) {
+      auto expanded = substitute(line, vars);
+      if (!expanded) return fail(expanded.error());
+      std::string part = *expanded;
+      const std::size_t close = part.find(pendingQuote);
+      if (close != std::string::npos) part.resize(close);
+      while (!part.empty() && (std::isspace(static_cast<unsigned char>(part.back())) || part.back() == '\\')) part.pop_back();
+      pending->second += " " + part;
+      if (close != std::string::npos) {
+        vars[pending->first] = pending->second;
+        pending.reset();
+      }
+      out += *expanded + "\n";
+      continue;
+    }
     const auto first = line.find_first_not_of(" \t");
     if (first != std::string::npos && line[first] == '#') {
       out += line + "\n";
@@ -238,12 +311,26 @@ Result<std::string> expandShellVariables(const std::string& script) {
     }
     auto expanded = substitute(line, vars);
     if (!expanded) return fail(expanded.error());
+    if (std::smatch m; std::regex_match(*expanded, m, arrayStart)) {
+      arrayName = m[1].str();
+      const auto it = vars.find(*arrayName + "[@]");
+      arrayValue = m[2].str() == "+" && it != vars.end() ? it->second : "";
+      if (arrayPart(m[3].str())) closeArray();
+      out += *expanded + "\n";
+      continue;
+    }
     if (const auto a = assignmentOf(*expanded)) {
       // Arrays stay as written, and so does a quoted value that goes on over more lines (its name is
       // then left unexpanded where it is used, not replaced by a stray quote).
       const std::string& v = a->second;
       const bool open = !v.empty() && (v.front() == '"' || v.front() == '\'') && (v.size() == 1 || v.back() != v.front());
       if ((v.empty() || v.front() != '(') && !open) vars[a->first] = v;
+      if (open && v.find(v.front(), 1) == std::string::npos) {
+        std::string opening = v.substr(1);
+        while (!opening.empty() && (std::isspace(static_cast<unsigned char>(opening.back())) || opening.back() == '\\')) opening.pop_back();
+        pending = std::make_pair(a->first, opening);
+        pendingQuote = v.front();
+      }
     }
     out += *expanded + "\n";
   }

@@ -104,6 +104,13 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
   base.execution = options.execution;
   base.execution.flashAttention = options.flashAttention;
   base.execution.flashAttention2 = options.flashAttention && options.execution.flashAttention2;
+  // A plan's bf16 gradient buffer (--from-plan) exists only where its rules hold (plan.cpp): searched
+  // at another precision, the gradients are the precision's own.
+  const auto& x = base.execution;
+  if (x.gradReduceBf16 && ((base.precision != DType::kBf16 && base.precision != DType::kFp8) || x.fp32Params ||
+                           (x.gradAccumulation != GradAccumulation::kFused && x.gradAccumulation != GradAccumulation::kMainGrad))) {
+    base.execution.gradReduceBf16 = false;
+  }
   const detail::EvaluateFn evaluate = [&](const Plan& p) {
     ++st.evaluated;
     auto ev = evaluator->evaluate(p);

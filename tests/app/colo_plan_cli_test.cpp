@@ -651,6 +651,16 @@ TEST(ColoPlanTools, ImportTheJobYouRunThenSearchFromIt) {
   const std::string fusedLoss = dir.path("fused.json");
   ASSERT_EQ(run("search --from-plan " + job + " --fused-cross-entropy --fix tp=1,pp=1,mbs=1 --quiet --top 1 --out " + fusedLoss).exitCode, 0);
   EXPECT_EQ(test::loadJson(fusedLoss)["execution"].value("fused_cross_entropy", false), true);
+  // A job's bf16 gradient buffer carries over in bf16 and is dropped at a precision without one: every
+  // plan search writes evaluates.
+  const std::string bf16Grads = dir.path("bf16grads.json"), inBf16 = dir.path("inbf16.json"), inFp16 = dir.path("infp16.json");
+  ASSERT_EQ(run("evaluate --model llama3-8b --cluster dgx-h100 --gbs 64 --zero 1 --grad-reduce-in-bf16 --out " + bf16Grads).exitCode, 0);
+  EXPECT_EQ(test::loadJson(bf16Grads)["execution"].value("grad_reduce_in_bf16", false), true);
+  ASSERT_EQ(run("search --from-plan " + bf16Grads + " --quiet --top 1 --out " + inBf16).exitCode, 0);
+  EXPECT_EQ(test::loadJson(inBf16)["execution"].value("grad_reduce_in_bf16", false), true);
+  ASSERT_EQ(run("search --from-plan " + bf16Grads + " --precision fp16 --quiet --top 1 --out " + inFp16).exitCode, 0);
+  EXPECT_EQ(test::loadJson(inFp16)["execution"].value("grad_reduce_in_bf16", false), false);
+  EXPECT_EQ(run("evaluate --plan " + inFp16).exitCode, 0);
   // What is missing or wrong is named.
   const auto noCluster = run("import --format megatron --launch " + args);
   EXPECT_EQ(noCluster.exitCode, 2);

@@ -1,4 +1,5 @@
 #include "colo/planner/import.h"
+#include "colo/planner/launch.h"
 
 #include <algorithm>
 #include <fstream>
@@ -461,10 +462,12 @@ TEST(Import, MegatronArrayElementsAndMegatronFsdpAreRead) {
   // unquoted (${DTYPE_ARGS[@]}): word splitting hands argparse the flag and its value apart.
   const Plan p = roundTripPlans()[0];  // Llama 3 8B
   const std::string base = *exportPlan(p, ExportFormat::kMegatron, "plan.json");
-  const std::string arrays = "DTYPE_ARGS+=(\n    \"--fp8-format hybrid\"\n    \"--fp8-amax-history-len 1024\"\n)\n"
+  const std::string arrays = "DISTRIBUTED_ARGS=(\n    --nproc_per_node 8\n    --nnodes 1\n)\nDTYPE_ARGS+=(\n    \"--fp8-format hybrid\"\n    \"--fp8-amax-history-len 1024\"\n)\n"
                              "DATA_ARGS=(\n    \"--vocab-size 128256\"\n)\n"
                              "torchrun pretrain_gpt.py \\\n" + base + " \\\n    ${DTYPE_ARGS[@]} ${DATA_ARGS[@]}\n";
-  auto fp8 = importMegatron(arrays, ImportContext{p.cluster, std::nullopt, 0, 0});
+  auto expanded = expandShellVariables(arrays);  // as colo-plan import reads a launch
+  ASSERT_TRUE(expanded) << expanded.error().toString();
+  auto fp8 = importMegatron(*expanded, ImportContext{p.cluster, std::nullopt, 0, 0});
   ASSERT_TRUE(fp8) << fp8.error().toString();
   EXPECT_EQ(fp8->precision, DType::kFp8);
   EXPECT_EQ(fp8->model.spec->vocabSize, 128256);
@@ -490,6 +493,22 @@ TEST(Import, MegatronArrayElementsAndMegatronFsdpAreRead) {
     auto longer = importMegatron(base + " \\\n--max-position-embeddings 65536", ImportContext{p.cluster, p.model, 0, 0});
     ASSERT_TRUE(longer) << longer.error().toString();
     EXPECT_EQ(longer->model.spec->maxPositionEmbeddings, 65536);
+  }
+  // A one-line quoted launcher assignment, then the script's arguments in a quoted value over lines:
+  // the arguments are those the training script receives.
+  {
+    const std::string mixed = "DISTRIBUTED_ARGS=\"--nproc_per_node 8 --nnodes 1\"\nGPT_ARGS=\"\n    --tensor-model-parallel-size 2 \\\n"
+                              "    --pipeline-model-parallel-size 2 \\\n    --micro-batch-size 1 \\\n    --global-batch-size 16 \\\n"
+                              "    --seq-length 2048 \\\n    --bf16\n\"\ntorchrun $DISTRIBUTED_ARGS pretrain_gpt.py \\\n    $GPT_ARGS \\\n"
+                              "    --distributed-backend nccl\n";
+    auto text = expandShellVariables(mixed);
+    ASSERT_TRUE(text) << text.error().toString();
+    auto q = importMegatron(*text, ImportContext{p.cluster, p.model, 0, 0});
+    ASSERT_TRUE(q) << q.error().toString() << "\n" << *text;
+    EXPECT_EQ(q->parallel.tp, 2);
+    EXPECT_EQ(q->parallel.pp, 2);
+    EXPECT_EQ(q->precision, DType::kBf16);
+    EXPECT_EQ(q->globalBatchSize, 16);
   }
   // Megatron-FSDP shards as its strategy says (default: optimizer, gradients and parameters).
   const ImportContext context{p.cluster, p.model, 0, 0};
@@ -899,6 +918,10 @@ TEST(Import, TorchtitanReadsEveryKeyLayoutItHasUsed) {
   EXPECT_EQ(cp->parallel.cp, 8);
   EXPECT_EQ(cp->parallel.dp, 1);
   EXPECT_EQ(cp->zeroStage, 3);
+  // A [parallelism] TOML that leaves the batch at its defaults is the newer layout: micro-batches of 1.
+  auto defaults = importTorchtitan(model + "[parallelism]\npipeline_parallel_degree = 4\n[training]\nseq_len = 8192\n", context);
+  ASSERT_TRUE(defaults) << defaults.error().toString();
+  EXPECT_EQ(defaults->microBatchSize, 1);
   // The older count of micro-batches defaults to the pipeline degree and must divide the local batch.
   std::string counted = march2025;
   counted.replace(counted.find("pipeline_parallel_microbatches = 8"), 34, "pipeline_parallel_microbatches = 16");

@@ -24,7 +24,8 @@ TEST(Launch, ShellVariablesAndArithmeticExpandAsBashWould) {
   ASSERT_TRUE(out) << out.error().toString();
   EXPECT_NE(out->find("WORLD_SIZE=16\n"), std::string::npos) << *out;
   EXPECT_NE(out->find("TP=4\n"), std::string::npos) << *out;  // the default of an unset name
-  EXPECT_NE(out->find("--nproc_per_node 8 --nnodes 2 train.py --dp 2 --gbs 32 ${ARGS[@]} $UNSET"), std::string::npos) << *out;
+  // An array expands to its elements (${ARGS[@]}); an unset name stays as written.
+  EXPECT_NE(out->find("--nproc_per_node 8 --nnodes 2 train.py --dp 2 --gbs 32   --num-layers 4  $UNSET"), std::string::npos) << *out;
   EXPECT_NE(out->find("# a comment keeps its $GPUS_PER_NODE"), std::string::npos);
   // What colo cannot evaluate stays as written (a division by zero, an undefined name, a command
   // substitution, a ternary): a line that does not matter does not stop the import, and one that does
@@ -40,11 +41,25 @@ TEST(Launch, ShellVariablesAndArithmeticExpandAsBashWould) {
   auto used = launchFacts("X=$((GPUS * 2))\ndeepspeed --num_gpus $X train.py\n");
   ASSERT_FALSE(used);
   EXPECT_NE(used.error().message.find("--num_gpus"), std::string::npos) << used.error().message;
-  // A quoted value that runs on over lines is not a value: its name stays as written where used.
+  // A quoted value that runs on over lines is the lines joined (continuations dropped).
   auto multi = expandShellVariables("WANDB_ARGS=\"\\\n  --wandb-project x\n\"\nds_args=\" --deepspeed_config ds.json\"\n"
                                     "torchrun train.py $WANDB_ARGS $ds_args\n");
   ASSERT_TRUE(multi) << multi.error().toString();
-  EXPECT_NE(multi->find("train.py $WANDB_ARGS  --deepspeed_config ds.json"), std::string::npos) << *multi;
+  EXPECT_NE(multi->find("train.py    --wandb-project x   --deepspeed_config ds.json"), std::string::npos) << *multi;
+  // A trailing comment is not part of a value.
+  auto commented = expandShellVariables("TP=\"2\"  # tensor parallel\nX=$TP\n");
+  ASSERT_TRUE(commented) << commented.error().toString();
+  EXPECT_NE(commented->find("X=2\n"), std::string::npos) << *commented;
+  // Arrays over lines, appended to, and expanded quoted or not (NVIDIA's Megatron-LM example scripts).
+  auto arrays = expandShellVariables("DTYPE=fp8\nA=(\n    --fp8-format hybrid  # a comment\n    \"--vocab-size 128256\"\n)\n"
+                                     "A+=(--bf16)\nB=( \"${A[@]}\" )\ntorchrun x.py ${B[@]}\n");
+  ASSERT_TRUE(arrays) << arrays.error().toString();
+  EXPECT_NE(arrays->find("torchrun x.py"), std::string::npos);
+  const std::string launchLine = arrays->substr(arrays->find("torchrun x.py"));
+  for (const char* word : {"--fp8-format hybrid", "\"--vocab-size 128256\"", "--bf16"}) {
+    EXPECT_NE(launchLine.find(word), std::string::npos) << word << " in " << launchLine;
+  }
+  EXPECT_EQ(launchLine.find("comment"), std::string::npos) << launchLine;
 }
 
 TEST(Launch, BackslashesEscapeAsTheShellReadsThem) {
