@@ -34,10 +34,18 @@ Result<ParsedArguments> launchArguments(const std::string& text) {
   }
   // The training script's own arguments, when the launch runs one (`torchrun ... pretrain_gpt.py ARGS`):
   // what follows the first `.py` word that three or more flags follow.
-  static const std::regex script(R"((^|\s)\S+\.py(?=\s))");
-  for (auto it = std::sregex_iterator(kept.begin(), kept.end(), script); it != std::sregex_iterator(); ++it) {
-    auto parsed = parseArgumentList(kept.substr(static_cast<std::size_t>(it->position() + it->length())));
-    if (parsed && parsed->flags.size() >= 3) return parsed;
+  // (A hand scan over the words, not std::regex: its recursion overflows the stack on a long word.)
+  int scripts = 0;
+  for (std::size_t at = 0; at < kept.size() && scripts < 8;) {
+    while (at < kept.size() && std::isspace(static_cast<unsigned char>(kept[at]))) ++at;
+    std::size_t end = at;
+    while (end < kept.size() && !std::isspace(static_cast<unsigned char>(kept[end]))) ++end;
+    if (end > at + 3 && end < kept.size() && kept.compare(end - 3, 3, ".py") == 0) {
+      ++scripts;
+      auto parsed = parseArgumentList(kept.substr(end));
+      if (parsed && parsed->flags.size() >= 3) return parsed;
+    }
+    at = end;
   }
   // Else the list starts at the first --flag from which the rest reads as an argument list: a flag inside
   // a quoted assignment (ds_args=" --deepspeed ...", expanded again on the launch line) leaves a quote

@@ -6,7 +6,7 @@
 #include <cctype>
 #include <map>
 #include <optional>
-#include <regex>
+#include <tuple>
 #include <sstream>
 #include <vector>
 
@@ -248,7 +248,19 @@ Result<std::string> expandShellVariables(const std::string& script) {
   char pendingQuote = 0;
   // A bash array (NAME=( ... ) or NAME+=( ... ), over lines): its elements as written, quotes kept,
   // stored as NAME[@] and NAME[*] so that ${NAME[@]} expands to them (NVIDIA's Megatron-LM scripts).
-  static const std::regex arrayStart(R"(^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)(\+?)=\((.*)$)");
+  // (Matched by hand, not std::regex: its recursion overflows the stack on a long line.)
+  auto arrayStart = [](const std::string& text) -> std::optional<std::tuple<std::string, bool, std::string>> {
+    std::size_t at = text.find_first_not_of(" \t");
+    if (at == std::string::npos) return std::nullopt;
+    if (text.compare(at, 7, "export ") == 0) at = text.find_first_not_of(" \t", at + 7);
+    if (at == std::string::npos || !identifierStart(text[at])) return std::nullopt;
+    std::size_t end = at;
+    while (end < text.size() && identifierChar(text[end])) ++end;
+    const bool append = end < text.size() && text[end] == '+';
+    const std::size_t eq = end + (append ? 1 : 0);
+    if (eq + 1 >= text.size() || text[eq] != '=' || text[eq + 1] != '(') return std::nullopt;
+    return std::make_tuple(text.substr(at, end - at), append, text.substr(eq + 2));
+  };
   std::optional<std::string> arrayName;
   std::string arrayValue;
   auto arrayPart = [&](const std::string& text) {
@@ -311,11 +323,12 @@ Result<std::string> expandShellVariables(const std::string& script) {
     }
     auto expanded = substitute(line, vars);
     if (!expanded) return fail(expanded.error());
-    if (std::smatch m; std::regex_match(*expanded, m, arrayStart)) {
-      arrayName = m[1].str();
-      const auto it = vars.find(*arrayName + "[@]");
-      arrayValue = m[2].str() == "+" && it != vars.end() ? it->second : "";
-      if (arrayPart(m[3].str())) closeArray();
+    if (const auto array = arrayStart(*expanded)) {
+      const auto& [name, append, rest] = *array;
+      arrayName = name;
+      const auto it = vars.find(name + "[@]");
+      arrayValue = append && it != vars.end() ? it->second : "";
+      if (arrayPart(rest)) closeArray();
       out += *expanded + "\n";
       continue;
     }
