@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <optional>
 #include <regex>
@@ -94,6 +95,82 @@ struct Reader {
   }
 };
 
+// Megatron's --moe-layer-freq as one flag per layer (1: MoE): an integer N (layer i is MoE when i % N
+// is 0), or a Python list expression such as "([0]*3+[1]*58)" or "[0,1,0,1]" (arguments.py evaluates it).
+Result<std::vector<int>> moeLayerPattern(const std::string& text, std::int64_t layers) {
+  auto bad = [&](const std::string& why) { return Error::badInput("--moe-layer-freq " + text + ": " + why); };
+  std::string t;
+  for (const char c : text) {
+    if (!std::isspace(static_cast<unsigned char>(c)) && c != '"' && c != '\'') t += c;
+  }
+  if (!t.empty() && std::all_of(t.begin(), t.end(), [](unsigned char c) { return std::isdigit(c); })) {
+    if (t.size() > 6 || std::stoll(t) < 1) return fail(bad("expected a positive integer"));
+    const std::int64_t every = std::stoll(t);
+    std::vector<int> out;
+    for (std::int64_t i = 0; i < layers; ++i) out.push_back(i % every == 0 ? 1 : 0);
+    return out;
+  }
+  std::size_t at = 0;
+  const std::size_t limit = static_cast<std::size_t>(std::max<std::int64_t>(layers, 1)) * 4;
+  auto number = [&]() -> std::optional<std::int64_t> {
+    const std::size_t from = at;
+    while (at < t.size() && std::isdigit(static_cast<unsigned char>(t[at])) && at - from < 7) ++at;
+    if (at == from) return std::nullopt;
+    return std::stoll(t.substr(from, at - from));
+  };
+  std::function<std::optional<std::vector<int>>(int)> expression = [&](int depth) -> std::optional<std::vector<int>> {
+    if (depth > 16) return std::nullopt;
+    std::vector<int> out;
+    while (true) {
+      std::vector<int> atom;
+      if (at < t.size() && t[at] == '(') {
+        ++at;
+        auto inner = expression(depth + 1);
+        if (!inner || at >= t.size() || t[at] != ')') return std::nullopt;
+        ++at;
+        atom = *inner;
+      } else if (at < t.size() && t[at] == '[') {
+        ++at;
+        while (true) {
+          const auto v = number();
+          if (!v) return std::nullopt;
+          atom.push_back(*v != 0 ? 1 : 0);
+          if (at < t.size() && t[at] == ',') {
+            ++at;
+            continue;
+          }
+          break;
+        }
+        if (at >= t.size() || t[at] != ']') return std::nullopt;
+        ++at;
+      } else {
+        return std::nullopt;
+      }
+      if (at < t.size() && t[at] == '*') {
+        ++at;
+        const auto n = number();
+        if (!n || atom.size() * static_cast<std::size_t>(*n) > limit) return std::nullopt;
+        std::vector<int> repeated;
+        for (std::int64_t k = 0; k < *n; ++k) repeated.insert(repeated.end(), atom.begin(), atom.end());
+        atom = std::move(repeated);
+      }
+      if (out.size() + atom.size() > limit) return std::nullopt;
+      out.insert(out.end(), atom.begin(), atom.end());
+      if (at < t.size() && t[at] == '+') {
+        ++at;
+        continue;
+      }
+      return out;
+    }
+  };
+  auto out = expression(0);
+  if (!out || at != t.size()) return fail(bad("expected an integer or a list expression such as ([0]*3+[1]*58)"));
+  if (static_cast<std::int64_t>(out->size()) != layers) {
+    return fail(bad("gives " + std::to_string(out->size()) + " layers, the model has " + std::to_string(layers)));
+  }
+  return *out;
+}
+
 // The architecture stated by Megatron's arguments (when no model is given).
 Result<ModelSpec> megatronModel(const Reader& r) {
   // Megatron-LM spells it RMSNorm, Megatron-DeepSpeed rmsnorm.
@@ -177,14 +254,27 @@ Result<ModelSpec> megatronModel(const Reader& r) {
     COLO_TRY(groupTopK, r.integer("--moe-router-group-topk", 0));
     s.moe.routingGroups = groups;
     s.moe.routingGroupTopK = groupTopK;
-    if (const auto freq = r.text("--moe-layer-freq"); freq && freq->front() == '[') {
-      // Leading dense layers, then every layer MoE (colo's first_dense_layers).
-      std::int64_t dense = 0;
-      for (const char c : *freq) {
-        if (c == '1') break;
-        if (c == '0') ++dense;
+    if (const auto freq = r.text("--moe-layer-freq")) {
+      COLO_TRY(pattern, moeLayerPattern(*freq, layers));
+      // colo's form: leading dense layers, then every layerFrequency-th layer MoE.
+      // (The leading dense layers are those before the first MoE one; try each frequency.)
+      const std::int64_t dense = std::find(pattern.begin(), pattern.end(), 1) - pattern.begin();
+      bool held = false;
+      for (std::int64_t every = 1; every <= 16 && !held; ++every) {
+        MoeSpec m = s.moe;
+        m.firstDenseLayers = dense;
+        m.layerFrequency = every;
+        bool same = true;
+        for (std::int64_t l = 0; l < layers && same; ++l) same = m.isMoeLayer(l) == (pattern[static_cast<std::size_t>(l)] != 0);
+        if (same) {
+          s.moe = m;
+          held = true;
+        }
       }
-      s.moe.firstDenseLayers = dense;
+      if (!held) {
+        return fail(Error::badInput("--moe-layer-freq " + *freq + ": colo holds leading dense layers then every n-th layer MoE, "
+                                    "not this pattern"));
+      }
     }
   }
   COLO_TRY(mtp, r.integer("--mtp-num-layers", 0));

@@ -528,6 +528,34 @@ TEST(Import, MegatronArrayElementsAndMegatronFsdpAreRead) {
       << bad.error().message;
 }
 
+TEST(Import, MegatronsMoeLayerPatternIsReadAsMegatronEvaluatesIt) {
+  // --moe-layer-freq as a Python list expression (DeepSeek-V3's "([0]*3+[1]*58)"), a list, or 1.
+  const ClusterSpec cluster = roundTripPlans()[0].cluster;
+  const std::string model = "--num-layers 8 --hidden-size 1024 --num-attention-heads 8 --ffn-hidden-size 4096 --seq-length 2048 "
+                            "--vocab-size 32000 --num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 1024 --bf16 "
+                            "--micro-batch-size 1 --global-batch-size 8 --moe-layer-freq ";
+  auto read = [&](const std::string& freq) { return importMegatron(model + freq, ImportContext{cluster, std::nullopt, 0, 0}); };
+  auto deepseek = read("\"([0]*3+[1]*5)\"");
+  ASSERT_TRUE(deepseek) << deepseek.error().toString();
+  EXPECT_EQ(deepseek->model.spec->moe.firstDenseLayers, 3);  // was read as 1 (the characters before the first 1)
+  EXPECT_EQ(deepseek->model.spec->moe.layerFrequency, 1);
+  auto interleaved = read("[0,1,0,1,0,1,0,1]");
+  ASSERT_TRUE(interleaved) << interleaved.error().toString();
+  EXPECT_EQ(interleaved->model.spec->moe.firstDenseLayers, 1);
+  EXPECT_EQ(interleaved->model.spec->moe.layerFrequency, 2);
+  auto every = read("1");
+  ASSERT_TRUE(every) << every.error().toString();
+  EXPECT_EQ(every->model.spec->moe.firstDenseLayers, 0);
+  EXPECT_EQ(every->model.spec->moe.layerFrequency, 1);
+  for (const auto& [freq, why] : {std::pair{"\"[0]*3+[1]*4\"", "gives 7 layers, the model has 8"},
+                                  std::pair{"\"[0]*3+\"", "expected an integer or a list expression"},
+                                  std::pair{"[1,0,0,1,1,0,0,0]", "not this pattern"}}) {
+    auto bad = read(freq);
+    ASSERT_FALSE(bad) << freq;
+    EXPECT_NE(bad.error().message.find(why), std::string::npos) << bad.error().message;
+  }
+}
+
 TEST(Import, MegatronsBf16GradientReductionSurvivesExportImportAndThePlanFile) {
   Plan p = roundTripPlans()[0];  // Llama 3 8B, bf16
   ASSERT_TRUE(p.precision == DType::kBf16 || p.precision == DType::kFp8);
