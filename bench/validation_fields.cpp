@@ -27,7 +27,10 @@ std::optional<ClusterChoice> clusterForGpu(const std::string& gpuText, double me
     const bool small = has(g, "40gb") || (memoryGb > 0 && memoryGb <= 48);
     return ClusterChoice{"dgx-a100-80gb-x128", small ? "dgx-a100-40gb" : "dgx-a100-80gb-x128"};
   }
-  if (has(g, "gb200")) return ClusterChoice{"gb200-nvl72-x8", "gb200-nvl72-x8"};  // before B200: GB200 names it
+  // Grace-Blackwell names hold the Blackwell name ("GB300" holds "B300"): they come first.
+  if (has(g, "gb300")) return ClusterChoice{"gb300-nvl72-x8", "gb300-nvl72-x8"};
+  if (has(g, "gb200")) return ClusterChoice{"gb200-nvl72-x8", "gb200-nvl72-x8"};
+  if (has(g, "b300") || has(g, "blackwell ultra")) return ClusterChoice{"dgx-b300-x64", "dgx-b300-x64"};
   if (has(g, "b200")) return ClusterChoice{"dgx-b200-x64", "dgx-b200-x64"};
   if (has(g, "h200") || has(g, "gh200")) return ClusterChoice{"hgx-h200-x16", "hgx-h200-x16"};  // GH200: HBM3e like H200
   if (has(g, "4090")) return ClusterChoice{"rtx4090-8x", "rtx4090-8x"};
@@ -91,7 +94,7 @@ Result<ClusterSpec> clusterOf(const Json& hw, const Settings& set, const std::st
     clusterName = choice->cluster;
     gpuFrom = choice->gpuFrom;
   } else {
-    return fail(rowError(id, "hardware.gpu", "'" + text(hw, "gpu") + "' matches no GPU of the cluster library (V100, A100, H100, H200, B200, GB200)"));
+    return fail(rowError(id, "hardware.gpu", "'" + text(hw, "gpu") + "' matches no GPU of the cluster library (V100, A100, H100, H200, B200, GB200, B300, GB300)"));
   }
   auto load = [&](const std::string& name) -> Result<ClusterSpec> {
     auto file = resolveLibraryFile(LibraryKind::kClusters, name);
@@ -110,11 +113,15 @@ Result<ClusterSpec> clusterOf(const Json& hw, const Settings& set, const std::st
   }
   if (memoryGb > 0) cluster->gpu.memoryBytes = memoryGb * 1024.0 * 1024.0 * 1024.0;
   if (set.run.contains("gpu_memory_GiB")) cluster->gpu.memoryBytes = set.run["gpu_memory_GiB"].get<double>() * 1024 * 1024 * 1024;
+  // A row's GPUs per node set the NVLink domain, but on an NVL72 rack, whose domain is the rack's, whatever
+  // the compute tray (4 GPUs) or the row calls a node (scaleCluster sizes it to the job).
   const auto gpn = number(hw, "gpus_per_node");
-  if (gpn && *gpn >= 1 && static_cast<std::int64_t>(*gpn) != cluster->gpusPerNode) {
+  const bool rackDomain = has(lower(cluster->name), "nvl72");
+  if (gpn && *gpn >= 1 && static_cast<std::int64_t>(*gpn) != cluster->gpusPerNode && !rackDomain) {
     cluster->gpusPerNode = static_cast<std::int64_t>(*gpn);
     for (auto& l : cluster->links) {
-      if (!isNetwork(l.kind)) l.spanGpus = std::min(l.spanGpus, cluster->gpusPerNode);
+      // The network still joins every node.
+      l.spanGpus = isNetwork(l.kind) ? cluster->nodes * cluster->gpusPerNode : std::min(l.spanGpus, cluster->gpusPerNode);
     }
   }
   if (cluster->links.size() > 1) {

@@ -174,7 +174,18 @@ Result<ClusterSpec> scaleCluster(const ClusterSpec& cluster, std::int64_t gpus) 
   }
   ClusterSpec out = cluster;
   const std::int64_t oldTotal = cluster.totalGpus();
-  if (gpus < cluster.gpusPerNode) {
+  // A rack-scale NVLink domain (GB200/GB300 NVL72: 72 GPUs behind NVLink switch trays, handed out by
+  // compute trays) need not be taken whole: a job whose GPU count it does not divide runs in equal
+  // domains of the largest size that divides the count and fits one rack (64 GPUs: one domain of 64;
+  // 128: two of 64).
+  const bool rackDomain = cluster.gpusPerNode > 8 && !cluster.links.empty() && cluster.links.front().kind == LinkKind::kNvSwitch &&
+                          cluster.links.front().spanGpus == cluster.gpusPerNode;
+  if (rackDomain && gpus % cluster.gpusPerNode != 0 && cluster.gpusPerNode % gpus != 0) {
+    std::int64_t domain = std::min(gpus, cluster.gpusPerNode);
+    while (gpus % domain != 0) --domain;
+    out.nodes = gpus / domain;
+    out.gpusPerNode = domain;
+  } else if (gpus < cluster.gpusPerNode) {
     if (cluster.gpusPerNode % gpus != 0) {
       return fail(Error::badInput("--gpus " + std::to_string(gpus) + " must divide gpus_per_node " +
                                   std::to_string(cluster.gpusPerNode) + " when it is less than one node of " +
@@ -207,6 +218,10 @@ Result<ClusterSpec> scaleCluster(const ClusterSpec& cluster, std::int64_t gpus) 
   }
   out.links = std::move(links);
   if (gpus != oldTotal) out.name = cluster.name + " (scaled to " + std::to_string(gpus) + (gpus == 1 ? " GPU)" : " GPUs)");
+  if (rackDomain && out.gpusPerNode != cluster.gpusPerNode && out.nodes > 1) {
+    out.name = cluster.name + " (scaled to " + std::to_string(gpus) + " GPUs in " + std::to_string(out.nodes) + " NVLink domains of " +
+               std::to_string(out.gpusPerNode) + ")";
+  }
   if (auto valid = validateCluster(out); !valid) return fail(valid.error());
   return out;
 }

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+#include <vector>
+
 #include "colo/core/library.h"
 #include "colo/core/model.h"
 #include "core/test_support.h"
@@ -73,6 +76,27 @@ TEST(Cluster, ScalesToWholeNodesOrPartOfOne) {
   auto huge = scaleCluster(c, 1000000000);  // a whole number of nodes, but past what colo plans for
   ASSERT_FALSE(huge);
   EXPECT_NE(huge.error().message.find("--gpus 1000000000 is more than"), std::string::npos) << huge.error().message;
+}
+
+TEST(Cluster, ARackScaleNvlinkDomainIsSizedToTheJob) {
+  // GB200/GB300 NVL72 racks hand out compute trays: 64 GPUs run in one NVLink domain of 64, 128 in two
+  // of 64, 144 in two whole racks; a count that divides the rack is one partial rack, as on any node.
+  for (const char* name : {"gb200-nvl72-x8", "gb300-nvl72-x8"}) {
+    const ClusterSpec rack = library(name);
+    for (const auto& [gpus, nodes, perNode] : std::vector<std::tuple<int, int, int>>{{64, 1, 64}, {128, 2, 64}, {144, 2, 72}, {8, 1, 8}, {256, 4, 64}}) {
+      auto s = scaleCluster(rack, gpus);
+      ASSERT_TRUE(s) << name << " " << gpus << ": " << s.error().toString();
+      EXPECT_EQ(s->nodes, nodes) << name << " " << gpus;
+      EXPECT_EQ(s->gpusPerNode, perNode) << name << " " << gpus;
+      EXPECT_EQ(s->links.front().spanGpus, perNode) << name << " " << gpus;
+      EXPECT_EQ(s->links.back().spanGpus, gpus) << name << " " << gpus;
+      EXPECT_EQ(s->links.size(), nodes > 1 ? 2u : 1u) << name << " " << gpus;
+    }
+    // One rack file alone has no network to join two domains with.
+    EXPECT_FALSE(scaleCluster(library(std::string(name).substr(0, std::string(name).size() - 3)), 128));
+  }
+  // An 8-GPU node is still taken in whole nodes.
+  EXPECT_FALSE(scaleCluster(library("dgx-b300-x64"), 12));
 }
 
 struct BadClusterCase {
