@@ -403,8 +403,10 @@ Result<std::vector<StagePlan>> megatronStages(const Reader& r, const Plan& p) {
 // The precision a Megatron launch trains at. fp8 takes effect only through Transformer Engine's modules
 // (Megatron-LM's fp8 context is a no-op without them): Megatron's own linears train at the 16-bit
 // precision the launch names.
+// --fp4-format (NVFP4 or MXFP4 GEMMs through Transformer Engine) is costed as fp8: colo has no 4-bit
+// precision (docs/costmodel.md, "Blackwell Ultra").
 DType launchPrecision(const Reader& r, bool transformerEngine) {
-  if (transformerEngine && r.has("--fp8-format")) return DType::kFp8;
+  if (transformerEngine && (r.has("--fp8-format") || r.has("--fp4-format"))) return DType::kFp8;
   return r.has("--bf16") ? DType::kBf16 : r.has("--fp16") ? DType::kFp16 : DType::kFp32;
 }
 

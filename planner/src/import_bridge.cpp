@@ -173,7 +173,17 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   const std::string presetName = precision != flat->end() && precision->second != "[]" ? precision->second : "";
   if (on(get({"mixed_precision"}, "bf16")) || on(model("bf16")) || presetName.find("bf16") != std::string::npos) args << "--bf16\n";
   else if (on(get({"mixed_precision"}, "fp16")) || on(model("fp16")) || presetName.find("fp16") != std::string::npos) args << "--fp16\n";
-  if (const auto fp8 = get({"mixed_precision"}, "fp8"); fp8 && *fp8 != "false") args << "--fp8-format " << *fp8 << "\n";
+  // fp8 and fp4 as the section says, or as the preset named: bf16_with_fp8_delayed_scaling_mixed,
+  // ..._current_scaling_mixed and ..._subchannel_scaling_mixed set fp8 "hybrid", bf16_with_mxfp8_mixed
+  // "e4m3", bf16_with_nvfp4_mixed fp4 "e2m1" (src/megatron/bridge/training/mixed_precision.py).
+  const auto fp8 = get({"mixed_precision"}, "fp8");
+  const auto fp4 = get({"mixed_precision"}, "fp4");
+  auto stated = [](const std::optional<std::string>& v) { return v && *v != "false" && *v != "null" && *v != "None" && *v != "~"; };
+  if (stated(fp8)) args << "--fp8-format " << *fp8 << "\n";
+  else if (presetName.find("mxfp8") != std::string::npos) args << "--fp8-format e4m3\n";
+  else if (presetName.find("fp8") != std::string::npos) args << "--fp8-format hybrid\n";
+  if (stated(fp4)) args << "--fp4-format " << *fp4 << "\n";
+  else if (presetName.find("fp4") != std::string::npos) args << "--fp4-format e2m1\n";
   if (on(get({"optimizer", "optimizer_config"}, "optimizer_cpu_offload"))) {
     args << "--optimizer-cpu-offload\n";
     flag("--optimizer-offload-fraction", get({"optimizer", "optimizer_config"}, "optimizer_offload_fraction"));

@@ -936,6 +936,34 @@ TEST(Validation, BlackwellRowsAndDeepSeekStyleExpertsAreRead) {
   EXPECT_TRUE(deepep->plan.execution.epCommOverlap);
 }
 
+TEST(Validation, BlackwellUltraRowsRunOnTheirOwnPartsAndFourBitRecipesAsFp8) {
+  // Megatron-Bridge's performance tables name DGX-GB300 and B300 systems and NVFP4 or MXFP8 recipes.
+  const std::tuple<const char*, const char*, double> parts[] = {
+      {"DGX-GB300", "GB300", 276.0}, {"B300 SXM", "B300-SXM", 267.5}, {"DGX-GB200", "GB200", 184.0}, {"DGX-B200", "B200-SXM", 178.4}};
+  for (const auto& [gpu, name, memory] : parts) {
+    Json row = unseenRow();
+    row["hardware"] = Json{{"gpu", gpu}, {"gpus_per_node", 8}, {"num_gpus", 64}};
+    row["training"]["precision"] = "NVFP4";
+    auto c = validation::caseFromRow(row, assumptionsFile());
+    ASSERT_TRUE(c) << gpu << ": " << c.error().toString();
+    EXPECT_NE(c->plan.cluster.gpu.name.find(name), std::string::npos) << gpu << " ran on " << c->plan.cluster.gpu.name;
+    EXPECT_NEAR(c->plan.cluster.gpu.memoryBytes / (1024.0 * 1024 * 1024), memory, 0.01) << gpu;
+    EXPECT_EQ(c->plan.precision, DType::kFp8) << gpu;
+  }
+  Json row = unseenRow();
+  row["hardware"] = Json{{"gpu", "GB300"}, {"gpus_per_node", 4}, {"num_gpus", 64}};
+  row["training"]["precision"] = "MXFP8";
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_EQ(c->plan.precision, DType::kFp8);
+  EXPECT_DOUBLE_EQ(c->plan.cluster.gpu.peakFlopsPerSecond.at(DType::kBf16), 2500e12);
+  EXPECT_DOUBLE_EQ(c->plan.cluster.gpu.hbmBytesPerSecond, 8000e9);
+  row["hardware"]["gpu"] = "GB400";
+  auto unknown = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().toString().find("GB300"), std::string::npos) << unknown.error().toString();
+}
+
 TEST(Validation, SimuMaxsB200RunsReduceTheirGradientsAfterTheBackward) {
   // SimuMax's launcher passes neither --overlap-grad-reduce nor --overlap-param-gather (Megatron-LM's
   // defaults: off), where Megatron-Core's published scripts turn both on: the same row under the two

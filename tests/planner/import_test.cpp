@@ -425,6 +425,13 @@ TEST(Import, MegatronsDefaultTransformerEngineFusesBiasGradientsAndKeepsPlacehol
   auto fp8Te = importMegatron(h100Args + " \\\n--fp8-format hybrid\n", h100Context);
   ASSERT_TRUE(fp8Te) << fp8Te.error().toString();
   EXPECT_EQ(fp8Te->precision, DType::kFp8);
+  // A 4-bit recipe (--fp4-format e2m1, NVFP4) is costed as fp8; with Megatron's own linears, bf16.
+  auto fp4Te = importMegatron(h100Args + " \\\n--fp4-format e2m1\n", h100Context);
+  ASSERT_TRUE(fp4Te) << fp4Te.error().toString();
+  EXPECT_EQ(fp4Te->precision, DType::kFp8);
+  auto fp4Local = importMegatron(h100Args + " \\\n--fp4-format e2m1 \\\n--transformer-impl local\n", h100Context);
+  ASSERT_TRUE(fp4Local) << fp4Local.error().toString();
+  EXPECT_EQ(fp4Local->precision, DType::kBf16);
   auto bogus = importMegatron(args + " \\\n--transformer-impl apex\n", context);
   ASSERT_FALSE(bogus);
   EXPECT_NE(bogus.error().message.find("--transformer-impl: 'apex'"), std::string::npos) << bogus.error().toString();
@@ -1042,6 +1049,32 @@ TEST(Import, MegatronBridgeOverridesAndMixtureOfExperts) {
   EXPECT_TRUE(p->parallel.sequenceParallel);
   EXPECT_EQ(p->microBatchSize, 4);
   EXPECT_EQ(p->precision, DType::kBf16);
+  // Megatron-Bridge's precision presets by name (src/megatron/bridge/training/mixed_precision.py): the
+  // fp8 ones (delayed, current and sub-channel scaling, MXFP8) train in fp8, the NVFP4 one is costed as
+  // fp8, the plain ones at 16 bits; a section's own fp8 or fp4 key says the same.
+  const std::pair<const char*, DType> presets[] = {{"bf16_with_fp8_current_scaling_mixed", DType::kFp8},
+                                                   {"bf16_with_mxfp8_mixed", DType::kFp8},
+                                                   {"bf16_with_fp8_delayed_scaling_mixed", DType::kFp8},
+                                                   {"bf16_with_nvfp4_mixed", DType::kFp8},
+                                                   {"fp16_mixed", DType::kFp16},
+                                                   {"bf16_mixed", DType::kBf16}};
+  for (const auto& [preset, expected] : presets) {
+    std::string named = overrides;
+    named.replace(named.find("bf16_mixed"), std::string("bf16_mixed").size(), preset);
+    auto q = importMegatronBridge(named, ImportContext{*cluster, llama, 0, 0});
+    ASSERT_TRUE(q) << preset << ": " << q.error().toString();
+    EXPECT_EQ(q->precision, expected) << preset;
+  }
+  for (const auto& [section, expected] : std::vector<std::pair<std::string, DType>>{
+           {"mixed_precision:\n  bf16: true\n  fp8: null\n  fp4: e2m1\n", DType::kFp8},
+           {"mixed_precision:\n  bf16: true\n  fp8: null\n  fp4: null\n", DType::kBf16},
+           {"mixed_precision:\n  bf16: true\n  fp8: hybrid\n", DType::kFp8}}) {
+    std::string stated = overrides;
+    stated.replace(stated.find("mixed_precision: bf16_mixed\n"), std::string("mixed_precision: bf16_mixed\n").size(), section);
+    auto q = importMegatronBridge(stated, ImportContext{*cluster, llama, 0, 0});
+    ASSERT_TRUE(q) << section << ": " << q.error().toString();
+    EXPECT_EQ(q->precision, expected) << section;
+  }
   // A MoE model: experts, top-k and the dense first layers from a block list.
   const std::string moe =
       "model:\n  num_layers: 4\n  hidden_size: 1024\n  ffn_hidden_size: 4096\n  num_attention_heads: 16\n  seq_length: 2048\n"
