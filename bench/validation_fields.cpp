@@ -284,7 +284,9 @@ Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, 
 
 // Layers over pipeline chunks: even when they divide; else the embedding and the head count as a layer
 // each (DeepSpeed's 'type:transformer|embedding' partition, Llama 3's one layer fewer on the first and
-// last stage), shared evenly, the remainder to the middle chunks.
+// last stage, Megatron-Core's account_for_embedding/loss_in_pipeline_split, which may leave the first
+// chunk the embedding alone and the last the loss alone), shared evenly, the remainder to the middle
+// chunks.
 std::vector<StagePlan> balancedStages(std::int64_t layers, std::int64_t chunks) {
   if (layers % chunks == 0) return uniformStages(layers, chunks, RecomputePolicy::kNone);
   auto spread = [&](std::int64_t units, std::int64_t trim) {
@@ -297,7 +299,8 @@ std::vector<StagePlan> balancedStages(std::int64_t layers, std::int64_t chunks) 
     return n;
   };
   auto n = spread(layers + 2, 1);
-  if (*std::min_element(n.begin(), n.end()) < 1) n = spread(layers, 0);
+  const bool middleEmpty = chunks > 2 && *std::min_element(n.begin() + 1, n.end() - 1) < 1;
+  if (middleEmpty || std::min(n.front(), n.back()) < 0 || (chunks <= 2 && std::min(n.front(), n.back()) < 1)) n = spread(layers, 0);
   std::vector<StagePlan> stages;
   for (const auto count : n) {
     StagePlan st;

@@ -429,7 +429,7 @@ Result<void> assignStages(const Settings& set, const ModelSpec& spec, const Reco
                                                              std::to_string(spec.numLayers)));
     }
   } else {
-    if (spec.numLayers < chunks) {
+    if (spec.numLayers + 2 < chunks) {  // the embedding and the loss may hold a chunk each
       return fail(rowError(id, "model.num_layers", std::to_string(spec.numLayers) + " layers for pp x virtual stages = " +
                                                          std::to_string(chunks)));
     }

@@ -7,6 +7,7 @@
 #include "args.h"
 #include "inputs.h"
 #include "colo/core/library.h"
+#include "colo/core/number_list.h"
 #include "colo/core/units.h"
 #include "colo/costmodel/evaluator.h"
 #include "colo/costmodel/error_band.h"
@@ -245,13 +246,23 @@ Result<void> stagesFromOptions(const Args& args, RecomputePolicy policy, Plan& p
   const std::int64_t chunks = plan.parallel.pp * plan.parallel.virtualStages;
   const std::int64_t layers = plan.model.numLayers();
   if (args.has("stages")) {
-    auto counts = args.positiveIntegers("stages", "layer counts");
-    if (!counts) return fail(counts.error());
+    // The first and last chunk may be 0: the embedding alone, the loss alone (Megatron's
+    // --account-for-embedding/loss-in-pipeline-split); every other count is positive.
+    std::string text = *args.value("stages");
+    const bool firstEmpty = text.starts_with("0,");
+    const bool lastEmpty = text.size() > 2 && text.ends_with(",0");
+    if (firstEmpty) text[0] = '1';
+    if (lastEmpty) text.back() = '1';
+    const auto counts = parsePositiveIntegerList(text, INT64_MAX);
+    if (!counts) return fail(Error::badInput("--stages: expected layer counts (positive integers; the first and last may be 0) separated by commas, got \"" +
+                                             *args.value("stages") + "\""));
     for (const std::int64_t n : *counts) {
       StagePlan stage;
       stage.layers = n;
       plan.stages.push_back(stage);
     }
+    if (firstEmpty) plan.stages.front().layers = 0;
+    if (lastEmpty) plan.stages.back().layers = 0;
   } else {
     if (layers % chunks != 0) {
       return fail(Error::badInput("--pp/--vpp: the model's " + std::to_string(layers) +

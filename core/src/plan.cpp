@@ -207,7 +207,13 @@ Result<void> checkPipeline(const Rules& r) {
   for (std::size_t i = 0; i < plan.stages.size(); ++i) {
     const auto& s = plan.stages[i];
     const std::string at = "/stages/" + std::to_string(i);
-    if (s.layers < 1) return r.bad(at + "/layers", "every pipeline chunk needs at least one layer, got " + str(s.layers));
+    // The first chunk may hold only the embedding and the last only the output layer and loss
+    // (Megatron's --account-for-embedding/loss-in-pipeline-split, a layout's "E|" and "|L").
+    const bool end = i == 0 || i + 1 == plan.stages.size();
+    if (s.layers < (end && chunks > 1 ? 0 : 1)) {
+      return r.bad(at + "/layers", std::string(end && chunks > 1 ? "must not be negative" : "every pipeline chunk between the first and the last needs at least one layer") +
+                                       ", got " + str(s.layers));
+    }
     if (s.layers > limits::kMaxLayers) {
       return r.bad(at + "/layers", "must be at most " + str(limits::kMaxLayers) + ", got " + str(s.layers));
     }

@@ -86,7 +86,7 @@ std::vector<StagePlan> readStages(const JsonReader& r, const Plan& p) {
   }
   for (const auto& s : r.arrayOfObjects("stages")) {
     StagePlan stage;
-    stage.layers = s.boundedInteger("layers", 1, limits::kMaxLayers);
+    stage.layers = s.boundedInteger("layers", 0, limits::kMaxLayers);
     auto policy = parseRecompute(s.string("recompute", "none"));
     if (!policy) s.fail("recompute", policy.error().message);
     stage.recompute = *policy;

@@ -364,6 +364,23 @@ Result<std::vector<StagePlan>> megatronStages(const Reader& r, const Plan& p) {
   if (granularity == "selective") policy = RecomputePolicy::kSelective;
   if (granularity == "full") policy = RecomputePolicy::kFull;
   std::vector<StagePlan> stages = uniformStages(layers, chunks, policy);
+  // --account-for-embedding/loss-in-pipeline-split: the embedding and the loss each count as a layer
+  // in the split, and the first (last) chunk builds one transformer layer fewer, none when it holds
+  // only that (megatron/core/transformer/transformer_block.py, get_num_layers_to_build).
+  const bool embeddingCounts = r.has("--account-for-embedding-in-pipeline-split");
+  const bool lossCounts = r.has("--account-for-loss-in-pipeline-split");
+  if ((embeddingCounts || lossCounts) && p.parallel.pp > 1 && !r.has("--pipeline-model-parallel-layout")) {
+    const std::int64_t units = layers + (embeddingCounts ? 1 : 0) + (lossCounts ? 1 : 0);
+    if (units % p.parallel.pp != 0 || (units / p.parallel.pp) % p.parallel.virtualStages != 0) {
+      return fail(Error::badInput("--account-for-embedding/loss-in-pipeline-split: " + std::to_string(layers) + " layers and " +
+                                  std::to_string(units - layers) + " more for the embedding and loss do not split evenly over pp " +
+                                  std::to_string(p.parallel.pp) + " x virtual stages " + std::to_string(p.parallel.virtualStages) +
+                                  " (Megatron asserts it)"));
+    }
+    for (auto& st : stages) st.layers = units / chunks;
+    if (embeddingCounts) stages.front().layers -= 1;
+    if (lossCounts) stages.back().layers -= 1;
+  }
   if (const auto layout = r.text("--pipeline-model-parallel-layout")) {
     COLO_TRY(perChunk, layoutChunks(*layout));
     if (static_cast<std::int64_t>(perChunk.size()) != chunks) {
@@ -449,7 +466,10 @@ Result<void> megatronParallel(const Reader& r, Plan& p) {
   const std::int64_t layers = p.model.numLayers();
   COLO_TRY(perVirtual, r.integer("--num-layers-per-virtual-pipeline-stage", 0));
   COLO_TRY(virtualStages, r.integer("--num-virtual-stages-per-pipeline-rank", 1, kMaxDegree));
-  q.virtualStages = perVirtual > 0 && layers % (q.pp * perVirtual) == 0 ? layers / (q.pp * perVirtual) : std::max<std::int64_t>(1, virtualStages);
+  // Megatron counts the embedding and the loss among the layers here when they count in the split.
+  const std::int64_t units = layers + (r.has("--account-for-embedding-in-pipeline-split") ? 1 : 0) +
+                             (r.has("--account-for-loss-in-pipeline-split") ? 1 : 0);
+  q.virtualStages = perVirtual > 0 && units % (q.pp * perVirtual) == 0 ? units / (q.pp * perVirtual) : std::max<std::int64_t>(1, virtualStages);
   if (const auto layout = r.text("--pipeline-model-parallel-layout")) {
     auto perChunk = layoutChunks(*layout);
     if (!perChunk) return fail(perChunk.error());

@@ -149,7 +149,9 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   if (model("add_bias_linear") == std::optional<std::string>("false")) args << "--disable-bias-linear\n";
   for (const auto& [key, name] : std::vector<std::pair<const char*, const char*>>{
            {"sequence_parallel", "--sequence-parallel"}, {"multi_latent_attention", "--multi-latent-attention"},
-           {"qk_layernorm", "--qk-layernorm"}, {"tp_comm_overlap", "--tp-comm-overlap"}, {"moe_enable_deepep", "--moe-enable-deepep"}}) {
+           {"qk_layernorm", "--qk-layernorm"}, {"tp_comm_overlap", "--tp-comm-overlap"}, {"moe_enable_deepep", "--moe-enable-deepep"},
+           {"account_for_embedding_in_pipeline_split", "--account-for-embedding-in-pipeline-split"},
+           {"account_for_loss_in_pipeline_split", "--account-for-loss-in-pipeline-split"}}) {
     if (on(model(key))) args << name << "\n";
   }
   // Megatron-Bridge's MoE model providers set moe_grouped_gemm (Transformer Engine's GroupedLinear); a

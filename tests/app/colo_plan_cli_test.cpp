@@ -292,7 +292,7 @@ TEST(ColoPlanEvaluate, InconsistentDegreesAreBadInputWithTheReason) {
       {"--tp 8 --pp 16", "missing --gbs"},
       {"--tp 8 --pp 16 --gbs 1536 --precision fp8", "--precision: A100-SXM4-80GB has no fp8 peak"},
       // Comma lists: an empty item, a trailing comma, a sign or a suffix is refused whole.
-      {"--tp 8 --pp 2 --gbs 1536 --stages 48,", "--stages: expected layer counts (positive integers) separated by commas, got \"48,\""},
+      {"--tp 8 --pp 2 --gbs 1536 --stages 48,", "--stages: expected layer counts (positive integers; the first and last may be 0) separated by commas, got \"48,\""},
       {"--tp 8 --pp 2 --gbs 1536 --stages 48,,48", "got \"48,,48\""},
       {"--tp 8 --pp 2 --gbs 1536 --stages 48,+48", "got \"48,+48\""},
       {"--tp 8 --pp 2 --gbs 1536 --stages 48,48x", "got \"48,48x\""},

@@ -32,6 +32,16 @@ TEST_F(ColoRun, ZeroThreeComposesWithTensorAndPipelineParallelism) {
   }
 }
 
+TEST_F(ColoRun, AChunkHoldingOnlyTheEmbeddingOrTheLossTrainsLikeOneProcess) {
+  // Megatron's --account-for-embedding/loss-in-pipeline-split can leave the first chunk the embedding
+  // alone and the last the loss alone: such a plan runs, one stage passing activations it did not change.
+  const Json single = train(plan("single", "tiny-llama", "--gpus 1"), "--steps 5");
+  for (const std::string layout : {"--gpus 2 --pp 2 --stages 0,4", "--gpus 2 --pp 2 --vpp 2 --stages 0,2,2,0"}) {
+    SCOPED_TRACE(layout);
+    expectSameLosses(train(plan("edges", "tiny-llama", layout), "--steps 5"), single, 1e-5);
+  }
+}
+
 TEST_F(ColoRun, ZeroThreeHoldsAFractionOfTheModelStatesAndSaysSo) {
   const Json zero0 = train(plan("z0", "tiny-llama", "--gpus 4 --dp 4 --zero 0"), "--steps 2");
   const Json zero3 = train(plan("z3", "tiny-llama", "--gpus 4 --dp 4 --zero 3"), "--steps 2");

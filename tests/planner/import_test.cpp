@@ -2,6 +2,7 @@
 #include "colo/planner/launch.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -136,6 +137,52 @@ TEST(Import, MegatronExportThenImportGivesBackThePlan) {
     ASSERT_TRUE(back) << p.name << ": " << back.error().toString() << "\n" << *args;
     expectSamePlan(p, *back, p.name);
   }
+}
+
+TEST(Import, MegatronsEmbeddingAndLossMayHoldAPipelineChunkEach) {
+  // Megatron-Bridge's Llama 3.1 405B recipes count the embedding and the loss as a layer each in the
+  // pipeline split (account_for_embedding/loss_in_pipeline_split): 126 + 2 over pp 16 x 8 virtual
+  // stages is one per chunk, so the first chunk holds the embedding alone and the last the loss alone.
+  Plan p = basePlan("llama3-405b", "dgx-h100-x64", 512, 8, 16, 1, 1, 4, 512, RecomputePolicy::kNone);
+  p.parallel.virtualStages = 8;
+  p.stages.assign(128, StagePlan{1, RecomputePolicy::kNone, 0});
+  p.stages.front().layers = p.stages.back().layers = 0;
+  p.execution.fusedBiasGrad = p.execution.teDummyWgrads = p.execution.gradNanCheck = true;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const auto ev = costmodel::evaluatePlan(p);
+  ASSERT_TRUE(ev) << ev.error().toString();
+  EXPECT_GT(ev->stepSeconds, 0);
+  EXPECT_TRUE(std::isfinite(ev->stepSeconds));
+  // Only the chunks at the two ends may be empty.
+  Plan hollow = p;
+  hollow.stages[5].layers = 0;
+  hollow.stages[6].layers = 2;
+  ASSERT_FALSE(validatePlan(hollow));
+  EXPECT_NE(validatePlan(hollow).error().toString().find("/stages/5/layers"), std::string::npos);
+  // The export says it as a layout, which comes back as the same plan.
+  const auto args = exportPlan(p, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(args) << args.error().toString();
+  EXPECT_NE(args->find("\"E|t|t|"), std::string::npos);
+  EXPECT_NE(args->find("|t|L\""), std::string::npos);
+  const ImportContext context{p.cluster, p.model, 0, 0};
+  auto back = importMegatron(*args, context);
+  ASSERT_TRUE(back) << back.error().toString();
+  expectSamePlan(p, *back, "layout");
+  // Megatron's own flags give the same split, the virtual stages counted with the embedding and loss.
+  std::string flags = *args;
+  const std::size_t at = flags.find("--pipeline-model-parallel-layout");
+  flags.erase(at, flags.find('\n', at) + 1 - at);
+  flags += " \\\n--num-layers-per-virtual-pipeline-stage 1 \\\n--account-for-embedding-in-pipeline-split \\\n--account-for-loss-in-pipeline-split\n";
+  auto accounted = importMegatron(flags, context);
+  ASSERT_TRUE(accounted) << accounted.error().toString();
+  expectSamePlan(p, *accounted, "account flags");
+  // The embedding alone over pp 16 without virtual stages: 127 does not split, as Megatron asserts.
+  std::string uneven = *args;
+  uneven.erase(uneven.find("--pipeline-model-parallel-layout"), uneven.find('\n', uneven.find("--pipeline-model-parallel-layout")) + 1 -
+                                                                   uneven.find("--pipeline-model-parallel-layout"));
+  auto refused = importMegatron(uneven + " \\\n--account-for-embedding-in-pipeline-split\n", context);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("do not split evenly over pp 16"), std::string::npos) << refused.error().toString();
 }
 
 // Megatron-LM's rank layouts: tp-cp-dp-pp by default, tp-cp-pp-dp with --use-tp-pp-dp-mapping; any other
