@@ -456,10 +456,9 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
     auto parsed = parseDType(set.pick("precision").get<std::string>());
     if (!parsed) return fail(rowError(id, "precision (assumptions)", parsed.error().message));
     p.precision = *parsed;
-  } else if (has(precisionText, "fp8") || has(precisionText, "float8") || has(precisionText, "e4m3") || has(precisionText, "fp4") ||
-             has(precisionText, "e2m1")) {
-    // 4-bit recipes (NVFP4, MXFP4) are costed as fp8: colo has no 4-bit precision yet, so such a row is
-    // predicted slow (docs/costmodel.md, "Blackwell Ultra", with Megatron-Bridge's NVFP4/MXFP8 ratios).
+  } else if (has(precisionText, "fp4") || has(precisionText, "e2m1")) {
+    p.precision = DType::kFp4;  // NVFP4, MXFP4
+  } else if (has(precisionText, "fp8") || has(precisionText, "float8") || has(precisionText, "e4m3")) {
     p.precision = DType::kFp8;
   } else if (has(precisionText, "bf16") || has(precisionText, "bfloat16")) {
     p.precision = DType::kBf16;
@@ -472,6 +471,7 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
   } else {
     p.precision = volta ? DType::kFp16 : DType::kBf16;  // "16-bit" or not stated: what the GPU runs fastest
   }
+  if (!p.cluster.gpu.hasPeak(p.precision) && p.precision == DType::kFp4) p.precision = DType::kFp8;
   if (!p.cluster.gpu.hasPeak(p.precision)) p.precision = DType::kFp16;
   // torchao's float8 recipes (torchtitan's float8 converter) as the row names them; its default is
   // tensorwise. Without "torchao" an fp8 row is Transformer Engine's, whose casts are fused.

@@ -224,13 +224,6 @@ int runImport(const std::vector<std::string>& argv, std::ostream& out, std::ostr
            "file leaves its recipe's precision, distributed optimizer and overlaps unsaid: import the recipe's whole "
            "ConfigContainer (its YAML dump) for them\n";
   }
-  // A 4-bit recipe (Megatron's --fp4-format, Megatron-Bridge's fp4 or nvfp4 preset) is costed as fp8.
-  if (plan->precision == DType::kFp8 && launch->text &&
-      (launch->text->find("--fp4-format") != std::string::npos || launch->text->find("e2m1") != std::string::npos ||
-       launch->text->find("nvfp4") != std::string::npos)) {
-    err << "note: " << source << " trains its linear layers in 4-bit floating point (NVFP4/MXFP4); colo has no 4-bit "
-           "precision and costs them as fp8 (docs/costmodel.md, \"Blackwell Ultra\")\n";
-  }
   // The plan file says how it was made and what colo predicts for it, as search --out writes it.
   std::string command = "colo-plan import";
   for (const auto& a : argv) command += " " + a;

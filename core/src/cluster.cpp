@@ -39,15 +39,16 @@ std::string toString(DType dtype) {
     case DType::kFp16: return "fp16";
     case DType::kBf16: return "bf16";
     case DType::kFp8: return "fp8";
+    case DType::kFp4: return "fp4";
   }
   return "fp32";
 }
 
 Result<DType> parseDType(const std::string& name) {
-  for (const DType d : {DType::kFp32, DType::kTf32, DType::kFp16, DType::kBf16, DType::kFp8}) {
+  for (const DType d : {DType::kFp32, DType::kTf32, DType::kFp16, DType::kBf16, DType::kFp8, DType::kFp4}) {
     if (toString(d) == name) return d;
   }
-  return fail(Error::badInput("unknown precision \"" + name + "\" (expected one of: fp32, tf32, fp16, bf16, fp8)"));
+  return fail(Error::badInput("unknown precision \"" + name + "\" (expected one of: fp32, tf32, fp16, bf16, fp8, fp4)"));
 }
 
 std::int64_t bytesPerElement(DType dtype) {
@@ -59,6 +60,7 @@ std::int64_t bytesPerElement(DType dtype) {
     case DType::kBf16:
       return 2;
     case DType::kFp8:
+    case DType::kFp4:
       return 1;
   }
   return 4;

@@ -21,12 +21,12 @@ namespace {
 // transformer_engine/common/util/multi_stream.h).
 constexpr int kTransformerEngineStreams = 4;
 
-// Bytes of an activation element: the precision's, except under fp8, where only GEMM operands are 8-bit
+// Bytes of an activation element: the precision's, except under fp8 (and fp4), where only GEMM operands are 8-bit
 // (Transformer Engine casts each GEMM's inputs, mostly fused into the kernel before it, and keeps
 // activations, their communication and what backward saves in bf16, but for the fp8 copy of each
 // linear layer's input that Transformer Engine keeps for the weight gradient: layer_cost.cpp).
 std::int64_t activationBytesOf(DType precision) {
-  return precision == DType::kFp8 ? 2 : bytesPerElement(precision);
+  return precision == DType::kFp8 || precision == DType::kFp4 ? 2 : bytesPerElement(precision);
 }
 
 // Where offloaded states live, per node, and whether the node holds them (Evaluation::fitsHost).
@@ -278,7 +278,7 @@ Result<Evaluator> Evaluator::create(const Model& model, const ClusterSpec& clust
     collectives = costDb.collectivesFor(device);
     copies = costDb.copiesFor(device);
   }
-  for (const DType d : {DType::kFp32, DType::kTf32, DType::kFp16, DType::kBf16, DType::kFp8}) {
+  for (const DType d : {DType::kFp32, DType::kTf32, DType::kFp16, DType::kBf16, DType::kFp8, DType::kFp4}) {
     GemmTable table(impl.measured, d);
     if (!table.empty()) {
       impl.tables.emplace(d, std::move(table));

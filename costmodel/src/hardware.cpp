@@ -66,8 +66,10 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision, bool flashAttention
   } else if (contains(name, "B200") || contains(name, "B100") || contains(name, "B300")) {
     // Blackwell (B200 SXM, GB200): 148 SMs; fifth-generation tensor cores.
     // bf16: torch.matmul on B200 reaches 1.41-1.45 of 2.25 PFLOP/s on 4096^3-8192^3 (pytorch/ao PR 2427's
-    // bench_matmul table, June 2025); fp8 provisional (Hopper's share).
-    d.gemmEfficiency = precision == DType::kFp8 ? 0.60 : 0.542;
+    // bench_matmul table, June 2025); fp8 provisional (Hopper's share). fp4 (NVFP4): the same table's
+    // NVFP4 scaled products reach 5.50 and 5.37 of 9 PFLOP/s at 6144^3 and 8192^3, 0.946 of the bf16
+    // share at those shapes, applied to colo's bf16 share (docs/costmodel.md, "Blackwell Ultra").
+    d.gemmEfficiency = precision == DType::kFp8 ? 0.60 : precision == DType::kFp4 ? 0.542 * 0.946 : 0.542;
     // Fused attention: Hopper's shares at head dim 128 (Transformer Engine's cuDNN kernels on B200
     // measured 0.55 forward and 0.46 backward; docs/costmodel.md, "Fused attention on B200", says why the
     // backward stays 0.42). At DeepSeek's latent attention (query/key head dim 192, values 128) the same
@@ -112,8 +114,8 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision, bool flashAttention
   if (precision == DType::kFp32) d.gemmEfficiency = 0.90;  // FMA pipes, not tensor cores: easier to saturate
   d.attentionPeakFlopsPerSecond = d.peakFlopsPerSecond;
   d.attentionGemmEfficiency = d.gemmEfficiency;
-  if (precision == DType::kFp8) {
-    // fp8 recipes cast the linear layers' inputs only; attention stays at 16 bits.
+  if (precision == DType::kFp8 || precision == DType::kFp4) {
+    // fp8 and fp4 recipes cast the linear layers' inputs only; attention stays at 16 bits.
     const DType sixteen = gpu.peakFlopsPerSecond.count(DType::kBf16) ? DType::kBf16 : DType::kFp16;
     if (gpu.peakFlopsPerSecond.count(sixteen)) {
       const DeviceModel half = deviceModel(gpu, sixteen);

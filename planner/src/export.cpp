@@ -174,8 +174,9 @@ void megatronExpertAndLatentArgs(const ModelSpec& s, std::ostream& a) {
 void megatronTrainingArgs(const Plan& p, const RecomputeSummary& r, std::ostream& a) {
   const auto& q = p.parallel;
   if (p.precision == DType::kFp16) a << "--fp16 \\\n";
-  if (p.precision == DType::kBf16 || p.precision == DType::kFp8) a << "--bf16 \\\n";
+  if (p.precision == DType::kBf16 || p.precision == DType::kFp8 || p.precision == DType::kFp4) a << "--bf16 \\\n";
   if (p.precision == DType::kFp8) a << "--fp8-format hybrid \\\n";
+  if (p.precision == DType::kFp4) a << "--fp4-format e2m1 \\\n";
   // --use-flash-attn is still parsed but nothing reads it; the backend is chosen by --attention-backend:
   // auto lets Transformer Engine take the GPU's fastest fused kernel (colo's flash), flash is the
   // flash-attn package (FlashAttention-2 as pip installs it: colo's flash2).

@@ -420,10 +420,10 @@ Result<std::vector<StagePlan>> megatronStages(const Reader& r, const Plan& p) {
 // The precision a Megatron launch trains at. fp8 takes effect only through Transformer Engine's modules
 // (Megatron-LM's fp8 context is a no-op without them): Megatron's own linears train at the 16-bit
 // precision the launch names.
-// --fp4-format (NVFP4 or MXFP4 GEMMs through Transformer Engine) is costed as fp8: colo has no 4-bit
-// precision (docs/costmodel.md, "Blackwell Ultra").
+// --fp4-format: NVFP4 (or MXFP4) GEMMs through Transformer Engine (Megatron refuses it with --fp8-format).
 DType launchPrecision(const Reader& r, bool transformerEngine) {
-  if (transformerEngine && (r.has("--fp8-format") || r.has("--fp4-format"))) return DType::kFp8;
+  if (transformerEngine && r.has("--fp4-format")) return DType::kFp4;
+  if (transformerEngine && r.has("--fp8-format")) return DType::kFp8;
   return r.has("--bf16") ? DType::kBf16 : r.has("--fp16") ? DType::kFp16 : DType::kFp32;
 }
 
@@ -531,7 +531,8 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
   p.execution.teDummyWgrads = p.execution.fusedBiasGrad && p.execution.gradAccumulation == GradAccumulation::kFused;
   p.precision = launchPrecision(r, p.execution.fusedBiasGrad);
   // --grad-reduce-in-bf16: the gradient buffer in bf16 (bf16 training; fp16's is 16-bit anyway).
-  p.execution.gradReduceBf16 = r.has("--grad-reduce-in-bf16") && (p.precision == DType::kBf16 || p.precision == DType::kFp8);
+  p.execution.gradReduceBf16 =
+      r.has("--grad-reduce-in-bf16") && (p.precision == DType::kBf16 || p.precision == DType::kFp8 || p.precision == DType::kFp4);
   // --cross-entropy-loss-fusion runs Megatron-Core's native fusion (the unfused loss's fp32 passes,
   // compiled) unless --cross-entropy-fusion-impl te picks Transformer Engine's, which writes the
   // gradient over the 16-bit logits in place (Megatron-LM refuses that pair from mid-2026 on).
@@ -671,7 +672,7 @@ Result<Plan> importDeepSpeed(const Json& config, const std::string& arguments, c
   p.execution.flashAttention2 = flash && r.has("--use-flash-attn-v2");
   p.execution.gradNanCheck = false;
   p.execution.gradReduceBf16 = false;  // DeepSpeed's optimizer keeps its own gradient copies
-  if (!p.execution.fusedBiasGrad && p.precision == DType::kFp8) p.precision = launchPrecision(r, false);
+  if (!p.execution.fusedBiasGrad && (p.precision == DType::kFp8 || p.precision == DType::kFp4)) p.precision = launchPrecision(r, false);
   p.execution.overlapGradReduce = config.contains("zero_optimization") && config["zero_optimization"].is_object() &&
                                   config["zero_optimization"].value("overlap_comm", false);
   // Megatron-DeepSpeed has no rotary or SwiGLU fusion: --swiglu runs F.silu(x[0]) * x[1] and its rotary

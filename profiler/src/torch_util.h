@@ -26,6 +26,7 @@ inline Result<torch::Dtype> torchDtype(DType d) {
     case DType::kBf16:
       return torch::kBFloat16;
     case DType::kFp8:
+    case DType::kFp4:
       break;
   }
   return fail(Error::badInput("fp8 kernels cannot be measured through LibTorch here"));

@@ -936,7 +936,7 @@ TEST(Validation, BlackwellRowsAndDeepSeekStyleExpertsAreRead) {
   EXPECT_TRUE(deepep->plan.execution.epCommOverlap);
 }
 
-TEST(Validation, BlackwellUltraRowsRunOnTheirOwnPartsAndFourBitRecipesAsFp8) {
+TEST(Validation, BlackwellUltraRowsRunOnTheirOwnPartsAndFourBitRecipesInFp4) {
   // Megatron-Bridge's performance tables name DGX-GB300 and B300 systems and NVFP4 or MXFP8 recipes.
   const std::tuple<const char*, const char*, double> parts[] = {
       {"DGX-GB300", "GB300", 276.0}, {"B300 SXM", "B300-SXM", 267.5}, {"DGX-GB200", "GB200", 184.0}, {"DGX-B200", "B200-SXM", 178.4}};
@@ -948,8 +948,15 @@ TEST(Validation, BlackwellUltraRowsRunOnTheirOwnPartsAndFourBitRecipesAsFp8) {
     ASSERT_TRUE(c) << gpu << ": " << c.error().toString();
     EXPECT_NE(c->plan.cluster.gpu.name.find(name), std::string::npos) << gpu << " ran on " << c->plan.cluster.gpu.name;
     EXPECT_NEAR(c->plan.cluster.gpu.memoryBytes / (1024.0 * 1024 * 1024), memory, 0.01) << gpu;
-    EXPECT_EQ(c->plan.precision, DType::kFp8) << gpu;
+    EXPECT_EQ(c->plan.precision, DType::kFp4) << gpu;
   }
+  // A GPU without 4-bit tensor cores runs such a recipe's nearest: fp8.
+  Json hopper = unseenRow();
+  hopper["hardware"] = Json{{"gpu", "H100 SXM"}, {"gpus_per_node", 8}, {"num_gpus", 64}};
+  hopper["training"]["precision"] = "NVFP4";
+  auto h = validation::caseFromRow(hopper, assumptionsFile());
+  ASSERT_TRUE(h) << h.error().toString();
+  EXPECT_EQ(h->plan.precision, DType::kFp8);
   Json row = unseenRow();
   row["hardware"] = Json{{"gpu", "GB300"}, {"gpus_per_node", 4}, {"num_gpus", 64}};
   row["training"]["precision"] = "MXFP8";

@@ -472,10 +472,23 @@ TEST(Import, MegatronsDefaultTransformerEngineFusesBiasGradientsAndKeepsPlacehol
   auto fp8Te = importMegatron(h100Args + " \\\n--fp8-format hybrid\n", h100Context);
   ASSERT_TRUE(fp8Te) << fp8Te.error().toString();
   EXPECT_EQ(fp8Te->precision, DType::kFp8);
-  // A 4-bit recipe (--fp4-format e2m1, NVFP4) is costed as fp8; with Megatron's own linears, bf16.
-  auto fp4Te = importMegatron(h100Args + " \\\n--fp4-format e2m1\n", h100Context);
+  // A 4-bit recipe (--fp4-format e2m1, NVFP4) trains in fp4 through Transformer Engine; with Megatron's
+  // own linears, in bf16.
+  // An H100 has no 4-bit tensor cores: the plan is refused, naming the precision.
+  const ImportContext b200Context{test::loadClusterOrFail(test::dataFile("clusters/dgx-b200.json")), h100.model, 0, 0};
+  auto fp4Te = importMegatron(h100Args + " \\\n--fp4-format e2m1\n", b200Context);
   ASSERT_TRUE(fp4Te) << fp4Te.error().toString();
-  EXPECT_EQ(fp4Te->precision, DType::kFp8);
+  EXPECT_EQ(fp4Te->precision, DType::kFp4);
+  const auto fp4Args = exportPlan(*fp4Te, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(fp4Args) << fp4Args.error().toString();
+  EXPECT_NE(fp4Args->find("--fp4-format e2m1"), std::string::npos);
+  EXPECT_EQ(fp4Args->find("--fp8-format"), std::string::npos);  // Megatron refuses both
+  auto fp4Back = importMegatron(*fp4Args, b200Context);
+  ASSERT_TRUE(fp4Back) << fp4Back.error().toString();
+  EXPECT_EQ(fp4Back->precision, DType::kFp4);
+  auto fp4Hopper = importMegatron(h100Args + " \\\n--fp4-format e2m1\n", h100Context);
+  ASSERT_FALSE(fp4Hopper);
+  EXPECT_NE(fp4Hopper.error().toString().find("no fp4 peak"), std::string::npos) << fp4Hopper.error().toString();
   auto fp4Local = importMegatron(h100Args + " \\\n--fp4-format e2m1 \\\n--transformer-impl local\n", h100Context);
   ASSERT_TRUE(fp4Local) << fp4Local.error().toString();
   EXPECT_EQ(fp4Local->precision, DType::kBf16);
@@ -1097,28 +1110,30 @@ TEST(Import, MegatronBridgeOverridesAndMixtureOfExperts) {
   EXPECT_EQ(p->microBatchSize, 4);
   EXPECT_EQ(p->precision, DType::kBf16);
   // Megatron-Bridge's precision presets by name (src/megatron/bridge/training/mixed_precision.py): the
-  // fp8 ones (delayed, current and sub-channel scaling, MXFP8) train in fp8, the NVFP4 one is costed as
-  // fp8, the plain ones at 16 bits; a section's own fp8 or fp4 key says the same.
+  // fp8 ones (delayed, current and sub-channel scaling, MXFP8) train in fp8, the NVFP4 one in fp4, the
+  // plain ones at 16 bits; a section's own fp8 or fp4 key says the same.
   const std::pair<const char*, DType> presets[] = {{"bf16_with_fp8_current_scaling_mixed", DType::kFp8},
                                                    {"bf16_with_mxfp8_mixed", DType::kFp8},
                                                    {"bf16_with_fp8_delayed_scaling_mixed", DType::kFp8},
-                                                   {"bf16_with_nvfp4_mixed", DType::kFp8},
+                                                   {"bf16_with_nvfp4_mixed", DType::kFp4},
                                                    {"fp16_mixed", DType::kFp16},
                                                    {"bf16_mixed", DType::kBf16}};
+  auto blackwell = scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-b200-x64.json")), 16);
+  ASSERT_TRUE(blackwell);
   for (const auto& [preset, expected] : presets) {
     std::string named = overrides;
     named.replace(named.find("bf16_mixed"), std::string("bf16_mixed").size(), preset);
-    auto q = importMegatronBridge(named, ImportContext{*cluster, llama, 0, 0});
+    auto q = importMegatronBridge(named, ImportContext{*blackwell, llama, 0, 0});
     ASSERT_TRUE(q) << preset << ": " << q.error().toString();
     EXPECT_EQ(q->precision, expected) << preset;
   }
   for (const auto& [section, expected] : std::vector<std::pair<std::string, DType>>{
-           {"mixed_precision:\n  bf16: true\n  fp8: null\n  fp4: e2m1\n", DType::kFp8},
+           {"mixed_precision:\n  bf16: true\n  fp8: null\n  fp4: e2m1\n", DType::kFp4},
            {"mixed_precision:\n  bf16: true\n  fp8: null\n  fp4: null\n", DType::kBf16},
            {"mixed_precision:\n  bf16: true\n  fp8: hybrid\n", DType::kFp8}}) {
     std::string stated = overrides;
     stated.replace(stated.find("mixed_precision: bf16_mixed\n"), std::string("mixed_precision: bf16_mixed\n").size(), section);
-    auto q = importMegatronBridge(stated, ImportContext{*cluster, llama, 0, 0});
+    auto q = importMegatronBridge(stated, ImportContext{*blackwell, llama, 0, 0});
     ASSERT_TRUE(q) << section << ": " << q.error().toString();
     EXPECT_EQ(q->precision, expected) << section;
   }

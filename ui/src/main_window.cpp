@@ -124,7 +124,7 @@ void MainWindow::addConstraintRows(QFormLayout* form) {
   form->addRow("Tensor parallel", m_fixTp);
   m_precision = new QComboBox();
   // "auto": bf16 where the GPU has it, fp16 on GPUs without (V100), as colo-plan does.
-  m_precision->addItems({"auto", "bf16", "fp16", "fp8", "fp32"});
+  m_precision->addItems({"auto", "bf16", "fp16", "fp8", "fp4", "fp32"});
   form->addRow("Precision", m_precision);
   m_attention = new QComboBox();
   m_attention->setObjectName("attention");

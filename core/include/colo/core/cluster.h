@@ -18,12 +18,14 @@
 namespace colo {
 
 /// Numeric precisions a GPU has a peak for.
-enum class DType { kFp32, kTf32, kFp16, kBf16, kFp8 };
+/// kFp4: 4-bit floating point GEMMs (NVFP4, MXFP4) through Transformer Engine; like kFp8, activations and
+/// everything but the linear layers' operands stay at 16 bits.
+enum class DType { kFp32, kTf32, kFp16, kBf16, kFp8, kFp4 };
 
 [[nodiscard]] std::string toString(DType dtype);
-/// Parses "fp32", "tf32", "fp16", "bf16", "fp8". Errors: kBadInput listing the choices.
+/// Parses "fp32", "tf32", "fp16", "bf16", "fp8", "fp4". Errors: kBadInput listing the choices.
 [[nodiscard]] Result<DType> parseDType(const std::string& name);
-/// Bytes per element (tf32 is stored as fp32).
+/// Bytes per element (tf32 is stored as fp32; fp4, packed two to a byte with its block scales, counts a byte).
 [[nodiscard]] std::int64_t bytesPerElement(DType dtype);
 
 struct GpuSpec {
