@@ -166,17 +166,31 @@ std::string unquoted(std::string v) {
   return v;
 }
 
-// `NAME=value` or `export NAME=value` (the value unquoted), or nothing.
-std::optional<std::pair<std::string, std::string>> assignmentOf(const std::string& line) {
+// The head of an assignment: `NAME=`, or `NAME+=` (bash appends), after an optional `export `; the text
+// after the `=` as written. Nothing for any other line. (Matched by hand, not std::regex: its recursion
+// overflows the stack on a long line.)
+struct AssignmentHead {
+  std::string name;
+  bool append = false;
+  std::string rest;
+};
+
+std::optional<AssignmentHead> assignmentHead(const std::string& line) {
   std::size_t at = line.find_first_not_of(" \t");
   if (at == std::string::npos) return std::nullopt;
   if (line.compare(at, 7, "export ") == 0) at = line.find_first_not_of(" \t", at + 7);
   if (at == std::string::npos || !identifierStart(line[at])) return std::nullopt;
   std::size_t end = at;
   while (end < line.size() && identifierChar(line[end])) ++end;
-  if (end >= line.size() || line[end] != '=') return std::nullopt;
-  // A trailing comment (a # after a blank, outside quotes) is not part of the value: TP="2"  # tp.
-  std::string value = line.substr(end + 1);
+  const bool append = end < line.size() && line[end] == '+';
+  const std::size_t eq = end + (append ? 1 : 0);
+  if (eq >= line.size() || line[eq] != '=') return std::nullopt;
+  return AssignmentHead{line.substr(at, end - at), append, line.substr(eq + 1)};
+}
+
+// A one-line value as the shell reads it: a trailing comment (a # after a blank, outside quotes) is not
+// part of it (TP="2"  # tp), and its quotes go.
+std::string valueOf(std::string value) {
   char quote = 0;
   for (std::size_t i = 0; i < value.size(); ++i) {
     const char c = value[i];
@@ -186,8 +200,72 @@ std::optional<std::pair<std::string, std::string>> assignmentOf(const std::strin
       break;
     }
   }
-  return std::make_pair(line.substr(at, end - at), unquoted(value));
+  return unquoted(value);
 }
+
+// A line's text without the blanks and the continuation backslash at its end.
+std::string withoutLineEnd(std::string text) {
+  while (!text.empty() && (std::isspace(static_cast<unsigned char>(text.back())) || text.back() == '\\')) text.pop_back();
+  return text;
+}
+
+// A value that goes on over several lines, joined with blanks: a bash array (NAME=( ... ) or NAME+=( ... ),
+// its elements as written, quotes kept, closed by a ) outside quotes, a # after a blank starting a
+// comment) or a quoted value (GPT_ARGS="\n --num-layers 32 \\\n ...\n", closed by its quote).
+class OpenValue {
+ public:
+  static OpenValue array(std::string name, std::string value) { return OpenValue(std::move(name), std::move(value), ')'); }
+  static OpenValue quoted(std::string name, char quote) { return OpenValue(std::move(name), "", quote); }
+
+  [[nodiscard]] bool isArray() const { return m_closer == ')'; }
+
+  // Takes the next (expanded) line; true when the value closes in it.
+  bool take(const std::string& text) {
+    char quote = 0;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      const char c = text[i];
+      if (!isArray()) {
+        if (c != m_closer) continue;
+        add(withoutLineEnd(text.substr(0, i)));
+        return true;
+      }
+      if ((c == '"' || c == '\'') && (quote == 0 || quote == c)) quote = quote == 0 ? c : 0;
+      if (quote != 0) continue;
+      if (c == ')') {
+        add(text.substr(0, i));
+        return true;
+      }
+      if (c == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(text[i - 1])))) {
+        add(text.substr(0, i));
+        return false;
+      }
+    }
+    add(withoutLineEnd(text));
+    return false;
+  }
+
+  // Where ${NAME} (an array: ${NAME[@]}, ${NAME[*]}) finds the value.
+  void store(std::map<std::string, std::string>& vars) const {
+    if (!isArray()) {
+      vars[m_name] = m_value;
+      return;
+    }
+    vars[m_name + "[@]"] = m_value;
+    vars[m_name + "[*]"] = m_value;
+  }
+
+ private:
+  OpenValue(std::string name, std::string value, char closer) : m_name(std::move(name)), m_value(std::move(value)), m_closer(closer) {}
+  // Parts join with a blank; an array's parts each start with one (as the words they are).
+  void add(const std::string& part) {
+    m_value += (isArray() || m_parts > 0 ? " " : "") + part;
+    ++m_parts;
+  }
+  std::string m_name;
+  std::string m_value;
+  char m_closer;
+  int m_parts = 0;
+};
 
 // The words of a launch (shellWords), `--flag=value` as two words.
 std::vector<std::string> words(const std::string& text) {
@@ -238,114 +316,54 @@ Result<std::int64_t> includedGpus(const std::string& value) {
 
 }  // namespace
 
+// Each line with the variables set so far substituted; NAME=value lines set them, bash arrays and quoted
+// values over several lines once they close (OpenValue). Comments stay as written.
 Result<std::string> expandShellVariables(const std::string& script) {
   std::map<std::string, std::string> vars;
   std::string out;
   std::istringstream in(script);
-  // A quoted value over several lines (GPT_ARGS="\n --num-layers 32 \\\n ...\n"): its name, the
-  // value so far (continuations joined), and its quote.
-  std::optional<std::pair<std::string, std::string>> pending;
-  char pendingQuote = 0;
-  // A bash array (NAME=( ... ) or NAME+=( ... ), over lines): its elements as written, quotes kept,
-  // stored as NAME[@] and NAME[*] so that ${NAME[@]} expands to them (NVIDIA's Megatron-LM scripts).
-  // (Matched by hand, not std::regex: its recursion overflows the stack on a long line.)
-  auto arrayStart = [](const std::string& text) -> std::optional<std::tuple<std::string, bool, std::string>> {
-    std::size_t at = text.find_first_not_of(" \t");
-    if (at == std::string::npos) return std::nullopt;
-    if (text.compare(at, 7, "export ") == 0) at = text.find_first_not_of(" \t", at + 7);
-    if (at == std::string::npos || !identifierStart(text[at])) return std::nullopt;
-    std::size_t end = at;
-    while (end < text.size() && identifierChar(text[end])) ++end;
-    const bool append = end < text.size() && text[end] == '+';
-    const std::size_t eq = end + (append ? 1 : 0);
-    if (eq + 1 >= text.size() || text[eq] != '=' || text[eq + 1] != '(') return std::nullopt;
-    return std::make_tuple(text.substr(at, end - at), append, text.substr(eq + 2));
-  };
-  std::optional<std::string> arrayName;
-  std::string arrayValue;
-  auto arrayPart = [&](const std::string& text) {
-    // The part up to a closing ) outside quotes; true when it closes the array.
-    char quote = 0;
-    for (std::size_t i = 0; i < text.size(); ++i) {
-      const char c = text[i];
-      if ((c == '"' || c == '\'') && (quote == 0 || quote == c)) quote = quote == 0 ? c : 0;
-      if (c == ')' && quote == 0) {
-        arrayValue += " " + text.substr(0, i);
-        return true;
-      }
-      if (c == '#' && quote == 0 && (i == 0 || std::isspace(static_cast<unsigned char>(text[i - 1])))) {
-        arrayValue += " " + text.substr(0, i);  // a comment ends the line
-        return false;
-      }
-    }
-    std::string part = text;
-    while (!part.empty() && (std::isspace(static_cast<unsigned char>(part.back())) || part.back() == '\\')) part.pop_back();
-    arrayValue += " " + part;
-    return false;
-  };
-  auto closeArray = [&]() {
-    vars[*arrayName + "[@]"] = arrayValue;
-    vars[*arrayName + "[*]"] = arrayValue;
-    arrayName.reset();
-  };
+  std::optional<OpenValue> open;
   for (std::string line; std::getline(in, line);) {
-    if (arrayName) {
-      const auto first = line.find_first_not_of(" \t");
-      if (first == std::string::npos || line[first] != '#') {
-        auto expanded = substitute(line, vars);
-        if (!expanded) return fail(expanded.error());
-        if (arrayPart(*expanded)) closeArray();
-        out += *expanded + "\n";
-      } else {
-        out += line + "\n";
-      }
-      continue;
-    }
-    if (pending) {
-      auto expanded = substitute(line, vars);
-      if (!expanded) return fail(expanded.error());
-      std::string part = *expanded;
-      const std::size_t close = part.find(pendingQuote);
-      if (close != std::string::npos) part.resize(close);
-      while (!part.empty() && (std::isspace(static_cast<unsigned char>(part.back())) || part.back() == '\\')) part.pop_back();
-      pending->second += " " + part;
-      if (close != std::string::npos) {
-        vars[pending->first] = pending->second;
-        pending.reset();
-      }
-      out += *expanded + "\n";
-      continue;
-    }
     const auto first = line.find_first_not_of(" \t");
-    if (first != std::string::npos && line[first] == '#') {
+    const bool comment = first != std::string::npos && line[first] == '#';
+    // A comment line is one, but inside a quoted value (where # is text).
+    if (comment && (!open || open->isArray())) {
       out += line + "\n";
       continue;
     }
     auto expanded = substitute(line, vars);
     if (!expanded) return fail(expanded.error());
-    if (const auto array = arrayStart(*expanded)) {
-      const auto& [name, append, rest] = *array;
-      arrayName = name;
-      const auto it = vars.find(name + "[@]");
-      arrayValue = append && it != vars.end() ? it->second : "";
-      if (arrayPart(rest)) closeArray();
-      out += *expanded + "\n";
+    out += *expanded + "\n";
+    if (open) {
+      if (open->take(*expanded)) {
+        open->store(vars);
+        open.reset();
+      }
       continue;
     }
-    if (const auto a = assignmentOf(*expanded)) {
-      // Arrays stay as written, and so does a quoted value that goes on over more lines (its name is
-      // then left unexpanded where it is used, not replaced by a stray quote).
-      const std::string& v = a->second;
-      const bool open = !v.empty() && (v.front() == '"' || v.front() == '\'') && (v.size() == 1 || v.back() != v.front());
-      if ((v.empty() || v.front() != '(') && !open) vars[a->first] = v;
-      if (open && v.find(v.front(), 1) == std::string::npos) {
-        std::string opening = v.substr(1);
-        while (!opening.empty() && (std::isspace(static_cast<unsigned char>(opening.back())) || opening.back() == '\\')) opening.pop_back();
-        pending = std::make_pair(a->first, opening);
-        pendingQuote = v.front();
+    const auto head = assignmentHead(*expanded);
+    if (!head) continue;
+    if (head->rest.starts_with("(")) {
+      const auto before = vars.find(head->name + "[@]");
+      open = OpenValue::array(head->name, head->append && before != vars.end() ? before->second : "");
+      if (open->take(head->rest.substr(1))) {
+        open->store(vars);
+        open.reset();
       }
+      continue;
     }
-    out += *expanded + "\n";
+    if (head->append) continue;  // NAME+=text: not followed
+    // A quoted value that goes on over more lines is set once it closes (until then its name is left
+    // unexpanded where it is used, not replaced by a stray quote); one that holds quotes of its own is
+    // left unset.
+    const std::string v = valueOf(head->rest);
+    const bool unclosed = !v.empty() && (v.front() == '"' || v.front() == '\'') && (v.size() == 1 || v.back() != v.front());
+    if (!unclosed) {
+      vars[head->name] = v;
+    } else if (v.find(v.front(), 1) == std::string::npos) {
+      open = OpenValue::quoted(head->name, v.front());
+      (void)open->take(v.substr(1));
+    }
   }
   return out;
 }
