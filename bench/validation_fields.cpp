@@ -113,10 +113,10 @@ Result<ClusterSpec> clusterOf(const Json& hw, const Settings& set, const std::st
   }
   if (memoryGb > 0) cluster->gpu.memoryBytes = memoryGb * 1024.0 * 1024.0 * 1024.0;
   if (set.run.contains("gpu_memory_GiB")) cluster->gpu.memoryBytes = set.run["gpu_memory_GiB"].get<double>() * 1024 * 1024 * 1024;
-  // A row's GPUs per node set the NVLink domain, but on an NVL72 rack, whose domain is the rack's, whatever
-  // the compute tray (4 GPUs) or the row calls a node (scaleCluster sizes it to the job).
+  // A row's GPUs per node set the NVLink domain, but on an NVLink domain of several hosts (NVL72: its
+  // compute trays of 4), whatever the row calls a node (scaleCluster sizes the domain to the job).
   const auto gpn = number(hw, "gpus_per_node");
-  const bool rackDomain = has(lower(cluster->name), "nvl72");
+  const bool rackDomain = cluster->hostGpus() < cluster->gpusPerNode;
   if (gpn && *gpn >= 1 && static_cast<std::int64_t>(*gpn) != cluster->gpusPerNode && !rackDomain) {
     cluster->gpusPerNode = static_cast<std::int64_t>(*gpn);
     for (auto& l : cluster->links) {
@@ -299,8 +299,11 @@ std::vector<StagePlan> balancedStages(std::int64_t layers, std::int64_t chunks) 
     return n;
   };
   auto n = spread(layers + 2, 1);
+  // An end chunk may be empty only in Megatron's own split (the embedding and the loss make the count
+  // divide); otherwise every chunk holds a layer.
+  const bool megatronSplit = (layers + 2) % chunks == 0 && chunks > 2;
   const bool middleEmpty = chunks > 2 && *std::min_element(n.begin() + 1, n.end() - 1) < 1;
-  if (middleEmpty || std::min(n.front(), n.back()) < 0 || (chunks <= 2 && std::min(n.front(), n.back()) < 1)) n = spread(layers, 0);
+  if (middleEmpty || std::min(n.front(), n.back()) < (megatronSplit ? 0 : 1)) n = spread(layers, 0);
   std::vector<StagePlan> stages;
   for (const auto count : n) {
     StagePlan st;

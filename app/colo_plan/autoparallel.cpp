@@ -217,7 +217,7 @@ const std::vector<OptionSpec>& autoParallelSpecs() {
       {"vpp", "V", "model chunks per stage: 1 for plain 1F1B, more for the interleaved schedule (default: 1, 2, 3, 4, 6 and 8 where they divide the layers)"},
       {"max-memory-fraction", "F", "memory budget as a share of GPU memory (default 0.95)"},
       {"memory-gib", "GIB", "memory budget per GPU in GiB (overrides the fraction)"},
-      {"precision", "P", "bf16, fp16, fp8, fp32 or tf32 (fp32 states, TF32 matmuls) (default: bf16, or fp16 on GPUs without bf16)"},
+      {"precision", "P", "bf16, fp16, fp8, fp4 (Blackwell), fp32 or tf32 (fp32 states, TF32 matmuls) (default: bf16, or fp16 on GPUs without bf16)"},
       {"no-offload", "", "keep activations, optimizer states and weights on the GPU"},
       {"no-weight-offload", "", "keep the weights on the GPU (activations and optimizer states may still go)"},
       {"solver-only", "", "do not count Megatron's split among the joint candidates (shows what the per-operator solve finds alone)"},

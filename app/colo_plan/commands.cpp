@@ -22,7 +22,7 @@ const std::vector<OptionSpec>& inspectOptions() {
       {"gpus", "N", "scale the cluster to N GPUs (whole nodes, or a divisor of one node)"},
       {"seq-len", "S", "tokens per sample (default: the model's seq_len or context size)"},
       {"batch", "B", "samples the op table is computed for (default 1)"},
-      {"precision", "P", "bf16, fp16, fp8, fp32 or tf32: activation and model-state bytes (default: bf16, or fp16 on GPUs without bf16)"},
+      {"precision", "P", "bf16, fp16, fp8, fp4 (Blackwell), fp32 or tf32: activation and model-state bytes (default: bf16, or fp16 on GPUs without bf16)"},
       {"json", "", "print one JSON object instead of text"},
       {"help", "", "show this help"},
   };

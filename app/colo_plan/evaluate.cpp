@@ -45,7 +45,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"recompute-layers", "N", "recompute only the first N layers of each pipeline chunk"},
       {"stages", "L1,L2,..", "layers of each pipeline chunk (default: even split)"},
       {"schedule", "S", "gpipe, 1f1b (default; interleaved when --vpp > 1), interleaved, zb"},
-      {"precision", "P", "bf16, fp16, fp8, fp32 or tf32 (fp32 states, TF32 matmuls) (default: bf16, or fp16 on GPUs without bf16)"},
+      {"precision", "P", "bf16, fp16, fp8, fp4 (Blackwell), fp32 or tf32 (fp32 states, TF32 matmuls) (default: bf16, or fp16 on GPUs without bf16)"},
       {"float8-recipe", "R", "with --precision fp8, how linears are cast: transformer_engine (default; casts fused), or torchao's tensorwise, rowwise, rowwise_with_gw_hp (torchtitan's float8.recipe_name)"},
       {"attention", "A", "flash (default: the GPU's fastest fused kernels), flash2 (FlashAttention-2's, PyTorch SDPA) or unfused"},
       {"no-overlap-grad-reduce", "", "do not overlap data-parallel gradient reduction with backward"},
@@ -659,7 +659,7 @@ Result<EvaluateReport> evaluateWithExtras(Plan plan, const Args& args, const cos
 constexpr const char* kEvaluateUsage =
     "usage: colo-plan evaluate --model M --cluster C [--gpus N] --tp T --pp P --dp D [--cp C] [--ep E] [--etp T]\n"
     "         [--vpp V] [--sp] --mbs B --gbs G [--seq-len S] [--zero 0|1|2|3] [--optimizer adamw|lamb|lars] [--recompute none|selective|full|op]\n"
-    "         [--schedule gpipe|1f1b|interleaved|zb] [--precision bf16|fp16|fp8|fp32]\n"
+    "         [--schedule gpipe|1f1b|interleaved|zb] [--precision bf16|fp16|fp8|fp4|fp32]\n"
     "         [--float8-recipe transformer_engine|tensorwise|rowwise|rowwise_with_gw_hp] [--json]\n"
     "       colo-plan evaluate --plan plan.json [--json]\n\n"
     "Predicts the step time and per-GPU memory of one plan, with where the time and memory go.\n\n";

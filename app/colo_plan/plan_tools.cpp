@@ -41,7 +41,7 @@ int runCompare(const std::vector<std::string>& argv, std::ostream& out, std::ost
       {"seq-len", "S", "tokens per sample"},
       {"baseline", "B", "megatron (default), zero3 or ddp"},
       {"max-memory-fraction", "F", "memory budget as a share of GPU memory (default 0.95)"},
-      {"precision", "P", "bf16, fp16, fp8, fp32 or tf32 (fp32 states, TF32 matmuls) (default: bf16, or fp16 on GPUs without bf16)"},
+      {"precision", "P", "bf16, fp16, fp8, fp4 (Blackwell), fp32 or tf32 (fp32 states, TF32 matmuls) (default: bf16, or fp16 on GPUs without bf16)"},
       {"json", "", "print one JSON object"},
       {"help", "", "show this help"}};
   for (auto& o : budgetOptions()) specs.push_back(std::move(o));

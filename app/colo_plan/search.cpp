@@ -35,7 +35,7 @@ const std::vector<OptionSpec>& searchOptions() {
       {"top", "K", "how many plans to list (default 10)"},
       {"fix", "K=V,..", "hold settings fixed: tp, pp, dp, cp, ep, etp (the experts' tp), vpp, mbs, zero (e.g. tp=8,pp=4)"},
       {"max-memory-fraction", "F", "a plan fits when its peak is at most F of GPU memory (default 0.95)"},
-      {"precision", "P", "bf16, fp16, fp8, fp32 or tf32 (fp32 states, TF32 matmuls) (default: bf16, or fp16 on GPUs without bf16)"},
+      {"precision", "P", "bf16, fp16, fp8, fp4 (Blackwell), fp32 or tf32 (fp32 states, TF32 matmuls) (default: bf16, or fp16 on GPUs without bf16)"},
       {"attention", "A", "flash (default: the GPU's fastest fused kernels), flash2 (FlashAttention-2's, PyTorch SDPA) or unfused"},
       {"fused-cross-entropy", "", "the loss reads the 16-bit logits in one kernel, without an fp32 copy (flash-attn's, LLM Foundry's default, Liger)"},
       {"cross-entropy-in-place", "", "with --fused-cross-entropy: the loss writes the logits' gradient into them (Transformer Engine's, Megatron's --cross-entropy-fusion-impl te)"},

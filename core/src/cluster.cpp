@@ -96,6 +96,9 @@ Result<void> validateCluster(const ClusterSpec& c, const std::string& file) {
   if (c.gpusPerNode > limits::kMaxGpus) {
     return bad("/gpus_per_node", "must be at most " + std::to_string(limits::kMaxGpus) + ", got " + std::to_string(c.gpusPerNode));
   }
+  if (c.gpusPerHost < 0 || (c.gpusPerHost > 0 && c.gpusPerNode % c.gpusPerHost != 0)) {
+    return bad("/gpus_per_host", "must divide gpus_per_node " + std::to_string(c.gpusPerNode) + ", got " + std::to_string(c.gpusPerHost));
+  }
   if (c.totalGpus() > limits::kMaxGpus) {
     return bad("/nodes", "nodes x gpus_per_node = " + std::to_string(c.totalGpus()) + " GPUs, more than the " +
                              std::to_string(limits::kMaxGpus) + " colo plans for");
@@ -176,15 +179,33 @@ Result<ClusterSpec> scaleCluster(const ClusterSpec& cluster, std::int64_t gpus) 
   }
   ClusterSpec out = cluster;
   const std::int64_t oldTotal = cluster.totalGpus();
-  // A rack-scale NVLink domain (GB200/GB300 NVL72: 72 GPUs behind NVLink switch trays, handed out by
-  // compute trays) need not be taken whole: a job whose GPU count it does not divide runs in equal
-  // domains of the largest size that divides the count and fits one rack (64 GPUs: one domain of 64;
-  // 128: two of 64).
-  const bool rackDomain = cluster.gpusPerNode > 8 && !cluster.links.empty() && cluster.links.front().kind == LinkKind::kNvSwitch &&
-                          cluster.links.front().spanGpus == cluster.gpusPerNode;
-  if (rackDomain && gpus % cluster.gpusPerNode != 0 && cluster.gpusPerNode % gpus != 0) {
-    std::int64_t domain = std::min(gpus, cluster.gpusPerNode);
-    while (gpus % domain != 0) --domain;
+  // A node whose NVLink domain spans several hosts (gpus_per_host: GB200/GB300 NVL72, compute trays of
+  // 4) is handed out by hosts, so a job may take part of it: whole hosts, in equal domains, the largest
+  // that divide the job and hold at least half a node (64 GPUs on NVL72: one domain of 64; 128: two of
+  // 64; 144: two of 72).
+  const std::int64_t host = cluster.hostGpus();
+  const bool byHosts = host < cluster.gpusPerNode;
+  auto domainOf = [&](std::int64_t n) -> std::int64_t {
+    if (n % cluster.gpusPerNode == 0) return cluster.gpusPerNode;
+    if (n % host != 0) return 0;
+    if (n < cluster.gpusPerNode) return n;
+    for (std::int64_t d = cluster.gpusPerNode - cluster.gpusPerNode % host; 2 * d >= cluster.gpusPerNode; d -= host) {
+      if (n % d == 0) return d;
+    }
+    return 0;
+  };
+  if (byHosts && gpus % cluster.gpusPerNode != 0 && !(gpus < host && host % gpus == 0)) {
+    const std::int64_t domain = domainOf(gpus);
+    if (domain == 0) {
+      std::int64_t below = gpus - 1, above = gpus + 1;
+      while (below > 0 && domainOf(below) == 0) --below;
+      while (domainOf(above) == 0) ++above;
+      return fail(Error::badInput("--gpus " + std::to_string(gpus) + " on " + cluster.name + ": its NVLink domains of " +
+                                  std::to_string(cluster.gpusPerNode) + " GPUs are handed out by hosts of " + std::to_string(host) +
+                                  ", and " + std::to_string(gpus) + " GPUs make neither one domain of whole hosts nor equal ones of at least " +
+                                  std::to_string((cluster.gpusPerNode + 1) / 2) + " GPUs (try --gpus " +
+                                  (below > 0 ? std::to_string(below) + " or " : std::string()) + std::to_string(above) + ")"));
+    }
     out.nodes = gpus / domain;
     out.gpusPerNode = domain;
   } else if (gpus < cluster.gpusPerNode) {
@@ -195,6 +216,7 @@ Result<ClusterSpec> scaleCluster(const ClusterSpec& cluster, std::int64_t gpus) 
     }
     out.nodes = 1;
     out.gpusPerNode = gpus;
+    if (gpus <= host) out.gpusPerHost = 0;  // part of one host
   } else {
     if (gpus % cluster.gpusPerNode != 0) {
       return fail(Error::badInput("--gpus " + std::to_string(gpus) + " is not a whole number of nodes of " +
@@ -220,7 +242,7 @@ Result<ClusterSpec> scaleCluster(const ClusterSpec& cluster, std::int64_t gpus) 
   }
   out.links = std::move(links);
   if (gpus != oldTotal) out.name = cluster.name + " (scaled to " + std::to_string(gpus) + (gpus == 1 ? " GPU)" : " GPUs)");
-  if (rackDomain && out.gpusPerNode != cluster.gpusPerNode && out.nodes > 1) {
+  if (byHosts && out.gpusPerNode != cluster.gpusPerNode && out.nodes > 1) {
     out.name = cluster.name + " (scaled to " + std::to_string(gpus) + " GPUs in " + std::to_string(out.nodes) + " NVLink domains of " +
                std::to_string(out.gpusPerNode) + ")";
   }
@@ -237,6 +259,7 @@ Result<ClusterSpec> clusterFromJson(const Json& document, const std::string& fil
     c.source = r.string("source", "");
     c.nodes = r.boundedInteger("nodes", 1, limits::kMaxGpus);
     c.gpusPerNode = r.boundedInteger("gpus_per_node", 1, limits::kMaxGpus);
+    if (r.json().contains("gpus_per_host")) c.gpusPerHost = r.boundedInteger("gpus_per_host", 1, limits::kMaxGpus);
     const JsonReader g = r.object("gpu");
     c.gpu.name = g.string("name");
     c.gpu.memoryBytes = g.positiveNumber("memory_GiB") * kGiB;
@@ -308,6 +331,7 @@ Json clusterToJson(const ClusterSpec& c) {
   if (!c.source.empty()) j["source"] = c.source;
   j["nodes"] = c.nodes;
   j["gpus_per_node"] = c.gpusPerNode;
+  if (c.gpusPerHost > 0) j["gpus_per_host"] = c.gpusPerHost;
   Json peaks = Json::object();
   for (const auto& [dtype, flops] : c.gpu.peakFlopsPerSecond) peaks[toString(dtype)] = tidy(flops / 1e12);
   j["gpu"] = {{"name", c.gpu.name},

@@ -39,7 +39,7 @@ Result<void> checkRunnable(const Plan& plan) {
   const ModelSpec& m = *plan.model.spec;
   if (plan.precision == DType::kFp16 || plan.precision == DType::kFp8 || plan.precision == DType::kFp4) {
     return bad("precision " + toString(plan.precision) + ": the executor trains in fp32 or bf16 mixed precision (fp16 needs loss "
-               "scaling, fp8 a scaling recipe; neither is implemented)");
+               "scaling, fp8 and fp4 a scaling recipe; neither is implemented)");
   }
   if (m.moe.enabled()) {
     if (p.cp > 1) return bad("parallel.cp = " + std::to_string(p.cp) + ": the executor's MoE layers run without context parallelism");

@@ -13,6 +13,9 @@ namespace {
 // stages (uneven first and last through --decoder-first/last-pipeline-num-layers).
 bool flagsExpressSplit(const Plan& p) {
   const auto& st = p.stages;
+  // A chunk without a transformer layer (the embedding or the loss alone): Megatron refuses a first or
+  // last stage of 0 layers, so the layout says it.
+  if (std::any_of(st.begin(), st.end(), [](const StagePlan& c) { return c.layers == 0; })) return false;
   if (p.parallel.virtualStages > 1) {
     return std::all_of(st.begin(), st.end(), [&](const StagePlan& c) { return c.layers == st.front().layers; });
   }
@@ -288,7 +291,8 @@ std::string deepspeed(const Plan& p) {
   j["train_micro_batch_size_per_gpu"] = p.microBatchSize;
   j["gradient_accumulation_steps"] = p.numMicroBatches();
   j["gradient_clipping"] = 1.0;
-  j["bf16"] = {{"enabled", p.precision == DType::kBf16}};
+  const bool lowBits = p.precision == DType::kFp8 || p.precision == DType::kFp4;
+  j["bf16"] = {{"enabled", p.precision == DType::kBf16 || lowBits}};
   j["fp16"] = {{"enabled", p.precision == DType::kFp16}};
   Json zero = {{"stage", p.zeroStage}, {"overlap_comm", p.execution.overlapGradReduce}, {"contiguous_gradients", true}};
   if (p.offload.optimizerFraction > 0) {
@@ -313,6 +317,11 @@ std::string deepspeed(const Plan& p) {
     comment += "; the plan was costed with ZeRO-3 gathering one parameter at a time (DeepSpeed v0.3.13 to v0.5.4): "
                "DeepSpeed from v0.5.5 batches its gathers and runs faster than predicted";
   }
+  if (lowBits) {
+    comment += "; the plan runs its linear layers' GEMMs in " + toString(p.precision) +
+               " (Transformer Engine), which a DeepSpeed config cannot say: bf16 here, the " + toString(p.precision) +
+               " GEMMs only where the model's code uses Transformer Engine's layers";
+  }
   j["comment"] = comment;
   return j.dump(2) + "\n";
 }
@@ -333,6 +342,11 @@ std::string colossalai(const Plan& p) {
       o << "# note: Colossal-AI takes one layer count per stage, not per model chunk: the plan's uneven chunks ("
         << unevenStages << " layers) run here as its default split, which colo costs otherwise\n";
     }
+  }
+  if (p.precision == DType::kFp8 || p.precision == DType::kFp4) {
+    o << "# note: the plan runs its linear layers' GEMMs in " << toString(p.precision)
+      << " (Transformer Engine); the plugin's precision is bf16 (its fp8_communication casts collectives only), so this job "
+         "runs them at 16 bits, slower than colo's prediction\n";
   }
   if (q.cp > 1 && (p.execution.cpCommType == CpCommType::kA2aP2p || p.execution.cpCommType == CpCommType::kAllGather)) {
     o << "# note: Colossal-AI's sequence modes are ring_attn and all_to_all; the plan's " << toString(p.execution.cpCommType)
@@ -383,26 +397,34 @@ std::string colossalai(const Plan& p) {
 std::string launcher(const Plan& p, bool slurm, const std::string& planFile) {
   std::ostringstream o;
   const auto& c = p.cluster;
+  // torchrun and SLURM count hosts, which on an NVLink domain of several hosts (NVL72) are its trays.
+  const std::int64_t perHost = c.hostGpus();
+  const std::int64_t hosts = c.totalGpus() / perHost;
   o << "#!/usr/bin/env bash\n";
   if (slurm) {
-    o << "#SBATCH --job-name=colo-run\n#SBATCH --nodes=" << c.nodes << "\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node="
-      << c.gpusPerNode << "\n#SBATCH --exclusive\n";
+    o << "#SBATCH --job-name=colo-run\n#SBATCH --nodes=" << hosts << "\n#SBATCH --ntasks-per-node=1\n#SBATCH --gpus-per-node="
+      << perHost << "\n#SBATCH --exclusive\n";
+    if (perHost < c.gpusPerNode) {
+      o << "# The plan costs NVLink domains of " << c.gpusPerNode << " GPUs (" << c.gpusPerNode / perHost
+        << " hosts each): have the scheduler keep each domain's hosts in one NVLink rack (e.g. SLURM's topology/block plugin, "
+           "--segment=" << c.gpusPerNode / perHost << ").\n";
+    }
   }
-  o << "# Launches colo-run on " << c.totalGpus() << " GPUs (" << c.nodes << " nodes x " << c.gpusPerNode
+  o << "# Launches colo-run on " << c.totalGpus() << " GPUs (" << hosts << " nodes x " << perHost
     << ") for the plan " << planFile << ".\n"
     << "# colo-run reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT as torchrun sets them.\n"
     << "set -euo pipefail\n";
   if (slurm) {
     o << "MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -n 1)\n"
       << "MASTER_PORT=${MASTER_PORT:-29500}\n"
-      << "srun torchrun --nnodes " << c.nodes << " --nproc-per-node " << c.gpusPerNode
+      << "srun torchrun --nnodes " << hosts << " --nproc-per-node " << perHost
       << " --rdzv-backend c10d --rdzv-endpoint \"$MASTER_ADDR:$MASTER_PORT\" --rdzv-id \"$SLURM_JOB_ID\" \\\n"
       << "  --no-python colo-run \"" << planFile << "\" \"$@\"\n";
   } else {
     o << ": \"${MASTER_ADDR:?set MASTER_ADDR to the first node's address}\"\n"
       << "MASTER_PORT=${MASTER_PORT:-29500}\n"
-      << "NODE_RANK=${NODE_RANK:?set NODE_RANK on each node (0.." << c.nodes - 1 << ")}\n"
-      << "torchrun --nnodes " << c.nodes << " --nproc-per-node " << c.gpusPerNode
+      << "NODE_RANK=${NODE_RANK:?set NODE_RANK on each node (0.." << hosts - 1 << ")}\n"
+      << "torchrun --nnodes " << hosts << " --nproc-per-node " << perHost
       << " --node-rank \"$NODE_RANK\" --master-addr \"$MASTER_ADDR\" --master-port \"$MASTER_PORT\" \\\n"
       << "  --no-python colo-run \"" << planFile << "\" \"$@\"\n";
   }

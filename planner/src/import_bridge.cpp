@@ -180,7 +180,12 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   // "e4m3", bf16_with_nvfp4_mixed fp4 "e2m1" (src/megatron/bridge/training/mixed_precision.py).
   const auto fp8 = get({"mixed_precision"}, "fp8");
   const auto fp4 = get({"mixed_precision"}, "fp4");
-  auto stated = [](const std::optional<std::string>& v) { return v && *v != "false" && *v != "null" && *v != "None" && *v != "~"; };
+  auto stated = [](const std::optional<std::string>& v) {
+    if (!v) return false;
+    std::string t = *v;
+    std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return t != "false" && t != "null" && t != "none" && t != "~" && !t.empty();
+  };
   if (stated(fp8)) args << "--fp8-format " << *fp8 << "\n";
   else if (presetName.find("mxfp8") != std::string::npos) args << "--fp8-format e4m3\n";
   else if (presetName.find("fp8") != std::string::npos) args << "--fp8-format hybrid\n";

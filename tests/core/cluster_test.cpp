@@ -92,6 +92,15 @@ TEST(Cluster, ARackScaleNvlinkDomainIsSizedToTheJob) {
       EXPECT_EQ(s->links.back().spanGpus, gpus) << name << " " << gpus;
       EXPECT_EQ(s->links.size(), nodes > 1 ? 2u : 1u) << name << " " << gpus;
     }
+    // A rack's domains are handed out by hosts (compute trays of 4), in equal domains of at least half a
+    // rack: 97 or 146 GPUs make none, and the error names counts that do.
+    for (const auto& [gpus, suggestion] : std::vector<std::pair<int, const char*>>{{97, "try --gpus 96 or 104"}, {146, "try --gpus 144 or 156"}, {18, "try --gpus 16 or 20"}}) {
+      auto refused = scaleCluster(rack, gpus);
+      ASSERT_FALSE(refused) << name << " " << gpus;
+      EXPECT_NE(refused.error().message.find(suggestion), std::string::npos) << refused.error().message;
+    }
+    EXPECT_EQ(scaleCluster(rack, 2)->gpusPerHost, 0);  // part of one tray
+    EXPECT_EQ(scaleCluster(rack, 128)->hostGpus(), 4);
     // One rack file alone has no network to join two domains with.
     EXPECT_FALSE(scaleCluster(library(std::string(name).substr(0, std::string(name).size() - 3)), 128));
   }

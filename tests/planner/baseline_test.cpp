@@ -310,6 +310,48 @@ TEST(Export, TheBestPlanOfEveryNewFamilyPassesTheToolsChecks) {
   }
 }
 
+TEST(Export, NvlinkRacksLaunchByHostsAndLowBitPlansSayWhatTheToolsCannot) {
+  // 128 GPUs of GB300 NVL72 racks run in two NVLink domains of 64, but torchrun and SLURM count hosts:
+  // 32 compute trays of 4, each domain's 16 kept in one rack.
+  Plan rack = exportPlanOf("llama3-70b", "gb300-nvl72-x8", 128, 4, 2, 1, 1, 1, 256, RecomputePolicy::kNone);
+  ASSERT_TRUE(validatePlan(rack)) << validatePlan(rack).error().toString();
+  EXPECT_EQ(rack.cluster.nodes, 2);
+  const auto slurm = exportPlan(rack, ExportFormat::kSlurm, "plan.json");
+  ASSERT_TRUE(slurm) << slurm.error().toString();
+  for (const char* line : {"#SBATCH --nodes=32", "#SBATCH --gpus-per-node=4", "--nnodes 32 --nproc-per-node 4", "--segment=16"}) {
+    EXPECT_NE(slurm->find(line), std::string::npos) << line << "\n" << *slurm;
+  }
+  const auto torchrun = exportPlan(rack, ExportFormat::kTorchrun, "plan.json");
+  ASSERT_TRUE(torchrun);
+  EXPECT_NE(torchrun->find("NODE_RANK on each node (0..31)"), std::string::npos) << *torchrun;
+  // A first or last chunk without a layer goes to Megatron as a layout (it refuses a first or last
+  // stage of 0 layers), and passes the checks.
+  Plan ends = exportPlanOf("llama3-8b", "dgx-h100", 8, 1, 4, 1, 1, 1, 64, RecomputePolicy::kNone);
+  ends.stages = {{0, RecomputePolicy::kNone, 0}, {16, RecomputePolicy::kNone, 0}, {16, RecomputePolicy::kNone, 0}, {0, RecomputePolicy::kNone, 0}};
+  ASSERT_TRUE(validatePlan(ends)) << validatePlan(ends).error().toString();
+  const auto megatron = exportPlan(ends, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(megatron) << megatron.error().toString();
+  EXPECT_EQ(megatron->find("--decoder-first-pipeline-num-layers"), std::string::npos) << *megatron;
+  EXPECT_NE(megatron->find("--pipeline-model-parallel-layout \"E|t*16|t*16|L\""), std::string::npos) << *megatron;
+  auto problems = checkExport(ends, ExportFormat::kMegatron, *megatron);
+  ASSERT_TRUE(problems) << problems.error().toString();
+  for (const auto& problem : *problems) ADD_FAILURE() << problem.rule << ": " << problem.message;
+  // An fp4 plan: Megatron runs it (--fp4-format e2m1); a DeepSpeed config and a Colossal-AI plugin cannot
+  // say 4-bit GEMMs, so they train in bf16 and say so.
+  Plan fp4 = exportPlanOf("llama3-8b", "dgx-b200", 8, 1, 1, 1, 1, 1, 64, RecomputePolicy::kNone);
+  fp4.precision = DType::kFp4;
+  ASSERT_TRUE(validatePlan(fp4)) << validatePlan(fp4).error().toString();
+  const auto ds = exportPlan(fp4, ExportFormat::kDeepSpeed, "plan.json");
+  ASSERT_TRUE(ds);
+  const Json config = Json::parse(*ds);
+  EXPECT_TRUE(config["bf16"]["enabled"].get<bool>());
+  EXPECT_NE(config["comment"].get<std::string>().find("in fp4 (Transformer Engine)"), std::string::npos) << *ds;
+  const auto cai = exportPlan(fp4, ExportFormat::kColossalAi, "plan.json");
+  ASSERT_TRUE(cai);
+  EXPECT_NE(cai->find("precision=\"bf16\""), std::string::npos);
+  EXPECT_NE(cai->find("# note: the plan runs its linear layers' GEMMs in fp4"), std::string::npos) << *cai;
+}
+
 TEST(Export, TheCheckerCatchesWhatTheToolsRefuse) {
   const Json megatronSchema = *loadExportSchema("megatron-lm");
   const Plan p = exportPlanOf("llama3-8b", "dgx-h100", 8, 2, 2, 1, 1, 1, 64, RecomputePolicy::kNone);

@@ -1130,6 +1130,8 @@ TEST(Import, MegatronBridgeOverridesAndMixtureOfExperts) {
   for (const auto& [section, expected] : std::vector<std::pair<std::string, DType>>{
            {"mixed_precision:\n  bf16: true\n  fp8: null\n  fp4: e2m1\n", DType::kFp4},
            {"mixed_precision:\n  bf16: true\n  fp8: null\n  fp4: null\n", DType::kBf16},
+           {"mixed_precision:\n  bf16: true\n  fp8: False\n  fp4: FALSE\n", DType::kBf16},
+           {"mixed_precision:\n  bf16: true\n  fp8: None\n", DType::kBf16},
            {"mixed_precision:\n  bf16: true\n  fp8: hybrid\n", DType::kFp8}}) {
     std::string stated = overrides;
     stated.replace(stated.find("mixed_precision: bf16_mixed\n"), std::string("mixed_precision: bf16_mixed\n").size(), section);

@@ -90,6 +90,10 @@ struct ClusterSpec {
   std::string source;             ///< where the figures come from (optional)
   std::int64_t nodes = 1;
   std::int64_t gpusPerNode = 1;
+  /// GPUs per host (what a scheduler and torchrun call a node), when a node's NVLink domain spans
+  /// several hosts (GB200/GB300 NVL72: 72 GPUs, compute trays of 4); 0: the node is one host. Such a
+  /// domain is allocated by hosts, so a job may take part of it (scaleCluster).
+  std::int64_t gpusPerHost = 0;
   GpuSpec gpu;
   std::vector<LinkLevel> links;   ///< innermost first
   double hostMemoryBytes = 0;     ///< per node, for CPU offload
@@ -98,6 +102,8 @@ struct ClusterSpec {
   double nvmeCapacityBytes = 0;   ///< per node
 
   [[nodiscard]] std::int64_t totalGpus() const { return nodes * gpusPerNode; }
+  /// GPUs per host: gpusPerHost when set, else a node is one host.
+  [[nodiscard]] std::int64_t hostGpus() const { return gpusPerHost > 0 ? gpusPerHost : gpusPerNode; }
   /// The innermost level that joins GPUs `a` and `b` (global ranks in node-major order); the last
   /// level when they are in different nodes.
   [[nodiscard]] const LinkLevel& levelBetween(std::int64_t a, std::int64_t b) const;
