@@ -270,7 +270,7 @@ Result<void> checkExecution(const Rules& r) {
                                                "main_grad), got " + toString(x.gradAccumulation));
   }
   if (x.gradReduceBf16) {
-    const bool bf16 = plan.precision == DType::kBf16 || plan.precision == DType::kFp8 || plan.precision == DType::kFp4;
+    const bool bf16 = plan.precision == DType::kBf16 || quantizedGemms(plan.precision);
     const bool buffer = x.gradAccumulation == GradAccumulation::kFused || x.gradAccumulation == GradAccumulation::kMainGrad;
     if (!bf16 || !buffer || x.fp32Params) {
       return r.bad("/execution/grad_reduce_in_bf16", "is Megatron's bf16 gradient buffer: it needs bf16, fp8 or fp4 precision, grad_accumulation "

@@ -37,7 +37,7 @@ Result<void> checkRunnable(const Plan& plan) {
   }
   if (auto ok = checkRunnableModel(plan.model); !ok) return ok;
   const ModelSpec& m = *plan.model.spec;
-  if (plan.precision == DType::kFp16 || plan.precision == DType::kFp8 || plan.precision == DType::kFp4) {
+  if (plan.precision == DType::kFp16 || quantizedGemms(plan.precision)) {
     return bad("precision " + toString(plan.precision) + ": the executor trains in fp32 or bf16 mixed precision (fp16 needs loss "
                "scaling, fp8 and fp4 a scaling recipe; neither is implemented)");
   }

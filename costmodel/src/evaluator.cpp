@@ -26,7 +26,7 @@ constexpr int kTransformerEngineStreams = 4;
 // activations, their communication and what backward saves in bf16, but for the fp8 copy of each
 // linear layer's input that Transformer Engine keeps for the weight gradient: layer_cost.cpp).
 std::int64_t activationBytesOf(DType precision) {
-  return precision == DType::kFp8 || precision == DType::kFp4 ? 2 : bytesPerElement(precision);
+  return quantizedGemms(precision) ? 2 : bytesPerElement(precision);
 }
 
 // Where offloaded states live, per node, and whether the node holds them (Evaluation::fitsHost).

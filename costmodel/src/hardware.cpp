@@ -114,7 +114,7 @@ DeviceModel deviceModel(const GpuSpec& gpu, DType precision, bool flashAttention
   if (precision == DType::kFp32) d.gemmEfficiency = 0.90;  // FMA pipes, not tensor cores: easier to saturate
   d.attentionPeakFlopsPerSecond = d.peakFlopsPerSecond;
   d.attentionGemmEfficiency = d.gemmEfficiency;
-  if (precision == DType::kFp8 || precision == DType::kFp4) {
+  if (quantizedGemms(precision)) {
     // fp8 and fp4 recipes cast the linear layers' inputs only; attention stays at 16 bits.
     const DType sixteen = gpu.peakFlopsPerSecond.count(DType::kBf16) ? DType::kBf16 : DType::kFp16;
     if (gpu.peakFlopsPerSecond.count(sixteen)) {

@@ -177,7 +177,7 @@ void megatronExpertAndLatentArgs(const ModelSpec& s, std::ostream& a) {
 void megatronTrainingArgs(const Plan& p, const RecomputeSummary& r, std::ostream& a) {
   const auto& q = p.parallel;
   if (p.precision == DType::kFp16) a << "--fp16 \\\n";
-  if (p.precision == DType::kBf16 || p.precision == DType::kFp8 || p.precision == DType::kFp4) a << "--bf16 \\\n";
+  if (p.precision == DType::kBf16 || quantizedGemms(p.precision)) a << "--bf16 \\\n";
   if (p.precision == DType::kFp8) a << "--fp8-format hybrid \\\n";
   if (p.precision == DType::kFp4) a << "--fp4-format e2m1 \\\n";
   // --use-flash-attn is still parsed but nothing reads it; the backend is chosen by --attention-backend:
@@ -291,7 +291,7 @@ std::string deepspeed(const Plan& p) {
   j["train_micro_batch_size_per_gpu"] = p.microBatchSize;
   j["gradient_accumulation_steps"] = p.numMicroBatches();
   j["gradient_clipping"] = 1.0;
-  const bool lowBits = p.precision == DType::kFp8 || p.precision == DType::kFp4;
+  const bool lowBits = quantizedGemms(p.precision);
   j["bf16"] = {{"enabled", p.precision == DType::kBf16 || lowBits}};
   j["fp16"] = {{"enabled", p.precision == DType::kFp16}};
   Json zero = {{"stage", p.zeroStage}, {"overlap_comm", p.execution.overlapGradReduce}, {"contiguous_gradients", true}};
@@ -343,7 +343,7 @@ std::string colossalai(const Plan& p) {
         << unevenStages << " layers) run here as its default split, which colo costs otherwise\n";
     }
   }
-  if (p.precision == DType::kFp8 || p.precision == DType::kFp4) {
+  if (quantizedGemms(p.precision)) {
     o << "# note: the plan runs its linear layers' GEMMs in " << toString(p.precision)
       << " (Transformer Engine); the plugin's precision is bf16 (its fp8_communication casts collectives only), so this job "
          "runs them at 16 bits, slower than colo's prediction\n";

@@ -351,6 +351,12 @@ Result<std::vector<std::int64_t>> layoutChunks(const std::string& layout) {
   return chunks;
 }
 
+// What Megatron splits over the pipeline: the layers, and the embedding and the loss as a layer each
+// under --account-for-embedding/loss-in-pipeline-split (get_num_layers_to_build).
+std::int64_t splitUnits(const Reader& r, std::int64_t layers) {
+  return layers + (r.has("--account-for-embedding-in-pipeline-split") ? 1 : 0) + (r.has("--account-for-loss-in-pipeline-split") ? 1 : 0);
+}
+
 // The plan's stages: a layout, Megatron's uneven first/last stage, else even; recompute as the arguments say.
 Result<std::vector<StagePlan>> megatronStages(const Reader& r, const Plan& p) {
   const std::int64_t layers = p.model.numLayers();
@@ -370,7 +376,7 @@ Result<std::vector<StagePlan>> megatronStages(const Reader& r, const Plan& p) {
   const bool embeddingCounts = r.has("--account-for-embedding-in-pipeline-split");
   const bool lossCounts = r.has("--account-for-loss-in-pipeline-split");
   if ((embeddingCounts || lossCounts) && p.parallel.pp > 1 && !r.has("--pipeline-model-parallel-layout")) {
-    const std::int64_t units = layers + (embeddingCounts ? 1 : 0) + (lossCounts ? 1 : 0);
+    const std::int64_t units = splitUnits(r, layers);
     if (units % p.parallel.pp != 0 || (units / p.parallel.pp) % p.parallel.virtualStages != 0) {
       return fail(Error::badInput("--account-for-embedding/loss-in-pipeline-split: " + std::to_string(layers) + " layers and " +
                                   std::to_string(units - layers) + " more for the embedding and loss do not split evenly over pp " +
@@ -467,8 +473,7 @@ Result<void> megatronParallel(const Reader& r, Plan& p) {
   COLO_TRY(perVirtual, r.integer("--num-layers-per-virtual-pipeline-stage", 0));
   COLO_TRY(virtualStages, r.integer("--num-virtual-stages-per-pipeline-rank", 1, kMaxDegree));
   // Megatron counts the embedding and the loss among the layers here when they count in the split.
-  const std::int64_t units = layers + (r.has("--account-for-embedding-in-pipeline-split") ? 1 : 0) +
-                             (r.has("--account-for-loss-in-pipeline-split") ? 1 : 0);
+  const std::int64_t units = splitUnits(r, layers);
   q.virtualStages = perVirtual > 0 && units % (q.pp * perVirtual) == 0 ? units / (q.pp * perVirtual) : std::max<std::int64_t>(1, virtualStages);
   if (const auto layout = r.text("--pipeline-model-parallel-layout")) {
     auto perChunk = layoutChunks(*layout);
@@ -532,7 +537,7 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
   p.precision = launchPrecision(r, p.execution.fusedBiasGrad);
   // --grad-reduce-in-bf16: the gradient buffer in bf16 (bf16 training; fp16's is 16-bit anyway).
   p.execution.gradReduceBf16 =
-      r.has("--grad-reduce-in-bf16") && (p.precision == DType::kBf16 || p.precision == DType::kFp8 || p.precision == DType::kFp4);
+      r.has("--grad-reduce-in-bf16") && (p.precision == DType::kBf16 || quantizedGemms(p.precision));
   // --cross-entropy-loss-fusion runs Megatron-Core's native fusion (the unfused loss's fp32 passes,
   // compiled) unless --cross-entropy-fusion-impl te picks Transformer Engine's, which writes the
   // gradient over the 16-bit logits in place (Megatron-LM refuses that pair from mid-2026 on).
@@ -672,7 +677,7 @@ Result<Plan> importDeepSpeed(const Json& config, const std::string& arguments, c
   p.execution.flashAttention2 = flash && r.has("--use-flash-attn-v2");
   p.execution.gradNanCheck = false;
   p.execution.gradReduceBf16 = false;  // DeepSpeed's optimizer keeps its own gradient copies
-  if (!p.execution.fusedBiasGrad && (p.precision == DType::kFp8 || p.precision == DType::kFp4)) p.precision = launchPrecision(r, false);
+  if (!p.execution.fusedBiasGrad && quantizedGemms(p.precision)) p.precision = launchPrecision(r, false);
   p.execution.overlapGradReduce = config.contains("zero_optimization") && config["zero_optimization"].is_object() &&
                                   config["zero_optimization"].value("overlap_comm", false);
   // Megatron-DeepSpeed has no rotary or SwiGLU fusion: --swiglu runs F.silu(x[0]) * x[1] and its rotary

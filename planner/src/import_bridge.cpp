@@ -214,7 +214,7 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   plan->execution.gradNanCheck = !off(get({"ddp", "ddp_config"}, "check_for_nan_in_grad"));
   // ddp.grad_reduce_in_fp32: false keeps Megatron's gradient buffer in bf16 (the recipes set it true).
   if (off(get({"ddp", "ddp_config"}, "grad_reduce_in_fp32")) &&
-      (plan->precision == DType::kBf16 || plan->precision == DType::kFp8 || plan->precision == DType::kFp4) &&
+      (plan->precision == DType::kBf16 || quantizedGemms(plan->precision)) &&
       (plan->execution.gradAccumulation == GradAccumulation::kFused || plan->execution.gradAccumulation == GradAccumulation::kMainGrad)) {
     plan->execution.gradReduceBf16 = true;
   }

@@ -107,7 +107,7 @@ Result<SearchResult> search(const Model& model, const ClusterSpec& cluster, cons
   // A plan's bf16 gradient buffer (--from-plan) exists only where its rules hold (plan.cpp): searched
   // at another precision, the gradients are the precision's own.
   const auto& x = base.execution;
-  if (x.gradReduceBf16 && ((base.precision != DType::kBf16 && base.precision != DType::kFp8 && base.precision != DType::kFp4) || x.fp32Params ||
+  if (x.gradReduceBf16 && ((base.precision != DType::kBf16 && !quantizedGemms(base.precision)) || x.fp32Params ||
                            (x.gradAccumulation != GradAccumulation::kFused && x.gradAccumulation != GradAccumulation::kMainGrad))) {
     base.execution.gradReduceBf16 = false;
   }

@@ -950,16 +950,17 @@ TEST(Validation, BlackwellUltraRowsRunOnTheirOwnPartsAndFourBitRecipesInFp4) {
     EXPECT_NEAR(c->plan.cluster.gpu.memoryBytes / (1024.0 * 1024 * 1024), memory, 0.01) << gpu;
     EXPECT_EQ(c->plan.precision, DType::kFp4) << gpu;
   }
+  auto rowOn = [](const char* gpu, int perNode, const char* precision) {
+    Json row = unseenRow();
+    row["hardware"] = Json{{"gpu", gpu}, {"gpus_per_node", perNode}, {"num_gpus", 64}};
+    row["training"]["precision"] = precision;
+    return row;
+  };
   // A GPU without 4-bit tensor cores runs such a recipe's nearest: fp8.
-  Json hopper = unseenRow();
-  hopper["hardware"] = Json{{"gpu", "H100 SXM"}, {"gpus_per_node", 8}, {"num_gpus", 64}};
-  hopper["training"]["precision"] = "NVFP4";
-  auto h = validation::caseFromRow(hopper, assumptionsFile());
+  auto h = validation::caseFromRow(rowOn("H100 SXM", 8, "NVFP4"), assumptionsFile());
   ASSERT_TRUE(h) << h.error().toString();
   EXPECT_EQ(h->plan.precision, DType::kFp8);
-  Json row = unseenRow();
-  row["hardware"] = Json{{"gpu", "GB300"}, {"gpus_per_node", 4}, {"num_gpus", 64}};
-  row["training"]["precision"] = "MXFP8";
+  Json row = rowOn("GB300", 4, "MXFP8");
   auto c = validation::caseFromRow(row, assumptionsFile());
   ASSERT_TRUE(c) << c.error().toString();
   EXPECT_EQ(c->plan.precision, DType::kFp8);

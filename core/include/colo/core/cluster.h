@@ -25,6 +25,8 @@ enum class DType { kFp32, kTf32, kFp16, kBf16, kFp8, kFp4 };
 [[nodiscard]] std::string toString(DType dtype);
 /// Parses "fp32", "tf32", "fp16", "bf16", "fp8", "fp4". Errors: kBadInput listing the choices.
 [[nodiscard]] Result<DType> parseDType(const std::string& name);
+/// fp8 and fp4: Transformer Engine's quantised GEMM operands, everything else at 16 bits.
+[[nodiscard]] inline bool quantizedGemms(DType dtype) { return dtype == DType::kFp8 || dtype == DType::kFp4; }
 /// Bytes per element (tf32 is stored as fp32; fp4, packed two to a byte with its block scales, counts a byte).
 [[nodiscard]] std::int64_t bytesPerElement(DType dtype);
 
