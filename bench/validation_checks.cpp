@@ -148,7 +148,7 @@ Result<void> checkSettings(const Json& settings, const std::string& file, const 
                key == "tp_comm_overlap" || key == "no_grad_accumulation" || key == "fp32_params" ||
                key == "fused_cross_entropy" || key == "te_dummy_wgrads" || key == "fused_bias_grad" || key == "te_grouped_gemm" ||
                key == "cross_entropy_in_place" || key == "per_parameter_gathers" || key == "grad_nan_check" || key == "torch_cross_entropy" || key == "native_fused_cross_entropy" ||
-               key == "overlap_p2p_comm") {
+               key == "overlap_p2p_comm" || key == "activation_offload") {
       if (!value.is_boolean()) return bad("must be true or false");
     } else if (key == "unfused_kernels" || key == "compiled_unfused_kernels") {
       if (!value.is_string()) return bad("must be a string: all, none, or a comma list of rmsnorm, final_rmsnorm, rotary, gated_activation");

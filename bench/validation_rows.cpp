@@ -321,6 +321,7 @@ struct RecomputeReading {
   std::optional<std::int64_t> layers;  // Megatron's --recompute-num-layers N
   bool open = false;                   // nothing said: the cheapest policy that fits is chosen
   std::optional<double> share;         // checkpointing every n-th block: 1/n of each chunk's layers
+  bool offloadOpen = false;            // open, and the framework may offload activations instead (pp 1)
 };
 
 // "recompute": a policy name, free text ("full (--checkpoint-activations)", "activation checkpointing":
@@ -382,7 +383,11 @@ Result<RecomputeReading> readRecompute(const Json& tr, const Settings& set, cons
     policy = *parsed;
     *assumed = true;
   }
-  return RecomputeReading{.policy = policy, .layers = recomputeLayers, .open = recomputeOpen, .share = std::nullopt};
+  // A framework whose tuned runs offload activations (assumptions' activation_offload: Megatron-Bridge's
+  // performance recipes set cpu_offloading_num_layers) may have done so where the row says nothing.
+  const bool offloadOpen = recomputeOpen && set.pick("activation_offload").is_boolean() && set.pick("activation_offload").get<bool>();
+  return RecomputeReading{
+      .policy = policy, .layers = recomputeLayers, .open = recomputeOpen, .share = std::nullopt, .offloadOpen = offloadOpen};
 }
 
 // Checkpointing every n-th block ("selective (checkpoint every n blocks)": IBM's fms-fsdp wraps every
@@ -562,17 +567,27 @@ bool ranCompiled(const Json& row) {
 }
 
 // Knobs the row and the assumptions leave open that decide whether the run fits: the run happened, so
-// it fitted. Recompute: none, else selective, else full, the first with which the plan fits; the
-// interleaved schedule's virtual stages (1 to 8 chunks per stage): the fastest that fits, as a
-// published benchmark run is tuned.
+// it fitted. Recompute: none, else selective, else full of k layers per chunk or (where the framework
+// offers it, pp 1) activation offload of k layers, the first with which the plan fits (of the last
+// group, the fastest k); the interleaved schedule's virtual stages (1 to 8 chunks per stage): the
+// fastest that fits, as a published benchmark run is tuned.
 Result<void> chooseOpenKnobs(const RecomputeReading& r, bool vppOpen, const ModelSpec& spec, const std::string& id, Plan& p) {
   if (r.open || vppOpen) {
-    // (policy, layers recomputed per chunk; 0: all of them)
-    std::vector<std::pair<RecomputePolicy, std::int64_t>> policies{{r.policy, 0}};
+    struct Candidate {
+      RecomputePolicy policy;
+      std::int64_t layers;         // recomputed per chunk (0: all of them), or offloaded
+      bool offload;                // activation offload of `layers` layers instead of recompute
+      int group;                   // the first group with a plan that fits wins
+    };
+    std::vector<Candidate> policies{{r.policy, 0, false, 0}};
     if (r.open) {
-      policies = {{RecomputePolicy::kNone, 0}, {RecomputePolicy::kSelective, 0}};
+      policies = {{RecomputePolicy::kNone, 0, false, 0}, {RecomputePolicy::kSelective, 0, false, 1}};
       // Megatron's --recompute-num-layers: full recompute of the first k layers of every chunk.
-      for (std::int64_t k = 1; k <= spec.numLayers / p.parallel.pp; ++k) policies.emplace_back(RecomputePolicy::kFull, k);
+      for (std::int64_t k = 1; k <= spec.numLayers / p.parallel.pp; ++k) policies.push_back({RecomputePolicy::kFull, k, false, 2});
+      // Megatron-Core's --cpu-offloading-num-layers (pp 1 only; validatePlan refuses the rest).
+      if (r.offloadOpen && p.parallel.pp == 1 && !vppOpen) {
+        for (std::int64_t k = 1; k < spec.numLayers; ++k) policies.push_back({RecomputePolicy::kNone, k, true, 2});
+      }
     }
     std::vector<std::int64_t> chunkCounts{p.parallel.virtualStages};
     if (vppOpen) {
@@ -585,7 +600,7 @@ Result<void> chooseOpenKnobs(const RecomputeReading& r, bool vppOpen, const Mode
     std::optional<Plan> best;
     double bestSeconds = 0;
     for (std::size_t i = 0; i < policies.size(); ++i) {
-      const auto [candidatePolicy, recomputeCount] = policies[i];
+      const auto [candidatePolicy, recomputeCount, offload, group] = policies[i];
       for (const std::int64_t v : chunkCounts) {
         Plan q = p;
         q.parallel.virtualStages = v;
@@ -599,6 +614,7 @@ Result<void> chooseOpenKnobs(const RecomputeReading& r, bool vppOpen, const Mode
                                : recomputeCount > 0                    ? std::min(recomputeCount, st.layers)
                                                                        : st.layers;
         }
+        q.offload.activationLayers = offload ? recomputeCount : 0;
         if (!validatePlan(q, id)) continue;
         auto ev = evaluator->evaluate(q);
         if (!ev || !ev->fits) continue;
@@ -607,9 +623,10 @@ Result<void> chooseOpenKnobs(const RecomputeReading& r, bool vppOpen, const Mode
           bestSeconds = ev->stepSeconds;
         }
       }
-      // The cheapest policy that fits wins; partial full recompute counts as one policy (fastest k).
-      const bool nextIsMorePartialRecompute = i + 1 < policies.size() && policies[i + 1].second > 0 && recomputeCount > 0;
-      if (best && !nextIsMorePartialRecompute) break;
+      // The cheapest policy that fits wins; partial full recompute and activation offload count as one
+      // policy (the fastest k of either).
+      const bool nextInGroup = i + 1 < policies.size() && policies[i + 1].group == group;
+      if (best && !nextInGroup) break;
     }
     if (best) p = std::move(*best);
   }

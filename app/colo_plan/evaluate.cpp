@@ -460,6 +460,7 @@ std::string planHeadline(const Plan& plan, const costmodel::Evaluation& ev) {
       << " micro-batches, gbs " << plan.globalBatchSize << " x " << plan.seqLen << " tokens, ZeRO-" << plan.zeroStage
       << ", " << toString(plan.precision) << ", " << attentionName(plan.execution)
       << " attention, recompute " << toString(plan.stages.front().recompute)
+      << (plan.offload.activationLayers > 0 ? ", activations of " + std::to_string(plan.offload.activationLayers) + " layers offloaded" : "")
       << (plan.execution.gradAccumulation == GradAccumulation::kFused
               ? ""
               : ", grad accumulation " + toString(plan.execution.gradAccumulation))

@@ -320,6 +320,25 @@ Result<void> checkMemoryManagement(const Rules& r) {
       plan.cluster.nvmeBytesPerSecond <= 0) {
     return r.bad("/offload/target", "offload to nvme, but the cluster " + plan.cluster.name + " has no NVMe bandwidth");
   }
+  if (o.activationLayers > 0) {
+    // Megatron-Core's TransformerConfig refuses CPU offloading with pipeline parallelism, with
+    // activation recomputation, and for as many layers as the model has.
+    const std::string n = "offloads the activations of " + str(o.activationLayers) + " layers";
+    if (plan.parallel.pp > 1 || plan.parallel.virtualStages > 1) {
+      return r.bad("/offload/activation_layers", n + ", which needs pp 1 without virtual stages, got pp " + str(plan.parallel.pp) +
+                                                     " x " + str(plan.parallel.virtualStages));
+    }
+    std::int64_t layers = 0;
+    for (const auto& st : plan.stages) {
+      layers += st.layers;
+      if (st.recompute != RecomputePolicy::kNone && st.recomputeLayers > 0) {
+        return r.bad("/offload/activation_layers", n + ", which cannot be combined with recompute (" + toString(st.recompute) + ")");
+      }
+    }
+    if (o.activationLayers >= layers) {
+      return r.bad("/offload/activation_layers", n + ", but the model has " + str(layers) + ": at most " + str(layers - 1));
+    }
+  }
   if (!plan.cluster.gpu.hasPeak(plan.precision)) {
     return r.bad("/precision", plan.cluster.gpu.name + " has no " + toString(plan.precision) +
                                    " peak in the cluster file (it lacks that precision)");

@@ -103,6 +103,7 @@ Offload readOffload(const JsonReader& o) {
   out.optimizerFraction = o.fraction("optimizer_fraction", 0.0);
   out.paramsFraction = o.fraction("params_fraction", 0.0);
   out.target = o.choice("target", {"cpu", "nvme"}, "cpu") == "cpu" ? OffloadTarget::kCpu : OffloadTarget::kNvme;
+  out.activationLayers = o.nonNegativeInteger("activation_layers", 0);
   o.rejectUnknownKeys();
   return out;
 }
@@ -306,6 +307,7 @@ Json planToJson(const Plan& p) {
   j["offload"] = {{"optimizer_fraction", p.offload.optimizerFraction},
                   {"params_fraction", p.offload.paramsFraction},
                   {"target", toString(p.offload.target)}};
+  if (p.offload.activationLayers > 0) j["offload"]["activation_layers"] = p.offload.activationLayers;
   Json stages = Json::array();
   for (const auto& s : p.stages) {
     stages.push_back({{"layers", s.layers}, {"recompute", toString(s.recompute)}, {"recompute_layers", s.recomputeLayers}});

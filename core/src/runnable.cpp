@@ -60,6 +60,10 @@ Result<void> checkRunnable(const Plan& plan) {
                  std::to_string(plan.seqLen / p.cp) + " tokens must divide by tp " + std::to_string(p.tp));
     }
   }
+  if (plan.offload.activationLayers > 0) {
+    return bad("offload.activation_layers = " + std::to_string(plan.offload.activationLayers) +
+               ": the executor keeps every layer's activations where it computes them (no activation offload)");
+  }
   if (plan.offload.paramsFraction > 0) {
     return bad("offload.params_fraction: the executor offloads optimizer states (ZeRO-Offload), not parameters");
   }

@@ -400,7 +400,7 @@ void closeSchedule(const Plan& plan, const std::vector<detail::StageWork>& work,
   tb.ppComm = mb * t.p2p;
   tb.dpComm = mb * t.sharding;
   tb.gradAccum = mb * t.accumulate;
-  tb.offload = mb * (t.offload + t.offloadGradients);
+  tb.offload = mb * (t.offload + t.offloadGradients + t.activationOffload);
   tb.bubble = pipeline - mb * tMax;
   if (tail > 0) {
     const StageReport& st = ev.stages[tailStage];

@@ -87,6 +87,11 @@ std::vector<ChunkCost> costChunks(const Plan& plan, const ModelTemplates& T, con
         cc.workingSet = std::max(cc.workingSet, 2.0 * lc.savedFull - lc.savedOp);
       }
       cc.savedPerMicroBatch += saved * byteScale;
+      // Activation offload takes the model's first layers (pp 1: they are all in this chunk).
+      if (static_cast<std::int64_t>(layer) < plan.offload.activationLayers) {
+        cc.offloaded += saved * byteScale;
+        cc.largestOffloaded = std::max(cc.largestOffloaded, saved * byteScale);
+      }
     }
     cc.workingSet *= byteScale;
   }
@@ -122,6 +127,8 @@ StageWork sumStage(const std::vector<ChunkCost>& chunks, const Plan& plan, std::
     w.ep += cc.ep;
     w.commFwd += cc.commFwd;
     w.saved += cc.savedPerMicroBatch;
+    w.offloaded += cc.offloaded;
+    w.largestOffloaded = std::max(w.largestOffloaded, cc.largestOffloaded);
     w.working = std::max(w.working, cc.workingSet);
     w.params += cc.params;
     w.expertParams += cc.expertParams;
@@ -268,6 +275,21 @@ double offloadedGradientCopies(const Plan& plan, const StageWork& w, const State
   return std::max(0.1 * seconds, seconds - 0.8 * (w.bwd + w.rec));
 }
 
+double activationOffloadSeconds(const Plan& plan, const StageWork& w) {
+  const double pcie = plan.cluster.pcieBytesPerSecond;
+  if (plan.offload.activationLayers <= 0 || w.offloaded <= 0 || pcie <= 0) return 0.0;
+  // Transformer Engine's offload handler (cpu_offload, AsyncDoubleBufferGroupOffloadHandler) splits the
+  // layers into one window per offloaded layer (layer_window_map: L / N layers each). Layer i's copy to
+  // pinned host memory runs on its own stream during window i and the compute waits for it at the
+  // window's end; in the backward each layer's copy back runs during the window before its own backward.
+  // Every copy crosses the host link at its full rate, one direction each pass, and hides behind its
+  // window's compute: with equal layers, what the N copies exceed of the pass is exposed.
+  const double copies = w.offloaded / pcie;
+  const double forward = w.fwd + w.commFwd;
+  const double backward = w.bwd + (w.tp + w.cp + w.ep - w.commFwd);
+  return std::max(0.0, copies - forward) + std::max(0.0, copies - backward);
+}
+
 StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, const DeviceModel& device,
                     const StateBytes& bytes, double pipelineHop) {
   StageTime t;
@@ -327,14 +349,16 @@ StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, 
     t.offload = std::max(0.1 * fetch, fetch - 0.8 * (w.fwd + w.bwd + w.rec));
   }
   t.offloadGradients = offloadedGradientCopies(plan, w, bytes);
+  t.activationOffload = activationOffloadSeconds(plan, w);
   // Summing this micro-batch's gradients into the accumulated ones, after its backward: one pass over
   // the stage's local gradients (its shard under ZeRO >= 2) at HBM speed.
   t.accumulate = (gradientsSharded(plan) ? shardedParams(plan, w) : w.params) * bytes.accumulate / device.memoryBytesPerSecond;
   const double comm = w.tp + w.cp + w.ep;
-  t.forward = w.fwd + w.commFwd + t.p2p / 2 + t.sharding / 3 + t.offload / 3;
+  t.forward = w.fwd + w.commFwd + t.p2p / 2 + t.sharding / 3 + t.offload / 3 + t.activationOffload / 2;
   t.backward = w.bwd + w.rec + (comm - w.commFwd) + t.p2p / 2 + t.sharding * 2 / 3 + t.offload * 2 / 3 +
-               t.offloadGradients + t.accumulate;
-  t.total = w.fwd + w.bwd + w.rec + comm + t.p2p + t.sharding + t.offload + t.offloadGradients + t.accumulate;
+               t.offloadGradients + t.accumulate + t.activationOffload / 2;
+  t.total = w.fwd + w.bwd + w.rec + comm + t.p2p + t.sharding + t.offload + t.offloadGradients + t.accumulate +
+            t.activationOffload;
   return t;
 }
 

@@ -39,6 +39,8 @@ struct ChunkCost {
   double tp = 0, cp = 0, ep = 0;  // exposed comm, both directions
   double commFwd = 0;             // the forward-direction part of tp + cp + ep
   double savedPerMicroBatch = 0;  // activations one micro-batch leaves in this chunk
+  double offloaded = 0;           // the part of them activation offload copies to the host
+  double largestOffloaded = 0;    // the largest one layer's offloaded activations
   double workingSet = 0;          // recompute working set (one layer's full activations and their gradients)
   double params = 0;
   double expertParams = 0;  // the routed experts' part of params
@@ -64,6 +66,7 @@ struct CostedLayers {
 struct StageWork {
   double fwd = 0, bwd = 0, rec = 0, tp = 0, cp = 0, ep = 0, commFwd = 0;
   double saved = 0;    // activations per micro-batch
+  double offloaded = 0, largestOffloaded = 0;  // activation offload's share of saved (ChunkCost)
   double working = 0;  // the largest recompute working set
   double params = 0, expertParams = 0;
   double gatheredTensors = 0;
@@ -102,6 +105,7 @@ struct StageTime {
   double sharding = 0;    // ZeRO's collectives inside the step (ZeRO-3 gathers, ZeRO-2 pipeline reduce-scatters), exposed
   double offload = 0;     // offloaded parameters fetched over PCIe before each use, exposed
   double offloadGradients = 0;  // ZeRO-Offload's per-micro-batch gradient copies to and from the host, exposed
+  double activationOffload = 0;  // activation offload's copies to the host and back, exposed
   double accumulate = 0;
 };
 /// The stage's parameters one GPU holds when ZeRO shards them: expert parameters over the
@@ -110,6 +114,10 @@ struct StageTime {
 /// ZeRO-Offload's gradient copies between the GPU and the host partition they accumulate in, per
 /// micro-batch, exposed (docs/costmodel.md, "Offload").
 [[nodiscard]] double offloadedGradientCopies(const Plan& plan, const StageWork& w, const StateBytes& bytes);
+/// Activation offload's copies of the offloaded layers' activations to the host in the forward and back
+/// in the backward, per micro-batch, exposed beyond the compute they overlap (docs/costmodel.md,
+/// "Activation offload").
+[[nodiscard]] double activationOffloadSeconds(const Plan& plan, const StageWork& w);
 /// ZeRO-3's per-layer gathers and reduce-scatters (prefetched behind compute), the gradient
 /// accumulation pass and the pipeline hops, added to the stage's work.
 [[nodiscard]] StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, const DeviceModel& device,

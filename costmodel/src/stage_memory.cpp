@@ -110,7 +110,12 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   if (inFlightOut) *inFlightOut = inFlight;
   const double headActivations =
       (last && plan.schedule != Schedule::kGpipe) ? in.layers->head.savedFull * in.byteScale : 0.0;
-  const double layersSaved = (w.saved - headActivations) * inFlight;
+  // Activation offload (pp 1, one micro-batch at a time) keeps the offloaded layers' activations in host
+  // memory; on the device, at the end of the forward, only the last offloaded layer's, whose copy runs
+  // during the last window, is still there beside the layers kept (docs/costmodel.md, "Activation offload").
+  const double offloadedAway = w.offloaded > 0 ? (w.offloaded - w.largestOffloaded) * inFlight : 0.0;
+  const double layersSaved = (w.saved - headActivations) * inFlight - offloadedAway;
+  mem.host += w.offloaded * inFlight;
 
   // Buffers: sequence-parallel gathers, the logits' 16-bit copy and gradient beside their fp32 upcast
   // (a fused cross-entropy keeps the 16-bit logits themselves, counted as saved: only the gradient),

@@ -14,6 +14,8 @@ std::string recomputeSummary(const Plan& p) {
     total += s.layers;
     if (s.recompute != RecomputePolicy::kNone) policy = s.recompute;
   }
+  // Activation offload replaces recompute (validatePlan refuses both): the offloaded share instead.
+  if (p.offload.activationLayers > 0) return "offload " + std::to_string(p.offload.activationLayers) + "/" + std::to_string(total);
   if (recomputed == 0) return "none";
   return toString(policy) + (recomputed == total ? "" : " " + std::to_string(recomputed) + "/" + std::to_string(total));
 }

@@ -190,6 +190,7 @@ void megatronTrainingArgs(const Plan& p, const RecomputeSummary& r, std::ostream
     a << "--recompute-granularity full \\\n--recompute-method block \\\n--recompute-num-layers " << r.maxLayersPerChunk
       << " \\\n";
   }
+  if (p.offload.activationLayers > 0) a << "--cpu-offloading-num-layers " << p.offload.activationLayers << " \\\n";
   if (p.zeroStage >= 1) a << "--use-distributed-optimizer \\\n";
   if (p.execution.overlapGradReduce && q.dp > 1) a << "--overlap-grad-reduce \\\n";
   if (p.execution.overlapParamGather && p.execution.overlapGradReduce && p.zeroStage >= 1 && q.dp > 1) {
@@ -322,6 +323,11 @@ std::string deepspeed(const Plan& p) {
                " (Transformer Engine), which a DeepSpeed config cannot say: bf16 here, the " + toString(p.precision) +
                " GEMMs only where the model's code uses Transformer Engine's layers";
   }
+  if (p.offload.activationLayers > 0) {
+    comment += "; the plan offloads the activations of its first " + std::to_string(p.offload.activationLayers) +
+               " layers to host memory (Megatron-Core's --cpu-offloading-num-layers), which DeepSpeed does not: this job keeps "
+               "them on the GPU and needs more memory than colo predicts";
+  }
   j["comment"] = comment;
   return j.dump(2) + "\n";
 }
@@ -347,6 +353,11 @@ std::string colossalai(const Plan& p) {
     o << "# note: the plan runs its linear layers' GEMMs in " << toString(p.precision)
       << " (Transformer Engine); the plugin's precision is bf16 (its fp8_communication casts collectives only), so this job "
          "runs them at 16 bits, slower than colo's prediction\n";
+  }
+  if (p.offload.activationLayers > 0) {
+    o << "# note: the plan offloads the activations of its first " << p.offload.activationLayers
+      << " layers to host memory (Megatron-Core's --cpu-offloading-num-layers), which the plugin does not: this job keeps them "
+         "on the GPU and needs more memory than colo predicts\n";
   }
   if (q.cp > 1 && (p.execution.cpCommType == CpCommType::kA2aP2p || p.execution.cpCommType == CpCommType::kAllGather)) {
     o << "# note: Colossal-AI's sequence modes are ring_attn and all_to_all; the plan's " << toString(p.execution.cpCommType)

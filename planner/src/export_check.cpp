@@ -409,6 +409,11 @@ class MegatronCheck {
       problem("recompute_selective", "selective recompute takes no --recompute-method or --recompute-num-layers");
     }
     if (has("--fp16") && has("--bf16")) problem("fp16_xor_bf16", "--fp16 with --bf16");
+    if (const std::int64_t offloaded = num("--cpu-offloading-num-layers", 0); offloaded > 0) {
+      if (pp_ > 1) problem("activation_offload", "--cpu-offloading-num-layers with pipeline parallelism");
+      if (!g.empty() || has("--recompute-activations")) problem("activation_offload", "--cpu-offloading-num-layers with recompute");
+      if (layers_ > 0 && offloaded >= layers_) problem("activation_offload", "--cpu-offloading-num-layers must be below --num-layers");
+    }
   }
 
   const ParsedArguments& a_;

@@ -564,6 +564,9 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
     COLO_TRY(fraction, r.number("--optimizer-offload-fraction", 1.0));
     p.offload.optimizerFraction = fraction;
   }
+  // Activation offload of the first N layers (Megatron-LM turns cpu_offloading on when N > 0).
+  COLO_TRY(offloadedLayers, r.integer("--cpu-offloading-num-layers", 0, 1 << 20));
+  p.offload.activationLayers = offloadedLayers;
   return {};
 }
 

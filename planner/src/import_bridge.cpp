@@ -120,7 +120,7 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
                           "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq",
                           "mtp_num_layers", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
                           "window_size", "softmax_type", "moe_router_num_groups", "moe_router_group_topk",
-                          "moe_token_dispatcher_type", "moe_flex_dispatcher_backend"}) {
+                          "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "cpu_offloading_num_layers"}) {
     flag(dashed(key), model(key));
   }
   // Hierarchical context parallelism's sizes, a list: Megatron's argument takes them as words.

@@ -172,6 +172,49 @@ TEST(Plan, TheContextParallelExchangeIsWrittenOnlyWhenNotTheDefault) {
   EXPECT_EQ(refused.error().path, "/execution/cp_comm_type");
 }
 
+TEST(Plan, ActivationOffloadNeedsOneStageNoRecomputeAndALayerKept) {
+  // Megatron-Core's --cpu-offloading-num-layers: its TransformerConfig refuses pipeline parallelism,
+  // recompute and as many offloaded layers as the model has; so does validatePlan, by field.
+  Plan p = megatronPlan();
+  p.parallel = Parallelism{};
+  p.parallel.dp = 1024;
+  p.globalBatchSize = 2048;
+  p.schedule = Schedule::kOneFOneB;
+  p.stages = uniformStages(96, 1, RecomputePolicy::kNone);
+  p.offload.activationLayers = 40;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  EXPECT_EQ(planToJson(p)["offload"]["activation_layers"], 40);
+  auto back = planFromJson(planToJson(p), "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_EQ(back->offload.activationLayers, 40);
+  EXPECT_FALSE(checkRunnable(p)) << "colo-run does not offload activations";
+  p.offload.activationLayers = 0;
+  EXPECT_FALSE(planToJson(p)["offload"].contains("activation_layers"));  // older plans keep their form
+
+  auto refusedWith = [](Plan q, const std::string& words) {
+    auto r = validatePlan(q, "p.json");
+    ASSERT_FALSE(r) << words;
+    EXPECT_EQ(r.error().path, "/offload/activation_layers");
+    EXPECT_NE(r.error().message.find(words), std::string::npos) << r.error().message;
+  };
+  Plan all = p;
+  all.offload.activationLayers = 96;
+  refusedWith(all, "at most 95");
+  Plan recomputed = p;
+  recomputed.offload.activationLayers = 8;
+  recomputed.stages = uniformStages(96, 1, RecomputePolicy::kFull);
+  refusedWith(recomputed, "recompute (full)");
+  Plan piped = megatronPlan();
+  piped.stages = uniformStages(96, 48, RecomputePolicy::kNone);
+  piped.offload.activationLayers = 8;
+  refusedWith(piped, "pp 1 without virtual stages, got pp 16 x 3");
+  Json negative = planToJson(p);
+  negative["offload"]["activation_layers"] = -1;
+  auto refused = planFromJson(negative, "p.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/offload/activation_layers");
+}
+
 TEST(Plan, HierarchicalContextParallelSizesRoundTrip) {
   Plan p = megatronPlan();
   p.parallel.cp = 8;  // 96 heads over tp 8: 12 per rank, over an all-to-all level of 4

@@ -476,6 +476,38 @@ TEST(Evaluator, Fp4GemmsRunAtTheFourBitPeakWithAttentionAndActivationsAsUnderFp8
   EXPECT_FALSE(validatePlan(hopper));
 }
 
+TEST(Evaluator, ActivationOffloadKeepsTheFirstLayersInHostMemoryAndHidesItsCopiesBehindTheirWindows) {
+  // Llama 3 8B, one stage, dp 8: Megatron-Core's --cpu-offloading-num-layers N copies the activations of
+  // the first N layers to host memory (Transformer Engine's offload handler), each during its window of
+  // L / N layers, so the device keeps the other layers' and, at the end of the forward, the last
+  // offloaded layer's; host memory holds the N layers'.
+  Plan p = makePlan("llama3-8b", "dgx-h100", 8, 1, 1, 64, 1);
+  p.execution.hostMicrosecondsPerOp = 0;
+  const Evaluation kept = evaluateOrFail(p);
+  p.offload.activationLayers = 8;
+  const Evaluation eight = evaluateOrFail(p);
+  p.offload.activationLayers = 16;
+  const Evaluation sixteen = evaluateOrFail(p);
+  const double layer = (sixteen.stages[0].memory.host - eight.stages[0].memory.host) / 8;
+  ASSERT_GT(layer, 0.3e9);  // ~30 B per token and hidden unit, 8192 x 4096 of them
+  EXPECT_NEAR(eight.stages[0].memory.host, 8 * layer, 1e3);
+  EXPECT_NEAR(kept.stages[0].memory.activations - eight.stages[0].memory.activations, 7 * layer, 1e3);
+  EXPECT_NEAR(eight.stages[0].memory.activations - sixteen.stages[0].memory.activations, 8 * layer, 1e3);
+  // 8 GB each way over 64 GB/s PCIe (0.13 s) hides behind the forward and the backward of a micro-batch.
+  EXPECT_EQ(eight.time.offload, 0);
+  EXPECT_NEAR(eight.stepSeconds, kept.stepSeconds, 1e-9);
+  // 31 layers' copies (0.5 s each way) do not: what they exceed of each pass is exposed, every micro-batch.
+  p.offload.activationLayers = 31;
+  const Evaluation most = evaluateOrFail(p);
+  const double copies = most.stages[0].memory.host / p.cluster.pcieBytesPerSecond;
+  const double passes = kept.stages[0].forwardSeconds + kept.stages[0].backwardSeconds;
+  EXPECT_NEAR(most.time.offload, 8 * (2 * copies - passes), 0.05 * most.time.offload);
+  EXPECT_NEAR(most.stepSeconds - kept.stepSeconds, most.time.offload, 1e-6);
+  // Over a Grace superchip's NVLink-C2C (225 GB/s each way per GPU) the same copies hide.
+  p.cluster.pcieBytesPerSecond = 225e9;
+  EXPECT_EQ(evaluateOrFail(p).time.offload, 0);
+}
+
 TEST(Evaluator, TiedEmbeddingGradientsAreAllReducedBetweenTheFirstAndLastStage) {
   // GPT-3 ties its embedding and output layer: with pp 16 and no data parallelism, only the first and
   // the last stage exchange anything after the backward: the word-embedding gradient (V*h/t fp32).

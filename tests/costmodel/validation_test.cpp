@@ -972,6 +972,46 @@ TEST(Validation, BlackwellUltraRowsRunOnTheirOwnPartsAndFourBitRecipesInFp4) {
   EXPECT_NE(unknown.error().toString().find("GB300"), std::string::npos) << unknown.error().toString();
 }
 
+TEST(Validation, MegatronBridgeRowsMayOffloadActivationsWhereRecomputeIsUnstated) {
+  // Megatron-Bridge's Llama 3 70B on 64 GB200s: FSDP at pp 1, micro-batch 2, recompute not stated. Its
+  // performance recipes offload some layers' activations to host memory instead of recomputing; the
+  // framework entry says so (activation_offload), and the harness picks the fastest offload that fits.
+  Json row = Json::parse(R"({
+    "id": "bridge_llama3_70b_gb200",
+    "source": {"citation": "NVIDIA-NeMo/Megatron-Bridge performance summary", "location": "DGX-GB200"},
+    "model": {"name": "LLAMA3_70B", "arch": "Llama 3", "num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
+              "num_query_groups": 8, "ffn_hidden_size": 28672, "seq_len": 8192, "vocab_size": 128256},
+    "hardware": {"gpu": "DGX-GB200", "gpus_per_node": 4, "num_gpus": 64},
+    "parallel": {"tp": 1, "pp": 1, "cp": 1, "ep": 1, "fsdp": true, "zero_stage": 3},
+    "training": {"precision": "FP8", "recompute": "not stated", "micro_batch_size": 2, "global_batch_size": 256},
+    "measured": {"tokens_per_s_per_gpu": 4224}
+  })");
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  const Plan& p = c->plan;
+  EXPECT_GT(p.offload.activationLayers, 0);
+  EXPECT_LT(p.offload.activationLayers, 80);
+  EXPECT_EQ(p.stages.front().recomputeLayers, 0);
+  const auto offloaded = costmodel::evaluatePlan(p);
+  ASSERT_TRUE(offloaded) << offloaded.error().toString();
+  EXPECT_TRUE(offloaded->fits);
+  // One layer fewer does not fit: the smallest offload that fits is the fastest.
+  Plan fewer = p;
+  fewer.offload.activationLayers -= 1;
+  const auto tight = costmodel::evaluatePlan(fewer);
+  ASSERT_TRUE(tight);
+  EXPECT_FALSE(tight->fits);
+  // Another framework's row (no activation offload) recomputes instead, and runs slower.
+  row["source"]["citation"] = "Some benchmark";
+  auto other = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(other) << other.error().toString();
+  EXPECT_EQ(other->plan.offload.activationLayers, 0);
+  EXPECT_GT(other->plan.stages.front().recomputeLayers, 0);
+  const auto recomputed = costmodel::evaluatePlan(other->plan);
+  ASSERT_TRUE(recomputed);
+  EXPECT_GT(recomputed->time.recompute, 0);
+}
+
 TEST(Validation, SimuMaxsB200RunsReduceTheirGradientsAfterTheBackward) {
   // SimuMax's launcher passes neither --overlap-grad-reduce nor --overlap-param-gather (Megatron-LM's
   // defaults: off), where Megatron-Core's published scripts turn both on: the same row under the two

@@ -139,6 +139,36 @@ TEST(Import, MegatronExportThenImportGivesBackThePlan) {
   }
 }
 
+TEST(Import, ActivationOffloadRoundTripsThroughMegatronAndBridge) {
+  // Megatron-Bridge's Llama 3 70B recipe on 64 GB200s: FSDP (ZeRO-3), pp 1, the activations of 40 of
+  // its 80 layers offloaded (model.cpu_offloading_num_layers; Megatron-LM's --cpu-offloading-num-layers).
+  Plan p = basePlan("llama3-70b", "gb200-nvl72", 64, 1, 1, 1, 1, 1, 128, RecomputePolicy::kNone);
+  p.zeroStage = 1;
+  p.execution.fusedBiasGrad = p.execution.teDummyWgrads = p.execution.gradNanCheck = true;  // Megatron-LM's defaults with TE
+  p.offload.activationLayers = 40;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const auto args = exportPlan(p, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(args) << args.error().toString();
+  EXPECT_NE(args->find("--cpu-offloading-num-layers 40"), std::string::npos);
+  EXPECT_TRUE(megatronRules(*args, 64).empty()) << megatronRules(*args, 64).begin()->second;
+  const ImportContext context{p.cluster, p.model, 0, 0};
+  auto back = importMegatron(*args, context);
+  ASSERT_TRUE(back) << back.error().toString();
+  expectSamePlan(p, *back, "activation offload");
+  EXPECT_EQ(back->offload.activationLayers, 40);
+  // Megatron refuses it beside recompute or pipeline parallelism, and so does the export check.
+  EXPECT_EQ(megatronRules(*args + " \\\n--recompute-activations\n", 64).count("activation_offload"), 1u);
+  EXPECT_EQ(megatronRules(*args + " \\\n--cpu-offloading-num-layers 80\n", 64).count("activation_offload"), 1u);
+  // Bridge's key.
+  auto bridge = importMegatronBridge("model:\n  cpu_offloading_num_layers: 40\ntrain:\n  global_batch_size: 128\n  micro_batch_size: 1\n", context);
+  ASSERT_TRUE(bridge) << bridge.error().toString();
+  EXPECT_EQ(bridge->offload.activationLayers, 40);
+  // DeepSpeed has no such offload: its config says the job keeps them on the GPU.
+  const auto ds = exportPlan(p, ExportFormat::kDeepSpeed, "plan.json");
+  ASSERT_TRUE(ds) << ds.error().toString();
+  EXPECT_NE(ds->find("offloads the activations of its first 40 layers"), std::string::npos);
+}
+
 TEST(Import, MegatronsEmbeddingAndLossMayHoldAPipelineChunkEach) {
   // Megatron-Bridge's Llama 3.1 405B recipes count the embedding and the loss as a layer each in the
   // pipeline split (account_for_embedding/loss_in_pipeline_split): 126 + 2 over pp 16 x 8 virtual

@@ -140,6 +140,12 @@ struct Offload {
   double optimizerFraction = 0;  ///< optimizer states (needs zero_stage >= 1)
   double paramsFraction = 0;     ///< parameters (needs zero_stage 3)
   OffloadTarget target = OffloadTarget::kCpu;
+  /// Activation offload (Megatron-Core's --cpu-offloading-num-layers through Transformer Engine's
+  /// offload handler): the saved activations of the model's first `activationLayers` transformer layers
+  /// are copied to pinned host memory during the forward and back before their backward, each copy
+  /// spread over its share of the other layers' compute. Needs pp 1, no recompute, fewer than all layers.
+  /// Always host memory, whatever `target` says. See docs/costmodel.md, "Activation offload".
+  std::int64_t activationLayers = 0;
   friend bool operator==(const Offload&, const Offload&) = default;
 };
 
