@@ -45,7 +45,7 @@ const std::vector<OptionSpec>& searchOptions() {
       {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
       {"per-parameter-gathers", "", "ZeRO-3 gathers and reduce-scatters one parameter tensor at a time, synchronously (DeepSpeed v0.3.13 to v0.5.4)"},
       {"zero-bubble", "", "also consider the zero-bubble (ZB-H1) schedule"},
-      {"no-offload", "", "never offload optimizer states to the host"},
+      {"no-offload", "", "never offload optimizer states, parameters or activations to the host"},
       {"optimizer", "O", "adamw (default), lamb or lars: the optimizer every candidate trains with"},
       {"runnable", "", "only plans colo-run executes (the default with --out when colo-run can train the model, without --from-plan)"},
       {"any", "", "with --out: rank every plan, also those colo-run cannot execute (for export to other tools)"},

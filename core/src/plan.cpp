@@ -328,6 +328,10 @@ Result<void> checkMemoryManagement(const Rules& r) {
       return r.bad("/offload/activation_layers", n + ", which needs pp 1 without virtual stages, got pp " + str(plan.parallel.pp) +
                                                      " x " + str(plan.parallel.virtualStages));
     }
+    // Megatron runs one micro-batch's forward and backward at a time at pp 1 (forward_backward_no_pipelining).
+    if (plan.schedule == Schedule::kGpipe) {
+      return r.bad("/offload/activation_layers", n + ", which runs one micro-batch's forward and backward at a time, not gpipe");
+    }
     std::int64_t layers = 0;
     for (const auto& st : plan.stages) {
       layers += st.layers;

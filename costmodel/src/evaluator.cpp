@@ -30,18 +30,25 @@ std::int64_t activationBytesOf(DType precision) {
 }
 
 // Where offloaded states live, per node, and whether the node holds them (Evaluation::fitsHost).
+// Offloaded activations (activation offload) live in host memory whatever offload.target says.
 void judgeOffloadCapacity(const Plan& plan, Evaluation& ev) {
-  double perGpu = 0;
-  for (const auto& st : ev.stages) perGpu = std::max(perGpu, st.memory.host);
-  const double demand = perGpu * detail::gpusOnNode(plan);
-  if (demand <= 0) return;
-  if (plan.offload.target == OffloadTarget::kNvme) {
-    ev.nvmeBytesPerNode = demand;
-    ev.fitsHost = plan.cluster.nvmeCapacityBytes > 0 && demand <= plan.cluster.nvmeCapacityBytes;
-  } else {
-    ev.hostBytesPerNode = demand;
-    ev.fitsHost = plan.cluster.hostMemoryBytes <= 0 || demand <= 0.9 * plan.cluster.hostMemoryBytes;
+  double states = 0, activations = 0;
+  for (const auto& st : ev.stages) {
+    states = std::max(states, st.memory.host - st.memory.hostActivations);
+    activations = std::max(activations, st.memory.hostActivations);
   }
+  const double gpus = detail::gpusOnNode(plan);
+  const bool onNvme = plan.offload.target == OffloadTarget::kNvme;
+  double inHost = activations * gpus;
+  if (onNvme && states > 0) {
+    ev.nvmeBytesPerNode = states * gpus;
+    ev.fitsHost = plan.cluster.nvmeCapacityBytes > 0 && ev.nvmeBytesPerNode <= plan.cluster.nvmeCapacityBytes;
+  } else {
+    inHost += states * gpus;
+  }
+  if (inHost <= 0) return;
+  ev.hostBytesPerNode = inHost;
+  ev.fitsHost = ev.fitsHost && (plan.cluster.hostMemoryBytes <= 0 || inHost <= 0.9 * plan.cluster.hostMemoryBytes);
 }
 
 // The per-layer costing configuration a plan implies.

@@ -275,9 +275,9 @@ double offloadedGradientCopies(const Plan& plan, const StageWork& w, const State
   return std::max(0.1 * seconds, seconds - 0.8 * (w.bwd + w.rec));
 }
 
-double activationOffloadSeconds(const Plan& plan, const StageWork& w) {
+OffloadPasses activationOffloadSeconds(const Plan& plan, const StageWork& w) {
   const double pcie = plan.cluster.pcieBytesPerSecond;
-  if (plan.offload.activationLayers <= 0 || w.offloaded <= 0 || pcie <= 0) return 0.0;
+  if (plan.offload.activationLayers <= 0 || w.offloaded <= 0 || pcie <= 0) return {};
   // Transformer Engine's offload handler (cpu_offload, AsyncDoubleBufferGroupOffloadHandler) splits the
   // layers into one window per offloaded layer (layer_window_map: L / N layers each). Layer i's copy to
   // pinned host memory runs on its own stream during window i and the compute waits for it at the
@@ -287,7 +287,7 @@ double activationOffloadSeconds(const Plan& plan, const StageWork& w) {
   const double copies = w.offloaded / pcie;
   const double forward = w.fwd + w.commFwd;
   const double backward = w.bwd + (w.tp + w.cp + w.ep - w.commFwd);
-  return std::max(0.0, copies - forward) + std::max(0.0, copies - backward);
+  return {std::max(0.0, copies - forward), std::max(0.0, copies - backward)};
 }
 
 StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, const DeviceModel& device,
@@ -349,14 +349,15 @@ StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, 
     t.offload = std::max(0.1 * fetch, fetch - 0.8 * (w.fwd + w.bwd + w.rec));
   }
   t.offloadGradients = offloadedGradientCopies(plan, w, bytes);
-  t.activationOffload = activationOffloadSeconds(plan, w);
+  const OffloadPasses activations = activationOffloadSeconds(plan, w);
+  t.activationOffload = activations.forward + activations.backward;
   // Summing this micro-batch's gradients into the accumulated ones, after its backward: one pass over
   // the stage's local gradients (its shard under ZeRO >= 2) at HBM speed.
   t.accumulate = (gradientsSharded(plan) ? shardedParams(plan, w) : w.params) * bytes.accumulate / device.memoryBytesPerSecond;
   const double comm = w.tp + w.cp + w.ep;
-  t.forward = w.fwd + w.commFwd + t.p2p / 2 + t.sharding / 3 + t.offload / 3 + t.activationOffload / 2;
+  t.forward = w.fwd + w.commFwd + t.p2p / 2 + t.sharding / 3 + t.offload / 3 + activations.forward;
   t.backward = w.bwd + w.rec + (comm - w.commFwd) + t.p2p / 2 + t.sharding * 2 / 3 + t.offload * 2 / 3 +
-               t.offloadGradients + t.accumulate + t.activationOffload / 2;
+               t.offloadGradients + t.accumulate + activations.backward;
   t.total = w.fwd + w.bwd + w.rec + comm + t.p2p + t.sharding + t.offload + t.offloadGradients + t.accumulate +
             t.activationOffload;
   return t;

@@ -105,7 +105,7 @@ struct StageTime {
   double sharding = 0;    // ZeRO's collectives inside the step (ZeRO-3 gathers, ZeRO-2 pipeline reduce-scatters), exposed
   double offload = 0;     // offloaded parameters fetched over PCIe before each use, exposed
   double offloadGradients = 0;  // ZeRO-Offload's per-micro-batch gradient copies to and from the host, exposed
-  double activationOffload = 0;  // activation offload's copies to the host and back, exposed
+  double activationOffload = 0;  // activation offload's copies to the host and back, exposed (forward and backward)
   double accumulate = 0;
 };
 /// The stage's parameters one GPU holds when ZeRO shards them: expert parameters over the
@@ -117,7 +117,10 @@ struct StageTime {
 /// Activation offload's copies of the offloaded layers' activations to the host in the forward and back
 /// in the backward, per micro-batch, exposed beyond the compute they overlap (docs/costmodel.md,
 /// "Activation offload").
-[[nodiscard]] double activationOffloadSeconds(const Plan& plan, const StageWork& w);
+struct OffloadPasses {
+  double forward = 0, backward = 0;
+};
+[[nodiscard]] OffloadPasses activationOffloadSeconds(const Plan& plan, const StageWork& w);
 /// ZeRO-3's per-layer gathers and reduce-scatters (prefetched behind compute), the gradient
 /// accumulation pass and the pipeline hops, added to the stage's work.
 [[nodiscard]] StageTime timeStage(const Plan& plan, const StageWork& w, const Groups& groups, const DeviceModel& device,

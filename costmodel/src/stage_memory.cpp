@@ -115,7 +115,8 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   // during the last window, is still there beside the layers kept (docs/costmodel.md, "Activation offload").
   const double offloadedAway = w.offloaded > 0 ? (w.offloaded - w.largestOffloaded) * inFlight : 0.0;
   const double layersSaved = (w.saved - headActivations) * inFlight - offloadedAway;
-  mem.host += w.offloaded * inFlight;
+  mem.hostActivations = w.offloaded * inFlight;
+  mem.host += mem.hostActivations;
 
   // Buffers: sequence-parallel gathers, the logits' 16-bit copy and gradient beside their fp32 upcast
   // (a fused cross-entropy keeps the 16-bit logits themselves, counted as saved: only the gradient),

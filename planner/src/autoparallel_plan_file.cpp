@@ -329,6 +329,10 @@ std::string viewRefusal(const Plan& plan) {
   if (plan.zeroStage == 3 && par.cp > 1) return "ZeRO-3 beside context parallelism shards the weights over dp x cp, which no operator rule does";
   if (plan.zeroStage == 3 && par.pp > 1) return "ZeRO-3 under pipelining gathers a stage's weights once a step, not per operator";
   if (plan.offload.paramsFraction > 0) return "parameter offload is not an operator role";
+  if (plan.offload.activationLayers > 0) {
+    return "activation offload of whole layers (the first " + str(plan.offload.activationLayers) +
+           ") is not an operator role (the operator view offloads per operator)";
+  }
   if (const char* rule = chunksRule(plan.model.numLayers(), par.pp, par.virtualStages)) {
     return std::string(rule) + " (the interleaved assembly holds equal chunks: " + str(plan.model.numLayers()) + " layers over " +
            str(par.pp) + " x " + str(par.virtualStages) + " chunks)";

@@ -120,7 +120,7 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
                           "moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size", "moe_layer_freq",
                           "mtp_num_layers", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
                           "window_size", "softmax_type", "moe_router_num_groups", "moe_router_group_topk",
-                          "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "cpu_offloading_num_layers"}) {
+                          "moe_token_dispatcher_type", "moe_flex_dispatcher_backend"}) {
     flag(dashed(key), model(key));
   }
   // Hierarchical context parallelism's sizes, a list: Megatron's argument takes them as words.
@@ -191,11 +191,16 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   else if (presetName.find("fp8") != std::string::npos) args << "--fp8-format hybrid\n";
   if (stated(fp4)) args << "--fp4-format " << *fp4 << "\n";
   else if (presetName.find("fp4") != std::string::npos) args << "--fp4-format e2m1\n";
+  auto off = [](const std::optional<std::string>& value) { return value && (*value == "false" || *value == "False"); };
+  // Activation offload: cpu_offloading is Megatron-Core's switch (the layer count does nothing without
+  // it), and it moves activations unless cpu_offloading_activations is false.
+  if (on(model("cpu_offloading")) && !off(model("cpu_offloading_activations"))) {
+    flag("--cpu-offloading-num-layers", model("cpu_offloading_num_layers"));
+  }
   if (on(get({"optimizer", "optimizer_config"}, "optimizer_cpu_offload"))) {
     args << "--optimizer-cpu-offload\n";
     flag("--optimizer-offload-fraction", get({"optimizer", "optimizer_config"}, "optimizer_offload_fraction"));
   }
-  auto off = [](const std::optional<std::string>& value) { return value && (*value == "false" || *value == "False"); };
   // The model providers fuse rotary embedding and the bias-activation (apply_rope_fusion and
   // bias_activation_fusion default True in Bridge's GPTModelProvider); a config may turn them off.
   if (off(model("apply_rope_fusion"))) args << "--no-rope-fusion\n";

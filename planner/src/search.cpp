@@ -163,6 +163,7 @@ Json SearchResult::toJson() const {
                 {"recompute", recomputeSummary(p)},
                 {"recomputed_layers", recomputed},
                 {"optimizer_offload", p.offload.optimizerFraction},
+                {"activation_offload_layers", p.offload.activationLayers},
                 {"stage_layers", [&] {
                    Json a = Json::array();
                    for (const auto& s : p.stages) a.push_back(s.layers);

@@ -1,5 +1,6 @@
 // Costing one configuration of the degree-level search: the evaluator's prediction, layers rebalanced
-// over stages, per stage the cheapest recompute that fits, and offload as the last resort.
+// over stages, per stage the cheapest recompute that fits (or, at pp 1, activation offload where it is
+// faster), and offload as the last resort.
 #include <algorithm>
 
 #include "colo/costmodel/collectives.h"
@@ -169,6 +170,38 @@ bool recomputeToFit(Plan& q, costmodel::Evaluation& out, double budget, const Ev
   return false;
 }
 
+// Activation offload (Megatron-Core's --cpu-offloading-num-layers: pp 1, no recompute): the fewest
+// layers whose activations, kept in host memory, make `p` (no recompute, evaluated as `e0`) fit. Every
+// offloaded layer but the last frees one layer's activations: from `p` and the most that may be offloaded
+// (all layers but one) the count that fits is estimated, then raised until it fits.
+std::optional<std::pair<Plan, costmodel::Evaluation>> offloadActivationsToFit(const Plan& p, const costmodel::Evaluation& e0,
+                                                                              double budget, const EvaluateFn& evaluate) {
+  const std::int64_t layers = p.stages.empty() ? 0 : p.stages.front().layers;
+  if (p.parallel.pp != 1 || p.parallel.virtualStages != 1 || layers < 2 || p.cluster.pcieBytesPerSecond <= 0) return std::nullopt;
+  Plan q = p;
+  for (auto& st : q.stages) st = StagePlan{st.layers, RecomputePolicy::kNone, 0};
+  q.offload.activationLayers = layers - 1;
+  auto most = evaluate(q);
+  if (!most || most->peakMemoryBytes > budget) return std::nullopt;
+  const double perLayer = layers > 2 ? (e0.peakMemoryBytes - most->peakMemoryBytes) / static_cast<double>(layers - 2) : 0.0;
+  std::int64_t n = layers - 1;
+  if (perLayer > 0) {
+    const double needed = std::ceil((e0.peakMemoryBytes - budget) / perLayer) + 1.0;
+    n = std::clamp<std::int64_t>(static_cast<std::int64_t>(needed), 1, layers - 1);
+  }
+  for (int round = 0; round < 8 && n < layers - 1; ++round) {
+    q.offload.activationLayers = n;
+    auto e = evaluate(q);
+    if (!e) return std::nullopt;
+    if (!e->fitsHost) return std::nullopt;  // more layers need more host memory
+    if (e->peakMemoryBytes <= budget) return std::make_pair(q, *e);
+    n = std::min(layers - 1, n + std::max<std::int64_t>(1, layers / 16));
+  }
+  if (!most->fitsHost) return std::nullopt;
+  q.offload.activationLayers = layers - 1;
+  return std::make_pair(q, *most);
+}
+
 }  // namespace
 
 std::optional<Candidate> costConfig(const Space& space, const Config& c, const Plan& base, const EvaluateFn& evaluate) {
@@ -181,7 +214,17 @@ std::optional<Candidate> costConfig(const Space& space, const Config& c, const P
   costmodel::Evaluation final = *e0;
   if (e0->peakMemoryBytes > budget) {
     Plan q = p;
-    const bool fits = recomputeToFit(q, final, budget, evaluate, &*e0);  // (e0 is p's evaluation: see above)
+    bool fits = recomputeToFit(q, final, budget, evaluate, &*e0);  // (e0 is p's evaluation: see above)
+    // At pp 1, keeping some layers' activations in host memory may fit faster than recomputing them
+    // (not under --runnable: colo-run does not offload activations).
+    if (space.options->allowOffload && !space.options->runnableOnly) {
+      auto offloaded = offloadActivationsToFit(p, *e0, budget, evaluate);
+      if (offloaded && (!fits || offloaded->second.stepSeconds < final.stepSeconds)) {
+        q = std::move(offloaded->first);
+        final = std::move(offloaded->second);
+        fits = true;
+      }
+    }
     // Offload as the last resort, the least first: half the optimizer states, all of them, then (ZeRO-3)
     // half and all of the parameters.
     if (!fits && space.options->allowOffload && c.zero >= 1) {

@@ -197,6 +197,10 @@ TEST(Plan, ActivationOffloadNeedsOneStageNoRecomputeAndALayerKept) {
     EXPECT_EQ(r.error().path, "/offload/activation_layers");
     EXPECT_NE(r.error().message.find(words), std::string::npos) << r.error().message;
   };
+  Plan gpipe = p;
+  gpipe.schedule = Schedule::kGpipe;
+  gpipe.offload.activationLayers = 8;
+  refusedWith(gpipe, "not gpipe");
   Plan all = p;
   all.offload.activationLayers = 96;
   refusedWith(all, "at most 95");

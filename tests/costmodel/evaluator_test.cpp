@@ -504,8 +504,20 @@ TEST(Evaluator, ActivationOffloadKeepsTheFirstLayersInHostMemoryAndHidesItsCopie
   EXPECT_NEAR(most.time.offload, 8 * (2 * copies - passes), 0.05 * most.time.offload);
   EXPECT_NEAR(most.stepSeconds - kept.stepSeconds, most.time.offload, 1e-6);
   // Over a Grace superchip's NVLink-C2C (225 GB/s each way per GPU) the same copies hide.
+  const double pcie = p.cluster.pcieBytesPerSecond;
   p.cluster.pcieBytesPerSecond = 225e9;
   EXPECT_EQ(evaluateOrFail(p).time.offload, 0);
+  // The activations stay in host memory when the optimizer states go to the node's NVMe.
+  p.cluster.pcieBytesPerSecond = pcie;
+  p.offload.activationLayers = 8;
+  p.zeroStage = 1;
+  p.offload.optimizerFraction = 1.0;
+  p.offload.target = OffloadTarget::kNvme;
+  ASSERT_GT(p.cluster.nvmeCapacityBytes, 0);
+  const Evaluation nvme = evaluateOrFail(p);
+  EXPECT_NEAR(nvme.hostBytesPerNode, 8 * eight.stages[0].memory.host, 1e6);
+  EXPECT_GT(nvme.nvmeBytesPerNode, 0);
+  EXPECT_NEAR(nvme.stages[0].memory.hostActivations, eight.stages[0].memory.host, 1e3);
 }
 
 TEST(Evaluator, TiedEmbeddingGradientsAreAllReducedBetweenTheFirstAndLastStage) {

@@ -59,6 +59,7 @@ std::map<std::string, std::string> megatronRules(const std::string& args, std::i
 // What an export carries and an import must give back.
 void expectSamePlan(const Plan& a, const Plan& b, const std::string& what, bool execution = true) {
   SCOPED_TRACE(what);
+  EXPECT_EQ(a.offload.activationLayers, b.offload.activationLayers);
   EXPECT_EQ(a.parallel.tp, b.parallel.tp);
   EXPECT_EQ(a.parallel.pp, b.parallel.pp);
   EXPECT_EQ(a.parallel.dp, b.parallel.dp);
@@ -159,10 +160,18 @@ TEST(Import, ActivationOffloadRoundTripsThroughMegatronAndBridge) {
   // Megatron refuses it beside recompute or pipeline parallelism, and so does the export check.
   EXPECT_EQ(megatronRules(*args + " \\\n--recompute-activations\n", 64).count("activation_offload"), 1u);
   EXPECT_EQ(megatronRules(*args + " \\\n--cpu-offloading-num-layers 80\n", 64).count("activation_offload"), 1u);
-  // Bridge's key.
-  auto bridge = importMegatronBridge("model:\n  cpu_offloading_num_layers: 40\ntrain:\n  global_batch_size: 128\n  micro_batch_size: 1\n", context);
+  // Bridge's keys: cpu_offloading is the switch, without which the count does nothing (its GPT-OSS
+  // defaults set a count alone), and cpu_offloading_activations false offloads no activation.
+  const std::string job = "train:\n  global_batch_size: 128\n  micro_batch_size: 1\nmodel:\n  cpu_offloading_num_layers: 40\n";
+  auto bridge = importMegatronBridge(job + "  cpu_offloading: true\n", context);
   ASSERT_TRUE(bridge) << bridge.error().toString();
   EXPECT_EQ(bridge->offload.activationLayers, 40);
+  for (const std::string& without : {std::string(""), std::string("  cpu_offloading: false\n"),
+                                     std::string("  cpu_offloading: true\n  cpu_offloading_activations: false\n")}) {
+    auto none = importMegatronBridge(job + without + "  pipeline_model_parallel_size: 4\n", context);
+    ASSERT_TRUE(none) << without << none.error().toString();
+    EXPECT_EQ(none->offload.activationLayers, 0) << without;
+  }
   // DeepSpeed has no such offload: its config says the job keeps them on the GPU.
   const auto ds = exportPlan(p, ExportFormat::kDeepSpeed, "plan.json");
   ASSERT_TRUE(ds) << ds.error().toString();

@@ -256,6 +256,41 @@ TEST(Search, TightMemoryTurnsOnRecomputeThenOffload) {
   }
 }
 
+TEST(Search, AtOnePipelineStageActivationOffloadFitsFasterThanRecompute) {
+  // Llama 3 70B in fp8 on 64 GB200s, tp 1 and pp 1 as Megatron-Bridge's recipe runs it: the activations
+  // of 80 layers at micro-batch 2 do not fit in 184 GiB. Over NVLink-C2C the copies of some layers to
+  // host memory hide behind the compute, which recompute would add to: the search offloads the fewest
+  // layers that fit (Bridge's recipe: 40).
+  const auto s = setup("llama3-70b", "gb200-nvl72-x8", 64);
+  SearchOptions o;
+  o.globalBatchSize = 256;
+  o.precision = DType::kFp8;
+  o.fixed = {{"tp", 1}, {"pp", 1}, {"cp", 1}, {"mbs", 2}};
+  o.topK = 3;
+  auto r = search(s.model, s.cluster, o);
+  ASSERT_TRUE(r && r->feasible()) << (r ? r->infeasibleReason : r.error().toString());
+  const Candidate& best = r->top.front();
+  EXPECT_GT(best.plan.offload.activationLayers, 0);
+  EXPECT_LT(best.plan.offload.activationLayers, 80);
+  EXPECT_EQ(best.plan.stages.front().recomputeLayers, 0);
+  EXPECT_EQ(best.evaluation.time.offload, 0);
+  EXPECT_TRUE(best.evaluation.fits);
+  EXPECT_TRUE(validatePlan(best.plan));
+  // One layer fewer does not fit.
+  Plan fewer = best.plan;
+  fewer.offload.activationLayers -= 1;
+  auto tighter = costmodel::evaluatePlan(fewer);
+  ASSERT_TRUE(tighter);
+  EXPECT_GT(tighter->peakMemoryBytes, 0.95 * s.cluster.gpu.memoryBytes);
+  // Without offload the search recomputes, and the step is longer.
+  o.allowOffload = false;
+  auto recomputed = search(s.model, s.cluster, o);
+  ASSERT_TRUE(recomputed && recomputed->feasible());
+  EXPECT_EQ(recomputed->top.front().plan.offload.activationLayers, 0);
+  EXPECT_GT(recomputed->top.front().evaluation.time.recompute, 0);
+  EXPECT_GT(recomputed->top.front().evaluation.stepSeconds, best.evaluation.stepSeconds);
+}
+
 TEST(Search, OneGpuFitsGpt3OnlyByOffloadingEverything) {
   // GPT-3 175B on one 80 GB A100: the model states (2.9 TiB) fit only off the GPU. The memory bound
   // must not prune what offload makes fit (it once answered "no plan fits"); the plan found is ZeRO-3

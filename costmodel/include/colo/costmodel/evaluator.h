@@ -30,7 +30,8 @@ struct MemoryBreakdown {
   double buffers = 0;         ///< communication buffers, logits upcast, ZeRO-3 gathered layers
   double allocator = 0;       ///< caching-allocator fragmentation allowance
   double context = 0;         ///< CUDA context and library workspaces (outside the allocator)
-  double host = 0;            ///< offloaded optimizer states, gradients and weights in host memory (not in total())
+  double host = 0;            ///< offloaded optimizer states, gradients and weights, and offloaded activations (not in total())
+  double hostActivations = 0; ///< the part of host that is activation offload's: always host memory, whatever offload.target
   [[nodiscard]] double total() const {
     return weights + gradients + optimizer + activations + buffers + allocator + context;
   }
