@@ -74,6 +74,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"calibration", "FILE", "scales fitted on your own runs of this cluster (colo-profile calibrate)"},
       {"offload-params", "F", "fraction of parameters on the host (ZeRO 3)"},
       {"offload-target", "T", "where offloaded states live: cpu (host memory, default) or nvme (ZeRO-Infinity)"},
+      {"offload-activations", "N", "keep the activations of the first N layers in host memory (Megatron-Core's --cpu-offloading-num-layers; pp 1, no recompute)"},
       {"rank-order", "ORDER", "placement, innermost first (default tp-cp-dp-pp)"},
       {"costdb", "DB", "SQLite cost database (colo-profile): measured GEMMs, kernels, collectives, copies before the analytic model"},
       {"explain", "", "say where each class of figures came from: measured, interpolated, calibrated or analytic"},
@@ -237,6 +238,11 @@ Result<void> offloadFromOptions(const Args& args, Offload& offload) {
   const std::string target = args.value("offload-target", "cpu");
   if (target != "cpu" && target != "nvme") return fail(Error::badInput("--offload-target: expected cpu or nvme, got \"" + target + "\""));
   offload.target = target == "nvme" ? OffloadTarget::kNvme : OffloadTarget::kCpu;
+  if (args.has("offload-activations")) {
+    auto n = args.positiveInteger("offload-activations", 1);
+    if (!n) return fail(n.error());
+    offload.activationLayers = *n;
+  }
   return {};
 }
 
@@ -514,15 +520,24 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, 
         << formatBytes(ev.peakMemoryBytes * (1 + bands.memory->high));
   }
   out << "\n";
+  // Offloaded activations stay in host memory; the states go to NVMe with offload.target nvme.
+  const bool statesOnNvme = ev.nvmeBytesPerNode > 0;
   if (ev.hostBytesPerNode > 0) {
-    out << "host      " << formatBytes(ev.hostBytesPerNode) << " of offloaded states per node"
+    const bool activations = plan.offload.activationLayers > 0;
+    const bool statesInHost = !statesOnNvme && (plan.offload.optimizerFraction > 0 || plan.offload.paramsFraction > 0);
+    const std::string what = !activations ? "offloaded states" : statesInHost ? "offloaded states and activations" : "offloaded activations";
+    const bool fits = ev.hostBytesPerNode <= 0.9 * plan.cluster.hostMemoryBytes;
+    out << "host      " << formatBytes(ev.hostBytesPerNode) << " of " << what << " per node"
         << (plan.cluster.hostMemoryBytes > 0 ? " in " + formatBytes(plan.cluster.hostMemoryBytes) + " of host memory (90% usable): " +
-                                                   (ev.fitsHost ? "fits" : "DOES NOT FIT; offload.target nvme or more GPUs")
+                                                   (fits ? "fits" : activations ? "DOES NOT FIT; fewer offloaded layers or more GPUs"
+                                                                                : "DOES NOT FIT; offload.target nvme or more GPUs")
                                              : " (the cluster file gives no host_memory_GiB: not judged)")
         << "\n";
-  } else if (ev.nvmeBytesPerNode > 0) {
+  }
+  if (statesOnNvme) {
     out << "nvme      " << formatBytes(ev.nvmeBytesPerNode) << " of offloaded states per node on "
-        << formatBytes(plan.cluster.nvmeCapacityBytes) << " of NVMe: " << (ev.fitsHost ? "fits" : "DOES NOT FIT") << "\n";
+        << formatBytes(plan.cluster.nvmeCapacityBytes) << " of NVMe: "
+        << (plan.cluster.nvmeCapacityBytes > 0 && ev.nvmeBytesPerNode <= plan.cluster.nvmeCapacityBytes ? "fits" : "DOES NOT FIT") << "\n";
   }
   out << renderBreakdown(ev);
   return out.str();

@@ -85,6 +85,25 @@ TEST(ColoPlanCli, AsyncTensorParallelismIsNamedAndCostedBetweenNoOverlapAndUserb
   EXPECT_DOUBLE_EQ(step(" --tp-overlap userbuffers"), userbuffers);
 }
 
+TEST(ColoPlanCli, ActivationOffloadIsAskedForByLayersAndRefusedWithPipelines) {
+  // Llama 3 8B on one DGX H100, dp 8: the activations of its first 8 layers in host memory.
+  const std::string plan = "evaluate --model llama3-8b --cluster dgx-h100 --gbs 64 --zero 1 --offload-activations 8";
+  const auto text = run(plan);
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_NE(text.out.find("activations of 8 layers offloaded"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("of offloaded activations per node"), std::string::npos) << text.out;
+  const auto json = run(plan + " --json");
+  ASSERT_EQ(json.exitCode, 0) << json.err;
+  EXPECT_GT(Json::parse(json.out)["peak_memory_bytes"].get<double>(), 0);
+  EXPECT_LT(Json::parse(json.out)["peak_memory_bytes"].get<double>(),
+            Json::parse(run("evaluate --model llama3-8b --cluster dgx-h100 --gbs 64 --zero 1 --json").out)["peak_memory_bytes"].get<double>());
+  // Megatron-Core offloads only at pp 1: one error naming the field, exit 2.
+  const auto piped = run(plan + " --pp 2");
+  EXPECT_EQ(piped.exitCode, 2);
+  EXPECT_NE(piped.err.find("/offload/activation_layers"), std::string::npos) << piped.err;
+  EXPECT_NE(piped.err.find("needs pp 1"), std::string::npos) << piped.err;
+}
+
 TEST(ColoPlanCli, PredictionsCarryTheErrorBandOfSimilarValidatedRuns) {
   // GPT-3 175B on 1,024 A100: the step time's likely range from the validated runs most like it, in
   // the text, the JSON and every search row.
