@@ -143,6 +143,33 @@ class StudioTest : public QObject {
     QCOMPARE(candidates.data(candidates.index(0, CandidatesModel::kCp), CandidatesModel::kSortRole).toLongLong(), 16LL);
   }
 
+  // A plan that keeps some layers' activations in host memory (Llama 3 70B in fp8 on 64 GB200s at tp 1,
+  // pp 1, as Megatron-Bridge runs it) reads "offload N/80" in the recompute column, and the memory
+  // chart, which draws the GPU, says what is off it.
+  void activationOffloadShowsInTheTableAndTheMemoryChart() {
+    auto model = colo::loadModel(colo::resolveLibraryFile(colo::LibraryKind::kModels, "llama3-70b").value());
+    auto cluster = colo::loadCluster(colo::resolveLibraryFile(colo::LibraryKind::kClusters, "gb200-nvl72-x8").value());
+    QVERIFY(model && cluster);
+    auto scaled = colo::scaleCluster(*cluster, 64);
+    QVERIFY(scaled);
+    colo::planner::SearchOptions o;
+    o.globalBatchSize = 256;
+    o.precision = colo::DType::kFp8;
+    o.fixed = {{"tp", 1}, {"pp", 1}, {"cp", 1}, {"mbs", 2}};
+    auto result = colo::planner::search(*model, *scaled, o);
+    QVERIFY(result && result->feasible());
+    const auto& best = result->top.front();
+    const std::int64_t offloaded = best.plan.offload.activationLayers;
+    QVERIFY(offloaded > 0);
+    CandidatesModel candidates;
+    candidates.setResult(*result);
+    QCOMPARE(candidates.data(candidates.index(0, CandidatesModel::kRecompute), Qt::DisplayRole).toString(),
+             QString("offload %1/80").arg(offloaded));
+    colo::ui::MemoryChart chart;
+    chart.setEvaluation(best.evaluation, 0.95);
+    QVERIFY2(chart.chart()->title().contains("of offloaded activations"), qPrintable(chart.chart()->title()));
+  }
+
   void cancelAndRestart() {
     SearchRunner runner;
     QSignalSpy finished(&runner, &SearchRunner::finished);

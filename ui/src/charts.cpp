@@ -136,9 +136,20 @@ MemoryChart::MemoryChart(QWidget* parent) : QChartView(newChart("Memory per GPU 
 
 void MemoryChart::setEvaluation(const costmodel::Evaluation& e, double budgetFraction) {
   const bool budgeted = budgetFraction > 0 && budgetFraction < 1;
+  // What offload keeps in host memory (or NVMe) per GPU is not drawn; the title says how much and what.
+  double host = 0, hostActivations = 0;
+  for (const auto& st : e.stages) {
+    host = std::max(host, st.memory.host);
+    hostActivations = std::max(hostActivations, st.memory.hostActivations);
+  }
+  const std::string offHost = host <= 0 ? ""
+                              : hostActivations <= 0 ? "; off the GPU: " + formatBytes(host) + " of offloaded states"
+                              : hostActivations < host
+                                  ? "; off the GPU: " + formatBytes(host) + " of offloaded states and activations"
+                                  : "; off the GPU: " + formatBytes(host) + " of offloaded activations";
   QChart* chart = newChart(QString::fromStdString("Memory per GPU by pipeline stage (capacity " + formatBytes(e.gpuMemoryBytes) +
                                                   (budgeted ? ", budget " + formatBytes(budgetFraction * e.gpuMemoryBytes) : "") +
-                                                  ", peak " + formatBytes(e.peakMemoryBytes) + ")"));
+                                                  ", peak " + formatBytes(e.peakMemoryBytes) + offHost + ")"));
   auto* series = new QStackedBarSeries();
   const char* names[] = {"weights", "gradients", "optimizer", "activations", "buffers", "allocator + context"};
   std::vector<QBarSet*> sets;
