@@ -526,10 +526,9 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, 
     const bool activations = plan.offload.activationLayers > 0;
     const bool statesInHost = !statesOnNvme && (plan.offload.optimizerFraction > 0 || plan.offload.paramsFraction > 0);
     const std::string what = !activations ? "offloaded states" : statesInHost ? "offloaded states and activations" : "offloaded activations";
-    const bool fits = ev.hostBytesPerNode <= 0.9 * plan.cluster.hostMemoryBytes;
     out << "host      " << formatBytes(ev.hostBytesPerNode) << " of " << what << " per node"
         << (plan.cluster.hostMemoryBytes > 0 ? " in " + formatBytes(plan.cluster.hostMemoryBytes) + " of host memory (90% usable): " +
-                                                   (fits ? "fits" : activations ? "DOES NOT FIT; fewer offloaded layers or more GPUs"
+                                                   (ev.hostMemoryFits ? "fits" : activations ? "DOES NOT FIT; fewer offloaded layers or more GPUs"
                                                                                 : "DOES NOT FIT; offload.target nvme or more GPUs")
                                              : " (the cluster file gives no host_memory_GiB: not judged)")
         << "\n";
@@ -537,7 +536,7 @@ std::string renderEvaluation(const Plan& plan, const costmodel::Evaluation& ev, 
   if (statesOnNvme) {
     out << "nvme      " << formatBytes(ev.nvmeBytesPerNode) << " of offloaded states per node on "
         << formatBytes(plan.cluster.nvmeCapacityBytes) << " of NVMe: "
-        << (plan.cluster.nvmeCapacityBytes > 0 && ev.nvmeBytesPerNode <= plan.cluster.nvmeCapacityBytes ? "fits" : "DOES NOT FIT") << "\n";
+        << (ev.nvmeFits ? "fits" : "DOES NOT FIT") << "\n";
   }
   out << renderBreakdown(ev);
   return out.str();

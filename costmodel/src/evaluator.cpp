@@ -42,13 +42,15 @@ void judgeOffloadCapacity(const Plan& plan, Evaluation& ev) {
   double inHost = activations * gpus;
   if (onNvme && states > 0) {
     ev.nvmeBytesPerNode = states * gpus;
-    ev.fitsHost = plan.cluster.nvmeCapacityBytes > 0 && ev.nvmeBytesPerNode <= plan.cluster.nvmeCapacityBytes;
+    ev.nvmeFits = plan.cluster.nvmeCapacityBytes > 0 && ev.nvmeBytesPerNode <= plan.cluster.nvmeCapacityBytes;
   } else {
     inHost += states * gpus;
   }
-  if (inHost <= 0) return;
-  ev.hostBytesPerNode = inHost;
-  ev.fitsHost = ev.fitsHost && (plan.cluster.hostMemoryBytes <= 0 || inHost <= 0.9 * plan.cluster.hostMemoryBytes);
+  if (inHost > 0) {
+    ev.hostBytesPerNode = inHost;
+    ev.hostMemoryFits = plan.cluster.hostMemoryBytes <= 0 || inHost <= 0.9 * plan.cluster.hostMemoryBytes;
+  }
+  ev.fitsHost = ev.hostMemoryFits && ev.nvmeFits;
 }
 
 // The per-layer costing configuration a plan implies.

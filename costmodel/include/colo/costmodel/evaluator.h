@@ -93,7 +93,9 @@ struct Evaluation {
   /// memory: the rest is the system's and the framework's; an unstated host size is not judged).
   double hostBytesPerNode = 0;
   double nvmeBytesPerNode = 0;
-  bool fitsHost = true;
+  bool hostMemoryFits = true;       ///< hostBytesPerNode in the node's host memory
+  bool nvmeFits = true;             ///< nvmeBytesPerNode on the node's NVMe
+  bool fitsHost = true;             ///< both
   bool fits = false;                ///< on the GPU and, when offloading, on the host or NVMe
   double bubbleFraction = 0;
   std::int64_t microBatches = 0;
