@@ -322,12 +322,48 @@ struct RecomputeReading {
   bool open = false;                   // nothing said: the cheapest policy that fits is chosen
   std::optional<double> share;         // checkpointing every n-th block: 1/n of each chunk's layers
   bool offloadOpen = false;            // open, and the framework may offload activations instead (pp 1)
+  std::optional<RecomputeModules> modules;  // what selective recompute re-runs, where the row names it
 };
+
+// Megatron-Core's recompute modules the row names: a "recompute_modules" list (or text) in its training
+// section, or the module names after "modules" in its recompute text ("selective (recompute_modules:
+// mla_up_proj, mlp)"). Nullopt when it names none.
+std::optional<RecomputeModules> readRecomputeModules(const Json& tr, const std::string& recomputeText) {
+  std::string words;
+  const bool keyed = tr.contains("recompute_modules");
+  if (keyed) {
+    const Json& m = tr["recompute_modules"];
+    if (m.is_string()) words = lower(m.get<std::string>());
+    if (m.is_array()) {
+      for (const auto& item : m) {
+        if (item.is_string()) words += " " + lower(item.get<std::string>());
+      }
+    }
+  } else if (const auto at = recomputeText.find("modules"); at != std::string::npos) {
+    words = recomputeText.substr(at + 7);
+  } else {
+    return std::nullopt;
+  }
+  RecomputeModules modules = RecomputeModules::none();
+  bool named = false;
+  std::string word;
+  for (const char ch : words + " ") {
+    if (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') {
+      word += ch;
+    } else if (!word.empty()) {
+      named = addRecomputeModule(modules, word) || named;
+      word.clear();
+    }
+  }
+  if (!named && !keyed) return std::nullopt;
+  return modules;
+}
 
 // "recompute": a policy name, free text ("full (--checkpoint-activations)", "activation checkpointing":
 // full, as Megatron's flag was; "per-op SAC": torchtitan's per-op policy), a boolean, else assumed.
 Result<RecomputeReading> readRecompute(const Json& tr, const Settings& set, const std::string& id, bool* assumed) {
   std::string recomputeText = lower(text(tr, "recompute"));
+  const std::string statedText = recomputeText;
   if (tr.contains("recompute") && tr["recompute"].is_boolean()) recomputeText = tr["recompute"].get<bool>() ? "full" : "none";
   // Megatron's --recompute-num-layers N (or a recompute_num_layers figure): full recompute of N layers
   // per chunk.
@@ -386,8 +422,17 @@ Result<RecomputeReading> readRecompute(const Json& tr, const Settings& set, cons
   // A framework whose tuned runs offload activations (assumptions' activation_offload: Megatron-Bridge's
   // performance recipes set cpu_offloading_num_layers) may have done so where the row says nothing.
   const bool offloadOpen = recomputeOpen && set.pick("activation_offload").is_boolean() && set.pick("activation_offload").get<bool>();
-  return RecomputeReading{
-      .policy = policy, .layers = recomputeLayers, .open = recomputeOpen, .share = std::nullopt, .offloadOpen = offloadOpen};
+  RecomputeReading reading{
+      .policy = policy, .layers = recomputeLayers, .open = recomputeOpen, .share = std::nullopt, .offloadOpen = offloadOpen, .modules = std::nullopt};
+  // Named modules are what selective recompute re-runs (a row that names them and no policy recomputes
+  // selectively, the only granularity they belong to; with full or none they do nothing).
+  if (auto modules = readRecomputeModules(tr, statedText);
+      modules && (policy == RecomputePolicy::kSelective || recomputeOpen)) {
+    reading.policy = RecomputePolicy::kSelective;
+    reading.open = reading.offloadOpen = false;
+    reading.modules = modules;
+  }
+  return reading;
 }
 
 // Checkpointing every n-th block ("selective (checkpoint every n blocks)": IBM's fms-fsdp wraps every
@@ -743,6 +788,7 @@ Result<Case> caseFromRowChecked(const Json& rawRow, const Json& assumptions) {
   readBlockCheckpointing(tr, row["measured"], *recompute, &assumed);
   if (auto st = assignStages(set, *spec, *recompute, c.id, p, &assumed); !st) return fail(st.error());
   if (auto ex = readPrecisionAndExecution(tr, par, set, c.id, p); !ex) return fail(ex.error());
+  if (recompute->modules) p.execution.recomputeModules = *recompute->modules;
   if (ranCompiled(row)) {
     // What the framework's compile leaves eager (torchtitan compiles each block, not the final norm).
     p.execution.unfused = {};

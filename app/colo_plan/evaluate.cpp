@@ -43,6 +43,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"optimizer", "O", "adamw (default), lamb or lars (large-batch optimizers with per-parameter trust ratios)"},
       {"recompute", "R", "activation recompute: none (default), selective, full, op (per-op, as torchtitan)"},
       {"recompute-layers", "N", "recompute only the first N layers of each pipeline chunk"},
+      {"recompute-modules", "M", "what selective recompute re-runs (Megatron-Core's --recompute-modules; implies --recompute selective): a comma list of core_attn (the default), moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts"},
       {"stages", "L1,L2,..", "layers of each pipeline chunk (default: even split)"},
       {"schedule", "S", "gpipe, 1f1b (default; interleaved when --vpp > 1), interleaved, zb"},
       {"precision", "P", "bf16, fp16, fp8, fp4 (Blackwell), fp32 or tf32 (fp32 states, TF32 matmuls) (default: bf16, or fp16 on GPUs without bf16)"},
@@ -327,8 +328,17 @@ Result<Plan> planFromOptions(const Args& args, const std::vector<std::string>& a
   auto optimizer = parseOptimizer(args.value("optimizer", "adamw"));
   if (!optimizer) return fail(Error::badInput("--optimizer: " + optimizer.error().message));
   plan.optimizer = *optimizer;
-  auto policy = parseRecompute(args.value("recompute", "none"));
+  const bool modules = args.has("recompute-modules");
+  auto policy = parseRecompute(args.value("recompute", modules ? "selective" : "none"));
   if (!policy) return fail(Error::badInput("--recompute: " + policy.error().message));
+  if (modules) {
+    if (*policy != RecomputePolicy::kSelective) {
+      return fail(Error::badInput("--recompute-modules: says what selective recompute re-runs, but --recompute is " + toString(*policy)));
+    }
+    auto parsed = parseRecomputeModules(*args.value("recompute-modules"));
+    if (!parsed) return fail(Error::badInput("--recompute-modules: " + parsed.error().message));
+    plan.execution.recomputeModules = *parsed;
+  }
   const std::string defaultSchedule = plan.parallel.virtualStages > 1 ? "interleaved" : "1f1b";
   auto schedule = parseSchedule(args.value("schedule", defaultSchedule));
   if (!schedule) return fail(Error::badInput("--schedule: " + schedule.error().message));
@@ -466,6 +476,9 @@ std::string planHeadline(const Plan& plan, const costmodel::Evaluation& ev) {
       << " micro-batches, gbs " << plan.globalBatchSize << " x " << plan.seqLen << " tokens, ZeRO-" << plan.zeroStage
       << ", " << toString(plan.precision) << ", " << attentionName(plan.execution)
       << " attention, recompute " << toString(plan.stages.front().recompute)
+      << (plan.stages.front().recompute == RecomputePolicy::kSelective && !plan.execution.recomputeModules.isDefault()
+              ? " (" + recomputeModulesLabel(plan.execution.recomputeModules) + ")"
+              : "")
       << (plan.offload.activationLayers > 0 ? ", activations of " + std::to_string(plan.offload.activationLayers) + " layers offloaded" : "")
       << (plan.execution.gradAccumulation == GradAccumulation::kFused
               ? ""

@@ -41,6 +41,7 @@ const std::vector<OptionSpec>& searchOptions() {
       {"cross-entropy-in-place", "", "with --fused-cross-entropy: the loss writes the logits' gradient into them (Transformer Engine's, Megatron's --cross-entropy-fusion-impl te)"},
       {"unfused-kernels", "OPS", "ops the framework runs as PyTorch's eager decompositions, not one fused kernel each: all (torchtitan without compile, Hugging Face models), or a comma list of rmsnorm, final_rmsnorm (the norm after the last block: torchtitan's compiled runs), rotary, gated_activation (default: none, as Megatron, Transformer Engine and torch.compile)"},
       {"torch-cross-entropy", "", "the loss is PyTorch's F.cross_entropy on fp32 logits (torchtitan, Hugging Face): its backward holds two fp32 gradients of the logits beside the saved log-probabilities"},
+      {"recompute-modules", "M", "what the search's selective recompute re-runs (Megatron-Core's --recompute-modules): a comma list of core_attn (the default), moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts"},
       {"native-fused-cross-entropy", "", "the loss is Megatron-Core's native fusion of its vocab-parallel cross-entropy (--cross-entropy-loss-fusion; Megatron-Bridge's default): its fp32 passes compiled into fewer kernels"},
       {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
       {"per-parameter-gathers", "", "ZeRO-3 gathers and reduce-scatters one parameter tensor at a time, synchronously (DeepSpeed v0.3.13 to v0.5.4)"},
@@ -130,6 +131,20 @@ Result<void> readSearchInputs(const Args& args, const Model& model, const Cluste
     auto parsed = parseUnfusedKernels(*unfused);
     if (!parsed) return fail(Error::badInput("--unfused-kernels: " + parsed.error().message));
     options.execution.unfused = *parsed;
+  }
+  if (auto modules = args.value("recompute-modules")) {
+    auto parsed = parseRecomputeModules(*modules);
+    if (!parsed) return fail(Error::badInput("--recompute-modules: " + parsed.error().message));
+    // Megatron-Core's rules, said once here rather than as every candidate refused.
+    if (parsed->moeAct && !(model.spec && model.spec->moe.enabled())) {
+      return fail(Error::badInput("--recompute-modules: moe_act re-runs the experts' activation and " + model.name() +
+                                  " has no mixture of experts"));
+    }
+    if (parsed->mlaUpProj && !(model.spec && model.spec->mla.enabled())) {
+      return fail(Error::badInput("--recompute-modules: mla_up_proj re-runs latent attention's up-projections and " +
+                                  model.name() + " has no multi-head latent attention"));
+    }
+    options.execution.recomputeModules = *parsed;
   }
   if (args.has("per-parameter-gathers")) options.execution.perParameterGathers = true;
   if (args.has("cross-entropy-in-place")) options.execution.crossEntropyInPlace = true;
@@ -254,6 +269,9 @@ std::string searchHeader(const Model& model, const ClusterSpec& cluster, const S
       << in.options.seqLen << " tokens, " << toString(in.options.precision)
       << (precisionGiven || cluster.gpu.hasPeak(DType::kBf16) ? "" : " (this GPU has no bf16)");
   if (in.options.execution.unfused.any()) out << ", eager " << unfusedKernelsLabel(in.options.execution.unfused);
+  if (!in.options.execution.recomputeModules.isDefault()) {
+    out << ", selective recompute of " << recomputeModulesLabel(in.options.execution.recomputeModules);
+  }
   out << ", memory budget "
       << formatFixed(100 * in.options.maxMemoryFraction, 0) << "% of " << formatBytes(cluster.gpu.memoryBytes)
       << (in.options.runnableOnly ? ", only plans colo-run executes (--any: all)" : "") << "\n";

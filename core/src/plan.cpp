@@ -263,6 +263,20 @@ Result<void> checkExecution(const Rules& r) {
       }
     }
   }
+  // Megatron-Core's rules for recompute_modules (TransformerConfig.__post_init__): moe_act needs the
+  // grouped-GEMM experts (colo's MoE layers are), mla_up_proj latent attention, and the whole-MoE
+  // module cannot be re-run while its all-to-alls hide behind another micro-batch.
+  const RecomputeModules& modules = x.recomputeModules;
+  if (modules.moeAct && (!plan.model.spec || !plan.model.spec->moe.enabled())) {
+    return r.bad("/execution/recompute_modules", "moe_act re-runs the experts' activation and needs a mixture-of-experts model");
+  }
+  if (modules.mlaUpProj && (!plan.model.spec || !plan.model.spec->mla.enabled())) {
+    return r.bad("/execution/recompute_modules", "mla_up_proj re-runs latent attention's up-projections and needs a model with "
+                                                 "multi-head latent attention");
+  }
+  if (modules.moe && x.epCommOverlap) {
+    return r.bad("/execution/recompute_modules", "moe cannot be combined with ep_comm_overlap (Megatron-Core refuses it)");
+  }
   // Transformer Engine hands autograd a placeholder only when the weight-gradient GEMM accumulates
   // into main_grad itself (fuse_wgrad_accumulation, Megatron's gradient accumulation fusion).
   if (x.teDummyWgrads && x.gradAccumulation != GradAccumulation::kFused) {

@@ -144,6 +144,24 @@ Execution readExecution(const JsonReader& e) {
       }
     }
   }
+  e.accept({"recompute_modules"});
+  if (e.has("recompute_modules")) {
+    const Json& list = e.json().at("recompute_modules");
+    if (!list.is_array()) {
+      e.fail("recompute_modules", "must be an array of module names (core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, "
+                                  "shared_experts), got " + describeJsonValue(list));
+    }
+    x.recomputeModules = RecomputeModules::none();
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string at = "recompute_modules/" + std::to_string(i);
+      if (!list[i].is_string()) e.failAt(at, "must be a string, got " + describeJsonValue(list[i]));
+      const std::string& name = list[i].get_ref<const std::string&>();
+      if (!addRecomputeModule(x.recomputeModules, name)) {
+        e.failAt(at, "unknown module \"" + name + "\" (expected one of: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, "
+                     "shared_experts)");
+      }
+    }
+  }
   x.teDummyWgrads = e.boolean("te_dummy_wgrads", false);
   x.perParameterGathers = e.boolean("per_parameter_gathers", false);
   x.crossEntropyInPlace = e.boolean("cross_entropy_in_place", false);
@@ -332,6 +350,9 @@ Json planToJson(const Plan& p) {
   if (p.execution.gradNanCheck) j["execution"]["grad_nan_check"] = true;
   if (p.execution.gradReduceBf16) j["execution"]["grad_reduce_in_bf16"] = true;
   if (p.execution.unfused.any()) j["execution"]["unfused_kernels"] = unfusedKernelNames(p.execution.unfused);
+  if (!p.execution.recomputeModules.isDefault()) {
+    j["execution"]["recompute_modules"] = recomputeModuleNames(p.execution.recomputeModules);
+  }
   if (p.execution.teDummyWgrads) j["execution"]["te_dummy_wgrads"] = true;
   if (p.execution.perParameterGathers) j["execution"]["per_parameter_gathers"] = true;
   if (p.execution.crossEntropyInPlace) j["execution"]["cross_entropy_in_place"] = true;

@@ -173,6 +173,53 @@ Result<UnfusedKernels> parseUnfusedKernels(std::string_view list) {
   return u;
 }
 
+std::vector<std::string> recomputeModuleNames(const RecomputeModules& m) {
+  std::vector<std::string> names;
+  if (m.coreAttn) names.emplace_back("core_attn");
+  if (m.moeAct) names.emplace_back("moe_act");
+  if (m.layernorm) names.emplace_back("layernorm");
+  if (m.mlaUpProj) names.emplace_back("mla_up_proj");
+  if (m.mlp) names.emplace_back("mlp");
+  if (m.moe) names.emplace_back("moe");
+  if (m.sharedExperts) names.emplace_back("shared_experts");
+  return names;
+}
+
+bool addRecomputeModule(RecomputeModules& m, std::string_view name) {
+  if (name == "core_attn") m.coreAttn = true;
+  else if (name == "moe_act") m.moeAct = true;
+  else if (name == "layernorm") m.layernorm = true;
+  else if (name == "mla_up_proj") m.mlaUpProj = true;
+  else if (name == "mlp") m.mlp = true;
+  else if (name == "moe") m.moe = true;
+  else if (name == "shared_experts") m.sharedExperts = true;
+  else return false;
+  return true;
+}
+
+std::string recomputeModulesLabel(const RecomputeModules& m) {
+  std::string label;
+  for (const auto& name : recomputeModuleNames(m)) label += (label.empty() ? "" : "+") + name;
+  return label.empty() ? std::string("none") : label;
+}
+
+Result<RecomputeModules> parseRecomputeModules(std::string_view list) {
+  RecomputeModules m = RecomputeModules::none();
+  if (list == "none") return m;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', start), list.size());
+    const std::string_view name = list.substr(start, comma - start);
+    if (!addRecomputeModule(m, name)) {
+      return fail(Error::badInput("unknown recompute module \"" + std::string(name) +
+                                  "\" (expected none, or a comma-separated list of: core_attn, moe_act, layernorm, "
+                                  "mla_up_proj, mlp, moe, shared_experts)"));
+    }
+    start = comma + 1;
+  }
+  return m;
+}
+
 std::string toString(Optimizer value) {
   switch (value) {
     case Optimizer::kAdamW: return "adamw";

@@ -22,6 +22,44 @@ std::string signature(const OpGraph& graph, std::int64_t layer) {
   return sig.str();
 }
 
+// Which recompute group keeps an op's saved tensors and which repeats its forward, by the op's name in
+// the graph (core/src/op_graph_builder.cpp) and the layer's kind: Megatron-Core's Transformer Engine
+// layer fuses the input norm into the QKV linear and a dense layer's pre-MLP norm into fc1, so only a
+// latent-attention layer's input norm and an MoE layer's pre-MLP norm are modules of their own.
+void assignRecomputeGroups(LayerTemplate& t) {
+  for (auto& o : t.ops) {
+    const std::string_view n = o.name;
+    const bool activation = o.kind == OpKind::kActivation || o.kind == OpKind::kGatedActivation;
+    if (n == "attn_norm") {
+      if (t.mla) o.timeGroup = kAttnNormOut;
+    } else if (t.mla && (n == "attn.q_down" || n == "attn.q" || n == "attn.kv_down")) {
+      o.savedGroup = kAttnNormOut;
+    } else if (t.mla && (n == "attn.q_up" || n == "attn.kv_up" || n == "attn.rotary")) {
+      o.timeGroup = kMlaQkv;  // (Q, K and V are kept by the attention core: fusedAttention counts them)
+    } else if (n == "mlp_norm") {
+      o.timeGroup = t.moe ? kMlpNormOut : kDenseMlp;
+    } else if (!t.moe && n.starts_with("mlp.") && n != "mlp.dropout") {
+      o.savedGroup = o.timeGroup = kDenseMlp;
+    } else if (n == "moe.router") {
+      o.savedGroup = kMlpNormOut;
+      o.timeGroup = kMoeRest;
+    } else if (n == "moe.shared.gate_up" || n == "moe.shared.up") {
+      o.savedGroup = kMlpNormOut;
+      o.timeGroup = kSharedInner;
+    } else if (n.starts_with("moe.shared.")) {
+      o.savedGroup = o.timeGroup = kSharedInner;
+    } else if (n.starts_with("moe.experts.") && activation) {
+      o.savedGroup = kMoeRest;  // its input, fc1's output, is what moe_act keeps
+      o.timeGroup = kExpertAct;
+    } else if (n == "moe.experts.down") {
+      o.savedGroup = kExpertAct;
+      o.timeGroup = kMoeRest;
+    } else if (n.starts_with("moe.")) {
+      o.savedGroup = o.timeGroup = kMoeRest;
+    }
+  }
+}
+
 LayerTemplate makeTemplate(const OpGraph& graph, std::int64_t layer, std::int64_t kvWidth) {
   LayerTemplate t;
   const std::int64_t s = graph.info().seqLen;
@@ -119,7 +157,9 @@ LayerTemplate makeTemplate(const OpGraph& graph, std::int64_t layer, std::int64_
     }
     t.params += o.params;
     t.ops.push_back(o);
+    if (o.name == "attn.kv_down") t.mla = true;
   }
+  assignRecomputeGroups(t);
   return t;
 }
 

@@ -3,6 +3,7 @@
 // parallel configuration. Per-sample figures are scaled by micro-batch, tensor, sequence and context
 // parallelism with the op's shard rule (docs/costmodel.md, "Compute").
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -14,6 +15,21 @@
 #include "colo/costmodel/hardware.h"
 
 namespace colo::costmodel::detail {
+
+/// Disjoint parts of a layer that Megatron-Core's recompute modules drop and re-run
+/// (RecomputeModules; docs/costmodel.md, "Recompute modules"). An op's saved tensors belong to one group
+/// and its forward time to one (not always the same: a norm's output is kept by the linears after it).
+enum RecomputeGroup : std::int8_t {
+  kNoGroup = -1,
+  kAttnNormOut,   ///< latent attention's input norm: its output, kept by the down-projections
+  kMlpNormOut,    ///< an MoE layer's pre-MLP norm: its output, kept by the router and shared experts
+  kMlaQkv,        ///< latent attention's up-projections and rotary: Q, K and V
+  kDenseMlp,      ///< a dense layer's MLP with its norm, input excluded
+  kExpertAct,     ///< the routed experts' activation: its output
+  kSharedInner,   ///< the shared experts' MLP, input excluded
+  kMoeRest,       ///< the rest of an MoE block (top-k, sorts, the experts' first GEMM and its output)
+  kRecomputeGroups
+};
 
 /// One op of a layer template, per sample.
 struct OpTemplate {
@@ -34,6 +50,8 @@ struct OpTemplate {
   std::string kernel;          // measured-kernel key: layernorm, softmax, gelu, swiglu, dropout, add, ...
   double elements = 0;         // per sample, for measured-kernel lookups
   std::int64_t width = 0;      // the row width the kernel reduces or gathers over (0 for elementwise)
+  RecomputeGroup savedGroup = kNoGroup;  // the recompute group whose drop frees what this op keeps
+  RecomputeGroup timeGroup = kNoGroup;   // the recompute group whose re-run repeats this op's forward
 };
 
 struct LayerTemplate {
@@ -42,6 +60,7 @@ struct LayerTemplate {
   double tpSplittableParams = 0;  // parameters divided by tensor parallelism
   double expertParams = 0;        // parameters divided by expert parallelism (and tp)
   bool moe = false;
+  bool mla = false;               // multi-head latent attention (the op "attn.kv_down")
   std::int64_t rowOps = 0;        // forward all-reduces (row-parallel outputs)
   double gatheredTensors = 0;     // parameter tensors of 100,000 elements or more (DeepSpeed ZeRO-3 gathers each)
   double gatheredExpertTensors = 0;  // of them, the routed experts' weights (one per expert, spread over ep)
@@ -144,6 +163,11 @@ struct LayerCost {
   double opsFwd = 0, opsBwd = 0;  // ops the host issues per micro-batch (kernels and collectives)
   double gatheredTensors = 0;     // LayerTemplate's, with this GPU's share of the expert weights
   double hostWaitFwd = 0, hostWaitBwd = 0;  // part of fwd/bwd the GPU waits for the host (host-bound)
+  // Per recompute group: the bytes its drop frees, the forward (kernels and the collectives inside it)
+  // its re-run repeats, and that re-run's model FLOPs.
+  std::array<double, kRecomputeGroups> groupSaved{};
+  std::array<double, kRecomputeGroups> groupFwd{};
+  std::array<double, kRecomputeGroups> groupFlops{};
 };
 
 /// The GEMM an op runs on one GPU under a config: an [m, k] x [k, n] product, `count` times (batched

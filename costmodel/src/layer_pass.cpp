@@ -194,6 +194,12 @@ LayerCost LayerPass::run() {
     previous_ = &op;
     recomputedByOp(op, t.fwd, fused);
     keptForBackward(op, fused);
+    if (op.timeGroup != kNoGroup) {
+      out_.groupFwd[op.timeGroup] += t.fwd;
+      if (product) {
+        if (const auto g = scaledGemm(op, c_)) out_.groupFlops[op.timeGroup] += 2.0 * g->m * g->n * g->k * g->count;
+      }
+    }
   }
   fusedAttention();
   out_.savedInput = b_ * (static_cast<double>(c_.seqLen) / cp_) * static_cast<double>(c_.hidden) *
@@ -208,6 +214,13 @@ LayerCost LayerPass::run() {
   out_.tpCommBwd += regatherExposed_;
   expertParallelComm(layer_, c_, device_, epGroup_, out_);
   contextParallelComm(c_, device_, cpGroup_, out_);
+  // A checkpointed MLP or MoE block re-runs its collectives too: the MLP's half of the layer's forward
+  // tensor-parallel pair, and the MoE block's dispatch and combine.
+  if (layer_.moe) {
+    out_.groupFwd[kMoeRest] += out_.epCommFwd + 0.5 * out_.tpCommFwd;
+  } else if (out_.groupFwd[kDenseMlp] > 0) {
+    out_.groupFwd[kDenseMlp] += 0.5 * out_.tpCommFwd;
+  }
   hostFloor();
   const double ep = static_cast<double>(c_.ep);
   out_.paramsPerGpu = (layer_.params - layer_.tpSplittableParams - layer_.expertParams) + layer_.tpSplittableParams / tp_ +
@@ -441,6 +454,7 @@ void LayerPass::keptForBackward(const OpTemplate& op, bool fused) {
                                                                : op.savedBytes;
   const double saved = opSaved * tokenScale_ / savedSplit * (fp8Input ? 0.5 : 1.0);
   out_.savedFull += saved;
+  if (op.savedGroup != kNoGroup) out_.groupSaved[op.savedGroup] += saved;
   if (op.attentionCore) attnSaved_ += saved;
   quadraticSaved_ += op.savedQuadratic * tokenScale_ / savedSplit;
 }
@@ -478,6 +492,8 @@ void LayerPass::fusedAttention() {
   } else {
     out_.savedSelective = out_.savedFull - quadraticSaved_;
   }
+  // Latent attention's Q, K and V, which the attention core keeps (fused or not): mla_up_proj drops them.
+  if (layer_.mla) out_.groupSaved[kMlaQkv] += layer_.qkvSavedPerSample * tokenScale_ / tp_;
 }
 
 void LayerPass::hostFloor() {

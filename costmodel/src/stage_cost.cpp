@@ -43,9 +43,33 @@ double pipelineHopSeconds(const Plan& plan, const ModelTemplates& T, const Group
   return collectiveSeconds(Collective::kSendRecv, bytes, pair);
 }
 
+namespace {
+// The recompute groups (layer_cost.h) a set of Megatron-Core recompute modules drops, as bits.
+unsigned recomputeGroupMask(const RecomputeModules& m) {
+  unsigned mask = 0;
+  auto add = [&](RecomputeGroup g) { mask |= 1u << g; };
+  if (m.layernorm) {
+    add(kAttnNormOut);
+    add(kMlpNormOut);
+  }
+  if (m.mlaUpProj) add(kMlaQkv);
+  if (m.mlp) add(kDenseMlp);
+  if (m.moeAct) add(kExpertAct);
+  if (m.sharedExperts) add(kSharedInner);
+  if (m.moe) {
+    add(kMoeRest);
+    add(kExpertAct);
+    add(kSharedInner);
+  }
+  return mask;
+}
+}  // namespace
+
 std::vector<ChunkCost> costChunks(const Plan& plan, const ModelTemplates& T, const CostedLayers& layers,
                                   const LayerConfig& config, double byteScale) {
   std::vector<ChunkCost> chunks(plan.stages.size());
+  const RecomputeModules& modules = plan.execution.recomputeModules;
+  const unsigned groups = recomputeGroupMask(modules);
   std::size_t layer = 0;
   for (std::size_t c = 0; c < chunks.size(); ++c) {
     const StagePlan& sp = plan.stages[c];
@@ -71,11 +95,27 @@ std::vector<ChunkCost> costChunks(const Plan& plan, const ModelTemplates& T, con
         saved = lc.savedInput;
         cc.workingSet = std::max(cc.workingSet, 2.0 * lc.savedFull);
       } else if (recomputes && sp.recompute == RecomputePolicy::kSelective) {
-        if (!config.flash) {
-          cc.recompute += lc.attnCoreFwd;
-          cc.recomputeFlops += lc.attnFlopsFwdPerGpu;
+        if (modules.coreAttn) {
+          if (!config.flash) {
+            cc.recompute += lc.attnCoreFwd;
+            cc.recomputeFlops += lc.attnFlopsFwdPerGpu;
+          }
+          saved = lc.savedSelective;
         }
-        saved = lc.savedSelective;
+        // The other modules: each group dropped once, whichever modules name it; the largest one's
+        // activations are rebuilt inside that module's backward.
+        if (groups != 0) {
+          double largestGroup = 0;
+          for (int g = 0; g < kRecomputeGroups; ++g) {
+            if ((groups & (1u << g)) == 0) continue;
+            saved -= lc.groupSaved[g];
+            cc.recompute += lc.groupFwd[g];
+            cc.recomputeFlops += lc.groupFlops[g];
+            largestGroup = std::max(largestGroup, lc.groupSaved[g]);
+          }
+          saved = std::max(saved, lc.savedInput);
+          cc.workingSet = std::max(cc.workingSet, largestGroup);
+        }
       } else if (recomputes && sp.recompute == RecomputePolicy::kOp) {
         // Per-op: the backward first re-runs what was not kept, rebuilding the layer's activations.
         // torchtitan's save list keeps reduce-scatter outputs but no all-gather or all-reduce, so the

@@ -17,7 +17,12 @@ std::string recomputeSummary(const Plan& p) {
   // Activation offload replaces recompute (validatePlan refuses both): the offloaded share instead.
   if (p.offload.activationLayers > 0) return "offload " + std::to_string(p.offload.activationLayers) + "/" + std::to_string(total);
   if (recomputed == 0) return "none";
-  return toString(policy) + (recomputed == total ? "" : " " + std::to_string(recomputed) + "/" + std::to_string(total));
+  // Selective recompute of other modules than the attention core names them: "selective(mla_up_proj+mlp)".
+  std::string name = toString(policy);
+  if (policy == RecomputePolicy::kSelective && !p.execution.recomputeModules.isDefault()) {
+    name += "(" + recomputeModulesLabel(p.execution.recomputeModules) + ")";
+  }
+  return name + (recomputed == total ? "" : " " + std::to_string(recomputed) + "/" + std::to_string(total));
 }
 
 std::string stagesSummary(const std::vector<std::int64_t>& layers) {

@@ -185,7 +185,15 @@ void megatronTrainingArgs(const Plan& p, const RecomputeSummary& r, std::ostream
   // flash-attn package (FlashAttention-2 as pip installs it: colo's flash2).
   const char* backend = !p.execution.flashAttention ? "unfused" : p.execution.flashAttention2 ? "flash" : "auto";
   a << "--attention-backend " << backend << " \\\n";
-  if (r.policy == RecomputePolicy::kSelective) a << "--recompute-activations \\\n";
+  if (r.policy == RecomputePolicy::kSelective) {
+    a << "--recompute-activations \\\n";
+    // What it re-runs, when not the attention core alone (Megatron's default).
+    if (!p.execution.recomputeModules.isDefault()) {
+      a << "--recompute-modules";
+      for (const auto& name : recomputeModuleNames(p.execution.recomputeModules)) a << " " << name;
+      a << " \\\n";
+    }
+  }
   if (r.policy == RecomputePolicy::kFull) {
     a << "--recompute-granularity full \\\n--recompute-method block \\\n--recompute-num-layers " << r.maxLayersPerChunk
       << " \\\n";

@@ -408,6 +408,17 @@ class MegatronCheck {
     if ((g == "selective" || has("--recompute-activations")) && (has("--recompute-method") || has("--recompute-num-layers"))) {
       problem("recompute_selective", "selective recompute takes no --recompute-method or --recompute-num-layers");
     }
+    if (const auto* modules = a_.find("--recompute-modules")) {
+      for (const auto& m : *modules) {
+        if (m == "moe_act" && !has("--moe-grouped-gemm")) problem("recompute_modules", "moe_act recompute needs --moe-grouped-gemm");
+        if (m == "mla_up_proj" && !has("--multi-latent-attention")) {
+          problem("recompute_modules", "mla_up_proj recompute needs --multi-latent-attention");
+        }
+        if (m == "moe" && has("--overlap-moe-expert-parallel-comm")) {
+          problem("recompute_modules", "moe recompute with --overlap-moe-expert-parallel-comm");
+        }
+      }
+    }
     if (has("--fp16") && has("--bf16")) problem("fp16_xor_bf16", "--fp16 with --bf16");
     if (const std::int64_t offloaded = num("--cpu-offloading-num-layers", 0); offloaded > 0) {
       if (pp_ > 1) problem("activation_offload", "--cpu-offloading-num-layers with pipeline parallelism");

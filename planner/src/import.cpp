@@ -366,7 +366,8 @@ Result<std::vector<StagePlan>> megatronStages(const Reader& r, const Plan& p) {
   // runs before any --recompute-granularity) recomputes every layer whole.
   const std::string granularity = r.has("--checkpoint-activations")
                                       ? "full"
-                                      : r.text("--recompute-granularity").value_or(r.has("--recompute-activations") ? "selective" : "");
+                                      : r.text("--recompute-granularity").value_or(
+                                            r.has("--recompute-activations") || r.has("--moe-layer-recompute") ? "selective" : "");
   if (granularity == "selective") policy = RecomputePolicy::kSelective;
   if (granularity == "full") policy = RecomputePolicy::kFull;
   std::vector<StagePlan> stages = uniformStages(layers, chunks, policy);
@@ -559,6 +560,22 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
       if (s.empty() || *end != '\0' || n < 1) return fail(Error::badInput("--hierarchical-context-parallel-sizes: '" + s + "' is not a positive size"));
       p.execution.hierarchicalCpSizes.push_back(n);
     }
+  }
+  // --recompute-modules (any number of names; core_attn when absent) says what selective recompute
+  // re-runs; the deprecated --moe-layer-recompute adds moe (TransformerConfig.__post_init__).
+  const auto* modules = r.args.find("--recompute-modules");
+  if (modules || r.has("--moe-layer-recompute")) {
+    RecomputeModules m = modules ? RecomputeModules::none() : RecomputeModules{};
+    if (modules) {
+      for (const auto& name : *modules) {
+        if (!addRecomputeModule(m, name)) {
+          return fail(Error::badInput("--recompute-modules: '" + name + "' is not one of core_attn, moe_act, layernorm, "
+                                      "mla_up_proj, mlp, moe, shared_experts"));
+        }
+      }
+    }
+    if (r.has("--moe-layer-recompute")) m.moe = true;
+    p.execution.recomputeModules = m;
   }
   if (r.has("--optimizer-cpu-offload")) {
     COLO_TRY(fraction, r.number("--optimizer-offload-fraction", 1.0));

@@ -129,6 +129,13 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
     for (const char ch : *sizes) words += (ch == '[' || ch == ']' || ch == ',') ? ' ' : ch;
     args << "--hierarchical-context-parallel-sizes " << words << "\n";
   }
+  // recompute_modules, a list: Megatron's argument takes the names as words (none for an empty list).
+  if (auto modules = model("recompute_modules")) {
+    std::string words;
+    for (const char ch : *modules) words += (ch == '[' || ch == ']' || ch == ',' || ch == '\'' || ch == '"') ? ' ' : ch;
+    args << "--recompute-modules " << words << "\n";
+  }
+  if (on(model("moe_layer_recompute"))) args << "--moe-layer-recompute\n";
   flag("--num-virtual-stages-per-pipeline-rank", model("virtual_pipeline_model_parallel_size"));
   // Transformer Engine unless the config says otherwise; Megatron's gradient-accumulation fusion unless
   // it is switched off (ModelParallelConfig.gradient_accumulation_fusion).

@@ -1145,5 +1145,30 @@ TEST(ColoPlanAutoParallel, ASimulationOnlyPlanNamesTheOperatorThatLeavesTheSplit
       << r.out;
 }
 
+TEST(ColoPlanCli, RecomputeModulesAreAskedForByMegatronsNames) {
+  // Qwen3-30B-A3B on one DGX H100, ep 8: the experts' activation and the MoE layers' pre-MLP norm
+  // re-run (Megatron-Core's --recompute-modules moe_act layernorm), less memory than none.
+  const std::string plan = "evaluate --model qwen3-30b-a3b --cluster dgx-h100 --gbs 64 --ep 8 --zero 1";
+  const auto text = run(plan + " --recompute-modules moe_act,layernorm");
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_NE(text.out.find("recompute selective (moe_act+layernorm)"), std::string::npos) << text.out;
+  const auto with = run(plan + " --recompute-modules moe_act,layernorm --json");
+  const auto without = run(plan + " --json");
+  ASSERT_EQ(with.exitCode, 0) << with.err;
+  ASSERT_EQ(without.exitCode, 0) << without.err;
+  EXPECT_LT(Json::parse(with.out)["peak_memory_bytes"].get<double>(), Json::parse(without.out)["peak_memory_bytes"].get<double>());
+  // They are what selective recompute re-runs: not with another policy.
+  const auto full = run(plan + " --recompute full --recompute-modules moe_act");
+  EXPECT_EQ(full.exitCode, 2);
+  EXPECT_NE(full.err.find("--recompute-modules"), std::string::npos) << full.err;
+  // A dense model has no experts' activation: one error naming the field, exit 2.
+  const auto dense = run("evaluate --model llama3-8b --cluster dgx-h100 --gbs 64 --recompute-modules moe_act");
+  EXPECT_EQ(dense.exitCode, 2);
+  EXPECT_NE(dense.err.find("/execution/recompute_modules"), std::string::npos) << dense.err;
+  const auto unknown = run("evaluate --model llama3-8b --cluster dgx-h100 --gbs 64 --recompute-modules mlp,attn");
+  EXPECT_EQ(unknown.exitCode, 2);
+  EXPECT_NE(unknown.err.find("unknown recompute module \"attn\""), std::string::npos) << unknown.err;
+}
+
 }  // namespace
 }  // namespace colo

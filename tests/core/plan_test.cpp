@@ -617,5 +617,60 @@ TEST(Plan, StagesDefaultToAnEvenSplitOnlyWhenItIsEven) {
   EXPECT_EQ(r.error().path, "/stages");
 }
 
+TEST(Plan, RecomputeModulesAreMegatronsNamesWrittenOnlyWhenNotTheAttentionCoreAlone) {
+  // Megatron-Core's --recompute-modules: core_attn when unset, so the default writes nothing.
+  Plan p = megatronPlan();  // selective recompute in every chunk
+  EXPECT_TRUE(p.execution.recomputeModules.coreAttn);
+  EXPECT_FALSE(planToJson(p)["execution"].contains("recompute_modules"));
+  // A dense model's MLP and norms: read back as written, in Megatron's order.
+  auto modules = parseRecomputeModules("mlp,layernorm");
+  ASSERT_TRUE(modules) << modules.error().toString();
+  EXPECT_FALSE(modules->coreAttn);  // a list replaces the default, as in Megatron
+  p.execution.recomputeModules = *modules;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const Json j = planToJson(p);
+  EXPECT_EQ(j["execution"]["recompute_modules"], Json::array({"layernorm", "mlp"}));
+  auto back = planFromJson(j, "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_EQ(back->execution.recomputeModules, p.execution.recomputeModules);
+  EXPECT_EQ(recomputeModulesLabel(back->execution.recomputeModules), "layernorm+mlp");
+  // The empty list (selective recompute of nothing) is kept apart from the default.
+  p.execution.recomputeModules = *parseRecomputeModules("none");
+  EXPECT_EQ(planToJson(p)["execution"]["recompute_modules"], Json::array());
+  EXPECT_EQ(planFromJson(planToJson(p), "p.json")->execution.recomputeModules, RecomputeModules::none());
+  // Unknown names: the file, its element and the name.
+  Json bad = j;
+  bad["execution"]["recompute_modules"] = Json::array({"mlp", "attention"});
+  auto refused = planFromJson(bad, "p.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/recompute_modules/1");
+  EXPECT_NE(refused.error().message.find("attention"), std::string::npos);
+  bad["execution"]["recompute_modules"] = "mlp";
+  refused = planFromJson(bad, "p.json");
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().path, "/execution/recompute_modules");
+  EXPECT_FALSE(parseRecomputeModules("mlp,"));
+  EXPECT_FALSE(parseRecomputeModules("mlp,gelu"));
+  // Megatron-Core's rules: moe_act needs an MoE model, mla_up_proj latent attention.
+  auto refusedWith = [](Plan q, const std::string& words) {
+    auto r = validatePlan(q, "p.json");
+    ASSERT_FALSE(r) << words;
+    EXPECT_EQ(r.error().path, "/execution/recompute_modules");
+    EXPECT_NE(r.error().message.find(words), std::string::npos) << r.error().message;
+  };
+  Plan dense = megatronPlan();
+  dense.execution.recomputeModules = *parseRecomputeModules("moe_act");
+  refusedWith(dense, "mixture-of-experts");
+  dense.execution.recomputeModules = *parseRecomputeModules("mla_up_proj");
+  refusedWith(dense, "latent attention");
+  // colo-run re-runs the attention core only.
+  Plan runnable = megatronPlan();
+  ASSERT_TRUE(checkRunnable(runnable)) << checkRunnable(runnable).error().message;
+  runnable.execution.recomputeModules = *parseRecomputeModules("mlp");
+  auto why = checkRunnable(runnable);
+  ASSERT_FALSE(why);
+  EXPECT_NE(why.error().message.find("recompute_modules = mlp"), std::string::npos) << why.error().message;
+}
+
 }  // namespace
 }  // namespace colo

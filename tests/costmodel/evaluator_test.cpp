@@ -2170,5 +2170,88 @@ TEST(Collectives, RingAllReduceFollowsTheBandwidthTerm) {
   EXPECT_EQ(collectiveSeconds(Collective::kAllReduce, bytes, placeGroup(c, p, Dim::kCp)), 0.0);  // cp = 1
 }
 
+TEST(Evaluator, RecomputeModulesDropWhatEachMegatronModuleRebuildsAndRerunItsForward) {
+  // Megatron-Core's --recompute-modules on DeepSeek-V3 (latent attention, 58 MoE layers after 3 dense
+  // ones), one stage, ep 64: each module frees its own activations and re-runs its own forward.
+  Plan p = makePlan("deepseek-v3", "dgx-h100-x2048", 64, 1, 1, 64);
+  p.parallel.ep = 64;
+  p.execution.hostMicrosecondsPerOp = 0;
+  const Evaluation none = evaluateOrFail(p);
+  setRecompute(p, RecomputePolicy::kSelective);
+  auto with = [&](const std::string& list) {
+    Plan q = p;
+    q.execution.recomputeModules = parseRecomputeModules(list).value();
+    EXPECT_TRUE(validatePlan(q)) << list << ": " << validatePlan(q).error().toString();
+    return evaluateOrFail(q);
+  };
+  auto freed = [&](const Evaluation& e) { return none.stages[0].memory.activations - e.stages[0].memory.activations; };
+  // core_attn under fused attention drops nothing and re-runs nothing (as before).
+  const Evaluation coreAttn = with("core_attn");
+  EXPECT_NEAR(freed(coreAttn), 0, 1);
+  EXPECT_NEAR(coreAttn.stepSeconds, none.stepSeconds, 1e-12);
+  // mla_up_proj drops Q, K and V: 128 heads x (192 + 192 + 128) 16-bit values a token in each of the 61
+  // layers, one layer's rebuilt at a time.
+  const Evaluation mla = with("mla_up_proj");
+  const double qkvLayer = 4096.0 * 128 * (192 + 192 + 128) * 2;
+  EXPECT_GT(freed(mla), 59.5 * qkvLayer);
+  EXPECT_LT(freed(mla), 61.5 * qkvLayer);
+  EXPECT_GT(mla.time.recompute, 0);
+  EXPECT_GT(mla.hardwareTflopsPerGpu, mla.modelTflopsPerGpu);  // the up-projections' GEMMs run twice
+  // layernorm: the MoE layers' pre-MLP norm and every layer's input norm (latent attention's is a module
+  // of its own) drop their outputs; re-running a norm costs little.
+  const Evaluation norms = with("layernorm");
+  EXPECT_GT(freed(norms), 58 * 4096.0 * 7168 * 2);
+  EXPECT_LT(norms.time.recompute, 0.1 * mla.time.recompute + 1e-3);
+  // moe re-runs the whole block, its dispatch and combine included; moe_act only the experts' activation.
+  const Evaluation act = with("moe_act");
+  const Evaluation shared = with("shared_experts");
+  const Evaluation moe = with("moe");
+  EXPECT_GT(freed(act), 0);
+  EXPECT_GT(freed(shared), 0);
+  EXPECT_GT(freed(moe), freed(act) + freed(shared));
+  EXPECT_GT(moe.time.recompute, act.time.recompute + shared.time.recompute);
+  EXPECT_LT(act.time.recompute, 0.1 * moe.time.recompute);
+  // A module named twice over is dropped once: moe holds moe_act and shared_experts.
+  const Evaluation both = with("moe_act,moe,shared_experts");
+  EXPECT_NEAR(both.stages[0].memory.activations, moe.stages[0].memory.activations, 1);
+  EXPECT_NEAR(both.time.recompute, moe.time.recompute, 1e-12);
+  // mlp: the three dense layers' MLPs only.
+  const Evaluation mlp = with("mlp");
+  EXPECT_GT(freed(mlp), 0);
+  EXPECT_LT(freed(mlp), freed(moe) / 4);
+  // Bridge's H100 recipe for DeepSeek-V3 (mla_up_proj and mlp) frees what each does alone.
+  const Evaluation recipe = with("mla_up_proj,mlp");
+  EXPECT_GT(freed(recipe), freed(mla));
+  EXPECT_NEAR(recipe.time.recompute, mla.time.recompute + mlp.time.recompute, 1e-3 * recipe.time.recompute);
+}
+
+TEST(Evaluator, RecomputeModulesOnADenseModelReRunTheMlpAndFindNoNormOfItsOwn) {
+  // Llama 3 8B under Transformer Engine: both norms are fused into the next linear, so "layernorm" has
+  // nothing to drop; "mlp" drops the MLP's input copy, gate/up outputs and the activation's output.
+  Plan p = makePlan("llama3-8b", "dgx-h100", 8, 1, 1, 64);
+  p.execution.hostMicrosecondsPerOp = 0;
+  const Evaluation none = evaluateOrFail(p);
+  setRecompute(p, RecomputePolicy::kSelective);
+  p.execution.recomputeModules = parseRecomputeModules("layernorm").value();
+  const Evaluation norms = evaluateOrFail(p);
+  EXPECT_NEAR(norms.stages[0].memory.activations, none.stages[0].memory.activations, 1);
+  EXPECT_NEAR(norms.stepSeconds, none.stepSeconds, 1e-12);
+  p.execution.recomputeModules = parseRecomputeModules("mlp").value();
+  const Evaluation mlp = evaluateOrFail(p);
+  // Per token and layer: h + 2 ffn + ffn 16-bit values (4096 + 3 x 14336), 32 layers of 8192 tokens,
+  // one layer's rebuilt at a time.
+  const double perLayer = 8192.0 * (4096 + 3 * 14336) * 2;
+  const double freed = none.stages[0].memory.activations - mlp.stages[0].memory.activations;
+  EXPECT_GT(freed, 30.5 * perLayer);
+  EXPECT_LT(freed, 32.5 * perLayer);
+  // Its re-run is the MLP's forward: some 70% of the forward's FLOPs (the GEMMs of 3 x 4096 x 14336
+  // weights against 4096 x 6144 and 4096 x 4096, beside attention at 8k tokens and the head).
+  EXPECT_GT(mlp.stages[0].recomputeSeconds, 0.5 * none.stages[0].forwardSeconds);
+  EXPECT_LT(mlp.stages[0].recomputeSeconds, 0.9 * none.stages[0].forwardSeconds);
+  Plan full = p;
+  setRecompute(full, RecomputePolicy::kFull);
+  EXPECT_LT(mlp.time.recompute, evaluateOrFail(full).time.recompute);
+}
+
 }  // namespace
 }  // namespace colo::costmodel

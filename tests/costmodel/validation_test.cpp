@@ -1170,5 +1170,57 @@ TEST(Validation, LayoutsAreRankedAgainstTheMeasuredOrderPerModelAndCluster) {
   EXPECT_DOUBLE_EQ(groups[0].kendallTau, 1.0 / 3.0);
   EXPECT_NEAR(groups[0].pickSlowdown, 0.1, 1e-12);
 }
+
+TEST(Validation, RowsNamingMegatronRecomputeModulesRecomputeThoseModules) {
+  // Megatron-Bridge's DeepSeek-V3 recipes name what selective recompute re-runs (H100: mla_up_proj and
+  // mlp). A row may say so in its recompute text or as a recompute_modules list; either way the plan
+  // re-runs those modules, not the attention core, and frees their activations.
+  Json row = unseenRow();
+  row["id"] = "unseen_moe_recompute_modules";
+  row["model"] = Json::parse(R"J({"name": "DeepSeek-V3 shape, 4 layers", "arch": "DeepSeek-V3 (MLA, DeepSeekMoE)",
+      "num_layers": 4, "hidden_size": 7168, "num_attention_heads": 128, "ffn_hidden_size": 18432,
+      "moe_ffn_hidden_size": 2048, "num_experts": 256, "top_k": 8, "vocab_size": 129280, "seq_len": 4096,
+      "moe_layer_freq": "([0]*1+[1]*3)", "shared_expert_intermediate_size": 2048, "q_lora_rank": 1536,
+      "kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128})J");
+  row["hardware"] = Json::parse(R"({"gpu": "B200 SXM", "gpu_memory_gb": 180, "gpus_per_node": 8, "num_gpus": 8})");
+  row["parallel"] = Json::parse(R"({"tp": 1, "pp": 1, "dp": 8, "ep": 8, "zero_stage": 1})");
+  row["training"] = Json::parse(R"J({"precision": "bf16", "recompute": "selective (recompute_modules: mla_up_proj, mlp)",
+      "micro_batch_size": 1, "global_batch_size": 32})J");
+  auto named = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(named) << named.error().toString();
+  EXPECT_EQ(named->plan.stages.front().recompute, RecomputePolicy::kSelective);
+  EXPECT_EQ(named->plan.execution.recomputeModules, parseRecomputeModules("mla_up_proj,mlp").value());
+  // The same as a list, with no policy named: selective is the only recompute the modules belong to.
+  row["training"]["recompute"] = "not stated";
+  row["training"]["recompute_modules"] = Json::array({"mla_up_proj", "mlp"});
+  auto listed = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(listed) << listed.error().toString();
+  EXPECT_EQ(listed->plan.stages.front().recompute, RecomputePolicy::kSelective);
+  EXPECT_EQ(listed->plan.stages.front().recomputeLayers, 4);
+  EXPECT_EQ(listed->plan.execution.recomputeModules, named->plan.execution.recomputeModules);
+  // Plain selective recompute is the attention core's, as before.
+  row["training"].erase("recompute_modules");
+  row["training"]["recompute"] = "selective";
+  auto plain = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(plain) << plain.error().toString();
+  EXPECT_TRUE(plain->plan.execution.recomputeModules.isDefault());
+  // Against no recompute, the modules free memory and take time.
+  row["training"]["recompute"] = "none";
+  auto none = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(none) << none.error().toString();
+  const auto a = costmodel::evaluatePlan(named->plan);
+  const auto b = costmodel::evaluatePlan(none->plan);
+  ASSERT_TRUE(a && b);
+  EXPECT_LT(a->peakMemoryBytes, b->peakMemoryBytes);
+  EXPECT_GT(a->time.recompute, 0);
+  EXPECT_EQ(b->time.recompute, 0);
+  // Full recompute's text may say "modules" without naming any: it stays full.
+  row["training"]["recompute"] = "full (all modules, --recompute-granularity full)";
+  auto full = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(full) << full.error().toString();
+  EXPECT_EQ(full->plan.stages.front().recompute, RecomputePolicy::kFull);
+  EXPECT_TRUE(full->plan.execution.recomputeModules.isDefault());
+}
+
 }  // namespace
 }  // namespace colo

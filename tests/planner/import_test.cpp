@@ -1218,5 +1218,49 @@ TEST(Import, MegatronBridgeOverridesAndMixtureOfExperts) {
   EXPECT_NE(tab.error().message.find("tabs"), std::string::npos) << tab.error().message;
 }
 
+TEST(Import, RecomputeModulesRoundTripThroughMegatronAndBridge) {
+  // Megatron-Bridge's MoE recipes name what selective recompute re-runs (GPT-OSS: layernorm and moe_act;
+  // here on Mixtral): Megatron's --recompute-modules, emitted, accepted by the argument schema, read back.
+  Plan p = basePlan("mixtral-8x7b", "dgx-h100-x64", 64, 2, 1, 1, 8, 1, 256, RecomputePolicy::kSelective);
+  p.execution.teGroupedGemm = true;
+  p.execution.fusedBiasGrad = p.execution.teDummyWgrads = p.execution.gradNanCheck = true;
+  p.execution.recomputeModules = parseRecomputeModules("moe_act,layernorm").value();
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const auto args = exportPlan(p, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(args) << args.error().toString();
+  EXPECT_NE(args->find("--recompute-modules moe_act layernorm"), std::string::npos) << *args;
+  EXPECT_EQ(megatronRules(*args, p.cluster.totalGpus()), (std::map<std::string, std::string>{}));
+  const ImportContext context{p.cluster, p.model, 0, 0};
+  auto back = importMegatron(*args, context);
+  ASSERT_TRUE(back) << back.error().toString();
+  expectSamePlan(p, *back, "recompute modules");
+  EXPECT_EQ(back->execution.recomputeModules, p.execution.recomputeModules);
+  // The default (the attention core) writes no list; the deprecated --moe-layer-recompute adds moe.
+  Plan plain = p;
+  plain.execution.recomputeModules = {};
+  EXPECT_EQ(exportPlan(plain, ExportFormat::kMegatron, "plan.json")->find("--recompute-modules"), std::string::npos);
+  auto legacy = importMegatron(*exportPlan(plain, ExportFormat::kMegatron, "plan.json") + " --moe-layer-recompute", context);
+  ASSERT_TRUE(legacy) << legacy.error().toString();
+  EXPECT_TRUE(legacy->execution.recomputeModules.moe && legacy->execution.recomputeModules.coreAttn);
+  // Megatron's rules: moe_act needs the grouped GEMM; an unknown module is refused by the schema and the import.
+  std::string ungrouped = *args;
+  ungrouped.erase(ungrouped.find("--moe-grouped-gemm"), 18);
+  EXPECT_EQ(megatronRules(ungrouped, p.cluster.totalGpus()).count("recompute_modules"), 1u);
+  auto unknown = importMegatron(*args + " --recompute-modules mlp attention", context);
+  ASSERT_FALSE(unknown);
+  EXPECT_NE(unknown.error().message.find("'attention'"), std::string::npos) << unknown.error().message;
+  // Bridge's YAML: a block list or a flow list under model.
+  const std::string job = "train:\n  global_batch_size: 256\n  micro_batch_size: 1\nmodel:\n  recompute_granularity: selective\n";
+  auto block = importMegatronBridge(job + "  recompute_modules:\n  - moe_act\n  - layernorm\n", context);
+  ASSERT_TRUE(block) << block.error().toString();
+  EXPECT_EQ(block->execution.recomputeModules, p.execution.recomputeModules);
+  auto flow = importMegatronBridge(job + "  recompute_modules: [layernorm, 'moe_act']\n", context);
+  ASSERT_TRUE(flow) << flow.error().toString();
+  EXPECT_EQ(flow->execution.recomputeModules, p.execution.recomputeModules);
+  auto empty = importMegatronBridge(job + "  recompute_modules: []\n", context);
+  ASSERT_TRUE(empty) << empty.error().toString();
+  EXPECT_EQ(empty->execution.recomputeModules, RecomputeModules::none());
+}
+
 }  // namespace
 }  // namespace colo::planner

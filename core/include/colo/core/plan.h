@@ -186,6 +186,37 @@ struct UnfusedKernels {
 /// Reads a comma-separated list of those names, or "all" or "none" (the command line's form).
 [[nodiscard]] Result<UnfusedKernels> parseUnfusedKernels(std::string_view list);
 
+/// What selective recompute re-runs in each layer it covers (Megatron-Core's --recompute-modules,
+/// TransformerConfig.recompute_modules; ["core_attn"] when unset). Each module's activations are dropped
+/// after its forward and rebuilt before its backward. The default, core_attn alone, is
+/// RecomputePolicy::kSelective as it always was. JSON: execution.recompute_modules, a list of the names
+/// below, written only when it is not the default. No effect on a stage that does not recompute
+/// selectively. See docs/costmodel.md, "Recompute modules".
+struct RecomputeModules {
+  bool coreAttn = true;        ///< "core_attn": scores, softmax, dropout (nothing to drop under fused attention)
+  bool moeAct = false;         ///< "moe_act": the routed experts' activation; its output, fc2's input, is dropped
+  /// "layernorm": the norms that are modules of their own in Transformer Engine's layer (an MoE layer's
+  /// pre-MLP norm, a latent-attention layer's input norm; the others are fused into the next linear)
+  bool layernorm = false;
+  bool mlaUpProj = false;      ///< "mla_up_proj": latent attention's up-projections and rotary; Q, K, V dropped
+  bool mlp = false;            ///< "mlp": a dense layer's whole MLP with its fused norm; its input kept
+  bool moe = false;            ///< "moe": an MoE layer's whole block (router, dispatch, experts, combine, shared)
+  bool sharedExperts = false;  ///< "shared_experts": the shared experts' MLP
+  [[nodiscard]] bool isDefault() const { return *this == RecomputeModules{}; }
+  [[nodiscard]] bool any() const { return coreAttn || moeAct || layernorm || mlaUpProj || mlp || moe || sharedExperts; }
+  [[nodiscard]] static RecomputeModules none() { return {false, false, false, false, false, false, false}; }
+  friend bool operator==(const RecomputeModules&, const RecomputeModules&) = default;
+};
+/// The plan file's (and Megatron's) names of the modules, in Megatron-Core's order.
+[[nodiscard]] std::vector<std::string> recomputeModuleNames(const RecomputeModules& m);
+/// Adds one module by its name; false for an unknown name.
+[[nodiscard]] bool addRecomputeModule(RecomputeModules& m, std::string_view name);
+/// The names joined with "+" ("mla_up_proj+mlp"), or "none".
+[[nodiscard]] std::string recomputeModulesLabel(const RecomputeModules& m);
+/// Reads a comma-separated list of module names (the command line's form; it replaces the default), or
+/// "none" for the empty list.
+[[nodiscard]] Result<RecomputeModules> parseRecomputeModules(std::string_view list);
+
 /// How the step is executed where real systems offer a choice that changes its cost.
 struct Execution {
   bool flashAttention = true;     ///< fused attention (FlashAttention): no s^2 activations, fewer bytes
@@ -280,6 +311,8 @@ struct Execution {
   bool gradReduceBf16 = false;
   /// The ops run as eager decompositions (see UnfusedKernels); none by default.
   UnfusedKernels unfused;
+  /// What selective recompute re-runs (see RecomputeModules); core_attn by default.
+  RecomputeModules recomputeModules;
   /// Host time the framework spends issuing one op (Python module code, dispatcher, autograd, launch):
   /// a layer whose kernels finish faster than the host issues them waits for the host. 0: the host
   /// keeps ahead (CUDA graphs). See docs/costmodel.md, "Host floor".
