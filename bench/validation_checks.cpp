@@ -66,6 +66,10 @@ const IntegerField kRowIntegers[] = {
     {"model", "qk_head_dim", 0, limits::kMaxWidth},
     {"model", "qk_pos_emb_head_dim", 0, limits::kMaxWidth},
     {"model", "v_head_dim", 0, limits::kMaxWidth},
+    {"model", "head_dim", 0, limits::kMaxWidth},
+    {"model", "kv_channels", 0, limits::kMaxWidth},
+    {"model", "sliding_window", 0, limits::kMaxSeqLen},
+    {"model", "sliding_window_pattern", 0, limits::kMaxLayers},
     {"hardware", "gpus_per_node", 1, limits::kMaxGpus},
     {"hardware", "num_gpus", 1, limits::kMaxGpus},
     {"hardware", "num_nodes", 1, limits::kMaxGpus},
@@ -150,6 +154,11 @@ Result<void> checkSettings(const Json& settings, const std::string& file, const 
                key == "cross_entropy_in_place" || key == "per_parameter_gathers" || key == "grad_nan_check" || key == "torch_cross_entropy" || key == "native_fused_cross_entropy" ||
                key == "overlap_p2p_comm" || key == "activation_offload") {
       if (!value.is_boolean()) return bad("must be true or false");
+    } else if (key == "selective_recompute_modules") {
+      if (!value.is_string()) return bad("must be a string: a comma list of core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts");
+      if (auto parsed = parseRecomputeModules(value.get<std::string>()); !parsed) {
+        return fail(Error::badInput(parsed.error().message, file, where));
+      }
     } else if (key == "unfused_kernels" || key == "compiled_unfused_kernels") {
       if (!value.is_string()) return bad("must be a string: all, none, or a comma list of rmsnorm, final_rmsnorm, rotary, gated_activation");
       if (auto parsed = parseUnfusedKernels(value.get<std::string>()); !parsed) {

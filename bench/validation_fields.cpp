@@ -216,6 +216,29 @@ Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, 
   for (const char* key : {"num_query_groups", "num_key_value_heads", "num_kv_heads"}) {
     if (auto g = number(m, key)) s.numKvHeads = static_cast<std::int64_t>(*g);
   }
+  // What a row may state of attention beyond its heads: each head's width where it is not hidden/heads
+  // (Hugging Face's head_dim, Megatron's --kv-channels: Qwen3, GPT-OSS, Gemma), a sliding window with
+  // the period of its full-attention layers (sliding_window_pattern, or the first "full_attention" of
+  // Hugging Face's layer_types), and QK-norm (qk_layernorm / qk_norm).
+  for (const char* key : {"head_dim", "kv_channels"}) {
+    if (auto d = number(m, key); d && *d >= 1) s.headDim = static_cast<std::int64_t>(*d);
+  }
+  if (auto w = number(m, "sliding_window"); w && *w >= 1) {
+    s.slidingWindow = static_cast<std::int64_t>(*w);
+    if (auto every = number(m, "sliding_window_pattern"); every && *every >= 1) s.globalAttentionEvery = static_cast<std::int64_t>(*every);
+    if (m.contains("layer_types") && m["layer_types"].is_array()) {
+      const Json& types = m["layer_types"];
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        if (types[i].is_string() && types[i].get<std::string>() == "full_attention") {
+          s.globalAttentionEvery = static_cast<std::int64_t>(i + 1);
+          break;
+        }
+      }
+    }
+  }
+  for (const char* key : {"qk_layernorm", "qk_norm"}) {
+    if (m.contains(key) && m[key].is_boolean() && m[key].get<bool>()) s.qkNorm = true;
+  }
   if (auto f = number(m, "ffn_hidden_size")) {
     s.ffnHiddenSize = static_cast<std::int64_t>(*f);
   } else if (llama) {  // LLaMA's rule: 2/3 of 4h, rounded up to a multiple of 256

@@ -323,7 +323,18 @@ struct RecomputeReading {
   std::optional<double> share;         // checkpointing every n-th block: 1/n of each chunk's layers
   bool offloadOpen = false;            // open, and the framework may offload activations instead (pp 1)
   std::optional<RecomputeModules> modules;  // what selective recompute re-runs, where the row names it
+  // Open: what the framework's selective recompute re-runs when the row does not say
+  // (selective_recompute_modules), of which the modules the model has.
+  std::optional<RecomputeModules> openModules;
 };
+
+// Of a list of recompute modules, those the model has (Megatron refuses moe_act without MoE layers and
+// mla_up_proj without latent attention; the others do nothing where they have nothing to re-run).
+RecomputeModules applicableModules(RecomputeModules m, const ModelSpec& spec) {
+  if (!spec.moe.enabled()) m.moeAct = m.moe = m.sharedExperts = false;
+  if (!spec.mla.enabled()) m.mlaUpProj = false;
+  return m;
+}
 
 // Megatron-Core's recompute modules the row names: a "recompute_modules" list (or text) in its training
 // section, or the module names after "modules" in its recompute text ("selective (recompute_modules:
@@ -341,6 +352,7 @@ std::optional<RecomputeModules> readRecomputeModules(const Json& tr, const std::
     }
   } else if (const auto at = recomputeText.find("modules"); at != std::string::npos) {
     words = recomputeText.substr(at + 7);
+    words = words.substr(0, std::min(words.find(')'), words.find(';')));  // the list, not what follows it
   } else {
     return std::nullopt;
   }
@@ -355,7 +367,9 @@ std::optional<RecomputeModules> readRecomputeModules(const Json& tr, const std::
       word.clear();
     }
   }
-  if (!named && !keyed) return std::nullopt;
+  // An empty list names none; words that name no module (a keyed "not stated") say nothing.
+  const bool emptyList = keyed && tr["recompute_modules"].is_array() && tr["recompute_modules"].empty();
+  if (!named && !emptyList) return std::nullopt;
   return modules;
 }
 
@@ -423,9 +437,14 @@ Result<RecomputeReading> readRecompute(const Json& tr, const Settings& set, cons
   // performance recipes set cpu_offloading_num_layers) may have done so where the row says nothing.
   const bool offloadOpen = recomputeOpen && set.pick("activation_offload").is_boolean() && set.pick("activation_offload").get<bool>();
   RecomputeReading reading{
-      .policy = policy, .layers = recomputeLayers, .open = recomputeOpen, .share = std::nullopt, .offloadOpen = offloadOpen, .modules = std::nullopt};
+      .policy = policy, .layers = recomputeLayers, .open = recomputeOpen, .share = std::nullopt, .offloadOpen = offloadOpen, .modules = std::nullopt, .openModules = std::nullopt};
   // Named modules are what selective recompute re-runs (a row that names them and no policy recomputes
   // selectively, the only granularity they belong to; with full or none they do nothing).
+  if (const Json& open = set.pick("selective_recompute_modules"); recomputeOpen && open.is_string()) {
+    auto parsed = parseRecomputeModules(open.get<std::string>());
+    if (!parsed) return fail(rowError(id, "selective_recompute_modules (assumptions)", parsed.error().message));
+    reading.openModules = *parsed;
+  }
   if (auto modules = readRecomputeModules(tr, statedText);
       modules && (policy == RecomputePolicy::kSelective || recomputeOpen)) {
     reading.policy = RecomputePolicy::kSelective;
@@ -660,6 +679,10 @@ Result<void> chooseOpenKnobs(const RecomputeReading& r, bool vppOpen, const Mode
                                                                        : st.layers;
         }
         q.offload.activationLayers = offload ? recomputeCount : 0;
+        // The framework's selective recompute, where it says what that re-runs.
+        if (candidatePolicy == RecomputePolicy::kSelective && r.openModules) {
+          q.execution.recomputeModules = applicableModules(*r.openModules, spec);
+        }
         if (!validatePlan(q, id)) continue;
         auto ev = evaluator->evaluate(q);
         if (!ev || !ev->fits) continue;

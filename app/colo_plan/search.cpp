@@ -145,6 +145,7 @@ Result<void> readSearchInputs(const Args& args, const Model& model, const Cluste
                                   model.name() + " has no multi-head latent attention"));
     }
     options.execution.recomputeModules = *parsed;
+    options.recomputeModulesChosen = true;
   }
   if (args.has("per-parameter-gathers")) options.execution.perParameterGathers = true;
   if (args.has("cross-entropy-in-place")) options.execution.crossEntropyInPlace = true;

@@ -266,7 +266,10 @@ Result<void> checkExecution(const Rules& r) {
   // Megatron-Core's rules for recompute_modules (TransformerConfig.__post_init__): moe_act needs the
   // grouped-GEMM experts (colo's MoE layers are), mla_up_proj latent attention, and the whole-MoE
   // module cannot be re-run while its all-to-alls hide behind another micro-batch.
-  const RecomputeModules& modules = x.recomputeModules;
+  const bool selective = std::any_of(plan.stages.begin(), plan.stages.end(), [](const StagePlan& st) {
+    return st.recompute == RecomputePolicy::kSelective && st.recomputeLayers > 0;
+  });
+  const RecomputeModules modules = selective ? x.recomputeModules : RecomputeModules{};
   if (modules.moeAct && (!plan.model.spec || !plan.model.spec->moe.enabled())) {
     return r.bad("/execution/recompute_modules", "moe_act re-runs the experts' activation and needs a mixture-of-experts model");
   }

@@ -32,10 +32,18 @@ void assignRecomputeGroups(LayerTemplate& t) {
     const bool activation = o.kind == OpKind::kActivation || o.kind == OpKind::kGatedActivation;
     if (n == "attn_norm") {
       if (t.mla) o.timeGroup = kAttnNormOut;
-    } else if (t.mla && (n == "attn.q_down" || n == "attn.q" || n == "attn.kv_down")) {
+    } else if (t.mla && (n == "attn.q_down" || n == "attn.kv_down")) {
       o.savedGroup = kAttnNormOut;
-    } else if (t.mla && (n == "attn.q_up" || n == "attn.kv_up" || n == "attn.rotary")) {
-      o.timeGroup = kMlaQkv;  // (Q, K and V are kept by the attention core: fusedAttention counts them)
+    } else if (t.mla && n == "attn.q") {  // no query down-projection: the query's projection is the up one
+      o.savedGroup = kAttnNormOut;
+      o.timeGroup = kMlaQkv;
+    } else if (t.mla && (n == "attn.q_up" || n == "attn.kv_up")) {
+      // The up-projections (Transformer Engine fuses the latents' norms into them) keep the normed
+      // latents, which the checkpoint drops with Q, K and V (those the attention core keeps:
+      // fusedAttention counts them); it keeps the latents before their norms.
+      o.savedGroup = o.timeGroup = kMlaQkv;
+    } else if (t.mla && (n == "attn.q_norm" || n == "attn.kv_norm" || n == "attn.rotary")) {
+      o.timeGroup = kMlaQkv;
     } else if (n == "mlp_norm") {
       o.timeGroup = t.moe ? kMlpNormOut : kDenseMlp;
     } else if (!t.moe && n.starts_with("mlp.") && n != "mlp.dropout") {

@@ -105,16 +105,18 @@ std::vector<ChunkCost> costChunks(const Plan& plan, const ModelTemplates& T, con
         // The other modules: each group dropped once, whichever modules name it; the largest one's
         // activations are rebuilt inside that module's backward.
         if (groups != 0) {
-          double largestGroup = 0;
+          // What is rebuilt lives through the backward of its half of the layer: the attention half's
+          // groups together, the MLP half's together; the larger half is the working set.
+          double attentionHalf = 0, mlpHalf = 0;
           for (int g = 0; g < kRecomputeGroups; ++g) {
             if ((groups & (1u << g)) == 0) continue;
             saved -= lc.groupSaved[g];
             cc.recompute += lc.groupFwd[g];
             cc.recomputeFlops += lc.groupFlops[g];
-            largestGroup = std::max(largestGroup, lc.groupSaved[g]);
+            (g == kAttnNormOut || g == kMlaQkv ? attentionHalf : mlpHalf) += lc.groupSaved[g];
           }
           saved = std::max(saved, lc.savedInput);
-          cc.workingSet = std::max(cc.workingSet, largestGroup);
+          cc.workingSet = std::max(cc.workingSet, std::max(attentionHalf, mlpHalf));
         }
       } else if (recomputes && sp.recompute == RecomputePolicy::kOp) {
         // Per-op: the backward first re-runs what was not kept, rebuilding the layer's activations.

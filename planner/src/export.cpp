@@ -178,14 +178,22 @@ void megatronTrainingArgs(const Plan& p, const RecomputeSummary& r, std::ostream
   const auto& q = p.parallel;
   if (p.precision == DType::kFp16) a << "--fp16 \\\n";
   if (p.precision == DType::kBf16 || quantizedGemms(p.precision)) a << "--bf16 \\\n";
-  if (p.precision == DType::kFp8) a << "--fp8-format hybrid \\\n";
+  if (p.precision == DType::kFp8) {
+    a << "--fp8-format hybrid \\\n";
+    // Megatron-Core refuses moe_act and layernorm recompute under its default delayed scaling: current
+    // (per-tensor) scaling, which colo's Transformer Engine fp8 stands for as well.
+    const RecomputeModules& m = p.execution.recomputeModules;
+    if (r.policy == RecomputePolicy::kSelective && (m.moeAct || m.layernorm)) a << "--fp8-recipe tensorwise \\\n";
+  }
   if (p.precision == DType::kFp4) a << "--fp4-format e2m1 \\\n";
   // --use-flash-attn is still parsed but nothing reads it; the backend is chosen by --attention-backend:
   // auto lets Transformer Engine take the GPU's fastest fused kernel (colo's flash), flash is the
   // flash-attn package (FlashAttention-2 as pip installs it: colo's flash2).
   const char* backend = !p.execution.flashAttention ? "unfused" : p.execution.flashAttention2 ? "flash" : "auto";
   a << "--attention-backend " << backend << " \\\n";
-  if (r.policy == RecomputePolicy::kSelective) {
+  // Selective recompute of no module (Bridge's recompute_modules: []) recomputes nothing: no flag, as
+  // Megatron's --recompute-modules takes at least one name.
+  if (r.policy == RecomputePolicy::kSelective && p.execution.recomputeModules.any()) {
     a << "--recompute-activations \\\n";
     // What it re-runs, when not the attention core alone (Megatron's default).
     if (!p.execution.recomputeModules.isDefault()) {

@@ -408,7 +408,7 @@ class MegatronCheck {
     if ((g == "selective" || has("--recompute-activations")) && (has("--recompute-method") || has("--recompute-num-layers"))) {
       problem("recompute_selective", "selective recompute takes no --recompute-method or --recompute-num-layers");
     }
-    if (const auto* modules = a_.find("--recompute-modules")) {
+    if (const auto* modules = a_.find("--recompute-modules"); modules && (g == "selective" || has("--recompute-activations"))) {
       for (const auto& m : *modules) {
         if (m == "moe_act" && !has("--moe-grouped-gemm")) problem("recompute_modules", "moe_act recompute needs --moe-grouped-gemm");
         if (m == "mla_up_proj" && !has("--multi-latent-attention")) {
@@ -416,6 +416,11 @@ class MegatronCheck {
         }
         if (m == "moe" && has("--overlap-moe-expert-parallel-comm")) {
           problem("recompute_modules", "moe recompute with --overlap-moe-expert-parallel-comm");
+        }
+        const auto* recipe = a_.find("--fp8-recipe");
+        const bool delayed = !recipe || recipe->empty() || recipe->front() == "delayed";
+        if ((m == "moe_act" || m == "layernorm") && has("--fp8-format") && delayed) {
+          problem("recompute_modules", m + " recompute under fp8 needs an --fp8-recipe other than delayed (the default)");
         }
       }
     }

@@ -567,7 +567,10 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
   if (modules || r.has("--moe-layer-recompute")) {
     RecomputeModules m = modules ? RecomputeModules::none() : RecomputeModules{};
     if (modules) {
+      if (modules->empty()) return fail(Error::badInput("--recompute-modules: needs at least one module name (Megatron's nargs '+')"));
       for (const auto& name : *modules) {
+        // Modules of layers colo does not model (gated delta nets, hyper-connections): nothing to re-run.
+        if (name == "gdn_norm_out" || name == "gdp_in_proj" || name == "gdp_qkv" || name == "mhc") continue;
         if (!addRecomputeModule(m, name)) {
           return fail(Error::badInput("--recompute-modules: '" + name + "' is not one of core_attn, moe_act, layernorm, "
                                       "mla_up_proj, mlp, moe, shared_experts"));

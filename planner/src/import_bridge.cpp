@@ -121,6 +121,7 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
                           "mtp_num_layers", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
                           "window_size", "softmax_type", "moe_router_num_groups", "moe_router_group_topk",
                           "moe_token_dispatcher_type", "moe_flex_dispatcher_backend"}) {
+    if (std::string_view(key) == "recompute_granularity" && model("recompute_modules") == std::optional<std::string>("[]")) continue;
     flag(dashed(key), model(key));
   }
   // Hierarchical context parallelism's sizes, a list: Megatron's argument takes them as words.
@@ -129,11 +130,12 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
     for (const char ch : *sizes) words += (ch == '[' || ch == ']' || ch == ',') ? ' ' : ch;
     args << "--hierarchical-context-parallel-sizes " << words << "\n";
   }
-  // recompute_modules, a list: Megatron's argument takes the names as words (none for an empty list).
+  // recompute_modules, a list: Megatron's argument takes the names as words. An empty list is selective
+  // recompute of nothing (Bridge's recipes set [] to turn it off): no recompute.
   if (auto modules = model("recompute_modules")) {
     std::string words;
     for (const char ch : *modules) words += (ch == '[' || ch == ']' || ch == ',' || ch == '\'' || ch == '"') ? ' ' : ch;
-    args << "--recompute-modules " << words << "\n";
+    if (words.find_first_not_of(' ') != std::string::npos) args << "--recompute-modules " << words << "\n";
   }
   if (on(model("moe_layer_recompute"))) args << "--moe-layer-recompute\n";
   flag("--num-virtual-stages-per-pipeline-rank", model("virtual_pipeline_model_parallel_size"));

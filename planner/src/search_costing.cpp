@@ -111,6 +111,18 @@ void balanceStages(const Space& space, Plan& p, costmodel::Evaluation& e0, const
   }
 }
 
+// Megatron-Core's selective recompute is one setting for every layer (it takes no layer count): once a
+// stage recomputes selectively, every layer that is not fully recomputed does.
+void selectiveEverywhere(Plan& q) {
+  const bool any = std::any_of(q.stages.begin(), q.stages.end(), [](const StagePlan& st) {
+    return st.recompute == RecomputePolicy::kSelective && st.recomputeLayers > 0;
+  });
+  if (!any) return;
+  for (auto& st : q.stages) {
+    if (st.recompute != RecomputePolicy::kFull || st.recomputeLayers == 0) st = StagePlan{st.layers, RecomputePolicy::kSelective, st.layers};
+  }
+}
+
 // Per stage, the cheapest recompute policy and layer count that fits (from three evaluations), then
 // layers added until the plan fits. False when it does not fit; `out` holds the last evaluation.
 // `known`, when given, is q's own evaluation (the evaluator is a pure function of the plan, so it is
@@ -120,6 +132,9 @@ bool recomputeToFit(Plan& q, costmodel::Evaluation& out, double budget, const Ev
   // Every stage selective, then every stage full: q's own stages changed and put back (no copy of the
   // plan for each).
   auto none = known ? Result<costmodel::Evaluation>(*known) : evaluate(q);
+  // With modules other than the attention core, which only Megatron-Core runs, selective recompute
+  // covers every layer not fully recomputed, as there (selectiveEverywhere).
+  const bool wholeSelective = !q.execution.recomputeModules.isDefault();
   const std::vector<StagePlan> own = q.stages;
   for (auto& s : q.stages) s = StagePlan{s.layers, RecomputePolicy::kSelective, s.layers};
   auto es = evaluate(q);
@@ -145,6 +160,7 @@ bool recomputeToFit(Plan& q, costmodel::Evaluation& out, double budget, const Ev
     q.stages[s] = choice ? StagePlan{q.stages[s].layers, choice->policy, choice->layers}
                          : StagePlan{q.stages[s].layers, RecomputePolicy::kFull, q.stages[s].layers};
   }
+  if (wholeSelective) selectiveEverywhere(q);
   // The per-layer estimate ignores the recompute working set: add layers until it fits.
   for (int round = 0; round < 8; ++round) {
     auto e = evaluate(q);
@@ -158,7 +174,9 @@ bool recomputeToFit(Plan& q, costmodel::Evaluation& out, double budget, const Ev
       auto& sp = q.stages[s];
       if (sp.recompute == RecomputePolicy::kNone) sp.recompute = RecomputePolicy::kSelective;
       if (sp.recomputeLayers < sp.layers) {
-        sp.recomputeLayers = std::min(sp.layers, sp.recomputeLayers + std::max<std::int64_t>(1, sp.layers / 4));
+        sp.recomputeLayers = wholeSelective && sp.recompute == RecomputePolicy::kSelective
+                                 ? sp.layers
+                                 : std::min(sp.layers, sp.recomputeLayers + std::max<std::int64_t>(1, sp.layers / 4));
         changed = true;
       } else if (sp.recompute == RecomputePolicy::kSelective) {
         sp.recompute = RecomputePolicy::kFull;
@@ -166,6 +184,7 @@ bool recomputeToFit(Plan& q, costmodel::Evaluation& out, double budget, const Ev
       }
     }
     if (!changed) return false;
+    if (wholeSelective) selectiveEverywhere(q);
   }
   return false;
 }
@@ -202,6 +221,21 @@ std::optional<std::pair<Plan, costmodel::Evaluation>> offloadActivationsToFit(co
   return std::make_pair(q, *most);
 }
 
+// What the search's selective recompute re-runs: the modules the user named (--recompute-modules, or
+// their plan's), else, beside the attention core, the output-discarding modules of Megatron-Core that
+// the model has (layernorm and moe_act for MoE layers, mla_up_proj and layernorm for latent attention:
+// Megatron-Bridge's MoE recipes recompute with these, docs/costmodel.md "Recompute modules"). Not under
+// --runnable: colo-run re-runs the attention core only.
+RecomputeModules searchModules(const Space& space, const Plan& base) {
+  const RecomputeModules& named = base.execution.recomputeModules;
+  if (space.options->recomputeModulesChosen || !named.isDefault() || space.options->runnableOnly || !space.model->spec) return named;
+  const ModelSpec& spec = *space.model->spec;
+  RecomputeModules m;  // core_attn
+  if (spec.moe.enabled()) m.moeAct = m.layernorm = true;
+  if (spec.mla.enabled()) m.mlaUpProj = m.layernorm = true;
+  return m;
+}
+
 }  // namespace
 
 std::optional<Candidate> costConfig(const Space& space, const Config& c, const Plan& base, const EvaluateFn& evaluate) {
@@ -213,6 +247,7 @@ std::optional<Candidate> costConfig(const Space& space, const Config& c, const P
   if (c.vpp == 1 && c.pp > 2) balanceStages(space, p, *e0, evaluate);
   costmodel::Evaluation final = *e0;
   if (e0->peakMemoryBytes > budget) {
+    p.execution.recomputeModules = searchModules(space, base);
     Plan q = p;
     bool fits = recomputeToFit(q, final, budget, evaluate, &*e0);  // (e0 is p's evaluation: see above)
     // At pp 1, keeping some layers' activations in host memory may fit faster than recomputing them
@@ -253,6 +288,11 @@ std::optional<Candidate> costConfig(const Space& space, const Config& c, const P
     }
     p = q;
   }
+  // The modules are the plan's only where a stage recomputes selectively.
+  const bool selective = std::any_of(p.stages.begin(), p.stages.end(), [](const StagePlan& st) {
+    return st.recompute == RecomputePolicy::kSelective && st.recomputeLayers > 0;
+  });
+  if (!selective) p.execution.recomputeModules = base.execution.recomputeModules;
   Candidate cand;
   cand.plan = std::move(p);
   cand.evaluation = final;

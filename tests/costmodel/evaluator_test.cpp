@@ -2190,11 +2190,12 @@ TEST(Evaluator, RecomputeModulesDropWhatEachMegatronModuleRebuildsAndRerunItsFor
   EXPECT_NEAR(freed(coreAttn), 0, 1);
   EXPECT_NEAR(coreAttn.stepSeconds, none.stepSeconds, 1e-12);
   // mla_up_proj drops Q, K and V: 128 heads x (192 + 192 + 128) 16-bit values a token in each of the 61
-  // layers, one layer's rebuilt at a time.
+  // layers (and the normed latents, 1536 + 512 values), one layer's rebuilt at a time.
   const Evaluation mla = with("mla_up_proj");
   const double qkvLayer = 4096.0 * 128 * (192 + 192 + 128) * 2;
+  const double latents = 4096.0 * (1536 + 512) * 2;
   EXPECT_GT(freed(mla), 59.5 * qkvLayer);
-  EXPECT_LT(freed(mla), 61.5 * qkvLayer);
+  EXPECT_LT(freed(mla), 61.5 * (qkvLayer + latents));
   EXPECT_GT(mla.time.recompute, 0);
   EXPECT_GT(mla.hardwareTflopsPerGpu, mla.modelTflopsPerGpu);  // the up-projections' GEMMs run twice
   // layernorm: the MoE layers' pre-MLP norm and every layer's input norm (latent attention's is a module
@@ -2219,6 +2220,15 @@ TEST(Evaluator, RecomputeModulesDropWhatEachMegatronModuleRebuildsAndRerunItsFor
   const Evaluation mlp = with("mlp");
   EXPECT_GT(freed(mlp), 0);
   EXPECT_LT(freed(mlp), freed(moe) / 4);
+  // Latent attention without a query down-projection (DeepSeek-V2-Lite): the query's projection from
+  // the hidden state is the up-projection mla_up_proj re-runs, 128 x 192 wide from 7168.
+  Plan lite = p;
+  ModelSpec spec = *p.model.spec;
+  spec.mla.qLoraRank = 0;
+  lite.model = Model{ModelSource::kSpec, "", spec, std::nullopt};
+  lite.execution.recomputeModules = parseRecomputeModules("mla_up_proj").value();
+  const Evaluation liteMla = evaluateOrFail(lite);
+  EXPECT_GT(liteMla.time.recompute, 2 * mla.time.recompute);
   // Bridge's H100 recipe for DeepSeek-V3 (mla_up_proj and mlp) frees what each does alone.
   const Evaluation recipe = with("mla_up_proj,mlp");
   EXPECT_GT(freed(recipe), freed(mla));

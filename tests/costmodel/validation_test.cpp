@@ -1222,5 +1222,49 @@ TEST(Validation, RowsNamingMegatronRecomputeModulesRecomputeThoseModules) {
   EXPECT_TRUE(full->plan.execution.recomputeModules.isDefault());
 }
 
+TEST(Validation, MegatronBridgeMoeRowsRecomputeTheCheapModulesWhereRecomputeIsUnstated) {
+  // Megatron-Bridge's DeepSeek-V3 on 256 GB200s (its performance summary, 26.04.01: tp 1, pp 4, vp 4,
+  // ep 64, MXFP8, recompute not in the table). Without recompute it does not fit; Bridge's MoE recipes
+  // recompute Megatron-Core's output-discarding modules, not whole layers (the framework entry's
+  // selective_recompute_modules), and with them it fits.
+  Json row = Json::parse(R"J({
+    "id": "bridge_dsv3_gb200",
+    "source": {"citation": "NVIDIA-NeMo/Megatron-Bridge performance summary, 26.04.01", "location": "DGX-GB200"},
+    "model": {"name": "DeepSeekV3", "arch": "DeepSeek-V3 (MLA, DeepSeekMoE, SwiGLU, RMSNorm, RoPE)", "num_layers": 61,
+              "hidden_size": 7168, "num_attention_heads": 128, "num_query_groups": 128, "ffn_hidden_size": 18432,
+              "moe_ffn_hidden_size": 2048, "num_experts": 256, "top_k": 8, "shared_expert_intermediate_size": 2048,
+              "moe_layer_freq": "([0]*3+[1]*58)", "moe_router_num_groups": 8, "moe_router_group_topk": 4,
+              "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128,
+              "vocab_size": 129280, "seq_len": 4096},
+    "hardware": {"gpu": "GB200 (DGX-GB200, GB200 NVL72)", "gpus_per_node": 4, "num_gpus": 256},
+    "parallel": {"tp": 1, "pp": 4, "dp": 64, "cp": 1, "ep": 64, "virtual_pipeline_stages": 4, "etp": 1},
+    "training": {"precision": "MXFP8", "recompute": "not stated", "micro_batch_size": 1, "global_batch_size": 4096},
+    "measured": {"tokens_per_s_per_gpu": 4256}
+  })J");
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  const Plan& p = c->plan;
+  ASSERT_EQ(p.stages.front().recompute, RecomputePolicy::kSelective);
+  const RecomputeModules& m = p.execution.recomputeModules;
+  EXPECT_TRUE(m.moeAct && m.layernorm && m.mlaUpProj && !m.moe && !m.mlp) << recomputeModulesLabel(m);
+  const auto chosen = costmodel::evaluatePlan(p);
+  ASSERT_TRUE(chosen) << chosen.error().toString();
+  EXPECT_TRUE(chosen->fits);
+  Plan none = p;
+  for (auto& st : none.stages) st = StagePlan{st.layers, RecomputePolicy::kNone, 0};
+  none.execution.recomputeModules = {};
+  const auto kept = costmodel::evaluatePlan(none);
+  ASSERT_TRUE(kept);
+  EXPECT_FALSE(kept->fits);
+  // Another framework's row recomputes whole layers instead, and runs slower.
+  row["source"]["citation"] = "Some benchmark";
+  auto other = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(other) << other.error().toString();
+  EXPECT_TRUE(other->plan.execution.recomputeModules.isDefault());
+  const auto whole = costmodel::evaluatePlan(other->plan);
+  ASSERT_TRUE(whole);
+  EXPECT_GT(whole->time.recompute, chosen->time.recompute);
+}
+
 }  // namespace
 }  // namespace colo

@@ -1246,6 +1246,17 @@ TEST(Import, RecomputeModulesRoundTripThroughMegatronAndBridge) {
   std::string ungrouped = *args;
   ungrouped.erase(ungrouped.find("--moe-grouped-gemm"), 18);
   EXPECT_EQ(megatronRules(ungrouped, p.cluster.totalGpus()).count("recompute_modules"), 1u);
+  // Under fp8 Megatron refuses moe_act and layernorm recompute with its default delayed scaling: the
+  // export asks for current scaling.
+  Plan fp8 = p;
+  fp8.precision = DType::kFp8;
+  const auto fp8Args = exportPlan(fp8, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(fp8Args) << fp8Args.error().toString();
+  EXPECT_NE(fp8Args->find("--fp8-recipe tensorwise"), std::string::npos) << *fp8Args;
+  EXPECT_EQ(megatronRules(*fp8Args, p.cluster.totalGpus()), (std::map<std::string, std::string>{}));
+  std::string delayed = *fp8Args;
+  delayed.replace(delayed.find("--fp8-recipe tensorwise"), 23, "--fp8-recipe delayed");
+  EXPECT_EQ(megatronRules(delayed, p.cluster.totalGpus()).count("recompute_modules"), 1u);
   auto unknown = importMegatron(*args + " --recompute-modules mlp attention", context);
   ASSERT_FALSE(unknown);
   EXPECT_NE(unknown.error().message.find("'attention'"), std::string::npos) << unknown.error().message;
@@ -1257,9 +1268,17 @@ TEST(Import, RecomputeModulesRoundTripThroughMegatronAndBridge) {
   auto flow = importMegatronBridge(job + "  recompute_modules: [layernorm, 'moe_act']\n", context);
   ASSERT_TRUE(flow) << flow.error().toString();
   EXPECT_EQ(flow->execution.recomputeModules, p.execution.recomputeModules);
+  // An empty list turns selective recompute off (Bridge's recipes set [] so): no recompute, and no
+  // flag in the export, as Megatron's --recompute-modules takes at least one name.
   auto empty = importMegatronBridge(job + "  recompute_modules: []\n", context);
   ASSERT_TRUE(empty) << empty.error().toString();
-  EXPECT_EQ(empty->execution.recomputeModules, RecomputeModules::none());
+  EXPECT_EQ(empty->stages.front().recomputeLayers, 0);
+  Plan nothing = p;
+  nothing.execution.recomputeModules = RecomputeModules::none();
+  const auto nothingArgs = exportPlan(nothing, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(nothingArgs) << nothingArgs.error().toString();
+  EXPECT_EQ(nothingArgs->find("--recompute"), std::string::npos) << *nothingArgs;
+  EXPECT_FALSE(importMegatron(*args + " --recompute-modules", context));
 }
 
 }  // namespace

@@ -291,6 +291,45 @@ TEST(Search, AtOnePipelineStageActivationOffloadFitsFasterThanRecompute) {
   EXPECT_GT(recomputed->top.front().evaluation.stepSeconds, best.evaluation.stepSeconds);
 }
 
+TEST(Search, MoeModelsRecomputeMegatronsOutputDiscardingModulesOnEveryLayer) {
+  // DeepSeek-V3 on 1,024 H100s at tp 2, pp 32: its activations do not fit. Megatron-Bridge's MoE
+  // recipes recompute the cheap modules (layernorm, moe_act, mla_up_proj) rather than whole layers;
+  // the search's selective recompute is those beside the attention core, and covers every layer not
+  // fully recomputed, as Megatron-Core's one setting does.
+  const auto s = setup("deepseek-v3", "dgx-h100-x2048", 1024);
+  SearchOptions o;
+  o.globalBatchSize = 8192;
+  o.seqLen = 4096;
+  o.fixed = {{"tp", 2}, {"pp", 32}, {"cp", 1}, {"mbs", 1}, {"vpp", 1}};
+  o.topK = 1;
+  auto r = search(s.model, s.cluster, o);
+  ASSERT_TRUE(r && r->feasible()) << (r ? r->infeasibleReason : r.error().toString());
+  const Plan& best = r->top.front().plan;
+  const RecomputeModules& m = best.execution.recomputeModules;
+  EXPECT_TRUE(m.coreAttn && m.moeAct && m.layernorm && m.mlaUpProj && !m.moe && !m.mlp) << recomputeModulesLabel(m);
+  for (const auto& st : best.stages) {
+    EXPECT_TRUE(st.recomputeLayers == st.layers || st.recompute == RecomputePolicy::kFull)
+        << toString(st.recompute) << " " << st.recomputeLayers << "/" << st.layers;
+  }
+  EXPECT_TRUE(validatePlan(best));
+  // The attention core alone frees nothing under fused attention: asked for it, the search recomputes
+  // whole layers, and the step is longer.
+  o.execution.recomputeModules = RecomputeModules{};
+  o.recomputeModulesChosen = true;
+  auto named = search(s.model, s.cluster, o);
+  ASSERT_TRUE(named && named->feasible());
+  EXPECT_EQ(named->top.front().plan.execution.recomputeModules.moeAct, false);
+  EXPECT_GT(named->top.front().evaluation.stepSeconds, r->top.front().evaluation.stepSeconds);
+  // A dense model's search is as before: the attention core only, no list in its plans.
+  const auto dense = setup("llama3-70b", "dgx-h100-x64", 64);
+  SearchOptions d;
+  d.globalBatchSize = 128;
+  d.topK = 3;
+  auto denseResult = search(dense.model, dense.cluster, d);
+  ASSERT_TRUE(denseResult && denseResult->feasible());
+  for (const auto& c : denseResult->top) EXPECT_TRUE(c.plan.execution.recomputeModules.isDefault());
+}
+
 TEST(Search, OneGpuFitsGpt3OnlyByOffloadingEverything) {
   // GPT-3 175B on one 80 GB A100: the model states (2.9 TiB) fit only off the GPU. The memory bound
   // must not prune what offload makes fit (it once answered "no plan fits"); the plan found is ZeRO-3

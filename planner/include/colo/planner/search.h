@@ -37,6 +37,11 @@ struct SearchOptions {
   Optimizer optimizer = Optimizer::kAdamW;
   bool flashAttention = true;
   Execution execution;                ///< overlaps etc. for every candidate (flashAttention overrides its attention; its flashAttention2 names the fused kernels)
+  /// execution.recomputeModules is the user's (--recompute-modules): selective recompute re-runs exactly
+  /// those. Otherwise, when they are the default, the search's selective recompute of an MoE or
+  /// latent-attention model adds Megatron-Core's output-discarding modules (layernorm, moe_act,
+  /// mla_up_proj; not under runnableOnly).
+  bool recomputeModulesChosen = false;
   bool allowZeroBubble = false;       ///< consider the zb schedule (not all frameworks run it)
   bool allowOffload = true;           ///< consider optimizer offload when nothing else fits
   /// Only plans colo-run executes (colo/core/runnable.h): no cp, ep, zero-bubble or offload. Errors
