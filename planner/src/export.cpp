@@ -339,6 +339,11 @@ std::string deepspeed(const Plan& p) {
                " (Transformer Engine), which a DeepSpeed config cannot say: bf16 here, the " + toString(p.precision) +
                " GEMMs only where the model's code uses Transformer Engine's layers";
   }
+  if (r.policy == RecomputePolicy::kSelective && !p.execution.recomputeModules.isDefault()) {
+    comment += "; the plan recomputes Megatron-Core's modules " + recomputeModulesLabel(p.execution.recomputeModules) +
+               " (--recompute-modules), which DeepSpeed's activation checkpointing does not: it checkpoints whole layers, "
+               "slower and with less memory than colo predicts";
+  }
   if (p.offload.activationLayers > 0) {
     comment += "; the plan offloads the activations of its first " + std::to_string(p.offload.activationLayers) +
                " layers to host memory (Megatron-Core's --cpu-offloading-num-layers), which DeepSpeed does not: this job keeps "
@@ -414,6 +419,10 @@ std::string colossalai(const Plan& p) {
   if (r.policy != RecomputePolicy::kNone) {
     o << "    # gradient checkpointing: " << toString(r.policy) << " on up to " << r.maxLayersPerChunk
       << " layers per stage (enable it on the model: model.gradient_checkpointing_enable())\n";
+  }
+  if (r.policy == RecomputePolicy::kSelective && !p.execution.recomputeModules.isDefault()) {
+    o << "    # the plan recomputes Megatron-Core's modules " << recomputeModulesLabel(p.execution.recomputeModules)
+      << "; the model's gradient checkpointing re-runs whole layers: slower, with less memory than colo predicts\n";
   }
   o << "    max_norm=1.0,\n)\n"
     << "booster = Booster(plugin=plugin)\n"

@@ -1235,6 +1235,12 @@ TEST(Import, RecomputeModulesRoundTripThroughMegatronAndBridge) {
   ASSERT_TRUE(back) << back.error().toString();
   expectSamePlan(p, *back, "recompute modules");
   EXPECT_EQ(back->execution.recomputeModules, p.execution.recomputeModules);
+  // DeepSpeed and Colossal-AI checkpoint whole layers: their exports say so.
+  for (const auto format : {ExportFormat::kDeepSpeed, ExportFormat::kColossalAi}) {
+    const auto other = exportPlan(p, format, "plan.json");
+    ASSERT_TRUE(other) << other.error().toString();
+    EXPECT_NE(other->find("recomputes Megatron-Core's modules moe_act+layernorm"), std::string::npos) << *other;
+  }
   // The default (the attention core) writes no list; the deprecated --moe-layer-recompute adds moe.
   Plan plain = p;
   plain.execution.recomputeModules = {};
