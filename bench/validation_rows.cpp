@@ -581,6 +581,7 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
   p.execution.fusedBiasGrad = flag("fused_bias_grad");
   p.execution.teGroupedGemm = flag("te_grouped_gemm");
   p.execution.gradNanCheck = flag("grad_nan_check");
+
   // The ops the framework runs as eager decompositions (the assumptions' unfused_kernels: "all", "none"
   // or a list), unless the row says it ran under torch.compile, which fuses them but for what the
   // framework's compiled_unfused_kernels names (caseFromRow).
@@ -608,6 +609,11 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
       return fail(rowError(id, "grad_accumulation (assumptions)", "expected a mode or an object of modes by precision, got " + mode.dump()));
     }
   }
+  // Megatron's bf16 gradient buffer, where the framework runs one and the plan can hold it (bf16, or
+  // lower-bit GEMMs on bf16 weights, in Megatron's buffer): validatePlan's conditions.
+  const bool bf16 = p.precision == DType::kBf16 || quantizedGemms(p.precision);
+  const bool buffer = p.execution.gradAccumulation == GradAccumulation::kFused || p.execution.gradAccumulation == GradAccumulation::kMainGrad;
+  p.execution.gradReduceBf16 = flag("grad_reduce_in_bf16") && bf16 && buffer && !p.execution.fp32Params;
   return {};
 }
 

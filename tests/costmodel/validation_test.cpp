@@ -1247,6 +1247,8 @@ TEST(Validation, MegatronBridgeMoeRowsRecomputeTheCheapModulesWhereRecomputeIsUn
   ASSERT_EQ(p.stages.front().recompute, RecomputePolicy::kSelective);
   const RecomputeModules& m = p.execution.recomputeModules;
   EXPECT_TRUE(m.moeAct && m.layernorm && m.mlaUpProj && !m.moe && !m.mlp) << recomputeModulesLabel(m);
+  // Its performance scripts reduce gradients in bf16 (grad_reduce_in_fp32 False): half the buffer.
+  EXPECT_TRUE(p.execution.gradReduceBf16);
   const auto chosen = costmodel::evaluatePlan(p);
   ASSERT_TRUE(chosen) << chosen.error().toString();
   EXPECT_TRUE(chosen->fits);
@@ -1261,6 +1263,7 @@ TEST(Validation, MegatronBridgeMoeRowsRecomputeTheCheapModulesWhereRecomputeIsUn
   auto other = validation::caseFromRow(row, assumptionsFile());
   ASSERT_TRUE(other) << other.error().toString();
   EXPECT_TRUE(other->plan.execution.recomputeModules.isDefault());
+  EXPECT_FALSE(other->plan.execution.gradReduceBf16);
   const auto whole = costmodel::evaluatePlan(other->plan);
   ASSERT_TRUE(whole);
   EXPECT_GT(whole->time.recompute, chosen->time.recompute);
