@@ -96,7 +96,12 @@ std::string describeModel(const Model& model) {
   if (s.input == InputKind::kTokens && s.lmHead) text += s.tieWordEmbeddings ? ", tied embeddings" : ", untied embeddings";
   if (s.moe.enabled()) {
     text += ", " + std::to_string(s.moe.numExperts) + " experts top-" + std::to_string(s.moe.topK);
-    if (s.moe.layerFrequency > 1) text += " every " + std::to_string(s.moe.layerFrequency) + " layers";
+    if (s.moe.layerFrequency > 1) {
+      text += " every " + std::to_string(s.moe.layerFrequency) + " layers";
+      if (s.moe.layerPhase >= 0) {
+        text += " (layer i when i % " + std::to_string(s.moe.layerFrequency) + " = " + std::to_string(s.moe.layerPhase) + ")";
+      }
+    }
     if (s.moe.firstDenseLayers > 0) text += " after " + std::to_string(s.moe.firstDenseLayers) + " dense layers";
     if (s.moe.expertFfnHiddenSize > 0) text += ", expert ffn " + std::to_string(s.moe.expertFfnHiddenSize);
     if (s.moe.sharedExpertFfnHiddenSize > 0) text += ", shared experts ffn " + std::to_string(s.moe.sharedExpertFfnHiddenSize);

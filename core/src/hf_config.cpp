@@ -152,10 +152,10 @@ ModelSpec deepseek(const JsonReader& r, const std::string& type) {
     s.moe.topK = r.positiveInteger("num_experts_per_tok");
     s.moe.expertFfnHiddenSize = r.positiveInteger("moe_intermediate_size");
     s.moe.firstDenseLayers = r.nonNegativeInteger("first_k_dense_replace", 0);
-    // DeepSeek's rule is layer % moe_layer_freq == 0 after the dense ones; every released model uses 1.
+    // DeepSeek's rule: layer % moe_layer_freq == 0 after the dense ones (every released model uses 1).
     if (const auto freq = r.positiveInteger("moe_layer_freq", 1); freq != 1) {
-      r.fail("moe_layer_freq", "colo models every layer after first_k_dense_replace as MoE (moe_layer_freq 1), got " +
-                                   std::to_string(freq));
+      s.moe.layerFrequency = freq;
+      s.moe.layerPhase = 0;
     }
     s.moe.sharedExpertFfnHiddenSize = r.nonNegativeInteger("n_shared_experts", 0) * s.moe.expertFfnHiddenSize;
     // Group-limited routing: V2's "group_limited_greedy" and V3's "noaux_tc" pick topk_group of

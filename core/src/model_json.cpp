@@ -162,6 +162,7 @@ Result<ModelSpec> modelSpecFromJson(const Json& document, const std::string& fil
       s.moe.numExperts = m.positiveInteger("num_experts");
       s.moe.topK = m.positiveInteger("top_k");
       s.moe.layerFrequency = m.positiveInteger("layer_frequency", 1);
+      if (m.has("layer_phase")) s.moe.layerPhase = m.nonNegativeInteger("layer_phase");
       s.moe.expertFfnHiddenSize = m.nonNegativeInteger("expert_ffn_hidden_size", 0);
       s.moe.firstDenseLayers = m.nonNegativeInteger("first_dense_layers", 0);
       s.moe.sharedExpertFfnHiddenSize = m.nonNegativeInteger("shared_expert_ffn_hidden_size", 0);
@@ -252,7 +253,8 @@ Json modelSpecToJson(const ModelSpec& s) {
                 {"layer_frequency", s.moe.layerFrequency},
                 {"expert_ffn_hidden_size", s.moe.expertFfnHiddenSize},
                 {"first_dense_layers", s.moe.firstDenseLayers}};
-    // Written only when present, so a model without shared experts keeps its hash.
+    // Written only when set, so a model without them keeps its hash.
+    if (s.moe.layerPhase >= 0) j["moe"]["layer_phase"] = s.moe.layerPhase;
     if (s.moe.sharedExpertFfnHiddenSize > 0) j["moe"]["shared_expert_ffn_hidden_size"] = s.moe.sharedExpertFfnHiddenSize;
     if (s.moe.routingGroups > 0) {
       j["moe"]["routing_groups"] = s.moe.routingGroups;

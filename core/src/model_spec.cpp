@@ -231,6 +231,10 @@ Result<void> validateMoe(const ModelSpec& s, const Bad& bad) {
       return bad("/moe/layer_frequency", "must be between 1 and num_layers " + std::to_string(s.numLayers) +
                                              ", got " + std::to_string(s.moe.layerFrequency));
     }
+    if (s.moe.layerPhase < -1 || s.moe.layerPhase >= s.moe.layerFrequency) {
+      return bad("/moe/layer_phase", "must be from 0 to layer_frequency - 1 = " + std::to_string(s.moe.layerFrequency - 1) +
+                                         ", got " + std::to_string(s.moe.layerPhase));
+    }
     if (s.moe.firstDenseLayers < 0 || s.moe.firstDenseLayers >= s.numLayers) {
       return bad("/moe/first_dense_layers", "must be from 0 to num_layers - 1 = " + std::to_string(s.numLayers - 1) +
                                                 ", got " + std::to_string(s.moe.firstDenseLayers));

@@ -255,26 +255,7 @@ Result<ModelSpec> megatronModel(const Reader& r) {
     s.moe.routingGroups = groups;
     s.moe.routingGroupTopK = groupTopK;
     if (const auto freq = r.text("--moe-layer-freq")) {
-      COLO_TRY(pattern, moeLayerPattern(*freq, layers));
-      // colo's form: leading dense layers, then every layerFrequency-th layer MoE.
-      // (The leading dense layers are those before the first MoE one; try each frequency.)
-      const std::int64_t dense = std::find(pattern.begin(), pattern.end(), 1) - pattern.begin();
-      bool held = false;
-      for (std::int64_t every = 1; every <= 16 && !held; ++every) {
-        MoeSpec m = s.moe;
-        m.firstDenseLayers = dense;
-        m.layerFrequency = every;
-        bool same = true;
-        for (std::int64_t l = 0; l < layers && same; ++l) same = m.isMoeLayer(l) == (pattern[static_cast<std::size_t>(l)] != 0);
-        if (same) {
-          s.moe = m;
-          held = true;
-        }
-      }
-      if (!held) {
-        return fail(Error::badInput("--moe-layer-freq " + *freq + ": colo holds leading dense layers then every n-th layer MoE, "
-                                    "not this pattern"));
-      }
+      if (auto set = setMegatronMoeLayers(s.moe, *freq, layers); !set) return fail(set.error());
     }
   }
   COLO_TRY(mtp, r.integer("--mtp-num-layers", 0));
@@ -435,6 +416,30 @@ DType launchPrecision(const Reader& r, bool transformerEngine) {
 }
 
 }  // namespace
+
+Result<void> setMegatronMoeLayers(MoeSpec& moe, const std::string& freq, std::int64_t layers) {
+  COLO_TRY(pattern, moeLayerPattern(freq, layers));
+  // colo's form: leading dense layers, then one MoE layer in every period of layerFrequency layers, at
+  // layerPhase (Megatron's integer N: layers 0, N, 2N, ...). The leading dense layers are those before
+  // the first MoE one; the first frequency and phase that give the pattern are kept.
+  const std::int64_t dense = std::find(pattern.begin(), pattern.end(), 1) - pattern.begin();
+  for (std::int64_t every = 1; every <= std::min<std::int64_t>(layers, 64); ++every) {
+    for (std::int64_t phase = -1; phase < every - 1; ++phase) {  // phase every - 1 is the default, -1
+      MoeSpec m = moe;
+      m.firstDenseLayers = dense;
+      m.layerFrequency = every;
+      m.layerPhase = phase;
+      bool same = true;
+      for (std::int64_t l = 0; l < layers && same; ++l) same = m.isMoeLayer(l) == (pattern[static_cast<std::size_t>(l)] != 0);
+      if (same) {
+        moe = m;
+        return {};
+      }
+    }
+  }
+  return fail(Error::badInput("--moe-layer-freq " + freq + ": colo holds leading dense layers then one MoE layer in every n, "
+                              "not this pattern"));
+}
 
 Result<ImportFormat> parseImportFormat(const std::string& name) {
   if (name == "megatron") return ImportFormat::kMegatron;
@@ -610,6 +615,10 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
       // 32k tokens (Megatron-DeepSpeed's long-sequence examples) has a 32k table.
       COLO_TRY(positions, r.integer("--max-position-embeddings", p.model.spec->maxPositionEmbeddings));
       p.model.spec->maxPositionEmbeddings = positions;
+      // And which layers are MoE (--moe-layer-freq), where the launch says.
+      if (const auto freq = r.text("--moe-layer-freq"); freq && p.model.spec->moe.enabled()) {
+        if (auto set = setMegatronMoeLayers(p.model.spec->moe, *freq, p.model.spec->numLayers); !set) return fail(set.error());
+      }
     }
   } else {
     auto spec = megatronModel(r);

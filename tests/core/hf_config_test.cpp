@@ -150,10 +150,21 @@ TEST(HfConfig, TheModelsOf2025MapToTheirPublishedCounts) {
   groups["n_group"] = 8;
   groups["topk_group"] = 9;
   ASSERT_FALSE(modelSpecFromHfConfig(groups, "v3/config.json"));
+  // DeepSeek's moe_layer_freq N: layer i is MoE when i >= first_k_dense_replace and i % N == 0
+  // (modeling_deepseek.py's rule), so with 3 dense layers and N = 2 the MoE layers are 4, 6, 8, ...
   freq["moe_layer_freq"] = 2;
-  auto badFreq = modelSpecFromHfConfig(freq, "v3/config.json");
-  ASSERT_FALSE(badFreq);
-  EXPECT_EQ(badFreq.error().path, "/moe_layer_freq");
+  auto every2 = modelSpecFromHfConfig(freq, "v3/config.json");
+  ASSERT_TRUE(every2) << every2.error().toString();
+  for (std::int64_t l = 0; l < 10; ++l) EXPECT_EQ(every2->moe.isMoeLayer(l), l >= 4 && l % 2 == 0) << l;
+  // The phase survives the model file.
+  auto back = modelSpecFromJson(modelSpecToJson(*every2), "model.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_EQ(back->moe, every2->moe);
+  Json bad = modelSpecToJson(*every2);
+  bad["moe"]["layer_phase"] = 2;
+  auto badPhase = modelSpecFromJson(bad, "model.json");
+  ASSERT_FALSE(badPhase);
+  EXPECT_EQ(badPhase.error().path, "/moe/layer_phase");
 }
 
 TEST(HfConfig, TheFamiliesOf2025And2026MapToTheirPublishedCounts) {

@@ -653,6 +653,27 @@ TEST(Import, MegatronsMoeLayerPatternIsReadAsMegatronEvaluatesIt) {
   ASSERT_TRUE(every) << every.error().toString();
   EXPECT_EQ(every->model.spec->moe.firstDenseLayers, 0);
   EXPECT_EQ(every->model.spec->moe.layerFrequency, 1);
+  // An integer N above 1: Megatron makes layers 0, N, 2N, ... MoE (i % N == 0), the first of each period.
+  auto second = read("2");
+  ASSERT_TRUE(second) << second.error().toString();
+  const MoeSpec& m = second->model.spec->moe;
+  EXPECT_EQ(m.firstDenseLayers, 0);
+  EXPECT_EQ(m.layerFrequency, 2);
+  EXPECT_EQ(m.layerPhase, 0);
+  for (std::int64_t l = 0; l < 8; ++l) EXPECT_EQ(m.isMoeLayer(l), l % 2 == 0) << l;
+  // ... and the Megatron export writes the same layers back, as a list.
+  const auto args = exportPlan(*second, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(args);
+  EXPECT_NE(args->find("--moe-layer-freq \"[1,0,1,0,1,0,1,0]\""), std::string::npos) << *args;
+  Model withoutPattern = second->model;  // the export's vocabulary comes from a tokenizer: the model is given
+  withoutPattern.spec->moe.layerFrequency = 1;
+  withoutPattern.spec->moe.layerPhase = -1;
+  auto back = importMegatron(*args, ImportContext{cluster, withoutPattern, 0, 0});
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_EQ(back->model.spec->moe, m);
+  auto third = read("\"[0]*2+[1,0,0]*2\"");  // dense 2, then layers 2 and 5
+  ASSERT_TRUE(third) << third.error().toString();
+  for (std::int64_t l = 0; l < 8; ++l) EXPECT_EQ(third->model.spec->moe.isMoeLayer(l), l == 2 || l == 5) << l;
   for (const auto& [freq, why] : {std::pair{"\"[0]*3+[1]*4\"", "gives 7 layers, the model has 8"},
                                   std::pair{"\"[0]*3+\"", "expected an integer or a list expression"},
                                   std::pair{"[1,0,0,1,1,0,0,0]", "not this pattern"}}) {

@@ -27,7 +27,11 @@ enum class InputKind { kTokens, kImagePatches };
 struct MoeSpec {
   std::int64_t numExperts = 0;      ///< experts per MoE layer (0: dense model)
   std::int64_t topK = 0;            ///< experts each token is routed to
-  std::int64_t layerFrequency = 1;  ///< layer i is MoE when i % layerFrequency == layerFrequency - 1
+  /// Layer i (from firstDenseLayers on) is MoE when i % layerFrequency == the phase: the last layer of
+  /// each period by default (Hugging Face's decoder_sparse_step, Llama 4's interleave_moe_layer_step),
+  /// the first with layerPhase 0 (Megatron-LM's integer --moe-layer-freq, DeepSeek's moe_layer_freq).
+  std::int64_t layerFrequency = 1;
+  std::int64_t layerPhase = -1;  ///< 0..layerFrequency-1; -1: layerFrequency - 1
   std::int64_t expertFfnHiddenSize = 0;  ///< 0: same as the model's ffn_hidden_size
   std::int64_t firstDenseLayers = 0;  ///< the first layers stay dense (DeepSeek's first_k_dense_replace)
   /// Inner size of the shared experts' MLP that every token also runs beside its routed experts
@@ -43,7 +47,7 @@ struct MoeSpec {
   std::int64_t routingGroupTopK = 0;
   [[nodiscard]] bool enabled() const { return numExperts > 0; }
   [[nodiscard]] bool isMoeLayer(std::int64_t layer) const {
-    return enabled() && layer >= firstDenseLayers && layer % layerFrequency == layerFrequency - 1;
+    return enabled() && layer >= firstDenseLayers && layer % layerFrequency == (layerPhase < 0 ? layerFrequency - 1 : layerPhase);
   }
   friend bool operator==(const MoeSpec&, const MoeSpec&) = default;
 };

@@ -32,6 +32,11 @@ struct ImportContext {
 /// (everything before the first `--flag` is ignored). Without a model, the architecture comes from the
 /// arguments and the vocabulary from --vocab-size/--padded-vocab-size.
 [[nodiscard]] Result<Plan> importMegatron(const std::string& arguments, const ImportContext& context);
+/// Megatron-LM's --moe-layer-freq (an integer N: layers 0, N, 2N, ... are MoE; or a Python list
+/// expression such as "([0]*3+[1]*58)", one flag per layer) into `moe`'s leading dense layers, frequency
+/// and phase. Errors: kBadInput naming the value when it is not one of those or gives a pattern colo
+/// cannot hold (MoE layers not evenly spaced after the leading dense ones).
+[[nodiscard]] Result<void> setMegatronMoeLayers(MoeSpec& moe, const std::string& freq, std::int64_t layers);
 /// A Megatron-Bridge job YAML: its ConfigContainer as written by `to_yaml` (sections model, train, ddp,
 /// mixed_precision, optimizer, comm_overlap, dataset) or an override file (model_config, train_config,
 /// ...), read as the Megatron-LM arguments its fields stand for. Without the model's shape in it (an
