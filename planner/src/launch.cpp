@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "colo/planner/export_check.h"
+#include "launch_conditions.h"
 
 namespace colo::planner {
 namespace {
@@ -317,12 +318,15 @@ Result<std::int64_t> includedGpus(const std::string& value) {
 }  // namespace
 
 // Each line with the variables set so far substituted; NAME=value lines set them, bash arrays and quoted
-// values over several lines once they close (OpenValue). Comments stay as written.
+// values over several lines once they close (OpenValue). Comments stay as written. The lines of an `if`
+// branch the script does not take (its test known false, or an earlier branch taken) are left out
+// (detail::ShellBranches).
 Result<std::string> expandShellVariables(const std::string& script) {
   std::map<std::string, std::string> vars;
   std::string out;
   std::istringstream in(script);
   std::optional<OpenValue> open;
+  detail::ShellBranches branches;
   for (std::string line; std::getline(in, line);) {
     const auto first = line.find_first_not_of(" \t");
     const bool comment = first != std::string::npos && line[first] == '#';
@@ -331,8 +335,14 @@ Result<std::string> expandShellVariables(const std::string& script) {
       out += line + "\n";
       continue;
     }
+    if (!open && !branches.active()) {  // inside a branch not taken: only its if/elif/else/fi count
+      const auto expanded = substitute(line, vars);  // (an expansion that fails here does not matter)
+      (void)branches.take(expanded ? *expanded : line);
+      continue;
+    }
     auto expanded = substitute(line, vars);
     if (!expanded) return fail(expanded.error());
+    if (!open && !branches.take(*expanded)) continue;
     out += *expanded + "\n";
     if (open) {
       if (open->take(*expanded)) {

@@ -3,6 +3,7 @@
 #include "colo/planner/launch.h"
 
 #include "colo/planner/export_check.h"
+#include "launch_conditions.h"
 
 #include <gtest/gtest.h>
 
@@ -108,6 +109,57 @@ TEST(Launch, AHostfileCountsItsSlots) {
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("line 2"), std::string::npos);
   EXPECT_FALSE(hostfileSlots("# nothing\n"));
+}
+
+TEST(Launch, TheBranchTheScriptTakesIsTheOneRead) {
+  // NVIDIA's Megatron-LM examples choose their precision and data flags in if/else blocks
+  // (examples/llama/train_llama3_8b_h100_fp8.sh): only the branch bash would take is read.
+  const std::string script =
+      "DTYPE=${DTYPE:-bf16}\nTOKENIZER=${3:-\"MOCK\"}\nTP=2\nA=()\n"
+      "if [[ \"$DTYPE\" == \"fp8\" ]]; then\n  A+=(--fp8-format hybrid)\n  X=fp8\n"
+      "elif [ \"$DTYPE\" = bf16 ] && [[ $TP -ge 2 ]]; then\n  A+=(--bf16)\n  X=bf16\n"
+      "else\n  A+=(--fp16)\n  X=fp16\nfi\n"
+      "if [[ \"$TOKENIZER\" == \"MOCK\" ]] || [[ -z \"$TOKENIZER\" ]]; then\n  A+=(--mock-data)\n"
+      "  if [[ $TP -eq 1 ]]; then\n    A+=(--never)\n  fi\n"
+      "else\n  A+=(--data-path $TOKENIZER)\nfi\n"
+      "if [ ! -f \"pretrain_gpt.py\" ]; then\n  A+=(--file-test)\nfi\n"
+      "if [[ $UNSET == 1 ]]; then\n  A+=(--unknown-then)\nelse\n  A+=(--unknown-else)\nfi\n"
+      "torchrun x.py ${A[@]} --x $X\n";
+  auto out = expandShellVariables(script);
+  ASSERT_TRUE(out) << out.error().toString();
+  const std::string line = out->substr(out->find("torchrun x.py"));
+  for (const char* taken : {"--bf16", "--mock-data", "--x bf16"}) EXPECT_NE(line.find(taken), std::string::npos) << taken << " in " << line;
+  for (const char* skipped : {"--fp8-format", "--fp16", "--never", "--data-path"}) {
+    EXPECT_EQ(line.find(skipped), std::string::npos) << skipped << " in " << line;
+  }
+  // A test colo cannot evaluate (a file, an undefined name) reads every branch, as before.
+  for (const char* unknown : {"--file-test", "--unknown-then", "--unknown-else"}) {
+    EXPECT_NE(line.find(unknown), std::string::npos) << unknown << " in " << line;
+  }
+  auto fp8 = expandShellVariables("DTYPE=fp8\nif [[ \"$DTYPE\" == \"fp8\" ]]; then\n  F=\"--fp8-format hybrid\"\nelse\n  F=--bf16\nfi\nrun $F\n");
+  ASSERT_TRUE(fp8) << fp8.error().toString();
+  EXPECT_NE(fp8->find("run --fp8-format hybrid"), std::string::npos) << *fp8;
+}
+
+TEST(Launch, ShellTestsEvaluateAsBashDoes) {
+  using detail::shellCondition;
+  EXPECT_EQ(shellCondition("[[ \"a\" == \"a\" ]]"), true);
+  EXPECT_EQ(shellCondition("[ a != a ]"), false);
+  EXPECT_EQ(shellCondition("[[ -z \"\" ]]"), true);
+  EXPECT_EQ(shellCondition("[[ -n \"\" ]]"), false);
+  EXPECT_EQ(shellCondition("[[ 8 -gt 4 && 2 -le 1 ]]"), false);
+  EXPECT_EQ(shellCondition("[[ 2 -le 1 || 8 -gt 4 && 1 -eq 1 ]]"), true);  // && binds tighter inside [[ ]]
+  EXPECT_EQ(shellCondition("! [[ x == y ]]"), true);
+  EXPECT_EQ(shellCondition("[[ ! x == y ]]"), true);
+  EXPECT_EQ(shellCondition("[[ a == b ]] || [[ $UNSET == 1 ]]"), std::nullopt);
+  EXPECT_EQ(shellCondition("[[ a == a ]] || [[ $UNSET == 1 ]]"), true);   // bash stops at the first true
+  EXPECT_EQ(shellCondition("[[ a == b ]] && [[ $UNSET == 1 ]]"), false);
+  EXPECT_EQ(shellCondition("[[ fp8 == fp* ]]"), std::nullopt);  // a pattern
+  EXPECT_EQ(shellCondition("[[ fp8 == \"fp*\" ]]"), false);     // quoted: a string
+  EXPECT_EQ(shellCondition("[ -d /data ]"), std::nullopt);
+  EXPECT_EQ(shellCondition("grep -q x file"), std::nullopt);
+  EXPECT_EQ(shellCondition("[[ a == ]]"), std::nullopt);
+  EXPECT_EQ(shellCondition("[[ 1 -eq x ]]"), std::nullopt);
 }
 
 }  // namespace

@@ -1,0 +1,273 @@
+// The conditional blocks of a launch script (launch_conditions.h).
+#include "launch_conditions.h"
+
+#include <cctype>
+#include <charconv>
+#include <cstdint>
+
+namespace colo::planner::detail {
+namespace {
+
+// A word of a test: its text without quotes, and whether colo knows its value (no `$`, no backquote, and
+// for a pattern no unquoted glob character).
+struct Word {
+  std::string text;
+  bool quoted = false;
+  bool known = true;
+  bool glob = false;
+};
+
+// The words of a condition as the shell splits them: blanks outside quotes separate, quotes go.
+std::vector<Word> splitWords(const std::string& s) {
+  std::vector<Word> out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+    if (i >= s.size()) break;
+    Word w;
+    bool any = false;
+    while (i < s.size() && !std::isspace(static_cast<unsigned char>(s[i]))) {
+      const char c = s[i];
+      if (c == '"' || c == '\'') {
+        const std::size_t close = s.find(c, i + 1);
+        const std::string inner = s.substr(i + 1, close == std::string::npos ? std::string::npos : close - i - 1);
+        if (c == '"' && (inner.find('$') != std::string::npos || inner.find('`') != std::string::npos)) w.known = false;
+        w.text += inner;
+        w.quoted = true;
+        i = close == std::string::npos ? s.size() : close + 1;
+      } else {
+        if (c == '$' || c == '`') w.known = false;
+        if (c == '*' || c == '?' || c == '[') w.glob = true;
+        w.text += c;
+        ++i;
+      }
+      any = true;
+    }
+    if (any) out.push_back(std::move(w));
+  }
+  return out;
+}
+
+using Maybe = std::optional<bool>;
+
+Maybe both(Maybe a, Maybe b) {
+  if (a == false || b == false) return false;
+  if (a && b) return true;
+  return std::nullopt;
+}
+
+Maybe either(Maybe a, Maybe b) {
+  if (a == true || b == true) return true;
+  if (a && b) return false;
+  return std::nullopt;
+}
+
+Maybe negate(Maybe a) { return a ? Maybe(!*a) : std::nullopt; }
+
+std::optional<std::int64_t> integer(const Word& w) {
+  std::int64_t v = 0;
+  const char* end = w.text.data() + w.text.size();
+  const auto [p, ec] = std::from_chars(w.text.data(), end, v);
+  if (ec != std::errc() || p != end) return std::nullopt;
+  return v;
+}
+
+// One primary inside [[ ]] or [ ]: `! x`, `-z A`, `-n A`, `A op B`, or `A` (true when not empty).
+class Tests {
+ public:
+  Tests(const std::vector<Word>& words, std::size_t from, std::size_t to) : m_w(words), m_at(from), m_end(to) {}
+
+  // Inside [[ ]]: || of && of primaries (bash's precedence there).
+  Maybe orList() {
+    Maybe value = andList();
+    while (m_at < m_end && m_w[m_at].text == "||" && !m_w[m_at].quoted) {
+      ++m_at;
+      value = either(value, andList());
+    }
+    return value;
+  }
+  [[nodiscard]] bool done() const { return m_at == m_end; }
+
+ private:
+  Maybe andList() {
+    Maybe value = primary();
+    while (m_at < m_end && m_w[m_at].text == "&&" && !m_w[m_at].quoted) {
+      ++m_at;
+      value = both(value, primary());
+    }
+    return value;
+  }
+
+  Maybe primary() {
+    if (m_at >= m_end) return fail();
+    const Word& first = m_w[m_at];
+    if (first.text == "!" && !first.quoted) {
+      ++m_at;
+      return negate(primary());
+    }
+    if (!first.quoted && (first.text == "-z" || first.text == "-n") && m_at + 2 <= m_end && !isJoiner(m_at + 1)) {
+      const Word& a = m_w[m_at + 1];
+      m_at += 2;
+      if (!a.known) return std::nullopt;
+      return first.text == "-z" ? a.text.empty() : !a.text.empty();
+    }
+    if (!first.quoted && first.text.size() == 2 && first.text[0] == '-' && std::isalpha(static_cast<unsigned char>(first.text[1]))) {
+      m_at = std::min(m_at + 2, m_end);  // -f FILE, -d DIR, ...: the file system, not known here
+      return std::nullopt;
+    }
+    if (m_at + 1 < m_end && !isJoiner(m_at + 1)) {  // A op B
+      if (m_at + 3 > m_end) return fail();
+      const Word& a = m_w[m_at];
+      const Word& op = m_w[m_at + 1];
+      const Word& b = m_w[m_at + 2];
+      m_at += 3;
+      return compare(a, op, b);
+    }
+    ++m_at;  // one word: true when it is not empty
+    if (!first.known) return std::nullopt;
+    return !first.text.empty();
+  }
+
+  static Maybe compare(const Word& a, const Word& op, const Word& b) {
+    if (op.quoted) return std::nullopt;
+    if (op.text == "==" || op.text == "=" || op.text == "!=") {
+      if (!a.known || !b.known || (b.glob && !b.quoted)) return std::nullopt;
+      const bool same = a.text == b.text;
+      return op.text == "!=" ? !same : same;
+    }
+    static const std::vector<std::string> numeric = {"-eq", "-ne", "-lt", "-le", "-gt", "-ge"};
+    for (std::size_t k = 0; k < numeric.size(); ++k) {
+      if (op.text != numeric[k]) continue;
+      const auto x = integer(a);
+      const auto y = integer(b);
+      if (!a.known || !b.known || !x || !y) return std::nullopt;
+      const bool results[] = {*x == *y, *x != *y, *x < *y, *x <= *y, *x > *y, *x >= *y};
+      return results[k];
+    }
+    return std::nullopt;  // =~, <, >, -nt, ...
+  }
+
+  [[nodiscard]] bool isJoiner(std::size_t i) const {
+    return i < m_end && !m_w[i].quoted && (m_w[i].text == "&&" || m_w[i].text == "||");
+  }
+  Maybe fail() {  // malformed: nothing is known, and the rest is not read
+    m_at = m_end;
+    return std::nullopt;
+  }
+
+  const std::vector<Word>& m_w;
+  std::size_t m_at;
+  std::size_t m_end;
+};
+
+// The condition of an `if` or `elif` line: the text after the keyword, before `; then` / `then`.
+std::string conditionOf(const std::string& rest) {
+  std::string c = rest;
+  const auto hash = c.find(" #");
+  if (hash != std::string::npos) c.resize(hash);
+  while (!c.empty() && std::isspace(static_cast<unsigned char>(c.back()))) c.pop_back();
+  if (c.ends_with("then")) c.resize(c.size() - 4);
+  while (!c.empty() && (std::isspace(static_cast<unsigned char>(c.back())) || c.back() == ';')) c.pop_back();
+  return c;
+}
+
+// The line's first word and what follows it, blanks trimmed.
+std::pair<std::string, std::string> keyword(const std::string& line) {
+  const auto from = line.find_first_not_of(" \t");
+  if (from == std::string::npos) return {};
+  const auto end = line.find_first_of(" \t;", from);
+  const std::string word = line.substr(from, end == std::string::npos ? std::string::npos : end - from);
+  return {word, end == std::string::npos ? "" : line.substr(end)};
+}
+
+}  // namespace
+
+std::optional<bool> shellCondition(const std::string& condition) {
+  const std::vector<Word> words = splitWords(condition);
+  if (words.empty()) return std::nullopt;
+  // Tests joined by && and || outside brackets, left to right with equal precedence (bash's lists).
+  std::optional<bool> value;
+  std::string joiner;
+  std::size_t i = 0;
+  bool first = true;
+  while (i < words.size()) {
+    bool negated = false;
+    if (words[i].text == "!" && !words[i].quoted) {
+      negated = true;
+      ++i;
+    }
+    if (i >= words.size()) return std::nullopt;
+    const std::string open = words[i].text;
+    if (words[i].quoted || (open != "[[" && open != "[")) return std::nullopt;  // a command: not ours to run
+    const std::string close = open == "[[" ? "]]" : "]";
+    std::size_t end = i + 1;
+    while (end < words.size() && !(words[end].text == close && !words[end].quoted)) ++end;
+    if (end >= words.size()) return std::nullopt;
+    Tests tests(words, i + 1, end);
+    std::optional<bool> test = tests.orList();
+    if (!tests.done()) test = std::nullopt;
+    if (negated) test = negate(test);
+    value = first ? test : joiner == "&&" ? both(value, test) : either(value, test);
+    first = false;
+    i = end + 1;
+    if (i >= words.size()) break;
+    joiner = words[i].text;
+    if (words[i].quoted || (joiner != "&&" && joiner != "||")) return std::nullopt;
+    ++i;
+    if (i >= words.size()) return std::nullopt;
+  }
+  return value;
+}
+
+bool ShellBranches::take(const std::string& line) {
+  const auto [word, rest] = keyword(line);
+  if (word == "if") {
+    // A whole `if ...; then ...; fi` on one line is read as written.
+    const bool wholeBlock = rest.find("then") != std::string::npos && (rest.ends_with("fi") || rest.find("; fi") != std::string::npos);
+    if (wholeBlock) return active();
+    const bool was = active();
+    open(was ? shellCondition(conditionOf(rest)) : std::nullopt);
+    return was;
+  }
+  if (m_frames.empty()) return true;
+  if (word == "elif") {
+    next(m_frames.back().parentActive ? shellCondition(conditionOf(rest)) : std::nullopt);
+    return m_frames.back().parentActive;
+  }
+  if (word == "else") {
+    next(true);
+    return m_frames.back().parentActive;
+  }
+  if (word == "fi") {
+    const bool parent = m_frames.back().parentActive;
+    m_frames.pop_back();
+    return parent;
+  }
+  return active();
+}
+
+void ShellBranches::open(const std::optional<bool>& test) {
+  Frame f;
+  f.parentActive = active();
+  f.known = test.has_value();
+  f.taken = test.value_or(false);
+  f.active = f.parentActive && test.value_or(true);
+  m_frames.push_back(f);
+}
+
+void ShellBranches::next(const std::optional<bool>& test) {
+  Frame& f = m_frames.back();
+  if (!f.known) {  // an earlier test was not known: every branch is read, as before
+    f.active = f.parentActive;
+    return;
+  }
+  if (f.taken) {
+    f.active = false;
+    return;
+  }
+  f.known = test.has_value();
+  f.taken = test.value_or(false);
+  f.active = f.parentActive && test.value_or(true);
+}
+
+}  // namespace colo::planner::detail
