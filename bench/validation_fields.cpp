@@ -6,6 +6,7 @@
 #include "colo/core/library.h"
 #include "colo/core/limits.h"
 #include "colo/core/model.h"
+#include "colo/planner/import.h"
 #include "validation_rows_detail.h"
 
 namespace colo::validation::detail {
@@ -218,14 +219,19 @@ Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, 
   }
   // What a row may state of attention beyond its heads: each head's width where it is not hidden/heads
   // (Hugging Face's head_dim, Megatron's --kv-channels: Qwen3, GPT-OSS, Gemma), a sliding window with
-  // the period of its full-attention layers (sliding_window_pattern, or the first "full_attention" of
-  // Hugging Face's layer_types), and QK-norm (qk_layernorm / qk_norm).
+  // the period of its full-attention layers (sliding_window_pattern, Megatron's window_attn_skip_freq,
+  // the first "full_attention" of Hugging Face's layer_types, or those types in words saying they
+  // alternate), and QK-norm (qk_layernorm / qk_norm).
   for (const char* key : {"head_dim", "kv_channels"}) {
     if (auto d = number(m, key); d && *d >= 1) s.headDim = static_cast<std::int64_t>(*d);
   }
   if (auto w = number(m, "sliding_window"); w && *w >= 1) {
     s.slidingWindow = static_cast<std::int64_t>(*w);
-    if (auto every = number(m, "sliding_window_pattern"); every && *every >= 1) s.globalAttentionEvery = static_cast<std::int64_t>(*every);
+    for (const char* key : {"sliding_window_pattern", "window_attn_skip_freq"}) {
+      if (auto every = number(m, key); every && *every >= 1) s.globalAttentionEvery = static_cast<std::int64_t>(*every);
+    }
+    // layer_types in words ("sliding_attention/full_attention alternating"): every second layer is full.
+    if (const std::string words = text(m, "layer_types"); has(words, "alternat") && has(words, "full")) s.globalAttentionEvery = 2;
     if (m.contains("layer_types") && m["layer_types"].is_array()) {
       const Json& types = m["layer_types"];
       for (std::size_t i = 0; i < types.size(); ++i) {
@@ -255,12 +261,23 @@ Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, 
     for (const char* key : {"moe_ffn_hidden_size", "moe_intermediate_size", "expert_ffn_hidden_size"}) {
       if (auto w = number(m, key); w && *w >= 1) s.moe.expertFfnHiddenSize = static_cast<std::int64_t>(*w);
     }
-    // Leading dense layers: Megatron's --moe-layer-freq "([0]*k+[1]*n)", Hugging Face's first_k_dense_replace.
+    // Which layers are MoE: Hugging Face's first_k_dense_replace (leading dense layers) and
+    // decoder_sparse_step / interleave_moe_layer_step (the last layer of every N), or Megatron's
+    // --moe-layer-freq as Megatron reads it (an integer N: layers 0, N, 2N, ...; or a list expression
+    // such as "([0]*3+[1]*58)"). A list colo cannot hold keeps only its leading dense layers.
     if (auto k = number(m, "first_k_dense_replace"); k && *k >= 0) s.moe.firstDenseLayers = static_cast<std::int64_t>(*k);
-    static const std::regex leadingDense(R"(\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\])");
-    std::smatch dense;
-    const std::string freq = text(m, "moe_layer_freq");
-    if (std::regex_search(freq, dense, leadingDense)) s.moe.firstDenseLayers = std::stoll(dense[1]);
+    for (const char* key : {"decoder_sparse_step", "interleave_moe_layer_step"}) {
+      if (auto n = number(m, key); n && *n >= 1 && *n <= static_cast<double>(s.numLayers)) s.moe.layerFrequency = static_cast<std::int64_t>(*n);
+    }
+    std::string freq = text(m, "moe_layer_freq");
+    if (auto n = number(m, "moe_layer_freq"); n && *n >= 1 && *n <= static_cast<double>(s.numLayers)) {
+      freq = std::to_string(static_cast<std::int64_t>(*n));
+    }
+    if (!freq.empty() && !planner::setMegatronMoeLayers(s.moe, freq, s.numLayers)) {
+      static const std::regex leadingDense(R"(\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\])");
+      std::smatch dense;
+      if (std::regex_search(freq, dense, leadingDense)) s.moe.firstDenseLayers = std::stoll(dense[1]);
+    }
     // Shared experts: their total inner size (Hugging Face's shared_expert_intermediate_size, Megatron's
     // --moe-shared-expert-intermediate-size), or DeepSeek's count of expert-sized ones.
     for (const char* key : {"shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"}) {

@@ -936,6 +936,49 @@ TEST(Validation, BlackwellRowsAndDeepSeekStyleExpertsAreRead) {
   EXPECT_TRUE(deepep->plan.execution.epCommOverlap);
 }
 
+TEST(Validation, RowsSayHeadWidthWindowsQkNormAndWhichLayersAreMoe) {
+  // GPT-OSS 120B as a row gives it: 64-wide heads on a 2,880-wide model, a 128-token window on every
+  // second layer (Hugging Face's layer_types, as a list or in words), and its experts on every layer.
+  Json row = unseenRow();
+  row["id"] = "unseen_gpt_oss";
+  row["model"] = Json::parse(R"J({"name": "gpt-oss-120b", "num_layers": 36, "hidden_size": 2880, "num_attention_heads": 64,
+      "num_query_groups": 8, "head_dim": 64, "ffn_hidden_size": 2880, "num_experts": 128, "top_k": 4,
+      "vocab_size": 201088, "seq_len": 4096, "sliding_window": 128, "qk_layernorm": true,
+      "layer_types": "sliding_attention/full_attention alternating (18 each)"})J");
+  row["hardware"] = Json::parse(R"({"gpu": "H100 SXM", "gpu_memory_gb": 80, "gpus_per_node": 8, "num_gpus": 64})");
+  row["parallel"] = Json::parse(R"({"tp": 1, "pp": 4, "dp": 16, "ep": 8})");
+  row["training"] = Json::parse(R"({"precision": "bf16", "micro_batch_size": 1, "global_batch_size": 1280})");
+  auto c = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(c) << c.error().toString();
+  const ModelSpec& s = *c->plan.model.spec;
+  EXPECT_EQ(s.headDim, 64);
+  EXPECT_EQ(s.slidingWindow, 128);
+  EXPECT_EQ(s.globalAttentionEvery, 2);  // in words; without them every layer would be windowed
+  EXPECT_TRUE(s.qkNorm);
+  row["model"]["layer_types"] = Json::parse(R"(["sliding_attention", "sliding_attention", "full_attention"])");
+  auto list = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(list) << list.error().toString();
+  EXPECT_EQ(list->plan.model.spec->globalAttentionEvery, 3);
+  row["model"].erase("layer_types");
+  row["model"]["window_attn_skip_freq"] = 4;  // Megatron's name
+  auto skip = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(skip) << skip.error().toString();
+  EXPECT_EQ(skip->plan.model.spec->globalAttentionEvery, 4);
+  // Which layers are MoE: Megatron's integer --moe-layer-freq N is layers 0, N, 2N, ...; Hugging Face's
+  // decoder_sparse_step N the last of every N.
+  row["model"]["moe_layer_freq"] = 2;
+  auto megatron = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(megatron) << megatron.error().toString();
+  EXPECT_TRUE(megatron->plan.model.spec->moe.isMoeLayer(0));
+  EXPECT_FALSE(megatron->plan.model.spec->moe.isMoeLayer(1));
+  row["model"].erase("moe_layer_freq");
+  row["model"]["decoder_sparse_step"] = 2;
+  auto hf = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(hf) << hf.error().toString();
+  EXPECT_FALSE(hf->plan.model.spec->moe.isMoeLayer(0));
+  EXPECT_TRUE(hf->plan.model.spec->moe.isMoeLayer(1));
+}
+
 TEST(Validation, BlackwellUltraRowsRunOnTheirOwnPartsAndFourBitRecipesInFp4) {
   // Megatron-Bridge's performance tables name DGX-GB300 and B300 systems and NVFP4 or MXFP8 recipes.
   const std::tuple<const char*, const char*, double> parts[] = {
