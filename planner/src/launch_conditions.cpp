@@ -99,12 +99,18 @@ class Tests {
   }
 
   Maybe primary() {
+    bool negated = false;  // `! ! x` is x (counted, not recursed: a line may hold many)
+    while (m_at < m_end && m_w[m_at].text == "!" && !m_w[m_at].quoted) {
+      negated = !negated;
+      ++m_at;
+    }
+    const Maybe value = unnegated();
+    return negated ? negate(value) : value;
+  }
+
+  Maybe unnegated() {
     if (m_at >= m_end) return fail();
     const Word& first = m_w[m_at];
-    if (first.text == "!" && !first.quoted) {
-      ++m_at;
-      return negate(primary());
-    }
     if (!first.quoted && (first.text == "-z" || first.text == "-n") && m_at + 2 <= m_end && !isJoiner(m_at + 1)) {
       const Word& a = m_w[m_at + 1];
       m_at += 2;

@@ -160,6 +160,9 @@ TEST(Launch, ShellTestsEvaluateAsBashDoes) {
   EXPECT_EQ(shellCondition("grep -q x file"), std::nullopt);
   EXPECT_EQ(shellCondition("[[ a == ]]"), std::nullopt);
   EXPECT_EQ(shellCondition("[[ 1 -eq x ]]"), std::nullopt);
+  std::string many = "[[ ";  // a long line of negations is counted, not recursed into
+  for (int i = 0; i < 200001; ++i) many += "! ";
+  EXPECT_EQ(shellCondition(many + "a == a ]]"), false);
 }
 
 }  // namespace
