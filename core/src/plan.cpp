@@ -266,10 +266,7 @@ Result<void> checkExecution(const Rules& r) {
   // Megatron-Core's rules for recompute_modules (TransformerConfig.__post_init__): moe_act needs the
   // grouped-GEMM experts (colo's MoE layers are), mla_up_proj latent attention, and the whole-MoE
   // module cannot be re-run while its all-to-alls hide behind another micro-batch.
-  const bool selective = std::any_of(plan.stages.begin(), plan.stages.end(), [](const StagePlan& st) {
-    return st.recompute == RecomputePolicy::kSelective && st.recomputeLayers > 0;
-  });
-  const RecomputeModules modules = selective ? x.recomputeModules : RecomputeModules{};
+  const RecomputeModules modules = recomputesSelectively(plan) ? x.recomputeModules : RecomputeModules{};
   if (modules.moeAct && (!plan.model.spec || !plan.model.spec->moe.enabled())) {
     return r.bad("/execution/recompute_modules", "moe_act re-runs the experts' activation and needs a mixture-of-experts model");
   }
@@ -368,6 +365,12 @@ Result<void> checkMemoryManagement(const Rules& r) {
 }
 
 }  // namespace
+
+bool recomputesSelectively(const Plan& plan) {
+  return std::any_of(plan.stages.begin(), plan.stages.end(), [](const StagePlan& st) {
+    return st.recompute == RecomputePolicy::kSelective && st.recomputeLayers > 0;
+  });
+}
 
 // The rules in a fixed order (degrees, model shape, batch, pipeline, execution, memory): a plan that breaks
 // several is told the first, the same one every time.

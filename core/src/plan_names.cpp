@@ -3,8 +3,24 @@
 #include "colo/core/plan.h"
 
 #include <algorithm>
+#include <optional>
 
 namespace colo {
+namespace {
+
+// The first name of a comma-separated list that `add` refuses; nothing when it takes them all.
+template <class Add>
+std::optional<std::string_view> firstRefused(std::string_view list, Add add) {
+  for (std::size_t start = 0; start <= list.size();) {
+    const std::size_t comma = std::min(list.find(',', start), list.size());
+    const std::string_view name = list.substr(start, comma - start);
+    if (!add(name)) return name;
+    start = comma + 1;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 std::string attentionName(const Execution& x) {
   if (!x.flashAttention) return "unfused";
@@ -160,15 +176,9 @@ Result<UnfusedKernels> parseUnfusedKernels(std::string_view list) {
   if (list == "all") return UnfusedKernels::all();
   UnfusedKernels u;
   if (list == "none") return u;
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    const std::size_t comma = std::min(list.find(',', start), list.size());
-    const std::string_view name = list.substr(start, comma - start);
-    if (!addUnfusedKernel(u, name)) {
-      return fail(Error::badInput("unknown unfused kernel \"" + std::string(name) +
-                                  "\" (expected all, none, or a comma-separated list of: rmsnorm, final_rmsnorm, rotary, gated_activation)"));
-    }
-    start = comma + 1;
+  if (const auto name = firstRefused(list, [&](std::string_view n) { return addUnfusedKernel(u, n); })) {
+    return fail(Error::badInput("unknown unfused kernel \"" + std::string(*name) +
+                                "\" (expected all, none, or a comma-separated list of: rmsnorm, final_rmsnorm, rotary, gated_activation)"));
   }
   return u;
 }
@@ -206,16 +216,10 @@ std::string recomputeModulesLabel(const RecomputeModules& m) {
 Result<RecomputeModules> parseRecomputeModules(std::string_view list) {
   RecomputeModules m = RecomputeModules::none();
   if (list == "none") return m;
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    const std::size_t comma = std::min(list.find(',', start), list.size());
-    const std::string_view name = list.substr(start, comma - start);
-    if (!addRecomputeModule(m, name)) {
-      return fail(Error::badInput("unknown recompute module \"" + std::string(name) +
-                                  "\" (expected none, or a comma-separated list of: core_attn, moe_act, layernorm, "
-                                  "mla_up_proj, mlp, moe, shared_experts)"));
-    }
-    start = comma + 1;
+  if (const auto name = firstRefused(list, [&](std::string_view n) { return addRecomputeModule(m, n); })) {
+    return fail(Error::badInput("unknown recompute module \"" + std::string(*name) +
+                                "\" (expected none, or a comma-separated list of: core_attn, moe_act, layernorm, "
+                                "mla_up_proj, mlp, moe, shared_experts)"));
   }
   return m;
 }

@@ -90,11 +90,10 @@ Result<void> checkRunnable(const Plan& plan) {
       return bad("stages[" + std::to_string(s) + "].recompute = op: per-op selective recompute is not implemented by the "
                  "executor (it runs none, selective and full)");
     }
-    if (plan.stages[s].recompute == RecomputePolicy::kSelective && plan.stages[s].recomputeLayers > 0 &&
-        !plan.execution.recomputeModules.isDefault()) {
-      return bad("execution.recompute_modules = " + recomputeModulesLabel(plan.execution.recomputeModules) +
-                 ": the executor's selective recompute re-runs the attention core only (core_attn)");
-    }
+  }
+  if (recomputesSelectively(plan) && !plan.execution.recomputeModules.isDefault()) {
+    return bad("execution.recompute_modules = " + recomputeModulesLabel(plan.execution.recomputeModules) +
+               ": the executor's selective recompute re-runs the attention core only (core_attn)");
   }
   if (m.numAttentionHeads % p.tp != 0 || m.kvHeads() % p.tp != 0) {
     return bad("model " + m.name + ": " + std::to_string(m.numAttentionHeads) + " heads and " + std::to_string(m.kvHeads()) +

@@ -333,10 +333,7 @@ std::string viewRefusal(const Plan& plan) {
     return "activation offload of whole layers (the first " + str(plan.offload.activationLayers) +
            ") is not an operator role (the operator view offloads per operator)";
   }
-  const bool selective = std::any_of(plan.stages.begin(), plan.stages.end(), [](const StagePlan& s) {
-    return s.recompute == RecomputePolicy::kSelective && s.recomputeLayers > 0;
-  });
-  if (selective && !plan.execution.recomputeModules.isDefault()) {
+  if (recomputesSelectively(plan) && !plan.execution.recomputeModules.isDefault()) {
     return "selective recompute of Megatron-Core's modules (" + recomputeModulesLabel(plan.execution.recomputeModules) +
            ") has no operator rule (the operator view's selective recompute is the attention core's)";
   }

@@ -114,10 +114,7 @@ void balanceStages(const Space& space, Plan& p, costmodel::Evaluation& e0, const
 // Megatron-Core's selective recompute is one setting for every layer (it takes no layer count): once a
 // stage recomputes selectively, every layer that is not fully recomputed does.
 void selectiveEverywhere(Plan& q) {
-  const bool any = std::any_of(q.stages.begin(), q.stages.end(), [](const StagePlan& st) {
-    return st.recompute == RecomputePolicy::kSelective && st.recomputeLayers > 0;
-  });
-  if (!any) return;
+  if (!recomputesSelectively(q)) return;
   for (auto& st : q.stages) {
     if (st.recompute != RecomputePolicy::kFull || st.recomputeLayers == 0) st = StagePlan{st.layers, RecomputePolicy::kSelective, st.layers};
   }
@@ -289,10 +286,7 @@ std::optional<Candidate> costConfig(const Space& space, const Config& c, const P
     p = q;
   }
   // The modules are the plan's only where a stage recomputes selectively.
-  const bool selective = std::any_of(p.stages.begin(), p.stages.end(), [](const StagePlan& st) {
-    return st.recompute == RecomputePolicy::kSelective && st.recomputeLayers > 0;
-  });
-  if (!selective) p.execution.recomputeModules = base.execution.recomputeModules;
+  if (!recomputesSelectively(p)) p.execution.recomputeModules = base.execution.recomputeModules;
   Candidate cand;
   cand.plan = std::move(p);
   cand.evaluation = final;

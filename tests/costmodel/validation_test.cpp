@@ -77,6 +77,17 @@ TEST(Validation, RecomputeOrderingMatchesKorthikanti) {
   EXPECT_LT(predicted.at("selective_recompute"), predicted.at("full_recompute"));
 }
 
+// A Megatron-Core MoE row on 8 B200 as SimuMax publishes it: DeepSeek-V3's shape cut to 4 layers (1 dense,
+// 3 MoE), expert-parallel over the node.
+void deepSeekV3OnB200(Json& row) {
+  row["model"] = Json::parse(R"J({"name": "DeepSeek-V3 shape, 4 layers", "arch": "DeepSeek-V3 (MLA, DeepSeekMoE)",
+      "num_layers": 4, "hidden_size": 7168, "num_attention_heads": 128, "ffn_hidden_size": 18432,
+      "moe_ffn_hidden_size": 2048, "num_experts": 256, "top_k": 8, "vocab_size": 129280, "seq_len": 4096,
+      "moe_layer_freq": "([0]*1+[1]*3)", "shared_expert_intermediate_size": 2048, "q_lora_rank": 1536,
+      "kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128})J");
+  row["hardware"] = Json::parse(R"({"gpu": "B200 SXM", "gpu_memory_gb": 180, "gpus_per_node": 8, "num_gpus": 8})");
+  row["parallel"] = Json::parse(R"({"tp": 1, "pp": 1, "dp": 8, "ep": 8, "zero_stage": 1})");
+}
 
 // A row the repository has never seen, with no entry of its own in assumptions.json: everything must
 // come from the row, the framework keywords and the defaults (the held-out set is read this way).
@@ -893,13 +904,7 @@ TEST(Validation, BlackwellRowsAndDeepSeekStyleExpertsAreRead) {
   // the first layers dense ("([0]*1+[1]*3)"), SwiGLU/RMSNorm implied by the architecture's name.
   Json row = unseenRow();
   row["id"] = "unseen_b200_moe";
-  row["model"] = Json::parse(R"J({"name": "DeepSeek-V3 shape, 4 layers", "arch": "DeepSeek-V3 (MLA, DeepSeekMoE)",
-      "num_layers": 4, "hidden_size": 7168, "num_attention_heads": 128, "ffn_hidden_size": 18432,
-      "moe_ffn_hidden_size": 2048, "num_experts": 256, "top_k": 8, "vocab_size": 129280, "seq_len": 4096,
-      "moe_layer_freq": "([0]*1+[1]*3)", "shared_expert_intermediate_size": 2048, "q_lora_rank": 1536,
-      "kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128})J");
-  row["hardware"] = Json::parse(R"({"gpu": "B200 SXM", "gpu_memory_gb": 180, "gpus_per_node": 8, "num_gpus": 8})");
-  row["parallel"] = Json::parse(R"({"tp": 1, "pp": 1, "dp": 8, "ep": 8, "zero_stage": 1})");
+  deepSeekV3OnB200(row);
   row["training"] = Json::parse(R"({"precision": "bf16", "recompute": "none", "micro_batch_size": 1, "global_batch_size": 32})");
   auto c = validation::caseFromRow(row, assumptionsFile());
   ASSERT_TRUE(c) << c.error().toString();
@@ -1220,13 +1225,7 @@ TEST(Validation, RowsNamingMegatronRecomputeModulesRecomputeThoseModules) {
   // re-runs those modules, not the attention core, and frees their activations.
   Json row = unseenRow();
   row["id"] = "unseen_moe_recompute_modules";
-  row["model"] = Json::parse(R"J({"name": "DeepSeek-V3 shape, 4 layers", "arch": "DeepSeek-V3 (MLA, DeepSeekMoE)",
-      "num_layers": 4, "hidden_size": 7168, "num_attention_heads": 128, "ffn_hidden_size": 18432,
-      "moe_ffn_hidden_size": 2048, "num_experts": 256, "top_k": 8, "vocab_size": 129280, "seq_len": 4096,
-      "moe_layer_freq": "([0]*1+[1]*3)", "shared_expert_intermediate_size": 2048, "q_lora_rank": 1536,
-      "kv_lora_rank": 512, "qk_head_dim": 128, "qk_pos_emb_head_dim": 64, "v_head_dim": 128})J");
-  row["hardware"] = Json::parse(R"({"gpu": "B200 SXM", "gpu_memory_gb": 180, "gpus_per_node": 8, "num_gpus": 8})");
-  row["parallel"] = Json::parse(R"({"tp": 1, "pp": 1, "dp": 8, "ep": 8, "zero_stage": 1})");
+  deepSeekV3OnB200(row);
   row["training"] = Json::parse(R"J({"precision": "bf16", "recompute": "selective (recompute_modules: mla_up_proj, mlp)",
       "micro_batch_size": 1, "global_batch_size": 32})J");
   auto named = validation::caseFromRow(row, assumptionsFile());

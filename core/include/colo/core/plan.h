@@ -384,6 +384,10 @@ struct Plan {
 /// not divide), all with the same recompute policy.
 [[nodiscard]] std::vector<StagePlan> uniformStages(std::int64_t layers, std::int64_t chunks, RecomputePolicy policy);
 
+/// Whether some pipeline chunk recomputes selectively (policy selective with layers to recompute): only
+/// then are the plan's `execution.recompute_modules` what it re-runs.
+[[nodiscard]] bool recomputesSelectively(const Plan& plan);
+
 /// Every consistency rule a plan must satisfy before it is costed or run: degrees multiply to the GPU
 /// count; heads and kv heads divisible by tp; layers summed over stages; batch divisible by
 /// micro-batch x dp; schedule and virtual stages agree; ZeRO/offload/pipeline combinations that real
