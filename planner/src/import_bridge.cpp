@@ -106,6 +106,15 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
     return std::nullopt;
   };
   auto model = [&](const std::string& key) { return get({"model", "model_config"}, key); };
+  // Knowledge distillation (Bridge's DistillationProvider: model.teacher and model.kd_config) runs a
+  // teacher model's forward beside the student every micro-batch and keeps its weights: a job colo
+  // does not cost. Refused by name rather than costed as the student alone.
+  for (const char* section : {"model.teacher", "model_config.teacher", "model.kd_config", "model_config.kd_config"}) {
+    if (flat->contains(section)) {
+      return fail(Error::badInput(std::string(section) + ": knowledge distillation (a teacher model's forward beside the "
+                                  "student's training) is not costed by colo; import the student's job without it"));
+    }
+  }
   std::ostringstream args;
   auto flag = [&](const std::string& name, const std::optional<std::string>& value) {
     if (value) args << name << " " << *value << "\n";

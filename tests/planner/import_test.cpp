@@ -172,6 +172,12 @@ TEST(Import, ActivationOffloadRoundTripsThroughMegatronAndBridge) {
     ASSERT_TRUE(none) << without << none.error().toString();
     EXPECT_EQ(none->offload.activationLayers, 0) << without;
   }
+  // A distillation job (Bridge's examples/distillation override files) runs a teacher beside the
+  // student: refused by name, not costed as the student alone.
+  auto distill = importMegatronBridge(job + "  teacher:\n    tensor_model_parallel_size: 2\n  kd_config:\n    skip_lm_loss: true\n",
+                                      context);
+  ASSERT_FALSE(distill);
+  EXPECT_NE(distill.error().message.find("model.teacher: knowledge distillation"), std::string::npos) << distill.error().message;
   // DeepSpeed has no such offload: its config says the job keeps them on the GPU.
   const auto ds = exportPlan(p, ExportFormat::kDeepSpeed, "plan.json");
   ASSERT_TRUE(ds) << ds.error().toString();
