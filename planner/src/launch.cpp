@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <set>
 #include <optional>
 #include <tuple>
 #include <sstream>
@@ -315,18 +316,40 @@ Result<std::int64_t> includedGpus(const std::string& value) {
   return total;
 }
 
-}  // namespace
-
 // Each line with the variables set so far substituted; NAME=value lines set them, bash arrays and quoted
-// values over several lines once they close (OpenValue). Comments stay as written. The lines of an `if`
-// branch the script does not take (its test known false, or an earlier branch taken) are left out
-// (detail::ShellBranches).
-Result<std::string> expandShellVariables(const std::string& script) {
+// values over several lines once they close (OpenValue). Comments stay as written. With `follow`, the
+// lines of an `if` branch the script does not take (its test known false, or an earlier branch taken)
+// are left out (detail::ShellBranches); a test reads only names whose value is certain (not set inside
+// a branch colo could not rule out, not appended to with +=, not unset or read). `broken` says whether
+// the blocks could not be followed.
+Result<std::string> expand(const std::string& script, bool follow, bool& broken) {
   std::map<std::string, std::string> vars;
+  std::set<std::string> uncertain;
   std::string out;
   std::istringstream in(script);
   std::optional<OpenValue> open;
   detail::ShellBranches branches;
+  // The line as a test reads it: its certain names substituted.
+  auto forTest = [&](const std::string& line) {
+    if (uncertain.empty() || !detail::ShellBranches::isTest(line)) {
+      const auto e = substitute(line, vars);
+      return e ? *e : line;  // (an expansion that fails leaves the test unknown)
+    }
+    auto certainVars = vars;
+    for (const auto& name : uncertain) {
+      certainVars.erase(name);
+      certainVars.erase(name + "[@]");
+    }
+    const auto e = substitute(line, certainVars);
+    return e ? *e : line;
+  };
+  auto set = [&](const std::string& name) {
+    if (follow && !branches.certain()) {
+      uncertain.insert(name);
+    } else {
+      uncertain.erase(name);
+    }
+  };
   for (std::string line; std::getline(in, line);) {
     const auto first = line.find_first_not_of(" \t");
     const bool comment = first != std::string::npos && line[first] == '#';
@@ -335,14 +358,13 @@ Result<std::string> expandShellVariables(const std::string& script) {
       out += line + "\n";
       continue;
     }
-    if (!open && !branches.active()) {  // inside a branch not taken: only its if/elif/else/fi count
-      const auto expanded = substitute(line, vars);  // (an expansion that fails here does not matter)
-      (void)branches.take(expanded ? *expanded : line);
+    if (follow && !open && !branches.active()) {  // inside a branch not taken: only its if/elif/else/fi count
+      (void)branches.take(forTest(line));
       continue;
     }
     auto expanded = substitute(line, vars);
     if (!expanded) return fail(expanded.error());
-    if (!open && !branches.take(*expanded)) continue;
+    if (follow && !open && !branches.take(forTest(line))) continue;
     out += *expanded + "\n";
     if (open) {
       if (open->take(*expanded)) {
@@ -351,23 +373,38 @@ Result<std::string> expandShellVariables(const std::string& script) {
       }
       continue;
     }
+    // unset NAME / read NAME: the name's value is no longer what colo holds.
+    if (const auto words = shellWords(*expanded); !words.empty() && (words.front() == "unset" || words.front() == "read")) {
+      for (std::size_t i = 1; i < words.size(); ++i) {
+        if (words[i].empty() || !identifierStart(words[i].front())) continue;
+        vars.erase(words[i]);
+        vars.erase(words[i] + "[@]");
+        uncertain.insert(words[i]);
+      }
+      continue;
+    }
     const auto head = assignmentHead(*expanded);
     if (!head) continue;
     if (head->rest.starts_with("(")) {
       const auto before = vars.find(head->name + "[@]");
       open = OpenValue::array(head->name, head->append && before != vars.end() ? before->second : "");
+      set(head->name);
       if (open->take(head->rest.substr(1))) {
         open->store(vars);
         open.reset();
       }
       continue;
     }
-    if (head->append) continue;  // NAME+=text: not followed
+    if (head->append) {  // NAME+=text: not followed, so its value is no longer certain
+      uncertain.insert(head->name);
+      continue;
+    }
     // A quoted value that goes on over more lines is set once it closes (until then its name is left
     // unexpanded where it is used, not replaced by a stray quote); one that holds quotes of its own is
     // left unset.
     const std::string v = valueOf(head->rest);
     const bool unclosed = !v.empty() && (v.front() == '"' || v.front() == '\'') && (v.size() == 1 || v.back() != v.front());
+    set(head->name);
     if (!unclosed) {
       vars[head->name] = v;
     } else if (v.find(v.front(), 1) == std::string::npos) {
@@ -375,7 +412,17 @@ Result<std::string> expandShellVariables(const std::string& script) {
       (void)open->take(v.substr(1));
     }
   }
+  broken = branches.broken();
   return out;
+}
+
+}  // namespace
+
+Result<std::string> expandShellVariables(const std::string& script) {
+  bool broken = false;
+  auto followed = expand(script, true, broken);
+  if (!followed || !broken) return followed;
+  return expand(script, false, broken);  // blocks colo cannot follow: every branch is read, as before
 }
 
 std::int64_t LaunchFacts::world() const {

@@ -1,9 +1,11 @@
 // The conditional blocks of a launch script (launch_conditions.h).
 #include "launch_conditions.h"
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cstdint>
+#include <tuple>
 
 namespace colo::planner::detail {
 namespace {
@@ -177,13 +179,76 @@ std::string conditionOf(const std::string& rest) {
   return c;
 }
 
-// The line's first word and what follows it, blanks trimmed.
+// The line's first word and what follows it.
 std::pair<std::string, std::string> keyword(const std::string& line) {
   const auto from = line.find_first_not_of(" \t");
   if (from == std::string::npos) return {};
   const auto end = line.find_first_of(" \t;", from);
   const std::string word = line.substr(from, end == std::string::npos ? std::string::npos : end - from);
   return {word, end == std::string::npos ? "" : line.substr(end)};
+}
+
+// The words of a line as commands see them: outside quotes, up to a comment, split at blanks and at the
+// separators ; & | (so "x=1;fi" holds "fi").
+std::vector<std::string> commandWords(const std::string& line) {
+  std::vector<std::string> out;
+  std::string word;
+  char quote = 0;
+  auto flush = [&] {
+    if (!word.empty()) out.push_back(word);
+    word.clear();
+  };
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quote) {
+      if (c == quote) quote = 0;
+      word += c;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+      word += c;
+    } else if (c == '#' && word.empty()) {
+      break;  // a comment
+    } else if (std::isspace(static_cast<unsigned char>(c)) || c == ';' || c == '&' || c == '|') {
+      flush();
+    } else {
+      word += c;
+    }
+  }
+  flush();
+  return out;
+}
+
+// A here-document's end word in a line (`<<END`, `<<-END`, `<<'END'`), outside quotes; nothing else
+// (a here-string `<<<` is not one).
+std::optional<std::pair<std::string, bool>> heredoc(const std::string& line) {
+  char quote = 0;
+  for (std::size_t i = 0; i + 1 < line.size(); ++i) {
+    const char c = line[i];
+    if (quote) {
+      if (c == quote) quote = 0;
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      quote = c;
+      continue;
+    }
+    if (c == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(line[i - 1])))) return std::nullopt;
+    if (c != '<' || line[i + 1] != '<') continue;
+    if (i + 2 < line.size() && line[i + 2] == '<') return std::nullopt;
+    std::size_t at = i + 2;
+    const bool tabs = at < line.size() && line[at] == '-';
+    if (tabs) ++at;
+    while (at < line.size() && (line[at] == ' ' || line[at] == '\t')) ++at;
+    std::string end;
+    while (at < line.size() && !std::isspace(static_cast<unsigned char>(line[at])) && line[at] != ';' && line[at] != '|' &&
+           line[at] != '&' && line[at] != ')') {
+      if (line[at] != '\'' && line[at] != '"' && line[at] != '\\') end += line[at];
+      ++at;
+    }
+    if (end.empty()) return std::nullopt;
+    return std::pair{end, tabs};
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -225,31 +290,55 @@ std::optional<bool> shellCondition(const std::string& condition) {
   return value;
 }
 
+bool ShellBranches::isTest(const std::string& line) {
+  const auto words = commandWords(line);
+  return !words.empty() && (words.front() == "if" || words.front() == "elif");
+}
+
+bool ShellBranches::certain() const {
+  return std::all_of(m_frames.begin(), m_frames.end(), [](const Frame& f) { return f.known; });
+}
+
 bool ShellBranches::take(const std::string& line) {
-  const auto [word, rest] = keyword(line);
-  if (word == "if") {
-    // A whole `if ...; then ...; fi` on one line is read as written.
-    const bool wholeBlock = rest.find("then") != std::string::npos && (rest.ends_with("fi") || rest.find("; fi") != std::string::npos);
-    if (wholeBlock) return active();
+  if (!m_heredocEnd.empty()) {  // a here-document's body is text, up to its end word alone on a line
+    std::string t = line;
+    while (!t.empty() && (t.back() == '\r' || t.back() == ' ')) t.pop_back();
+    if (m_heredocTabs) t.erase(0, t.find_first_not_of('\t') == std::string::npos ? t.size() : t.find_first_not_of('\t'));
+    if (t == m_heredocEnd) m_heredocEnd.clear();
+    return active();
+  }
+  if (const auto doc = heredoc(line)) std::tie(m_heredocEnd, m_heredocTabs) = *doc;
+  const std::vector<std::string> words = commandWords(line);
+  const auto count = [&](const char* w) { return std::count(words.begin(), words.end(), std::string(w)); };
+  const std::string first = words.empty() ? "" : words.front();
+  const auto ifs = count("if");
+  const auto fis = count("fi");
+  if (first == "if") {
+    if (fis >= ifs) return active();  // a whole `if ...; then ...; fi` on one line is read as written
+    if (ifs > 1) m_broken = true;
     const bool was = active();
-    open(was ? shellCondition(conditionOf(rest)) : std::nullopt);
+    open(was ? shellCondition(conditionOf(keyword(line).second)) : std::nullopt);
     return was;
   }
-  if (m_frames.empty()) return true;
-  if (word == "elif") {
-    next(m_frames.back().parentActive ? shellCondition(conditionOf(rest)) : std::nullopt);
+  if (first != "elif" && first != "else" && first != "fi") {
+    if (ifs != fis) m_broken = true;  // `x; fi`, `echo if`: nesting colo does not follow
+    return active();
+  }
+  if (m_frames.empty() || ifs > 0 || fis > (first == "fi" ? 1 : 0)) {
+    m_broken = true;  // a keyword without its if, or blocks opened and closed within the line
+    return true;
+  }
+  if (first == "elif") {
+    next(m_frames.back().parentActive ? shellCondition(conditionOf(keyword(line).second)) : std::nullopt);
     return m_frames.back().parentActive;
   }
-  if (word == "else") {
+  if (first == "else") {
     next(true);
     return m_frames.back().parentActive;
   }
-  if (word == "fi") {
-    const bool parent = m_frames.back().parentActive;
-    m_frames.pop_back();
-    return parent;
-  }
-  return active();
+  const bool parent = m_frames.back().parentActive;  // fi
+  m_frames.pop_back();
+  return parent;
 }
 
 void ShellBranches::open(const std::optional<bool>& test) {

@@ -141,6 +141,39 @@ TEST(Launch, TheBranchTheScriptTakesIsTheOneRead) {
   EXPECT_NE(fp8->find("run --fp8-format hybrid"), std::string::npos) << *fp8;
 }
 
+TEST(Launch, BranchesColoCannotFollowAreAllRead) {
+  auto flags = [](const std::string& script) {
+    auto out = expandShellVariables(script + "torchrun x.py ${A[@]}\n");
+    EXPECT_TRUE(out) << out.error().toString();
+    if (!out || out->find("torchrun x.py") == std::string::npos) return std::string("(no launch line)");
+    return out->substr(out->find("torchrun x.py"));
+  };
+  // A here-document's body is text: its "if" does not open a block.
+  std::string line = flags("A=()\nif [[ 0 == 1 ]]; then\n  python - <<EOF\nif True:\n    pass\nEOF\n  A+=(--never)\nfi\nA+=(--after)\n");
+  EXPECT_NE(line.find("--after"), std::string::npos) << line;
+  EXPECT_EQ(line.find("--never"), std::string::npos) << line;
+  // One-line blocks however they end, and a comment that holds "fi".
+  line = flags("A=()\nif [[ 0 == 1 ]]; then\n  if [[ a == a ]]; then x=1;fi 2>/dev/null\n"
+               "  if [[ $Y == 0 ]]; then # wifi\n    A+=(--inner)\n  fi\n  A+=(--never)\nfi\nA+=(--after)\n");
+  EXPECT_NE(line.find("--after"), std::string::npos) << line;
+  EXPECT_EQ(line.find("--never"), std::string::npos) << line;
+  EXPECT_EQ(line.find("--inner"), std::string::npos) << line;
+  // A name set in a branch colo could not rule out, appended to, or unset is not certain: a test on it
+  // reads every branch.
+  line = flags("A=()\nif [ -f x ]; then\n  PREC=fp8\nelse\n  PREC=bf16\nfi\nif [[ $PREC == fp8 ]]; then\n  A+=(--fp8-format hybrid)\nfi\n"
+               "P=bf16\nP+=x\nif [[ $P == bf16 ]]; then\n  A+=(--p-bf16)\nelse\n  A+=(--p-other)\nfi\n"
+               "Q=bf16\nunset Q\nif [[ \"$Q\" == bf16 ]]; then\n  A+=(--q-bf16)\nfi\n"
+               "R=x\nif [[ $R == x ]]; then\n  A+=(--r-known)\nfi\n");
+  for (const char* read : {"--fp8-format hybrid", "--p-bf16", "--p-other", "--q-bf16", "--r-known"}) {
+    EXPECT_NE(line.find(read), std::string::npos) << read << " in " << line;
+  }
+  // Blocks that do not balance (a stray fi): every branch is read, as before.
+  line = flags("A=()\nif [[ a == b ]]; then\n  A+=(--skipped)\nfi\nfi\n");
+  EXPECT_NE(line.find("--skipped"), std::string::npos) << line;
+  line = flags("A=()\nif [[ a == b ]]; then\n  A+=(--unclosed)\n");
+  EXPECT_NE(line.find("--unclosed"), std::string::npos) << line;
+}
+
 TEST(Launch, ShellTestsEvaluateAsBashDoes) {
   using detail::shellCondition;
   EXPECT_EQ(shellCondition("[[ \"a\" == \"a\" ]]"), true);
