@@ -271,7 +271,12 @@ Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, 
     }
     std::string freq = text(m, "moe_layer_freq");
     if (auto n = number(m, "moe_layer_freq"); n && *n >= 1 && *n <= static_cast<double>(s.numLayers)) {
-      freq = std::to_string(static_cast<std::int64_t>(*n));
+      if (number(m, "first_k_dense_replace")) {  // a DeepSeek config's: layer % N == 0 after the dense ones
+        s.moe.layerFrequency = static_cast<std::int64_t>(*n);
+        s.moe.layerPhase = s.moe.layerFrequency > 1 ? 0 : -1;
+      } else {
+        freq = std::to_string(static_cast<std::int64_t>(*n));
+      }
     }
     if (!freq.empty() && !planner::setMegatronMoeLayers(s.moe, freq, s.numLayers)) {
       static const std::regex leadingDense(R"(\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\])");

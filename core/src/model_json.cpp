@@ -163,6 +163,7 @@ Result<ModelSpec> modelSpecFromJson(const Json& document, const std::string& fil
       s.moe.topK = m.positiveInteger("top_k");
       s.moe.layerFrequency = m.positiveInteger("layer_frequency", 1);
       if (m.has("layer_phase")) s.moe.layerPhase = m.nonNegativeInteger("layer_phase");
+      if (s.moe.layerPhase == s.moe.layerFrequency - 1) s.moe.layerPhase = -1;  // the default, one form
       s.moe.expertFfnHiddenSize = m.nonNegativeInteger("expert_ffn_hidden_size", 0);
       s.moe.firstDenseLayers = m.nonNegativeInteger("first_dense_layers", 0);
       s.moe.sharedExpertFfnHiddenSize = m.nonNegativeInteger("shared_expert_ffn_hidden_size", 0);

@@ -110,7 +110,7 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   // teacher model's forward beside the student every micro-batch and keeps its weights: a job colo
   // does not cost. Refused by name rather than costed as the student alone.
   for (const char* section : {"model.teacher", "model_config.teacher", "model.kd_config", "model_config.kd_config"}) {
-    if (flat->contains(section)) {
+    if (const auto it = flat->find(section); it != flat->end() && it->second != "null" && it->second != "~" && !it->second.empty()) {
       return fail(Error::badInput(std::string(section) + ": knowledge distillation (a teacher model's forward beside the "
                                   "student's training) is not costed by colo; import the student's job without it"));
     }

@@ -160,6 +160,11 @@ TEST(HfConfig, TheModelsOf2025MapToTheirPublishedCounts) {
   auto back = modelSpecFromJson(modelSpecToJson(*every2), "model.json");
   ASSERT_TRUE(back) << back.error().toString();
   EXPECT_EQ(back->moe, every2->moe);
+  Json last = modelSpecToJson(*every2);
+  last["moe"]["layer_phase"] = 1;  // the last of each period: the default, held in one form
+  auto same = modelSpecFromJson(last, "model.json");
+  ASSERT_TRUE(same) << same.error().toString();
+  EXPECT_EQ(same->moe.layerPhase, -1);
   Json bad = modelSpecToJson(*every2);
   bad["moe"]["layer_phase"] = 2;
   auto badPhase = modelSpecFromJson(bad, "model.json");

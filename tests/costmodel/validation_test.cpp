@@ -976,6 +976,14 @@ TEST(Validation, RowsSayHeadWidthWindowsQkNormAndWhichLayersAreMoe) {
   ASSERT_TRUE(megatron) << megatron.error().toString();
   EXPECT_TRUE(megatron->plan.model.spec->moe.isMoeLayer(0));
   EXPECT_FALSE(megatron->plan.model.spec->moe.isMoeLayer(1));
+  // Beside first_k_dense_replace it is DeepSeek's config field: the dense layers stay.
+  row["model"]["first_k_dense_replace"] = 3;
+  row["model"]["moe_layer_freq"] = 1;
+  auto deepseek = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(deepseek) << deepseek.error().toString();
+  EXPECT_EQ(deepseek->plan.model.spec->moe.firstDenseLayers, 3);
+  EXPECT_TRUE(deepseek->plan.model.spec->moe.isMoeLayer(3));
+  row["model"].erase("first_k_dense_replace");
   row["model"].erase("moe_layer_freq");
   row["model"]["decoder_sparse_step"] = 2;
   auto hf = validation::caseFromRow(row, assumptionsFile());
