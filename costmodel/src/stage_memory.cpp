@@ -118,7 +118,7 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   mem.hostActivations = w.offloaded * inFlight;
   mem.host += mem.hostActivations;
 
-  // Buffers: sequence-parallel gathers, the logits' 16-bit copy and gradient beside their fp32 upcast
+  // Buffers: sequence-parallel gathers, the logits' 16-bit copy or gradient beside their fp32 upcast
   // (a fused cross-entropy keeps the 16-bit logits themselves, counted as saved: only the gradient),
   // data-parallel gradient buckets, ZeRO-3 gathered layers.
   const double dt = in.byteScale * static_cast<double>(T.dtypeBytes);
@@ -131,10 +131,12 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   if (last) {
     for (const auto& op : T.head.ops) {
       if (op.kind == OpKind::kCrossEntropy) {
-        // Upcast: the 16-bit logits and their gradient; fused: the gradient; fused in place: nothing.
-        // PyTorch's F.cross_entropy on the upcast: nll_loss's dense fp32 gradient and log_softmax's fp32
+        // Upcast: the 16-bit logits beside their fp32 copy in the forward, then their 16-bit gradient
+        // beside it in the backward; never both, as the logits are freed when the forward returns (a
+        // fused kernel: the gradient beside the saved 16-bit logits; fused in place: nothing). PyTorch's
+        // F.cross_entropy on the upcast: nll_loss's dense fp32 gradient and log_softmax's fp32
         // gradient, both beside the saved log-probabilities, in its backward.
-        const double copies = !plan.execution.fusedCrossEntropy ? 2.0 : plan.execution.crossEntropyInPlace ? 0.0 : 1.0;
+        const double copies = plan.execution.fusedCrossEntropy && plan.execution.crossEntropyInPlace ? 0.0 : 1.0;
         const double perLogit = plan.execution.torchCrossEntropy && !plan.execution.fusedCrossEntropy ? 2.0 * 4.0 : dt * copies;
         logitCopies += op.savedBytes / 4.0 * perLogit * mbs / static_cast<double>(par.cp) / static_cast<double>(par.tp);
       }

@@ -408,15 +408,16 @@ void measureBuffers(const Context& c, const MeshSolvers& ms, Solution& sol) {
     sol.gatherBuffers = 2.0 * static_cast<double>(ms.samples) / batchSplit * static_cast<double>(c.seqLen) * static_cast<double>(c.hidden) *
                         c.weightBytes;
   }
-  // The loss keeps the fp32 logits; Megatron's unfused loss also holds their 16-bit copy and its
-  // gradient beside them (Plan's default execution; the evaluator's logit copies).
+  // The loss keeps the fp32 logits; Megatron's unfused loss also holds their 16-bit copy in its forward
+  // and their 16-bit gradient in its backward, one at a time (Plan's default execution; the evaluator's
+  // logit copies).
   sol.logitCopies = 0;
   const auto& headUnits = ms.head->block().units;
   for (std::size_t u = 0; u < headUnits.size() && u < sol.head.units.size(); ++u) {
     const int chosen = sol.head.units[u].strategy;
     if (headUnits[u].kind != UnitKind::kLoss || chosen < 0) continue;
     const Strategy& st = ms.head->strategies()[u][static_cast<std::size_t>(chosen)];
-    sol.logitCopies += st.ownSaved / 4.0 * c.weightBytes * 2.0;
+    sol.logitCopies += st.ownSaved / 4.0 * c.weightBytes;
   }
   sol.tiedShare = tiedShare(ms, sol);
 }
