@@ -329,12 +329,9 @@ Result<std::string> expand(const std::string& script, bool follow, bool& broken)
   std::istringstream in(script);
   std::optional<OpenValue> open;
   detail::ShellBranches branches;
-  // The line as a test reads it: its certain names substituted.
-  auto forTest = [&](const std::string& line) {
-    if (uncertain.empty() || !detail::ShellBranches::isTest(line)) {
-      const auto e = substitute(line, vars);
-      return e ? *e : line;  // (an expansion that fails leaves the test unknown)
-    }
+  // The line as a test reads it: its certain names substituted (`expanded`, unless some are not).
+  auto forTest = [&](const std::string& line, const std::string& expanded) {
+    if (uncertain.empty() || !detail::ShellBranches::isTest(line)) return expanded;
     auto certainVars = vars;
     for (const auto& name : uncertain) {
       certainVars.erase(name);
@@ -358,13 +355,15 @@ Result<std::string> expand(const std::string& script, bool follow, bool& broken)
       out += line + "\n";
       continue;
     }
-    if (follow && !open && !branches.active()) {  // inside a branch not taken: only its if/elif/else/fi count
-      (void)branches.take(forTest(line));
-      continue;
-    }
     auto expanded = substitute(line, vars);
+    if (follow && !open) {
+      // Inside a branch not taken only its if/elif/else/fi count (and an expansion that fails there
+      // does not matter: it leaves a test unknown).
+      const bool wasActive = branches.active();
+      const bool read = branches.take(forTest(line, expanded ? *expanded : line));
+      if (!wasActive || !read) continue;
+    }
     if (!expanded) return fail(expanded.error());
-    if (follow && !open && !branches.take(forTest(line))) continue;
     out += *expanded + "\n";
     if (open) {
       if (open->take(*expanded)) {
