@@ -103,7 +103,7 @@ Result<void> readOwnKey(const Json& doc, const std::string& file, KernelBenchmar
   if (b.block == KernelBlock::kLayerNormLinearSigmoid) {
     const bool given = doc.contains("recipe") && doc["recipe"].is_string();
     auto parsed = parseFloat8Recipe(given ? doc["recipe"].get<std::string>() : std::string());
-    if (!given || !parsed || *parsed == Float8Recipe::kTransformerEngine) {
+    if (!given || !parsed || transformerEngineRecipe(*parsed)) {
       return fail(bad(file, "/recipe", "recipe: expected tensorwise, rowwise or rowwise_with_gw_hp, got " +
                                            (doc.contains("recipe") ? describeJsonValue(doc["recipe"]) : std::string("nothing"))));
     }

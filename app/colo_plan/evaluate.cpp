@@ -47,7 +47,8 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"stages", "L1,L2,..", "layers of each pipeline chunk (default: even split)"},
       {"schedule", "S", "gpipe, 1f1b (default; interleaved when --vpp > 1), interleaved, zb"},
       {"precision", "P", "bf16, fp16, fp8, fp4 (Blackwell), fp32 or tf32 (fp32 states, TF32 matmuls) (default: bf16, or fp16 on GPUs without bf16)"},
-      {"float8-recipe", "R", "with --precision fp8, how linears are cast: transformer_engine (default; casts fused), or torchao's tensorwise, rowwise, rowwise_with_gw_hp (torchtitan's float8.recipe_name)"},
+      {"float8-recipe", "R", "with --precision fp8, how linears are cast: transformer_engine (default; per-tensor scaling, casts fused), mxfp8 (Transformer Engine's MXFP8 block scaling, Blackwell), or torchao's tensorwise, rowwise, rowwise_with_gw_hp (torchtitan's float8.recipe_name)"},
+      {"quantized-params", "", "with fp8 or fp4 and --zero 1 or 2: Transformer Engine's weights are the quantized tensors, no 16-bit copy (Megatron's --fp8-param-gather / --fp4-param-gather); otherwise 16-bit weights beside TE's cached quantized copy"},
       {"attention", "A", "flash (default: the GPU's fastest fused kernels), flash2 (FlashAttention-2's, PyTorch SDPA) or unfused"},
       {"no-overlap-grad-reduce", "", "do not overlap data-parallel gradient reduction with backward"},
       {"no-overlap-param-gather", "", "do not overlap ZeRO parameter gathers with forward"},
@@ -100,6 +101,7 @@ Error toOptionError(Error e) {
       {"/parallel/rank_order", "--rank-order"}, {"/parallel", "--tp/--pp/--dp/--cp"},
       {"/batch/global_batch_size", "--gbs"}, {"/batch/micro_batch_size", "--mbs"}, {"/batch/seq_len", "--seq-len"},
       {"/zero_stage", "--zero"}, {"/schedule", "--schedule"}, {"/precision", "--precision"}, {"/execution/float8_recipe", "--float8-recipe"},
+      {"/execution/quantized_params", "--quantized-params"},
       {"/offload/optimizer_fraction", "--offload-optimizer"}, {"/offload/params_fraction", "--offload-params"},
       {"/offload/target", "--offload-optimizer"}, {"/stages", "--stages"},
       {"/execution/hierarchical_cp_sizes", "--hierarchical-cp-sizes"}, {"/execution/cp_comm_type", "--cp-comm-type"},
@@ -220,6 +222,7 @@ Result<void> executionFromOptions(const Args& args, Execution& x) {
   auto recipe = parseFloat8Recipe(args.value("float8-recipe", "transformer_engine"));
   if (!recipe) return fail(Error::badInput("--float8-recipe: " + recipe.error().message));
   x.float8Recipe = *recipe;
+  x.quantizedParams = args.has("quantized-params");
   if (args.has("host-us-per-op")) {
     auto us = args.number("host-us-per-op", 0, {0, 1e6});  // microseconds
     if (!us) return fail(us.error());
@@ -501,9 +504,11 @@ std::string planHeadline(const Plan& plan, const costmodel::Evaluation& ev) {
                                                                      : ", async TP (no effect without sp)")
               : "")
       << (plan.zeroStage >= 2 && plan.execution.gradSync == GradSync::kStep ? ", gradients synced once per step" : "")
-      << (plan.precision == DType::kFp8 && plan.execution.float8Recipe != Float8Recipe::kTransformerEngine
+      << (plan.precision == DType::kFp8 && !transformerEngineRecipe(plan.execution.float8Recipe)
               ? ", torchao float8 " + toString(plan.execution.float8Recipe)
               : "")
+      << (plan.precision == DType::kFp8 && plan.execution.float8Recipe == Float8Recipe::kMxfp8 ? ", MXFP8" : "")
+      << (plan.execution.quantizedParams ? ", quantized weights" : "")
       << (plan.execution.moeDispatcher == MoeDispatcher::kDeepEp ? ", DeepEP dispatch" : "")
       << (plan.execution.epCommOverlap ? ", expert all-to-alls overlapped" : "") << "\n";
   return out.str();
@@ -688,7 +693,7 @@ constexpr const char* kEvaluateUsage =
     "usage: colo-plan evaluate --model M --cluster C [--gpus N] --tp T --pp P --dp D [--cp C] [--ep E] [--etp T]\n"
     "         [--vpp V] [--sp] --mbs B --gbs G [--seq-len S] [--zero 0|1|2|3] [--optimizer adamw|lamb|lars] [--recompute none|selective|full|op]\n"
     "         [--schedule gpipe|1f1b|interleaved|zb] [--precision bf16|fp16|fp8|fp4|fp32]\n"
-    "         [--float8-recipe transformer_engine|tensorwise|rowwise|rowwise_with_gw_hp] [--json]\n"
+    "         [--float8-recipe transformer_engine|mxfp8|tensorwise|rowwise|rowwise_with_gw_hp] [--quantized-params] [--json]\n"
     "       colo-plan evaluate --plan plan.json [--json]\n\n"
     "Predicts the step time and per-GPU memory of one plan, with where the time and memory go.\n\n";
 

@@ -310,6 +310,28 @@ Result<void> checkExecution(const Rules& r) {
     return r.bad("/execution/float8_recipe", "\"" + toString(x.float8Recipe) +
                                                  "\" casts to float8 and needs precision fp8, got " + toString(plan.precision));
   }
+  // Transformer Engine supports MXFP8 from compute capability 10.0 (Blackwell), the generation whose
+  // tensor cores also run fp4: colo's mark of it.
+  if (x.float8Recipe == Float8Recipe::kMxfp8 && !plan.cluster.gpu.hasPeak(DType::kFp4)) {
+    return r.bad("/execution/float8_recipe", "\"mxfp8\" needs a Blackwell GPU (Transformer Engine's MXFP8 needs compute "
+                                             "capability 10.0 or later), got " + plan.cluster.gpu.name);
+  }
+  // Megatron's --fp8-param-gather needs the distributed optimizer (arguments.py); colo's FSDP (ZeRO-3)
+  // runs 16-bit parameters.
+  if (x.quantizedParams) {
+    if (!quantizedGemms(plan.precision) || !transformerEngineRecipe(x.float8Recipe)) {
+      return r.bad("/execution/quantized_params", "keeps Transformer Engine's weights quantized: it needs precision fp8 or fp4 with a "
+                                                  "Transformer Engine recipe, got " + toString(plan.precision) +
+                                                  (plan.precision == DType::kFp8 ? " with " + toString(x.float8Recipe) : ""));
+    }
+    if (x.fp32Params) {
+      return r.bad("/execution/quantized_params", "keeps the weights quantized, and fp32_params keeps them in fp32: choose one");
+    }
+    if (plan.zeroStage != 1 && plan.zeroStage != 2) {
+      return r.bad("/execution/quantized_params", "needs the distributed optimizer (zero_stage 1 or 2), as Megatron's "
+                                                  "--fp8-param-gather does, got zero_stage " + str(plan.zeroStage));
+    }
+  }
   return {};
 }
 

@@ -170,10 +170,12 @@ Execution readExecution(const JsonReader& e) {
   if (auto g = parseGradSync(e.choice("grad_sync", {"micro_batch", "step"}, "micro_batch"))) x.gradSync = *g;
   if (auto d = parseMoeDispatcher(e.choice("moe_dispatcher", {"alltoall", "deepep"}, "alltoall"))) x.moeDispatcher = *d;
   x.epCommOverlap = e.boolean("ep_comm_overlap", false);
-  if (auto f = parseFloat8Recipe(e.choice("float8_recipe", {"transformer_engine", "tensorwise", "rowwise", "rowwise_with_gw_hp"},
+  if (auto f = parseFloat8Recipe(e.choice("float8_recipe",
+                                          {"transformer_engine", "tensorwise", "rowwise", "rowwise_with_gw_hp", "mxfp8"},
                                           "transformer_engine"))) {
     x.float8Recipe = *f;
   }
+  x.quantizedParams = e.boolean("quantized_params", false);
   if (e.has("host_us_per_op")) {
     const double us = e.number("host_us_per_op");
     if (!(us >= 0 && us <= 1e6)) e.fail("host_us_per_op", "must be between 0 and 1e6 microseconds");
@@ -362,6 +364,7 @@ Json planToJson(const Plan& p) {
   if (p.execution.moeDispatcher != MoeDispatcher::kAllToAll) j["execution"]["moe_dispatcher"] = toString(p.execution.moeDispatcher);
   if (p.execution.epCommOverlap) j["execution"]["ep_comm_overlap"] = true;
   if (p.execution.float8Recipe != Float8Recipe::kTransformerEngine) j["execution"]["float8_recipe"] = toString(p.execution.float8Recipe);
+  if (p.execution.quantizedParams) j["execution"]["quantized_params"] = true;
   Json pred = Json::object();
   const auto& pr = p.predictions;
   auto put = [&](const char* key, const std::optional<double>& v) {

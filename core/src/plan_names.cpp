@@ -134,6 +134,7 @@ std::string toString(Float8Recipe value) {
     case Float8Recipe::kTensorwise: return "tensorwise";
     case Float8Recipe::kRowwise: return "rowwise";
     case Float8Recipe::kRowwiseGwHp: return "rowwise_with_gw_hp";
+    case Float8Recipe::kMxfp8: return "mxfp8";
     case Float8Recipe::kTransformerEngine: break;
   }
   return "transformer_engine";
@@ -141,11 +142,12 @@ std::string toString(Float8Recipe value) {
 
 Result<Float8Recipe> parseFloat8Recipe(const std::string& name) {
   for (const Float8Recipe r :
-       {Float8Recipe::kTransformerEngine, Float8Recipe::kTensorwise, Float8Recipe::kRowwise, Float8Recipe::kRowwiseGwHp}) {
+       {Float8Recipe::kTransformerEngine, Float8Recipe::kTensorwise, Float8Recipe::kRowwise, Float8Recipe::kRowwiseGwHp,
+        Float8Recipe::kMxfp8}) {
     if (toString(r) == name) return r;
   }
   return fail(Error::badInput("unknown float8 recipe \"" + name +
-                              "\" (expected one of: transformer_engine, tensorwise, rowwise, rowwise_with_gw_hp)"));
+                              "\" (expected one of: transformer_engine, tensorwise, rowwise, rowwise_with_gw_hp, mxfp8)"));
 }
 
 std::vector<std::string> unfusedKernelNames(const UnfusedKernels& u) {

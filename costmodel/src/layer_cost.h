@@ -113,7 +113,7 @@ struct LayerConfig {
 /// Whether Transformer Engine runs the layer's linears in fp8: it keeps their inputs in fp8 and its
 /// sequence-parallel all-gathers move the fp8 cast (docs/costmodel.md, "fp8 all-gathers").
 [[nodiscard]] inline bool transformerEngineFp8(const LayerConfig& c) {
-  return c.dtypeBytes == 1 && c.float8Recipe == Float8Recipe::kTransformerEngine;
+  return c.dtypeBytes == 1 && transformerEngineRecipe(c.float8Recipe);
 }
 
 /// Where GEMM times came from in one evaluation.
@@ -158,6 +158,11 @@ struct LayerCost {
   double recomputeOpFlops = 0;  // the model FLOPs of the products it runs again
   double paramsPerGpu = 0;
   double expertParamsPerGpu = 0;  // the routed experts' part of paramsPerGpu
+  // The weights of Transformer Engine's linears (attention and MLP projections, the experts' grouped
+  // linears; not the router, the embedding or the vocabulary-parallel head), which fp8 and fp4 runs
+  // quantize, and the routed experts' part of them.
+  double linearWeightsPerGpu = 0;
+  double expertLinearWeightsPerGpu = 0;
   double gemmFlopsFwdPerGpu = 0;  // model FLOPs of the layer on one GPU
   double attnFlopsFwdPerGpu = 0;  // the attention-core part of it
   double opsFwd = 0, opsBwd = 0;  // ops the host issues per micro-batch (kernels and collectives)

@@ -128,6 +128,7 @@ class LayerPass {
   double gemmOn(const DeviceModel& dev, double m, double n, double k, double count, int streams = 0) const;
   OpTime matrixProduct(const OpTemplate& op);
   OpTime streamedOp(const OpTemplate& op, bool fused);
+  void countLinearWeights(const OpTemplate& op);
   void recomputedByOp(const OpTemplate& op, double fwd, bool fused);
   void keptForBackward(const OpTemplate& op, bool fused);
   void fusedAttention();
@@ -191,6 +192,7 @@ LayerCost LayerPass::run() {
     // A GEMM's backward is two GEMMs (input and weight gradient); other ops one kernel, if any.
     if (t.bwd > 0) out_.opsBwd += product ? 2 : 1;
     if (opCosts_) opCosts_->push_back({op.name, toString(op.kind), t.fwd, t.bwd});
+    countLinearWeights(op);
     previous_ = &op;
     recomputedByOp(op, t.fwd, fused);
     keptForBackward(op, fused);
@@ -251,7 +253,7 @@ OpTime LayerPass::matrixProduct(const OpTemplate& op) {
   if (!g) return {};
   // torchao's recipes convert nn.Linear only, and torchtitan leaves the output head out
   // (filter_fqns "output"): the head and grouped expert GEMMs stay at 16 bits.
-  const bool torchao = c_.float8Recipe != Float8Recipe::kTransformerEngine;
+  const bool torchao = !transformerEngineRecipe(c_.float8Recipe);
   const bool sixteenBit = op.kind == OpKind::kBatchedMatMul ||
                           (torchao && (op.kind == OpKind::kGroupedMatMul || op.shard == Shard::kVocab));
   const DeviceModel& dev = sixteenBit ? attentionDevice_ : device_;
@@ -396,6 +398,19 @@ OpTime LayerPass::streamedOp(const OpTemplate& op, bool fused) {
 }
 
 // What per-op selective recompute runs again before the backward, and keeps.
+// A Transformer Engine linear's weight on this GPU (the [k, n] operand of the GEMM it runs here, one
+// per local expert): what fp8 and fp4 runs keep quantized (stageMemory). The router is a plain
+// parameter; the vocabulary-parallel head and the embedding are Megatron's own layers.
+void LayerPass::countLinearWeights(const OpTemplate& op) {
+  if (op.kind != OpKind::kMatMul && op.kind != OpKind::kGroupedMatMul) return;
+  if (op.params <= 0 || op.shard == Shard::kVocab || std::string_view(op.name).ends_with("router")) return;
+  const auto g = scaledGemm(op, c_);
+  if (!g) return;
+  const double weights = g->n * g->k * g->count;
+  out_.linearWeightsPerGpu += weights;
+  if (op.kind == OpKind::kGroupedMatMul) out_.expertLinearWeightsPerGpu += weights;
+}
+
 void LayerPass::recomputedByOp(const OpTemplate& op, double fwd, bool fused) {
   if ((op.kind == OpKind::kMatMul || op.kind == OpKind::kGroupedMatMul) && !fused) {
     double kept = 0;

@@ -94,6 +94,7 @@ Float8CastSeconds float8CastSeconds(Float8Recipe recipe, double input, double we
       bwd(1 * gradOutput);
       break;
     case Float8Recipe::kTransformerEngine:
+    case Float8Recipe::kMxfp8:
       break;
   }
   return s;

@@ -86,6 +86,8 @@ std::vector<ChunkCost> costChunks(const Plan& plan, const ModelTemplates& T, con
       cc.commFwd += lc.tpCommFwd + lc.cpCommFwd + lc.epCommFwd;
       cc.params += lc.paramsPerGpu;
       cc.expertParams += lc.expertParamsPerGpu;
+      cc.linearWeights += lc.linearWeightsPerGpu;
+      cc.expertLinearWeights += lc.expertLinearWeightsPerGpu;
       cc.gatheredTensors += lc.gatheredTensors;
       cc.gemmFlopsFwd += lc.gemmFlopsFwdPerGpu;
       double saved = lc.savedFull;
@@ -174,6 +176,8 @@ StageWork sumStage(const std::vector<ChunkCost>& chunks, const Plan& plan, std::
     w.working = std::max(w.working, cc.workingSet);
     w.params += cc.params;
     w.expertParams += cc.expertParams;
+    w.linearWeights += cc.linearWeights;
+    w.expertLinearWeights += cc.expertLinearWeights;
     w.gatheredTensors += cc.gatheredTensors;
     w.layers += plan.stages[c].layers;
     w.layerClasses |= cc.layerClasses;
@@ -225,6 +229,25 @@ StateBytes stateBytesOf(const Plan& plan) {
   // fp32 moments (two for AdamW and LAMB, one for LARS) and, unless the weights are fp32 themselves,
   // the fp32 master copy.
   b.optimizer = 4.0 * optimizerMoments(plan.optimizer) + (fp32 || fp32Params ? 0.0 : 4.0);
+  b.linearWeight = b.weight;
+  b.linearGathered = b.gathered;
+  // Transformer Engine's quantized weights (docs/costmodel.md, "Transformer Engine's quantized weights").
+  // One quantized copy of a weight holds, per element: per-tensor fp8 on Hopper its data and its
+  // transpose (Hopper's fp8 GEMMs take only the TN layout), on Blackwell the data alone; MXFP8 a
+  // row-wise and a column-wise copy with an E8M0 scale per 32 elements each; NVFP4 the same at 4 bits
+  // with an E4M3 scale per 16. Without quantized parameters TE keeps that copy beside the 16-bit weight
+  // for the whole run (its weight workspace, refreshed on each step's first micro-batch); with them it is
+  // the weight. FSDP (ZeRO-3) keeps no cached copy.
+  if (quantizedGemms(plan.precision) && transformerEngineRecipe(plan.execution.float8Recipe) && plan.zeroStage < 3) {
+    const bool fp4 = plan.precision == DType::kFp4;
+    const bool mxfp8 = !fp4 && plan.execution.float8Recipe == Float8Recipe::kMxfp8;
+    const bool blackwell = plan.cluster.gpu.hasPeak(DType::kFp4);
+    const double copy = fp4 ? 2.0 * (0.5 + 1.0 / 16.0) : mxfp8 ? 2.0 * (1.0 + 1.0 / 32.0) : blackwell ? 1.0 : 2.0;
+    b.linearWeight = plan.execution.quantizedParams ? copy : b.weight + copy;
+    // The all-gather moves the quantized row-wise data (fp4: with its scales); MXFP8's is staged in
+    // bf16 in the gradient buffer and quantized after it (Megatron's reuse_grad_buf_for_mxfp8_param_ag).
+    if (plan.execution.quantizedParams) b.linearGathered = fp4 ? 0.5 + 1.0 / 16.0 : mxfp8 ? 2.0 : 1.0;
+  }
   return b;
 }
 
@@ -289,6 +312,16 @@ double exposedBeside(double collective, double cover, const DeviceModel& device)
 double gradCollectiveSeconds(Collective kind, const StageWork& w, double bytesPerParam, const Groups& groups) {
   return collectiveSeconds(kind, (w.params - w.expertParams) * bytesPerParam, groups.grad) +
          collectiveSeconds(kind, w.expertParams * bytesPerParam, groups.expertGrad);
+}
+
+// The distributed optimizer's all-gather of the updated weights: Transformer Engine's linear weights at
+// their own width (StateBytes::linearGathered), the rest at 16 bits.
+double paramGatherSeconds(const StageWork& w, const StateBytes& bytes, const Groups& groups) {
+  const double denseLinear = w.linearWeights - w.expertLinearWeights;
+  const double dense = (w.params - w.expertParams - denseLinear) * bytes.gathered + denseLinear * bytes.linearGathered;
+  const double expert = (w.expertParams - w.expertLinearWeights) * bytes.gathered + w.expertLinearWeights * bytes.linearGathered;
+  return collectiveSeconds(Collective::kAllGather, dense, groups.grad) +
+         collectiveSeconds(Collective::kAllGather, expert, groups.expertGrad);
 }
 }  // namespace
 
@@ -417,14 +450,14 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
       // updates its partition and the 16-bit weights are all-gathered.
       const double b = accumulation == GradAccumulation::kFp32Copy ? 4.0 : bytes.gradient;
       reduce = gradCollectiveSeconds(Collective::kAllReduce, w, b, groups);
-      if (plan.zeroStage == 1) gather = gradCollectiveSeconds(Collective::kAllGather, w, bytes.gathered, groups);
+      if (plan.zeroStage == 1) gather = paramGatherSeconds(w, bytes, groups);
     } else {
       // Sharded gradients were reduce-scattered every micro-batch already (timeStage).
       if (!gradientsSharded(plan)) {
         reduce = zeroThreeSeconds(Collective::kReduceScatter, w, 1.0, bytes.gradient, w.gatheredTensors, plan, groups, device);
       }
       // ZeRO-3's next step gathers each layer before use (timeStage); ZeRO-1/2 gather the updated shards.
-      if (plan.zeroStage < 3) gather = gradCollectiveSeconds(Collective::kAllGather, w, bytes.gathered, groups);
+      if (plan.zeroStage < 3) gather = paramGatherSeconds(w, bytes, groups);
     }
     // Overlapped, at least 10% stays exposed (the last bucket), and the hidden part slows the backward
     // or forward it runs beside (overlapSlowdown).

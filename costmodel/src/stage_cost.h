@@ -44,6 +44,7 @@ struct ChunkCost {
   double workingSet = 0;          // recompute working set (one layer's full activations and their gradients)
   double params = 0;
   double expertParams = 0;  // the routed experts' part of params
+  double linearWeights = 0, expertLinearWeights = 0;  // LayerCost's linearWeightsPerGpu, summed
   double gatheredTensors = 0;  // parameter tensors ZeRO-3 gathers one by one (execution.per_parameter_gathers)
   double gemmFlopsFwd = 0;
   double recomputeFlops = 0;
@@ -69,6 +70,7 @@ struct StageWork {
   double offloaded = 0, largestOffloaded = 0;  // activation offload's share of saved (ChunkCost)
   double working = 0;  // the largest recompute working set
   double params = 0, expertParams = 0;
+  double linearWeights = 0, expertLinearWeights = 0;
   double gatheredTensors = 0;
   double gemmFlops = 0, recomputeFlops = 0;
   std::int64_t layers = 0;
@@ -84,6 +86,12 @@ struct StateBytes {
   double gradientMemory = 4;  // what is kept (16-bit .grad beside fp32 copies: 6)
   double optimizer = 12;    // fp32 master, Adam m and v (fp32 training or fp32_params: 8)
   double accumulate = 0;    // HBM traffic of summing one micro-batch's gradients
+  // Transformer Engine's linear weights under fp8 or fp4 (StageWork::linearWeights): what each element
+  // keeps (its 16-bit weight and TE's cached quantized copy, or the quantized weight alone under
+  // execution.quantized_params) and what the distributed optimizer's all-gather moves of it. Equal to
+  // weight and gathered otherwise.
+  double linearWeight = 2;
+  double linearGathered = 2;
 };
 [[nodiscard]] StateBytes stateBytesOf(const Plan& plan);
 

@@ -80,6 +80,9 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   const double shardParams = shardedParams(plan, w);
   auto sharded = [&](double bytesPerParam, bool on) { return (on ? shardParams : w.params) * bytesPerParam; };
   mem.weights = sharded(bytes.weight, plan.zeroStage >= 3) * (1.0 - plan.offload.paramsFraction);
+  // Transformer Engine's linear weights under fp8 or fp4: their cached quantized copies, or the
+  // quantized weights in place of the 16-bit ones (StateBytes::linearWeight; ZeRO < 3 only).
+  mem.weights += w.linearWeights * (bytes.linearWeight - bytes.weight);
   // A ZeRO-3 stage that stays gathered from its first forward to its last backward (no reshard between
   // micro-batches) holds the whole stage unsharded beside its shards.
   if (stageStaysGathered(plan)) mem.weights += w.params * bytes.gathered;

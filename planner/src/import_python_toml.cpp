@@ -323,7 +323,7 @@ Result<void> readTorchtitanKernels(const Toml& kv, Plan& p) {
       if (kv.contains(key)) recipe = kv.at(key);
     }
     auto parsed = parseFloat8Recipe(recipe);
-    if (!parsed || *parsed == Float8Recipe::kTransformerEngine) {
+    if (!parsed || transformerEngineRecipe(*parsed)) {
       return fail(Error::badInput("float8.recipe_name: expected tensorwise, rowwise or rowwise_with_gw_hp, got \"" + recipe + "\""));
     }
     p.execution.float8Recipe = *parsed;

@@ -461,16 +461,63 @@ TEST(Plan, Float8RecipeIsWrittenOnlyWhenTorchaosAndNeedsFp8) {
   ASSERT_TRUE(back) << back.error().toString();
   EXPECT_EQ(back->execution.float8Recipe, Float8Recipe::kRowwiseGwHp);
   Json unknown = j;
-  unknown["execution"]["float8_recipe"] = "mxfp8";
+  unknown["execution"]["float8_recipe"] = "nvfp8";
   auto refused = planFromJson(unknown, "p.json");
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().path, "/execution/float8_recipe");
+  // MXFP8 is Transformer Engine's Blackwell recipe: refused on Hopper, by name.
+  Json mx = j;
+  mx["execution"]["float8_recipe"] = "mxfp8";
+  auto hopper = planFromJson(mx, "p.json");
+  ASSERT_FALSE(hopper);
+  EXPECT_EQ(hopper.error().path, "/execution/float8_recipe");
+  EXPECT_NE(hopper.error().message.find("Blackwell"), std::string::npos) << hopper.error().message;
   Json bf16 = j;
   bf16["precision"] = "bf16";
   auto notFp8 = planFromJson(bf16, "p.json");
   ASSERT_FALSE(notFp8);
   EXPECT_EQ(notFp8.error().path, "/execution/float8_recipe");
   EXPECT_NE(notFp8.error().message.find("bf16"), std::string::npos) << notFp8.error().message;
+}
+
+TEST(Plan, QuantizedParamsAreWrittenOnlyWhenSetAndNeedTransformerEnginesFp8OrFp4AndTheDistributedOptimizer) {
+  Plan p = megatronPlan();
+  auto blackwell = scaleCluster(test::loadClusterOrFail(test::dataFile("clusters/dgx-b200-x64.json")), 512);  // MXFP8 needs Blackwell
+  ASSERT_TRUE(blackwell) << blackwell.error().toString();
+  p.cluster = *blackwell;
+  p.parallel.dp = 4;
+  p.globalBatchSize = 1536;
+  p.provenance.clusterHash = contentHash(clusterToJson(p.cluster));
+  p.precision = DType::kFp8;
+  EXPECT_FALSE(planToJson(p)["execution"].contains("quantized_params"));
+  p.execution.float8Recipe = Float8Recipe::kMxfp8;
+  p.execution.quantizedParams = true;
+  ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+  const Json j = planToJson(p);
+  EXPECT_EQ(j["execution"]["quantized_params"], true);
+  EXPECT_EQ(j["execution"]["float8_recipe"], "mxfp8");
+  auto back = planFromJson(j, "p.json");
+  ASSERT_TRUE(back) << back.error().toString();
+  EXPECT_TRUE(back->execution.quantizedParams);
+  EXPECT_EQ(back->execution.float8Recipe, Float8Recipe::kMxfp8);
+  auto refusedWith = [&](const std::function<void(Plan&)>& change, const std::string& word) {
+    Plan q = p;
+    change(q);
+    auto r = validatePlan(q);
+    ASSERT_FALSE(r) << word;
+    EXPECT_EQ(r.error().path, "/execution/quantized_params") << r.error().toString();
+    EXPECT_NE(r.error().message.find(word), std::string::npos) << r.error().message;
+  };
+  refusedWith([](Plan& q) { q.precision = DType::kBf16; q.execution.float8Recipe = Float8Recipe::kTransformerEngine; }, "bf16");
+  refusedWith([](Plan& q) { q.execution.float8Recipe = Float8Recipe::kTensorwise; }, "tensorwise");
+  refusedWith([](Plan& q) { q.zeroStage = 0; }, "zero_stage 0");
+  refusedWith([](Plan& q) { q.zeroStage = 3; }, "zero_stage 3");
+  refusedWith([](Plan& q) { q.execution.fp32Params = true; }, "fp32_params");
+  // fp4 (NVFP4) keeps its weights quantized as Megatron's --fp4-param-gather does.
+  Plan fp4 = p;
+  fp4.precision = DType::kFp4;
+  fp4.execution.float8Recipe = Float8Recipe::kTransformerEngine;
+  EXPECT_TRUE(validatePlan(fp4)) << validatePlan(fp4).error().toString();
 }
 
 TEST(Plan, MoeDispatchAndExpertOverlapAreWrittenOnlyWhenSetAndColoRunRefusesThem) {

@@ -60,10 +60,17 @@ enum class MoeDispatcher { kAllToAll, kDeepEp };
 /// dynamic-scaling recipes (torchtitan's float8.recipe_name), whose casts are kernels of their own:
 /// kTensorwise (one scale per tensor; torchtitan then runs tensor parallelism's all-gathers in fp8),
 /// kRowwise (one scale per row; every operand cast along both axes), kRowwiseGwHp (rowwise, with the
-/// weight-gradient GEMM kept in bf16).
-enum class Float8Recipe { kTransformerEngine, kTensorwise, kRowwise, kRowwiseGwHp };
-[[nodiscard]] std::string toString(Float8Recipe value);  ///< transformer_engine, tensorwise, rowwise, rowwise_with_gw_hp
+/// weight-gradient GEMM kept in bf16). kMxfp8: Transformer Engine's MXFP8 block scaling (one scale per 32
+/// elements, Blackwell only), its casts fused as kTransformerEngine's; it keeps separate row- and
+/// column-wise copies of a quantized weight where per-tensor scaling on Blackwell keeps one.
+enum class Float8Recipe { kTransformerEngine, kTensorwise, kRowwise, kRowwiseGwHp, kMxfp8 };
+[[nodiscard]] std::string toString(Float8Recipe value);  ///< transformer_engine, tensorwise, rowwise, rowwise_with_gw_hp, mxfp8
 [[nodiscard]] Result<Float8Recipe> parseFloat8Recipe(const std::string& name);
+/// Whether the recipe is Transformer Engine's (per-tensor or MXFP8): casts fused into the kernels
+/// before the GEMMs, not torchao's kernels of their own.
+[[nodiscard]] inline bool transformerEngineRecipe(Float8Recipe r) {
+  return r == Float8Recipe::kTransformerEngine || r == Float8Recipe::kMxfp8;
+}
 
 /// The optimizer: its states per parameter decide the optimizer memory (docs/costmodel.md).
 /// kAdamW: two fp32 moments. kLamb: Adam's moments with a per-parameter trust ratio (You et al. 2019,
@@ -246,6 +253,13 @@ struct Execution {
   /// another); needs ep > 1, virtual stages when pp > 1, no full recompute.
   bool epCommOverlap = false;
   Float8Recipe float8Recipe = Float8Recipe::kTransformerEngine;  ///< precision fp8 only
+  /// Transformer Engine's linear weights are themselves the quantized tensors (Megatron's
+  /// --fp8-param-gather or --fp4-param-gather, Megatron-Bridge's mixed_precision.fp8_param_gather: TE's
+  /// quantized_model_init): no 16-bit copy beside them, and the distributed optimizer all-gathers them
+  /// quantized. false: 16-bit weights, beside which each TE linear caches its quantized copy for the whole
+  /// run. fp8 or fp4 with a Transformer Engine recipe and ZeRO 1 or 2 (the distributed optimizer). JSON:
+  /// quantized_params. See docs/costmodel.md, "Transformer Engine's quantized weights".
+  bool quantizedParams = false;
   /// The parameters are kept in fp32 and are the optimizer's master weights; 16-bit copies exist only
   /// while a layer is gathered or in use (PyTorch FSDP/FSDP2's mixed-precision policy, torch.amp).
   /// false: 16-bit training weights beside fp32 master copies inside the optimizer (Megatron,
