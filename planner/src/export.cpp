@@ -178,7 +178,10 @@ void megatronTrainingArgs(const Plan& p, const RecomputeSummary& r, std::ostream
   const auto& q = p.parallel;
   if (p.precision == DType::kFp16) a << "--fp16 \\\n";
   if (p.precision == DType::kBf16 || quantizedGemms(p.precision)) a << "--bf16 \\\n";
-  if (p.precision == DType::kFp8) {
+  if (p.precision == DType::kFp8 && p.execution.float8Recipe == Float8Recipe::kMxfp8) {
+    // MXFP8 as Megatron-Bridge's bf16_with_mxfp8_mixed runs it: e4m3 throughout.
+    a << "--fp8-format e4m3 \\\n--fp8-recipe mxfp8 \\\n";
+  } else if (p.precision == DType::kFp8) {
     a << "--fp8-format hybrid \\\n";
     // Megatron-Core refuses moe_act and layernorm recompute under its default delayed scaling: current
     // (per-tensor) scaling, which colo's Transformer Engine fp8 stands for as well.
@@ -186,6 +189,7 @@ void megatronTrainingArgs(const Plan& p, const RecomputeSummary& r, std::ostream
     if (r.policy == RecomputePolicy::kSelective && (m.moeAct || m.layernorm)) a << "--fp8-recipe tensorwise \\\n";
   }
   if (p.precision == DType::kFp4) a << "--fp4-format e2m1 \\\n";
+  if (p.execution.quantizedParams) a << (p.precision == DType::kFp4 ? "--fp4-param-gather" : "--fp8-param-gather") << " \\\n";
   // --use-flash-attn is still parsed but nothing reads it; the backend is chosen by --attention-backend:
   // auto lets Transformer Engine take the GPU's fastest fused kernel (colo's flash), flash is the
   // flash-attn package (FlashAttention-2 as pip installs it: colo's flash2).
@@ -269,7 +273,7 @@ std::string megatronNotes(const Plan& p, const RecomputeSummary& r) {
   if (s.sandwichNorm) header += "# note: the norms after attention and the MLP (Gemma) have no pretrain_gpt.py flag either\n";
   if (s.qkL2Norm) header += "# note: Llama 4's weightless query/key L2 norm has no pretrain_gpt.py flag (Megatron-Core's qk_l2_norm)\n";
   if (s.finalLogitSoftcap > 0) header += "# note: Gemma 2's final logit soft-capping has no pretrain_gpt.py flag\n";
-  if (p.precision == DType::kFp8 && p.execution.float8Recipe != Float8Recipe::kTransformerEngine) {
+  if (p.precision == DType::kFp8 && !transformerEngineRecipe(p.execution.float8Recipe)) {
     header += "# note: the plan was costed with torchao's " + toString(p.execution.float8Recipe) +
               " float8 recipe (torchtitan); Megatron-LM casts through Transformer Engine (--fp8-format), whose casts are fused and cost less\n";
   }

@@ -397,6 +397,10 @@ class MegatronCheck {
     if (has("--overlap-param-gather") && !(has("--use-distributed-optimizer") && has("--overlap-grad-reduce"))) {
       problem("opg_needs_distopt", "--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce");
     }
+    if (has("--fp8-param-gather") && !(has("--use-distributed-optimizer") || has("--use-torch-fsdp2") || has("--use-megatron-fsdp"))) {
+      problem("fp8_param_gather", "--fp8-param-gather needs --use-distributed-optimizer (or FSDP)");
+    }
+    if (has("--fp4-param-gather") && !has("--fp4-format")) problem("fp4_param_gather", "--fp4-param-gather needs --fp4-format");
     if (has("--optimizer-cpu-offload") && !has("--use-precision-aware-optimizer")) {
       problem("cpu_offload_chain", "--optimizer-cpu-offload needs --use-precision-aware-optimizer");
     }

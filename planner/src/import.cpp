@@ -541,6 +541,20 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
       impl == "local" && r.text("--normalization").value_or("LayerNorm") == "RMSNorm";
   p.execution.teDummyWgrads = p.execution.fusedBiasGrad && p.execution.gradAccumulation == GradAccumulation::kFused;
   p.precision = launchPrecision(r, p.execution.fusedBiasGrad);
+  // Transformer Engine's recipe: --fp8-recipe mxfp8 is MXFP8 block scaling (Blackwell); delayed (the
+  // default), tensorwise and blockwise keep weight copies colo counts alike (docs/costmodel.md,
+  // "Transformer Engine's quantized weights").
+  if (p.precision == DType::kFp8 && r.text("--fp8-recipe").value_or("delayed") == "mxfp8") p.execution.float8Recipe = Float8Recipe::kMxfp8;
+  // --fp8-param-gather (--fp4-param-gather under fp4): the weights are TE's quantized tensors. Megatron-LM
+  // refuses it without the distributed optimizer or FSDP (arguments.py). colo's ZeRO-3 keeps 16-bit
+  // weights, so under FSDP the flag is not represented (PyTorch's FSDP2 with TE 2 turns it off anyway).
+  const char* gatherFlag = p.precision == DType::kFp8 ? "--fp8-param-gather" : p.precision == DType::kFp4 ? "--fp4-param-gather" : nullptr;
+  if (gatherFlag && r.has(gatherFlag)) {
+    if (p.zeroStage == 0) {
+      return fail(Error::badInput(std::string(gatherFlag) + " needs --use-distributed-optimizer (or FSDP): Megatron-LM refuses it without"));
+    }
+    p.execution.quantizedParams = p.zeroStage < 3;
+  }
   // --grad-reduce-in-bf16: the gradient buffer in bf16 (bf16 training; fp16's is 16-bit anyway).
   p.execution.gradReduceBf16 =
       r.has("--grad-reduce-in-bf16") && (p.precision == DType::kBf16 || quantizedGemms(p.precision));

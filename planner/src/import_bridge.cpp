@@ -209,6 +209,25 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   else if (presetName.find("fp8") != std::string::npos) args << "--fp8-format hybrid\n";
   if (stated(fp4)) args << "--fp4-format " << *fp4 << "\n";
   else if (presetName.find("fp4") != std::string::npos) args << "--fp4-format e2m1\n";
+  // The recipe, and whether the weights are TE's quantized tensors: the section's fp8_recipe and
+  // fp8_param_gather (or fp8_param; fp4_param_gather), else the preset's. The delayed, current-scaling
+  // and MXFP8 presets turn fp8_param_gather on, the sub-channel (blockwise) one leaves it off, the
+  // NVFP4 one sets fp4_param_gather (src/megatron/bridge/training/mixed_precision.py).
+  if (const auto recipe = get({"mixed_precision"}, "fp8_recipe"); stated(recipe)) args << "--fp8-recipe " << *recipe << "\n";
+  else if (presetName.find("mxfp8") != std::string::npos) args << "--fp8-recipe mxfp8\n";
+  auto said = [&](const char* key) -> std::optional<bool> {
+    const auto v = get({"mixed_precision"}, key);
+    if (!v || *v == "null" || *v == "None" || *v == "~") return std::nullopt;
+    return on(v);
+  };
+  const bool presetGathers = presetName.find("delayed_scaling") != std::string::npos ||
+                             presetName.find("current_scaling") != std::string::npos ||
+                             presetName.find("mxfp8") != std::string::npos;
+  // Megatron-Core keeps them quantized only under the distributed optimizer (or FSDP, which colo's import
+  // reads from Megatron-LM launches only): without it a preset's setting has no effect here.
+  const bool distributed = on(get({"ddp", "ddp_config"}, "use_distributed_optimizer"));
+  if (distributed && said("fp8_param_gather").value_or(said("fp8_param").value_or(presetGathers))) args << "--fp8-param-gather\n";
+  if (distributed && said("fp4_param_gather").value_or(presetName.find("nvfp4") != std::string::npos)) args << "--fp4-param-gather\n";
   auto off = [](const std::optional<std::string>& value) { return value && (*value == "false" || *value == "False"); };
   // Activation offload: cpu_offloading is Megatron-Core's switch (the layer count does nothing without
   // it), and it moves activations unless cpu_offloading_activations is false.

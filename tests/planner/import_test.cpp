@@ -98,6 +98,8 @@ void expectSamePlan(const Plan& a, const Plan& b, const std::string& what, bool 
   EXPECT_EQ(a.execution.overlapP2pComm, b.execution.overlapP2pComm);
   EXPECT_EQ(a.execution.unfused, b.execution.unfused);
   EXPECT_EQ(a.execution.nativeFusedCrossEntropy, b.execution.nativeFusedCrossEntropy);
+  EXPECT_EQ(a.execution.float8Recipe, b.execution.float8Recipe);
+  EXPECT_EQ(a.execution.quantizedParams, b.execution.quantizedParams);
 }
 
 std::vector<Plan> roundTripPlans() {
@@ -540,6 +542,72 @@ TEST(Import, MegatronsDefaultTransformerEngineFusesBiasGradientsAndKeepsPlacehol
   auto bogus = importMegatron(args + " \\\n--transformer-impl apex\n", context);
   ASSERT_FALSE(bogus);
   EXPECT_NE(bogus.error().message.find("--transformer-impl: 'apex'"), std::string::npos) << bogus.error().toString();
+}
+
+TEST(Import, TransformerEnginesQuantizedWeightsAndMxfp8RoundTripAndBridgesPresetsSetThem) {
+  // Megatron-LM: --fp8-param-gather (--fp4-param-gather) and --fp8-recipe mxfp8, written and read back.
+  Plan hopper = roundTripPlans()[0];  // Llama 3 8B on H100s, distributed optimizer
+  ASSERT_EQ(hopper.zeroStage, 1);
+  hopper.precision = DType::kFp8;
+  hopper.execution.quantizedParams = true;
+  Plan blackwell = hopper;
+  blackwell.cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-b200.json"));
+  blackwell.execution.float8Recipe = Float8Recipe::kMxfp8;
+  Plan fp4 = blackwell;
+  fp4.precision = DType::kFp4;
+  fp4.execution.float8Recipe = Float8Recipe::kTransformerEngine;
+  for (const Plan& p : {hopper, blackwell, fp4}) {
+    ASSERT_TRUE(validatePlan(p)) << validatePlan(p).error().toString();
+    const auto args = exportPlan(p, ExportFormat::kMegatron, "plan.json");
+    ASSERT_TRUE(args) << args.error().toString();
+    EXPECT_NE(args->find(p.precision == DType::kFp4 ? "--fp4-param-gather" : "--fp8-param-gather"), std::string::npos) << *args;
+    EXPECT_EQ(args->find("--fp8-recipe mxfp8") != std::string::npos, p.execution.float8Recipe == Float8Recipe::kMxfp8) << *args;
+    EXPECT_TRUE(checkMegatronArguments(*args, *loadExportSchema("megatron-lm"), 8).empty()) << *args;
+    auto back = importMegatron(*args, ImportContext{p.cluster, p.model, 0, 0});
+    ASSERT_TRUE(back) << back.error().toString() << "\n" << *args;
+    expectSamePlan(p, *back, toString(p.precision) + " " + p.cluster.gpu.name);
+  }
+  // Megatron-LM refuses the flag without the distributed optimizer; so does the import, naming it.
+  std::string args = *exportPlan(hopper, ExportFormat::kMegatron, "plan.json");
+  args.replace(args.find("--use-distributed-optimizer"), std::string("--use-distributed-optimizer").size(), "--no-gradient-accumulation-fusion");
+  args.replace(args.find("--overlap-param-gather"), std::string("--overlap-param-gather").size(), "--overlap-grad-reduce");
+  auto refused = importMegatron(args, ImportContext{hopper.cluster, hopper.model, 0, 0});
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("--fp8-param-gather needs --use-distributed-optimizer"), std::string::npos) << refused.error().toString();
+  // Megatron-Bridge: the delayed, current-scaling and MXFP8 presets keep the weights quantized, the
+  // sub-channel one does not, NVFP4's does (fp4_param_gather); the section's own key wins.
+  const Model llama = test::loadModelOrFail(test::dataFile("models/llama3-8b.json"));
+  const std::string base = "model_config:\n  tensor_model_parallel_size: 2\ntrain_config:\n  global_batch_size: 64\n  micro_batch_size: 1\n"
+                           "ddp:\n  use_distributed_optimizer: true\n";
+  struct Case {
+    std::string precision;
+    DType dtype;
+    Float8Recipe recipe;
+    bool quantized;
+  };
+  const Case cases[] = {
+      {"mixed_precision: bf16_with_fp8_current_scaling_mixed\n", DType::kFp8, Float8Recipe::kTransformerEngine, true},
+      {"mixed_precision: bf16_with_fp8_delayed_scaling_mixed\n", DType::kFp8, Float8Recipe::kTransformerEngine, true},
+      {"mixed_precision: bf16_with_mxfp8_mixed\n", DType::kFp8, Float8Recipe::kMxfp8, true},
+      {"mixed_precision: bf16_with_fp8_subchannel_scaling_mixed\n", DType::kFp8, Float8Recipe::kTransformerEngine, false},
+      {"mixed_precision: bf16_with_nvfp4_mixed\n", DType::kFp4, Float8Recipe::kTransformerEngine, true},
+      {"mixed_precision:\n  bf16: true\n  fp8: hybrid\n", DType::kFp8, Float8Recipe::kTransformerEngine, false},
+      {"mixed_precision:\n  bf16: true\n  fp8: e4m3\n  fp8_recipe: mxfp8\n  fp8_param_gather: true\n", DType::kFp8, Float8Recipe::kMxfp8, true},
+  };
+  const ClusterSpec b200 = test::loadClusterOrFail(test::dataFile("clusters/dgx-b200.json"));
+  for (const Case& c : cases) {
+    auto q = importMegatronBridge(base + c.precision, ImportContext{b200, llama, 0, 0});
+    ASSERT_TRUE(q) << c.precision << q.error().toString();
+    EXPECT_EQ(q->precision, c.dtype) << c.precision;
+    EXPECT_EQ(q->execution.float8Recipe, c.recipe) << c.precision;
+    EXPECT_EQ(q->execution.quantizedParams, c.quantized) << c.precision;
+  }
+  // Without the distributed optimizer a preset's setting is not read (Megatron-Core would refuse it).
+  auto plain = importMegatronBridge("model_config:\n  tensor_model_parallel_size: 2\ntrain_config:\n  global_batch_size: 64\n"
+                                    "  micro_batch_size: 1\nmixed_precision: bf16_with_fp8_current_scaling_mixed\n",
+                                    ImportContext{b200, llama, 0, 0});
+  ASSERT_TRUE(plain) << plain.error().toString();
+  EXPECT_FALSE(plain->execution.quantizedParams);
 }
 
 TEST(Import, MegatronArgumentsAloneStateTheArchitecture) {
