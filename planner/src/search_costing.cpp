@@ -40,6 +40,11 @@ Plan planOf(const Space& space, const Config& c, const Plan& base) {
     p.execution.cpCommType = CpCommType::kP2p;
     p.execution.hierarchicalCpSizes.clear();
   }
+  // Transformer Engine's quantized weights (Megatron's --fp8-param-gather) hold fewer bytes and gather
+  // fewer than 16-bit weights with TE's cached copy, wherever Megatron allows them: fp8 or fp4 through
+  // TE under the distributed optimizer (docs/costmodel.md, "Transformer Engine's quantized weights").
+  p.execution.quantizedParams = quantizedGemms(p.precision) && transformerEngineRecipe(p.execution.float8Recipe) &&
+                                (c.zero == 1 || c.zero == 2) && !p.execution.fp32Params;
   return p;
 }
 

@@ -98,8 +98,10 @@ Result<Space> makeSpace(const Model& model, const ClusterSpec& cluster, const Se
                                 " the cluster's " + std::to_string(sp.gpus) + " GPUs"));
   }
   sp.params = model.spec ? static_cast<double>(countParameters(*model.spec).total) : static_cast<double>(model.graph->totals().params);
-  sp.weightBytes = options.precision == DType::kFp32 ? 4.0 : 2.0;
-  sp.gradBytes = options.precision == DType::kFp16 ? 6.0 : 4.0;
+  // Lower bounds of the bytes a parameter holds: quantized weights take 1 B (per-tensor fp8 on
+  // Blackwell), a bf16 gradient buffer 2 B.
+  sp.weightBytes = options.precision == DType::kFp32 ? 4.0 : quantizedGemms(options.precision) ? 1.0 : 2.0;
+  sp.gradBytes = options.precision == DType::kFp16 ? 6.0 : options.execution.gradReduceBf16 ? 2.0 : 4.0;
   sp.optimizerBytes = 4.0 * optimizerMoments(options.optimizer) + (options.precision == DType::kFp32 ? 0.0 : 4.0);
   return sp;
 }
