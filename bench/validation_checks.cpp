@@ -155,7 +155,7 @@ Result<void> checkSettings(const Json& settings, const std::string& file, const 
                key == "tp_comm_overlap" || key == "no_grad_accumulation" || key == "fp32_params" ||
                key == "fused_cross_entropy" || key == "te_dummy_wgrads" || key == "fused_bias_grad" || key == "te_grouped_gemm" ||
                key == "cross_entropy_in_place" || key == "per_parameter_gathers" || key == "grad_nan_check" || key == "torch_cross_entropy" || key == "native_fused_cross_entropy" ||
-               key == "overlap_p2p_comm" || key == "activation_offload" || key == "grad_reduce_in_bf16") {
+               key == "overlap_p2p_comm" || key == "activation_offload" || key == "grad_reduce_in_bf16" || key == "quantized_params") {
       if (!value.is_boolean()) return bad("must be true or false");
     } else if (key == "selective_recompute_modules") {
       if (!value.is_string()) return bad("must be a string: a comma list of core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts");

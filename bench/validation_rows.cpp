@@ -549,7 +549,20 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
                                : has(precisionText, "gw_hp") || has(precisionText, "gw hp") ? Float8Recipe::kRowwiseGwHp
                                                                                              : Float8Recipe::kRowwise;
   }
+  // Transformer Engine's MXFP8 block scaling ("MXFP8", "FP8-MX", "fp8_mx"), which it runs on Blackwell only.
+  if (p.precision == DType::kFp8 && p.cluster.gpu.hasPeak(DType::kFp4) &&
+      (has(precisionText, "mxfp8") || has(precisionText, "fp8-mx") || has(precisionText, "fp8_mx") || has(precisionText, "mx block"))) {
+    p.execution.float8Recipe = Float8Recipe::kMxfp8;
+  }
   auto flag = [&](const char* key) { return set.pick(key).is_boolean() && set.pick(key).get<bool>(); };
+  // The framework keeps Transformer Engine's weights quantized (Megatron-Bridge's fp8 presets), where
+  // the plan can: a TE recipe under the distributed optimizer; not with sub-channel (blockwise) scaling,
+  // whose preset leaves them at 16 bits.
+  const bool subChannel = has(precisionText, "fp8-sc") || has(precisionText, "fp8_sc") || has(precisionText, "sub-channel") ||
+                          has(precisionText, "subchannel") || has(precisionText, "blockwise");
+  p.execution.quantizedParams = flag("quantized_params") && !subChannel && quantizedGemms(p.precision) &&
+                                transformerEngineRecipe(p.execution.float8Recipe) && (p.zeroStage == 1 || p.zeroStage == 2) &&
+                                !flag("fp32_params");
   const Json& attention = set.pick("attention");
   if (!attention.is_string() || !setAttention(p.execution, attention.get<std::string>())) (void)setAttention(p.execution, "unfused");
   // Overlaps the row states (Megatron's flags in `parallel.overlap`) win over assumed ones.
