@@ -24,6 +24,7 @@ Result<void> chooseOpenLayout(const std::string& id, std::optional<std::int64_t>
   options.fixed["cp"] = 1;
   options.fixed["ep"] = std::max<std::int64_t>(1, p.parallel.ep);
   options.allowOffload = false;
+  options.proposeQuantizedWeights = false;  // the row's framework decides (execution.quantized_params)
   if (microBatch) options.fixed["mbs"] = *microBatch;
   if (virtualStages) options.fixed["vpp"] = *virtualStages;
   auto found = planner::search(p.model, p.cluster, options);

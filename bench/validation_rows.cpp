@@ -550,7 +550,7 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
                                                                                              : Float8Recipe::kRowwise;
   }
   // Transformer Engine's MXFP8 block scaling ("MXFP8", "FP8-MX", "fp8_mx"), which it runs on Blackwell only.
-  if (p.precision == DType::kFp8 && p.cluster.gpu.hasPeak(DType::kFp4) &&
+  if (p.precision == DType::kFp8 && p.cluster.gpu.hasPeak(DType::kFp4) && !has(precisionText, "torchao") &&
       (has(precisionText, "mxfp8") || has(precisionText, "fp8-mx") || has(precisionText, "fp8_mx") || has(precisionText, "mx block"))) {
     p.execution.float8Recipe = Float8Recipe::kMxfp8;
   }

@@ -397,7 +397,6 @@ OpTime LayerPass::streamedOp(const OpTemplate& op, bool fused) {
   return {fwd, bwd};
 }
 
-// What per-op selective recompute runs again before the backward, and keeps.
 // A Transformer Engine linear's weight on this GPU (the [k, n] operand of the GEMM it runs here, one
 // per local expert): what fp8 and fp4 runs keep quantized (stageMemory). The router is a plain
 // parameter; the vocabulary-parallel head and the embedding are Megatron's own layers.
@@ -411,6 +410,7 @@ void LayerPass::countLinearWeights(const OpTemplate& op) {
   if (op.kind == OpKind::kGroupedMatMul) out_.expertLinearWeightsPerGpu += weights;
 }
 
+// What per-op selective recompute runs again before the backward, and keeps.
 void LayerPass::recomputedByOp(const OpTemplate& op, double fwd, bool fused) {
   if ((op.kind == OpKind::kMatMul || op.kind == OpKind::kGroupedMatMul) && !fused) {
     double kept = 0;

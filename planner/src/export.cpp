@@ -190,6 +190,11 @@ void megatronTrainingArgs(const Plan& p, const RecomputeSummary& r, std::ostream
   }
   if (p.precision == DType::kFp4) a << "--fp4-format e2m1 \\\n";
   if (p.execution.quantizedParams) a << (p.precision == DType::kFp4 ? "--fp4-param-gather" : "--fp8-param-gather") << " \\\n";
+  // MXFP8 weights are all-gathered in bf16 through the gradient buffer (what colo costs); without it
+  // Megatron would remap them into its parameter buffer, which Transformer Engine refuses for MXFP8.
+  if (p.execution.quantizedParams && p.precision == DType::kFp8 && p.execution.float8Recipe == Float8Recipe::kMxfp8) {
+    a << "--reuse-grad-buf-for-mxfp8-param-ag \\\n";
+  }
   // --use-flash-attn is still parsed but nothing reads it; the backend is chosen by --attention-backend:
   // auto lets Transformer Engine take the GPU's fastest fused kernel (colo's flash), flash is the
   // flash-attn package (FlashAttention-2 as pip installs it: colo's flash2).

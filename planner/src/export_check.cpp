@@ -401,6 +401,14 @@ class MegatronCheck {
       problem("fp8_param_gather", "--fp8-param-gather needs --use-distributed-optimizer (or FSDP)");
     }
     if (has("--fp4-param-gather") && !has("--fp4-format")) problem("fp4_param_gather", "--fp4-param-gather needs --fp4-format");
+    const auto* fp8Recipe = a_.find("--fp8-recipe");
+    const std::string recipeName = fp8Recipe && !fp8Recipe->empty() ? fp8Recipe->front() : "delayed";
+    if (has("--fp8-param-gather") && recipeName == "mxfp8" && !has("--reuse-grad-buf-for-mxfp8-param-ag")) {
+      problem("mxfp8_param_gather_reuse", "--fp8-param-gather with --fp8-recipe mxfp8 needs --reuse-grad-buf-for-mxfp8-param-ag");
+    }
+    if (has("--optimizer-cpu-offload") && has("--fp8-param-gather") && recipeName != "delayed") {
+      problem("cpu_offload_fp8_param_gather", "--optimizer-cpu-offload with --fp8-param-gather needs --fp8-recipe delayed, got " + recipeName);
+    }
     if (has("--optimizer-cpu-offload") && !has("--use-precision-aware-optimizer")) {
       problem("cpu_offload_chain", "--optimizer-cpu-offload needs --use-precision-aware-optimizer");
     }

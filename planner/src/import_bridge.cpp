@@ -190,7 +190,9 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   if (on(get({"comm_overlap"}, "tp_comm_overlap"))) args << "--tp-comm-overlap\n";
   // mixed_precision is a section, or a preset's name ("bf16_mixed") in override files.
   const auto precision = flat->find("mixed_precision");
-  const std::string presetName = precision != flat->end() && precision->second != "[]" ? precision->second : "";
+  // Megatron-Bridge looks presets up with '-' read as '_' (bf16-with-fp8-delayed-scaling-mixed).
+  std::string presetName = precision != flat->end() && precision->second != "[]" ? precision->second : "";
+  std::replace(presetName.begin(), presetName.end(), '-', '_');
   if (on(get({"mixed_precision"}, "bf16")) || on(model("bf16")) || presetName.find("bf16") != std::string::npos) args << "--bf16\n";
   else if (on(get({"mixed_precision"}, "fp16")) || on(model("fp16")) || presetName.find("fp16") != std::string::npos) args << "--fp16\n";
   // fp8 and fp4 as the section says, or as the preset named: bf16_with_fp8_delayed_scaling_mixed,

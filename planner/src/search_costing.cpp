@@ -43,7 +43,8 @@ Plan planOf(const Space& space, const Config& c, const Plan& base) {
   // Transformer Engine's quantized weights (Megatron's --fp8-param-gather) hold fewer bytes and gather
   // fewer than 16-bit weights with TE's cached copy, wherever Megatron allows them: fp8 or fp4 through
   // TE under the distributed optimizer (docs/costmodel.md, "Transformer Engine's quantized weights").
-  p.execution.quantizedParams = quantizedGemms(p.precision) && transformerEngineRecipe(p.execution.float8Recipe) &&
+  const bool wanted = p.execution.quantizedParams || space.options->proposeQuantizedWeights;
+  p.execution.quantizedParams = wanted && quantizedGemms(p.precision) && transformerEngineRecipe(p.execution.float8Recipe) &&
                                 (c.zero == 1 || c.zero == 2) && !p.execution.fp32Params;
   return p;
 }
@@ -272,6 +273,9 @@ std::optional<Candidate> costConfig(const Space& space, const Config& c, const P
       }
       for (const auto& [optimizer, parameters] : steps) {
         Plan offloaded = p;
+        // Megatron-LM refuses optimizer CPU offload with --fp8-param-gather unless the recipe is delayed
+        // scaling (arguments.py), which MXFP8 is not: those offload with 16-bit weights.
+        if (offloaded.execution.float8Recipe == Float8Recipe::kMxfp8) offloaded.execution.quantizedParams = false;
         offloaded.offload.optimizerFraction = optimizer;
         offloaded.offload.paramsFraction = parameters;
         costmodel::Evaluation e;

@@ -151,7 +151,8 @@ const char* pruneRule(const Space& space, const Config& c, bool zb, double& stat
   const bool zeroFixed = options.fixed.contains("zero");
   // ZeRO-3 on one data-parallel rank is kept where only offloading its parameters can fit
   // (ZeRO-Infinity on one GPU); otherwise it is ZeRO-0.
-  const double replicaStates = params / static_cast<double>(tp * pp) * (weightBytes + gradBytes + optimizerBytes);
+  // ZeRO-3 keeps 16-bit weights (quantized ones need ZeRO 1 or 2).
+  const double replicaStates = params / static_cast<double>(tp * pp) * (std::max(weightBytes, 2.0) + gradBytes + optimizerBytes);
   const bool offloadOnly = zero == 3 && allowOffload && replicaStates > budget;
   if (dp == 1 && zero > 0 && !zeroFixed && !offloadOnly) return "dominated: ZeRO with dp 1";
   if (dp > 1 && pp > 1 && zero == 0 && !zeroFixed) return "dominated: ZeRO-0 by ZeRO-1";

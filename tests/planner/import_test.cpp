@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -562,11 +563,30 @@ TEST(Import, TransformerEnginesQuantizedWeightsAndMxfp8RoundTripAndBridgesPreset
     ASSERT_TRUE(args) << args.error().toString();
     EXPECT_NE(args->find(p.precision == DType::kFp4 ? "--fp4-param-gather" : "--fp8-param-gather"), std::string::npos) << *args;
     EXPECT_EQ(args->find("--fp8-recipe mxfp8") != std::string::npos, p.execution.float8Recipe == Float8Recipe::kMxfp8) << *args;
+    // MXFP8's all-gather is staged in the gradient buffer, as colo costs it (and TE needs it).
+    EXPECT_EQ(args->find("--reuse-grad-buf-for-mxfp8-param-ag") != std::string::npos, p.execution.float8Recipe == Float8Recipe::kMxfp8)
+        << *args;
     EXPECT_TRUE(checkMegatronArguments(*args, *loadExportSchema("megatron-lm"), 8).empty()) << *args;
     auto back = importMegatron(*args, ImportContext{p.cluster, p.model, 0, 0});
     ASSERT_TRUE(back) << back.error().toString() << "\n" << *args;
     expectSamePlan(p, *back, toString(p.precision) + " " + p.cluster.gpu.name);
   }
+  // The checker names what Megatron and Transformer Engine refuse: MXFP8 quantized weights without the
+  // gradient-buffer all-gather, optimizer CPU offload with quantized weights under another recipe than
+  // delayed scaling.
+  const Json schema = *loadExportSchema("megatron-lm");
+  auto rulesOf = [&](const std::string& text) {
+    std::set<std::string> out;
+    for (const auto& problem : checkMegatronArguments(text, schema, 8)) out.insert(problem.rule);
+    return out;
+  };
+  std::string mx = *exportPlan(blackwell, ExportFormat::kMegatron, "plan.json");
+  mx.replace(mx.find("--reuse-grad-buf-for-mxfp8-param-ag"), std::string("--reuse-grad-buf-for-mxfp8-param-ag").size(), "--bf16");
+  EXPECT_TRUE(rulesOf(mx).contains("mxfp8_param_gather_reuse")) << mx;
+  const std::string offloaded = *exportPlan(hopper, ExportFormat::kMegatron, "plan.json") +
+                                " \\\n--optimizer-cpu-offload \\\n--use-precision-aware-optimizer";
+  EXPECT_FALSE(rulesOf(offloaded).contains("cpu_offload_fp8_param_gather")) << offloaded;  // delayed, the default
+  EXPECT_TRUE(rulesOf(offloaded + " \\\n--fp8-recipe tensorwise").contains("cpu_offload_fp8_param_gather"));
   // Megatron-LM refuses the flag without the distributed optimizer; so does the import, naming it.
   std::string args = *exportPlan(hopper, ExportFormat::kMegatron, "plan.json");
   args.replace(args.find("--use-distributed-optimizer"), std::string("--use-distributed-optimizer").size(), "--no-gradient-accumulation-fusion");
@@ -587,6 +607,7 @@ TEST(Import, TransformerEnginesQuantizedWeightsAndMxfp8RoundTripAndBridgesPreset
   };
   const Case cases[] = {
       {"mixed_precision: bf16_with_fp8_current_scaling_mixed\n", DType::kFp8, Float8Recipe::kTransformerEngine, true},
+      {"mixed_precision: bf16-with-fp8-current-scaling-mixed\n", DType::kFp8, Float8Recipe::kTransformerEngine, true},
       {"mixed_precision: bf16_with_fp8_delayed_scaling_mixed\n", DType::kFp8, Float8Recipe::kTransformerEngine, true},
       {"mixed_precision: bf16_with_mxfp8_mixed\n", DType::kFp8, Float8Recipe::kMxfp8, true},
       {"mixed_precision: bf16_with_fp8_subchannel_scaling_mixed\n", DType::kFp8, Float8Recipe::kTransformerEngine, false},

@@ -169,6 +169,12 @@ TEST(Search, Fp8PlansKeepTransformerEnginesWeightsQuantizedUnderTheDistributedOp
   ASSERT_TRUE(quantized && cached);
   EXPECT_LT(quantized->peakMemoryBytes, cached->peakMemoryBytes);
   EXPECT_LE(quantized->stepSeconds, cached->stepSeconds);
+  // Told not to propose them (the validation harness, whose rows' frameworks decide), the search keeps
+  // the base's 16-bit weights.
+  o.proposeQuantizedWeights = false;
+  auto kept = search(s.model, s.cluster, o);
+  ASSERT_TRUE(kept && kept->feasible());
+  for (const auto& c : kept->top) EXPECT_FALSE(c.plan.execution.quantizedParams) << c.plan.name;
 }
 
 TEST(Search, AFixedZeroStageIsKeptEvenWhereAnotherDominatesIt) {

@@ -44,6 +44,9 @@ struct SearchOptions {
   bool recomputeModulesChosen = false;
   bool allowZeroBubble = false;       ///< consider the zb schedule (not all frameworks run it)
   bool allowOffload = true;           ///< consider optimizer offload when nothing else fits
+  /// fp8/fp4 plans under ZeRO 1/2 keep Transformer Engine's weights quantized (--fp8-param-gather), which
+  /// holds and gathers no more than 16-bit weights; false: as execution.quantized_params says.
+  bool proposeQuantizedWeights = true;
   /// Only plans colo-run executes (colo/core/runnable.h): no cp, ep, zero-bubble or offload. Errors
   /// with kBadInput when colo-run cannot train the model at all.
   bool runnableOnly = false;
