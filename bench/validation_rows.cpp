@@ -560,9 +560,8 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
   // whose preset leaves them at 16 bits.
   const bool subChannel = has(precisionText, "fp8-sc") || has(precisionText, "fp8_sc") || has(precisionText, "sub-channel") ||
                           has(precisionText, "subchannel") || has(precisionText, "blockwise");
-  p.execution.quantizedParams = flag("quantized_params") && !subChannel && quantizedGemms(p.precision) &&
-                                transformerEngineRecipe(p.execution.float8Recipe) && (p.zeroStage == 1 || p.zeroStage == 2) &&
-                                !flag("fp32_params");
+  p.execution.fp32Params = flag("fp32_params");
+  p.execution.quantizedParams = flag("quantized_params") && !subChannel && !quantizedWeightsRefusal(p);
   const Json& attention = set.pick("attention");
   if (!attention.is_string() || !setAttention(p.execution, attention.get<std::string>())) (void)setAttention(p.execution, "unfused");
   // Overlaps the row states (Megatron's flags in `parallel.overlap`) win over assumed ones.
@@ -589,7 +588,6 @@ Result<void> readPrecisionAndExecution(const Json& tr, const Json& par, const Se
     }
   } else if (has(cpComm, "a2a") || has(cpComm, "all_to_all") || has(cpComm, "ulysses")) p.execution.cpCommType = CpCommType::kAllToAll;
   else if (has(cpComm, "all_gather") || has(cpComm, "allgather")) p.execution.cpCommType = CpCommType::kAllGather;
-  p.execution.fp32Params = flag("fp32_params");
   p.execution.fusedCrossEntropy = flag("fused_cross_entropy");
   p.execution.fusedBiasGrad = flag("fused_bias_grad");
   p.execution.teGroupedGemm = flag("te_grouped_gemm");

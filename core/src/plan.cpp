@@ -316,21 +316,8 @@ Result<void> checkExecution(const Rules& r) {
     return r.bad("/execution/float8_recipe", "\"mxfp8\" needs a Blackwell GPU (Transformer Engine's MXFP8 needs compute "
                                              "capability 10.0 or later), got " + plan.cluster.gpu.name);
   }
-  // Megatron's --fp8-param-gather needs the distributed optimizer (arguments.py); colo's FSDP (ZeRO-3)
-  // runs 16-bit parameters.
   if (x.quantizedParams) {
-    if (!quantizedGemms(plan.precision) || !transformerEngineRecipe(x.float8Recipe)) {
-      return r.bad("/execution/quantized_params", "keeps Transformer Engine's weights quantized: it needs precision fp8 or fp4 with a "
-                                                  "Transformer Engine recipe, got " + toString(plan.precision) +
-                                                  (plan.precision == DType::kFp8 ? " with " + toString(x.float8Recipe) : ""));
-    }
-    if (x.fp32Params) {
-      return r.bad("/execution/quantized_params", "keeps the weights quantized, and fp32_params keeps them in fp32: choose one");
-    }
-    if (plan.zeroStage != 1 && plan.zeroStage != 2) {
-      return r.bad("/execution/quantized_params", "needs the distributed optimizer (zero_stage 1 or 2), as Megatron's "
-                                                  "--fp8-param-gather does, got zero_stage " + str(plan.zeroStage));
-    }
+    if (auto why = quantizedWeightsRefusal(plan)) return r.bad("/execution/quantized_params", *why);
   }
   return {};
 }
@@ -392,6 +379,22 @@ bool recomputesSelectively(const Plan& plan) {
   return std::any_of(plan.stages.begin(), plan.stages.end(), [](const StagePlan& st) {
     return st.recompute == RecomputePolicy::kSelective && st.recomputeLayers > 0;
   });
+}
+
+// Megatron's --fp8-param-gather needs the distributed optimizer (arguments.py); colo's FSDP (ZeRO-3)
+// runs 16-bit parameters.
+std::optional<std::string> quantizedWeightsRefusal(const Plan& plan) {
+  const Execution& x = plan.execution;
+  if (!quantizedGemms(plan.precision) || !transformerEngineRecipe(x.float8Recipe)) {
+    return "keeps Transformer Engine's weights quantized: it needs precision fp8 or fp4 with a Transformer Engine recipe, got " +
+           toString(plan.precision) + (plan.precision == DType::kFp8 ? " with " + toString(x.float8Recipe) : "");
+  }
+  if (x.fp32Params) return "keeps the weights quantized, and fp32_params keeps them in fp32: choose one";
+  if (plan.zeroStage != 1 && plan.zeroStage != 2) {
+    return "needs the distributed optimizer (zero_stage 1 or 2), as Megatron's --fp8-param-gather does, got zero_stage " +
+           std::to_string(plan.zeroStage);
+  }
+  return std::nullopt;
 }
 
 // The rules in a fixed order (degrees, model shape, batch, pipeline, execution, memory): a plan that breaks

@@ -44,8 +44,7 @@ Plan planOf(const Space& space, const Config& c, const Plan& base) {
   // fewer than 16-bit weights with TE's cached copy, wherever Megatron allows them: fp8 or fp4 through
   // TE under the distributed optimizer (docs/costmodel.md, "Transformer Engine's quantized weights").
   const bool wanted = p.execution.quantizedParams || space.options->proposeQuantizedWeights;
-  p.execution.quantizedParams = wanted && quantizedGemms(p.precision) && transformerEngineRecipe(p.execution.float8Recipe) &&
-                                (c.zero == 1 || c.zero == 2) && !p.execution.fp32Params;
+  p.execution.quantizedParams = wanted && !quantizedWeightsRefusal(p);
   return p;
 }
 

@@ -402,6 +402,12 @@ struct Plan {
 /// then are the plan's `execution.recompute_modules` what it re-runs.
 [[nodiscard]] bool recomputesSelectively(const Plan& plan);
 
+/// Why the plan cannot keep Transformer Engine's weights quantized (Megatron's --fp8-param-gather /
+/// --fp4-param-gather), or nothing when it can: precision fp8 or fp4 through a Transformer Engine recipe,
+/// the distributed optimizer (ZeRO 1 or 2) and no fp32 parameters. The one rule validatePlan, the search
+/// and the validation harness apply (docs/costmodel.md, "Transformer Engine's quantized weights").
+[[nodiscard]] std::optional<std::string> quantizedWeightsRefusal(const Plan& plan);
+
 /// Every consistency rule a plan must satisfy before it is costed or run: degrees multiply to the GPU
 /// count; heads and kv heads divisible by tp; layers summed over stages; batch divisible by
 /// micro-batch x dp; schedule and virtual stages agree; ZeRO/offload/pipeline combinations that real
