@@ -308,7 +308,11 @@ void readMoeExecution(const Json& par, Plan& p) {
     if (value.is_string()) words += " " + k + " " + lower(value.get<std::string>());
     if (value.is_boolean() && value.get<bool>()) words += " " + k;
   }
-  if (has(words, "deepep") || has(words, "flex")) p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
+  if (has(words, "hybridep")) {
+    p.execution.moeDispatcher = MoeDispatcher::kHybridEp;
+  } else if (has(words, "deepep") || has(words, "flex")) {
+    p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
+  }
   const bool overlap = has(words, "overlap-moe-expert-parallel-comm") || has(words, "overlap_moe_expert_parallel_comm") ||
                        has(words, "ep a2a overlap") || has(words, "a2a overlap");
   p.execution.epCommOverlap = overlap;

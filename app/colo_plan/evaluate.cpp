@@ -67,7 +67,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"grad-reduce-in-bf16", "", "Megatron's gradient buffer and its reduction in bf16 (its --grad-reduce-in-bf16; default fp32)"},
       {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
       {"per-parameter-gathers", "", "ZeRO-3 gathers and reduce-scatters one parameter tensor at a time, synchronously (DeepSpeed v0.3.13 to v0.5.4)"},
-      {"moe-dispatcher", "D", "MoE token dispatch: alltoall (default; every token-expert copy apart) or deepep (one copy per destination node, forwarded over NVLink)"},
+      {"moe-dispatcher", "D", "MoE token dispatch: alltoall (default; every token-expert copy apart), deepep or hybridep (one copy per destination node, forwarded over NVLink)"},
       {"ep-comm-overlap", "", "hide the expert all-to-alls behind another micro-batch's compute (Megatron-Core's --overlap-moe-expert-parallel-comm)"},
       {"grad-sync", "WHEN", "ZeRO >= 2: micro_batch (default; reduce-scatter into the shard every micro-batch, DeepSpeed, colo-run) or step (once, after the last micro-batch, as FSDP under PyTorch's pipelining)"},
       {"grad-accumulation", "MODE", "how micro-batch gradients are summed: fused (default), main_grad, autograd, fp32_copy"},
@@ -509,7 +509,9 @@ std::string planHeadline(const Plan& plan, const costmodel::Evaluation& ev) {
               : "")
       << (plan.precision == DType::kFp8 && plan.execution.float8Recipe == Float8Recipe::kMxfp8 ? ", MXFP8" : "")
       << (plan.execution.quantizedParams ? ", quantized weights" : "")
-      << (plan.execution.moeDispatcher == MoeDispatcher::kDeepEp ? ", DeepEP dispatch" : "")
+      << (plan.execution.moeDispatcher == MoeDispatcher::kDeepEp     ? ", DeepEP dispatch"
+          : plan.execution.moeDispatcher == MoeDispatcher::kHybridEp ? ", HybridEP dispatch"
+                                                                     : "")
       << (plan.execution.epCommOverlap ? ", expert all-to-alls overlapped" : "") << "\n";
   return out.str();
 }

@@ -168,7 +168,7 @@ Execution readExecution(const JsonReader& e) {
   x.torchCrossEntropy = e.boolean("torch_cross_entropy", false);
   x.nativeFusedCrossEntropy = e.boolean("native_fused_cross_entropy", false);
   if (auto g = parseGradSync(e.choice("grad_sync", {"micro_batch", "step"}, "micro_batch"))) x.gradSync = *g;
-  if (auto d = parseMoeDispatcher(e.choice("moe_dispatcher", {"alltoall", "deepep"}, "alltoall"))) x.moeDispatcher = *d;
+  if (auto d = parseMoeDispatcher(e.choice("moe_dispatcher", {"alltoall", "deepep", "hybridep"}, "alltoall"))) x.moeDispatcher = *d;
   x.epCommOverlap = e.boolean("ep_comm_overlap", false);
   if (auto f = parseFloat8Recipe(e.choice("float8_recipe",
                                           {"transformer_engine", "tensorwise", "rowwise", "rowwise_with_gw_hp", "mxfp8"},

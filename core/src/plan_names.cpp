@@ -121,12 +121,20 @@ Result<GradSync> parseGradSync(const std::string& name) {
   return fail(Error::badInput("unknown gradient sync \"" + name + "\" (expected micro_batch or step)"));
 }
 
-std::string toString(MoeDispatcher value) { return value == MoeDispatcher::kDeepEp ? "deepep" : "alltoall"; }
+std::string toString(MoeDispatcher value) {
+  switch (value) {
+    case MoeDispatcher::kDeepEp: return "deepep";
+    case MoeDispatcher::kHybridEp: return "hybridep";
+    case MoeDispatcher::kAllToAll: break;
+  }
+  return "alltoall";
+}
 
 Result<MoeDispatcher> parseMoeDispatcher(const std::string& name) {
   if (name == "alltoall") return MoeDispatcher::kAllToAll;
   if (name == "deepep") return MoeDispatcher::kDeepEp;
-  return fail(Error::badInput("unknown MoE dispatcher \"" + name + "\" (expected alltoall or deepep)"));
+  if (name == "hybridep") return MoeDispatcher::kHybridEp;
+  return fail(Error::badInput("unknown MoE dispatcher \"" + name + "\" (expected alltoall, deepep or hybridep)"));
 }
 
 std::string toString(Float8Recipe value) {

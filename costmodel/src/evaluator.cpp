@@ -73,7 +73,7 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   cfg.topK = T.topK;
   cfg.routingGroups = T.routingGroups;
   cfg.routingGroupTopK = T.routingGroupTopK;
-  cfg.dedupDispatch = plan.execution.moeDispatcher == MoeDispatcher::kDeepEp;
+  cfg.dedupDispatch = deduplicatesAcrossNodes(plan.execution.moeDispatcher);
   cfg.epCommOverlap = plan.execution.epCommOverlap;
   cfg.wgradIntoFp32 = plan.execution.gradAccumulation == GradAccumulation::kFused && plan.precision != DType::kFp32;
   // Gradient-accumulation fusion covers linear layers; an embedding's gradient is added into main_grad

@@ -84,10 +84,10 @@ void megatronParallelArgs(const Plan& p, std::ostream& a) {
     a << "--hierarchical-context-parallel-sizes " << p.execution.hierarchicalCpSizes[0] << " " << p.execution.hierarchicalCpSizes[1] << " \\\n";
   }
   if (q.ep > 1) {
-    // colo costs all-to-all dispatch (Megatron's default is allgather), or DeepEP's through flex.
+    // colo costs all-to-all dispatch (Megatron's default is allgather), or DeepEP's or HybridEP's through flex.
     a << "--expert-model-parallel-size " << q.ep << " \\\n";
-    if (p.execution.moeDispatcher == MoeDispatcher::kDeepEp) {
-      a << "--moe-token-dispatcher-type flex \\\n--moe-flex-dispatcher-backend deepep \\\n";
+    if (deduplicatesAcrossNodes(p.execution.moeDispatcher)) {
+      a << "--moe-token-dispatcher-type flex \\\n--moe-flex-dispatcher-backend " << toString(p.execution.moeDispatcher) << " \\\n";
     } else {
       a << "--moe-token-dispatcher-type alltoall \\\n";
     }

@@ -507,11 +507,12 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
   p.execution.overlapGradReduce = r.has("--overlap-grad-reduce");
   p.execution.overlapParamGather = r.has("--overlap-param-gather");
   p.execution.tpCommOverlap = r.has("--tp-comm-overlap");
-  // The flex dispatcher runs DeepEP (its default backend, or --moe-enable-deepep); hybridep and ncclep
-  // are costed as plain all-to-alls.
+  // The flex dispatcher runs DeepEP (its default backend, or --moe-enable-deepep) or NVIDIA's HybridEP,
+  // both hierarchical (one network copy per token and node); ncclep is costed as plain all-to-alls.
   const std::string flexBackend = r.text("--moe-flex-dispatcher-backend").value_or("deepep");
-  if (r.text("--moe-token-dispatcher-type").value_or("allgather") == "flex" && flexBackend == "deepep") {
-    p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
+  if (r.text("--moe-token-dispatcher-type").value_or("allgather") == "flex") {
+    if (flexBackend == "deepep") p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
+    if (flexBackend == "hybridep") p.execution.moeDispatcher = MoeDispatcher::kHybridEp;
   }
   p.execution.epCommOverlap = r.has("--overlap-moe-expert-parallel-comm");
   p.execution.gradAccumulation = r.has("--no-gradient-accumulation-fusion") ? GradAccumulation::kMainGrad : GradAccumulation::kFused;

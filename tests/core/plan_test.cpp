@@ -531,6 +531,13 @@ TEST(Plan, MoeDispatchAndExpertOverlapAreWrittenOnlyWhenSetAndColoRunRefusesThem
   ASSERT_TRUE(back) << back.error().toString();
   EXPECT_EQ(back->execution.moeDispatcher, MoeDispatcher::kDeepEp);
   EXPECT_FALSE(checkRunnable(*back));
+  // NVIDIA's HybridEP, the flex dispatcher's other hierarchical backend, reads back as itself.
+  Json hybrid = j;
+  hybrid["execution"]["moe_dispatcher"] = "hybridep";
+  auto hybridBack = planFromJson(hybrid, "p.json");
+  ASSERT_TRUE(hybridBack) << hybridBack.error().toString();
+  EXPECT_EQ(hybridBack->execution.moeDispatcher, MoeDispatcher::kHybridEp);
+  EXPECT_EQ(planToJson(*hybridBack)["execution"]["moe_dispatcher"], "hybridep");
   Json bad = j;
   bad["execution"]["moe_dispatcher"] = "nvshmem";
   auto refused = planFromJson(bad, "p.json");

@@ -1568,6 +1568,9 @@ TEST(Evaluator, DeepEpSendsATokenOnceToEachNodeAndGroupLimitedRoutingCapsTheNode
   const Evaluation nodeA2a = evaluateOrFail(node);
   node.execution.moeDispatcher = MoeDispatcher::kDeepEp;
   EXPECT_NEAR(evaluateOrFail(node).time.epComm, nodeA2a.time.epComm, 1e-12);
+  // HybridEP (the flex dispatcher's hybridep backend) is hierarchical too: RDMA across nodes, then NVLink.
+  p.execution.moeDispatcher = MoeDispatcher::kHybridEp;
+  EXPECT_NEAR(evaluateOrFail(p).time.epComm, deepep.time.epComm, 1e-12);
 }
 
 TEST(Evaluator, OverlappedExpertAllToAllsHideBehindAnotherMicroBatchsCompute) {

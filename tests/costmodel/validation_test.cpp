@@ -939,6 +939,12 @@ TEST(Validation, BlackwellRowsAndDeepSeekStyleExpertsAreRead) {
   EXPECT_EQ(deepep->plan.model.spec->moe.routingGroupTopK, 4);
   EXPECT_EQ(deepep->plan.execution.moeDispatcher, MoeDispatcher::kDeepEp);
   EXPECT_TRUE(deepep->plan.execution.epCommOverlap);
+  // A row naming the flex dispatcher's HybridEP backend.
+  row["parallel"].erase("moe_enable_deepep");
+  row["parallel"]["moe_flex_dispatcher_backend"] = "hybridep";
+  auto hybrid = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(hybrid) << hybrid.error().toString();
+  EXPECT_EQ(hybrid->plan.execution.moeDispatcher, MoeDispatcher::kHybridEp);
 }
 
 TEST(Validation, RowsSayHeadWidthWindowsQkNormAndWhichLayersAreMoe) {

@@ -297,6 +297,21 @@ TEST(Import, MegatronMoeDispatchAndExpertOverlapSurviveExportAndImport) {
   std::string plainA2a = *args;
   plainA2a.replace(plainA2a.find("--moe-token-dispatcher-type flex"), 32, "--moe-token-dispatcher-type alltoall --moe-enable-deepep");
   EXPECT_TRUE(megatronRules(plainA2a, 64).contains("deepep_flex"));
+  // HybridEP, the flex dispatcher's other hierarchical backend, round-trips as itself; ncclep reads as
+  // plain all-to-alls.
+  p.execution.moeDispatcher = MoeDispatcher::kHybridEp;
+  const auto hybrid = exportPlan(p, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(hybrid) << hybrid.error().toString();
+  EXPECT_NE(hybrid->find("--moe-flex-dispatcher-backend hybridep"), std::string::npos) << *hybrid;
+  EXPECT_EQ(megatronRules(*hybrid, p.cluster.totalGpus()), (std::map<std::string, std::string>{}));
+  auto hybridBack = importMegatron(*hybrid, ImportContext{p.cluster, p.model, 0, 0});
+  ASSERT_TRUE(hybridBack) << hybridBack.error().toString();
+  expectSamePlan(p, *hybridBack, "mixtral hybridep");
+  std::string nccl = *hybrid;
+  nccl.replace(nccl.find("--moe-flex-dispatcher-backend hybridep"), 38, "--moe-flex-dispatcher-backend ncclep");
+  auto ncclBack = importMegatron(nccl, ImportContext{p.cluster, p.model, 0, 0});
+  ASSERT_TRUE(ncclBack) << ncclBack.error().toString();
+  EXPECT_EQ(ncclBack->execution.moeDispatcher, MoeDispatcher::kAllToAll);
 }
 
 TEST(Import, MegatronHierarchicalContextParallelismSurvivesExportAndImport) {

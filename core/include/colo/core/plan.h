@@ -47,11 +47,15 @@ enum class GradSync {
 [[nodiscard]] Result<GradSync> parseGradSync(const std::string& name);
 
 /// How an MoE layer's tokens reach their experts' ranks and come back: all-to-alls that send every
-/// (token, expert) copy apart (Megatron-Core's alltoall dispatcher, colo-run), or DeepEP's
-/// (Megatron-Core's flex dispatcher) that sends a token once to each node holding any of its
-/// experts and forwards it inside the node over NVLink.
-enum class MoeDispatcher { kAllToAll, kDeepEp };
-[[nodiscard]] std::string toString(MoeDispatcher value);  ///< alltoall, deepep
+/// (token, expert) copy apart (Megatron-Core's alltoall dispatcher, colo-run), or the flex
+/// dispatcher's hierarchical kernels, DeepEP's or NVIDIA's HybridEP (Megatron-Core's
+/// --moe-flex-dispatcher-backend deepep / hybridep), that send a token once to each node holding any
+/// of its experts and forward it inside the node over NVLink. colo costs the two backends alike
+/// (docs/costmodel.md, "Expert parallelism").
+enum class MoeDispatcher { kAllToAll, kDeepEp, kHybridEp };
+[[nodiscard]] std::string toString(MoeDispatcher value);  ///< alltoall, deepep, hybridep
+/// Whether the dispatcher sends a token across nodes once per destination node (DeepEP, HybridEP).
+[[nodiscard]] inline bool deduplicatesAcrossNodes(MoeDispatcher value) { return value != MoeDispatcher::kAllToAll; }
 [[nodiscard]] Result<MoeDispatcher> parseMoeDispatcher(const std::string& name);
 
 /// How an fp8 run casts the linear layers' operands to float8 (docs/costmodel.md, "FP8").
