@@ -545,7 +545,13 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
   // Transformer Engine's recipe: --fp8-recipe mxfp8 is MXFP8 block scaling (Blackwell); delayed (the
   // default), tensorwise and blockwise keep weight copies colo counts alike (docs/costmodel.md,
   // "Transformer Engine's quantized weights").
-  if (p.precision == DType::kFp8 && r.text("--fp8-recipe").value_or("delayed") == "mxfp8") p.execution.float8Recipe = Float8Recipe::kMxfp8;
+  if (p.precision == DType::kFp8 && r.text("--fp8-recipe").value_or("delayed") == "mxfp8") {
+    if (!p.cluster.gpu.hasPeak(DType::kFp4)) {
+      return fail(Error::badInput("--fp8-recipe mxfp8: MXFP8 block scaling needs a Blackwell GPU (Transformer Engine runs it on "
+                                  "compute capability 10.0 or later), and the cluster's GPU is " + p.cluster.gpu.name));
+    }
+    p.execution.float8Recipe = Float8Recipe::kMxfp8;
+  }
   // --fp8-param-gather (--fp4-param-gather under fp4): the weights are TE's quantized tensors. Megatron-LM
   // refuses it without the distributed optimizer or FSDP (arguments.py). colo's ZeRO-3 keeps 16-bit
   // weights, so under FSDP the flag is not represented (PyTorch's FSDP2 with TE 2 turns it off anyway).

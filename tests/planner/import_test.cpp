@@ -602,6 +602,12 @@ TEST(Import, TransformerEnginesQuantizedWeightsAndMxfp8RoundTripAndBridgesPreset
                                 " \\\n--optimizer-cpu-offload \\\n--use-precision-aware-optimizer";
   EXPECT_FALSE(rulesOf(offloaded).contains("cpu_offload_fp8_param_gather")) << offloaded;  // delayed, the default
   EXPECT_TRUE(rulesOf(offloaded + " \\\n--fp8-recipe tensorwise").contains("cpu_offload_fp8_param_gather"));
+  // MXFP8 launched onto a Hopper cluster: one error naming the launch's flag and the GPU.
+  auto onHopper = importMegatron(mx, ImportContext{hopper.cluster, hopper.model, 0, 0});
+  ASSERT_FALSE(onHopper);
+  EXPECT_EQ(onHopper.error().code, ErrorCode::kBadInput);
+  EXPECT_NE(onHopper.error().message.find("--fp8-recipe mxfp8"), std::string::npos) << onHopper.error().toString();
+  EXPECT_NE(onHopper.error().message.find(hopper.cluster.gpu.name), std::string::npos) << onHopper.error().toString();
   // Megatron-LM refuses the flag without the distributed optimizer; so does the import, naming it.
   std::string args = *exportPlan(hopper, ExportFormat::kMegatron, "plan.json");
   args.replace(args.find("--use-distributed-optimizer"), std::string("--use-distributed-optimizer").size(), "--no-gradient-accumulation-fusion");
