@@ -219,6 +219,41 @@ colo::Result<KernelLines> checkKernelTables(const std::string& folder) {
   return out;
 }
 
+// --kernel-points ID: every shape of the GEMM table ID (DATA_DIR/kernels), predicted against measured,
+// to see where a table's residual lies (by pass, rows, experts).
+int printKernelPoints(const std::string& folder, const std::string& id) {
+  auto benches = colo::validation::loadKernelBenchmarks(folder);
+  if (!benches) {
+    std::cerr << "colo-validate: error: " << benches.error().toString() << "\n";
+    return colo::exitCodeFor(benches.error().code);
+  }
+  for (const auto& b : *benches) {
+    if (b.id != id) continue;
+    if (b.block != colo::validation::KernelBlock::kGemm) {
+      std::cerr << "colo-validate: error: --kernel-points " << id << ": only GEMM tables list their points\n";
+      return 2;
+    }
+    colo::app::TextTable table{{"groups", "m", "k", "n", "accumulate B", "measured", "predicted", "error"},
+                               {true, true, true, true, true, true, true, true}};
+    for (const auto& point : b.points) {
+      auto predicted = colo::validation::predictGemm(b, point);
+      if (!predicted) {
+        std::cerr << "colo-validate: error: " << predicted.error().toString() << "\n";
+        return colo::exitCodeFor(predicted.error().code);
+      }
+      const double measured = 2 * point.groups * point.m * point.k * point.n / (point.tflops * 1e12);
+      table.addRow({colo::formatFixed(point.groups, 0), colo::formatFixed(point.m, 0), colo::formatFixed(point.k, 0),
+                    colo::formatFixed(point.n, 0), colo::formatFixed(point.accumulateBytes, 0),
+                    colo::formatFixed(1e6 * measured, 1) + " us", colo::formatFixed(1e6 * *predicted, 1) + " us",
+                    colo::formatFixed(100 * (*predicted / measured - 1), 1) + "%"});
+    }
+    std::cout << b.id << " (" << b.file << "):\n" << table.render();
+    return 0;
+  }
+  std::cerr << "colo-validate: error: --kernel-points: no kernel table \"" << id << "\" under " << folder << "\n";
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -226,6 +261,7 @@ int main(int argc, char** argv) {
       {"plans", "DIR", "also write each evaluated run's plan as DIR/<id>.json (colo-plan evaluate --plan F --explain)"},
       {"residuals", "FILE", "instead, write the error bands' residual table of the DATA_DIRs (default: published, vtrain_single)"},
       {"calibrate", "", "also fit a calibration on the runs of each GPU and show the error before and after on the runs it did not see"},
+      {"kernel-points", "ID", "instead, list every shape of the GEMM kernel table ID (DATA_DIR/kernels), predicted against measured"},
       {"help", "", "show this help"}};
   auto args = colo::app::Args::parse(std::vector<std::string>(argv + 1, argv + argc), specs);
   if (!args) {
@@ -236,7 +272,8 @@ int main(int argc, char** argv) {
   if (args->has("help") || args->positional().size() > 1) {
     (args->has("help") ? std::cout : std::cerr)
         << "usage: colo-validate [DATA_DIR | RUNS.json | RUNS.csv] [--plans DIR] [--calibrate]\n"
-           "       colo-validate --residuals FILE [DATA_DIR...]\n\n"
+           "       colo-validate --residuals FILE [DATA_DIR...]\n"
+           "       colo-validate [DATA_DIR] --kernel-points ID\n\n"
            "Predicted against measured step time and memory for the published runs in DATA_DIR (default: the\n"
            "shipped data/validation): DATA_DIR/public_runs.json holds the rows, DATA_DIR/assumptions.json (optional)\n"
            "what each row leaves unsaid. The schema: data/validation/README.md. Exit 2 when no row can be evaluated.\n\n"
@@ -244,6 +281,7 @@ int main(int argc, char** argv) {
     return args->has("help") ? 0 : 2;
   }
   const std::string folder = args->positional().empty() ? colo::dataDirectory() + "/validation" : args->positional().front();
+  if (const auto id = args->value("kernel-points")) return printKernelPoints(folder + "/kernels", *id);
   const std::string plansDir = args->value("plans", "");
   std::vector<colo::validation::Skipped> skipped;
   auto cases = colo::validation::loadRuns(folder, &skipped);

@@ -85,6 +85,17 @@ TEST(ColoValidateCli, KernelTablesBesideTheRowsAreCheckedAndABadOneIsExit2) {
   EXPECT_NE(r.out.find("of 2 shapes"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("expert_gemms (time of each GEMM shape): |error| mean"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("of 3 shapes"), std::string::npos) << r.out;
+  // --kernel-points lists a GEMM table's shapes, each measured time from its TFLOP/s
+  // (2 x 20 x 1232 x 3072 x 5120 / 1150e12 s = 674.0 us), and refuses what it cannot list.
+  const auto points = test::runProgram("colo-validate", dir.path("") + " --kernel-points expert_gemms");
+  ASSERT_EQ(points.exitCode, 0) << points.err;
+  EXPECT_NE(points.out.find("674.0 us"), std::string::npos) << points.out;
+  EXPECT_NE(points.out.find("1232"), std::string::npos) << points.out;
+  EXPECT_NE(points.out.find("616"), std::string::npos) << points.out;
+  const auto unknown = test::runProgram("colo-validate", dir.path("") + " --kernel-points nothing_here");
+  EXPECT_EQ(unknown.exitCode, 2);
+  EXPECT_NE(unknown.err.find("nothing_here"), std::string::npos) << unknown.err;
+  EXPECT_EQ(test::runProgram("colo-validate", dir.path("") + " --kernel-points small_table").exitCode, 2);
   std::filesystem::remove(dir.path("kernels/gemm.json"));
   std::filesystem::remove(dir.path("kernels/attention.json"));
   // A malformed table stops the report, naming the file, the field and the value.
