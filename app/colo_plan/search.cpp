@@ -41,6 +41,7 @@ const std::vector<OptionSpec>& searchOptions() {
       {"cross-entropy-in-place", "", "with --fused-cross-entropy: the loss writes the logits' gradient into them (Transformer Engine's, Megatron's --cross-entropy-fusion-impl te)"},
       {"unfused-kernels", "OPS", "ops the framework runs as PyTorch's eager decompositions, not one fused kernel each: all (torchtitan without compile, Hugging Face models), or a comma list of rmsnorm, final_rmsnorm (the norm after the last block: torchtitan's compiled runs), rotary, gated_activation (default: none, as Megatron, Transformer Engine and torch.compile)"},
       {"torch-cross-entropy", "", "the loss is PyTorch's F.cross_entropy on fp32 logits (torchtitan, Hugging Face): its backward holds two fp32 gradients of the logits beside the saved log-probabilities"},
+      {"moe-dispatcher", "D", "MoE token dispatch of every candidate: alltoall (default), deepep or hybridep (Megatron-Core's flex dispatcher: one network copy per token and node, forwarded over NVLink); colo-run runs alltoall only"},
       {"recompute-modules", "M", "what the search's selective recompute re-runs (Megatron-Core's --recompute-modules): a comma list of core_attn (the default), moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts"},
       {"native-fused-cross-entropy", "", "the loss is Megatron-Core's native fusion of its vocab-parallel cross-entropy (--cross-entropy-loss-fusion; Megatron-Bridge's default): its fp32 passes compiled into fewer kernels"},
       {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
@@ -147,6 +148,11 @@ Result<void> readSearchInputs(const Args& args, const Model& model, const Cluste
     options.execution.recomputeModules = *parsed;
     options.recomputeModulesChosen = true;
   }
+  if (const auto dispatcher = args.value("moe-dispatcher")) {
+    auto parsed = parseMoeDispatcher(*dispatcher);
+    if (!parsed) return fail(Error::badInput("--moe-dispatcher: " + parsed.error().message));
+    options.execution.moeDispatcher = *parsed;
+  }
   if (args.has("per-parameter-gathers")) options.execution.perParameterGathers = true;
   if (args.has("cross-entropy-in-place")) options.execution.crossEntropyInPlace = true;
   if (args.has("torch-cross-entropy")) options.execution.torchCrossEntropy = true;
@@ -161,8 +167,14 @@ Result<void> readSearchInputs(const Args& args, const Model& model, const Cluste
   // A saved plan is what colo-run trains: rank what it can execute, unless asked for every plan or the
   // model is one colo-run cannot train (then the plan is for another tool).
   if (args.has("runnable") && args.has("any")) return fail(Error::badInput("--runnable and --any: choose one"));
+  // A dispatcher colo-run does not run asks for plans for another tool, as --any does.
+  const bool otherDispatcher = options.execution.moeDispatcher != MoeDispatcher::kAllToAll;
+  if (args.has("runnable") && otherDispatcher) {
+    return fail(Error::badInput("--runnable and --moe-dispatcher " + toString(options.execution.moeDispatcher) +
+                                ": colo-run dispatches tokens with plain all-to-alls; choose one"));
+  }
   options.runnableOnly = args.has("runnable") ||
-                         (args.has("out") && !args.has("any") && !from && checkRunnableModel(model).has_value());
+                         (args.has("out") && !args.has("any") && !otherDispatcher && !from && checkRunnableModel(model).has_value());
   if (const auto db = args.value("costdb")) {
     auto file = resolveLibraryFile(LibraryKind::kCostDbs, *db);  // a path, or a shipped database by name
     if (!file) return fail(Error::badInput("--costdb: " + file.error().message));
@@ -270,6 +282,9 @@ std::string searchHeader(const Model& model, const ClusterSpec& cluster, const S
       << in.options.seqLen << " tokens, " << toString(in.options.precision)
       << (precisionGiven || cluster.gpu.hasPeak(DType::kBf16) ? "" : " (this GPU has no bf16)");
   if (in.options.execution.unfused.any()) out << ", eager " << unfusedKernelsLabel(in.options.execution.unfused);
+  if (in.options.execution.moeDispatcher != MoeDispatcher::kAllToAll) {
+    out << ", " << toString(in.options.execution.moeDispatcher) << " MoE dispatch";
+  }
   if (!in.options.execution.recomputeModules.isDefault()) {
     out << ", selective recompute of " << recomputeModulesLabel(in.options.execution.recomputeModules);
   }

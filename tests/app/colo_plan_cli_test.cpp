@@ -551,6 +551,30 @@ TEST(ColoPlanSearch, JsonContractAndTheSavedPlanReproducesExactly) {
   EXPECT_EQ(Json::parse(again.out)["peak_memory_bytes"], j["best"]["peak_memory_bytes"]);
 }
 
+TEST(ColoPlanSearch, AFlexDispatcherIsCarriedByEveryCandidateAndIsNotForColoRun) {
+  // Experts over two 8-GPU nodes: the flex dispatcher's hierarchical kernels send a token across once per
+  // node, so the best plan with them is faster than with plain all-to-alls, and carries the dispatcher.
+  const std::string search = "search --model qwen3-30b-a3b --cluster dgx-h100-x64 --gbs 256 --fix ep=16,tp=1 --top 1 --json --quiet";
+  const auto plain = run(search);
+  ASSERT_EQ(plain.exitCode, 0) << plain.err;
+  const auto flex = run(search + " --moe-dispatcher hybridep");
+  ASSERT_EQ(flex.exitCode, 0) << flex.err;
+  const Json a = Json::parse(plain.out)["best"], b = Json::parse(flex.out)["best"];
+  EXPECT_FALSE(a["plan"]["execution"].contains("moe_dispatcher"));
+  EXPECT_EQ(b["plan"]["execution"]["moe_dispatcher"], "hybridep");
+  EXPECT_LT(b["step_time_s"].get<double>(), a["step_time_s"].get<double>());
+  const auto text = run("search --model qwen3-30b-a3b --cluster dgx-h100-x64 --gbs 256 --fix ep=16,tp=1 --top 1 --quiet --moe-dispatcher hybridep");
+  ASSERT_EQ(text.exitCode, 0) << text.err;
+  EXPECT_NE(text.out.find("hybridep MoE dispatch"), std::string::npos) << text.out;
+  // colo-run dispatches with plain all-to-alls: asking for both is one error naming them.
+  const auto both = run(search + " --moe-dispatcher deepep --runnable");
+  EXPECT_EQ(both.exitCode, 2);
+  EXPECT_NE(both.err.find("--moe-dispatcher deepep"), std::string::npos) << both.err;
+  const auto bad = run(search + " --moe-dispatcher nvshmem");
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_NE(bad.err.find("nvshmem"), std::string::npos) << bad.err;
+}
+
 TEST(ColoPlanSearch, TextShowsReasonsAndExplainShowsPruning) {
   const auto r = run("search --model llama2-70b --cluster dgx-h100-x64 --gbs 512 --top 4 --explain --quiet");
   ASSERT_EQ(r.exitCode, 0) << r.err;
