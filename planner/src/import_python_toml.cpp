@@ -216,6 +216,17 @@ Result<void> readTorchtitanMesh(const Toml& kv, Plan& p) {
   q.pp = pp;
   q.cp = cp;
   q.ep = ep;
+  // How MoE tokens reach their experts (parallelism.expert_parallel_comm_backend): torchtitan's standard
+  // all-to-alls, or DeepEP's or HybridEP's hierarchical kernels (one network copy per token and node).
+  const std::string backendKey = "parallelism.expert_parallel_comm_backend";
+  if (kv.contains(backendKey)) {
+    const std::string backend = kv.at(backendKey);
+    if (backend != "standard" && backend != "alltoall" && backend != "deepep" && backend != "hybridep") {
+      return fail(Error::badInput(backendKey + ": \"" + backend + "\" is not one of standard, deepep, hybridep"));
+    }
+    if (ep > 1 && backend == "deepep") p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
+    if (ep > 1 && backend == "hybridep") p.execution.moeDispatcher = MoeDispatcher::kHybridEp;
+  }
   const std::int64_t world = p.cluster.totalGpus();
   if (world % (tp * pp * cp * replicate) != 0) {
     return fail(Error::badInput("parallelism: the cluster's " + std::to_string(world) + " GPUs are not a multiple of the degrees"));

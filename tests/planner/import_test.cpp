@@ -1061,6 +1061,29 @@ TEST(Import, MegatronReadsItsRopeAndSwiGluFusionSwitchesAndExportsThem) {
   EXPECT_TRUE(deepspeed->execution.unfused.gatedActivation);
 }
 
+TEST(Import, TorchtitanReadsItsExpertParallelCommBackend) {
+  // [parallelism] expert_parallel_comm_backend: standard all-to-alls, or DeepEP's or HybridEP's kernels;
+  // another value is one error naming the key and the value.
+  const auto cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-h100.json"));
+  const Model qwen = test::loadModelOrFail(test::dataFile("models/qwen3-30b-a3b.json"));
+  const std::string base = "[parallelism]\nexpert_parallel_degree = 8\n";
+  const std::string tail = "\n[training]\nlocal_batch_size = 1\nseq_len = 4096\n";
+  const std::pair<const char*, MoeDispatcher> cases[] = {{"", MoeDispatcher::kAllToAll},
+                                                         {"expert_parallel_comm_backend = \"standard\"", MoeDispatcher::kAllToAll},
+                                                         {"expert_parallel_comm_backend = \"deepep\"", MoeDispatcher::kDeepEp},
+                                                         {"expert_parallel_comm_backend = \"hybridep\"", MoeDispatcher::kHybridEp}};
+  for (const auto& [line, dispatcher] : cases) {
+    auto p = importTorchtitan(base + line + tail, ImportContext{cluster, qwen, 0, 0});
+    ASSERT_TRUE(p) << line << ": " << p.error().toString();
+    EXPECT_EQ(p->parallel.ep, 8) << line;
+    EXPECT_EQ(p->execution.moeDispatcher, dispatcher) << line;
+  }
+  auto bad = importTorchtitan(base + "expert_parallel_comm_backend = \"nvshmem\"" + tail, ImportContext{cluster, qwen, 0, 0});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("parallelism.expert_parallel_comm_backend"), std::string::npos) << bad.error().toString();
+  EXPECT_NE(bad.error().message.find("nvshmem"), std::string::npos) << bad.error().toString();
+}
+
 TEST(Import, TorchtitanTomlReadsFsdpAndPerOpCheckpointing) {
   std::ifstream in(test::dataFile("examples/torchtitan-llama3-8b.toml"));
   std::stringstream text;
