@@ -233,7 +233,7 @@ int printKernelPoints(const std::string& folder, const std::string& id) {
       std::cerr << "colo-validate: error: --kernel-points " << id << ": only GEMM tables list their points\n";
       return 2;
     }
-    colo::app::TextTable table{{"groups", "m", "k", "n", "accumulate B", "measured", "predicted", "error"},
+    colo::app::TextTable table{{"groups", "m", "n", "k", "accumulate B", "measured", "predicted", "error"},
                                {true, true, true, true, true, true, true, true}};
     for (const auto& point : b.points) {
       auto predicted = colo::validation::predictGemm(b, point);
@@ -242,8 +242,8 @@ int printKernelPoints(const std::string& folder, const std::string& id) {
         return colo::exitCodeFor(predicted.error().code);
       }
       const double measured = 2 * point.groups * point.m * point.k * point.n / (point.tflops * 1e12);
-      table.addRow({colo::formatFixed(point.groups, 0), colo::formatFixed(point.m, 0), colo::formatFixed(point.k, 0),
-                    colo::formatFixed(point.n, 0), colo::formatFixed(point.accumulateBytes, 0),
+      table.addRow({colo::formatFixed(point.groups, 0), colo::formatFixed(point.m, 0), colo::formatFixed(point.n, 0),
+                    colo::formatFixed(point.k, 0), colo::formatFixed(point.accumulateBytes, 0),
                     colo::formatFixed(1e6 * measured, 1) + " us", colo::formatFixed(1e6 * *predicted, 1) + " us",
                     colo::formatFixed(100 * (*predicted / measured - 1), 1) + "%"});
     }
@@ -281,7 +281,18 @@ int main(int argc, char** argv) {
     return args->has("help") ? 0 : 2;
   }
   const std::string folder = args->positional().empty() ? colo::dataDirectory() + "/validation" : args->positional().front();
-  if (const auto id = args->value("kernel-points")) return printKernelPoints(folder + "/kernels", *id);
+  if (const auto id = args->value("kernel-points")) {
+    if (args->has("plans") || args->has("calibrate")) {
+      std::cerr << "colo-validate: error: --kernel-points lists one kernel table; --plans and --calibrate are for the runs\n";
+      return 2;
+    }
+    // The shipped tables sit beside the published runs (data/validation/published/kernels).
+    std::string kernels = folder + "/kernels";
+    if (!std::filesystem::is_directory(kernels) && std::filesystem::is_directory(folder + "/published/kernels")) {
+      kernels = folder + "/published/kernels";
+    }
+    return printKernelPoints(kernels, *id);
+  }
   const std::string plansDir = args->value("plans", "");
   std::vector<colo::validation::Skipped> skipped;
   auto cases = colo::validation::loadRuns(folder, &skipped);

@@ -302,15 +302,22 @@ void readBatchAndZero(const Json& tr, const Json& par, const Settings& set, std:
 // (Megatron-Core's conditions) allows it.
 void readMoeExecution(const Json& par, Plan& p) {
   if (!p.model.spec || !p.model.spec->moe.enabled() || p.parallel.ep < 2) return;
-  std::string words;
+  std::string words, values;
   for (const auto& [key, value] : par.items()) {
     const std::string k = lower(key);
-    if (value.is_string()) words += " " + k + " " + lower(value.get<std::string>());
+    if (value.is_string()) {
+      words += " " + k + " " + lower(value.get<std::string>());
+      values += " " + lower(value.get<std::string>());
+    }
     if (value.is_boolean() && value.get<bool>()) words += " " + k;
   }
-  if (has(words, "hybridep")) {
+  // The dispatcher from what the row says (its values, and a true moe_enable_deepep), not from key names
+  // (moe_flex_dispatcher_backend names "flex" whatever its backend): ncclep runs plain all-to-alls.
+  if (has(values, "ncclep")) {
+    p.execution.moeDispatcher = MoeDispatcher::kAllToAll;
+  } else if (has(values, "hybridep")) {
     p.execution.moeDispatcher = MoeDispatcher::kHybridEp;
-  } else if (has(words, "deepep") || has(words, "flex")) {
+  } else if (has(values, "deepep") || has(values, "flex") || has(words, "moe_enable_deepep")) {
     p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
   }
   const bool overlap = has(words, "overlap-moe-expert-parallel-comm") || has(words, "overlap_moe_expert_parallel_comm") ||

@@ -49,7 +49,7 @@ const std::vector<OptionSpec>& searchOptions() {
       {"zero-bubble", "", "also consider the zero-bubble (ZB-H1) schedule"},
       {"no-offload", "", "never offload optimizer states, parameters or activations to the host"},
       {"optimizer", "O", "adamw (default), lamb or lars: the optimizer every candidate trains with"},
-      {"runnable", "", "only plans colo-run executes (the default with --out when colo-run can train the model, without --from-plan)"},
+      {"runnable", "", "only plans colo-run executes (the default with --out when colo-run can train the model, without --from-plan or a flex --moe-dispatcher)"},
       {"any", "", "with --out: rank every plan, also those colo-run cannot execute (for export to other tools)"},
       {"costdb", "DB", "SQLite cost database of measured GEMMs"},
       {"calibration", "FILE", "scales fitted on your own runs of this cluster (colo-profile calibrate)"},
@@ -151,6 +151,9 @@ Result<void> readSearchInputs(const Args& args, const Model& model, const Cluste
   if (const auto dispatcher = args.value("moe-dispatcher")) {
     auto parsed = parseMoeDispatcher(*dispatcher);
     if (!parsed) return fail(Error::badInput("--moe-dispatcher: " + parsed.error().message));
+    if (*parsed != MoeDispatcher::kAllToAll && !(model.spec && model.spec->moe.enabled())) {
+      return fail(Error::badInput("--moe-dispatcher " + *dispatcher + ": " + model.name() + " has no mixture of experts"));
+    }
     options.execution.moeDispatcher = *parsed;
   }
   if (args.has("per-parameter-gathers")) options.execution.perParameterGathers = true;
@@ -170,7 +173,8 @@ Result<void> readSearchInputs(const Args& args, const Model& model, const Cluste
   // A dispatcher colo-run does not run asks for plans for another tool, as --any does.
   const bool otherDispatcher = options.execution.moeDispatcher != MoeDispatcher::kAllToAll;
   if (args.has("runnable") && otherDispatcher) {
-    return fail(Error::badInput("--runnable and --moe-dispatcher " + toString(options.execution.moeDispatcher) +
+    const std::string source = args.has("moe-dispatcher") ? "--moe-dispatcher " : "the plan's execution.moe_dispatcher ";
+    return fail(Error::badInput("--runnable and " + source + toString(options.execution.moeDispatcher) +
                                 ": colo-run dispatches tokens with plain all-to-alls; choose one"));
   }
   options.runnableOnly = args.has("runnable") ||

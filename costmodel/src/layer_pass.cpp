@@ -332,8 +332,8 @@ OpTime LayerPass::streamedOp(const OpTemplate& op, bool fused) {
   double fwd = 0;
   double bwd = 0;
   if (fused) return {};
-  // A sort of the routed rows by local expert moves nothing when a GPU holds one expert; DeepEP's
-  // dispatch lays the rows out by expert itself (Megatron-Core's flex dispatcher has no sort).
+  // A sort of the routed rows by local expert moves nothing when a GPU holds one expert; DeepEP's and
+  // HybridEP's dispatch lay the rows out by expert themselves (Megatron-Core's flex dispatcher has no sort).
   if (sortsByExpert(op) && (static_cast<double>(op.groups) <= static_cast<double>(c_.ep) || c_.dedupDispatch)) return {};
   const double split = elementSplit(op, c_);
   // Dropout also writes its 1-byte mask (its saved bytes) forward and reads it backward. A residual

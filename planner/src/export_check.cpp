@@ -374,6 +374,10 @@ class MegatronCheck {
     const auto* type = a_.find("--moe-token-dispatcher-type");
     const std::string dispatcher = type && !type->empty() ? type->front() : "allgather";
     if (has("--moe-enable-deepep") && dispatcher != "flex") problem("deepep_flex", "--moe-enable-deepep needs --moe-token-dispatcher-type flex");
+    if (const auto* backend = a_.find("--moe-flex-dispatcher-backend");
+        has("--moe-enable-deepep") && backend && !backend->empty() && backend->front() == "hybridep") {
+      problem("deepep_flex", "--moe-enable-deepep sets the flex backend to deepep; Megatron-Core refuses it beside --moe-flex-dispatcher-backend hybridep");
+    }
     if (has("--delay-wgrad-compute") && !has("--overlap-moe-expert-parallel-comm")) {
       problem("ep_overlap", "--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm");
     }

@@ -509,7 +509,15 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
   p.execution.tpCommOverlap = r.has("--tp-comm-overlap");
   // The flex dispatcher runs DeepEP (its default backend, or --moe-enable-deepep) or NVIDIA's HybridEP,
   // both hierarchical (one network copy per token and node); ncclep is costed as plain all-to-alls.
-  const std::string flexBackend = r.text("--moe-flex-dispatcher-backend").value_or("deepep");
+  // Megatron-Core's --moe-enable-deepep sets the backend to deepep and refuses it beside hybridep.
+  std::string flexBackend = r.text("--moe-flex-dispatcher-backend").value_or("deepep");
+  if (r.has("--moe-enable-deepep")) {
+    if (flexBackend == "hybridep") {
+      return fail(Error::badInput("--moe-enable-deepep with --moe-flex-dispatcher-backend hybridep: Megatron-Core runs one flex "
+                                  "backend (the flag sets deepep)"));
+    }
+    flexBackend = "deepep";
+  }
   if (r.text("--moe-token-dispatcher-type").value_or("allgather") == "flex") {
     if (flexBackend == "deepep") p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
     if (flexBackend == "hybridep") p.execution.moeDispatcher = MoeDispatcher::kHybridEp;

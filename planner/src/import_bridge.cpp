@@ -251,7 +251,13 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
     if (const auto impl = model("cross_entropy_fusion_impl"); impl && *impl == "te") args << "--cross-entropy-fusion-impl te\n";
   }
   auto plan = importMegatron(args.str(), context);
-  if (!plan) return fail(plan.error());
+  if (!plan) {
+    // The arguments are colo's translation: name the config's own words where they were the cause.
+    Error e = plan.error();
+    const std::string source = get({"mixed_precision"}, "fp8_recipe") ? "mixed_precision.fp8_recipe" : "mixed_precision: " + presetName;
+    if (e.message.rfind("--fp8-recipe mxfp8", 0) == 0) e.message = source + " (" + e.message + ")";
+    return fail(e);
+  }
   // Megatron-Bridge's recipes check the gradients for NaN (ddp.check_for_nan_in_grad = True in every
   // pretrain config, src/megatron/bridge/recipes), precision aside (Bridge does not run Megatron-LM's
   // validate_args): on unless the config turns it off.

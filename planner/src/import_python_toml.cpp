@@ -221,11 +221,16 @@ Result<void> readTorchtitanMesh(const Toml& kv, Plan& p) {
   const std::string backendKey = "parallelism.expert_parallel_comm_backend";
   if (kv.contains(backendKey)) {
     const std::string backend = kv.at(backendKey);
-    if (backend != "standard" && backend != "alltoall" && backend != "deepep" && backend != "hybridep") {
+    if (backend != "standard" && backend != "deepep" && backend != "hybridep") {
       return fail(Error::badInput(backendKey + ": \"" + backend + "\" is not one of standard, deepep, hybridep"));
     }
-    if (ep > 1 && backend == "deepep") p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
-    if (ep > 1 && backend == "hybridep") p.execution.moeDispatcher = MoeDispatcher::kHybridEp;
+    // torchtitan refuses DeepEP and HybridEP without expert parallelism (parallelize.py).
+    if (backend != "standard" && ep < 2) {
+      return fail(Error::badInput(backendKey + ": \"" + backend + "\" needs parallelism.expert_parallel_degree above 1, got " +
+                                  std::to_string(ep)));
+    }
+    if (backend == "deepep") p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
+    if (backend == "hybridep") p.execution.moeDispatcher = MoeDispatcher::kHybridEp;
   }
   const std::int64_t world = p.cluster.totalGpus();
   if (world % (tp * pp * cp * replicate) != 0) {

@@ -573,6 +573,10 @@ TEST(ColoPlanSearch, AFlexDispatcherIsCarriedByEveryCandidateAndIsNotForColoRun)
   const auto bad = run(search + " --moe-dispatcher nvshmem");
   EXPECT_EQ(bad.exitCode, 2);
   EXPECT_NE(bad.err.find("nvshmem"), std::string::npos) << bad.err;
+  // A dense model has no tokens to dispatch.
+  const auto dense = run("search --model llama3-8b --cluster dgx-h100 --gbs 64 --top 1 --quiet --moe-dispatcher deepep");
+  EXPECT_EQ(dense.exitCode, 2);
+  EXPECT_NE(dense.err.find("no mixture of experts"), std::string::npos) << dense.err;
 }
 
 TEST(ColoPlanSearch, TextShowsReasonsAndExplainShowsPruning) {

@@ -96,6 +96,11 @@ TEST(ColoValidateCli, KernelTablesBesideTheRowsAreCheckedAndABadOneIsExit2) {
   EXPECT_EQ(unknown.exitCode, 2);
   EXPECT_NE(unknown.err.find("nothing_here"), std::string::npos) << unknown.err;
   EXPECT_EQ(test::runProgram("colo-validate", dir.path("") + " --kernel-points small_table").exitCode, 2);
+  EXPECT_EQ(test::runProgram("colo-validate", dir.path("") + " --kernel-points expert_gemms --calibrate").exitCode, 2);
+  // Without a folder: the shipped tables.
+  const auto shipped = test::runProgram("colo-validate", "--kernel-points simumax_b200_grouped_gemm");
+  ASSERT_EQ(shipped.exitCode, 0) << shipped.err;
+  EXPECT_NE(shipped.out.find("simumax_b200_grouped_gemm"), std::string::npos) << shipped.out;
   std::filesystem::remove(dir.path("kernels/gemm.json"));
   std::filesystem::remove(dir.path("kernels/attention.json"));
   // A malformed table stops the report, naming the file, the field and the value.

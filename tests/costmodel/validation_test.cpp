@@ -945,6 +945,11 @@ TEST(Validation, BlackwellRowsAndDeepSeekStyleExpertsAreRead) {
   auto hybrid = validation::caseFromRow(row, assumptionsFile());
   ASSERT_TRUE(hybrid) << hybrid.error().toString();
   EXPECT_EQ(hybrid->plan.execution.moeDispatcher, MoeDispatcher::kHybridEp);
+  // NCCL EP runs plain all-to-alls, though its key names the flex dispatcher.
+  row["parallel"]["moe_flex_dispatcher_backend"] = "ncclep";
+  auto nccl = validation::caseFromRow(row, assumptionsFile());
+  ASSERT_TRUE(nccl) << nccl.error().toString();
+  EXPECT_EQ(nccl->plan.execution.moeDispatcher, MoeDispatcher::kAllToAll);
 }
 
 TEST(Validation, RowsSayHeadWidthWindowsQkNormAndWhichLayersAreMoe) {

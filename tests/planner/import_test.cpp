@@ -312,6 +312,15 @@ TEST(Import, MegatronMoeDispatchAndExpertOverlapSurviveExportAndImport) {
   auto ncclBack = importMegatron(nccl, ImportContext{p.cluster, p.model, 0, 0});
   ASSERT_TRUE(ncclBack) << ncclBack.error().toString();
   EXPECT_EQ(ncclBack->execution.moeDispatcher, MoeDispatcher::kAllToAll);
+  // --moe-enable-deepep sets the backend to deepep (over ncclep) and is refused beside hybridep, by the
+  // import and by the checker.
+  auto forced = importMegatron(nccl + " \\\n--moe-enable-deepep", ImportContext{p.cluster, p.model, 0, 0});
+  ASSERT_TRUE(forced) << forced.error().toString();
+  EXPECT_EQ(forced->execution.moeDispatcher, MoeDispatcher::kDeepEp);
+  auto twoBackends = importMegatron(*hybrid + " \\\n--moe-enable-deepep", ImportContext{p.cluster, p.model, 0, 0});
+  ASSERT_FALSE(twoBackends);
+  EXPECT_NE(twoBackends.error().message.find("--moe-enable-deepep"), std::string::npos) << twoBackends.error().toString();
+  EXPECT_TRUE(megatronRules(*hybrid + " \\\n--moe-enable-deepep", 64).contains("deepep_flex"));
 }
 
 TEST(Import, MegatronHierarchicalContextParallelismSurvivesExportAndImport) {
@@ -644,6 +653,11 @@ TEST(Import, TransformerEnginesQuantizedWeightsAndMxfp8RoundTripAndBridgesPreset
     EXPECT_EQ(q->execution.float8Recipe, c.recipe) << c.precision;
     EXPECT_EQ(q->execution.quantizedParams, c.quantized) << c.precision;
   }
+  // The MXFP8 preset on Hopper: one error naming the config's own preset.
+  const ClusterSpec h100 = test::loadClusterOrFail(test::dataFile("clusters/dgx-h100.json"));
+  auto mxOnHopper = importMegatronBridge(base + "mixed_precision: bf16_with_mxfp8_mixed\n", ImportContext{h100, llama, 0, 0});
+  ASSERT_FALSE(mxOnHopper);
+  EXPECT_NE(mxOnHopper.error().message.find("mixed_precision: bf16_with_mxfp8_mixed"), std::string::npos) << mxOnHopper.error().toString();
   // Without the distributed optimizer a preset's setting is not read (Megatron-Core would refuse it).
   auto plain = importMegatronBridge("model_config:\n  tensor_model_parallel_size: 2\ntrain_config:\n  global_batch_size: 64\n"
                                     "  micro_batch_size: 1\nmixed_precision: bf16_with_fp8_current_scaling_mixed\n",
@@ -1082,6 +1096,11 @@ TEST(Import, TorchtitanReadsItsExpertParallelCommBackend) {
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("parallelism.expert_parallel_comm_backend"), std::string::npos) << bad.error().toString();
   EXPECT_NE(bad.error().message.find("nvshmem"), std::string::npos) << bad.error().toString();
+  // As torchtitan, DeepEP without expert parallelism is refused.
+  auto noEp = importTorchtitan("[parallelism]\nexpert_parallel_degree = 1\nexpert_parallel_comm_backend = \"deepep\"" + tail,
+                               ImportContext{cluster, qwen, 0, 0});
+  ASSERT_FALSE(noEp);
+  EXPECT_NE(noEp.error().message.find("expert_parallel_degree"), std::string::npos) << noEp.error().toString();
 }
 
 TEST(Import, TorchtitanTomlReadsFsdpAndPerOpCheckpointing) {
