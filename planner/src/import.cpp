@@ -519,8 +519,8 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
     flexBackend = "deepep";
   }
   if (r.text("--moe-token-dispatcher-type").value_or("allgather") == "flex") {
-    if (flexBackend == "deepep") p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
-    if (flexBackend == "hybridep") p.execution.moeDispatcher = MoeDispatcher::kHybridEp;
+    // A backend colo does not cost apart (ncclep) stays plain all-to-alls.
+    if (auto dispatcher = parseMoeDispatcher(flexBackend)) p.execution.moeDispatcher = *dispatcher;
   }
   p.execution.epCommOverlap = r.has("--overlap-moe-expert-parallel-comm");
   p.execution.gradAccumulation = r.has("--no-gradient-accumulation-fusion") ? GradAccumulation::kMainGrad : GradAccumulation::kFused;

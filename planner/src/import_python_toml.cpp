@@ -229,8 +229,7 @@ Result<void> readTorchtitanMesh(const Toml& kv, Plan& p) {
       return fail(Error::badInput(backendKey + ": \"" + backend + "\" needs parallelism.expert_parallel_degree above 1, got " +
                                   std::to_string(ep)));
     }
-    if (backend == "deepep") p.execution.moeDispatcher = MoeDispatcher::kDeepEp;
-    if (backend == "hybridep") p.execution.moeDispatcher = MoeDispatcher::kHybridEp;
+    if (backend != "standard") p.execution.moeDispatcher = *parseMoeDispatcher(backend);  // deepep or hybridep, checked above
   }
   const std::int64_t world = p.cluster.totalGpus();
   if (world % (tp * pp * cp * replicate) != 0) {
