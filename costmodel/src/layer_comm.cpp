@@ -65,6 +65,59 @@ void tensorParallelComm(const LayerTemplate& layer, const LayerConfig& c, const 
   out.opsBwd += (columns + moe) * perCollective;
 }
 
+// Megatron-Core's vocabulary-split blocks, and torchtitan's (a RowwiseParallel embedding, a ColwiseParallel
+// output and loss_parallel), talk over the tensor-parallel group outside the layers:
+// - the embedding lookup leaves each rank a partial [b, s, h] (rows of other ranks' vocabulary are
+//   zero): reduce-scattered into sequence shards under sequence parallelism, all-reduced without it
+//   (VocabParallelEmbedding.forward); with learned absolute positions Megatron all-reduces and then
+//   splits the sum (LanguageModelEmbedding: reduce_scatter_embeddings needs no position table). The
+//   backward of a reduce-scatter or a split all-gathers the gradient; an all-reduce's is nothing.
+// - the output layer is a column-parallel linear: under sequence parallelism it all-gathers its input
+//   forward and reduce-scatters its input gradient backward, without it all-reduces that gradient
+//   (Megatron's ColumnParallelLinear); its weight gradient's re-gather is costed with its GEMM.
+// - the loss reduces per token: Megatron's vocab_parallel_cross_entropy all-reduces the logits' maximum,
+//   the target logit and the sum of exponentials (three), its fused version the last two together
+//   (two), Transformer Engine's parallel cross-entropy all-gathers each rank's (max, sum, target) triple
+//   once (one).
+void vocabParallelComm(const LayerTemplate& block, const LayerConfig& c, const GroupPlacement& tpGroup, LayerCost& out) {
+  double embeddings = 0, positions = 0, heads = 0, losses = 0;
+  for (const auto& op : block.ops) {
+    if (op.kind == OpKind::kEmbedding) (op.shard == Shard::kVocab ? embeddings : positions) += 1;
+    if (op.kind == OpKind::kMatMul && op.shard == Shard::kVocab) heads += 1;
+    if (op.kind == OpKind::kCrossEntropy && op.shard == Shard::kVocab) losses += 1;
+  }
+  if (embeddings + heads + losses == 0) return;
+  const double bytes = activationBytes(c);
+  const double allReduce = collectiveSeconds(Collective::kAllReduce, bytes, tpGroup);
+  const double gather = collectiveSeconds(Collective::kAllGather, bytes, tpGroup);
+  const double scatter = collectiveSeconds(Collective::kReduceScatter, bytes, tpGroup);
+  const bool sp = c.sequenceParallel;
+  const bool summedThenSplit = sp && positions > 0;
+  out.tpCommFwd += embeddings * (sp && !summedThenSplit ? scatter : allReduce) + heads * (sp ? gather : 0.0);
+  out.tpCommBwd += embeddings * (sp ? gather : 0.0) + heads * (sp ? scatter : allReduce);
+  out.opsFwd += embeddings + (sp ? heads : 0.0);
+  out.opsBwd += (sp ? embeddings : 0.0) + heads;
+  if (losses > 0) {
+    const double rows = static_cast<double>(c.microBatch) * static_cast<double>(c.seqLen) / static_cast<double>(c.cp);
+    const double fp32 = 4.0;
+    double loss = 0;
+    double calls = 0;
+    if (c.crossEntropyInPlace) {
+      loss = collectiveSeconds(Collective::kAllGather, rows * 3.0 * fp32 * static_cast<double>(c.tp), tpGroup);
+      calls = 1;
+    } else if (c.fusedCrossEntropy || c.nativeFusedLoss) {
+      loss = collectiveSeconds(Collective::kAllReduce, rows * fp32, tpGroup) +
+             collectiveSeconds(Collective::kAllReduce, rows * 2.0 * fp32, tpGroup);
+      calls = 2;
+    } else {
+      loss = 3.0 * collectiveSeconds(Collective::kAllReduce, rows * fp32, tpGroup);
+      calls = 3;
+    }
+    out.tpCommFwd += losses * loss;
+    out.opsFwd += losses * calls;
+  }
+}
+
 double expertDispatchSeconds(double bytes, const LayerConfig& c, const GroupPlacement& ep) {
   const double n = static_cast<double>(ep.size);
   const double perNode = static_cast<double>(ep.perNode);

@@ -15,6 +15,12 @@ namespace colo::costmodel::detail {
 void tensorParallelComm(const LayerTemplate& layer, const LayerConfig& config, const DeviceModel& device,
                         const GroupPlacement& tpGroup, LayerCost& out);
 
+/// Adds to `out.tpCommFwd/Bwd` (and `out.opsFwd/Bwd`) what the vocabulary-split blocks exchange over the
+/// tensor-parallel group: the embedding's reduction, the output layer's input gather and input-gradient
+/// reduction (its weight-gradient re-gather is matrixProduct's), and the loss's small reductions
+/// (docs/costmodel.md, "The embedding's, the output layer's and the loss's collectives").
+void vocabParallelComm(const LayerTemplate& block, const LayerConfig& config, const GroupPlacement& tpGroup, LayerCost& out);
+
 /// One expert dispatch (or combine) all-to-all of `bytes` (every token's k copies) over the
 /// expert-parallel group, by the plan's dispatcher (docs/costmodel.md, "Expert parallelism").
 [[nodiscard]] double expertDispatchSeconds(double bytes, const LayerConfig& config, const GroupPlacement& ep);

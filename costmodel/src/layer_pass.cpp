@@ -212,7 +212,10 @@ LayerCost LayerPass::run() {
                                    : attnSaved_;
   out_.savedOp = std::min(out_.savedFull, out_.savedInput + attentionKept + opKeptOutputs_);
 
-  if (c_.tp > 1) tensorParallelComm(layer_, c_, device_, tpGroup_, out_);
+  if (c_.tp > 1) {
+    tensorParallelComm(layer_, c_, device_, tpGroup_, out_);
+    vocabParallelComm(layer_, c_, tpGroup_, out_);
+  }
   out_.tpCommBwd += regatherExposed_;
   expertParallelComm(layer_, c_, device_, epGroup_, out_);
   contextParallelComm(c_, device_, cpGroup_, out_);
@@ -291,7 +294,8 @@ OpTime LayerPass::matrixProduct(const OpTemplate& op) {
     wgrad = std::max(wgrad, g->count * io / dev.memoryBytesPerSecond);
   }
   const double dgrad = op.shard == Shard::kRow ? fusedGemm(g->m, g->k, g->n) : gemmOn(dev, g->m, g->k, g->n, g->count, streams);
-  if (regather_ > 0 && op.shard == Shard::kColumn && op.kind == OpKind::kMatMul) {
+  // (The output layer is column-parallel too: Megatron's ColumnParallelLinear re-gathers its input.)
+  if (regather_ > 0 && (op.shard == Shard::kColumn || op.shard == Shard::kVocab) && op.kind == OpKind::kMatMul) {
     const double hidden = c_.tpCommOverlap ? regather_ : std::min(regather_, dgrad);
     regatherExposed_ += std::max(0.0, regather_ - hidden) + device_.overlapSlowdown * hidden;
     out_.opsBwd += 1;

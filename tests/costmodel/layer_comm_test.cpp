@@ -150,5 +150,79 @@ TEST(LayerComm, SequenceParallelismTurnsEachAllReduceIntoAScatterAndAGather) {
   EXPECT_DOUBLE_EQ(tensorParallelGather(c, group), halfGather);
 }
 
+// The blocks outside the layers, split along the vocabulary: an embedding lookup (and a learned position
+// table, split by nothing), the output layer's GEMM and the loss.
+LayerTemplate vocabBlock(bool embedding, bool positions, bool head, bool loss) {
+  LayerTemplate t;
+  auto add = [&](OpKind kind, Shard shard) {
+    OpTemplate op;
+    op.kind = kind;
+    op.shard = shard;
+    t.ops.push_back(op);
+  };
+  if (embedding) add(OpKind::kEmbedding, Shard::kVocab);
+  if (positions) add(OpKind::kEmbedding, Shard::kSequence);
+  if (head) add(OpKind::kMatMul, Shard::kVocab);
+  if (loss) add(OpKind::kCrossEntropy, Shard::kVocab);
+  return t;
+}
+
+TEST(LayerComm, TheEmbeddingTheOutputLayerAndTheLossTalkOverTheTensorParallelGroup) {
+  const Node node;
+  const GroupPlacement group = placeRanks(node.cluster, 4, 1);
+  LayerConfig c = config(4, 1);
+  c.sequenceParallel = true;
+  // [b, s, h] = 2 x 8192 x 4096 at 2 bytes; the loss reduces one fp32 per token (2 x 8192).
+  const double bytes = 2.0 * 8192 * 4096 * 2;
+  const double rows = 2.0 * 8192;
+  const double gather = collectiveSeconds(Collective::kAllGather, bytes, group);
+  const double scatter = collectiveSeconds(Collective::kReduceScatter, bytes, group);
+  const double allReduce = collectiveSeconds(Collective::kAllReduce, bytes, group);
+  // Under sequence parallelism the lookup's partial sums are reduce-scattered into sequence shards
+  // (backward: the gradient all-gathered).
+  LayerCost embedding;
+  vocabParallelComm(vocabBlock(true, false, false, false), c, group, embedding);
+  EXPECT_DOUBLE_EQ(embedding.tpCommFwd, scatter);
+  EXPECT_DOUBLE_EQ(embedding.tpCommBwd, gather);
+  EXPECT_EQ(embedding.opsFwd, 1);
+  EXPECT_EQ(embedding.opsBwd, 1);
+  // With learned positions Megatron all-reduces the sum and splits it.
+  LayerCost positions;
+  vocabParallelComm(vocabBlock(true, true, false, false), c, group, positions);
+  EXPECT_DOUBLE_EQ(positions.tpCommFwd, allReduce);
+  EXPECT_DOUBLE_EQ(positions.tpCommBwd, gather);
+  // The output layer gathers its input and reduce-scatters its input gradient; Megatron's unfused loss
+  // all-reduces three fp32 values per token.
+  LayerCost head;
+  vocabParallelComm(vocabBlock(false, false, true, true), c, group, head);
+  const double tokenReduce = collectiveSeconds(Collective::kAllReduce, rows * 4, group);
+  EXPECT_DOUBLE_EQ(head.tpCommFwd, gather + 3 * tokenReduce);
+  EXPECT_DOUBLE_EQ(head.tpCommBwd, scatter);
+  EXPECT_EQ(head.opsFwd, 1 + 3);
+  EXPECT_EQ(head.opsBwd, 1);
+  // The fused loss reduces the maximum, then the target logit and the sum together; Transformer
+  // Engine's gathers each rank's three values once.
+  c.fusedCrossEntropy = true;
+  LayerCost fused;
+  vocabParallelComm(vocabBlock(false, false, false, true), c, group, fused);
+  EXPECT_DOUBLE_EQ(fused.tpCommFwd, tokenReduce + collectiveSeconds(Collective::kAllReduce, rows * 8, group));
+  EXPECT_EQ(fused.opsFwd, 2);
+  c.crossEntropyInPlace = true;
+  LayerCost te;
+  vocabParallelComm(vocabBlock(false, false, false, true), c, group, te);
+  EXPECT_DOUBLE_EQ(te.tpCommFwd, collectiveSeconds(Collective::kAllGather, rows * 12 * 4, group));
+  EXPECT_EQ(te.opsFwd, 1);
+  // Without sequence parallelism: the lookup all-reduced, the output layer's input gradient too.
+  c = config(4, 1);
+  LayerCost plain;
+  vocabParallelComm(vocabBlock(true, false, true, false), c, group, plain);
+  EXPECT_DOUBLE_EQ(plain.tpCommFwd, allReduce);
+  EXPECT_DOUBLE_EQ(plain.tpCommBwd, allReduce);
+  // A transformer layer has no such block.
+  LayerCost layer;
+  vocabParallelComm(vocabBlock(false, false, false, false), c, group, layer);
+  EXPECT_EQ(layer.tpCommFwd + layer.tpCommBwd + layer.opsFwd + layer.opsBwd, 0);
+}
+
 }  // namespace
 }  // namespace colo::costmodel::detail
