@@ -364,12 +364,41 @@ namespace {
 
 // Closed-form pipeline time: the slowest stage paces the steady state; the others add fill and drain,
 // shortened by virtual stages (interleaving) or by deferring weight gradients (zero bubble). Then the
-// tail (data-parallel sync and optimizer; stage s finishes its last backward roughly the backward time
-// of the stages before it earlier than stage 0), and the breakdown on the critical path: the slowest
-// stage's per-micro-batch parts times m, the fill and drain as bubble, the tail split into its
-// data-parallel and optimizer parts.
+// tail, and the breakdown on the critical path: the slowest stage's per-micro-batch parts times m, the
+// fill and drain as bubble, the tail split into its data-parallel and optimizer parts.
+//
+// The tail meets at the gradient norm. Every framework colo models takes the global norm of the
+// gradients before any stage steps (Megatron's clip_grad_norm / get_grad_norm_fp32, all-reduced over the
+// model-parallel group, clip_grad 1.0 by default; torchtitan's clip_grad_norm_ over the pipeline mesh;
+// DeepSpeed's optimizers' global norm over the model-parallel ranks, clipping or not): the stages' steps
+// wait for the last stage to finish reducing its gradients. Stage s finishes its last backward about
+// the backward time of the stages before it earlier than stage 0, and its reduction starts then; after
+// the norm each stage steps and gathers its updated shards, and the next step's first forward reaches
+// stage s after the stages before it, so a later stage's longer step hides behind their forwards.
+// Returns the tail split into its data-parallel and optimizer seconds.
+struct TailSplit {
+  double dataParallel = 0, optimizer = 0;
+};
+TailSplit stepTail(const std::vector<detail::StageTail>& tails, const Evaluation& ev, double v) {
+  double beforeNorm = 0, afterNorm = 0, afterGatherShare = 0;
+  double slackBackward = 0, slackForward = 0;
+  for (std::size_t s = 0; s < tails.size(); ++s) {
+    const detail::StageTail& t = tails[s];
+    beforeNorm = std::max(beforeNorm, t.dataParallel - t.afterNorm - slackBackward);
+    const double step = t.optimizer + t.afterNorm;
+    if (step - slackForward > afterNorm) {
+      afterNorm = step - slackForward;
+      afterGatherShare = step > 0 ? t.afterNorm / step : 0.0;
+    }
+    slackBackward += ev.stages[s].backwardSeconds / v;
+    slackForward += ev.stages[s].forwardSeconds / v;
+  }
+  return {beforeNorm + afterNorm * afterGatherShare, afterNorm * (1.0 - afterGatherShare)};
+}
+
 void closeSchedule(const Plan& plan, const std::vector<detail::StageWork>& work,
-                   const std::vector<detail::StageTime>& times, Evaluation& ev) {
+                   const std::vector<detail::StageTime>& times, const std::vector<detail::StageTail>& tails,
+                   Evaluation& ev) {
   const double mb = static_cast<double>(plan.numMicroBatches());
   const double v = static_cast<double>(plan.parallel.virtualStages);
   std::size_t slowest = 0;
@@ -383,20 +412,9 @@ void closeSchedule(const Plan& plan, const std::vector<detail::StageWork>& work,
   double pipeline = mb * tMax + fill;
   if (plan.schedule == Schedule::kInterleaved) pipeline = mb * tMax + fill / v;
   if (plan.schedule == Schedule::kZeroBubble) pipeline = mb * tMax + fill / 3.0;
-  double tail = 0;
-  std::size_t tailStage = 0;
-  double slack = 0;
-  for (std::size_t s = 0; s < ev.stages.size(); ++s) {
-    const StageReport& st = ev.stages[s];
-    const double t = std::max(0.0, st.dpExposedSeconds + st.optimizerSeconds - slack);
-    if (t > tail) {
-      tail = t;
-      tailStage = s;
-    }
-    slack += st.backwardSeconds / v;
-  }
+  const TailSplit tail = stepTail(tails, ev, v);
   ev.pipelineSeconds = pipeline;
-  ev.stepSeconds = pipeline + tail;
+  ev.stepSeconds = pipeline + tail.dataParallel + tail.optimizer;
 
   const detail::StageWork& w = work[slowest];
   const detail::StageTime& t = times[slowest];
@@ -411,12 +429,8 @@ void closeSchedule(const Plan& plan, const std::vector<detail::StageWork>& work,
   tb.gradAccum = mb * t.accumulate;
   tb.offload = mb * (t.offload + t.offloadGradients + t.activationOffload);
   tb.bubble = pipeline - mb * tMax;
-  if (tail > 0) {
-    const StageReport& st = ev.stages[tailStage];
-    const double parts = st.dpExposedSeconds + st.optimizerSeconds;
-    tb.dpComm += parts > 0 ? tail * st.dpExposedSeconds / parts : 0.0;
-    tb.optimizer = parts > 0 ? tail * st.optimizerSeconds / parts : 0.0;
-  }
+  tb.dpComm += tail.dataParallel;
+  tb.optimizer = tail.optimizer;
   ev.bubbleFraction = ev.stepSeconds > 0 ? tb.bubble / ev.stepSeconds : 0.0;
 }
 
@@ -510,6 +524,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   ev.stages.resize(static_cast<std::size_t>(pp));
   std::vector<detail::StageWork> work(static_cast<std::size_t>(pp));
   std::vector<detail::StageTime> times(static_cast<std::size_t>(pp));
+  std::vector<detail::StageTail> tails(static_cast<std::size_t>(pp));
   double recomputeFlopsPerMicroBatch = 0;
   for (std::int64_t s = 0; s < pp; ++s) {
     const auto i = static_cast<std::size_t>(s);
@@ -525,12 +540,12 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
     st.paramsPerGpu = w.params;
     st.memory = detail::stageMemory(plan, w, s, bytes, memoryInputs, &st.inFlightMicroBatches);
     ev.peakMemoryBytes = std::max(ev.peakMemoryBytes, st.memory.total());
-    const detail::StageTail tail = detail::stageTail(plan, w, s, groups, device, bytes, optimizerInputs);
+    const detail::StageTail& tail = tails[i] = detail::stageTail(plan, w, s, groups, device, bytes, optimizerInputs);
     st.dpExposedSeconds = tail.dataParallel;
     st.optimizerSeconds = tail.optimizer;
     st.offloadPcieSeconds = tail.offloadPcie;
   }
-  closeSchedule(plan, work, times, ev);
+  closeSchedule(plan, work, times, tails, ev);
 
   const double gpus = static_cast<double>(I.cluster.totalGpus());
   const double samples = static_cast<double>(plan.globalBatchSize);

@@ -466,8 +466,8 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
     };
     // DeepSpeed's per-parameter ZeRO-3 collectives synchronize the device: nothing hides them.
     const bool synchronous = plan.zeroStage == 3 && plan.execution.perParameterGathers;
-    tail.dataParallel = exposedOf(reduce, plan.execution.overlapGradReduce && !synchronous, w.bwd + w.rec) +
-                        exposedOf(gather, plan.execution.overlapParamGather, w.fwd);
+    tail.afterNorm = exposedOf(gather, plan.execution.overlapParamGather, w.fwd);
+    tail.dataParallel = exposedOf(reduce, plan.execution.overlapGradReduce && !synchronous, w.bwd + w.rec) + tail.afterNorm;
   }
   // The mixed-precision optimizer step at HBM speed (bytes per parameter: optimizerStepBytes); offloaded
   // states are updated by the host, their gradients and weights crossing PCIe.

@@ -148,6 +148,7 @@ struct StageMemoryInputs {
 /// all-reduce) exposed after a stage's last backward, and its optimizer step.
 struct StageTail {
   double dataParallel = 0;
+  double afterNorm = 0;    // part of dataParallel: the updated shards' gather, after the step
   double optimizer = 0;
   double offloadPcie = 0;  // part of optimizer
 };

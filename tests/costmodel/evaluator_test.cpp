@@ -133,6 +133,31 @@ TEST(Evaluator, TheHeadRunsOnTheVocabularyPaddedTo128TimesTp) {
   }
 }
 
+TEST(Evaluator, TheStagesStepsWaitForTheGradientNormOverAllStages) {
+  // Llama 3 8B on 16 GPUs, pp 2 split 4 + 28 layers, dp 8 all-reducing its gradients after the
+  // backward (ZeRO 0: nothing gathered after the step). Every stage reduces its gradients, then all
+  // meet at the global gradient norm, then each steps: the tail is the longest reduction (stage 1
+  // finishes its last backward stage 0's backward earlier) plus the longest step (stage 1's next
+  // first forward comes stage 0's forward later).
+  Plan p = makePlan("llama3-8b", "dgx-h100-x64", 16, 1, 2, 64);
+  p.stages[0].layers = 4;
+  p.stages[1].layers = 28;
+  const Evaluation ev = evaluateOrFail(p);
+  ASSERT_EQ(ev.stages.size(), 2u);
+  const StageReport& first = ev.stages[0];
+  const StageReport& last = ev.stages[1];
+  ASSERT_GT(last.dpExposedSeconds, first.dpExposedSeconds);
+  ASSERT_GT(last.optimizerSeconds, first.optimizerSeconds);
+  const double beforeNorm = std::max(first.dpExposedSeconds, last.dpExposedSeconds - first.backwardSeconds);
+  const double afterNorm = std::max(first.optimizerSeconds, last.optimizerSeconds - first.forwardSeconds);
+  EXPECT_NEAR(ev.stepSeconds - ev.pipelineSeconds, beforeNorm + afterNorm, 1e-12);
+  EXPECT_NEAR(ev.time.optimizer, afterNorm, 1e-12);
+  // Not each stage's reduction and step back to back, the longest of those: the norm splits them.
+  const double backToBack = std::max(first.dpExposedSeconds + first.optimizerSeconds,
+                                     last.dpExposedSeconds + last.optimizerSeconds - first.backwardSeconds);
+  EXPECT_GT(std::abs(backToBack - (beforeNorm + afterNorm)), 1e-4);
+}
+
 TEST(Evaluator, OptimizerStepMovesWhatTheMixedPrecisionOptimizerMoves) {
   // fp16 with loss scaling copies and unscales 16-bit gradients before Adam (54 B per parameter);
   // bf16 accumulates fp32 gradients in backward (42 B); the step runs at HBM speed.
