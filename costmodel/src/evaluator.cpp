@@ -369,31 +369,39 @@ namespace {
 //
 // The tail meets at the gradient norm. Every framework colo models takes the global norm of the
 // gradients before any stage steps (Megatron's clip_grad_norm / get_grad_norm_fp32, all-reduced over the
-// model-parallel group, clip_grad 1.0 by default; torchtitan's clip_grad_norm_ over the pipeline mesh;
+// model-parallel group, or every rank with the distributed optimizer; clip_grad 1.0 by default; torchtitan's clip_grad_norm_ over the pipeline mesh;
 // DeepSpeed's optimizers' global norm over the model-parallel ranks, clipping or not): the stages' steps
-// wait for the last stage to finish reducing its gradients. Stage s finishes its last backward about
-// the backward time of the stages before it earlier than stage 0, and its reduction starts then; after
-// the norm each stage steps and gathers its updated shards, and the next step's first forward reaches
-// stage s after the stages before it, so a later stage's longer step hides behind their forwards.
+// wait for the last stage to finish reducing its gradients (and the passes before the norm: scaling the
+// gradient buffer, the NaN check, the norm's own read). Stage s finishes its last backward about the
+// backward time of the stages before it earlier than stage 0, and its reduction starts then; after the
+// norm each stage steps and gathers its updated shards, and the next step's first forward reaches stage
+// s after the stages before it, so a later stage's longer step hides behind their forwards.
 // Returns the tail split into its data-parallel and optimizer seconds.
 struct TailSplit {
   double dataParallel = 0, optimizer = 0;
 };
 TailSplit stepTail(const std::vector<detail::StageTail>& tails, const Evaluation& ev, double v) {
-  double beforeNorm = 0, afterNorm = 0, afterGatherShare = 0;
+  // Each side of the norm: the longest stage's part, split between data-parallel traffic and the
+  // optimizer's passes in that stage's proportion.
+  struct Side {
+    double seconds = 0, traffic = 0;
+    void take(double total, double trafficPart, double slack) {
+      if (total - slack <= seconds) return;
+      seconds = total - slack;
+      traffic = total > 0 ? trafficPart / total : 0.0;
+    }
+  } before, after;
   double slackBackward = 0, slackForward = 0;
   for (std::size_t s = 0; s < tails.size(); ++s) {
     const detail::StageTail& t = tails[s];
-    beforeNorm = std::max(beforeNorm, t.dataParallel - t.afterNorm - slackBackward);
-    const double step = t.optimizer + t.afterNorm;
-    if (step - slackForward > afterNorm) {
-      afterNorm = step - slackForward;
-      afterGatherShare = step > 0 ? t.afterNorm / step : 0.0;
-    }
+    const double reduce = t.dataParallel - t.afterNorm;
+    before.take(reduce + t.beforeNorm, reduce, slackBackward);
+    after.take(t.optimizer - t.beforeNorm + t.afterNorm, t.afterNorm, slackForward);
     slackBackward += ev.stages[s].backwardSeconds / v;
     slackForward += ev.stages[s].forwardSeconds / v;
   }
-  return {beforeNorm + afterNorm * afterGatherShare, afterNorm * (1.0 - afterGatherShare)};
+  return {before.seconds * before.traffic + after.seconds * after.traffic,
+          before.seconds * (1.0 - before.traffic) + after.seconds * (1.0 - after.traffic)};
 }
 
 void closeSchedule(const Plan& plan, const std::vector<detail::StageWork>& work,

@@ -21,6 +21,10 @@ double tensorParallelGather(const LayerConfig& c, const GroupPlacement& tpGroup)
   return collectiveSeconds(Collective::kAllGather, transformerEngineFp8(c) ? bytes / 2.0 : bytes, tpGroup);
 }
 
+double outputLayerGather(const LayerConfig& c, const GroupPlacement& tpGroup) {
+  return collectiveSeconds(Collective::kAllGather, activationBytes(c), tpGroup);
+}
+
 // Tensor-parallel collectives on the full activation: an all-reduce after each row-parallel linear
 // (forward) and on the input gradient of each column-parallel one (backward). Sequence parallelism
 // replaces each by a reduce-scatter and an all-gather, two collectives that each pay their launch.

@@ -11,6 +11,10 @@ namespace colo::costmodel::detail {
 /// column-parallel linear's backward: 16 bits, or the saved fp8 copy under Transformer Engine.
 [[nodiscard]] double tensorParallelGather(const LayerConfig& config, const GroupPlacement& tpGroup);
 
+/// The output layer's input all-gathered again for its weight gradient: always 16 bits (Megatron's own
+/// column-parallel linear, not Transformer Engine's).
+[[nodiscard]] double outputLayerGather(const LayerConfig& config, const GroupPlacement& tpGroup);
+
 /// Sets `out.tpCommFwd/Bwd` (exposed seconds) and adds the collectives to `out.opsFwd/Bwd`.
 void tensorParallelComm(const LayerTemplate& layer, const LayerConfig& config, const DeviceModel& device,
                         const GroupPlacement& tpGroup, LayerCost& out);

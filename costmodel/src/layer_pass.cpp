@@ -116,7 +116,8 @@ class LayerPass {
         opCosts_(opCosts), attentionDevice_(device), b_(static_cast<double>(c.microBatch)), tp_(static_cast<double>(c.tp)),
         cp_(static_cast<double>(c.cp)), tokenScale_(b_ / cp_), seqSplit_(c.sequenceParallel ? tp_ : 1.0),
         bw_(device.memoryBytesPerSecond), floor_(device.kernelFloorSeconds),
-        regather_(c.tp > 1 && c.sequenceParallel ? tensorParallelGather(c, tpGroup) : 0.0) {
+        regather_(c.tp > 1 && c.sequenceParallel ? tensorParallelGather(c, tpGroup) : 0.0),
+        regatherOutput_(c.tp > 1 && c.sequenceParallel ? outputLayerGather(c, tpGroup) : 0.0) {
     // Attention's products keep 16 bits under fp8 (hardware.h).
     attentionDevice_.peakFlopsPerSecond = device.attentionPeakFlopsPerSecond;
     attentionDevice_.gemmEfficiency = device.attentionGemmEfficiency;
@@ -152,6 +153,7 @@ class LayerPass {
   // again beside its input-gradient GEMM (tensorParallelComm): what that costs, and what of it is
   // exposed, summed over the layer.
   const double regather_;
+  const double regatherOutput_;  // the output layer's (Megatron's own linear: 16 bits, no userbuffers)
   double regatherExposed_ = 0;
 
   LayerCost out_;
@@ -294,10 +296,16 @@ OpTime LayerPass::matrixProduct(const OpTemplate& op) {
     wgrad = std::max(wgrad, g->count * io / dev.memoryBytesPerSecond);
   }
   const double dgrad = op.shard == Shard::kRow ? fusedGemm(g->m, g->k, g->n) : gemmOn(dev, g->m, g->k, g->n, g->count, streams);
-  // (The output layer is column-parallel too: Megatron's ColumnParallelLinear re-gathers its input.)
-  if (regather_ > 0 && (op.shard == Shard::kColumn || op.shard == Shard::kVocab) && op.kind == OpKind::kMatMul) {
+  if (regather_ > 0 && op.shard == Shard::kColumn && op.kind == OpKind::kMatMul) {
     const double hidden = c_.tpCommOverlap ? regather_ : std::min(regather_, dgrad);
     regatherExposed_ += std::max(0.0, regather_ - hidden) + device_.overlapSlowdown * hidden;
+    out_.opsBwd += 1;
+  }
+  // The output layer is column-parallel too: Megatron's ColumnParallelLinear gathers its 16-bit input
+  // again beside its input-gradient GEMM, outside Transformer Engine's userbuffers.
+  if (regatherOutput_ > 0 && op.shard == Shard::kVocab && op.kind == OpKind::kMatMul) {
+    const double hidden = std::min(regatherOutput_, dgrad);
+    regatherExposed_ += std::max(0.0, regatherOutput_ - hidden) + device_.overlapSlowdown * hidden;
     out_.opsBwd += 1;
   }
   bwd = dgrad + wgrad;

@@ -477,6 +477,9 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
   // optimizerStepBytes zeroes the gradients of the rank's shard; a Megatron buffer is zeroed whole, below.
   const double stepBytes = optimizerStepBytes(plan.precision, plan.execution.fp32Params, plan.optimizer) - buffer;
   tail.optimizer = onDevice * stepBytes / device.memoryBytesPerSecond;
+  // Of the step, the norm's own read of the fp32 gradients (4 B) comes before the norm is all-reduced.
+  constexpr double kNormReadBytes = 4.0;
+  tail.beforeNorm = onDevice * kNormReadBytes / device.memoryBytesPerSecond;
   if (in.measuredAdam && plan.optimizer == Optimizer::kAdamW) {
     // The measured AdamW step over fp32 master weights (linear in the parameter count).
     if (const auto t = in.measuredAdam->lookupStreaming("adam_step.fwd", onDevice)) tail.optimizer = t->first;
@@ -489,10 +492,17 @@ StageTail stageTail(const Plan& plan, const StageWork& w, std::int64_t stage, co
   // on the compute stream, nothing beside them: the zeroing before the first forward, the scaling in the
   // last backward.
   if (buffer > 0) {
-    const double passes = 1.0 + (par.dp * par.cp > 1 ? 2.0 : 0.0);
-    tail.optimizer += passes * w.params * buffer / device.memoryBytesPerSecond;
+    const double pass = w.params * buffer / device.memoryBytesPerSecond;
+    const double scaling = par.dp * par.cp > 1 ? 2.0 * pass : 0.0;  // before the reduction, so before the norm
+    tail.optimizer += pass + scaling;
+    tail.beforeNorm += scaling;
   }
-  if (plan.execution.gradNanCheck) tail.optimizer += nanCheckSeconds(plan, w, bytes, device, stage);
+  if (plan.execution.gradNanCheck) {
+    // Megatron checks each bucket as it starts reducing it: before the norm.
+    const double check = nanCheckSeconds(plan, w, bytes, device, stage);
+    tail.optimizer += check;
+    tail.beforeNorm += check;
+  }
   if (plan.offload.optimizerFraction > 0) {
     const double offParams = localParams * plan.offload.optimizerFraction;
     tail.offloadPcie = offParams * (bytes.gradient + bytes.weight) / offloadBytesPerSecond(plan, in.pcieBytesPerSecond);

@@ -150,6 +150,7 @@ struct StageTail {
   double dataParallel = 0;
   double afterNorm = 0;    // part of dataParallel: the updated shards' gather, after the step
   double optimizer = 0;
+  double beforeNorm = 0;   // part of optimizer: the passes before the gradient norm's all-reduce
   double offloadPcie = 0;  // part of optimizer
 };
 /// The rate at which offloaded states reach one GPU: PCIe from host memory; with offload.target nvme the

@@ -207,6 +207,13 @@ TEST(LayerComm, TheEmbeddingTheOutputLayerAndTheLossTalkOverTheTensorParallelGro
   vocabParallelComm(vocabBlock(false, false, false, true), c, group, fused);
   EXPECT_DOUBLE_EQ(fused.tpCommFwd, tokenReduce + collectiveSeconds(Collective::kAllReduce, rows * 8, group));
   EXPECT_EQ(fused.opsFwd, 2);
+  // Megatron's native loss fusion reduces the same way.
+  LayerConfig native = c;
+  native.fusedCrossEntropy = false;
+  native.nativeFusedLoss = true;
+  LayerCost nativeLoss;
+  vocabParallelComm(vocabBlock(false, false, false, true), native, group, nativeLoss);
+  EXPECT_DOUBLE_EQ(nativeLoss.tpCommFwd, fused.tpCommFwd);
   c.crossEntropyInPlace = true;
   LayerCost te;
   vocabParallelComm(vocabBlock(false, false, false, true), c, group, te);
@@ -218,6 +225,13 @@ TEST(LayerComm, TheEmbeddingTheOutputLayerAndTheLossTalkOverTheTensorParallelGro
   vocabParallelComm(vocabBlock(true, false, true, false), c, group, plain);
   EXPECT_DOUBLE_EQ(plain.tpCommFwd, allReduce);
   EXPECT_DOUBLE_EQ(plain.tpCommBwd, allReduce);
+  EXPECT_EQ(plain.opsFwd, 1);
+  EXPECT_EQ(plain.opsBwd, 1);
+  // ... with learned positions too (nothing to split), and the backward's all-reduce is nothing.
+  LayerCost plainPositions;
+  vocabParallelComm(vocabBlock(true, true, false, false), c, group, plainPositions);
+  EXPECT_DOUBLE_EQ(plainPositions.tpCommFwd, allReduce);
+  EXPECT_DOUBLE_EQ(plainPositions.tpCommBwd, 0.0);
   // A transformer layer has no such block.
   LayerCost layer;
   vocabParallelComm(vocabBlock(false, false, false, false), c, group, layer);
