@@ -73,8 +73,9 @@ void tensorParallelComm(const LayerTemplate& layer, const LayerConfig& c, const 
 // output and loss_parallel), talk over the tensor-parallel group outside the layers:
 // - the embedding lookup leaves each rank a partial [b, s, h] (rows of other ranks' vocabulary are
 //   zero): reduce-scattered into sequence shards under sequence parallelism, all-reduced without it
-//   (VocabParallelEmbedding.forward); with learned absolute positions Megatron all-reduces and then
-//   splits the sum (LanguageModelEmbedding: reduce_scatter_embeddings needs no position table). The
+//   (VocabParallelEmbedding.forward); with another table beside the vocabulary's (learned absolute
+//   positions, token types) Megatron all-reduces and then splits the sum (LanguageModelEmbedding:
+//   reduce_scatter_embeddings needs no position table and no token types). The
 //   backward of a reduce-scatter or a split all-gathers the gradient; an all-reduce's is nothing.
 // - the output layer is a column-parallel linear: under sequence parallelism it all-gathers its input
 //   forward and reduce-scatters its input gradient backward, without it all-reduces that gradient
@@ -84,9 +85,9 @@ void tensorParallelComm(const LayerTemplate& layer, const LayerConfig& c, const 
 //   (two), Transformer Engine's parallel cross-entropy all-gathers each rank's (max, sum, target) triple
 //   once (one).
 void vocabParallelComm(const LayerTemplate& block, const LayerConfig& c, const GroupPlacement& tpGroup, LayerCost& out) {
-  double embeddings = 0, positions = 0, heads = 0, losses = 0;
+  double embeddings = 0, otherTables = 0, heads = 0, losses = 0;
   for (const auto& op : block.ops) {
-    if (op.kind == OpKind::kEmbedding) (op.shard == Shard::kVocab ? embeddings : positions) += 1;
+    if (op.kind == OpKind::kEmbedding) (op.shard == Shard::kVocab ? embeddings : otherTables) += 1;
     if (op.kind == OpKind::kMatMul && op.shard == Shard::kVocab) heads += 1;
     if (op.kind == OpKind::kCrossEntropy && op.shard == Shard::kVocab) losses += 1;
   }
@@ -96,7 +97,7 @@ void vocabParallelComm(const LayerTemplate& block, const LayerConfig& c, const G
   const double gather = collectiveSeconds(Collective::kAllGather, bytes, tpGroup);
   const double scatter = collectiveSeconds(Collective::kReduceScatter, bytes, tpGroup);
   const bool sp = c.sequenceParallel;
-  const bool summedThenSplit = sp && positions > 0;
+  const bool summedThenSplit = sp && otherTables > 0;
   out.tpCommFwd += embeddings * (sp && !summedThenSplit ? scatter : allReduce) + heads * (sp ? gather : 0.0);
   out.tpCommBwd += embeddings * (sp ? gather : 0.0) + heads * (sp ? scatter : allReduce);
   out.opsFwd += embeddings + (sp ? heads : 0.0);

@@ -296,18 +296,18 @@ OpTime LayerPass::matrixProduct(const OpTemplate& op) {
     wgrad = std::max(wgrad, g->count * io / dev.memoryBytesPerSecond);
   }
   const double dgrad = op.shard == Shard::kRow ? fusedGemm(g->m, g->k, g->n) : gemmOn(dev, g->m, g->k, g->n, g->count, streams);
-  if (regather_ > 0 && op.shard == Shard::kColumn && op.kind == OpKind::kMatMul) {
-    const double hidden = c_.tpCommOverlap ? regather_ : std::min(regather_, dgrad);
-    regatherExposed_ += std::max(0.0, regather_ - hidden) + device_.overlapSlowdown * hidden;
+  // The re-gather of a column-parallel linear's input runs beside its input-gradient GEMM; what that
+  // GEMM (or, for the layers' linears, Transformer Engine's userbuffers) does not cover is exposed,
+  // and what it covers slows both by the overlap factor.
+  auto regather = [&](double gather, bool userbuffers) {
+    const double hidden = userbuffers ? gather : std::min(gather, dgrad);
+    regatherExposed_ += std::max(0.0, gather - hidden) + device_.overlapSlowdown * hidden;
     out_.opsBwd += 1;
-  }
+  };
+  if (op.kind == OpKind::kMatMul && op.shard == Shard::kColumn && regather_ > 0) regather(regather_, c_.tpCommOverlap);
   // The output layer is column-parallel too: Megatron's ColumnParallelLinear gathers its 16-bit input
   // again beside its input-gradient GEMM, outside Transformer Engine's userbuffers.
-  if (regatherOutput_ > 0 && op.shard == Shard::kVocab && op.kind == OpKind::kMatMul) {
-    const double hidden = std::min(regatherOutput_, dgrad);
-    regatherExposed_ += std::max(0.0, regatherOutput_ - hidden) + device_.overlapSlowdown * hidden;
-    out_.opsBwd += 1;
-  }
+  if (op.kind == OpKind::kMatMul && op.shard == Shard::kVocab && regatherOutput_ > 0) regather(regatherOutput_, false);
   bwd = dgrad + wgrad;
   // A biased linear's bias gradient sums its output gradient over the rows (Megatron-LM's
   // linears: grad_output.sum(dim=0); PyTorch's autograd reduces a broadcast bias the same way):

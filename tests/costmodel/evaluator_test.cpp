@@ -46,6 +46,14 @@ Evaluation evaluateOrFail(const Plan& p) {
   return ev ? *ev : Evaluation{};
 }
 
+// The same one-stage plan with `extra` more layers: what a layer adds is the difference of the two.
+Plan withMoreLayers(const Plan& p, std::int64_t extra) {
+  Plan deeper = p;
+  deeper.model.spec->numLayers += extra;
+  deeper.stages = uniformStages(deeper.model.numLayers(), 1, RecomputePolicy::kNone);
+  return deeper;
+}
+
 // An evaluator forms a plan's layer costs once for plans that differ only in what the layers do not
 // depend on (stages, recompute), kept per thread: whatever the order of evaluations, of evaluators and
 // of evaluators freed and created again, every evaluation equals a fresh evaluator's.
@@ -297,9 +305,7 @@ TEST(Evaluator, OverlappedCommunicationStillSlowsTheComputeBesideIt) {
   // Tensor-parallel overlap: 15% of a layer's collectives exposed plus the slowdown on the hidden 85%
   // (one layer more shows a layer's; the embedding's, output layer's and loss's stay exposed).
   Plan t = makePlan("llama2-7b", "dgx-a100-80gb", 8, 8, 1, 8);
-  Plan deeper = t;
-  deeper.model.spec->numLayers += 1;
-  deeper.stages = uniformStages(deeper.model.numLayers(), 1, RecomputePolicy::kNone);
+  Plan deeper = withMoreLayers(t, 1);
   auto layerComm = [&] { return evaluateOrFail(deeper).time.tpComm - evaluateOrFail(t).time.tpComm; };
   const double serial = layerComm();
   t.execution.tpCommOverlap = deeper.execution.tpCommOverlap = true;
@@ -317,9 +323,7 @@ TEST(Evaluator, SequenceParallelPaysTwoCollectivesAndGathersEachColumnInputAgain
   p.execution.tpCommOverlap = true;
   p.execution.hostMicrosecondsPerOp = 0;
   const Evaluation base = evaluateOrFail(p);
-  Plan deeper = p;
-  deeper.model.spec->numLayers += 2;
-  deeper.stages = uniformStages(deeper.model.numLayers(), 1, RecomputePolicy::kNone);
+  Plan deeper = withMoreLayers(p, 2);
   const Evaluation more = evaluateOrFail(deeper);
   const GroupPlacement g = placeGroup(p.cluster, p.parallel, Dim::kTp);
   const double bytes = 1.0 * static_cast<double>(p.seqLen) * static_cast<double>(p.model.spec->hiddenSize) * 2.0;
@@ -349,9 +353,7 @@ TEST(Evaluator, TheEmbeddingTheOutputLayerAndTheLossAddTheirOwnTensorParallelCol
   p.parallel.sequenceParallel = true;
   p.execution.tpCommOverlap = true;
   p.execution.hostMicrosecondsPerOp = 0;
-  Plan deeper = p;
-  deeper.model.spec->numLayers += 1;
-  deeper.stages = uniformStages(deeper.model.numLayers(), 1, RecomputePolicy::kNone);
+  Plan deeper = withMoreLayers(p, 1);
   const double microBatches = static_cast<double>(p.numMicroBatches());
   const double base = evaluateOrFail(p).time.tpComm / microBatches;
   const double perLayer = evaluateOrFail(deeper).time.tpComm / microBatches - base;
@@ -378,9 +380,7 @@ TEST(Evaluator, AsyncTensorParallelismLeavesTheBackwardReduceScattersExposed) {
   p.execution.tpCommOverlap = true;
   p.execution.tpOverlap = TpOverlap::kMicroPipeline;
   p.execution.hostMicrosecondsPerOp = 0;
-  Plan deeper = p;
-  deeper.model.spec->numLayers += 2;
-  deeper.stages = uniformStages(deeper.model.numLayers(), 1, RecomputePolicy::kNone);
+  Plan deeper = withMoreLayers(p, 2);
   const double microBatches = static_cast<double>(p.numMicroBatches());
   auto perLayer = [&] { return (evaluateOrFail(deeper).time.tpComm - evaluateOrFail(p).time.tpComm) / (2 * microBatches); };
   const GroupPlacement g = placeGroup(p.cluster, p.parallel, Dim::kTp);
@@ -416,9 +416,7 @@ TEST(Evaluator, AsyncTensorParallelismRunsEachFusedMatmulAsOnePerShard) {
   p.parallel.sequenceParallel = true;
   p.execution.tpCommOverlap = true;
   p.execution.hostMicrosecondsPerOp = 0;
-  Plan deeper = p;
-  deeper.model.spec->numLayers += 2;
-  deeper.stages = uniformStages(deeper.model.numLayers(), 1, RecomputePolicy::kNone);
+  Plan deeper = withMoreLayers(p, 2);
   const double microBatches = static_cast<double>(p.numMicroBatches());
   auto perLayer = [&](TpOverlap how) {
     p.execution.tpOverlap = deeper.execution.tpOverlap = how;
@@ -450,9 +448,7 @@ TEST(Evaluator, TransformerEngineFp8AllGathersTheFp8CastUnderSequenceParallelism
   p.execution.hostMicrosecondsPerOp = 0;
   p.precision = DType::kFp8;
   ASSERT_EQ(p.execution.float8Recipe, Float8Recipe::kTransformerEngine);
-  Plan deeper = p;
-  deeper.model.spec->numLayers += 2;
-  deeper.stages = uniformStages(deeper.model.numLayers(), 1, RecomputePolicy::kNone);
+  Plan deeper = withMoreLayers(p, 2);
   const double perLayer = (evaluateOrFail(deeper).time.tpComm - evaluateOrFail(p).time.tpComm) /
                           (2 * static_cast<double>(p.numMicroBatches()));
   const GroupPlacement g = placeGroup(p.cluster, p.parallel, Dim::kTp);

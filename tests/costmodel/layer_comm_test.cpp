@@ -170,6 +170,12 @@ LayerTemplate vocabBlock(bool embedding, bool positions, bool head, bool loss) {
 TEST(LayerComm, TheEmbeddingTheOutputLayerAndTheLossTalkOverTheTensorParallelGroup) {
   const Node node;
   const GroupPlacement group = placeRanks(node.cluster, 4, 1);
+  // The collectives of one block (embedding, positions, output layer, loss: which of them it has).
+  auto comm = [&](bool embedding, bool positions, bool head, bool loss, const LayerConfig& settings) {
+    LayerCost cost;
+    vocabParallelComm(vocabBlock(embedding, positions, head, loss), settings, group, cost);
+    return cost;
+  };
   LayerConfig c = config(4, 1);
   c.sequenceParallel = true;
   // [b, s, h] = 2 x 8192 x 4096 at 2 bytes; the loss reduces one fp32 per token (2 x 8192).
@@ -180,21 +186,18 @@ TEST(LayerComm, TheEmbeddingTheOutputLayerAndTheLossTalkOverTheTensorParallelGro
   const double allReduce = collectiveSeconds(Collective::kAllReduce, bytes, group);
   // Under sequence parallelism the lookup's partial sums are reduce-scattered into sequence shards
   // (backward: the gradient all-gathered).
-  LayerCost embedding;
-  vocabParallelComm(vocabBlock(true, false, false, false), c, group, embedding);
+  const LayerCost embedding = comm(true, false, false, false, c);
   EXPECT_DOUBLE_EQ(embedding.tpCommFwd, scatter);
   EXPECT_DOUBLE_EQ(embedding.tpCommBwd, gather);
   EXPECT_EQ(embedding.opsFwd, 1);
   EXPECT_EQ(embedding.opsBwd, 1);
   // With learned positions Megatron all-reduces the sum and splits it.
-  LayerCost positions;
-  vocabParallelComm(vocabBlock(true, true, false, false), c, group, positions);
+  const LayerCost positions = comm(true, true, false, false, c);
   EXPECT_DOUBLE_EQ(positions.tpCommFwd, allReduce);
   EXPECT_DOUBLE_EQ(positions.tpCommBwd, gather);
   // The output layer gathers its input and reduce-scatters its input gradient; Megatron's unfused loss
   // all-reduces three fp32 values per token.
-  LayerCost head;
-  vocabParallelComm(vocabBlock(false, false, true, true), c, group, head);
+  const LayerCost head = comm(false, false, true, true, c);
   const double tokenReduce = collectiveSeconds(Collective::kAllReduce, rows * 4, group);
   EXPECT_DOUBLE_EQ(head.tpCommFwd, gather + 3 * tokenReduce);
   EXPECT_DOUBLE_EQ(head.tpCommBwd, scatter);
@@ -203,38 +206,32 @@ TEST(LayerComm, TheEmbeddingTheOutputLayerAndTheLossTalkOverTheTensorParallelGro
   // The fused loss reduces the maximum, then the target logit and the sum together; Transformer
   // Engine's gathers each rank's three values once.
   c.fusedCrossEntropy = true;
-  LayerCost fused;
-  vocabParallelComm(vocabBlock(false, false, false, true), c, group, fused);
+  const LayerCost fused = comm(false, false, false, true, c);
   EXPECT_DOUBLE_EQ(fused.tpCommFwd, tokenReduce + collectiveSeconds(Collective::kAllReduce, rows * 8, group));
   EXPECT_EQ(fused.opsFwd, 2);
   // Megatron's native loss fusion reduces the same way.
   LayerConfig native = c;
   native.fusedCrossEntropy = false;
   native.nativeFusedLoss = true;
-  LayerCost nativeLoss;
-  vocabParallelComm(vocabBlock(false, false, false, true), native, group, nativeLoss);
+  const LayerCost nativeLoss = comm(false, false, false, true, native);
   EXPECT_DOUBLE_EQ(nativeLoss.tpCommFwd, fused.tpCommFwd);
   c.crossEntropyInPlace = true;
-  LayerCost te;
-  vocabParallelComm(vocabBlock(false, false, false, true), c, group, te);
+  const LayerCost te = comm(false, false, false, true, c);
   EXPECT_DOUBLE_EQ(te.tpCommFwd, collectiveSeconds(Collective::kAllGather, rows * 12 * 4, group));
   EXPECT_EQ(te.opsFwd, 1);
   // Without sequence parallelism: the lookup all-reduced, the output layer's input gradient too.
   c = config(4, 1);
-  LayerCost plain;
-  vocabParallelComm(vocabBlock(true, false, true, false), c, group, plain);
+  const LayerCost plain = comm(true, false, true, false, c);
   EXPECT_DOUBLE_EQ(plain.tpCommFwd, allReduce);
   EXPECT_DOUBLE_EQ(plain.tpCommBwd, allReduce);
   EXPECT_EQ(plain.opsFwd, 1);
   EXPECT_EQ(plain.opsBwd, 1);
   // ... with learned positions too (nothing to split), and the backward's all-reduce is nothing.
-  LayerCost plainPositions;
-  vocabParallelComm(vocabBlock(true, true, false, false), c, group, plainPositions);
+  const LayerCost plainPositions = comm(true, true, false, false, c);
   EXPECT_DOUBLE_EQ(plainPositions.tpCommFwd, allReduce);
   EXPECT_DOUBLE_EQ(plainPositions.tpCommBwd, 0.0);
   // A transformer layer has no such block.
-  LayerCost layer;
-  vocabParallelComm(vocabBlock(false, false, false, false), c, group, layer);
+  const LayerCost layer = comm(false, false, false, false, c);
   EXPECT_EQ(layer.tpCommFwd + layer.tpCommBwd + layer.opsFwd + layer.opsBwd, 0);
 }
 
