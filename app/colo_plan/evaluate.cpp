@@ -63,6 +63,7 @@ const std::vector<OptionSpec>& evaluateOptions() {
       {"unfused-kernels", "OPS", "ops the framework runs as PyTorch's eager decompositions, not one fused kernel each: all (torchtitan without compile, Hugging Face models), or a comma list of rmsnorm, final_rmsnorm (the norm after the last block: torchtitan's compiled runs), rotary, gated_activation (default: none, as Megatron, Transformer Engine and torch.compile)"},
       {"torch-cross-entropy", "", "the loss is PyTorch's F.cross_entropy on fp32 logits (torchtitan, Hugging Face): its backward holds two fp32 gradients of the logits beside the saved log-probabilities"},
       {"native-fused-cross-entropy", "", "the loss is Megatron-Core's native fusion of its vocab-parallel cross-entropy (--cross-entropy-loss-fusion; Megatron-Bridge's default): its fp32 passes compiled into fewer kernels"},
+      {"fp8-output-proj", "", "with --precision fp8 --float8-recipe mxfp8: the output layer runs in MXFP8 too (Megatron-Core's fp8_output_proj); otherwise it runs at 16 bits"},
       {"grad-nan-check", "", "Megatron-LM's check of every gradient bucket's norm for NaN and Inf before it is reduced (its default since 2023-09)"},
       {"grad-reduce-in-bf16", "", "Megatron's gradient buffer and its reduction in bf16 (its --grad-reduce-in-bf16; default fp32)"},
       {"te-dummy-wgrads", "", "Transformer Engine (2.3 on) keeps a placeholder weight gradient per distinct weight shape (Megatron-Core, Megatron-Bridge)"},
@@ -105,7 +106,7 @@ Error toOptionError(Error e) {
       {"/offload/optimizer_fraction", "--offload-optimizer"}, {"/offload/params_fraction", "--offload-params"},
       {"/offload/target", "--offload-optimizer"}, {"/stages", "--stages"},
       {"/execution/hierarchical_cp_sizes", "--hierarchical-cp-sizes"}, {"/execution/cp_comm_type", "--cp-comm-type"},
-      {"/execution/native_fused_cross_entropy", "--native-fused-cross-entropy"}};
+      {"/execution/native_fused_cross_entropy", "--native-fused-cross-entropy"}, {"/execution/fp8_output_proj", "--fp8-output-proj"}};
   if (e.file.empty()) {
     std::string path = e.path;
     if (path.rfind("/stages/", 0) == 0) path = "/stages";
@@ -201,6 +202,7 @@ Result<void> executionFromOptions(const Args& args, Execution& x) {
   x.crossEntropyInPlace = args.has("cross-entropy-in-place");
   x.torchCrossEntropy = args.has("torch-cross-entropy");
   x.nativeFusedCrossEntropy = args.has("native-fused-cross-entropy");
+  x.fp8OutputProj = args.has("fp8-output-proj");
   if (auto cpComm = args.value("cp-comm-type")) {
     auto parsed = parseCpCommType(*cpComm);
     if (!parsed) return fail(Error::badInput("--cp-comm-type: " + parsed.error().message));
@@ -490,6 +492,7 @@ std::string planHeadline(const Plan& plan, const costmodel::Evaluation& ev) {
       << (plan.execution.fusedCrossEntropy ? (plan.execution.crossEntropyInPlace ? ", fused cross-entropy in place" : ", fused cross-entropy") : "")
       << (plan.execution.torchCrossEntropy ? ", PyTorch cross-entropy" : "")
       << (plan.execution.nativeFusedCrossEntropy ? ", Megatron's fused cross-entropy" : "")
+      << (plan.execution.fp8OutputProj ? ", MXFP8 output layer" : "")
       << (plan.execution.teDummyWgrads ? ", TE placeholder wgrads" : "")
       << (plan.execution.perParameterGathers && plan.zeroStage == 3 ? ", ZeRO-3 gathers per parameter" : "")
       << (plan.execution.fusedBiasGrad ? ", fused bias gradients" : "")

@@ -319,6 +319,12 @@ Result<void> checkExecution(const Rules& r) {
   if (x.quantizedParams) {
     if (auto why = quantizedWeightsRefusal(plan)) return r.bad("/execution/quantized_params", *why);
   }
+  // Megatron-Core's TransformerConfig refuses fp8_output_proj without fp8 and the MXFP8 recipe.
+  if (x.fp8OutputProj && (plan.precision != DType::kFp8 || x.float8Recipe != Float8Recipe::kMxfp8)) {
+    return r.bad("/execution/fp8_output_proj", "runs the output layer under MXFP8 and needs precision fp8 with float8_recipe "
+                                               "mxfp8, got " + toString(plan.precision) +
+                                               (plan.precision == DType::kFp8 ? " with " + toString(x.float8Recipe) : ""));
+  }
   return {};
 }
 

@@ -167,6 +167,7 @@ Execution readExecution(const JsonReader& e) {
   x.crossEntropyInPlace = e.boolean("cross_entropy_in_place", false);
   x.torchCrossEntropy = e.boolean("torch_cross_entropy", false);
   x.nativeFusedCrossEntropy = e.boolean("native_fused_cross_entropy", false);
+  x.fp8OutputProj = e.boolean("fp8_output_proj", false);
   if (auto g = parseGradSync(e.choice("grad_sync", {"micro_batch", "step"}, "micro_batch"))) x.gradSync = *g;
   if (auto d = parseMoeDispatcher(e.choice("moe_dispatcher", {"alltoall", "deepep", "hybridep"}, "alltoall"))) x.moeDispatcher = *d;
   x.epCommOverlap = e.boolean("ep_comm_overlap", false);
@@ -360,6 +361,7 @@ Json planToJson(const Plan& p) {
   if (p.execution.crossEntropyInPlace) j["execution"]["cross_entropy_in_place"] = true;
   if (p.execution.torchCrossEntropy) j["execution"]["torch_cross_entropy"] = true;
   if (p.execution.nativeFusedCrossEntropy) j["execution"]["native_fused_cross_entropy"] = true;
+  if (p.execution.fp8OutputProj) j["execution"]["fp8_output_proj"] = true;
   if (p.execution.gradSync != GradSync::kMicroBatch) j["execution"]["grad_sync"] = toString(p.execution.gradSync);
   if (p.execution.moeDispatcher != MoeDispatcher::kAllToAll) j["execution"]["moe_dispatcher"] = toString(p.execution.moeDispatcher);
   if (p.execution.epCommOverlap) j["execution"]["ep_comm_overlap"] = true;

@@ -90,6 +90,7 @@ LayerConfig layerConfig(const Plan& plan, const ModelTemplates& T) {
   cfg.unfused = plan.execution.unfused;
   cfg.crossEntropyInPlace = plan.execution.fusedCrossEntropy && plan.execution.crossEntropyInPlace;
   cfg.nativeFusedLoss = plan.execution.nativeFusedCrossEntropy && !plan.execution.fusedCrossEntropy;
+  cfg.fp8OutputProj = plan.precision == DType::kFp8 && plan.execution.fp8OutputProj;
   cfg.kvWidth = T.kvWidth;
   cfg.qWidth = T.qWidth > 0 ? T.qWidth : T.hidden;
   cfg.keyWidth = T.keyWidth > 0 ? T.keyWidth : T.kvWidth;

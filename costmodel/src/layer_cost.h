@@ -98,6 +98,7 @@ struct LayerConfig {
   bool fusedCrossEntropy = false;     // the loss reads and keeps the 16-bit logits (no fp32 upcast)
   bool crossEntropyInPlace = false;   // ... and writes their gradient into them in the forward (TE's)
   bool nativeFusedLoss = false;       // Megatron's native fusion: the unfused loss's fp32 passes, compiled
+  bool fp8OutputProj = false;         // the output layer is Transformer Engine's, in fp8 (else 16-bit)
   UnfusedKernels unfused;             // ops run as PyTorch's eager decompositions (none: fused kernels)
   std::int64_t kvWidth = 0;       // values: kv heads x head dim (MLA: heads x v_head_dim)
   std::int64_t qWidth = 0;        // query heads x head dim (the context-parallel all-to-alls)

@@ -257,10 +257,12 @@ OpTime LayerPass::matrixProduct(const OpTemplate& op) {
   }
   if (!g) return {};
   // torchao's recipes convert nn.Linear only, and torchtitan leaves the output head out
-  // (filter_fqns "output"): the head and grouped expert GEMMs stay at 16 bits.
+  // (filter_fqns "output"): the head and grouped expert GEMMs stay at 16 bits. Under Transformer
+  // Engine's recipes the head is Megatron's own ColumnParallelLinear, outside TE's autocast, at 16
+  // bits too, unless fp8_output_proj makes it a TE linear under MXFP8.
   const bool torchao = !transformerEngineRecipe(c_.float8Recipe);
-  const bool sixteenBit = op.kind == OpKind::kBatchedMatMul ||
-                          (torchao && (op.kind == OpKind::kGroupedMatMul || op.shard == Shard::kVocab));
+  const bool sixteenBit = op.kind == OpKind::kBatchedMatMul || (op.shard == Shard::kVocab && !c_.fp8OutputProj) ||
+                          (torchao && op.kind == OpKind::kGroupedMatMul);
   const DeviceModel& dev = sixteenBit ? attentionDevice_ : device_;
   // PyTorch's async TP runs a matmul fused with a collective as tp matmuls of m/tp rows, one per
   // rank's shard (_fused_all_gather_matmul, _fused_matmul_reduce_scatter), which fill the GPU's
@@ -411,10 +413,10 @@ OpTime LayerPass::streamedOp(const OpTemplate& op, bool fused) {
 
 // A Transformer Engine linear's weight on this GPU (the [k, n] operand of the GEMM it runs here, one
 // per local expert): what fp8 and fp4 runs keep quantized (stageMemory). The router is a plain
-// parameter; the vocabulary-parallel head and the embedding are Megatron's own layers.
+// parameter; the vocabulary-parallel head (unless fp8_output_proj) and the embedding are Megatron's own layers.
 void LayerPass::countLinearWeights(const OpTemplate& op) {
   if (op.kind != OpKind::kMatMul && op.kind != OpKind::kGroupedMatMul) return;
-  if (op.params <= 0 || op.shard == Shard::kVocab || std::string_view(op.name).ends_with("router")) return;
+  if (op.params <= 0 || (op.shard == Shard::kVocab && !c_.fp8OutputProj) || std::string_view(op.name).ends_with("router")) return;
   const auto g = scaledGemm(op, c_);
   if (!g) return;
   const double weights = g->n * g->k * g->count;
@@ -468,9 +470,10 @@ void LayerPass::keptForBackward(const OpTemplate& op, bool fused) {
   // Transformer Engine keeps a linear layer's input for the weight gradient in its fp8 copy (Linear,
   // LayerNormLinear, LayerNormMLP and GroupedLinear save the quantized input when the recipe runs the
   // weight gradient in fp8, its default): 1 byte per element instead of the template's 2. Megatron's
-  // output layer is not a Transformer Engine module and torchao's recipes save the 16-bit input.
-  const bool fp8Input = transformerEngineFp8(c_) &&
-                        (op.kind == OpKind::kMatMul || op.kind == OpKind::kGroupedMatMul) && op.shard != Shard::kVocab;
+  // output layer is not a Transformer Engine module (unless fp8_output_proj) and torchao's recipes
+  // save the 16-bit input.
+  const bool fp8Input = transformerEngineFp8(c_) && (op.kind == OpKind::kMatMul || op.kind == OpKind::kGroupedMatMul) &&
+                        (op.shard != Shard::kVocab || c_.fp8OutputProj);
   // A fused cross-entropy keeps the 16-bit logits and a statistic per row, not an fp32 copy.
   // Templates hold 16-bit bytes, which the stage rescales to the plan's activations: bytes counted
   // at the plan's own width go back to template units first.

@@ -146,6 +146,7 @@ std::vector<ChunkCost> costChunks(const Plan& plan, const ModelTemplates& T, con
     cc.tp += block.tpCommFwd + block.tpCommBwd;
     cc.commFwd += block.tpCommFwd;
     cc.params += block.paramsPerGpu;
+    cc.linearWeights += block.linearWeightsPerGpu;  // the head's, when it is a TE linear (fp8_output_proj)
     cc.gatheredTensors += block.gatheredTensors;
     cc.savedPerMicroBatch += block.savedFull * byteScale;
   };

@@ -35,8 +35,10 @@ double microBatchesInFlight(const Plan& plan, std::int64_t stage) {
 // dtype for the rest of the run. The stage's layers' distinct per-GPU weight shapes, in bytes: attention
 // and MLP linears (column- and row-parallel, and the replicated low-rank projections of MLA), and one
 // expert's matrices of a grouped GEMM. The router (a plain parameter) and the vocabulary-parallel head
-// and embedding (Megatron's own layers, not TE's) get real gradients.
-double placeholderWgradBytes(const ModelTemplates& T, std::uint64_t classes, const Parallelism& par, double elementBytes) {
+// and embedding (Megatron's own layers, not TE's) get real gradients, except the head of a stage that
+// has it (`teHead`) under fp8_output_proj, where it is a TE linear.
+double placeholderWgradBytes(const ModelTemplates& T, std::uint64_t classes, const Parallelism& par, double elementBytes,
+                             bool teHead) {
   struct ShapeSeen {
     double rows = 0, cols = 0;
   };
@@ -48,10 +50,9 @@ double placeholderWgradBytes(const ModelTemplates& T, std::uint64_t classes, con
   shards.tp = par.tp;
   shards.ep = par.ep;
   shards.etp = par.expertTp();
-  for (std::size_t c = 0; c < T.classes.size(); ++c) {
-    if ((classes & (std::uint64_t{1} << std::min<std::size_t>(c, 63))) == 0) continue;
-    for (const auto& op : T.classes[c].ops) {
-      if (op.params <= 0 || op.shard == Shard::kVocab || std::string_view(op.name).ends_with("router")) continue;
+  auto visit = [&](const std::vector<OpTemplate>& ops, bool vocab) {
+    for (const auto& op : ops) {
+      if (op.params <= 0 || (op.shard == Shard::kVocab) != vocab || std::string_view(op.name).ends_with("router")) continue;
       if (op.kind != OpKind::kMatMul && op.kind != OpKind::kGroupedMatMul) continue;
       const auto gemm = scaledGemm(op, shards);
       if (!gemm) continue;
@@ -62,7 +63,11 @@ double placeholderWgradBytes(const ModelTemplates& T, std::uint64_t classes, con
       if (count < seen.size()) seen[count++] = {rows, cols};
       total += rows * cols * elementBytes;
     }
+  };
+  for (std::size_t c = 0; c < T.classes.size(); ++c) {
+    if ((classes & (std::uint64_t{1} << std::min<std::size_t>(c, 63))) != 0) visit(T.classes[c].ops, false);
   }
+  if (teHead) visit(T.head.ops, true);
   return total;
 }
 
@@ -104,7 +109,8 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   // memory: each bucket is copied out as it is reduced (DeepSpeed's offload_optimizer; the 16-bit bucket
   // buffers stay, counted below).
   if (plan.zeroStage >= 2 && gradientsSharded(plan)) mem.gradients *= 1.0 - plan.offload.optimizerFraction;
-  if (plan.execution.teDummyWgrads) mem.gradients += placeholderWgradBytes(T, w.layerClasses, par, bytes.gathered);
+  if (plan.execution.teDummyWgrads) mem.gradients += placeholderWgradBytes(T, w.layerClasses, par, bytes.gathered,
+                                                                               last && plan.precision == DType::kFp8 && plan.execution.fp8OutputProj);
 
   // Activations. The head's saved tensors (the final norm's input, the fp32 logits the loss keeps for
   // its backward) belong to the last virtual stage, whose backward follows its forward at once under

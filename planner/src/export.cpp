@@ -254,6 +254,10 @@ std::string megatronNotes(const Plan& p, const RecomputeSummary& r) {
                   ? "# note: the plan's loss is Transformer Engine's in-place fusion (--cross-entropy-loss-fusion --cross-entropy-fusion-impl te), which this Megatron-LM refuses (validate_args); its native fusion keeps an fp32 softmax\n"
                   : "# note: the plan's fused loss keeps no fp32 logits; Megatron-LM's native fusion (--cross-entropy-loss-fusion) keeps an fp32 softmax\n";
   }
+  if (p.execution.fp8OutputProj) {
+    header += "# note: the plan runs its output layer in MXFP8 (Megatron-Core's fp8_output_proj), which pretrain_gpt.py has no "
+              "flag for: the job runs it at 16 bits and may be slower than the plan's prediction (Megatron-Bridge: model.fp8_output_proj)\n";
+  }
   if (!p.execution.gradNanCheck) {
     header += "# note: the plan was costed without Megatron-LM's check of the gradients for NaN (execution.grad_nan_check), "
               "so the job turns it off; drop --no-check-for-nan-in-loss-and-grad to keep it (one more read of the gradient buffer a step)\n";

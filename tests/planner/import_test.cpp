@@ -666,6 +666,31 @@ TEST(Import, TransformerEnginesQuantizedWeightsAndMxfp8RoundTripAndBridgesPreset
   EXPECT_FALSE(plain->execution.quantizedParams);
 }
 
+TEST(Import, MegatronBridgesFp8OutputProjRunsTheOutputLayerInMxfp8) {
+  // model.fp8_output_proj (Megatron-Core's TransformerConfig) with the MXFP8 preset: the output layer is
+  // a TE linear under MXFP8; with another recipe Megatron-Core refuses it, and so does the import.
+  const Model llama = test::loadModelOrFail(test::dataFile("models/llama3-8b.json"));
+  const ClusterSpec b200 = test::loadClusterOrFail(test::dataFile("clusters/dgx-b200.json"));
+  const std::string base = "model:\n  tensor_model_parallel_size: 2\n  fp8_output_proj: true\ntrain:\n  global_batch_size: 64\n"
+                           "  micro_batch_size: 1\nddp:\n  use_distributed_optimizer: true\n";
+  auto mx = importMegatronBridge(base + "mixed_precision: bf16_with_mxfp8_mixed\n", ImportContext{b200, llama, 0, 0});
+  ASSERT_TRUE(mx) << mx.error().toString();
+  EXPECT_TRUE(mx->execution.fp8OutputProj);
+  auto plainMx = importMegatronBridge("model:\n  tensor_model_parallel_size: 2\ntrain:\n  global_batch_size: 64\n  micro_batch_size: 1\n"
+                                      "mixed_precision: bf16_with_mxfp8_mixed\n",
+                                      ImportContext{b200, llama, 0, 0});
+  ASSERT_TRUE(plainMx) << plainMx.error().toString();
+  EXPECT_FALSE(plainMx->execution.fp8OutputProj);
+  auto refused = importMegatronBridge(base + "mixed_precision: bf16_with_fp8_current_scaling_mixed\n", ImportContext{b200, llama, 0, 0});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::kBadInput);
+  EXPECT_NE(refused.error().message.find("model.fp8_output_proj"), std::string::npos) << refused.error().toString();
+  // pretrain_gpt.py has no flag for it: the Megatron-LM export says the job runs the head at 16 bits.
+  const auto args = exportPlan(*mx, ExportFormat::kMegatron, "plan.json");
+  ASSERT_TRUE(args) << args.error().toString();
+  EXPECT_NE(args->find("fp8_output_proj"), std::string::npos) << *args;
+}
+
 TEST(Import, MegatronArgumentsAloneStateTheArchitecture) {
   // Without --model: the architecture from the arguments; the vocabulary from --vocab-size.
   const Plan p = roundTripPlans()[0];

@@ -292,6 +292,11 @@ struct Execution {
   /// PyTorch 2.2), so fewer bytes move; it keeps the same fp32 softmax. Not with fusedCrossEntropy or
   /// torchCrossEntropy. See docs/costmodel.md, "Megatron's native loss fusion".
   bool nativeFusedCrossEntropy = false;
+  /// The output layer runs in MXFP8 (Megatron-Core's fp8_output_proj: a Transformer Engine linear under
+  /// the MXFP8 autocast). Without it the output layer is Megatron's own ColumnParallelLinear and runs
+  /// at 16 bits whatever the layers' precision. Only with fp8 and float8_recipe mxfp8 (Megatron-Core
+  /// refuses it otherwise). See docs/costmodel.md, "The output layer's precision".
+  bool fp8OutputProj = false;
   /// Transformer Engine's linears (2.3 on) with fused weight-gradient accumulation hand autograd a
   /// placeholder weight gradient and keep it, one tensor per distinct weight shape and dtype, for the
   /// rest of the run (Megatron-Core and Megatron-Bridge with TE, gradient accumulation fusion on).
