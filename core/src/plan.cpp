@@ -319,11 +319,8 @@ Result<void> checkExecution(const Rules& r) {
   if (x.quantizedParams) {
     if (auto why = quantizedWeightsRefusal(plan)) return r.bad("/execution/quantized_params", *why);
   }
-  // Megatron-Core's TransformerConfig refuses fp8_output_proj without fp8 and the MXFP8 recipe.
-  if (x.fp8OutputProj && (plan.precision != DType::kFp8 || x.float8Recipe != Float8Recipe::kMxfp8)) {
-    return r.bad("/execution/fp8_output_proj", "runs the output layer under MXFP8 and needs precision fp8 with float8_recipe "
-                                               "mxfp8, got " + toString(plan.precision) +
-                                               (plan.precision == DType::kFp8 ? " with " + toString(x.float8Recipe) : ""));
+  if (x.fp8OutputProj) {
+    if (auto why = fp8OutputProjRefusal(plan)) return r.bad("/execution/fp8_output_proj", *why);
   }
   return {};
 }
@@ -399,6 +396,29 @@ std::optional<std::string> quantizedWeightsRefusal(const Plan& plan) {
   if (plan.zeroStage != 1 && plan.zeroStage != 2) {
     return "needs the distributed optimizer (zero_stage 1 or 2), as Megatron's --fp8-param-gather does, got zero_stage " +
            std::to_string(plan.zeroStage);
+  }
+  return std::nullopt;
+}
+
+// Why Megatron-Core cannot run the output layer as a TE linear under MXFP8 (fp8_output_proj), or nothing.
+std::optional<std::string> fp8OutputProjRefusal(const Plan& plan) {
+  const Execution& x = plan.execution;
+  // TransformerConfig.__post_init__ raises without fp8 and the MXFP8 recipe.
+  if (plan.precision != DType::kFp8 || x.float8Recipe != Float8Recipe::kMxfp8) {
+    return "runs the output layer under MXFP8 and needs precision fp8 with float8_recipe mxfp8, got " + toString(plan.precision) +
+           (plan.precision == DType::kFp8 ? " with " + toString(x.float8Recipe) : "");
+  }
+  // Only GPTModel builds TELMHeadColumnParallelLinear; BERT's head stays Megatron's own linear.
+  if (plan.model.spec && !plan.model.spec->causal()) return std::string("is a GPT model's option: an encoder's head stays at 16 bits");
+  // TELMHeadColumnParallelLinear refuses a weight it does not allocate (skip_weight_param_allocation), which a
+  // tied head on the embedding's own stage is.
+  if (plan.model.spec && plan.model.spec->tieWordEmbeddings && plan.parallel.pp == 1) {
+    return std::string("cannot tie the output layer to the embedding on one stage (Megatron-Core's TE head allocates its own weight): "
+                       "untie the embeddings or use pp > 1");
+  }
+  // The TE head is built without a userbuffers name, which Transformer Engine's tp_comm_overlap needs.
+  if (x.tpCommOverlap && x.tpOverlap == TpOverlap::kUserbuffers && plan.parallel.tp > 1) {
+    return std::string("cannot run with Transformer Engine's userbuffers (tp_comm_overlap) at tp > 1: the TE head has no buffer of its own");
   }
   return std::nullopt;
 }

@@ -294,7 +294,8 @@ OpTime LayerPass::matrixProduct(const OpTemplate& op) {
   // has the weight-gradient GEMM add into the fp32 main_grad: it reads and writes the [k, n]
   // weight in fp32, which bounds short products (an expert's few hundred tokens) by memory.
   if (c_.wgradIntoFp32 && op.kind != OpKind::kBatchedMatMul) {
-    const double io = (g->m * g->k + g->m * g->n) * static_cast<double>(c_.dtypeBytes) + g->k * g->n * 8.0;
+    const double operand = static_cast<double>(sixteenBit ? c_.activationBytes : c_.dtypeBytes);
+    const double io = (g->m * g->k + g->m * g->n) * operand + g->k * g->n * 8.0;
     wgrad = std::max(wgrad, g->count * io / dev.memoryBytesPerSecond);
   }
   const double dgrad = op.shard == Shard::kRow ? fusedGemm(g->m, g->k, g->n) : gemmOn(dev, g->m, g->k, g->n, g->count, streams);
@@ -413,10 +414,11 @@ OpTime LayerPass::streamedOp(const OpTemplate& op, bool fused) {
 
 // A Transformer Engine linear's weight on this GPU (the [k, n] operand of the GEMM it runs here, one
 // per local expert): what fp8 and fp4 runs keep quantized (stageMemory). The router is a plain
-// parameter; the vocabulary-parallel head (unless fp8_output_proj) and the embedding are Megatron's own layers.
+// parameter; the vocabulary-parallel head and the embedding are Megatron's own layers (the head under
+// fp8_output_proj is a TE linear built outside fp8_model_init: StateBytes::headCopy).
 void LayerPass::countLinearWeights(const OpTemplate& op) {
   if (op.kind != OpKind::kMatMul && op.kind != OpKind::kGroupedMatMul) return;
-  if (op.params <= 0 || (op.shard == Shard::kVocab && !c_.fp8OutputProj) || std::string_view(op.name).ends_with("router")) return;
+  if (op.params <= 0 || op.shard == Shard::kVocab || std::string_view(op.name).ends_with("router")) return;
   const auto g = scaledGemm(op, c_);
   if (!g) return;
   const double weights = g->n * g->k * g->count;

@@ -146,7 +146,6 @@ std::vector<ChunkCost> costChunks(const Plan& plan, const ModelTemplates& T, con
     cc.tp += block.tpCommFwd + block.tpCommBwd;
     cc.commFwd += block.tpCommFwd;
     cc.params += block.paramsPerGpu;
-    cc.linearWeights += block.linearWeightsPerGpu;  // the head's, when it is a TE linear (fp8_output_proj)
     cc.gatheredTensors += block.gatheredTensors;
     cc.savedPerMicroBatch += block.savedFull * byteScale;
   };
@@ -248,6 +247,7 @@ StateBytes stateBytesOf(const Plan& plan) {
     // The all-gather moves the quantized row-wise data (fp4: with its scales); MXFP8's is staged in
     // bf16 in the gradient buffer and quantized after it (Megatron's reuse_grad_buf_for_mxfp8_param_ag).
     if (plan.execution.quantizedParams) b.linearGathered = fp4 ? 0.5 + 1.0 / 16.0 : mxfp8 ? 2.0 : 1.0;
+    if (mxfp8 && plan.execution.fp8OutputProj) b.headCopy = copy;
   }
   return b;
 }

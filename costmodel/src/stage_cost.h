@@ -92,6 +92,10 @@ struct StateBytes {
   // weight and gathered otherwise.
   double linearWeight = 2;
   double linearGathered = 2;
+  // The output layer under fp8_output_proj (MXFP8): a TE linear that Megatron-Core builds outside
+  // fp8_model_init, so it keeps its 16-bit weight and, beside it, TE's cached quantized copy, quantized
+  // parameters or not: the copy's bytes per element (0 otherwise).
+  double headCopy = 0;
 };
 [[nodiscard]] StateBytes stateBytesOf(const Plan& plan);
 

@@ -71,6 +71,18 @@ double placeholderWgradBytes(const ModelTemplates& T, std::uint64_t classes, con
   return total;
 }
 
+// The output layer's weight on this GPU, in elements: the [k, n] operand of its GEMM (vocabulary / tp).
+double headWeightElements(const ModelTemplates& T, const Parallelism& par) {
+  LayerConfig shards;
+  shards.tp = par.tp;
+  double elements = 0;
+  for (const auto& op : T.head.ops) {
+    if (op.kind != OpKind::kMatMul || op.shard != Shard::kVocab) continue;
+    if (const auto gemm = scaledGemm(op, shards)) elements += gemm->n * gemm->k * gemm->count;
+  }
+  return elements;
+}
+
 }  // namespace
 
 MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t stage, const StateBytes& bytes,
@@ -88,6 +100,7 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   // Transformer Engine's linear weights under fp8 or fp4: their cached quantized copies, or the
   // quantized weights in place of the 16-bit ones (StateBytes::linearWeight; ZeRO < 3 only).
   mem.weights += w.linearWeights * (bytes.linearWeight - bytes.weight);
+  if (last && bytes.headCopy > 0) mem.weights += headWeightElements(T, par) * bytes.headCopy;
   // A ZeRO-3 stage that stays gathered from its first forward to its last backward (no reshard between
   // micro-batches) holds the whole stage unsharded beside its shards.
   if (stageStaysGathered(plan)) mem.weights += w.params * bytes.gathered;

@@ -181,6 +181,8 @@ void megatronTrainingArgs(const Plan& p, const RecomputeSummary& r, std::ostream
   if (p.precision == DType::kFp8 && p.execution.float8Recipe == Float8Recipe::kMxfp8) {
     // MXFP8 as Megatron-Bridge's bf16_with_mxfp8_mixed runs it: e4m3 throughout.
     a << "--fp8-format e4m3 \\\n--fp8-recipe mxfp8 \\\n";
+    // The output layer in MXFP8 too (TransformerConfig.fp8_output_proj, an argument since 2026-05).
+    if (p.execution.fp8OutputProj) a << "--fp8-output-proj \\\n";
   } else if (p.precision == DType::kFp8) {
     a << "--fp8-format hybrid \\\n";
     // Megatron-Core refuses moe_act and layernorm recompute under its default delayed scaling: current
@@ -253,10 +255,6 @@ std::string megatronNotes(const Plan& p, const RecomputeSummary& r) {
     header += p.execution.crossEntropyInPlace
                   ? "# note: the plan's loss is Transformer Engine's in-place fusion (--cross-entropy-loss-fusion --cross-entropy-fusion-impl te), which this Megatron-LM refuses (validate_args); its native fusion keeps an fp32 softmax\n"
                   : "# note: the plan's fused loss keeps no fp32 logits; Megatron-LM's native fusion (--cross-entropy-loss-fusion) keeps an fp32 softmax\n";
-  }
-  if (p.execution.fp8OutputProj) {
-    header += "# note: the plan runs its output layer in MXFP8 (Megatron-Core's fp8_output_proj), which pretrain_gpt.py has no "
-              "flag for: the job runs it at 16 bits and may be slower than the plan's prediction (Megatron-Bridge: model.fp8_output_proj)\n";
   }
   if (!p.execution.gradNanCheck) {
     header += "# note: the plan was costed without Megatron-LM's check of the gradients for NaN (execution.grad_nan_check), "

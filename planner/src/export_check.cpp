@@ -407,6 +407,10 @@ class MegatronCheck {
     if (has("--fp4-param-gather") && !has("--fp4-format")) problem("fp4_param_gather", "--fp4-param-gather needs --fp4-format");
     const auto* fp8Recipe = a_.find("--fp8-recipe");
     const std::string recipeName = fp8Recipe && !fp8Recipe->empty() ? fp8Recipe->front() : "delayed";
+    // TransformerConfig.__post_init__: fp8_output_proj needs fp8 and the MXFP8 recipe.
+    if (has("--fp8-output-proj") && !(has("--fp8-format") && recipeName == "mxfp8")) {
+      problem("fp8_output_proj", "--fp8-output-proj needs --fp8-format with --fp8-recipe mxfp8");
+    }
     if (has("--fp8-param-gather") && recipeName == "mxfp8" && !has("--reuse-grad-buf-for-mxfp8-param-ag")) {
       problem("mxfp8_param_gather_reuse", "--fp8-param-gather with --fp8-recipe mxfp8 needs --reuse-grad-buf-for-mxfp8-param-ag");
     }

@@ -685,10 +685,24 @@ TEST(Import, MegatronBridgesFp8OutputProjRunsTheOutputLayerInMxfp8) {
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, ErrorCode::kBadInput);
   EXPECT_NE(refused.error().message.find("model.fp8_output_proj"), std::string::npos) << refused.error().toString();
-  // pretrain_gpt.py has no flag for it: the Megatron-LM export says the job runs the head at 16 bits.
+  // Megatron-LM's argument (--fp8-output-proj, from the TransformerConfig field): written, checked and
+  // read back; without the MXFP8 recipe both the checker and the import refuse it.
   const auto args = exportPlan(*mx, ExportFormat::kMegatron, "plan.json");
   ASSERT_TRUE(args) << args.error().toString();
-  EXPECT_NE(args->find("fp8_output_proj"), std::string::npos) << *args;
+  EXPECT_NE(args->find("--fp8-output-proj"), std::string::npos) << *args;
+  const Json schema = *loadExportSchema("megatron-lm");
+  EXPECT_TRUE(checkMegatronArguments(*args, schema, 8).empty()) << *args;
+  auto back = importMegatron(*args, ImportContext{b200, llama, 0, 0});
+  ASSERT_TRUE(back) << back.error().toString() << "\n" << *args;
+  EXPECT_TRUE(back->execution.fp8OutputProj);
+  std::string tensorwise = *args;
+  tensorwise.replace(tensorwise.find("--fp8-recipe mxfp8"), std::string("--fp8-recipe mxfp8").size(), "--fp8-recipe tensorwise");
+  bool flagged = false;
+  for (const auto& problem : checkMegatronArguments(tensorwise, schema, 8)) flagged = flagged || problem.rule == "fp8_output_proj";
+  EXPECT_TRUE(flagged) << tensorwise;
+  auto refusedImport = importMegatron(tensorwise, ImportContext{b200, llama, 0, 0});
+  ASSERT_FALSE(refusedImport);
+  EXPECT_NE(refusedImport.error().message.find("--fp8-output-proj"), std::string::npos) << refusedImport.error().toString();
 }
 
 TEST(Import, MegatronArgumentsAloneStateTheArchitecture) {

@@ -417,6 +417,12 @@ struct Plan {
 /// and the validation harness apply (docs/costmodel.md, "Transformer Engine's quantized weights").
 [[nodiscard]] std::optional<std::string> quantizedWeightsRefusal(const Plan& plan);
 
+/// Why Megatron-Core cannot run the plan's output layer as a Transformer Engine linear under MXFP8
+/// (execution.fp8_output_proj), or nothing when it can: precision fp8 with the MXFP8 recipe, a GPT
+/// (decoder) model, no head tied to the embedding on a single stage, no TE userbuffers at tp > 1
+/// (docs/costmodel.md, "The output layer's precision").
+[[nodiscard]] std::optional<std::string> fp8OutputProjRefusal(const Plan& plan);
+
 /// Every consistency rule a plan must satisfy before it is costed or run: degrees multiply to the GPU
 /// count; heads and kv heads divisible by tp; layers summed over stages; batch divisible by
 /// micro-batch x dp; schedule and virtual stages agree; ZeRO/offload/pipeline combinations that real
