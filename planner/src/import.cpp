@@ -561,13 +561,8 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
     p.execution.float8Recipe = Float8Recipe::kMxfp8;
   }
   // --fp8-output-proj (TransformerConfig.fp8_output_proj): the output layer is a TE linear under MXFP8.
-  // Megatron-Core raises a ValueError without fp8 and the MXFP8 recipe.
-  if (r.has("--fp8-output-proj")) {
-    if (p.precision != DType::kFp8 || p.execution.float8Recipe != Float8Recipe::kMxfp8) {
-      return fail(Error::badInput("--fp8-output-proj needs --fp8-format with --fp8-recipe mxfp8: Megatron-Core refuses it otherwise"));
-    }
-    p.execution.fp8OutputProj = true;
-  }
+  // What Megatron-Core refuses with it is checked once the whole plan is read (fp8OutputProjRefusal).
+  p.execution.fp8OutputProj = r.has("--fp8-output-proj");
   // --fp8-param-gather (--fp4-param-gather under fp4): the weights are TE's quantized tensors. Megatron-LM
   // refuses it without the distributed optimizer or FSDP (arguments.py). colo's ZeRO-3 keeps 16-bit
   // weights, so under FSDP the flag is not represented (PyTorch's FSDP2 with TE 2 turns it off anyway).
@@ -690,6 +685,9 @@ Result<Plan> importMegatron(const std::string& arguments, const ImportContext& c
   if (!stages) return fail(stages.error());
   p.stages = *stages;
   p.name = p.model.name() + " (imported from Megatron-LM arguments)";
+  if (p.execution.fp8OutputProj) {
+    if (auto why = fp8OutputProjRefusal(p)) return fail(Error::badInput("--fp8-output-proj " + *why));
+  }
   if (auto valid = validatePlan(p); !valid) return fail(valid.error());
   return p;
 }

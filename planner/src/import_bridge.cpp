@@ -263,14 +263,10 @@ Result<Plan> importMegatronBridge(const std::string& yaml, const ImportContext& 
   // validate_args): on unless the config turns it off.
   plan->execution.gradNanCheck = !off(get({"ddp", "ddp_config"}, "check_for_nan_in_grad"));
   // model.fp8_output_proj (Megatron-Core, May 2026 on): the output layer is a Transformer Engine linear
-  // under MXFP8. TransformerConfig refuses it without fp8 and the MXFP8 recipe.
+  // under MXFP8; what Megatron-Core refuses with it, fp8OutputProjRefusal names.
   if (on(model("fp8_output_proj"))) {
-    if (plan->precision != DType::kFp8 || plan->execution.float8Recipe != Float8Recipe::kMxfp8) {
-      return fail(Error::badInput("model.fp8_output_proj: true runs the output layer under MXFP8 and needs an MXFP8 "
-                                  "mixed_precision recipe, got " + toString(plan->precision) +
-                                  (plan->precision == DType::kFp8 ? " with the " + toString(plan->execution.float8Recipe) + " recipe" : "")));
-    }
     plan->execution.fp8OutputProj = true;
+    if (auto why = fp8OutputProjRefusal(*plan)) return fail(Error::badInput("model.fp8_output_proj: true " + *why));
   }
   // ddp.grad_reduce_in_fp32: false keeps Megatron's gradient buffer in bf16 (the recipes set it true).
   if (off(get({"ddp", "ddp_config"}, "grad_reduce_in_fp32")) &&

@@ -685,6 +685,14 @@ TEST(Import, MegatronBridgesFp8OutputProjRunsTheOutputLayerInMxfp8) {
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, ErrorCode::kBadInput);
   EXPECT_NE(refused.error().message.find("model.fp8_output_proj"), std::string::npos) << refused.error().toString();
+  // What Megatron-Core's TE head refuses beside the recipe is refused at import, not later by evaluate:
+  // userbuffers at tp > 1 (the head has no buffer of its own).
+  auto overlapped = importMegatronBridge(base + "mixed_precision: bf16_with_mxfp8_mixed\ncomm_overlap:\n  tp_comm_overlap: true\n",
+                                         ImportContext{b200, llama, 0, 0});
+  ASSERT_FALSE(overlapped);
+  EXPECT_EQ(overlapped.error().code, ErrorCode::kBadInput);
+  EXPECT_NE(overlapped.error().message.find("model.fp8_output_proj"), std::string::npos) << overlapped.error().toString();
+  EXPECT_NE(overlapped.error().message.find("userbuffers"), std::string::npos) << overlapped.error().toString();
   // Megatron-LM's argument (--fp8-output-proj, from the TransformerConfig field): written, checked and
   // read back; without the MXFP8 recipe both the checker and the import refuse it.
   const auto args = exportPlan(*mx, ExportFormat::kMegatron, "plan.json");
