@@ -466,6 +466,46 @@ LayerMemo& layerMemo() {
   return memo;
 }
 
+// This thread's costed layers for the configuration, formed anew unless the memo holds them.
+const LayerMemo& costedLayers(std::uint64_t owner, const ModelTemplates& T, const detail::LayerConfig& cfg,
+                              const DeviceModel& device, const detail::Groups& groups) {
+  LayerMemo& memo = layerMemo();
+  if (memo.owner == owner && memo.cfg == cfg && memo.device == device && memo.tp == groups.tp && memo.cp == groups.cp &&
+      memo.ep == groups.ep) {
+    return memo;
+  }
+  memo.owner = 0;  // (invalid until formed whole)
+  memo.counts = {};
+  memo.layers.classes.clear();
+  memo.layers.classes.reserve(T.classes.size());
+  for (const auto& cls : T.classes) memo.layers.classes.push_back(costLayer(cls, cfg, device, groups.tp, groups.cp, groups.ep, &memo.counts));
+  memo.layers.embedding = costLayer(T.embedding, cfg, device, groups.tp, groups.cp, groups.ep, &memo.counts);
+  memo.layers.head = costLayer(T.head, cfg, device, groups.tp, groups.cp, groups.ep, &memo.counts);
+  memo.cfg = cfg;
+  memo.device = device;
+  memo.tp = groups.tp;
+  memo.cp = groups.cp;
+  memo.ep = groups.ep;
+  memo.owner = owner;
+  return memo;
+}
+
+// Throughput and FLOP rates of the closed schedule. Recompute FLOPs: what one replica re-runs per
+// micro-batch, over all its micro-batches and replicas.
+void throughputFigures(const Plan& plan, const ModelTemplates& T, double gpus, double peakFlopsPerSecond,
+                       double recomputeFlopsPerMicroBatch, Evaluation& ev) {
+  const Parallelism& par = plan.parallel;
+  const double samples = static_cast<double>(plan.globalBatchSize);
+  const double modelFlops = samples * T.modelFlopsPerSample;
+  const double replicaShare = static_cast<double>(par.tp * par.cp);  // GPUs sharing a chunk's work
+  const double hardwareFlops = modelFlops + recomputeFlopsPerMicroBatch * replicaShare *
+                                                static_cast<double>(plan.numMicroBatches()) * static_cast<double>(par.dp);
+  ev.tokensPerSecond = samples * static_cast<double>(T.seqLen) / ev.stepSeconds;
+  ev.modelTflopsPerGpu = modelFlops / ev.stepSeconds / gpus / 1e12;
+  ev.hardwareTflopsPerGpu = hardwareFlops / ev.stepSeconds / gpus / 1e12;
+  ev.mfu = ev.modelTflopsPerGpu * 1e12 / peakFlopsPerSecond;
+}
+
 }  // namespace
 
 Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
@@ -488,23 +528,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   LayerConfig cfg = I.configFor(plan);
   if (!device.hostIssued) cfg.hostSecondsPerOp = 0;
   const detail::Groups groups = detail::placeGroups(I.cluster, par);
-  LayerMemo& memo = layerMemo();
-  if (memo.owner != I.id || !(memo.cfg == cfg) || !(memo.device == device) || !(memo.tp == groups.tp) || !(memo.cp == groups.cp) ||
-      !(memo.ep == groups.ep)) {
-    memo.owner = 0;  // (invalid until formed whole)
-    memo.counts = {};
-    memo.layers.classes.clear();
-    memo.layers.classes.reserve(T.classes.size());
-    for (const auto& cls : T.classes) memo.layers.classes.push_back(costLayer(cls, cfg, device, groups.tp, groups.cp, groups.ep, &memo.counts));
-    memo.layers.embedding = costLayer(T.embedding, cfg, device, groups.tp, groups.cp, groups.ep, &memo.counts);
-    memo.layers.head = costLayer(T.head, cfg, device, groups.tp, groups.cp, groups.ep, &memo.counts);
-    memo.cfg = cfg;
-    memo.device = device;
-    memo.tp = groups.tp;
-    memo.cp = groups.cp;
-    memo.ep = groups.ep;
-    memo.owner = I.id;
-  }
+  const LayerMemo& memo = costedLayers(I.id, T, cfg, device, groups);
   const detail::CostedLayers& layers = memo.layers;
   const detail::LookupCounts counts = memo.counts;
   const std::vector<detail::ChunkCost> chunks = detail::costChunks(plan, T, layers, cfg, byteScale);
@@ -556,17 +580,7 @@ Result<Evaluation> Evaluator::evaluate(const Plan& plan) const {
   }
   closeSchedule(plan, work, times, tails, ev);
 
-  const double gpus = static_cast<double>(I.cluster.totalGpus());
-  const double samples = static_cast<double>(plan.globalBatchSize);
-  const double modelFlops = samples * T.modelFlopsPerSample;
-  // Recompute FLOPs: what one replica re-runs per micro-batch, over all its micro-batches and replicas.
-  const double replicaShare = static_cast<double>(par.tp * par.cp);  // GPUs sharing a chunk's work
-  const double hardwareFlops =
-      modelFlops + recomputeFlopsPerMicroBatch * replicaShare * static_cast<double>(m) * static_cast<double>(par.dp);
-  ev.tokensPerSecond = samples * static_cast<double>(T.seqLen) / ev.stepSeconds;
-  ev.modelTflopsPerGpu = modelFlops / ev.stepSeconds / gpus / 1e12;
-  ev.hardwareTflopsPerGpu = hardwareFlops / ev.stepSeconds / gpus / 1e12;
-  ev.mfu = ev.modelTflopsPerGpu * 1e12 / device.peakFlopsPerSecond;
+  throughputFigures(plan, T, static_cast<double>(I.cluster.totalGpus()), device.peakFlopsPerSecond, recomputeFlopsPerMicroBatch, ev);
   judgeOffloadCapacity(plan, ev);
   ev.fits = ev.peakMemoryBytes <= ev.gpuMemoryBytes && ev.fitsHost;
   return ev;
