@@ -172,22 +172,125 @@ std::optional<ModelSpec> libraryModelNamed(const std::string& name) {
   return std::nullopt;
 }
 
-Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, bool* assumed) {
-  // A row that names a library model instead of giving its shape: that model, with whatever the row
-  // does give (sequence length, vocabulary) on top.
-  if (!number(m, "num_layers") || !number(m, "hidden_size") || !number(m, "num_attention_heads")) {
-    if (auto named = libraryModelNamed(text(m, "name"))) {
-      ModelSpec s = *named;
-      if (auto v = number(m, "seq_len"); v && *v >= 1) s.seqLen = static_cast<std::int64_t>(*v);
-      if (auto v = number(m, "vocab_size"); v && *v >= 1) s.vocabSize = static_cast<std::int64_t>(*v);
-      if (s.maxPositionEmbeddings > 0 && s.seqLen > s.maxPositionEmbeddings && s.positionEmbedding != PositionEmbedding::kLearned) {
-        s.maxPositionEmbeddings = s.seqLen;
+namespace {
+
+// A row that names a library model instead of giving its shape: that model, with whatever the row does
+// give (sequence length, vocabulary) on top; nothing when the row gives its shape or names no model.
+std::optional<Result<ModelSpec>> namedModelOf(const Json& m, const std::string& id, bool* assumed) {
+  if (number(m, "num_layers") && number(m, "hidden_size") && number(m, "num_attention_heads")) return std::nullopt;
+  auto named = libraryModelNamed(text(m, "name"));
+  if (!named) return std::nullopt;
+  ModelSpec s = *named;
+  if (auto v = number(m, "seq_len"); v && *v >= 1) s.seqLen = static_cast<std::int64_t>(*v);
+  if (auto v = number(m, "vocab_size"); v && *v >= 1) s.vocabSize = static_cast<std::int64_t>(*v);
+  if (s.maxPositionEmbeddings > 0 && s.seqLen > s.maxPositionEmbeddings && s.positionEmbedding != PositionEmbedding::kLearned) {
+    s.maxPositionEmbeddings = s.seqLen;
+  }
+  *assumed = true;
+  if (auto valid = validateModelSpec(s, id); !valid) return Result<ModelSpec>(fail(valid.error()));
+  return Result<ModelSpec>(s);
+}
+
+// What a row may state of attention beyond its heads: each head's width where it is not hidden/heads
+// (Hugging Face's head_dim, Megatron's --kv-channels: Qwen3, GPT-OSS, Gemma), a sliding window with
+// the period of its full-attention layers (sliding_window_pattern, Megatron's window_attn_skip_freq,
+// the first "full_attention" of Hugging Face's layer_types, or those types in words saying they
+// alternate), and QK-norm (qk_layernorm / qk_norm).
+void readAttentionTraits(const Json& m, ModelSpec& s) {
+  for (const char* key : {"head_dim", "kv_channels"}) {
+    if (auto d = number(m, key); d && *d >= 1) s.headDim = static_cast<std::int64_t>(*d);
+  }
+  if (auto w = number(m, "sliding_window"); w && *w >= 1) {
+    s.slidingWindow = static_cast<std::int64_t>(*w);
+    for (const char* key : {"sliding_window_pattern", "window_attn_skip_freq"}) {
+      if (auto every = number(m, key); every && *every >= 1) s.globalAttentionEvery = static_cast<std::int64_t>(*every);
+    }
+    // layer_types in words ("sliding_attention/full_attention alternating"): every second layer is full.
+    if (const std::string words = text(m, "layer_types"); has(words, "alternat") && has(words, "full")) s.globalAttentionEvery = 2;
+    if (m.contains("layer_types") && m["layer_types"].is_array()) {
+      const Json& types = m["layer_types"];
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        if (types[i].is_string() && types[i].get<std::string>() == "full_attention") {
+          s.globalAttentionEvery = static_cast<std::int64_t>(i + 1);
+          break;
+        }
       }
-      *assumed = true;
-      if (auto valid = validateModelSpec(s, id); !valid) return fail(valid.error());
-      return s;
     }
   }
+  for (const char* key : {"qk_layernorm", "qk_norm"}) {
+    if (m.contains(key) && m[key].is_boolean() && m[key].get<bool>()) s.qkNorm = true;
+  }
+}
+
+// Mixture of experts: the experts, their width, which layers hold them, shared experts and group-limited
+// routing, in the names Hugging Face and Megatron give them.
+void readExperts(const Json& m, std::int64_t experts, ModelSpec& s) {
+  s.moe.numExperts = experts;
+  s.moe.topK = static_cast<std::int64_t>(number(m, "top_k").value_or(number(m, "moe_top_k").value_or(2)));
+  // Expert width (Megatron's --moe-ffn-hidden-size, Hugging Face's moe_intermediate_size) when the
+  // dense layers' differs.
+  for (const char* key : {"moe_ffn_hidden_size", "moe_intermediate_size", "expert_ffn_hidden_size"}) {
+    if (auto w = number(m, key); w && *w >= 1) s.moe.expertFfnHiddenSize = static_cast<std::int64_t>(*w);
+  }
+  // Which layers are MoE: Hugging Face's first_k_dense_replace (leading dense layers) and
+  // decoder_sparse_step / interleave_moe_layer_step (the last layer of every N), or Megatron's
+  // --moe-layer-freq as Megatron reads it (an integer N: layers 0, N, 2N, ...; or a list expression
+  // such as "([0]*3+[1]*58)"). A list colo cannot hold keeps only its leading dense layers.
+  if (auto k = number(m, "first_k_dense_replace"); k && *k >= 0) s.moe.firstDenseLayers = static_cast<std::int64_t>(*k);
+  for (const char* key : {"decoder_sparse_step", "interleave_moe_layer_step"}) {
+    if (auto n = number(m, key); n && *n >= 1 && *n <= static_cast<double>(s.numLayers)) s.moe.layerFrequency = static_cast<std::int64_t>(*n);
+  }
+  std::string freq = text(m, "moe_layer_freq");
+  if (auto n = number(m, "moe_layer_freq"); n && *n >= 1 && *n <= static_cast<double>(s.numLayers)) {
+    if (number(m, "first_k_dense_replace")) {  // a DeepSeek config's: layer % N == 0 after the dense ones
+      s.moe.layerFrequency = static_cast<std::int64_t>(*n);
+      s.moe.layerPhase = s.moe.layerFrequency > 1 ? 0 : -1;
+    } else {
+      freq = std::to_string(static_cast<std::int64_t>(*n));
+    }
+  }
+  if (!freq.empty() && !planner::setMegatronMoeLayers(s.moe, freq, s.numLayers)) {
+    static const std::regex leadingDense(R"(\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\])");
+    std::smatch dense;
+    if (std::regex_search(freq, dense, leadingDense)) s.moe.firstDenseLayers = std::stoll(dense[1]);
+  }
+  // Shared experts: their total inner size (Hugging Face's shared_expert_intermediate_size, Megatron's
+  // --moe-shared-expert-intermediate-size), or DeepSeek's count of expert-sized ones.
+  for (const char* key : {"shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"}) {
+    if (auto w = number(m, key); w && *w >= 1) s.moe.sharedExpertFfnHiddenSize = static_cast<std::int64_t>(*w);
+  }
+  if (auto n = number(m, "n_shared_experts"); n && *n >= 1 && s.moe.sharedExpertFfnHiddenSize == 0) {
+    s.moe.sharedExpertFfnHiddenSize = static_cast<std::int64_t>(*n) * s.expertFfnSize();
+  }
+  // Group-limited routing (Hugging Face's n_group / topk_group, Megatron's router group arguments),
+  // kept only when the groups divide the experts.
+  const auto groups = number(m, "moe_router_num_groups") ? number(m, "moe_router_num_groups") : number(m, "n_group");
+  const auto groupTopK = number(m, "moe_router_group_topk") ? number(m, "moe_router_group_topk") : number(m, "topk_group");
+  if (groups && groupTopK && *groups > 1 && *groupTopK >= 1 && *groupTopK <= *groups &&
+      s.moe.numExperts % static_cast<std::int64_t>(*groups) == 0) {
+    s.moe.routingGroups = static_cast<std::int64_t>(*groups);
+    s.moe.routingGroupTopK = static_cast<std::int64_t>(*groupTopK);
+  }
+}
+
+// Multi-head latent attention (DeepSeek-V2/V3): Hugging Face's qk_nope/qk_rope head dims, Megatron's
+// --qk-head-dim (the part without rotary) and --qk-pos-emb-head-dim.
+void readLatentAttention(const Json& m, ModelSpec& s) {
+  if (auto kv = number(m, "kv_lora_rank"); kv && *kv >= 1) {
+    s.mla.kvLoraRank = static_cast<std::int64_t>(*kv);
+    s.mla.qLoraRank = static_cast<std::int64_t>(number(m, "q_lora_rank").value_or(0));
+    s.mla.qkNopeHeadDim = static_cast<std::int64_t>(number(m, "qk_nope_head_dim").value_or(number(m, "qk_head_dim").value_or(128)));
+    s.mla.qkRopeHeadDim =
+        static_cast<std::int64_t>(number(m, "qk_rope_head_dim").value_or(number(m, "qk_pos_emb_head_dim").value_or(64)));
+    s.mla.vHeadDim = static_cast<std::int64_t>(number(m, "v_head_dim").value_or(128));
+    s.numKvHeads = 0;
+  }
+}
+
+}  // namespace
+
+Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, bool* assumed) {
+  if (auto named = namedModelOf(m, id, assumed)) return *named;
   const std::string arch = lower(text(m, "arch") + " " + text(m, "name"));
   // colo's graphs are decoder-only or encoder-only: an encoder-decoder is costed as a decoder of its
   // layers, an assumption the table marks.
@@ -217,34 +320,7 @@ Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, 
   for (const char* key : {"num_query_groups", "num_key_value_heads", "num_kv_heads"}) {
     if (auto g = number(m, key)) s.numKvHeads = static_cast<std::int64_t>(*g);
   }
-  // What a row may state of attention beyond its heads: each head's width where it is not hidden/heads
-  // (Hugging Face's head_dim, Megatron's --kv-channels: Qwen3, GPT-OSS, Gemma), a sliding window with
-  // the period of its full-attention layers (sliding_window_pattern, Megatron's window_attn_skip_freq,
-  // the first "full_attention" of Hugging Face's layer_types, or those types in words saying they
-  // alternate), and QK-norm (qk_layernorm / qk_norm).
-  for (const char* key : {"head_dim", "kv_channels"}) {
-    if (auto d = number(m, key); d && *d >= 1) s.headDim = static_cast<std::int64_t>(*d);
-  }
-  if (auto w = number(m, "sliding_window"); w && *w >= 1) {
-    s.slidingWindow = static_cast<std::int64_t>(*w);
-    for (const char* key : {"sliding_window_pattern", "window_attn_skip_freq"}) {
-      if (auto every = number(m, key); every && *every >= 1) s.globalAttentionEvery = static_cast<std::int64_t>(*every);
-    }
-    // layer_types in words ("sliding_attention/full_attention alternating"): every second layer is full.
-    if (const std::string words = text(m, "layer_types"); has(words, "alternat") && has(words, "full")) s.globalAttentionEvery = 2;
-    if (m.contains("layer_types") && m["layer_types"].is_array()) {
-      const Json& types = m["layer_types"];
-      for (std::size_t i = 0; i < types.size(); ++i) {
-        if (types[i].is_string() && types[i].get<std::string>() == "full_attention") {
-          s.globalAttentionEvery = static_cast<std::int64_t>(i + 1);
-          break;
-        }
-      }
-    }
-  }
-  for (const char* key : {"qk_layernorm", "qk_norm"}) {
-    if (m.contains(key) && m[key].is_boolean() && m[key].get<bool>()) s.qkNorm = true;
-  }
+  readAttentionTraits(m, s);
   if (auto f = number(m, "ffn_hidden_size")) {
     s.ffnHiddenSize = static_cast<std::int64_t>(*f);
   } else if (llama) {  // LLaMA's rule: 2/3 of 4h, rounded up to a multiple of 256
@@ -253,65 +329,8 @@ Result<ModelSpec> modelOf(const Json& m, const std::string& id, bool layerOnly, 
   } else {
     s.ffnHiddenSize = 4 * s.hiddenSize;
   }
-  if (auto e = number(m, "num_experts"); e && *e > 1) {
-    s.moe.numExperts = static_cast<std::int64_t>(*e);
-    s.moe.topK = static_cast<std::int64_t>(number(m, "top_k").value_or(number(m, "moe_top_k").value_or(2)));
-    // Expert width (Megatron's --moe-ffn-hidden-size, Hugging Face's moe_intermediate_size) when the
-    // dense layers' differs.
-    for (const char* key : {"moe_ffn_hidden_size", "moe_intermediate_size", "expert_ffn_hidden_size"}) {
-      if (auto w = number(m, key); w && *w >= 1) s.moe.expertFfnHiddenSize = static_cast<std::int64_t>(*w);
-    }
-    // Which layers are MoE: Hugging Face's first_k_dense_replace (leading dense layers) and
-    // decoder_sparse_step / interleave_moe_layer_step (the last layer of every N), or Megatron's
-    // --moe-layer-freq as Megatron reads it (an integer N: layers 0, N, 2N, ...; or a list expression
-    // such as "([0]*3+[1]*58)"). A list colo cannot hold keeps only its leading dense layers.
-    if (auto k = number(m, "first_k_dense_replace"); k && *k >= 0) s.moe.firstDenseLayers = static_cast<std::int64_t>(*k);
-    for (const char* key : {"decoder_sparse_step", "interleave_moe_layer_step"}) {
-      if (auto n = number(m, key); n && *n >= 1 && *n <= static_cast<double>(s.numLayers)) s.moe.layerFrequency = static_cast<std::int64_t>(*n);
-    }
-    std::string freq = text(m, "moe_layer_freq");
-    if (auto n = number(m, "moe_layer_freq"); n && *n >= 1 && *n <= static_cast<double>(s.numLayers)) {
-      if (number(m, "first_k_dense_replace")) {  // a DeepSeek config's: layer % N == 0 after the dense ones
-        s.moe.layerFrequency = static_cast<std::int64_t>(*n);
-        s.moe.layerPhase = s.moe.layerFrequency > 1 ? 0 : -1;
-      } else {
-        freq = std::to_string(static_cast<std::int64_t>(*n));
-      }
-    }
-    if (!freq.empty() && !planner::setMegatronMoeLayers(s.moe, freq, s.numLayers)) {
-      static const std::regex leadingDense(R"(\[0\]\s*\*\s*(\d+)\s*\+\s*\[1\])");
-      std::smatch dense;
-      if (std::regex_search(freq, dense, leadingDense)) s.moe.firstDenseLayers = std::stoll(dense[1]);
-    }
-    // Shared experts: their total inner size (Hugging Face's shared_expert_intermediate_size, Megatron's
-    // --moe-shared-expert-intermediate-size), or DeepSeek's count of expert-sized ones.
-    for (const char* key : {"shared_expert_intermediate_size", "moe_shared_expert_intermediate_size"}) {
-      if (auto w = number(m, key); w && *w >= 1) s.moe.sharedExpertFfnHiddenSize = static_cast<std::int64_t>(*w);
-    }
-    if (auto n = number(m, "n_shared_experts"); n && *n >= 1 && s.moe.sharedExpertFfnHiddenSize == 0) {
-      s.moe.sharedExpertFfnHiddenSize = static_cast<std::int64_t>(*n) * s.expertFfnSize();
-    }
-    // Group-limited routing (Hugging Face's n_group / topk_group, Megatron's router group arguments),
-    // kept only when the groups divide the experts.
-    const auto groups = number(m, "moe_router_num_groups") ? number(m, "moe_router_num_groups") : number(m, "n_group");
-    const auto groupTopK = number(m, "moe_router_group_topk") ? number(m, "moe_router_group_topk") : number(m, "topk_group");
-    if (groups && groupTopK && *groups > 1 && *groupTopK >= 1 && *groupTopK <= *groups &&
-        s.moe.numExperts % static_cast<std::int64_t>(*groups) == 0) {
-      s.moe.routingGroups = static_cast<std::int64_t>(*groups);
-      s.moe.routingGroupTopK = static_cast<std::int64_t>(*groupTopK);
-    }
-  }
-  // Multi-head latent attention (DeepSeek-V2/V3): Hugging Face's qk_nope/qk_rope head dims, Megatron's
-  // --qk-head-dim (the part without rotary) and --qk-pos-emb-head-dim.
-  if (auto kv = number(m, "kv_lora_rank"); kv && *kv >= 1) {
-    s.mla.kvLoraRank = static_cast<std::int64_t>(*kv);
-    s.mla.qLoraRank = static_cast<std::int64_t>(number(m, "q_lora_rank").value_or(0));
-    s.mla.qkNopeHeadDim = static_cast<std::int64_t>(number(m, "qk_nope_head_dim").value_or(number(m, "qk_head_dim").value_or(128)));
-    s.mla.qkRopeHeadDim =
-        static_cast<std::int64_t>(number(m, "qk_rope_head_dim").value_or(number(m, "qk_pos_emb_head_dim").value_or(64)));
-    s.mla.vHeadDim = static_cast<std::int64_t>(number(m, "v_head_dim").value_or(128));
-    s.numKvHeads = 0;
-  }
+  if (auto e = number(m, "num_experts"); e && *e > 1) readExperts(m, static_cast<std::int64_t>(*e), s);
+  readLatentAttention(m, s);
   if (auto v = number(m, "vocab_size")) {
     s.vocabSize = static_cast<std::int64_t>(*v);
   } else if (layerOnly) {  // a single-layer measurement: no embedding table worth costing, no head
