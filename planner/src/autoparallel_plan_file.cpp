@@ -24,152 +24,188 @@ struct Stored {
   std::vector<std::int64_t> stages;  // layers per chunk as stored (empty: files from before stage_layers)
 };
 
-Result<Stored> readStored(const Json& stored, const std::string& file, const Context& c) {
-  const std::string where = "/operator_plan";
-  auto bad = [&](const std::string& path, const std::string& why) { return fail(Error::badInput(why, file, where + path)); };
-  auto number = [&](const char* key) -> std::optional<double> {
+// The plan file's error paths, under /operator_plan.
+struct StoredReader {
+  const Json& stored;
+  const std::string& file;
+  const Context& c;
+
+  Error bad(const std::string& path, const std::string& why) const { return Error::badInput(why, file, "/operator_plan" + path); }
+  std::optional<double> number(const char* key) const {
     if (!stored.contains(key) || !stored[key].is_number()) return std::nullopt;
     return stored[key].get<double>();
-  };
+  }
   // A count: a whole number from 1 to 2^20 (anything larger is no pipeline), else nullopt.
-  auto count = [&](const char* key) -> std::optional<std::int64_t> {
+  std::optional<std::int64_t> count(const char* key) const {
     const auto v = number(key);
     if (!v || !(*v >= 1 && *v <= 1048576.0) || *v != std::floor(*v)) return std::nullopt;
     return static_cast<std::int64_t>(*v);
-  };
-  Stored out;
-  if (!stored.contains("mesh_shape") || !stored["mesh_shape"].is_array()) return bad("/mesh_shape", "missing or not a list of axis sizes");
+  }
+  // What the file prints beside its inputs is recomputed on reading; where it could be taken for an input
+  // (an edited mesh or batch count, a layout's text, a block's layer count), it must agree with them.
+  Result<void> agrees(const Json& j, const char* key, const Json& expected, const std::string& path, const std::string& from) const {
+    if (!j.contains(key) || j[key] == expected) return {};
+    return fail(bad(path, "is " + expected.dump() + " (from " + from + "), got " + describeJsonValue(j[key]) + "; it is printed, not read"));
+  }
+};
+
+// The mesh, pipeline, batch and offload figures, checked against the cluster and the global batch.
+Result<DeviceMesh> readShape(const StoredReader& r, Stored& out) {
+  const Json& stored = r.stored;
+  const Context& c = r.c;
+  if (!stored.contains("mesh_shape") || !stored["mesh_shape"].is_array()) return fail(r.bad("/mesh_shape", "missing or not a list of axis sizes"));
   for (const auto& v : stored["mesh_shape"]) {
-    if (!v.is_number_integer()) return bad("/mesh_shape", "axis sizes must be integers");
+    if (!v.is_number_integer()) return fail(r.bad("/mesh_shape", "axis sizes must be integers"));
     out.shape.push_back(v.get<std::int64_t>());
   }
   auto mesh = makeMesh(*c.cluster, out.shape, "operator_plan.mesh_shape");
-  if (!mesh) return fail(Error::badInput(mesh.error().message, file, where + "/mesh_shape"));
-  const auto pp = count("pipeline_stages");
-  const auto samples = count("micro_batch_size");
-  const auto price = number("memory_price");
-  const auto alpha = number("activation_offload_fraction");
-  const auto beta = number("optimizer_offload_fraction");
+  if (!mesh) return fail(Error::badInput(mesh.error().message, r.file, "/operator_plan/mesh_shape"));
+  const auto pp = r.count("pipeline_stages");
+  const auto samples = r.count("micro_batch_size");
+  const auto price = r.number("memory_price");
+  const auto alpha = r.number("activation_offload_fraction");
+  const auto beta = r.number("optimizer_offload_fraction");
   // Files written before weights were offloaded have none: 0.
-  const auto gamma = stored.contains("weight_offload_fraction") ? number("weight_offload_fraction") : std::optional<double>(0.0);
+  const auto gamma = stored.contains("weight_offload_fraction") ? r.number("weight_offload_fraction") : std::optional<double>(0.0);
   // Files written before replicas were solved have none: one.
-  const auto replicas = stored.contains("replicas") ? count("replicas") : std::optional<std::int64_t>(1);
-  if (!replicas) return bad("/replicas", "must be a whole number of data-parallel copies of the mesh, 1 or more, got " + stored["replicas"].dump());
+  const auto replicas = stored.contains("replicas") ? r.count("replicas") : std::optional<std::int64_t>(1);
+  if (!replicas) return fail(r.bad("/replicas", "must be a whole number of data-parallel copies of the mesh, 1 or more, got " + stored["replicas"].dump()));
   if (c.options.globalBatchSize % *replicas != 0) {
-    return bad("/replicas", std::to_string(*replicas) + " replicas do not divide the global batch " + std::to_string(c.options.globalBatchSize));
+    return fail(r.bad("/replicas", std::to_string(*replicas) + " replicas do not divide the global batch " + std::to_string(c.options.globalBatchSize)));
   }
   if (!pp || c.cluster->totalGpus() != *pp * *replicas * mesh->size()) {
     const std::string stages = stored.contains("pipeline_stages") ? stored["pipeline_stages"].dump() : "none";
-    return bad(pp && *replicas > 1 ? "/replicas" : "/pipeline_stages",
-               "stages (" + stages + ") x replicas (" + std::to_string(*replicas) + ") x the mesh's " + std::to_string(mesh->size()) +
-                   " GPUs must be the cluster's " + std::to_string(c.cluster->totalGpus()));
+    return fail(r.bad(pp && *replicas > 1 ? "/replicas" : "/pipeline_stages",
+                      "stages (" + stages + ") x replicas (" + std::to_string(*replicas) + ") x the mesh's " + std::to_string(mesh->size()) +
+                          " GPUs must be the cluster's " + std::to_string(c.cluster->totalGpus())));
   }
-  if (!samples) {
-    return bad("/micro_batch_size", "must be a whole number of samples from 1 to 1048576, got " +
-                                        (stored.contains("micro_batch_size") ? describeJsonValue(stored["micro_batch_size"]) : "none"));
-  }
+  const std::string givenSamples = stored.contains("micro_batch_size") ? describeJsonValue(stored["micro_batch_size"]) : "none";
+  if (!samples) return fail(r.bad("/micro_batch_size", "must be a whole number of samples from 1 to 1048576, got " + givenSamples));
   if ((c.options.globalBatchSize / *replicas) % *samples != 0) {
-    return bad("/micro_batch_size", "must divide each replica's batch " + std::to_string(c.options.globalBatchSize / *replicas) + ", got " +
-                                        (stored.contains("micro_batch_size") ? describeJsonValue(stored["micro_batch_size"]) : "none"));
+    return fail(r.bad("/micro_batch_size",
+                      "must divide each replica's batch " + std::to_string(c.options.globalBatchSize / *replicas) + ", got " + givenSamples));
+  }
+  if (!price || *price < 0) return fail(r.bad("/memory_price", "missing or negative"));
+  if (!alpha || *alpha < 0 || *alpha > 1) return fail(r.bad("/activation_offload_fraction", "must be in [0, 1]"));
+  if (!beta || *beta < 0 || *beta > 1) return fail(r.bad("/optimizer_offload_fraction", "must be in [0, 1]"));
+  if (!gamma || *gamma < 0 || *gamma > 1) {
+    return fail(r.bad("/weight_offload_fraction", "must be in [0, 1], got " + describeJsonValue(stored["weight_offload_fraction"])));
   }
   out.replicas = *replicas;
-  if (!price || *price < 0) return bad("/memory_price", "missing or negative");
-  if (!alpha || *alpha < 0 || *alpha > 1) return bad("/activation_offload_fraction", "must be in [0, 1]");
-  if (!beta || *beta < 0 || *beta > 1) return bad("/optimizer_offload_fraction", "must be in [0, 1]");
-  if (!gamma || *gamma < 0 || *gamma > 1) {
-    return bad("/weight_offload_fraction", "must be in [0, 1], got " + describeJsonValue(stored["weight_offload_fraction"]));
-  }
   out.pp = *pp;
   out.samples = *samples;
-  // Files written before interleaving was solved have no virtual_stages: 1F1B.
-  const auto vpp = stored.contains("virtual_stages") ? count("virtual_stages") : std::optional<std::int64_t>(1);
-  const std::int64_t microBatches = c.options.globalBatchSize / (out.replicas * out.samples);
-  if (!vpp || chunkCounts({*vpp}, c.numLayers, out.pp, microBatches).empty()) {
-    return bad("/virtual_stages", "must be 1, or chunks per stage that divide the " + std::to_string(c.numLayers) + " layers over " +
-                                      std::to_string(out.pp) + " stages with micro-batches (" + std::to_string(microBatches) +
-                                      ") in groups of the stages");
-  }
-  out.vpp = *vpp;
-  // Files written before stages were split unevenly have no stage_layers: the assembly chooses.
-  if (stored.contains("stage_layers")) {
-    const Json& layers = stored["stage_layers"];
-    const std::size_t chunks = static_cast<std::size_t>(out.pp * out.vpp);
-    std::int64_t total = 0;
-    bool ok = layers.is_array() && layers.size() == chunks;
-    for (std::size_t i = 0; ok && i < layers.size(); ++i) {
-      ok = layers[i].is_number_integer() && layers[i].get<std::int64_t>() >= 1 && layers[i].get<std::int64_t>() <= c.numLayers;
-      if (ok) total += layers[i].get<std::int64_t>();
-    }
-    if (!ok || total != c.numLayers) {
-      return bad("/stage_layers", "must list " + std::to_string(chunks) + " positive layer counts (one per stage" +
-                                      (out.vpp > 1 ? " and chunk" : "") + ") adding up to the model's " +
-                                      std::to_string(c.numLayers) + " layers, got " + describeJsonValue(layers));
-    }
-    for (const auto& v : layers) out.stages.push_back(v.get<std::int64_t>());
-  }
   out.price = *price;
   out.alpha = *alpha;
   out.beta = *beta;
   out.gamma = *gamma;
-  const Json interface = stored.value("interface", Json::object());
-  const int index = interface.contains("index") && interface["index"].is_number_integer() ? interface["index"].get<int>() : -1;
-  if (index < 0 || index >= kLayouts) return bad("/interface/index", "missing or not a layout index (0-24)");
-  out.entry = Layout::fromIndex(index);
-  // What the file prints beside its inputs is recomputed on reading; where it could be taken for an input
-  // (an edited mesh or batch count, a layout's text, a block's layer count), it must agree with them.
-  const auto agrees = [&](const Json& j, const char* key, const Json& expected, const std::string& path, const std::string& from) -> Result<void> {
-    if (!j.contains(key) || j[key] == expected) return {};
-    return bad(path, "is " + expected.dump() + " (from " + from + "), got " + describeJsonValue(j[key]) + "; it is printed, not read");
-  };
-  if (auto ok = agrees(stored, "mesh", mesh->toString(), "/mesh", "mesh_shape"); !ok) return fail(ok.error());
-  if (auto ok = agrees(stored, "micro_batches", microBatches, "/micro_batches", "the global batch, replicas and micro_batch_size"); !ok) {
-    return fail(ok.error());
+  return *mesh;
+}
+
+// Interleaving and the layers of each chunk.
+Result<void> readStages(const StoredReader& r, Stored& out) {
+  const Json& stored = r.stored;
+  const std::int64_t layers = r.c.numLayers;
+  // Files written before interleaving was solved have no virtual_stages: 1F1B.
+  const auto vpp = stored.contains("virtual_stages") ? r.count("virtual_stages") : std::optional<std::int64_t>(1);
+  const std::int64_t microBatches = r.c.options.globalBatchSize / (out.replicas * out.samples);
+  if (!vpp || chunkCounts({*vpp}, layers, out.pp, microBatches).empty()) {
+    return fail(r.bad("/virtual_stages", "must be 1, or chunks per stage that divide the " + std::to_string(layers) + " layers over " +
+                                             std::to_string(out.pp) + " stages with micro-batches (" + std::to_string(microBatches) +
+                                             ") in groups of the stages"));
   }
-  if (auto ok = agrees(interface, "layout", toString(out.entry, mesh->axes()), "/interface/layout", "interface/index"); !ok) return fail(ok.error());
-  out.recompute = stored.value("recompute", std::string("per operator"));
-  out.method = stored.value("method", std::string("joint"));
-  // The blocks in order: embedding, each layer class, head.
-  const Json& blocks = stored.contains("blocks") ? stored["blocks"] : Json();
+  out.vpp = *vpp;
+  // Files written before stages were split unevenly have no stage_layers: the assembly chooses.
+  if (!stored.contains("stage_layers")) return {};
+  const Json& counts = stored["stage_layers"];
+  const std::size_t chunks = static_cast<std::size_t>(out.pp * out.vpp);
+  std::int64_t total = 0;
+  bool ok = counts.is_array() && counts.size() == chunks;
+  for (std::size_t i = 0; ok && i < counts.size(); ++i) {
+    ok = counts[i].is_number_integer() && counts[i].get<std::int64_t>() >= 1 && counts[i].get<std::int64_t>() <= layers;
+    if (ok) total += counts[i].get<std::int64_t>();
+  }
+  if (!ok || total != layers) {
+    return fail(r.bad("/stage_layers", "must list " + std::to_string(chunks) + " positive layer counts (one per stage" +
+                                           (out.vpp > 1 ? " and chunk" : "") + ") adding up to the model's " + std::to_string(layers) +
+                                           " layers, got " + describeJsonValue(counts)));
+  }
+  for (const auto& v : counts) out.stages.push_back(v.get<std::int64_t>());
+  return {};
+}
+
+// One stored operator: its name (which must be the block's own at that place), a role per mesh axis and
+// whether it is recomputed.
+Result<std::pair<std::array<Role, 2>, int>> readUnit(const StoredReader& r, const Json& unit, const std::string& here,
+                                                     const std::string& expected, int axes) {
+  if (!unit.is_object()) return fail(r.bad(here, "must be an object naming the operator, its axis_roles and recompute"));
+  const std::string name = unit.contains("unit") && unit["unit"].is_string() ? unit["unit"].get<std::string>() : std::string();
+  if (name != expected) return fail(r.bad(here + "/unit", "expected \"" + expected + "\", got \"" + name + "\""));
+  std::array<Role, 2> roles{Role::kNone, Role::kNone};
+  const Json& names = unit.contains("axis_roles") ? unit["axis_roles"] : Json();
+  if (!names.is_array() || static_cast<int>(names.size()) != axes) {
+    return fail(r.bad(here + "/axis_roles", "must give one role per mesh axis (" + std::to_string(axes) + ")"));
+  }
+  for (std::size_t a = 0; a < names.size(); ++a) {
+    if (!names[a].is_string() || !parseRole(names[a].get<std::string>(), roles[a])) {
+      return fail(r.bad(here + "/axis_roles/" + std::to_string(a), "not a role (none, batch, seq, out, in, expert, inner, fsdp): " + names[a].dump()));
+    }
+  }
+  if (unit.contains("recompute") && !unit["recompute"].is_boolean()) {
+    return fail(r.bad(here + "/recompute", "must be true or false, got " + describeJsonValue(unit["recompute"])));
+  }
+  return std::pair{roles, unit.value("recompute", false) ? 1 : 0};
+}
+
+// The blocks in order (embedding, each layer class, head), each with its operators.
+Result<void> readBlocks(const StoredReader& r, int axes, Stored& out) {
+  const Context& c = r.c;
+  const Json& blocks = r.stored.contains("blocks") ? r.stored["blocks"] : Json();
   if (!blocks.is_array() || blocks.size() != c.classes.size() + 2) {
-    return bad("/blocks", "must list the embedding, " + std::to_string(c.classes.size()) + " layer block(s) and the head");
+    return fail(r.bad("/blocks", "must list the embedding, " + std::to_string(c.classes.size()) + " layer block(s) and the head"));
   }
   std::vector<const Block*> order{&c.embedding};
   for (const auto& cls : c.classes) order.push_back(&cls.block);
   order.push_back(&c.head);
   for (std::size_t b = 0; b < order.size(); ++b) {
-    if (!blocks[b].is_object()) return bad("/blocks/" + std::to_string(b), "must be an object with the block's units");
+    const std::string at = "/blocks/" + std::to_string(b);
+    if (!blocks[b].is_object()) return fail(r.bad(at, "must be an object with the block's units"));
     const Json& units = blocks[b].contains("units") ? blocks[b]["units"] : Json();
-    const std::string at = "/blocks/" + std::to_string(b) + "/units";
     const std::int64_t layers = b == 0 || b + 1 == order.size() ? 1 : static_cast<std::int64_t>(c.classes[b - 1].layers.size());
-    if (auto ok = agrees(blocks[b], "count", layers, "/blocks/" + std::to_string(b) + "/count", "the model's layers"); !ok) {
-      return fail(ok.error());
-    }
+    if (auto ok = r.agrees(blocks[b], "count", layers, at + "/count", "the model's layers"); !ok) return fail(ok.error());
     if (!units.is_array() || units.size() != order[b]->units.size()) {
-      return bad(at, "must list the block's " + std::to_string(order[b]->units.size()) + " operators");
+      return fail(r.bad(at + "/units", "must list the block's " + std::to_string(order[b]->units.size()) + " operators"));
     }
     auto& list = out.units[order[b]];
     for (std::size_t u = 0; u < units.size(); ++u) {
-      const Json& unit = units[u];
-      const std::string here = at + "/" + std::to_string(u);
-      if (!unit.is_object()) return bad(here, "must be an object naming the operator, its axis_roles and recompute");
-      const std::string name = unit.contains("unit") && unit["unit"].is_string() ? unit["unit"].get<std::string>() : std::string();
-      if (name != order[b]->units[u].name) return bad(here + "/unit", "expected \"" + order[b]->units[u].name + "\", got \"" + name + "\"");
-      std::array<Role, 2> roles{Role::kNone, Role::kNone};
-      const Json& names = unit.contains("axis_roles") ? unit["axis_roles"] : Json();
-      if (!names.is_array() || static_cast<int>(names.size()) != mesh->axes()) {
-        return bad(here + "/axis_roles", "must give one role per mesh axis (" + std::to_string(mesh->axes()) + ")");
-      }
-      for (std::size_t a = 0; a < names.size(); ++a) {
-        if (!names[a].is_string() || !parseRole(names[a].get<std::string>(), roles[a])) {
-          return bad(here + "/axis_roles/" + std::to_string(a), "not a role (none, batch, seq, out, in, expert, inner, fsdp): " + names[a].dump());
-        }
-      }
-      if (unit.contains("recompute") && !unit["recompute"].is_boolean()) {
-        return bad(here + "/recompute", "must be true or false, got " + describeJsonValue(unit["recompute"]));
-      }
-      list.push_back({roles, unit.value("recompute", false) ? 1 : 0});
+      auto unit = readUnit(r, units[u], at + "/units/" + std::to_string(u), order[b]->units[u].name, axes);
+      if (!unit) return fail(unit.error());
+      list.push_back(*unit);
     }
   }
+  return {};
+}
+
+Result<Stored> readStored(const Json& stored, const std::string& file, const Context& c) {
+  const StoredReader r{stored, file, c};
+  Stored out;
+  auto mesh = readShape(r, out);
+  if (!mesh) return fail(mesh.error());
+  if (auto ok = readStages(r, out); !ok) return fail(ok.error());
+  const Json interface = stored.value("interface", Json::object());
+  const int index = interface.contains("index") && interface["index"].is_number_integer() ? interface["index"].get<int>() : -1;
+  if (index < 0 || index >= kLayouts) return fail(r.bad("/interface/index", "missing or not a layout index (0-24)"));
+  out.entry = Layout::fromIndex(index);
+  const std::int64_t microBatches = c.options.globalBatchSize / (out.replicas * out.samples);
+  if (auto ok = r.agrees(stored, "mesh", mesh->toString(), "/mesh", "mesh_shape"); !ok) return fail(ok.error());
+  if (auto ok = r.agrees(stored, "micro_batches", microBatches, "/micro_batches", "the global batch, replicas and micro_batch_size"); !ok) {
+    return fail(ok.error());
+  }
+  if (auto ok = r.agrees(interface, "layout", toString(out.entry, mesh->axes()), "/interface/layout", "interface/index"); !ok) {
+    return fail(ok.error());
+  }
+  out.recompute = stored.value("recompute", std::string("per operator"));
+  out.method = stored.value("method", std::string("joint"));
+  if (auto ok = readBlocks(r, mesh->axes(), out); !ok) return fail(ok.error());
   return out;
 }
 
