@@ -496,9 +496,8 @@ Result<void> megatronParallel(const Reader& r, Plan& p) {
   return {};
 }
 
-// Kernels, overlaps, MoE dispatch, gradient accumulation and checks, Transformer Engine, precision, the
-// loss, context-parallel exchange and optimizer offload, each as Megatron-LM's defaults leave it.
-Result<void> megatronExecution(const Reader& r, Plan& p) {
+// The attention kernels, the overlaps and the MoE dispatcher, as Megatron-LM's defaults leave them.
+Result<void> megatronOverlaps(const Reader& r, Plan& p) {
   const std::string backend = r.text("--attention-backend").value_or("auto");
   p.execution.flashAttention = backend != "unfused" && backend != "local";
   // flash: the flash-attn package's kernels (FlashAttention-2 as pip installs it); auto and fused:
@@ -523,6 +522,11 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
     if (auto dispatcher = parseMoeDispatcher(flexBackend)) p.execution.moeDispatcher = *dispatcher;
   }
   p.execution.epCommOverlap = r.has("--overlap-moe-expert-parallel-comm");
+  return {};
+}
+
+// Gradient accumulation and its checks, and what Transformer Engine (or the local layer spec) fuses.
+Result<void> megatronKernels(const Reader& r, Plan& p) {
   p.execution.gradAccumulation = r.has("--no-gradient-accumulation-fusion") ? GradAccumulation::kMainGrad : GradAccumulation::kFused;
   // Megatron-LM checks each gradient bucket for NaN before reducing it unless told not to, and turns the
   // check off under fp16 with a dynamic loss scale (no --loss-scale), whose overflows are expected
@@ -549,6 +553,11 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
   p.execution.unfused.rmsNorm = p.execution.unfused.finalNorm =
       impl == "local" && r.text("--normalization").value_or("LayerNorm") == "RMSNorm";
   p.execution.teDummyWgrads = p.execution.fusedBiasGrad && p.execution.gradAccumulation == GradAccumulation::kFused;
+  return {};
+}
+
+// Precision and Transformer Engine's recipe, quantized weights, the gradient buffer's type, the loss.
+Result<void> megatronPrecision(const Reader& r, Plan& p) {
   p.precision = launchPrecision(r, p.execution.fusedBiasGrad);
   // Transformer Engine's recipe: --fp8-recipe mxfp8 is MXFP8 block scaling (Blackwell); delayed (the
   // default), tensorwise and blockwise keep weight copies colo counts alike (docs/costmodel.md,
@@ -583,6 +592,11 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
     if (r.text("--cross-entropy-fusion-impl").value_or("native") == "te") p.execution.fusedCrossEntropy = p.execution.crossEntropyInPlace = true;
     else p.execution.nativeFusedCrossEntropy = true;
   }
+  return {};
+}
+
+// The context-parallel exchange, what selective recompute re-runs, and offload.
+Result<void> megatronRecomputeAndOffload(const Reader& r, Plan& p) {
   if (const auto type = r.text("--cp-comm-type")) {
     auto parsedType = parseCpCommType(*type);
     if (!parsedType) return fail(Error::badInput("--cp-comm-type: " + parsedType.error().message));
@@ -624,6 +638,15 @@ Result<void> megatronExecution(const Reader& r, Plan& p) {
   // Activation offload of the first N layers (Megatron-LM turns cpu_offloading on when N > 0).
   COLO_TRY(offloadedLayers, r.integer("--cpu-offloading-num-layers", 0, 1 << 20));
   p.offload.activationLayers = offloadedLayers;
+  return {};
+}
+
+// Kernels, overlaps, MoE dispatch, gradient accumulation and checks, Transformer Engine, precision, the
+// loss, context-parallel exchange and optimizer offload, each as Megatron-LM's defaults leave it.
+Result<void> megatronExecution(const Reader& r, Plan& p) {
+  for (auto read : {megatronOverlaps, megatronKernels, megatronPrecision, megatronRecomputeAndOffload}) {
+    if (auto ok = read(r, p); !ok) return ok;
+  }
   return {};
 }
 
