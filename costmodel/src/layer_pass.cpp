@@ -128,6 +128,8 @@ class LayerPass {
  private:
   double gemmOn(const DeviceModel& dev, double m, double n, double k, double count, int streams = 0) const;
   OpTime matrixProduct(const OpTemplate& op);
+  double biasGradient(const OpTemplate& op, const ScaledGemm& g);
+  OpTime float8Casts(const OpTemplate& op, const ScaledGemm& g);
   OpTime streamedOp(const OpTemplate& op, bool fused);
   void countLinearWeights(const OpTemplate& op);
   void recomputedByOp(const OpTemplate& op, double fwd, bool fused);
@@ -312,33 +314,42 @@ OpTime LayerPass::matrixProduct(const OpTemplate& op) {
   // again beside its input-gradient GEMM, outside Transformer Engine's userbuffers.
   if (op.kind == OpKind::kMatMul && op.shard == Shard::kVocab && regatherOutput_ > 0) regather(regatherOutput_, false);
   bwd = dgrad + wgrad;
-  // A biased linear's bias gradient sums its output gradient over the rows (Megatron-LM's
-  // linears: grad_output.sum(dim=0); PyTorch's autograd reduces a broadcast bias the same way):
-  // a read of that gradient. Transformer Engine fuses it into the GEMM for the linears that add
-  // their own bias (OpTemplate::biasInGemm). A row-parallel linear's bias is added after the
-  // reduction, on the sequence shard under sequence parallelism.
-  if (op.bias && !(c_.fusedBiasGrad && op.biasInGemm)) {
-    const double rows = op.shard == Shard::kRow && c_.sequenceParallel ? tp_ : 1.0;
-    bwd += std::max(floor_, g->m * g->n * g->count * static_cast<double>(c_.activationBytes) / rows / bw_);
-    out_.opsBwd += 1;
-  }
+  bwd += biasGradient(op, *g);
   if (torchao && !sixteenBit) {
-    // Under tensor parallelism torchtitan's float8 layouts (tensorwise only) cast the operand a
-    // sequence-parallel all-gather brings before gathering it: on the shard, and gathered in fp8.
-    const bool castShard = c_.float8Recipe == Float8Recipe::kTensorwise && c_.sequenceParallel;
-    const double input = g->m * g->k * g->count / (castShard && op.shard == Shard::kColumn ? tp_ : 1.0);
-    const double gradOutput = g->m * g->n * g->count / (castShard && op.shard == Shard::kRow ? tp_ : 1.0);
-    // torchtitan's linears are separate modules (wq, wk, wv; w1, w3): one set of per-linear kernels
-    // each for the products a fused GEMM of colo's graph stands for.
-    const double linears = static_cast<double>(productShares(op, c_).count) * g->count;
-    const Float8CastSeconds cast =
-        float8CastSeconds(c_.float8Recipe, input, g->k * g->n * g->count, gradOutput, linears, device_);
-    fwd += cast.forward;
-    bwd += cast.backward;
-    out_.opsFwd += cast.kernelsForward;
-    out_.opsBwd += cast.kernelsBackward;
+    const OpTime cast = float8Casts(op, *g);
+    fwd += cast.fwd;
+    bwd += cast.bwd;
   }
   return {fwd, bwd};
+}
+
+// A biased linear's bias gradient sums its output gradient over the rows (Megatron-LM's linears:
+// grad_output.sum(dim=0); PyTorch's autograd reduces a broadcast bias the same way): a read of that
+// gradient. Transformer Engine fuses it into the GEMM for the linears that add their own bias
+// (OpTemplate::biasInGemm). A row-parallel linear's bias is added after the reduction, on the sequence
+// shard under sequence parallelism.
+double LayerPass::biasGradient(const OpTemplate& op, const ScaledGemm& g) {
+  if (!op.bias || (c_.fusedBiasGrad && op.biasInGemm)) return 0.0;
+  const double rows = op.shard == Shard::kRow && c_.sequenceParallel ? tp_ : 1.0;
+  out_.opsBwd += 1;
+  return std::max(floor_, g.m * g.n * g.count * static_cast<double>(c_.activationBytes) / rows / bw_);
+}
+
+// torchao's float8 casts around a linear (torchtitan's float8 converters): the input and weight forward,
+// the output gradient (and, by recipe, the transposed operands) backward.
+OpTime LayerPass::float8Casts(const OpTemplate& op, const ScaledGemm& g) {
+  // Under tensor parallelism torchtitan's float8 layouts (tensorwise only) cast the operand a
+  // sequence-parallel all-gather brings before gathering it: on the shard, and gathered in fp8.
+  const bool castShard = c_.float8Recipe == Float8Recipe::kTensorwise && c_.sequenceParallel;
+  const double input = g.m * g.k * g.count / (castShard && op.shard == Shard::kColumn ? tp_ : 1.0);
+  const double gradOutput = g.m * g.n * g.count / (castShard && op.shard == Shard::kRow ? tp_ : 1.0);
+  // torchtitan's linears are separate modules (wq, wk, wv; w1, w3): one set of per-linear kernels
+  // each for the products a fused GEMM of colo's graph stands for.
+  const double linears = static_cast<double>(productShares(op, c_).count) * g.count;
+  const Float8CastSeconds cast = float8CastSeconds(c_.float8Recipe, input, g.k * g.n * g.count, gradOutput, linears, device_);
+  out_.opsFwd += cast.kernelsForward;
+  out_.opsBwd += cast.kernelsBackward;
+  return {cast.forward, cast.backward};
 }
 
 // Any other op: memory-bound passes over its bytes (or its eager decomposition's kernels, or its
