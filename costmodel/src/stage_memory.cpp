@@ -83,6 +83,47 @@ double headWeightElements(const ModelTemplates& T, const Parallelism& par) {
   return elements;
 }
 
+// The logits of one micro-batch on this GPU (the loss's saved fp32 softmax is 4 B each).
+double logitsPerGpu(const Plan& plan, const ModelTemplates& T) {
+  double logits = 0;
+  for (const auto& op : T.head.ops) {
+    if (op.kind == OpKind::kCrossEntropy) logits += op.savedBytes / 4.0;
+  }
+  return logits * static_cast<double>(plan.microBatchSize) / static_cast<double>(plan.parallel.cp) /
+         static_cast<double>(plan.parallel.tp);
+}
+
+bool pytorchLoss(const Execution& x) { return x.torchCrossEntropy && !x.fusedCrossEntropy; }
+
+// What the loss holds beside the logits it keeps for its backward, at its worst moment, per GPU: the
+// 16-bit logits beside their fp32 upcast in the forward, then their 16-bit gradient beside it in the
+// backward; never both, as the logits are freed when the forward returns (a fused kernel: the gradient
+// beside the saved 16-bit logits; fused in place: nothing). PyTorch's F.cross_entropy on the upcast:
+// nll_loss's dense fp32 gradient and log_softmax's fp32 gradient, both beside the saved
+// log-probabilities, in its backward. Over a vocabulary split by tensor parallelism PyTorch runs it
+// through DTensor's loss_parallel handlers (torchtitan's default), whose one fused backward holds a
+// third fp32 tensor: the zero-filled gradient, the exponent of the log-probabilities and their sum
+// (docs/costmodel.md, "PyTorch's loss over a split vocabulary, and the hole its logits leave").
+double logitCopyBytes(const Plan& plan, const ModelTemplates& T, double dt) {
+  const auto& x = plan.execution;
+  const double fp32Tensors = plan.parallel.tp > 1 ? 3.0 : 2.0;
+  const double copies = x.fusedCrossEntropy && x.crossEntropyInPlace ? 0.0 : 1.0;
+  return logitsPerGpu(plan, T) * (pytorchLoss(x) ? fp32Tensors * 4.0 : dt * copies);
+}
+
+// What the caching allocator keeps reserved beside the loss's peak without a tensor in it, per GPU:
+// PyTorch's cross-entropy on the fp32 upcast frees the 16-bit logits (and the upcast) when the forward
+// returns, and the backward's first fp32 tensor takes the upcast's block, leaving the 16-bit logits'
+// share of it free between live blocks; the second fp32 tensor fits in no free block and extends the
+// segment, so the hole stays reserved through the loss's peak (PyTorch's CUDACachingAllocator:
+// best-fit from the free blocks of the pool, blocks split and merged only with their neighbours,
+// cached memory released only on empty_cache or an allocation failure; the same with expandable
+// segments, which torchtitan enables). Megatron's and the fused losses free nothing before their
+// backward's allocation.
+double upcastLogitsHole(const Plan& plan, const ModelTemplates& T, double dt) {
+  return pytorchLoss(plan.execution) ? logitsPerGpu(plan, T) * dt : 0.0;
+}
+
 }  // namespace
 
 MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t stage, const StateBytes& bytes,
@@ -140,30 +181,17 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   mem.hostActivations = w.offloaded * inFlight;
   mem.host += mem.hostActivations;
 
-  // Buffers: sequence-parallel gathers, the logits' 16-bit copy or gradient beside their fp32 upcast
-  // (a fused cross-entropy keeps the 16-bit logits themselves, counted as saved: only the gradient),
-  // data-parallel gradient buckets, ZeRO-3 gathered layers.
+  // Buffers: sequence-parallel gathers, the loss's copies of the logits (logitCopyBytes; a fused
+  // cross-entropy keeps the 16-bit logits themselves, counted as saved), data-parallel gradient
+  // buckets, ZeRO-3 gathered layers.
   const double dt = in.byteScale * static_cast<double>(T.dtypeBytes);
   const double mbs = static_cast<double>(plan.microBatchSize);
   const double fullActivation =
       mbs * static_cast<double>(T.seqLen) / static_cast<double>(par.cp) * static_cast<double>(T.hidden) * dt;
   double buffers = 0;
   if (par.tp > 1) buffers += 2 * fullActivation;
-  double logitCopies = 0;
-  if (last) {
-    for (const auto& op : T.head.ops) {
-      if (op.kind == OpKind::kCrossEntropy) {
-        // Upcast: the 16-bit logits beside their fp32 copy in the forward, then their 16-bit gradient
-        // beside it in the backward; never both, as the logits are freed when the forward returns (a
-        // fused kernel: the gradient beside the saved 16-bit logits; fused in place: nothing). PyTorch's
-        // F.cross_entropy on the upcast: nll_loss's dense fp32 gradient and log_softmax's fp32
-        // gradient, both beside the saved log-probabilities, in its backward.
-        const double copies = plan.execution.fusedCrossEntropy && plan.execution.crossEntropyInPlace ? 0.0 : 1.0;
-        const double perLogit = plan.execution.torchCrossEntropy && !plan.execution.fusedCrossEntropy ? 2.0 * 4.0 : dt * copies;
-        logitCopies += op.savedBytes / 4.0 * perLogit * mbs / static_cast<double>(par.cp) / static_cast<double>(par.tp);
-      }
-    }
-  }
+  const double logitCopies = last ? logitCopyBytes(plan, T, dt) : 0.0;
+  const double logitHole = last ? upcastLogitsHole(plan, T, dt) : 0.0;
   // The head's tensors of a micro-batch (its saved logits, their 16-bit copies) live from its forward
   // to the loss's backward; a recomputed layer's working set exists only inside that layer's backward,
   // which runs after the loss's and the output layer's backward have freed them. The two phases never
@@ -171,11 +199,13 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
   // Zero bubble defers weight gradients, the output layer's too: the logits' gradient waits for it
   // while the layers' backward runs, so there both are counted.
   const bool phasesApart = plan.schedule != Schedule::kZeroBubble;
-  if (phasesApart && w.working > headActivations + logitCopies) {
+  double hole = 0;
+  if (phasesApart && w.working > headActivations + logitCopies + logitHole) {
     mem.activations = layersSaved + w.working;
   } else {
     mem.activations = layersSaved + headActivations + (phasesApart ? 0.0 : w.working);
     buffers += logitCopies;
+    hole = logitHole;
   }
   if (par.dp * par.cp > 1) buffers += std::min(w.params * bytes.gradient, 2 * 40e6 * bytes.gradient);
   if (plan.zeroStage == 3 && !stageStaysGathered(plan)) {
@@ -184,7 +214,7 @@ MemoryBreakdown stageMemory(const Plan& plan, const StageWork& w, std::int64_t s
     buffers += 2 * largestLayer * bytes.gathered;
   }
   mem.buffers = buffers;
-  mem.allocator = 0.08 * (mem.activations + mem.buffers);
+  mem.allocator = 0.08 * (mem.activations + mem.buffers) + hole;
   mem.context = in.contextBytes;
   return mem;
 }

@@ -2086,9 +2086,36 @@ TEST(Evaluator, PyTorchsCrossEntropyHoldsTwoFp32GradientsOfTheLogitsBesideTheSav
   const double logits = 2.0 * static_cast<double>(p.seqLen) * 128256.0;
   EXPECT_NEAR(torch.stages[0].memory.buffers - megatron.stages[0].memory.buffers, 6.0 * logits, 1e-3 * logits);
   EXPECT_DOUBLE_EQ(torch.stepSeconds, megatron.stepSeconds);  // memory only
+  // The freed 16-bit logits leave a hole the fp32 gradients cannot use: reserved, not allocated. The
+  // allocator's share of activations and buffers (8%) grows with the buffers, the hole on top of it.
+  const auto& mt = megatron.stages[0].memory;
+  const auto& tt = torch.stages[0].memory;
+  const double blanket = 0.08 * (tt.activations + tt.buffers - mt.activations - mt.buffers);
+  EXPECT_NEAR(tt.allocator - mt.allocator - blanket, 2.0 * logits, 1e-3 * logits);
   // A fused loss is another implementation: the plan refuses both.
   p.execution.fusedCrossEntropy = true;
   EXPECT_FALSE(validatePlan(p));
+}
+
+TEST(Evaluator, PyTorchsCrossEntropyOverAVocabularySplitByTensorParallelismHoldsAThirdFp32Tensor) {
+  // Llama 3 70B at tp 8, 2 x 8,192 tokens per micro-batch: each rank holds 128,256 / 8 logits a token.
+  // DTensor's loss_parallel runs F.cross_entropy's backward as one function that holds the zero-filled
+  // gradient, the exponent of the log-probabilities and their sum beside the saved log-probabilities:
+  // 12 B a logit beside them, against Megatron's 2 B (its 16-bit gradient of the logits).
+  Plan p = makePlan("llama3-70b", "dgx-h100-x64", 64, 8, 1, 16, 2);
+  p.zeroStage = 3;
+  p.parallel.sequenceParallel = true;
+  setRecompute(p, RecomputePolicy::kFull);
+  const Evaluation megatron = evaluateOrFail(p);
+  p.execution.torchCrossEntropy = true;
+  const Evaluation torch = evaluateOrFail(p);
+  const double logits = 2.0 * static_cast<double>(p.seqLen) * 128256.0 / 8.0;
+  const auto& mt = megatron.stages[0].memory;
+  const auto& tt = torch.stages[0].memory;
+  EXPECT_NEAR(tt.buffers - mt.buffers, 10.0 * logits, 1e-3 * logits);
+  // and the 16-bit logits' hole, reserved beside them
+  const double blanket = 0.08 * (tt.activations + tt.buffers - mt.activations - mt.buffers);
+  EXPECT_NEAR(tt.allocator - mt.allocator - blanket, 2.0 * logits, 1e-3 * logits);
 }
 
 TEST(Evaluator, EagerNormsRotaryAndSwiGluMoveTheirDecompositionsBytesAndKeepMore) {
