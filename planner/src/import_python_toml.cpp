@@ -242,6 +242,15 @@ Result<void> readTorchtitanMesh(const Toml& kv, Plan& p) {
   }
   q.dp = replicate * shardDegree;
   q.sequenceParallel = tp > 1;  // torchtitan's TP plan runs the norms sequence-parallel
+  // Under TP torchtitan computes the loss on each rank's vocabulary shard (DTensor's loss_parallel, as
+  // colo costs it). Turned off, the output layer gathers the whole vocabulary's logits on every rank,
+  // which colo does not cost.
+  const std::string lossParallelKey = tomlKey(kv, {"parallelism.disable_loss_parallel", "training.disable_loss_parallel"});
+  if (tp > 1 && tomlTrue(kv, lossParallelKey)) {
+    return fail(Error::badInput(lossParallelKey + " = true with tensor parallelism " + std::to_string(tp) +
+                                ": colo costs the loss on each rank's vocabulary shard (loss parallel); without it every rank "
+                                "holds the whole vocabulary's logits, which colo does not model"));
+  }
   // FSDP2 (ZeRO-3 with fp32 sharded parameters) over the shard and context-parallel ranks together
   // (torchtitan's dp_shard_cp mesh: FSDP applies when either is on, parallelize_llama.py); HSDP shards
   // within replicas, which colo approximates by sharding over the whole data-parallel group.

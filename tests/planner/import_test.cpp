@@ -1150,6 +1150,27 @@ TEST(Import, TorchtitanReadsItsExpertParallelCommBackend) {
   EXPECT_NE(noEp.error().message.find("expert_parallel_degree"), std::string::npos) << noEp.error().toString();
 }
 
+TEST(Import, TorchtitanRefusesTensorParallelismWithoutLossParallel) {
+  // colo costs torchtitan's loss on each rank's vocabulary shard; a job that turns loss parallel off
+  // under TP (either key torchtitan has used) is refused by name. Without TP the flag changes nothing.
+  const auto cluster = test::loadClusterOrFail(test::dataFile("clusters/dgx-h100.json"));
+  const Model llama = test::loadModelOrFail(test::dataFile("models/llama3-8b.json"));
+  const std::string tail = "\n[training]\nlocal_batch_size = 1\nseq_len = 4096\n";
+  auto on = importTorchtitan("[parallelism]\ntensor_parallel_degree = 2" + tail, ImportContext{cluster, llama, 0, 0});
+  ASSERT_TRUE(on) << on.error().toString();
+  EXPECT_TRUE(on->execution.torchCrossEntropy);
+  auto off = importTorchtitan("[parallelism]\ntensor_parallel_degree = 2\ndisable_loss_parallel = true" + tail,
+                              ImportContext{cluster, llama, 0, 0});
+  ASSERT_FALSE(off);
+  EXPECT_NE(off.error().message.find("parallelism.disable_loss_parallel"), std::string::npos) << off.error().toString();
+  auto legacy = importTorchtitan("[training]\ntensor_parallel_degree = 2\ndisable_loss_parallel = true\nbatch_size = 1\nseq_len = 4096\n",
+                                 ImportContext{cluster, llama, 0, 0});
+  ASSERT_FALSE(legacy);
+  EXPECT_NE(legacy.error().message.find("training.disable_loss_parallel"), std::string::npos) << legacy.error().toString();
+  auto noTp = importTorchtitan("[parallelism]\ndisable_loss_parallel = true" + tail, ImportContext{cluster, llama, 0, 0});
+  EXPECT_TRUE(noTp) << noTp.error().toString();
+}
+
 TEST(Import, TorchtitanTomlReadsFsdpAndPerOpCheckpointing) {
   std::ifstream in(test::dataFile("examples/torchtitan-llama3-8b.toml"));
   std::stringstream text;
